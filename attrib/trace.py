@@ -1,0 +1,126 @@
+"""The normalized trace: the contract between collectors and the engine.
+
+A `Trace` is a handful of polars tables, one row per event, all times integer nanoseconds on one
+clock, plus metadata. Collectors build it; nothing downstream reads a file. Columns a source does
+not know are present and null. `SCHEMAS` is the single definition of every table's columns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import polars as pl
+
+_I64 = pl.Int64
+_STR = pl.Utf8
+_INTS = pl.List(pl.Int64)
+
+SCHEMAS: dict[str, dict[str, pl.DataType]] = {
+    # GPU kernels. grid/block are in workgroups/work-items per workgroup (CUDA blocks/threads).
+    # launch_id: id in `launches` of the runtime call that issued it; graph: replayed from a graph.
+    "kernels": {
+        "id": _I64, "name": _STR, "start_ns": _I64, "dur_ns": _I64, "device": _I64, "stream": _I64,
+        "correlation": _I64, "external_id": _I64, "grid": _INTS, "block": _INTS,
+        "registers": _I64, "lds_bytes": _I64, "launch_id": _I64, "graph": pl.Boolean,
+    },
+    # CPU-side ops (aten / custom ops). input_dims/input_types keep the raw JSON text of the
+    # profiler's "Input Dims"/"Input type" (parsed only by the cost model, only where needed).
+    "ops": {
+        "id": _I64, "name": _STR, "start_ns": _I64, "dur_ns": _I64, "pid": _I64, "tid": _I64,
+        "external_id": _I64, "parent": _I64, "input_dims": _STR, "input_types": _STR,
+        "concrete_inputs": _STR,
+    },
+    # Python frames (with_stack): `nn.Module: Cls_N` frames carry module_id; py_id/py_parent
+    # build the Python call tree.
+    "frames": {
+        "id": _I64, "name": _STR, "start_ns": _I64, "dur_ns": _I64, "pid": _I64, "tid": _I64,
+        "py_id": _I64, "py_parent": _I64, "module_id": _I64,
+    },
+    # Runtime/driver API calls. kernel_name/grid/block are filled where the runtime records them
+    # (ROCm launches; graph-capture traces).
+    "launches": {
+        "id": _I64, "name": _STR, "start_ns": _I64, "dur_ns": _I64, "pid": _I64, "tid": _I64,
+        "correlation": _I64, "external_id": _I64, "kernel_name": _STR, "grid": _INTS, "block": _INTS,
+    },
+    # Annotations and ranges. side: "cpu" | "gpu".
+    "markers": {
+        "id": _I64, "name": _STR, "start_ns": _I64, "dur_ns": _I64, "side": _STR, "pid": _I64,
+        "tid": _I64, "external_id": _I64,
+    },
+    # GPU memcpy/memset activity. kind: "memcpy" | "memset"; direction e.g. "HtoD" (null if unknown).
+    "copies": {
+        "id": _I64, "name": _STR, "start_ns": _I64, "dur_ns": _I64, "device": _I64, "stream": _I64,
+        "correlation": _I64, "external_id": _I64, "bytes": _I64, "kind": _STR, "direction": _STR,
+    },
+}
+
+TABLES = tuple(SCHEMAS)
+
+
+def empty(table: str) -> pl.DataFrame:
+    """An empty table with the contract's columns."""
+    return pl.DataFrame(schema=SCHEMAS[table])
+
+
+def conform(table: str, df: pl.DataFrame | None) -> pl.DataFrame:
+    """Cast `df` to the contract of `table`: add missing columns as null, order and cast them.
+
+    Extra columns a collector adds are kept after the contract's own.
+    """
+    schema = SCHEMAS[table]
+    if df is None or df.width == 0:
+        return empty(table)
+    cols = [
+        (pl.col(c).cast(t, strict=False) if c in df.columns else pl.lit(None, dtype=t)).alias(c)
+        for c, t in schema.items()
+    ]
+    extra = [c for c in df.columns if c not in schema]
+    return df.select(cols + extra)
+
+
+@dataclass(frozen=True)
+class Meta:
+    """What is known about the trace as a whole.
+
+    device: one dict per visible device, as the source recorded it (torch `deviceProperties`,
+    rocprof agent info). vendor: "nvidia" | "amd" | None. provenance: the capture stamp (see
+    collectors.capture), {} when absent. top: other top-level scalars of the source.
+    """
+
+    path: str
+    format: str
+    events: int = 0
+    vendor: str | None = None
+    vendor_from: str | None = None
+    devices: tuple[dict[str, Any], ...] = ()
+    runtime: dict[str, Any] = field(default_factory=dict)
+    provenance: dict[str, Any] = field(default_factory=dict)
+    top: dict[str, Any] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Trace:
+    """The normalized trace. Build with `Trace.build(meta, kernels=df, ...)`."""
+
+    meta: Meta
+    kernels: pl.DataFrame
+    ops: pl.DataFrame
+    frames: pl.DataFrame
+    launches: pl.DataFrame
+    markers: pl.DataFrame
+    copies: pl.DataFrame
+
+    @classmethod
+    def build(cls, meta: Meta, **tables: pl.DataFrame | None) -> "Trace":
+        unknown = set(tables) - set(SCHEMAS)
+        if unknown:
+            raise ValueError(f"unknown tables: {sorted(unknown)}")
+        return cls(meta=meta, **{t: conform(t, tables.get(t)) for t in TABLES})
+
+    def with_tables(self, **tables: pl.DataFrame) -> "Trace":
+        return replace(self, **tables)
+
+    def with_meta(self, **changes: Any) -> "Trace":
+        return replace(self, meta=replace(self.meta, **changes))
