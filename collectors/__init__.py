@@ -11,7 +11,17 @@ from pathlib import Path
 from attrib.errors import TraceError
 from attrib.trace import Trace
 
-__all__ = ["load", "sniff"]
+__all__ = ["load", "sniff", "capture", "wrap"]
+
+
+def __getattr__(name: str):
+    """Lazy `capture` / `wrap` (collectors.capture imports torch only inside a live capture)."""
+    if name in ("capture", "wrap"):
+        import importlib
+
+        mod = importlib.import_module("collectors.capture")  # a callable module: capture(...)
+        return mod if name == "capture" else mod.wrap
+    raise AttributeError(f"module 'collectors' has no attribute {name!r}")
 
 
 def _head(path: Path, n: int = 65536) -> bytes:

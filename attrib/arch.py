@@ -1,0 +1,257 @@
+"""Device specs (attrib/data/archs.toml) and arch detection from what a trace recorded.
+
+`load_archs()` reads the bundled database (plus an optional `--arch-file` whose entries override
+or add); `detect()` picks the entry from torch `deviceProperties`, rocprof agent records or, failing
+both, Tensile `_ISA<gfx>_` kernel names; `override()` resolves `--arch NAME` for what-if runs.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import polars as pl
+
+from attrib.errors import TraceError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+_REQUIRED = ("arch", "name", "vendor", "wave_size", "compute_units", "num_sms_reported",
+             "compute_major", "compute_minor", "peak_bw_gbs")
+_ISA = re.compile(r"_ISA([0-9]{2,4}[0-9a-f]?)_")
+_ROCPRIM = re.compile(r"target_arch\)?\s*([0-9]{3,4})\b")
+_EMPTY: Mapping[str, float] = MappingProxyType({})
+
+
+@dataclass(frozen=True)
+class Arch:
+    """One device of the database. TFLOP/s tables are keyed by canonical dtype (bf16, fp8, ...)."""
+
+    key: str
+    arch: str
+    name: str
+    vendor: str
+    wave_size: int
+    compute_units: int
+    num_sms_reported: int
+    compute_major: int
+    compute_minor: int
+    peak_bw_gbs: float
+    sustained_bw_gbs: float | None = None
+    sustained_source: str | None = None
+    default: bool = False
+    family: str | None = None
+    match_names: tuple[str, ...] = ()
+    gfx_target_version: int | None = None
+    boost_mhz: float | None = None
+    memory_type: str | None = None
+    bus_bits: int | None = None
+    memory_gb: float | None = None
+    l2_mib: float | None = None
+    mall_mib: float | None = None
+    lds_kib: float | None = None
+    lds_scope: str | None = None
+    matrix_tflops: Mapping[str, float] = field(default=_EMPTY)
+    vector_tflops: Mapping[str, float] = field(default=_EMPTY)
+    maf_tflops: Mapping[str, float] = field(default=_EMPTY)
+    matrix_dtypes: tuple[str, ...] = ()
+    derived: tuple[str, ...] = ()
+    unverified: tuple[str, ...] = ()
+    sources: tuple[str, ...] = ()
+    notes: str | None = None
+
+    def bandwidth(self) -> tuple[float, str]:
+        """(GB/s for roofline denominators, "sustained" | "peak"): peak only when no sustained figure."""
+        if self.sustained_bw_gbs:
+            return float(self.sustained_bw_gbs), "sustained"
+        return float(self.peak_bw_gbs), "peak"
+
+    def peak_tflops(self, dtype: str | None, unit: str = "matrix") -> float | None:
+        """Peak TFLOP/s of `dtype` on the matrix (default) or vector unit; falls back to the other unit."""
+        if dtype is None:
+            return None
+        first, second = (self.matrix_tflops, self.vector_tflops) if unit == "matrix" else (
+            self.vector_tflops, self.matrix_tflops)
+        value = first.get(dtype, second.get(dtype))
+        return float(value) if value is not None else None
+
+    def device_json(self, detected_from: str) -> dict[str, Any]:
+        """The `device` object of the analysis JSON."""
+        bw, basis = self.bandwidth()
+        return {"arch": self.arch, "name": self.name, "key": self.key, "detected_from": detected_from,
+                "peak_bw_gbs": self.peak_bw_gbs, "sustained_bw_gbs": self.sustained_bw_gbs,
+                "roofline_bw_gbs": bw, "roofline_bw_basis": basis,
+                "sustained_source": self.sustained_source, "derived": list(self.derived)}
+
+
+def _entry(key: str, raw: Mapping[str, Any], origin: object) -> Arch:
+    missing = [f for f in _REQUIRED if f not in raw]
+    if missing:
+        raise TraceError(origin, f"arch entry [{key}] lacks {', '.join(missing)}")
+    known = set(Arch.__dataclass_fields__) - {"key"}
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        raise TraceError(origin, f"arch entry [{key}] has unknown fields {', '.join(unknown)}")
+    vals: dict[str, Any] = {}
+    for name, value in raw.items():
+        if name.endswith("_tflops"):
+            value = MappingProxyType({str(k): float(v) for k, v in value.items()})
+        elif isinstance(value, list):
+            value = tuple(str(v) for v in value)
+        vals[name] = value
+    return Arch(key=key, **vals)
+
+
+def _parse(text: str, origin: object) -> dict[str, Arch]:
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise TraceError(origin, f"not valid TOML ({exc})") from None
+    out = {}
+    for key, raw in doc.items():
+        if not isinstance(raw, dict):
+            raise TraceError(origin, f"top-level key {key!r} is not a table")
+        out[key] = _entry(key, raw, origin)
+    return out
+
+
+def load_archs(extra: Path | None = None) -> dict[str, Arch]:
+    """The bundled device database, then `extra` (an --arch-file) overriding same keys / adding new ones."""
+    bundled = resources.files("attrib").joinpath("data/archs.toml")
+    archs = _parse(bundled.read_text(encoding="utf-8"), "attrib/data/archs.toml")
+    if extra is not None:
+        path = Path(extra)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise TraceError(path, f"cannot read arch file ({exc.strerror})") from None
+        archs.update(_parse(text, path))
+    return archs
+
+
+def _default_for(arch: str, archs: Mapping[str, Arch]) -> Arch | None:
+    same = [a for a in archs.values() if a.arch == arch]
+    return next((a for a in same if a.default), same[0] if same else None)
+
+
+def _by_name(name: str, archs: Iterable[Arch]) -> Arch | None:
+    for a in archs:
+        if any(re.search(p, name, re.IGNORECASE) for p in a.match_names):
+            return a
+    return None
+
+
+def _nearest_memory(cands: list[Arch], total_bytes: Any) -> Arch:
+    """Among candidates, the one whose stated capacity is closest (in ratio) to totalGlobalMem in GiB."""
+    if len(cands) == 1 or not isinstance(total_bytes, (int, float)) or total_bytes <= 0:
+        return next((a for a in cands if a.default), cands[0])
+    gib = total_bytes / 2**30
+    return min(cands, key=lambda a: abs((a.memory_gb or 0) / gib - 1.0) if a.memory_gb else 1e9)
+
+
+def _from_torch(dev: Mapping[str, Any], archs: list[Arch]) -> Arch | None:
+    name = str(dev.get("name") or "")
+    if name:
+        hit = _by_name(name, archs)
+        if hit:
+            return hit
+    cands = [a for a in archs if (a.compute_major, a.compute_minor) == (dev.get("computeMajor"), dev.get("computeMinor"))]
+    if dev.get("warpSize"):
+        cands = [a for a in cands if a.wave_size == dev["warpSize"]]
+    if dev.get("numSms"):
+        cands = [a for a in cands if a.num_sms_reported == dev["numSms"]]
+    return _nearest_memory(cands, dev.get("totalGlobalMem")) if cands else None
+
+
+def _from_agent(dev: Mapping[str, Any], archs: list[Arch]) -> Arch | None:
+    gfx = str(dev.get("name") or "")
+    if not gfx.startswith("gfx"):
+        return None
+    same = [a for a in archs if a.arch == gfx]
+    if not same:
+        return None
+    product = str(dev.get("product_name") or dev.get("marketing_name") or "")
+    hit = _by_name(product, same) if product else None
+    if hit:
+        return hit
+    cus = dev.get("cu_count")
+    if cus:
+        same = [a for a in same if a.compute_units == cus] or same
+    return next((a for a in same if a.default), same[0])
+
+
+def _from_kernels(names: Iterable[str], archs: Mapping[str, Arch]) -> Arch | None:
+    votes: Counter[str] = Counter()
+    for n in names:
+        m = _ISA.search(n) or _ROCPRIM.search(n)
+        if m:
+            votes["gfx" + m.group(1)] += 1
+    for gfx, _ in votes.most_common():
+        hit = _default_for(gfx, archs)
+        if hit:
+            return hit
+    return None
+
+
+def detect(devices: tuple[dict, ...], vendor: str | None,
+           kernel_names: Iterable[str] = (), extra: Path | None = None) -> tuple[Arch | None, str]:
+    """(entry, detected_from) with detected_from "deviceProperties" | "agent_info" | "kernel_names" | "unknown".
+
+    torch deviceProperties: name patterns, else (computeMajor.minor, warpSize, numSms) narrowed by
+    totalGlobalMem (ROCm 7.0 writes an empty name: 9.4 / 304 / wave64 still gives MI300X).
+    rocprof agents: `name` gfxNNNN, then `product_name`. Kernel names: `_ISA942_`-style tokens.
+    """
+    db = load_archs(extra)
+    pool = [a for a in db.values() if vendor is None or a.vendor == vendor]
+    for dev in devices:
+        if "computeMajor" in dev:
+            hit = _from_torch(dev, pool)
+            if hit:
+                return hit, "deviceProperties"
+    for dev in devices:
+        if "computeMajor" not in dev:
+            hit = _from_agent(dev, pool)
+            if hit:
+                return hit, "agent_info"
+    hit = _from_kernels(kernel_names, {k: a for k, a in db.items() if a in pool})
+    if hit:
+        return hit, "kernel_names"
+    return None, "unknown"
+
+
+def override(name: str, extra: Path | None = None) -> Arch:
+    """Resolve `--arch NAME`: a database key, a gfx/sm arch (its default entry) or a product-name match."""
+    db = load_archs(extra)
+    wanted = name.strip()
+    if wanted.lower() in db:
+        return db[wanted.lower()]
+    hit = _default_for(wanted.lower(), db) or _by_name(wanted, db.values())
+    if hit is None:
+        hit = next((a for a in db.values() if a.name.lower() == wanted.lower()), None)
+    if hit is None:
+        raise KeyError(f"unknown arch {name!r}; known: {', '.join(db)}")
+    return hit
+
+
+def arch_table(extra: Path | None = None) -> pl.DataFrame:
+    """One row per database entry, for `attrib archs`."""
+    rows = [{
+        "key": a.key, "arch": a.arch, "name": a.name, "vendor": a.vendor, "cus": a.compute_units,
+        "peak_bw_gbs": a.peak_bw_gbs, "sustained_bw_gbs": a.sustained_bw_gbs,
+        "bf16_tflops": a.peak_tflops("bf16"), "fp8_tflops": a.matrix_tflops.get("fp8"),
+        "derived": ", ".join(a.derived),
+    } for a in load_archs(extra).values()]
+    return pl.DataFrame(rows, schema={
+        "key": pl.Utf8, "arch": pl.Utf8, "name": pl.Utf8, "vendor": pl.Utf8, "cus": pl.Int64,
+        "peak_bw_gbs": pl.Float64, "sustained_bw_gbs": pl.Float64, "bf16_tflops": pl.Float64,
+        "fp8_tflops": pl.Float64, "derived": pl.Utf8})

@@ -1,0 +1,187 @@
+"""Kernel -> model component (DESIGN.md taxonomy), with the evidence that decided it.
+
+Evidence, strongest first: the nn.Module scope the kernel was launched from (with_stack traces),
+a Python frame that names the work (apply_rotary_pos_emb, cache update, sdpa forward), the CPU op
+name, the kernel name (the pattern table in data/kernel_patterns.csv), and last the kernel's
+position in the layer (GEMMs between attention kernels: o_proj first, qkv last). Linear layers
+inside an attention module split at the attention kernel into qkv_proj / o_proj; inside an MLP the
+last one is mlp_down.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from importlib import resources
+
+import polars as pl
+
+from attrib.nesting import innermost
+from attrib.trace import Trace
+
+TAXONOMY = ("embedding", "qkv_proj", "attention", "kv_cache_write", "rope", "o_proj", "norm", "mlp_gate_up",
+            "activation", "mlp_down", "moe_router", "moe_dispatch", "moe_experts", "moe_combine",
+            "moe_shared_expert", "linear_attention", "quantize", "lm_head", "sampler", "speculative",
+            "communication", "memcpy", "memset", "other")
+_PSEUDO = ("gemm", "copy", "elementwise")
+
+# Python frames that name the work, innermost wins. (regex on the frame name, component)
+HINT_FRAMES = (
+    (r"(?i)rotary|rotate_half|_rope\b|rope_forward", "rope"),
+    (r"(?i)cache_utils\.py.*: update|reshape_and_cache|kv_cache_update|write_to_kv_cache", "kv_cache_write"),
+    (r"(?i)attention_forward|sdpa_attention|flash_attention|paged_attention|unified_attention", "attention"),
+    (r"(?i)grouped_mm|grouped_linear|experts_forward|fused_moe", "moe_experts"),
+    (r"(?i)sampler|_sample\b|logits_process|top_k_top_p|sampling", "sampler"),
+)
+
+# CPU op names (innermost op of the launch). (regex, component)
+OP_RULES = (
+    (r"^aten::embedding|^aten::embedding_bag", "embedding"),
+    (r"scaled_dot_product|flash_attention|_efficient_attention|_cudnn_attention|unified_attention|paged_attention|"
+     r"::mha_|flash_attn|merge_attn_states|mla_", "attention"),
+    (r"reshape_and_cache|kv_cache|store_kvcache|concat_and_cache", "kv_cache_write"),
+    (r"rotary|rope", "rope"),
+    (r"rms_norm|layer_norm|rmsnorm|group_norm", "norm"),
+    (r"silu_and_mul|gelu_and_mul|act_and_mul|swiglu|^aten::silu|^aten::gelu", "activation"),
+    (r"topk_softmax|moe_gate|router", "moe_router"),
+    (r"moe_align|moe_sort|moe_permute", "moe_dispatch"),
+    (r"_grouped_mm|fused_moe|moe_forward|fused_experts", "moe_experts"),
+    (r"moe_sum|moe_unpermute", "moe_combine"),
+    (r"quant", "quantize"),
+    (r"multinomial|argmax|sample", "sampler"),
+    (r"nccl|all_reduce|all_gather|reduce_scatter|c10d::", "communication"),
+)
+_GEMM_OPS = r"^aten::(linear|mm|addmm|matmul|bmm|baddbmm)$"
+_MOE_BLOCK = r"(?i)sparse_?moe|moe_?block|moe_?layer|^moe$|MoE$|fused_?moe"
+
+
+@lru_cache(maxsize=1)
+def patterns() -> pl.DataFrame:
+    """The kernel-name pattern table (priority, component, pattern, family)."""
+    text = resources.files("attrib").joinpath("data/kernel_patterns.csv").read_bytes()
+    return pl.read_csv(text).sort("priority", maintain_order=True)
+
+
+def _first_match(col: pl.Expr, rules: list[tuple[str, str]]) -> pl.Expr:
+    expr = pl.lit(None, pl.Utf8)
+    for pat, comp in reversed(rules):
+        expr = pl.when(col.str.contains(pat)).then(pl.lit(comp)).otherwise(expr)
+    return expr
+
+
+def by_name(names: pl.Series) -> pl.DataFrame:
+    """Unique kernel names -> (name, name_comp, name_family) from the pattern table."""
+    table = patterns()
+    u = pl.DataFrame({"name": names.unique()})
+    rules = list(zip(table["pattern"], table["component"]))
+    fams = list(zip(table["pattern"], table["family"]))
+    return u.with_columns(_first_match(pl.col("name"), rules).alias("name_comp"),
+                          _first_match(pl.col("name"), fams).alias("name_family"))
+
+
+def _hints(trace: Trace, k: pl.DataFrame) -> pl.DataFrame:
+    """kernel id -> component named by the innermost hint frame around its launch."""
+    f = trace.frames
+    if f.height == 0:
+        return pl.DataFrame(schema={"id": pl.Int64, "hint_comp": pl.Utf8})
+    f = f.with_columns(_first_match(pl.col("name"), list(HINT_FRAMES)).alias("hint_comp")).filter(
+        pl.col("hint_comp").is_not_null())
+    pts = k.filter(pl.col("launch_ns").is_not_null() & ~pl.col("graph")).select(
+        pl.col("id").alias("pid_"), pl.col("launch_ns").alias("t_ns"), pl.col("launch_pid").alias("pid"),
+        pl.col("launch_tid").alias("tid"))
+    got = innermost(f.select("id", "start_ns", "dur_ns", "pid", "tid"), pts, ["pid", "tid"])
+    return got.join(f.select(pl.col("id").alias("inner"), "hint_comp"), on="inner", how="left").select(
+        pl.col("pid_").alias("id"), "hint_comp")
+
+
+def _module_comp() -> pl.Expr:
+    """Component from the innermost module class and its path (None: not decided by module)."""
+    m, path, op, hint = pl.col("module"), pl.col("module_path"), pl.col("op"), pl.col("hint_comp")
+    parent = path.str.extract(r"([^/]+)/[^/]+$").str.replace(r"_\d+$", "")
+    in_shared = path.str.contains(r"(?i)shared_?expert")
+    in_experts = path.str.contains(r"(?i)Experts|FusedMoE")
+    is_linear = m.str.contains(r"Linear$")
+    expert_op = (pl.when(op.str.contains(r"sort|histc|cumsum|bincount|floor_divide|arange|^aten::index$|fill_|"
+                                         r"aten::ge$|clamp|nonzero|one_hot|where"))
+                 .then(pl.lit("moe_dispatch"))
+                 .when(op.str.contains(r"index_put|index_add|scatter|aten::sum$")).then(pl.lit("moe_combine"))
+                 .otherwise(pl.lit("moe_experts")))
+    moe_block_op = (pl.when(op.str.contains(r"topk|softmax|sigmoid")).then(pl.lit("moe_router"))
+                    .when(op.str.contains(r"index_add|scatter|aten::sum$|aten::mul|aten::add")).then(pl.lit("moe_combine"))
+                    .otherwise(pl.lit("moe_dispatch")))
+    return (
+        pl.when(m.is_null()).then(pl.lit(None, pl.Utf8))
+        .when(in_shared).then(pl.lit("moe_shared_expert"))
+        .when(m.str.contains(r"Embedding$") & ~m.str.contains("Rotary")).then(pl.lit("embedding"))
+        .when(m.str.contains(r"Rotary|Rope")).then(pl.lit("rope"))
+        .when(m.str.contains(r"Norm$|Norm\d*$|RMSNorm|LayerNorm")).then(pl.lit("norm"))
+        .when(m.str.contains(r"Router|TopK|^.*Gate$")).then(pl.lit("moe_router"))
+        .when(m.str.contains(r"SiLU|GELU|Activation|AndMul|Tanh|ReLU")).then(pl.lit("activation"))
+        .when(m.str.contains(r"Sampler")).then(pl.lit("sampler"))
+        .when(m.str.contains(r"LogitsProcessor|LMHead|ParallelLMHead")).then(pl.lit("lm_head"))
+        .when(m == "QKVParallelLinear").then(pl.lit("qkv_proj"))
+        .when(m == "MergedColumnParallelLinear").then(pl.lit("mlp_gate_up"))
+        .when(is_linear & in_experts).then(pl.lit("moe_experts"))
+        .when(is_linear & parent.str.contains(r"ForCausalLM|ForConditionalGeneration|LMHead")).then(pl.lit("lm_head"))
+        .when(is_linear & parent.str.contains(r"(?i)attn|attention")).then(pl.lit("@attn_linear"))
+        .when(is_linear & parent.str.contains(r"(?i)mlp|feedforward|ffn")).then(pl.lit("@mlp_linear"))
+        .when(is_linear & parent.str.contains(_MOE_BLOCK)).then(pl.lit("moe_router"))
+        .when(m.str.contains(r"(?i)attn|attention")).then(
+            pl.coalesce(hint, pl.when(op.str.contains(r"index_copy|index_put")).then(pl.lit("kv_cache_write")),
+                        pl.lit("attention")))
+        .when(in_experts).then(expert_op)
+        .when(m.str.contains(_MOE_BLOCK)).then(moe_block_op)
+        .when(m.str.contains(r"(?i)mlp|feedforward|ffn")).then(pl.lit("activation"))
+        .otherwise(pl.lit(None, pl.Utf8))
+    )
+
+
+def _split_linears(k: pl.DataFrame) -> pl.DataFrame:
+    """@attn_linear -> qkv_proj before the attention kernel / o_proj after; @mlp_linear -> last is mlp_down."""
+    scope = pl.col("module_path").str.replace(r"/[^/]+$", "")
+    k = k.with_columns(scope.alias("_scope"))
+    anchor = (k.filter(pl.col("comp") == "attention").group_by("step", "_scope").agg(pl.col("start_ns").min().alias("_anchor")))
+    last_mlp = (k.filter(pl.col("comp") == "@mlp_linear").group_by("step", "_scope").agg(
+        pl.col("module_path").sort_by("start_ns").last().alias("_down")))
+    last_attn = (k.filter(pl.col("comp") == "@attn_linear").group_by("step", "_scope").agg(
+        pl.col("module_path").sort_by("start_ns").last().alias("_last")))
+    k = k.join(anchor, on=["step", "_scope"], how="left").join(last_mlp, on=["step", "_scope"], how="left").join(
+        last_attn, on=["step", "_scope"], how="left")
+    attn = (pl.when(pl.col("_anchor").is_not_null())
+            .then(pl.when(pl.col("start_ns") < pl.col("_anchor")).then(pl.lit("qkv_proj")).otherwise(pl.lit("o_proj")))
+            .otherwise(pl.when(pl.col("module_path") == pl.col("_last")).then(pl.lit("o_proj")).otherwise(pl.lit("qkv_proj"))))
+    mlp = pl.when(pl.col("module_path") == pl.col("_down")).then(pl.lit("mlp_down")).otherwise(pl.lit("mlp_gate_up"))
+    comp = (pl.when(pl.col("comp") == "@attn_linear").then(attn)
+            .when(pl.col("comp") == "@mlp_linear").then(mlp).otherwise(pl.col("comp")))
+    return k.with_columns(comp.alias("comp")).drop("_scope", "_anchor", "_down", "_last")
+
+
+def classify(trace: Trace, links: pl.DataFrame, kernel_steps: pl.DataFrame) -> pl.DataFrame:
+    """One row per kernel: id, step, component, evidence (module | frame | op | name | position | none)."""
+    from attrib.position import gemm_positions
+
+    la = trace.launches.select(pl.col("id").alias("launch_id"), pl.col("start_ns").alias("launch_ns"),
+                               pl.col("pid").alias("launch_pid"), pl.col("tid").alias("launch_tid"))
+    k = (trace.kernels.select("id", "name", "start_ns", "dur_ns")
+         .join(links, on="id", how="left").join(la, on="launch_id", how="left")
+         .join(kernel_steps, on="id", how="left")
+         .join(trace.ops.select(pl.col("id").alias("op_id"), pl.col("name").alias("op")), on="op_id", how="left")
+         .with_columns(pl.col("graph").fill_null(False)))
+    k = k.join(by_name(k["name"]), on="name", how="left").join(_hints(trace, k), on="id", how="left")
+    op_comp = _first_match(pl.col("op"), list(OP_RULES))
+    specific = pl.when(pl.col("name_comp").is_in(_PSEUDO)).then(pl.lit(None, pl.Utf8)).otherwise(pl.col("name_comp"))
+    mod = _module_comp()
+    k = k.with_columns(mod.alias("_mod"), op_comp.alias("_op"), specific.alias("_name"))
+    k = k.with_columns(
+        pl.coalesce("_mod", "hint_comp", "_op", "_name").alias("comp"),
+        pl.when(pl.col("_mod").is_not_null()).then(pl.lit("module"))
+        .when(pl.col("hint_comp").is_not_null()).then(pl.lit("frame"))
+        .when(pl.col("_op").is_not_null()).then(pl.lit("op"))
+        .when(pl.col("_name").is_not_null()).then(pl.lit("name")).alias("evidence"))
+    k = _split_linears(k)
+    gemm = (pl.col("comp").is_null() & (pl.col("name_comp") == "gemm")) | (
+        pl.col("comp").is_null() & pl.col("op").str.contains(_GEMM_OPS).fill_null(False))
+    k = k.with_columns(gemm.alias("_gemm"))
+    k = gemm_positions(k)
+    final = pl.coalesce("comp", pl.lit("other"))
+    ev = pl.coalesce("evidence", pl.lit("none"))
+    return k.select("id", "step", final.alias("component"), ev.alias("evidence"), "op_id", "op", "module_path")

@@ -1,0 +1,219 @@
+"""Cost formulas of the matrix families: dense GEMM, grouped / fused MoE GEMM, attention.
+
+Each op function takes the parsed profiler args (dims, types, concrete) and returns a `Cost`.
+Bytes = every operand read once + the output written once (the DRAM-traffic lower bound of a
+well-tiled kernel); FLOPs = 2 per multiply-add.
+"""
+
+from __future__ import annotations
+
+from math import prod
+
+from attrib.cost_dtypes import Cost, Tensor, broadcast, concrete_bool, concrete_dtype, concrete_int, size_of, tensor, unknown
+
+
+def gemm_cost(m: float, n: float, k: float, a_size: float, b_size: float, out_size: float,
+              batch: float = 1, extra_bytes: float = 0.0) -> tuple[float, float]:
+    """(bytes, flops) of `batch` GEMMs [m,k] x [k,n] -> [m,n] with the given element sizes."""
+    nbytes = batch * (m * k * a_size + k * n * b_size + m * n * out_size) + extra_bytes
+    return nbytes, 2.0 * batch * m * n * k
+
+
+def linear(dims: list, types: list, concrete: list = ()) -> Cost:
+    """aten::linear(input[..., K], weight[N, K], bias[N]?): M = prod(input[:-1]), 2*M*N*K FLOPs."""
+    x, w = tensor(dims, types, 0), tensor(dims, types, 1)
+    if x is None or w is None or len(w.shape) != 2 or w.shape[1] != x.shape[-1]:
+        return unknown("gemm", "linear operands not recorded or inconsistent")
+    bias = tensor(dims, types, 2)
+    m, n, k = prod(x.shape[:-1]), w.shape[0], x.shape[-1]
+    nbytes, flops = gemm_cost(m, n, k, x.size, w.size, x.size, extra_bytes=bias.nbytes if bias else 0)
+    return Cost(nbytes, flops, x.dtype, "gemm")
+
+
+def _mm(a: Tensor | None, b: Tensor | None, bias: Tensor | None, out_dtype: str | None = None) -> Cost:
+    if a is None or b is None or len(a.shape) != 2 or len(b.shape) != 2 or a.shape[1] != b.shape[0]:
+        return unknown("gemm", "mm operands not recorded or inconsistent")
+    out_size = size_of(out_dtype) or a.size
+    (m, k), n = a.shape, b.shape[1]
+    nbytes, flops = gemm_cost(m, n, k, a.size, b.size, out_size, extra_bytes=bias.nbytes if bias else 0)
+    return Cost(nbytes, flops, a.dtype, "gemm")
+
+
+def mm(dims: list, types: list, concrete: list = ()) -> Cost:
+    """aten::mm(a[M, K], b[K, N])."""
+    return _mm(tensor(dims, types, 0), tensor(dims, types, 1), None)
+
+
+def addmm(dims: list, types: list, concrete: list = ()) -> Cost:
+    """aten::addmm(bias, a[M, K], b[K, N]): the bias is read once more."""
+    return _mm(tensor(dims, types, 1), tensor(dims, types, 2), tensor(dims, types, 0))
+
+
+def unquantized_gemm(dims: list, types: list, concrete: list = ()) -> Cost:
+    """vllm::rocm_unquantized_gemm(x[M, K], weight[N, K], bias[N]?): same as linear."""
+    return linear(dims, types, concrete)
+
+
+def _bmm(a: Tensor | None, b: Tensor | None, c: Tensor | None) -> Cost:
+    if a is None or b is None or len(a.shape) != 3 or len(b.shape) != 3 or a.shape[2] != b.shape[1]:
+        return unknown("gemm", "bmm operands not recorded or inconsistent")
+    (bt, m, k), n = a.shape, b.shape[2]
+    nbytes = bt * (m * k * a.size) + b.nbytes + bt * m * n * a.size + (c.nbytes if c else 0)
+    return Cost(nbytes, 2.0 * bt * m * n * k, a.dtype, "gemm")
+
+
+def bmm(dims: list, types: list, concrete: list = ()) -> Cost:
+    """aten::bmm(a[B, M, K], b[B, K, N])."""
+    return _bmm(tensor(dims, types, 0), tensor(dims, types, 1), None)
+
+
+def baddbmm(dims: list, types: list, concrete: list = ()) -> Cost:
+    """aten::baddbmm(c, a[B, M, K], b[B, K, N])."""
+    return _bmm(tensor(dims, types, 1), tensor(dims, types, 2), tensor(dims, types, 0))
+
+
+def matmul(dims: list, types: list, concrete: list = ()) -> Cost:
+    """aten::matmul with torch's rules: 1-D operands get a unit dim, batch dims broadcast."""
+    a, b = tensor(dims, types, 0), tensor(dims, types, 1)
+    if a is None or b is None:
+        return unknown("gemm", "matmul operands not recorded")
+    sa = (1,) + a.shape if len(a.shape) == 1 else a.shape
+    sb = b.shape + (1,) if len(b.shape) == 1 else b.shape
+    if sa[-1] != sb[-2]:
+        return unknown("gemm", "matmul inner dims differ")
+    if len(sb) == 2:          # [..., M, K] x [K, N]: one GEMM with M = prod(leading dims)
+        m, k, n = prod(sa[:-1]), sa[-1], sb[-1]
+        nbytes, flops = gemm_cost(m, n, k, a.size, b.size, a.size)
+        return Cost(nbytes, flops, a.dtype, "gemm")
+    batch = prod(broadcast(sa[:-2], sb[:-2]))
+    m, k, n = sa[-2], sa[-1], sb[-1]
+    nbytes = a.nbytes + b.nbytes + batch * m * n * a.size
+    return Cost(nbytes, 2.0 * batch * m * n * k, a.dtype, "gemm")
+
+
+def scaled_mm(dims: list, types: list, concrete: list = ()) -> Cost:
+    """aten::_scaled_mm(a[M, K], b[K, N], scale_a, scale_b, bias?, scale_result?, out_dtype?): FP8 GEMM."""
+    a, b = tensor(dims, types, 0), tensor(dims, types, 1)
+    base = _mm(a, b, None, concrete_dtype(concrete, 6))
+    if base.bytes is None:
+        return base
+    scales = sum(t.nbytes for t in (tensor(dims, types, i) for i in range(2, 6)) if t)
+    return base._replace(bytes=base.bytes + scales)
+
+
+def expected_active_experts(num_experts: int, top_k: int, tokens: float) -> float:
+    """Distinct experts hit by `tokens` tokens each routing to `top_k` of `num_experts`, uniform routing:
+    E * (1 - (1 - k/E)^T)."""
+    if num_experts <= 0 or tokens <= 0:
+        return 0.0
+    return num_experts * (1.0 - (1.0 - min(top_k, num_experts) / num_experts) ** tokens)
+
+
+def grouped_mm(dims: list, types: list, concrete: list = (), top_k: int | None = None,
+               expert_counts: list[int] | None = None) -> Cost:
+    """aten::_grouped_mm(a[R, K], b[E, K, N], offs[E], bias?, out_dtype?): R routed rows over E experts.
+
+    Weight bytes are charged for the experts actually hit: the nonzero `expert_counts` when known,
+    else the uniform-routing expectation with T = R / top_k tokens, else (top_k unknown) R
+    independent single-expert draws E * (1 - (1 - 1/E)^R). The assumption is recorded.
+    """
+    a, b, offs = tensor(dims, types, 0), tensor(dims, types, 1), tensor(dims, types, 2)
+    if a is None or b is None:
+        return unknown("grouped_gemm", "grouped_mm operands not recorded")
+    if len(a.shape) == 3 and len(b.shape) == 3:
+        return bmm(dims, types, concrete)._replace(model="grouped_gemm")
+    if len(a.shape) != 2 or len(b.shape) != 3 or b.shape[1] != a.shape[1]:
+        return unknown("grouped_gemm", "grouped_mm layout other than 2-D x 3-D (MoE forward)")
+    (rows, k), (e, _, n) = a.shape, b.shape
+    if expert_counts is not None:
+        active, why = float(sum(1 for c in expert_counts if c)), None
+    elif top_k:
+        active = expected_active_experts(e, top_k, rows / top_k)
+        why = f"uniform routing: E_active = E*(1-(1-k/E)^T), E={e}, k={top_k}, T={rows / top_k:g}"
+    else:
+        active = expected_active_experts(e, 1, rows)
+        why = f"uniform routing, top_k unknown: E_active = E*(1-(1-1/E)^R), E={e}, R={rows}"
+    active = min(active, float(e), float(rows))
+    out_size = size_of(concrete_dtype(concrete, 4)) or a.size
+    nbytes = rows * k * a.size + active * k * n * b.size + rows * n * out_size + (offs.nbytes if offs else 0)
+    return Cost(nbytes, 2.0 * rows * k * n, a.dtype, "grouped_gemm", why)
+
+
+def fused_experts(dims: list, types: list, concrete: list = ()) -> Cost:
+    """vLLM fused MoE (hidden[T, H], w1[E, N1, H'], w2[E, H, N2'], topk_weights[T, k], topk_ids[T, k], ...).
+
+    Weights are read for the expected active experts (uniform routing, T and k from topk_ids); other
+    per-expert tensors (leading dim E: scales, zero points) likewise; the rest in full. Packed
+    weights are charged as recorded (container bytes). FLOPs assume a gated MLP (N2 = N1/2).
+    """
+    x, w1, w2, ids = (tensor(dims, types, i) for i in (0, 1, 2, 4))
+    if x is None or w1 is None or w2 is None or ids is None or len(w1.shape) != 3 or len(ids.shape) != 2:
+        return unknown("moe", "fused-experts operands not recorded")
+    t, h = prod(x.shape[:-1]), x.shape[-1]
+    e, n1 = w1.shape[0], w1.shape[1]
+    k = ids.shape[1]
+    active = expected_active_experts(e, k, t)
+    frac = active / e
+    others = [tensor(dims, types, i) for i in range(3, len(dims)) if i != 4]
+    rest = sum((o.nbytes * frac if o.shape[0] == e and len(o.shape) > 1 else o.nbytes) for o in others if o)
+    nbytes = 2 * x.nbytes + (w1.nbytes + w2.nbytes) * frac + ids.nbytes + rest
+    flops = 2.0 * t * k * h * (n1 + n1 / 2)
+    why = f"uniform routing: E_active = E*(1-(1-k/E)^T), E={e}, k={k}, T={t}; FLOPs assume a gated MLP"
+    return Cost(nbytes, flops, x.dtype, "moe", why)
+
+
+# name -> (layout of q/k/v: "bhld" | "blhd", index of is_causal in the args, mask arg index or None)
+SDPA = {
+    "aten::scaled_dot_product_attention": ("bhld", 5, 3),
+    "aten::_scaled_dot_product_attention_math": ("bhld", 5, 3),
+    "aten::_scaled_dot_product_flash_attention": ("bhld", 4, None),
+    "aten::_scaled_dot_product_efficient_attention": ("bhld", 6, 3),
+    "aten::_scaled_dot_product_cudnn_attention": ("bhld", 6, 3),
+    "aten::_cudnn_attention_forward": ("bhld", 10, 3),
+    "aten::_flash_attention_forward": ("blhd", 8, None),
+    "aten::_efficient_attention_forward": ("blhd", 9, 3),
+}
+
+
+def attention(dims: list, types: list, concrete: list = (), layout: str = "bhld",
+              causal_index: int | None = 5, mask_index: int | None = 3) -> Cost:
+    """Scaled dot-product attention: q, k, v read once, output written once, mask read once.
+
+    FLOPs = 2*B*Hq*Lq*Lk*(D + Dv); causal keeps the visible (query, key) pairs: half when Lq == Lk
+    (the usual convention);
+    with Lq != Lk the torch-level ops align the mask top-left, flash/efficient forwards bottom-right.
+    Decode (Lq = 1) reads the whole K/V it is given. Varlen (3-D packed) inputs get bytes, no FLOPs.
+    """
+    q, k, v = (tensor(dims, types, i) for i in range(3))
+    if q is None or k is None or v is None:
+        return unknown("attention", "q/k/v not recorded")
+    mask = tensor(dims, types, mask_index) if mask_index is not None else None
+    nbytes = q.nbytes + k.nbytes + v.nbytes + q.numel // q.shape[-1] * v.shape[-1] * q.size
+    nbytes += mask.nbytes if mask else 0
+    if len(q.shape) != 4 or len(k.shape) != 4:
+        return Cost(nbytes, None, q.dtype, "attention", "varlen (packed) layout: FLOPs need per-sequence lengths")
+    if layout == "bhld":
+        (b, hq, lq, d), lk = q.shape, k.shape[2]
+    else:
+        (b, lq, hq, d), lk = q.shape, k.shape[1]
+    if causal_index is None:
+        causal = False
+    elif layout == "blhd" and causal_index == 9:      # custom_mask_type: 0 none, 1 top-left, 2 bottom-right
+        causal = (concrete_int(concrete, 9) or 0) > 0
+    else:
+        causal = bool(concrete_bool(concrete, causal_index))
+    pairs = float(lq * lk)
+    why = None
+    if causal:
+        if lq == lk:
+            pairs = lq * lk / 2.0
+        elif layout == "bhld":                          # top-left: query i sees keys 0..i
+            m = min(lq, lk)
+            pairs = m * (m + 1) / 2.0 + (lq - m) * lk
+        elif lq <= lk:                                  # bottom-right: query i sees lk - lq + i + 1 keys
+            pairs = lq * (lk - lq) + lq * (lq + 1) / 2.0
+        else:
+            pairs = lk * (lk + 1) / 2.0
+        why = "causal: only visible (query, key) pairs counted"
+    flops = 2.0 * b * hq * pairs * (d + v.shape[-1])
+    return Cost(nbytes, flops, q.dtype, "attention", why)

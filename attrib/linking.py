@@ -1,0 +1,85 @@
+"""CPU op <-> runtime launch <-> GPU kernel <-> nn.Module, as one table per kernel.
+
+kernel -> launch: the correlation id (1:1 for launches, 1:N for a graph launch; kernels replayed
+from a graph are marked graph=True and get no CPU op or module, since the launch call site is
+not theirs). kernel -> op: the External id (on the kernel, else on its launch), else the innermost
+cpu_op containing the launch on the launching thread. kernel -> module: the innermost
+`nn.Module:` Python frame containing the launch (with_stack traces), with its full path.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from attrib.nesting import innermost, parents
+from attrib.trace import Trace
+
+GRAPH_LAUNCH = r"(?i)graphlaunch"
+KERNEL_LAUNCH = r"(?i)(launchkernel|launchcooperativekernel|graphlaunch|modulelaunchkernel|cuLaunch)"
+_MODULE = r"^nn\.Module: (.+)$"
+_BY = ["pid", "tid"]
+
+
+def _launch_of(trace: Trace) -> pl.DataFrame:
+    """kernel id -> launch id/name/time/thread through the correlation id."""
+    la = (trace.launches.filter(pl.col("correlation").is_not_null())
+          .unique("correlation", keep="first")
+          .select(pl.col("correlation"), pl.col("id").alias("launch"), pl.col("name").alias("launch_name"),
+                  pl.col("start_ns").alias("launch_ns"), pl.col("pid").alias("launch_pid"),
+                  pl.col("tid").alias("launch_tid"), pl.col("external_id").alias("launch_ext")))
+    k = trace.kernels.select("id", "correlation", "external_id", "graph", "launch_id")
+    k = k.join(la, on="correlation", how="left")
+    graph = (pl.col("graph").fill_null(False) | pl.col("launch_name").str.contains(GRAPH_LAUNCH).fill_null(False))
+    return k.with_columns(pl.col("launch_id").fill_null(pl.col("launch")).alias("launch_id"), graph.alias("graph"))
+
+
+def module_paths(frames: pl.DataFrame) -> pl.DataFrame:
+    """nn.Module frames with `module` (class name), `module_path` (outer/.../inner instance names)."""
+    mods = (frames.filter(pl.col("name").str.starts_with("nn.Module: "))
+            .with_columns(pl.col("name").str.extract(_MODULE).alias("inst")))
+    if mods.height == 0:
+        return mods.select("id", "start_ns", "dur_ns", *_BY, pl.lit("").alias("module"), pl.lit("").alias("module_path"))
+    tree = mods.select("id", *_BY, "start_ns", "dur_ns").pipe(parents, _BY)
+    mods = mods.join(tree, on="id")
+    paths = mods.filter(pl.col("depth") == 0).select("id", pl.col("inst").alias("module_path"))
+    done = [paths]
+    for d in range(1, int(mods["depth"].max() or 0) + 1):
+        level = mods.filter(pl.col("depth") == d).select("id", "parent", "inst")
+        paths = level.join(paths.rename({"id": "parent", "module_path": "up"}), on="parent", how="left").select(
+            "id", pl.concat_str([pl.col("up").fill_null("?"), pl.col("inst")], separator="/").alias("module_path"))
+        done.append(paths)
+    mods = mods.join(pl.concat(done), on="id", how="left")
+    return mods.select("id", "start_ns", "dur_ns", *_BY,
+                       pl.col("inst").str.replace(r"_\d+$", "").alias("module"), "module_path")
+
+
+def _points(k: pl.DataFrame) -> pl.DataFrame:
+    return k.filter(pl.col("launch_ns").is_not_null() & ~pl.col("graph")).select(
+        pl.col("id").alias("pid_"), pl.col("launch_ns").alias("t_ns"),
+        pl.col("launch_pid").alias("pid"), pl.col("launch_tid").alias("tid"))
+
+
+def _ops_by_ext(ops: pl.DataFrame) -> pl.DataFrame:
+    return (ops.filter(pl.col("external_id").is_not_null()).unique("external_id", keep="first")
+            .select("external_id", pl.col("id").alias("op_ext")))
+
+
+def link(trace: Trace) -> pl.DataFrame:
+    """One row per kernel: id, launch_id, launch_name, graph, op_id, link (how the op was found),
+    module, module_path. Unlinked fields are null."""
+    k = _launch_of(trace)
+    ext = pl.coalesce(pl.when(~pl.col("graph")).then(pl.col("external_id")),
+                      pl.when(~pl.col("graph")).then(pl.col("launch_ext")))
+    k = k.with_columns(ext.alias("ext")).join(_ops_by_ext(trace.ops).rename({"external_id": "ext"}), on="ext", how="left")
+    pts = _points(k)
+    by_time = innermost(trace.ops.select("id", "start_ns", "dur_ns", *_BY), pts, _BY).rename(
+        {"pid_": "id", "inner": "op_time"})
+    mods = module_paths(trace.frames)
+    by_mod = innermost(mods.select("id", "start_ns", "dur_ns", *_BY), pts, _BY).join(
+        mods.select(pl.col("id").alias("inner"), "module", "module_path"), on="inner", how="left"
+    ).select(pl.col("pid_").alias("id"), "module", "module_path")
+    k = k.join(by_time, on="id", how="left").join(by_mod, on="id", how="left")
+    how = (pl.when(pl.col("op_ext").is_not_null()).then(pl.lit("external_id"))
+           .when(pl.col("op_time").is_not_null()).then(pl.lit("time")))
+    return k.select("id", "launch_id", "launch_name", "graph",
+                    pl.coalesce("op_ext", "op_time").alias("op_id"), how.alias("link"), "module", "module_path")

@@ -1,0 +1,58 @@
+"""Containment of properly nested intervals, vectorized (no per-event Python loop).
+
+Profiler ranges on one thread nest. Walk the start/end events of each group in time order and
+keep a running depth: an interval's depth is the number of intervals open when it starts, and the
+innermost interval that contains a point (or another interval) is the latest-starting interval one
+level up. Both become `join_asof` calls.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+
+def _stream(intervals: pl.DataFrame, points: pl.DataFrame | None, by: list[str]) -> pl.DataFrame:
+    # Keys are doubled times so that at equal times ends come before starts and points,
+    # and a point at an interval's start is inside it.
+    starts = intervals.select(*by, (pl.col("start_ns") * 2 + 1).alias("key"), pl.lit(0).alias("order"),
+                              pl.lit(1).alias("delta"), pl.col("id").alias("iid"), pl.lit(None, pl.Int64).alias("pid_"))
+    end = pl.col("start_ns") + pl.col("dur_ns")
+    ends = intervals.select(*by, (end * 2 + (pl.col("dur_ns") <= 0).cast(pl.Int64)).alias("key"),
+                            pl.lit(2).alias("order"), pl.lit(-1).alias("delta"), pl.lit(None, pl.Int64).alias("iid"),
+                            pl.lit(None, pl.Int64).alias("pid_"))
+    parts = [starts, ends]
+    if points is not None:
+        parts.append(points.select(*by, (pl.col("t_ns") * 2 + 1).alias("key"), pl.lit(1).alias("order"),
+                                   pl.lit(0).alias("delta"), pl.lit(None, pl.Int64).alias("iid"),
+                                   pl.col("pid_")))
+    ev = pl.concat(parts, how="vertical_relaxed").sort([*by, "key", "order"])
+    return ev.with_columns(pl.col("delta").cum_sum().over(by).alias("open"))
+
+
+def _levels(ev: pl.DataFrame, by: list[str]) -> pl.DataFrame:
+    return (ev.filter(pl.col("iid").is_not_null())
+            .select(*by, "key", "iid", (pl.col("open") - 1).alias("depth")).sort("key"))
+
+
+def parents(intervals: pl.DataFrame, by: list[str]) -> pl.DataFrame:
+    """For intervals (id, start_ns, dur_ns, *by): columns id, depth, parent (null at top level)."""
+    if intervals.height == 0:
+        return pl.DataFrame(schema={"id": pl.Int64, "depth": pl.Int64, "parent": pl.Int64})
+    lv = _levels(_stream(intervals, None, by), by)
+    up = lv.select(*by, "key", pl.col("iid").alias("parent"), (pl.col("depth") + 1).alias("depth"))
+    out = lv.join_asof(up, on="key", by=[*by, "depth"], strategy="backward", allow_exact_matches=False,
+                       check_sortedness=False)
+    return out.select(pl.col("iid").alias("id"), "depth", "parent")
+
+
+def innermost(intervals: pl.DataFrame, points: pl.DataFrame, by: list[str]) -> pl.DataFrame:
+    """For points (pid_, t_ns, *by): columns pid_, inner (innermost containing interval id or null)."""
+    if points.height == 0 or intervals.height == 0:
+        return points.select("pid_", pl.lit(None, pl.Int64).alias("inner"))
+    ev = _stream(intervals, points, by)
+    lv = _levels(ev, by)
+    pts = (ev.filter(pl.col("pid_").is_not_null())
+           .select(*by, "key", "pid_", (pl.col("open") - 1).alias("depth")).sort("key"))
+    out = pts.join_asof(lv.rename({"iid": "inner"}), on="key", by=[*by, "depth"], strategy="backward",
+                        check_sortedness=False)
+    return out.select("pid_", pl.when(pl.col("depth") >= 0).then(pl.col("inner")).alias("inner"))

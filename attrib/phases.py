@@ -1,0 +1,163 @@
+"""Steps and phases: which kernels ran in which prefill/decode step, and with how many tokens.
+
+Sources, best first: step annotations (record_function / roctx ranges named `prefill`, `decode`,
+`NAME (tokens=N)` as attrib's capture writes them, names mapped by the user, vLLM
+`execute_..._context_N(..)_generation_M(..)`, SGLang `step[DECODE bs=N]`), then `ProfilerStep#N`
+ranges, then one step per forward pass found from embedding ops. A step's phase, when no
+annotation names it, follows from shapes: one new token per sequence is decode.
+"""
+
+from __future__ import annotations
+
+import re
+
+import orjson
+import polars as pl
+
+from attrib.trace import Trace
+
+DEFAULT_MAP = {"prefill": "prefill", "decode": "decode", "extend": "prefill", "generate": "decode"}
+_TOKENS = re.compile(r"^(?P<name>.+?) \(tokens=(?P<tokens>\d+)\)$")
+_VLLM = re.compile(r"^execute_(?:(?P<total>\d+)_)?context_(?P<nctx>\d+)\((?P<cb>[^)]*)\)_generation_(?P<ngen>\d+)\((?P<gb>[^)]*)\)")
+_SGLANG = re.compile(r"^step\[(?P<mode>[A-Z]+)(?:\s+bs=(?P<bs>\d+))?")
+_LEAD_NUM = re.compile(r"^(?:sq)?(\d+)")
+STEP_COLS = {"step": pl.Int64, "phase": pl.Utf8, "tokens": pl.Int64, "tokens_from": pl.Utf8, "marker": pl.Utf8,
+             "cpu_start": pl.Int64, "cpu_end": pl.Int64, "gpu_start": pl.Int64, "gpu_end": pl.Int64}
+
+
+def parse_marker(name: str, phase_map: dict[str, str]) -> tuple[str, int | None, str] | None:
+    """(phase, tokens or None, source) for a step annotation name, None if it is not one."""
+    m = _TOKENS.match(name)
+    base, tokens = (m["name"], int(m["tokens"])) if m else (name, None)
+    if base in phase_map:
+        return phase_map[base], tokens, "annotation"
+    low = base.lower()
+    if low in phase_map:
+        return phase_map[low], tokens, "annotation"
+    m = _VLLM.match(name)
+    if m:
+        nctx, ngen = int(m["nctx"]), int(m["ngen"])
+        phase = "mixed" if nctx and ngen else "prefill" if nctx else "decode"
+        if m["total"]:
+            return phase, int(m["total"]), "vllm annotation"
+        parts = [_LEAD_NUM.match(b) for b in (m["cb"], m["gb"])]
+        return phase, sum(int(p[1]) for p in parts if p), "vllm annotation"
+    m = _SGLANG.match(name)
+    if m:
+        mode = m["mode"]
+        phase = {"DECODE": "decode", "EXTEND": "prefill", "PREFILL": "prefill", "MIXED": "mixed"}.get(mode)
+        if phase:
+            return phase, int(m["bs"]) if (m["bs"] and phase == "decode") else None, "sglang annotation"
+    return None
+
+
+def _spans(trace: Trace, phase_map: dict[str, str]) -> pl.DataFrame:
+    """Step spans from annotations: CPU range paired with its GPU projection (same External id)."""
+    mk = trace.markers
+    names = mk["name"].unique().to_list()
+    parsed = {n: parse_marker(n, phase_map) for n in names}
+    step_names = [n for n, p in parsed.items() if p]
+    if not step_names:
+        step_names = [n for n in names if n.startswith("ProfilerStep#")]
+        parsed = {n: ("unknown", None, "ProfilerStep") for n in step_names}
+    if not step_names:
+        return pl.DataFrame(schema=STEP_COLS)
+    info = pl.DataFrame({"marker": step_names, "phase": [parsed[n][0] for n in step_names],
+                         "tokens": [parsed[n][1] for n in step_names],
+                         "tokens_from": [parsed[n][2] if parsed[n][1] is not None else None for n in step_names]},
+                        schema={"marker": pl.Utf8, "phase": pl.Utf8, "tokens": pl.Int64, "tokens_from": pl.Utf8})
+    sel = mk.filter(pl.col("name").is_in(step_names))
+    cpu = sel.filter(pl.col("side") == "cpu").select(
+        pl.col("name").alias("marker"), "external_id", pl.col("start_ns").alias("cpu_start"),
+        (pl.col("start_ns") + pl.col("dur_ns")).alias("cpu_end"))
+    gpu = sel.filter(pl.col("side") == "gpu").select(
+        "external_id", pl.col("name").alias("gname"), pl.col("start_ns").alias("gpu_start"),
+        (pl.col("start_ns") + pl.col("dur_ns")).alias("gpu_end"))
+    if cpu.height:
+        spans = cpu.join(gpu, on="external_id", how="left").drop("gname")
+    else:
+        spans = gpu.rename({"gname": "marker"}).with_columns(
+            pl.col("gpu_start").alias("cpu_start"), pl.col("gpu_end").alias("cpu_end"))
+    spans = spans.join(info, on="marker", how="left").sort("cpu_start")
+    return spans.with_row_index("step").select(list(STEP_COLS)).cast(STEP_COLS)
+
+
+def _forward_spans(trace: Trace) -> pl.DataFrame:
+    """No annotations: one step per embedding op (each forward pass starts with one)."""
+    emb = trace.ops.filter(pl.col("name") == "aten::embedding").sort("start_ns")
+    if emb.height == 0:
+        return pl.DataFrame(schema=STEP_COLS)
+    nxt = pl.col("start_ns").shift(-1).fill_null(pl.lit(2**62))
+    return (emb.with_row_index("step").select(
+        "step", pl.lit("unknown").alias("phase"), pl.lit(None, pl.Int64).alias("tokens"),
+        pl.lit(None, pl.Utf8).alias("tokens_from"), pl.lit("forward (embedding op)").alias("marker"),
+        pl.col("start_ns").alias("cpu_start"), nxt.alias("cpu_end"),
+        pl.lit(None, pl.Int64).alias("gpu_start"), pl.lit(None, pl.Int64).alias("gpu_end"))
+        .cast(STEP_COLS))
+
+
+def _assign(spans: pl.DataFrame, keys: pl.DataFrame, start: str, end: str) -> pl.DataFrame:
+    """keys (id, t) -> step whose [start, end) holds t (latest-starting span first)."""
+    s = spans.filter(pl.col(start).is_not_null()).select("step", pl.col(start).alias("t"), pl.col(end).alias("_end")).sort("t")
+    out = keys.sort("t").join_asof(s, on="t", strategy="backward", check_sortedness=False)
+    return out.filter(pl.col("t") < pl.col("_end")).select("id", "step")
+
+
+def assign_steps(trace: Trace, links: pl.DataFrame, phase_map: dict[str, str] | None = None
+                 ) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(steps table, kernel id -> step). Kernels outside every step get no row."""
+    pmap = DEFAULT_MAP | (phase_map or {})
+    spans = _spans(trace, pmap)
+    if spans.height == 0:
+        spans = _forward_spans(trace)
+    k = trace.kernels.select("id", "start_ns").join(
+        links.select("id", "graph", "launch_id"), on="id", how="left").join(
+        trace.launches.select(pl.col("id").alias("launch_id"), pl.col("start_ns").alias("launch_ns")),
+        on="launch_id", how="left")
+    if spans.height == 0:
+        return spans, pl.DataFrame(schema={"id": pl.Int64, "step": pl.Int64})
+    # Launched kernels go by their launch time in the CPU range; graph-replayed and unlaunched
+    # kernels by their own start in the GPU range (or, without one, until the next step starts).
+    by_launch = k.filter(pl.col("launch_ns").is_not_null() & ~pl.col("graph").fill_null(False)).select(
+        "id", pl.col("launch_ns").alias("t"))
+    rest = k.join(by_launch.select("id"), on="id", how="anti").select("id", pl.col("start_ns").alias("t"))
+    gpu_or_next = spans.with_columns(
+        pl.coalesce("gpu_start", "cpu_start").alias("g0"),
+        pl.coalesce("gpu_end", pl.col("cpu_start").shift(-1), pl.lit(2**62)).alias("g1"))
+    got = pl.concat([_assign(spans, by_launch, "cpu_start", "cpu_end"), _assign(gpu_or_next, rest, "g0", "g1")])
+    return spans, got
+
+
+def tokens_from_shapes(trace: Trace, spans: pl.DataFrame) -> pl.DataFrame:
+    """Per step: tokens and tokens per sequence from the step's first embedding op (ids [B, S])."""
+    schema = {"step": pl.Int64, "tokens": pl.Int64, "per_seq": pl.Int64}
+    emb = trace.ops.filter(pl.col("name") == "aten::embedding")
+    if emb.height == 0 or spans.height == 0:
+        return pl.DataFrame(schema=schema)
+    hit = _assign(spans, emb.select("id", pl.col("start_ns").alias("t")), "cpu_start", "cpu_end")
+    first = hit.join(emb.select("id", "start_ns", "input_dims"), on="id").sort("start_ns").unique("step", keep="first")
+    rows = []
+    for step, dim_text in first.select("step", "input_dims").iter_rows():  # one row per step
+        shape = _ids_shape(dim_text)
+        if shape:
+            rows.append((step, _prod(shape), shape[-1] if len(shape) > 1 else None))
+    return pl.DataFrame(rows, schema=schema, orient="row")
+
+
+def _prod(xs: list[int]) -> int:
+    n = 1
+    for x in xs:
+        n *= x
+    return n
+
+
+def _ids_shape(dim_text: str | None) -> list[int] | None:
+    if not dim_text:
+        return None
+    try:
+        dims = orjson.loads(dim_text)
+    except orjson.JSONDecodeError:
+        return None
+    if len(dims) > 1 and isinstance(dims[1], list) and dims[1] and all(isinstance(x, int) for x in dims[1]):
+        return dims[1]
+    return None

@@ -1,0 +1,50 @@
+"""The analysis document as a terminal table (one renderer per output format)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _f(x: Any, fmt: str = "{:.3f}", none: str = "-") -> str:
+    return none if x is None else fmt.format(x)
+
+
+def _short(name: str, width: int = 60) -> str:
+    return name if len(name) <= width else name[: width - 1] + "…"
+
+
+def render(doc: dict[str, Any]) -> str:
+    """Per phase: a header line, the component table, the top kernels; then coverage and notes."""
+    src, dev, cov = doc["source"], doc["device"], doc["coverage"]
+    lines = [f"{src['path']}  [{src['format']}]  {src['kernels']} kernels, {src['kernel_ms']:.3f} ms kernel time",
+             f"device: {dev.get('name') or '?'} (arch {dev.get('arch') or '?'}, from {dev.get('detected_from')})"]
+    for ph in doc["phases"]:
+        sm = ph["step_ms"]
+        lines += ["", f"== {ph['phase']}: {ph['steps']} steps, {_f(ph['tokens_per_step'], '{}')} tokens/step"
+                  f" ({ph.get('tokens_from') or 'unknown source'}); step {_f(sm['median'])} ms"
+                  f" (p10 {_f(sm['p10'])}, p90 {_f(sm['p90'])}); kernels {_f(ph['kernel_ms'])} ms;"
+                  f" GPU idle {_f(ph['idle_fraction'] and ph['idle_fraction'] * 100, '{:.1f}')}%"]
+        extra = []
+        if ph.get("gb_per_token") is not None:
+            extra.append(f"{ph['gb_per_token']:.3f} GB/token")
+        if ph.get("achieved_tok_s") is not None:
+            extra.append(f"{ph['achieved_tok_s']:.1f} tok/s achieved")
+        if ph.get("ceiling_tok_s") is not None:
+            extra.append(f"{ph['ceiling_tok_s']:.1f} tok/s ceiling")
+        if extra:
+            lines.append("   " + ", ".join(extra))
+        lines.append(f"   {'component':<18}{'kernels':>8}{'ms/step':>10}{'share':>8}{'GB/s':>9}{'gap ms':>9}  evidence")
+        for c in ph["components"]:
+            ev = ",".join(f"{k}:{v}" for k, v in (c.get("evidence") or {}).items())
+            lines.append(f"   {c['component']:<18}{c['kernels']:>8}{_f(c['ms']):>10}{_f(c['share'] * 100, '{:.1f}%'):>8}"
+                         f"{_f(c.get('achieved_gbs'), '{:.0f}'):>9}{_f(c.get('gap_ms')):>9}  {ev}")
+        lines.append("   top kernels:")
+        for t in ph["top_kernels"][:5]:
+            lines.append(f"     {_f(t['ms']):>8} ms/step {t['calls']:>5}x  {t['component']:<14} {_short(t['name'])}")
+    lines += ["", f"attributed: {_f(cov['attributed_share'] and cov['attributed_share'] * 100, '{:.1f}')}% of step kernel"
+              f" time; bytes known: {_f(cov['bytes_known_share'] and cov['bytes_known_share'] * 100, '{:.1f}')}%"]
+    for f in doc.get("findings", []):
+        lines.append(f"[{f['severity']}] {f['rule']}: {f['title']}")
+    for n in doc.get("notes", []):
+        lines.append(f"note: {n}")
+    return "\n".join(lines) + "\n"

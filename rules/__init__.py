@@ -1,0 +1,1 @@
+"""Known pathologies: one pure function per rule over an analysis, returning findings."""
