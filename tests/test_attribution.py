@@ -1,0 +1,104 @@
+"""Linking, steps/phases and components on the real fixtures, and the analysis document."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+import polars as pl
+import pytest
+
+from attrib.analysis import attribute, document
+from attrib.components import TAXONOMY, patterns
+from attrib.linking import link
+from attrib.phases import parse_marker, DEFAULT_MAP
+from collectors import load
+
+from conftest import EXAMPLE_TRACE, FIXTURES
+
+SCHEMA = json.loads((FIXTURES.parent / "schema" / "attrib.analysis-1.schema.json").read_text())
+TORCH = [EXAMPLE_TRACE, *sorted((FIXTURES / "torch").glob("*.json.gz")),
+         *sorted((FIXTURES / "torch" / "mi300_vllm_prefilldecode_piecewise").glob("*.json.gz"))]
+
+
+@pytest.fixture(scope="module")
+def moe():
+    a = attribute(load(EXAMPLE_TRACE))
+    return a, document(a)
+
+
+def test_moe_steps_tokens_and_totals(moe):
+    a, doc = moe
+    phases = {p["phase"]: p for p in doc["phases"]}
+    assert (phases["prefill"]["steps"], phases["decode"]["steps"]) == (1, 6)
+    assert (phases["prefill"]["tokens_per_step"], phases["decode"]["tokens_per_step"]) == (2048, 4)
+    assert doc["source"]["kernels"] == 4977 and doc["source"]["kernels_outside_steps"] == 0
+    assert doc["source"]["kernel_ms"] == pytest.approx(27.298, rel=1e-3)
+
+
+def test_moe_components(moe):
+    a, doc = moe
+    dec = next(p for p in doc["phases"] if p["phase"] == "decode")
+    comps = {c["component"]: c for c in dec["components"]}
+    assert set(comps) <= set(TAXONOMY)
+    assert comps.get("other", {"share": 0})["share"] <= 0.10
+    # per decode step, 8 layers: one lm_head GEMM, attention and experts in every layer
+    assert comps["lm_head"]["kernels"] == 1
+    for c in ("qkv_proj", "o_proj", "attention", "moe_experts", "moe_router", "norm", "kv_cache_write", "rope"):
+        assert comps[c]["kernels"] >= 8, c
+    # q, k, v Linear layers come before attention, o_proj after: 3 vs 1 GEMMs per layer (+ split-K reduce)
+    k = a.kernels.filter(pl.col("phase") == "decode")
+    per_step = k.filter(pl.col("step") == k["step"].min())
+    assert per_step.filter(pl.col("component") == "qkv_proj").height == 24
+    assert per_step.filter((pl.col("component") == "o_proj") & pl.col("name").str.contains("nvjet")).height == 8
+    assert (k["evidence"] == "module").mean() > 0.95
+
+
+def test_rocm_linking_counts_unlaunched_kernels(fixtures):
+    t = load(fixtures / "torch" / "mi300_hf_qwen1.5-0.5b-chat.json.gz")
+    links = link(t)
+    corr = set(t.launches["correlation"].drop_nulls().to_list())
+    launched = t.kernels.filter(pl.col("correlation").is_in(list(corr)))["id"]
+    got = links.filter(pl.col("id").is_in(launched.to_list()))
+    assert got.height == 1053
+    assert got["launch_id"].null_count() == 0 and got["op_id"].null_count() == 0
+    doc = document(attribute(t))
+    assert doc["source"]["kernels_without_launch"] == 463 == 1516 - 1053
+
+
+def test_graph_replay_kernels_use_gpu_spans_and_names(fixtures):
+    doc = document(attribute(load(fixtures / "torch" / "h200_dense_prefill_cudagraph_decode.json.gz")))
+    phases = {p["phase"]: p for p in doc["phases"]}
+    assert phases["decode"]["steps"] == 16 and phases["prefill"]["tokens_per_step"] == 8192
+    assert phases["decode"]["tokens_per_step"] == 8  # one token per sequence of the prefill batch
+    comps = {c["component"] for c in phases["decode"]["components"]}
+    assert {"attention", "qkv_proj", "o_proj", "mlp_gate_up", "lm_head"} <= comps
+    assert doc["source"]["kernels_outside_steps"] == 0
+
+
+def test_vllm_step_annotation():
+    assert parse_marker("execute_8192_context_9(sq8155sk8430sqsq7475785sqsk7671310)_generation_37(sq37sk34489sqsq37sqsk34489)",
+                        DEFAULT_MAP) == ("mixed", 8192, "vllm annotation")
+    assert parse_marker("execute_context_1(888_788544)_generation_0(0)", DEFAULT_MAP) == ("prefill", 888, "vllm annotation")
+    assert parse_marker("execute_context_0(0)_generation_32(32)", DEFAULT_MAP) == ("decode", 32, "vllm annotation")
+    assert parse_marker("decode (tokens=4)", DEFAULT_MAP) == ("decode", 4, "annotation")
+    assert parse_marker("step[DECODE bs=32]", DEFAULT_MAP) == ("decode", 32, "sglang annotation")
+    assert parse_marker("my_gen", DEFAULT_MAP | {"my_gen": "decode"})[0] == "decode"
+    assert parse_marker("ProfilerStep#3", DEFAULT_MAP) is None
+
+
+@pytest.mark.parametrize("path", TORCH, ids=lambda p: Path(p).name)
+def test_every_torch_fixture_gives_a_valid_document(path):
+    doc = document(attribute(load(path)))
+    jsonschema.validate(doc, SCHEMA)
+    for ph in doc["phases"]:
+        assert {c["component"] for c in ph["components"]} <= set(TAXONOMY)
+
+
+def test_pattern_table_is_valid():
+    table = patterns()
+    assert set(table["component"]) - {"gemm", "copy", "elementwise"} <= set(TAXONOMY)
+    import re
+    for p in table["pattern"]:
+        re.compile(p)
