@@ -30,7 +30,9 @@ _REQUIRED = ("arch", "name", "vendor", "wave_size", "compute_units", "num_sms_re
              "compute_major", "compute_minor", "peak_bw_gbs")
 _ISA = re.compile(r"_ISA([0-9]{2,4}[0-9a-f]?)_")
 _ROCPRIM = re.compile(r"target_arch\)?\s*([0-9]{3,4})\b")
-_EMPTY: Mapping[str, float] = MappingProxyType({})
+# canonical cost-model dtypes -> the key of the TFLOP/s tables
+PEAK_KEY = {"fp8_e4m3fn": "fp8", "fp8_e5m2": "fp8", "fp8_e4m3fnuz": "fp8", "fp8_e5m2fnuz": "fp8",
+            "fp4x2": "mxfp4", "uint8": "int8", "qint8": "int8", "quint8": "int8"}
 
 
 @dataclass(frozen=True)
@@ -61,9 +63,9 @@ class Arch:
     mall_mib: float | None = None
     lds_kib: float | None = None
     lds_scope: str | None = None
-    matrix_tflops: Mapping[str, float] = field(default=_EMPTY)
-    vector_tflops: Mapping[str, float] = field(default=_EMPTY)
-    maf_tflops: Mapping[str, float] = field(default=_EMPTY)
+    matrix_tflops: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+    vector_tflops: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+    maf_tflops: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
     matrix_dtypes: tuple[str, ...] = ()
     derived: tuple[str, ...] = ()
     unverified: tuple[str, ...] = ()
@@ -80,6 +82,7 @@ class Arch:
         """Peak TFLOP/s of `dtype` on the matrix (default) or vector unit; falls back to the other unit."""
         if dtype is None:
             return None
+        dtype = PEAK_KEY.get(dtype, dtype)
         first, second = (self.matrix_tflops, self.vector_tflops) if unit == "matrix" else (
             self.vector_tflops, self.matrix_tflops)
         value = first.get(dtype, second.get(dtype))
