@@ -155,6 +155,24 @@ def _split_linears(k: pl.DataFrame) -> pl.DataFrame:
     return k.with_columns(comp.alias("comp")).drop("_scope", "_anchor", "_down", "_last")
 
 
+# unnamed glue kernels between two named ones: (before, after) -> component
+_BETWEEN = {("qkv_proj", "attention"): "rope", ("mlp_gate_up", "mlp_down"): "activation",
+            ("moe_router", "moe_experts"): "moe_dispatch", ("moe_experts", "moe_experts"): "moe_experts"}
+
+
+def _between(k: pl.DataFrame) -> pl.DataFrame:
+    """Name unnamed kernels by the named kernels just before and after them in the step."""
+    k = k.sort("start_ns")
+    prev = pl.col("comp").forward_fill().over("step")
+    nxt = pl.col("comp").backward_fill().over("step")
+    rule = pl.lit(None, pl.Utf8)
+    for (a, b), comp in _BETWEEN.items():
+        rule = pl.when((prev == a) & (nxt == b)).then(pl.lit(comp)).otherwise(rule)
+    todo = pl.col("comp").is_null() & pl.col("step").is_not_null()
+    return k.with_columns(pl.when(todo).then(rule).otherwise(pl.col("comp")).alias("comp")).with_columns(
+        pl.when(todo & pl.col("comp").is_not_null()).then(pl.lit("position")).otherwise(pl.col("evidence")).alias("evidence"))
+
+
 def classify(trace: Trace, links: pl.DataFrame, kernel_steps: pl.DataFrame) -> pl.DataFrame:
     """One row per kernel: id, step, component, evidence (module | frame | op | name | position | none)."""
     from attrib.position import gemm_positions
@@ -181,7 +199,7 @@ def classify(trace: Trace, links: pl.DataFrame, kernel_steps: pl.DataFrame) -> p
     gemm = (pl.col("comp").is_null() & (pl.col("name_comp") == "gemm")) | (
         pl.col("comp").is_null() & pl.col("op").str.contains(_GEMM_OPS).fill_null(False))
     k = k.with_columns(gemm.alias("_gemm"))
-    k = gemm_positions(k)
+    k = _between(gemm_positions(k))
     final = pl.coalesce("comp", pl.lit("other"))
     ev = pl.coalesce("evidence", pl.lit("none"))
     return k.select("id", "step", final.alias("component"), ev.alias("evidence"), "op_id", "op", "module_path")

@@ -1,64 +1,96 @@
-"""Position in the layer: name GEMMs that nothing else named, from the attention kernels around them.
+"""Position in the layer: name GEMMs that nothing else named, from the kernels around them.
 
 Within a step, in time order, the GEMMs between two attention kernels are: o_proj (first after
-attention), the MLP (gate/up, then down), then the next layer's qkv projection(s). The number of
-qkv GEMMs per layer is learnt from the GEMMs before the step's first attention kernel; the MLP
-takes the rest, its last GEMM being mlp_down. After the last attention kernel, o_proj, the MLP and
-finally lm_head.
+attention), then the MLP (gate/up, then down) or, in a MoE layer, the router GEMM(s) before the
+expert kernels, then the next layer's qkv projection(s). The number of qkv GEMMs per layer is learnt
+from the GEMMs before the step's first attention kernel. After the last attention kernel: o_proj,
+the MLP and finally lm_head.
 """
 
 from __future__ import annotations
 
 import polars as pl
 
+SPLITK_REDUCE = r"(?i)split_?k_?reduce"
+
+
+def _mlp(ids: list[int], out: dict[int, str]) -> None:
+    for i, kid in enumerate(ids):
+        out[kid] = "mlp_down" if i == len(ids) - 1 and len(ids) > 1 else "mlp_gate_up"
+
+
+def _after_attention(seg: list[tuple[int, str]], q: int, last: bool, out: dict[int, str]) -> None:
+    gemms = [kid for kid, kind in seg if kind == "G"]
+    if not gemms:
+        return
+    out[gemms[0]] = "o_proj"
+    experts = [i for i, (_, kind) in enumerate(seg) if kind == "E"]
+    rest = gemms[1:]
+    if last and len(rest) >= 3 - bool(experts):
+        out[rest[-1]] = "lm_head"
+        rest = rest[:-1]
+    elif not last:
+        qkv = rest[-q:] if len(rest) > q or experts else []
+        for kid in qkv:
+            out[kid] = "qkv_proj"
+        rest = rest[: len(rest) - len(qkv)]
+    if experts:
+        before = {kid for kid, _ in seg[: experts[0]]}
+        for kid in rest:
+            out[kid] = "moe_router" if kid in before else "moe_shared_expert"
+    else:
+        _mlp(rest, out)
+
+
+def label(seq: list[tuple[int, str]]) -> dict[int, str]:
+    """seq: (kernel id, 'G' gemm | 'R' split-K reduce of the GEMM before it | 'A' attention |
+    'E' MoE expert) in time order -> gemm id -> component."""
+    owner: dict[int, int] = {}
+    prev_g = None
+    plain = []
+    for kid, kind in seq:
+        if kind == "R" and prev_g is not None:
+            owner[kid] = prev_g
+            continue
+        if kind in ("G", "R"):
+            prev_g = kid
+        plain.append((kid, "G" if kind == "R" else kind))
+    out = _label(plain)
+    out.update({kid: out[g] for kid, g in owner.items() if g in out})
+    return out
+
 
 def _label(seq: list[tuple[int, str]]) -> dict[int, str]:
-    """seq: (kernel id, 'G' gemm | 'A' attention) in time order -> gemm id -> component."""
-    out: dict[int, str] = {}
-    segments: list[list[int]] = [[]]
+    segments: list[list[tuple[int, str]]] = [[]]
     for kid, kind in seq:
         if kind == "A":
             if segments[-1] or len(segments) == 1:
                 segments.append([])
         else:
-            segments[-1].append(kid)
+            segments[-1].append((kid, kind))
+    out: dict[int, str] = {}
     if len(segments) == 1:  # no attention kernel: nothing to anchor on
         return out
-    head, body, tail = segments[0], segments[1:-1], segments[-1]
+    head = [kid for kid, kind in segments[0] if kind == "G"]
     q = max(len(head), 1)
     for kid in head:
         out[kid] = "qkv_proj"
-    for seg in body:
-        if not seg:
-            continue
-        out[seg[0]] = "o_proj"
-        rest = seg[1:]
-        qkv = rest[-q:] if len(rest) > q else []
-        mlp = rest[: len(rest) - len(qkv)]
-        for kid in qkv:
-            out[kid] = "qkv_proj"
-        for i, kid in enumerate(mlp):
-            out[kid] = "mlp_down" if i == len(mlp) - 1 and len(mlp) > 1 else "mlp_gate_up"
-    if tail:
-        out[tail[0]] = "o_proj"
-        rest = tail[1:]
-        if len(rest) >= 3:
-            out[rest[-1]] = "lm_head"
-            rest = rest[:-1]
-        for i, kid in enumerate(rest):
-            out[kid] = "mlp_down" if i == len(rest) - 1 and len(rest) > 1 else "mlp_gate_up"
+    for i, seg in enumerate(segments[1:], start=1):
+        _after_attention(seg, q, i == len(segments) - 1, out)
     return out
 
 
 def gemm_positions(k: pl.DataFrame) -> pl.DataFrame:
     """Fill `comp` for rows flagged `_gemm` from their position; evidence 'position'."""
-    todo = k.filter(pl.col("_gemm") | (pl.col("comp") == "attention")).filter(pl.col("step").is_not_null())
+    kind = (pl.when(pl.col("_gemm") & pl.col("name").str.contains(SPLITK_REDUCE)).then(pl.lit("R"))
+            .when(pl.col("_gemm")).then(pl.lit("G")).when(pl.col("comp") == "attention").then(pl.lit("A"))
+            .when(pl.col("comp") == "moe_experts").then(pl.lit("E")))
+    todo = k.with_columns(kind.alias("_kind")).filter(pl.col("_kind").is_not_null() & pl.col("step").is_not_null())
     steps = todo.filter(pl.col("_gemm"))["step"].unique().to_list()
     labels: dict[int, str] = {}
-    for step in steps:  # one Python pass per step, over its GEMM and attention kernels only
+    for step in steps:  # one Python pass per step, over its GEMM, attention and expert kernels only
         seq = todo.filter(pl.col("step") == step).sort("start_ns")
-        kinds = ["G" if g else "A" for g in seq["_gemm"].to_list()]
-        labels.update(_label(list(zip(seq["id"].to_list(), kinds))))
+        labels.update(label(list(zip(seq["id"].to_list(), seq["_kind"].to_list()))))
     if not labels:
         return k.drop("_gemm")
     lab = pl.DataFrame({"id": list(labels), "_pos": list(labels.values())}, schema={"id": pl.Int64, "_pos": pl.Utf8})
