@@ -96,6 +96,29 @@ def _forward_spans(trace: Trace) -> pl.DataFrame:
         .cast(STEP_COLS))
 
 
+def _periodic(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """No annotations, no CPU ops (llama.cpp under rocprof): steps from the repeating kernel loop;
+    without one, the whole trace is one step of unknown phase."""
+    from attrib.steps_periodic import split_tokens
+
+    k = trace.kernels.select("id", "name", "start_ns", "dur_ns")
+    if k.height == 0:
+        return pl.DataFrame(schema=STEP_COLS), pl.DataFrame(schema={"id": pl.Int64, "step": pl.Int64})
+    got = split_tokens(k)
+    if got["step"].null_count() == got.height:
+        got = k.with_columns(pl.lit(0, pl.Int64).alias("step"), pl.lit("unknown").alias("phase"))
+        marker = "whole trace (no steps found)"
+    else:
+        marker = "repeating kernel sequence"
+    steps = got.filter(pl.col("step").is_not_null()).group_by("step").agg(
+        pl.col("phase").first(), pl.col("start_ns").min().alias("cpu_start"),
+        (pl.col("start_ns") + pl.col("dur_ns")).max().alias("cpu_end"))
+    steps = steps.select("step", "phase", pl.lit(None, pl.Int64).alias("tokens"), pl.lit(None, pl.Utf8).alias("tokens_from"),
+                         pl.lit(marker).alias("marker"), "cpu_start", "cpu_end",
+                         pl.col("cpu_start").alias("gpu_start"), pl.col("cpu_end").alias("gpu_end")).cast(STEP_COLS).sort("step")
+    return steps, got.filter(pl.col("step").is_not_null()).select("id", "step")
+
+
 def _assign(spans: pl.DataFrame, keys: pl.DataFrame, start: str, end: str) -> pl.DataFrame:
     """keys (id, t) -> step whose [start, end) holds t (latest-starting span first)."""
     s = spans.filter(pl.col(start).is_not_null()).select("step", pl.col(start).alias("t"), pl.col(end).alias("_end")).sort("t")
@@ -110,6 +133,8 @@ def assign_steps(trace: Trace, links: pl.DataFrame, phase_map: dict[str, str] | 
     spans = _spans(trace, pmap)
     if spans.height == 0:
         spans = _forward_spans(trace)
+    if spans.height == 0 and trace.ops.height == 0:
+        return _periodic(trace)
     k = trace.kernels.select("id", "start_ns").join(
         links.select("id", "graph", "launch_id"), on="id", how="left").join(
         trace.launches.select(pl.col("id").alias("launch_id"), pl.col("start_ns").alias("launch_ns")),

@@ -83,7 +83,7 @@ def _label(seq: list[tuple[int, str]]) -> dict[int, str]:
 def gemm_positions(k: pl.DataFrame) -> pl.DataFrame:
     """Fill `comp` for rows flagged `_gemm` from their position; evidence 'position'."""
     kind = (pl.when(pl.col("_gemm") & pl.col("name").str.contains(SPLITK_REDUCE)).then(pl.lit("R"))
-            .when(pl.col("_gemm")).then(pl.lit("G")).when(pl.col("comp") == "attention").then(pl.lit("A"))
+            .when(pl.col("_gemm")).then(pl.lit("G")).when(pl.col("comp").is_in(["attention", "linear_attention"])).then(pl.lit("A"))
             .when(pl.col("comp") == "moe_experts").then(pl.lit("E")))
     todo = k.with_columns(kind.alias("_kind")).filter(pl.col("_kind").is_not_null() & pl.col("step").is_not_null())
     steps = todo.filter(pl.col("_gemm"))["step"].unique().to_list()

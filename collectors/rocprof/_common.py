@@ -1,0 +1,280 @@
+"""Helpers shared by the rocprof readers: file access, CSV columns, agents, table finishing."""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import os
+import re
+import shutil
+import tempfile
+import zlib
+from pathlib import Path
+from typing import Any, Iterator
+
+import polars as pl
+
+from attrib.errors import TraceError
+from attrib.trace import Meta, Trace
+
+GZIP_MAGIC = b"\x1f\x8b"
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+# Agent keys kept in Meta.devices (rocprofiler / HSA names), in this order.
+AGENT_KEYS = (
+    "id", "name", "product_name", "model_name", "vendor_name", "cu_count", "simd_per_cu",
+    "wave_front_size", "max_engine_clk_fcompute", "gfx_target_version", "num_xcc",
+    "max_waves_per_simd", "lds_size_in_kb", "device_id", "node_id", "logical_node_id",
+    "type_index",
+)
+
+
+def is_gzip(path: Path) -> bool:
+    with open(path, "rb") as fh:
+        return fh.read(2) == GZIP_MAGIC
+
+
+def head_bytes(path: Path, n: int = 65536) -> bytes:
+    """Up to n leading bytes of the file, gunzipped if it is gzip (b"" if unreadable)."""
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read(max(n, 1 << 16))
+    except OSError:
+        return b""
+    if raw[:2] != GZIP_MAGIC:
+        return raw[:n]
+    try:
+        return zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(raw, n)
+    except zlib.error:
+        return b""
+
+
+def read_bytes(path: Path) -> bytes:
+    """The whole file, gunzipped if it is gzip; a cut-short gzip is a TraceError."""
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read()
+    except OSError as exc:
+        raise TraceError(path, f"cannot read: {exc.strerror or exc}") from None
+    if raw[:2] != GZIP_MAGIC:
+        return raw
+    try:
+        return gzip.decompress(raw)
+    except EOFError:
+        raise TraceError(path, "gzip data is truncated (the file was cut short); copy it again") from None
+    except (OSError, zlib.error) as exc:
+        raise TraceError(path, f"corrupt gzip data ({exc})") from None
+
+
+@contextlib.contextmanager
+def local_file(path: Path) -> Iterator[Path]:
+    """`path` itself, or a gunzipped copy in the temp directory (removed afterwards)."""
+    if not is_gzip(path):
+        yield path
+        return
+    fd, tmp = tempfile.mkstemp(prefix="attrib-rocprof-", suffix=path.name.removesuffix(".gz"))
+    try:
+        with os.fdopen(fd, "wb") as out, gzip.open(path, "rb") as src:
+            shutil.copyfileobj(src, out, 1 << 20)
+    except EOFError:
+        os.unlink(tmp)
+        raise TraceError(path, "gzip data is truncated (the file was cut short); copy it again") from None
+    except (OSError, zlib.error) as exc:
+        os.unlink(tmp)
+        raise TraceError(path, f"corrupt gzip data ({exc})") from None
+    try:
+        yield Path(tmp)
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+
+
+def plain_name(path: Path) -> str:
+    """The file name without a trailing .gz."""
+    return path.name.removesuffix(".gz")
+
+
+# --------------------------------------------------------------------------------------------
+# CSV
+
+
+def read_csv(path: Path, warnings: list[str]) -> pl.DataFrame:
+    """A rocprof CSV as all-string columns with lower-case names.
+
+    Quoted or bare values both work. A file cut mid-row keeps its complete rows and records a
+    warning; blank lines (rocprofv2 writes one after the header) are skipped.
+    """
+    data = read_bytes(path)
+    if not data.strip():
+        raise TraceError(path, "empty CSV file")
+    if not data.endswith(b"\n"):
+        cut = data.rfind(b"\n")
+        if cut < 0:
+            raise TraceError(path, "CSV has a header only, cut short")
+        dropped = data[cut + 1:]
+        data = data[: cut + 1]
+        if dropped.strip():
+            warnings.append(f"{path.name}: file ends mid-row; the incomplete last row was dropped")
+    try:
+        df = pl.read_csv(data, infer_schema=False, truncate_ragged_lines=True, raise_if_empty=False)
+    except pl.exceptions.PolarsError as exc:
+        raise TraceError(path, f"unreadable CSV ({str(exc).splitlines()[0]})") from None
+    return df.rename({c: c.strip().lower() for c in df.columns})
+
+
+def pick(df: pl.DataFrame, *names: str) -> str | None:
+    """The first of `names` (lower-case) that is a column of df."""
+    return next((n for n in names if n in df.columns), None)
+
+
+def require(df: pl.DataFrame, path: Path, what: str, *names: str) -> str:
+    """The column for `what` (first of names present) or a TraceError naming it."""
+    col = pick(df, *names)
+    if col is None:
+        raise TraceError(path, f"{what} CSV lacks the required column {names[0].title()!r}")
+    return col
+
+
+def int_col(df: pl.DataFrame, *names: str) -> pl.Expr:
+    """Integer column from the first present name ("Agent 3" style values give 3), else null."""
+    col = pick(df, *names)
+    if col is None:
+        return pl.lit(None, dtype=pl.Int64)
+    c = pl.col(col)
+    if df.schema[col] == pl.Utf8:
+        c = c.str.strip_chars().str.extract(r"(-?\d+)\s*$", 1)
+    return c.cast(pl.Int64, strict=False)
+
+
+def str_col(df: pl.DataFrame, *names: str) -> pl.Expr:
+    col = pick(df, *names)
+    return pl.col(col).cast(pl.Utf8) if col else pl.lit(None, dtype=pl.Utf8)
+
+
+def workgroups(grid: pl.Expr, wg: pl.Expr) -> pl.Expr:
+    """Work-items per dimension -> workgroups (partial workgroups count)."""
+    return pl.when(wg > 0).then((grid + wg - 1) // wg).otherwise(None)
+
+
+def total_dims(grid_items: pl.Expr, wg_items: pl.Expr) -> tuple[pl.Expr, pl.Expr]:
+    """(grid, block) lists from x*y*z products: [total workgroups, 1, 1], [wg items, 1, 1]."""
+    one = pl.lit(1, dtype=pl.Int64)
+    known = (wg_items > 0) & grid_items.is_not_null()
+    grid = pl.when(known).then(pl.concat_list((grid_items + wg_items - 1) // wg_items, one, one))
+    block = pl.when(wg_items > 0).then(pl.concat_list(wg_items, one, one))
+    return grid, block
+
+
+def dims(*exprs: pl.Expr) -> pl.Expr:
+    return pl.concat_list([e.cast(pl.Int64) for e in exprs])
+
+
+def clean_kernel_name(expr: pl.Expr) -> pl.Expr:
+    """Strip quotes, the legacy `.kd` suffix and ` [clone .kd]` so all formats agree."""
+    return (expr.str.strip_chars().str.strip_chars('"').str.replace(r" \[clone \.kd\]$", "")
+            .str.replace(r"\.kd$", ""))
+
+
+# --------------------------------------------------------------------------------------------
+# agents
+
+
+def agent_dict(raw: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    """A device dict with the HSA agent keys this project uses (absent keys left out)."""
+    merged = {**raw, **{k: v for k, v in extra.items() if v is not None}}
+    out = {k: merged[k] for k in AGENT_KEYS if merged.get(k) not in (None, "")}
+    for k in AGENT_KEYS[5:]:
+        if k in out:
+            with contextlib.suppress(TypeError, ValueError):
+                out[k] = int(out[k])
+    return out
+
+
+_ROCMINFO_FIELDS = {
+    "Name": "name", "Marketing Name": "product_name", "Vendor Name": "vendor_name",
+    "Device Type": "type", "Compute Unit": "cu_count", "SIMDs per CU": "simd_per_cu",
+    "Wavefront Size": "wave_front_size", "Max Clock Freq. (MHz)": "max_engine_clk_fcompute",
+    "Node": "node_id", "Chip ID": "device_id", "Max Waves Per CU": "max_waves_per_cu",
+}
+
+
+def rocminfo_agents(text: str) -> tuple[dict[str, Any], ...]:
+    """GPU agents of a rocminfo dump (rocprof v1 `results.sysinfo.txt`), id = GPU ordinal."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", text)
+    blocks = re.split(r"\*{5,}\s*\n\s*Agent \d+\s*\n\s*\*{5,}", text)[1:]
+    gpus = []
+    for block in blocks:
+        fields: dict[str, Any] = {}
+        for line in block.splitlines():
+            if not line.startswith("  ") or line.startswith("    "):
+                continue  # agent-level keys only (ISA and pool entries are indented deeper)
+            key, sep, value = line.strip().partition(":")
+            if sep and key.strip() in _ROCMINFO_FIELDS and _ROCMINFO_FIELDS[key.strip()] not in fields:
+                fields[_ROCMINFO_FIELDS[key.strip()]] = value.strip().split("(")[0].strip()
+        if fields.get("type") == "GPU":
+            gpus.append(agent_dict(fields, id=len(gpus)))
+    return tuple(gpus)
+
+
+# --------------------------------------------------------------------------------------------
+# finishing
+
+
+def link_launches(kernels: pl.DataFrame, launches: pl.DataFrame | None) -> pl.DataFrame:
+    """kernels.launch_id from the launch sharing its correlation id; graph = shared correlation.
+
+    Kernels replayed from a graph share the correlation id of the one graph launch, so a
+    correlation id that keys more than one dispatch marks graph replays.
+    """
+    if kernels.height == 0 or "correlation" not in kernels.columns:
+        return kernels
+    shared = pl.col("correlation").is_not_null() & (pl.len().over("correlation") > 1)
+    kernels = kernels.with_columns(
+        (pl.col("graph").fill_null(False) | shared) if "graph" in kernels.columns
+        else shared.alias("graph"))
+    if launches is None or launches.height == 0 or "correlation" not in launches.columns:
+        return kernels
+    ids = (launches.filter(pl.col("correlation").is_not_null())
+           .group_by("correlation").agg(pl.col("id").min().alias("launch_id")))
+    return kernels.drop("launch_id", strict=False).join(ids, on="correlation", how="left",
+                                                        maintain_order="left")
+
+
+def with_ids(df: pl.DataFrame | None) -> pl.DataFrame | None:
+    """Give a table a 0-based row id when it has none."""
+    if df is None or "id" in df.columns:
+        return df
+    return df.with_row_index("id").with_columns(pl.col("id").cast(pl.Int64))
+
+
+def finish(path: Path, fmt: str, *, devices=(), vendor_from: str, warnings=(), top=None,
+           runtime=None, events: int | None = None, **tables: pl.DataFrame | None) -> Trace:
+    """The Trace with AMD vendor metadata; events defaults to the rows read."""
+    tables = {k: with_ids(v) for k, v in tables.items()}
+    if "kernels" in tables and tables["kernels"] is not None:
+        tables["kernels"] = link_launches(tables["kernels"], tables.get("launches"))
+    if events is None:
+        events = sum(t.height for t in tables.values() if t is not None)
+    meta = Meta(path=str(path), format=fmt, events=events, vendor="amd", vendor_from=vendor_from,
+                devices=tuple(devices), runtime=runtime or {}, top=top or {},
+                warnings=tuple(warnings))
+    return Trace.build(meta, **tables)
+
+
+def merge(path: Path, fmt: str, traces: list[Trace]) -> Trace:
+    """One Trace from several (one per process / file): tables stacked, devices de-duplicated."""
+    if len(traces) == 1:
+        return traces[0].with_meta(path=str(path))
+    tables = {}
+    for name in ("kernels", "ops", "frames", "launches", "markers", "copies"):
+        parts = [getattr(t, name) for t in traces if getattr(t, name).height]
+        tables[name] = pl.concat(parts, how="diagonal_relaxed") if parts else None
+    devices: list[dict] = []
+    for t in traces:
+        devices += [d for d in t.meta.devices if d not in devices]
+    meta = Meta(path=str(path), format=fmt, events=sum(t.meta.events for t in traces),
+                vendor="amd", vendor_from=traces[0].meta.vendor_from, devices=tuple(devices),
+                runtime=traces[0].meta.runtime,
+                top={"files": [t.meta.path for t in traces], **traces[0].meta.top},
+                warnings=tuple(w for t in traces for w in t.meta.warnings))
+    return Trace.build(meta, **tables)

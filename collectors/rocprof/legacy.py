@@ -1,0 +1,161 @@
+"""Legacy rocprof v1 (`results.csv`, `results.json`, `results.db`) and rocprofv2 CSV.
+
+v1 kernel rows carry `Index` (the dispatch key), `KernelName` (with `.kd` / ` [clone .kd]`),
+`gpu-id`, `grd`/`wgr` (work-item products, not per-dimension) and BeginNs/EndNs. Its JSON is a
+Chrome trace whose `ts`/`dur` are quoted strings in us; the exact ns are in each event's args.
+Devices come from the sibling `<stem>.sysinfo.txt` (rocminfo), or the JSON's `otherData`.
+rocprofv2 CSV (`results_<pid>.csv`, a blank line after the header) has the same kind of fields.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from pathlib import Path
+
+import orjson
+import polars as pl
+
+from attrib.errors import TraceError
+from attrib.trace import Trace
+
+from ._common import (agent_dict, clean_kernel_name, finish, head_bytes, int_col, local_file,
+                      plain_name, read_bytes, read_csv, require, rocminfo_agents, str_col,
+                      total_dims)
+
+V1, V2 = "rocprof-v1", "rocprof-v2"
+
+
+def _v1_kernels(df: pl.DataFrame, path: Path, warnings: list[str]) -> pl.DataFrame:
+    """Kernel rows from v1 columns (lower-case names), from CSV, SQLite or JSON args."""
+    name = require(df, path, "rocprof kernel", "kernelname", "kernel_name")
+    begin = require(df, path, "rocprof kernel", "beginns", "start_timestamp")
+    end = require(df, path, "rocprof kernel", "endns", "end_timestamp")
+    grid, block = total_dims(int_col(df, "grd", "grid_size"), int_col(df, "wgr", "workgroup_size"))
+    out = df.select(
+        id=int_col(df, "index", "dispatch_id"), name=clean_kernel_name(pl.col(name).cast(pl.Utf8)),
+        start_ns=int_col(df, begin), dur_ns=int_col(df, end) - int_col(df, begin),
+        device=int_col(df, "gpu-id", "gpu_id"), queue=int_col(df, "queue-id", "queue_id"),
+        tid=int_col(df, "tid"), pid=int_col(df, "pid"), correlation=int_col(df, "correlation_id"),
+        grid=grid, block=block,  # grd/wgr are x*y*z products: [total workgroups, 1, 1]
+        lds_bytes=int_col(df, "lds", "lds_per_workgroup"),
+        scratch_bytes=int_col(df, "scr", "scratch_per_workitem"),
+        registers=int_col(df, "arch_vgpr", "vgpr"), accum_registers=int_col(df, "accum_vgpr"),
+        sgprs=int_col(df, "sgpr"), region=str_col(df, "roctx-range"),
+    )
+    if out["id"].null_count() == out.height:
+        out = out.with_columns(id=pl.int_range(pl.len(), dtype=pl.Int64))
+    negative = out.filter(pl.col("dur_ns") < 0).height
+    if negative:
+        warnings.append(f"{negative} kernels with EndNs < BeginNs: duration set to null")
+        out = out.with_columns(dur_ns=pl.when(pl.col("dur_ns") >= 0).then(pl.col("dur_ns")))
+    return out.sort("start_ns")
+
+
+def _stem(path: Path) -> str:
+    return plain_name(path).split(".")[0]
+
+
+def _sysinfo(path: Path, warnings: list[str]) -> tuple[dict, ...]:
+    info = path.with_name(f"{_stem(path)}.sysinfo.txt")
+    if not info.is_file():
+        warnings.append(f"no {info.name} beside the trace: device properties unknown")
+        return ()
+    return rocminfo_agents(info.read_text(errors="replace"))
+
+
+_OTHER_KEYS = {"Name": "name", "MarketingName": "product_name", "ComputeUnit": "cu_count",
+               "SIMDsperCU": "simd_per_cu", "WavefrontSize": "wave_front_size",
+               "MaxClockFreq.(MHz)": "max_engine_clk_fcompute", "DeviceType": "type"}
+
+
+def _other_data_agents(other: dict) -> tuple[dict, ...]:
+    """GPU agents from v1 JSON `otherData` (rocminfo flattened, spaces removed)."""
+    agents: dict[int, dict] = {}
+    for key, value in other.items():
+        m = re.match(r"Agent(\d+)\.([^.]+(?:\.\(MHz\))?)$", key)
+        if m and m.group(2) in _OTHER_KEYS:
+            agents.setdefault(int(m.group(1)), {})[_OTHER_KEYS[m.group(2)]] = str(value).split("(")[0]
+    gpus = [a for _, a in sorted(agents.items()) if a.get("type") == "GPU"]
+    return tuple(agent_dict(a, id=i) for i, a in enumerate(gpus))
+
+
+def read_v1_csv(path: Path) -> Trace:
+    warnings: list[str] = []
+    kernels = _v1_kernels(read_csv(path, warnings), path, warnings)
+    return finish(path, V1, devices=_sysinfo(path, warnings), vendor_from="rocprof v1 sysinfo",
+                  warnings=warnings, runtime={"profiler": "rocprof"}, kernels=kernels)
+
+
+def read_v1_db(path: Path) -> Trace:
+    warnings: list[str] = []
+    with local_file(path) as db:
+        try:
+            con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+            tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            if "KERN" not in tables:
+                raise TraceError(path, "rocprof v1 database without a KERN table")
+            cur = con.execute("SELECT * FROM KERN")
+            df = pl.DataFrame(cur.fetchall(), schema=[d[0].lower() for d in cur.description],
+                              orient="row", infer_schema_length=None)
+        except sqlite3.DatabaseError as exc:
+            raise TraceError(path, f"unreadable SQLite database ({exc})") from None
+        finally:
+            if "con" in locals():
+                con.close()
+    kernels = _v1_kernels(df, path, warnings)
+    return finish(path, V1, devices=_sysinfo(path, warnings), vendor_from="rocprof v1 sysinfo",
+                  warnings=warnings, runtime={"profiler": "rocprof"}, kernels=kernels)
+
+
+def read_v1_json(path: Path) -> Trace:
+    warnings: list[str] = []
+    try:
+        doc = orjson.loads(read_bytes(path))
+    except orjson.JSONDecodeError as exc:
+        raise TraceError(path, f"invalid JSON ({exc.msg} at byte {exc.pos}; file cut short?)") from None
+    events = doc.get("traceEvents") if isinstance(doc, dict) else None
+    if not isinstance(events, list):
+        raise TraceError(path, "no traceEvents list (not a rocprof v1 JSON trace)")
+    names = {e.get("pid"): (e.get("args") or {}).get("name", "") for e in events
+             if isinstance(e, dict) and e.get("ph") == "M" and e.get("name") == "process_name"}
+    gpu_pids = [pid for pid, n in names.items() if re.fullmatch(r"GPU\d+", str(n))]
+    slices = [e for e in events if isinstance(e, dict) and e.get("ph") == "X"]
+    df = pl.DataFrame(slices, infer_schema_length=None) if slices else pl.DataFrame()
+    kernels = markers = None
+    if df.height and "args" in df.columns:
+        gpu = df.filter(pl.col("pid").cast(pl.Int64).is_in(gpu_pids))
+        if gpu.height:
+            args = gpu.select("args").unnest("args")
+            kernels = _v1_kernels(args.rename({c: c.lower() for c in args.columns}), path, warnings)
+        mark = df.filter(pl.col("pid").cast(pl.Int64) == 0) if 0 in names else df.clear()
+        if mark.height:  # "Markers and Ranges": ts/dur in us (strings)
+            markers = mark.select(
+                name=pl.col("name"), side=pl.lit("cpu"), tid=pl.col("tid").cast(pl.Int64, strict=False),
+                start_ns=(pl.col("ts").cast(pl.Float64) * 1000).round().cast(pl.Int64),
+                dur_ns=(pl.col("dur").cast(pl.Float64) * 1000).round().cast(pl.Int64))
+    other = doc.get("otherData") or {}
+    info = path.with_name(f"{_stem(path)}.sysinfo.txt")
+    devices = (rocminfo_agents(info.read_text(errors="replace")) if info.is_file()
+               else _other_data_agents(other))
+    return finish(path, V1, devices=devices, vendor_from="rocprof v1 sysinfo", warnings=warnings,
+                  runtime={"profiler": "rocprof"}, kernels=kernels, markers=markers,
+                  events=len(slices))
+
+
+def read_v2_csv(path: Path) -> Trace:
+    warnings: list[str] = []
+    kernels = _v1_kernels(read_csv(path, warnings), path, warnings)
+    return finish(path, V2, vendor_from="rocprofv2 CSV output", warnings=warnings,
+                  runtime={"profiler": "rocprofv2"}, kernels=kernels)
+
+
+def read(path: Path, fmt: str) -> Trace:
+    if fmt == V2:
+        return read_v2_csv(path)
+    head = head_bytes(path, 64)
+    if head.startswith(b"SQLite format 3"):
+        return read_v1_db(path)
+    if head.lstrip()[:1] in (b"{", b"["):
+        return read_v1_json(path)
+    return read_v1_csv(path)
