@@ -16,7 +16,7 @@ import polars as pl
 
 from attrib.trace import Trace
 
-DEFAULT_MAP = {"prefill": "prefill", "decode": "decode", "extend": "prefill", "generate": "decode"}
+DEFAULT_MAP = {"prefill": "prefill", "decode": "decode", "mixed": "mixed", "extend": "prefill", "generate": "decode"}
 _TOKENS = re.compile(r"^(?P<name>.+?) \(tokens=(?P<tokens>\d+)\)$")
 _VLLM = re.compile(r"^execute_(?:(?P<total>\d+)_)?context_(?P<nctx>\d+)\((?P<cb>[^)]*)\)_generation_(?P<ngen>\d+)\((?P<gb>[^)]*)\)")
 _SGLANG = re.compile(r"^step\[(?P<mode>[A-Z]+)(?:\s+bs=(?P<bs>\d+))?")

@@ -331,12 +331,11 @@ def read(path: str | Path, **_: Any) -> Trace:
             parts[t].append(df)
     n_events = len(events)
     del events
-    got = read_sidecar(path)
-    provenance, prov_warn = got if isinstance(got, tuple) else (got, None)
+    provenance = dict(read_sidecar(path))
+    if "warning" in provenance:
+        warnings.append(str(provenance.pop("warning")))
     if isinstance(doc.attrib, dict) and not provenance:
         provenance = doc.attrib
-    if prov_warn:
-        warnings.append(prov_warn)
     tables = {t: _finish(p) for t, p in parts.items()}
     tables["kernels"] = _fill_correlation(tables["kernels"], tables.pop("flows"))
     vendor, vendor_from = _vendor(doc)

@@ -1,0 +1,399 @@
+"""Capture a torch-profiler trace of marked inference steps, with a provenance stamp.
+
+    with collectors.capture("traces/", warmup=2, steps=8, provenance={"model": "Qwen/Qwen3-8B"}) as cap:
+        with cap.phase("prefill", tokens=batch * prompt):
+            model(...)
+        for _ in range(n):
+            with cap.phase("decode", tokens=batch):
+                model(...)
+
+Each step is a `record_function` span `"{phase} (tokens={N})"` (or `"{phase}"`), then `prof.step()`;
+on ROCm also a roctx range. `warmup` steps are skipped, recording stops after `steps` steps, and the
+trace is exported as `<out_dir>/<name>.pt.trace.json.gz` + stamp `<trace>.attrib.json`.
+`wrap(fn, phase=...)` does the same around calls of an existing step function. Fail open: profiler
+or export failures are `CaptureWarning`s; step results and exceptions are untouched. Disabled
+(`enabled=False`, `ATTRIB_PROFILE=0`) imports nothing; torch is imported only when a capture starts.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import functools
+import gzip
+import json
+import os
+import shutil
+import socket
+import sys
+import threading
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from collectors import provenance as _prov
+
+TRACE_SUFFIX = ".pt.trace.json.gz"
+
+
+class CaptureWarning(UserWarning):
+    """A capture could not start, record or export; the profiled program is unaffected."""
+
+
+@dataclass
+class CaptureResult:
+    """What a capture produced; `path`/`sidecar` are None when nothing was written."""
+
+    enabled: bool
+    path: Path | None = None
+    sidecar: Path | None = None
+    steps: list[tuple[str, int | None]] = field(default_factory=list)
+    warmup_skipped: int = 0
+    stop_s: float | None = None     # stopping the profiler (with_stack makes it slow)
+    export_s: float | None = None   # writing + gzip of the trace
+    bytes: int | None = None
+    error: str | None = None
+
+
+def step_name(phase: str, tokens: int | None = None) -> str:
+    """The span name of one step: `"decode (tokens=8)"`, or `"decode"` without a count."""
+    if tokens is None:
+        return f"{phase}"
+    if isinstance(tokens, bool) or int(tokens) != tokens or tokens < 0:
+        raise ValueError(f"tokens must be a non-negative integer, got {tokens!r}")
+    return f"{phase} (tokens={int(tokens)})"
+
+
+def profiling_enabled(enabled: bool | None = None) -> bool:
+    """False when `enabled` is False or env ATTRIB_PROFILE is 0/false/no/off (a kill switch)."""
+    env = os.environ.get("ATTRIB_PROFILE", "1").strip().lower()
+    return enabled is not False and env not in ("0", "false", "no", "off")
+
+
+def _warn(msg: str) -> None:
+    warnings.warn(f"attrib capture: {msg}", CaptureWarning, stacklevel=4)
+
+
+class _NullCapture:
+    """A disabled capture: phases are plain null contexts; nothing is imported or written."""
+
+    active = False
+
+    def __init__(self) -> None:
+        self.result = CaptureResult(enabled=False)
+
+    def __enter__(self) -> "_NullCapture":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+    start = __enter__
+
+    def close(self) -> CaptureResult:
+        return self.result
+
+    def phase(self, name: str, tokens: int | None = None) -> contextlib.nullcontext:
+        return contextlib.nullcontext()
+
+
+class Capture:
+    """A live capture; build it with `capture(...)`. A context manager, or start()/close()."""
+
+    def __init__(self, out_dir: str | Path, *, warmup: int = 0, steps: int | None = None,
+                 provenance: dict[str, Any] | None = None, record_shapes: bool = True,
+                 with_stack: bool = True, name: str | None = None, profile_memory: bool = False,
+                 with_flops: bool = False, activities: list[str] | None = None,
+                 gzip_level: int = 6, embed_provenance: bool = True) -> None:
+        if warmup < 0 or (steps is not None and steps < 1):
+            raise ValueError(f"need warmup >= 0 and steps >= 1 or None, got {warmup}, {steps}")
+        self.out_dir, self.warmup, self.steps = Path(out_dir), int(warmup), steps
+        self.provenance = dict(provenance or {})
+        self.options = {"record_shapes": record_shapes, "with_stack": with_stack,
+                        "profile_memory": profile_memory, "with_flops": with_flops}
+        self.activities, self.gzip_level, self.embed = activities, gzip_level, embed_provenance
+        self.name = name or f"{socket.gethostname()}_{os.getpid()}.{time.time_ns()}"
+        self.result = CaptureResult(enabled=True)
+        self._prof: Any = None    # torch.profiler.profile while the window is open
+        self._torch: Any = None
+        self._roctx: Any = None   # collectors.rocprof.roctx on ROCm, when present
+        self._acts: list[str] = []
+        self._t_stop: float | None = None
+        self._seen, self._state = 0, "new"   # steps run (warmup included); new -> running -> done
+        self._lock = threading.RLock()
+
+    def __enter__(self) -> "Capture":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    active = property(lambda self: self._state == "running")
+    trace_path = property(lambda self: self.out_dir / f"{self.name}{TRACE_SUFFIX}")
+
+    def start(self) -> "Capture":
+        """Build and start the profiler; on any failure warn and run unprofiled."""
+        with self._lock:
+            if self._state != "new":
+                return self
+            self._state = "running"
+            try:
+                self.out_dir.mkdir(parents=True, exist_ok=True)
+                if not os.access(self.out_dir, os.W_OK):
+                    raise PermissionError("not writable")
+            except OSError as exc:
+                return self._fail(f"output directory {self.out_dir} unusable: {exc}", stop=True)
+            try:
+                import torch
+                from torch import profiler as tp
+
+                self._torch, running = torch, getattr(torch._C._autograd, "_profiler_enabled", None)
+                if running is not None and running():   # a second profiler would clobber it
+                    return self._fail("another torch profiler is already running; not starting a "
+                                      "second one", stop=True)
+                acts = self._activities(tp)
+                self._acts = [str(a).rsplit(".", 1)[-1] for a in acts]
+                self._prof = tp.profile(activities=acts, schedule=self._schedule(tp),
+                                        on_trace_ready=self._on_ready, **self.options)
+                self._prof.start()
+            except Exception as exc:
+                self._prof = None
+                return self._fail(f"profiler failed to start: {type(exc).__name__}: {exc}", stop=True)
+            if getattr(torch.version, "hip", None):   # roctx ranges too, when that module exists
+                with contextlib.suppress(Exception):
+                    from collectors.rocprof import roctx
+
+                    self._roctx = roctx if hasattr(roctx, "range_push") else None
+        return self
+
+    def close(self) -> CaptureResult:
+        """Stop recording, export what was recorded (once), and return the result."""
+        with self._lock:
+            prof, self._prof = self._prof, None
+            if self._state != "running" or prof is None:
+                self._state = "done"
+                return self.result
+            self._embed(prof)
+            self._t_stop = time.perf_counter()
+            try:
+                prof.stop()   # fires _on_ready (the export) when the window held steps
+            except Exception as exc:
+                self._fail(f"profiler failed to stop: {type(exc).__name__}: {exc}")
+            self._state = "done"
+            if not self.result.steps and not self.result.error:
+                self._fail(f"no steps recorded ({self._seen} run, warmup {self.warmup}); nothing exported")
+            return self.result
+
+    @contextlib.contextmanager
+    def phase(self, name: str, tokens: int | None = None):
+        """Mark one step. The body's result and exceptions pass through untouched."""
+        if self._state != "running":
+            yield
+            return
+        try:
+            label = step_name(name, tokens)
+        except (TypeError, ValueError) as exc:
+            _warn(f"step {name!r}: {exc}; recorded without a token count")
+            tokens, label = None, step_name(name)
+        span = None
+        try:
+            if self._roctx is not None:
+                self._roctx.range_push(label)
+            span = self._torch.profiler.record_function(label)
+            span.__enter__()
+        except Exception as exc:
+            span = _warn(f"could not open step span {label!r}: {exc}")
+        try:
+            yield
+        finally:
+            self._end_step(span, name, tokens)
+
+    def _end_step(self, span: Any, name: str, tokens: int | None) -> None:
+        with self._lock:
+            try:
+                if span is not None:
+                    span.__exit__(None, None, None)
+                if self._roctx is not None:
+                    self._roctx.range_pop()
+            except Exception as exc:
+                _warn(f"could not close step span: {exc}")
+            if self._prof is None:
+                return
+            recording = self._seen >= self.warmup
+            self._seen += 1
+            if recording:
+                self.result.steps.append((name, None if tokens is None else int(tokens)))
+            else:
+                self.result.warmup_skipped += 1
+            last = recording and self.steps is not None and len(self.result.steps) >= self.steps
+            if last:
+                self._embed(self._prof)
+                self._t_stop = time.perf_counter()
+            try:
+                self._prof.step()   # after the last recorded step: stops and fires _on_ready
+            except Exception as exc:
+                self._fail(f"profiler step failed: {type(exc).__name__}: {exc}")
+                prof, self._prof, self._state = self._prof, None, "done"
+                with contextlib.suppress(Exception):
+                    prof.on_trace_ready = None
+                    prof.stop()
+                return
+            if last:
+                self._prof, self._state = None, "done"
+
+    def _activities(self, tp: Any) -> list[Any]:
+        if self.activities is not None:
+            return [getattr(tp.ProfilerActivity, a.upper()) for a in self.activities]
+        acts, torch, xpu = [tp.ProfilerActivity.CPU], self._torch, getattr(self._torch, "xpu", None)
+        if torch.cuda.is_available():   # ROCm builds report as CUDA too
+            acts.append(tp.ProfilerActivity.CUDA)
+        if xpu is not None and hasattr(tp.ProfilerActivity, "XPU") and xpu.is_available():
+            acts.append(tp.ProfilerActivity.XPU)
+        return acts
+
+    def _schedule(self, tp: Any) -> Callable[[int], Any]:
+        """Skip `warmup` steps (the last one warms the profiler), record `steps`, then stop."""
+        act, warmup, steps = tp.ProfilerAction, self.warmup, self.steps
+
+        def schedule(step: int) -> Any:
+            if step < warmup:
+                return act.WARMUP if step == warmup - 1 else act.NONE
+            k = step - warmup
+            if steps is None or k < steps - 1:
+                return act.RECORD
+            return act.RECORD_AND_SAVE if k == steps - 1 else act.NONE
+
+        return schedule
+
+    def _embed(self, prof: Any) -> None:
+        """Put the stamp (without export timings) in the trace too, in case the sidecar is lost."""
+        if self.embed and self.result.steps:
+            with contextlib.suppress(Exception):   # a convenience; the sidecar is the contract
+                prof.add_metadata_json("attrib", json.dumps(self._stamp(self.trace_path.name)))
+
+    def _on_ready(self, prof: Any) -> None:
+        """Export the closed window, then write the sidecar. Never raises."""
+        res = self.result
+        if self._t_stop is not None:
+            res.stop_s = time.perf_counter() - self._t_stop
+        if not res.steps:
+            return
+        dest = self.trace_path
+        raw, part = (dest.with_name(f".{self.name}.partial{s}") for s in (".json", ".json.gz"))
+        t0 = time.perf_counter()
+        try:
+            prof.export_chrome_trace(str(raw))   # raw JSON, gzip beside it, then rename
+            with open(raw, "rb") as fin, gzip.open(part, "wb", compresslevel=self.gzip_level) as fout:
+                shutil.copyfileobj(fin, fout, 1 << 20)
+            res.bytes = part.stat().st_size
+            os.replace(part, dest)
+        except Exception as exc:
+            res.bytes = None
+            self._fail(f"trace export to {dest} failed: {type(exc).__name__}: {exc}")
+            return
+        finally:
+            for p in (raw, part):
+                with contextlib.suppress(OSError):
+                    p.unlink()
+        res.export_s, res.path = time.perf_counter() - t0, dest
+        try:
+            res.sidecar = _prov.write_sidecar(dest, self._stamp(dest.name))
+        except Exception as exc:
+            self._fail(f"provenance sidecar for {dest} not written: {type(exc).__name__}: {exc}")
+
+    def _stamp(self, trace_name: str) -> dict[str, Any]:
+        res = self.result
+        cap = {"tool": "collectors.capture", "warmup": self.warmup, "steps_limit": self.steps,
+               "steps_recorded": len(res.steps), "warmup_skipped": res.warmup_skipped,
+               "activities": self._acts, "stop_s": res.stop_s, "export_s": res.export_s,
+               **self.options}
+        return _prov.collect(self._torch, self.provenance, cap, res.steps, trace_name)
+
+    def _fail(self, msg: str, stop: bool = False) -> "Capture":
+        self._state = "done" if stop else self._state
+        self.result.error = self.result.error or msg
+        _warn(msg)
+        return self
+
+def capture(out_dir: str | Path, warmup: int = 0, steps: int | None = None,
+            provenance: dict[str, Any] | None = None, record_shapes: bool = True,
+            with_stack: bool = True, enabled: bool | None = None,
+            **options: Any) -> Capture | _NullCapture:
+    """A torch-profiler capture of marked steps into `out_dir` (see the module docstring).
+
+    warmup: steps run but not recorded. steps: steps recorded, then the window closes and the
+    trace is exported at once (None: at close) -- keep it small when profiling a server.
+    provenance: the stamp's user fields (collectors.provenance.USER_FIELDS; others go to "extra").
+    record_shapes: input shapes and dtypes, which the byte/FLOP cost model needs.
+    with_stack: Python frames incl. nn.Module scopes, which give module attribution; it makes
+    stop and export much slower (seconds to minutes on a busy server).
+    enabled: False disables; so does env ATTRIB_PROFILE=0, whatever `enabled` says.
+    options: name (file stem), profile_memory, with_flops, activities (["cpu", "cuda", "xpu"]),
+    gzip_level, embed_provenance (also put the stamp in the trace's top-level "attrib" key).
+    """
+    if not profiling_enabled(enabled):
+        return _NullCapture()
+    return Capture(out_dir, warmup=warmup, steps=steps, provenance=provenance,
+                   record_shapes=record_shapes, with_stack=with_stack, **options)
+
+
+def wrap(fn: Callable[..., Any] | None = None, *, phase: Callable[..., Any], out_dir: str | Path,
+         **capture_options: Any) -> Callable[..., Any]:
+    """Profile calls of an existing step function; also a decorator (`@wrap(phase=..., ...)`).
+
+    `phase(*args, **kwargs)` returns `(name, tokens)`, `name`, or None (that call is not a step).
+    The capture starts at the first step and exports when `steps` steps were recorded, at
+    `wrapped.finish()`, or at interpreter exit. `wrapped.capture.result` says what was written.
+    """
+    if fn is None:
+        return lambda f: wrap(f, phase=phase, out_dir=out_dir, **capture_options)
+    cap = capture(out_dir, **capture_options)
+    if isinstance(cap, _NullCapture):
+        @functools.wraps(fn)
+        def passthrough(*args: Any, **kwargs: Any) -> Any:
+            return fn(*args, **kwargs)
+
+        passthrough.capture, passthrough.finish = cap, cap.close
+        return passthrough
+
+    def finish() -> CaptureResult:
+        atexit.unregister(finish)
+        return cap.close()
+
+    @functools.wraps(fn)
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        if cap._state == "done":
+            return fn(*args, **kwargs)
+        try:
+            got = phase(*args, **kwargs)
+            name, tokens = (got, None) if got is None or isinstance(got, str) else got
+        except Exception as exc:
+            _warn(f"phase callable failed ({type(exc).__name__}: {exc}); call not recorded")
+            name = None
+        if name is None:
+            return fn(*args, **kwargs)
+        if cap._state == "new":
+            cap.start()
+            atexit.register(finish)
+        try:
+            with cap.phase(str(name), tokens):
+                return fn(*args, **kwargs)
+        finally:
+            if cap._state == "done":
+                atexit.unregister(finish)
+
+    wrapped.capture, wrapped.finish = cap, finish
+    return wrapped
+
+
+class _CallableModule(type(sys)):   # a module type
+    """`collectors.capture` is this module (importing a submodule sets that package attribute),
+    so the module is callable: `collectors.capture(out_dir, ...)` is `capture(out_dir, ...)`."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Capture | _NullCapture:
+        return capture(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

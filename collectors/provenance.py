@@ -1,0 +1,189 @@
+"""The provenance stamp: a sidecar JSON next to each captured trace.
+
+`foo.pt.trace.json.gz` gets `foo.pt.trace.json.gz.attrib.json`, schema `attrib.provenance/1`. It
+records what the trace alone cannot say: the model, quantization, dtypes, KV-cache and speculative
+settings, the baseline it is compared to, the steps recorded, the software versions, the GPU, and
+the environment variables that change which kernels run. Fields nobody told us are null.
+
+Writing needs the live process (`collect`, called by the capture with torch already imported);
+reading (`read_sidecar`) is a pure function for offline analysis and never imports torch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+SCHEMA = "attrib.provenance/1"
+SUFFIX = ".attrib.json"
+
+# What a user can (and should) tell the capture; each is null unless given.
+USER_FIELDS = (
+    "model",             # model id, e.g. "Qwen/Qwen3-30B-A3B"
+    "quantization",      # e.g. "fp8", "awq-int4", "gguf-q4_k_m", "none"
+    "dtype",             # activation / compute dtype
+    "context_length",    # max model length or the prompt+decode length profiled
+    "batch",             # sequences per step
+    "concurrency",       # concurrent requests driving a server
+    "kv_cache_dtype",    # e.g. "auto", "fp8_e4m3"
+    "kv_cache_state",    # e.g. "cold", "warm", "prefix-cached"
+    "speculative",       # speculative decoding mode, e.g. "eagle3 k=3", "none"
+    "correctness_gate",  # how outputs were checked, e.g. "gsm8k 0.82 >= 0.80"
+    "baseline_id",       # the capture this one is compared against
+)
+
+ENV_PREFIXES = (
+    "VLLM_", "SGLANG_", "HIP_", "HSA_", "ROCR_", "AMD_", "PYTORCH_TUNABLEOP_",
+    "TORCH_ROCM_AOTRITON_", "ROCBLAS_", "HIPBLASLT_", "MIOPEN_", "RCCL_", "NCCL_", "TORCH_CUDNN_",
+    "TORCHINDUCTOR_", "TRITON_", "CUBLAS_", "CUBLASLT_", "CUDA_", "ATTRIB_",
+)
+ENV_NAMES = (
+    "CUDA_VISIBLE_DEVICES", "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_HIP_ALLOC_CONF",
+    "PYTORCH_ALLOC_CONF", "TORCH_BLAS_PREFER_HIPBLASLT", "TORCH_COMPILE_DEBUG", "OMP_NUM_THREADS",
+)
+_SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "CREDENTIAL")
+
+
+def sidecar_path(trace_path: str | Path) -> Path:
+    """Where the stamp of `trace_path` lives."""
+    return Path(str(trace_path) + SUFFIX)
+
+
+def kernel_env(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment variables that can change kernels or their timing (secrets redacted)."""
+    env = os.environ if environ is None else environ
+    out = {}
+    for name in sorted(env):
+        if name in ENV_NAMES or name.startswith(ENV_PREFIXES):
+            secret = any(w in name.upper() for w in _SECRET_WORDS)
+            out[name] = "<redacted>" if secret else env[name]
+    return out
+
+
+def _jsonable(value: Any) -> Any:
+    """`value` as plain JSON types; anything else (a torch.dtype, a Path) becomes its str."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [_jsonable(v) for v in value]
+    return str(value)
+
+
+def _version(module_name: str) -> str | None:
+    """The version of an already-imported module (never imports it)."""
+    mod = sys.modules.get(module_name)
+    return getattr(mod, "__version__", None) if mod is not None else None
+
+
+def _attrib_version() -> str | None:
+    try:
+        from importlib.metadata import version
+
+        return version("attrib")
+    except Exception:
+        return None
+
+
+def gpu_info(torch: Any) -> dict[str, Any] | None:
+    """Name, arch and size of the current accelerator as torch reports them; None without one."""
+    try:
+        if torch.cuda.is_available():
+            idx = torch.cuda.current_device()
+            p = torch.cuda.get_device_properties(idx)
+            hip = getattr(torch.version, "hip", None)
+            arch = getattr(p, "gcnArchName", None) if hip else f"sm_{p.major}{p.minor}"
+            return {
+                "backend": "rocm" if hip else "cuda",
+                "index": idx,
+                "count": torch.cuda.device_count(),
+                "name": p.name,
+                "arch": arch or None,
+                "arch_from": "gcnArchName" if hip else "compute_capability",
+                "total_memory_bytes": int(p.total_memory),
+                "multiprocessor_count": getattr(p, "multi_processor_count", None),
+            }
+        xpu = getattr(torch, "xpu", None)
+        if xpu is not None and xpu.is_available():
+            idx = xpu.current_device()
+            p = xpu.get_device_properties(idx)
+            return {"backend": "xpu", "index": idx, "count": xpu.device_count(), "name": p.name,
+                    "arch": None, "arch_from": None,
+                    "total_memory_bytes": int(getattr(p, "total_memory", 0)) or None,
+                    "multiprocessor_count": None}
+    except Exception:
+        return None
+    return None
+
+
+def collect(torch: Any, user: dict[str, Any] | None, capture: dict[str, Any],
+            steps: list[tuple[str, int | None]], trace_name: str) -> dict[str, Any]:
+    """The stamp of one capture. `user` fills USER_FIELDS; its other keys go under "extra"."""
+    user = dict(user or {})
+    doc: dict[str, Any] = {"schema": SCHEMA, "trace": trace_name,
+                           "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    for key in USER_FIELDS:
+        doc[key] = _jsonable(user.pop(key, None))
+    doc["steps"] = [{"phase": p, "tokens": t} for p, t in steps]
+    doc["versions"] = {
+        "python": platform.python_version(),
+        "torch": getattr(torch, "__version__", None),
+        "cuda": getattr(torch.version, "cuda", None),
+        "hip": getattr(torch.version, "hip", None),
+        "attrib": _attrib_version(),
+        "transformers": _version("transformers"),
+        "vllm": _version("vllm"),
+        "sglang": _version("sglang"),
+    }
+    doc["gpu"] = gpu_info(torch)
+    doc["host"] = {"hostname": socket.gethostname(), "pid": os.getpid(),
+                   "platform": platform.platform()}
+    doc["capture"] = _jsonable(capture)
+    doc["env"] = kernel_env()
+    doc["extra"] = _jsonable(user)
+    return doc
+
+
+def write_sidecar(trace_path: str | Path, doc: dict[str, Any]) -> Path:
+    """Write the stamp next to the trace (atomically); raises OSError on failure."""
+    dest = sidecar_path(trace_path)
+    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(json.dumps(doc, indent=1, sort_keys=False) + "\n", encoding="utf-8")
+        os.replace(tmp, dest)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return dest
+
+
+def read_sidecar(trace_path: str | Path) -> dict[str, Any]:
+    """The stamp of `trace_path`: {} when there is none.
+
+    A sidecar that cannot be used (unreadable, not JSON, not an object, another schema) gives
+    `{"warning": "<sidecar>: <problem>"}` instead of raising; a good stamp never has "warning".
+    """
+    path = sidecar_path(trace_path)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return {}
+    except OSError as exc:
+        return {"warning": f"{path}: cannot read provenance sidecar: {exc.strerror or exc}"}
+    try:
+        doc = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        return {"warning": f"{path}: corrupt provenance sidecar ({exc})"}
+    if not isinstance(doc, dict):
+        return {"warning": f"{path}: provenance sidecar is not a JSON object"}
+    if doc.get("schema") != SCHEMA:
+        return {"warning": f"{path}: provenance sidecar has schema {doc.get('schema')!r}, "
+                           f"expected {SCHEMA!r}"}
+    doc.pop("warning", None)
+    return doc

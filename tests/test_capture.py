@@ -1,0 +1,316 @@
+"""collectors.capture / collectors.wrap on real torch (CPU in CI) and a real HF model."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import collectors  # noqa: E402
+from collectors.capture import CaptureWarning, step_name  # noqa: E402
+from collectors.provenance import SCHEMA, read_sidecar, sidecar_path  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+BATCH, PROMPT, DECODE = 2, 12, 4
+
+
+def _events(path: Path) -> list[dict]:
+    with gzip.open(path, "rt", encoding="utf-8") as fh:
+        doc = json.load(fh)
+    assert isinstance(doc["traceEvents"], list) and doc["traceEvents"]
+    return doc["traceEvents"]
+
+
+def _spans(path: Path) -> Counter:
+    """User annotations other than the profiler's own ProfilerStep#N."""
+    return Counter(e["name"] for e in _events(path)
+                   if e.get("cat") == "user_annotation" and not e["name"].startswith("ProfilerStep#"))
+
+
+def _work(x: int) -> int:
+    """A small real torch step; returns a plain int so results are easy to compare."""
+    t = torch.full((16, 16), float(x))
+    return int((t @ t).sum().item())
+
+
+@pytest.fixture(scope="module")
+def tiny_lm():
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.AutoConfig.for_model(
+        "llama", hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, vocab_size=512, max_position_embeddings=64)
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(cfg).eval()
+    import inspect
+
+    key = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    return cfg, model, key
+
+
+def _generate(cfg, model, key, cap) -> list[torch.Tensor]:
+    from transformers import DynamicCache
+
+    try:
+        cache = DynamicCache(config=cfg)
+    except TypeError:
+        cache = DynamicCache()
+    ids = torch.randint(0, cfg.vocab_size, (BATCH, PROMPT))
+    out = []
+    with torch.inference_mode():
+        with cap.phase("prefill", tokens=BATCH * PROMPT):
+            nxt = model(input_ids=ids, use_cache=True, **{key: cache}).logits[:, -1].argmax(-1, keepdim=True)
+        out.append(nxt)
+        for _ in range(DECODE):
+            with cap.phase("decode", tokens=BATCH):
+                nxt = model(input_ids=nxt, use_cache=True, **{key: cache}).logits[:, -1].argmax(-1, keepdim=True)
+            out.append(nxt)
+    assert cache.get_seq_length() == PROMPT + DECODE
+    return out
+
+
+def test_hf_prefill_decode_trace_and_sidecar(tmp_path, tiny_lm, monkeypatch):
+    cfg, model, key = tiny_lm
+    monkeypatch.setenv("PYTORCH_TUNABLEOP_ENABLED", "1")
+    monkeypatch.setenv("VLLM_ATTENTION_BACKEND", "ROCM_AITER_FA")
+    monkeypatch.setenv("VLLM_API_KEY", "s3cret")
+    monkeypatch.setenv("UNRELATED_SETTING", "x")
+    prov = {"model": "random-init llama-2L-64", "dtype": torch.float32, "batch": BATCH,
+            "kv_cache_state": "fresh", "run_note": "ci"}
+    with collectors.capture(tmp_path / "out", provenance=prov, name="hf") as cap:
+        _generate(cfg, model, key, cap)
+    res = cap.result
+
+    assert res.error is None and res.path == tmp_path / "out" / "hf.pt.trace.json.gz"
+    assert res.path.is_file() and res.bytes == res.path.stat().st_size
+    assert res.steps == [("prefill", BATCH * PROMPT)] + [("decode", BATCH)] * DECODE
+    assert res.stop_s >= 0 and res.export_s > 0
+    assert _spans(res.path) == {f"prefill (tokens={BATCH * PROMPT})": 1, f"decode (tokens={BATCH})": DECODE}
+    events = _events(res.path)
+    assert any(e.get("cat") == "python_function" and e["name"].startswith("nn.Module: LlamaDecoderLayer")
+               for e in events), "with_stack=True should give module frames"
+    assert any("Input Dims" in e.get("args", {}) for e in events if e.get("cat") == "cpu_op")
+    assert not list((tmp_path / "out").glob(".*")), "no partial files left behind"
+
+    stamp = read_sidecar(res.path)
+    assert res.sidecar == sidecar_path(res.path) == Path(str(res.path) + ".attrib.json")
+    assert stamp["schema"] == SCHEMA and stamp["trace"] == "hf.pt.trace.json.gz"
+    assert stamp["model"] == "random-init llama-2L-64" and stamp["dtype"] == "torch.float32"
+    assert stamp["batch"] == BATCH and stamp["kv_cache_state"] == "fresh"
+    for unknown in ("quantization", "context_length", "speculative", "correctness_gate", "baseline_id",
+                    "kv_cache_dtype", "concurrency"):
+        assert stamp[unknown] is None
+    assert stamp["extra"] == {"run_note": "ci"}
+    assert stamp["steps"] == [{"phase": "prefill", "tokens": BATCH * PROMPT}] + \
+        [{"phase": "decode", "tokens": BATCH}] * DECODE
+    assert stamp["versions"]["torch"] == torch.__version__
+    assert stamp["versions"]["hip"] == torch.version.hip and stamp["versions"]["cuda"] == torch.version.cuda
+    assert stamp["gpu"] is None if not torch.cuda.is_available() else stamp["gpu"]["name"]
+    env = stamp["env"]
+    assert env["PYTORCH_TUNABLEOP_ENABLED"] == "1" and env["VLLM_ATTENTION_BACKEND"] == "ROCM_AITER_FA"
+    assert env["VLLM_API_KEY"] == "<redacted>" and "UNRELATED_SETTING" not in env
+    assert stamp["capture"]["steps_recorded"] == 1 + DECODE and stamp["capture"]["with_stack"] is True
+    assert stamp["capture"]["export_s"] == pytest.approx(res.export_s)
+
+    # attrib analyze splits it into the captured steps and carries the stamp into the analysis JSON
+    from attrib import analyze
+
+    doc = analyze(res.path)
+    phases = {p["phase"]: p for p in doc["phases"]}
+    assert (phases["prefill"]["steps"], phases["prefill"]["tokens_per_step"]) == (1, BATCH * PROMPT)
+    assert (phases["decode"]["steps"], phases["decode"]["tokens_per_step"]) == (DECODE, BATCH)
+    assert phases["decode"]["tokens_from"] == "annotation"
+    assert doc["provenance"]["model"] == "random-init llama-2L-64" and doc["provenance"]["batch"] == BATCH
+    assert doc["provenance"]["env"]["VLLM_ATTENTION_BACKEND"] == "ROCM_AITER_FA"
+
+
+def test_warmup_skipped_and_window_closes_at_steps(tmp_path):
+    with collectors.capture(tmp_path, warmup=2, steps=3, name="w", with_stack=False) as cap:
+        got = []
+        for i in range(7):
+            with cap.phase(f"s{i}", tokens=i):
+                got.append(_work(i))
+            if i == 4:  # the 3rd recorded step closed the window: exported before the block ends
+                assert cap.result.path is not None and cap.result.path.is_file()
+    assert got == [_work(i) for i in range(7)]
+    assert cap.result.warmup_skipped == 2
+    assert cap.result.steps == [("s2", 2), ("s3", 3), ("s4", 4)]
+    assert _spans(cap.result.path) == {"s2 (tokens=2)": 1, "s3 (tokens=3)": 1, "s4 (tokens=4)": 1}
+
+
+def test_open_window_exports_at_close_and_names(tmp_path):
+    with collectors.capture(tmp_path, warmup=1, name="open", with_stack=False) as cap:
+        for i in range(4):
+            with cap.phase("decode" if i else "prefill", tokens=None if i == 3 else 8):
+                _work(i)
+        assert cap.result.path is None  # steps=None: nothing exported until the capture closes
+    assert _spans(cap.result.path) == {"decode (tokens=8)": 2, "decode": 1}
+    assert step_name("decode", 8) == "decode (tokens=8)" and step_name("prefill") == "prefill"
+
+
+def test_step_exception_passes_through_and_is_recorded(tmp_path):
+    with pytest.warns(CaptureWarning, match="non-negative"):
+        with collectors.capture(tmp_path / "bad", name="bad", with_stack=False) as bad:
+            with bad.phase("decode", tokens=-1):
+                pass
+    assert bad.result.steps == [("decode", None)] and _spans(bad.result.path) == {"decode": 1}
+    with collectors.capture(tmp_path, name="exc", with_stack=False) as cap:
+        with pytest.raises(KeyError, match="boom"):
+            with cap.phase("decode", tokens=1):
+                raise KeyError("boom")
+    assert cap.result.steps == [("decode", 1)] and _spans(cap.result.path) == {"decode (tokens=1)": 1}
+
+
+def test_unwritable_out_dir_warns_and_keeps_results(tmp_path):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a directory")
+    with pytest.warns(CaptureWarning, match="unusable"):
+        with collectors.capture(blocker / "traces") as cap:
+            with cap.phase("decode", tokens=1):
+                value = _work(3)
+    assert value == _work(3)
+    assert cap.result.path is None and cap.result.error and not cap.result.steps
+    assert blocker.read_text() == "not a directory"
+
+
+def test_export_failure_warns(tmp_path):
+    out = tmp_path / "gone"
+    with pytest.warns(CaptureWarning, match="export"):
+        with collectors.capture(out, name="x", with_stack=False) as cap:
+            with cap.phase("decode", tokens=1):
+                value = _work(2)
+            out.rmdir()
+            out.write_text("the directory was replaced by a file")  # the export cannot land
+    assert value == _work(2) and cap.result.path is None and "export" in cap.result.error
+    assert out.read_text() == "the directory was replaced by a file"
+
+
+def test_profiler_already_running_warns_and_leaves_it_alone(tmp_path):
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    outer = profile(activities=[ProfilerActivity.CPU])
+    outer.start()
+    try:
+        with pytest.warns(CaptureWarning, match="already running"):
+            with collectors.capture(tmp_path / "inner") as cap:
+                with cap.phase("decode", tokens=4):
+                    with record_function("user_marker"):
+                        value = _work(5)
+    finally:
+        outer.stop()
+    assert value == _work(5) and cap.result.path is None
+    assert not (tmp_path / "inner").exists() or not any((tmp_path / "inner").iterdir())
+    assert "user_marker" in {e.name for e in outer.events()}, "the user's profiler still recorded"
+
+
+def test_disabled_imports_nothing_and_writes_nothing(tmp_path):
+    code = """
+import os, sys
+import collectors
+en = None if os.environ.get("ATTRIB_PROFILE") else False
+with collectors.capture(sys.argv[1], enabled=en) as cap:
+    for i in range(3):
+        with cap.phase("decode", tokens=1):
+            pass
+step = collectors.wrap(lambda x: x + 1, phase=lambda x: "decode", out_dir=sys.argv[1], enabled=en)
+assert step(1) == 2 and step.finish().enabled is False and cap.result.enabled is False
+assert "torch" not in sys.modules and "torch.profiler" not in sys.modules, sorted(sys.modules)
+print("ok")
+"""
+    for extra_env in ({}, {"ATTRIB_PROFILE": "0"}):
+        out = tmp_path / f"out{len(extra_env)}"
+        env = {**os.environ, "PYTHONPATH": str(ROOT), **extra_env}
+        run = subprocess.run([sys.executable, "-c", code, str(out)], env=env, cwd=ROOT,
+                             capture_output=True, text=True, timeout=60)
+        assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr[-2000:]
+        assert not out.exists()
+
+
+def test_env_kill_switch_overrides_enabled_true(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTRIB_PROFILE", "0")
+    with collectors.capture(tmp_path / "o", enabled=True) as cap:
+        with cap.phase("decode", tokens=1):
+            pass
+    assert cap.result.enabled is False and not (tmp_path / "o").exists()
+
+
+def test_wrap_records_phases_from_the_callable(tmp_path):
+    def runner_step(batch, *, n_prefill=0, dummy=False):
+        return _work(len(batch) + n_prefill)
+
+    def phase(batch, *, n_prefill=0, dummy=False):
+        if dummy:
+            return None
+        return ("prefill", n_prefill) if n_prefill else ("decode", len(batch))
+
+    step = collectors.wrap(runner_step, phase=phase, out_dir=tmp_path, name="wrapped",
+                           warmup=1, with_stack=False)
+    assert step.__name__ == "runner_step"
+    calls = [([1], {"n_prefill": 7}),           # warmup, not recorded
+             ([1, 2], {"dummy": True}),         # phase None: not a step
+             ([1, 2], {"n_prefill": 30}),
+             ([1, 2], {}), ([1, 2, 3], {}), ([1], {"dummy": True}), ([1, 2, 3], {})]
+    results = [step(b, **kw) for b, kw in calls]
+    assert results == [runner_step(b, **kw) for b, kw in calls]
+    res = step.finish()
+    assert res is step.capture.result and res.warmup_skipped == 1
+    assert res.steps == [("prefill", 30), ("decode", 2), ("decode", 3), ("decode", 3)]
+    assert _spans(res.path) == {"prefill (tokens=30)": 1, "decode (tokens=2)": 1, "decode (tokens=3)": 2}
+    assert read_sidecar(res.path)["steps"][0] == {"phase": "prefill", "tokens": 30}
+    assert step([9]) == runner_step([9])  # after finish: a plain call
+
+
+def test_wrap_decorator_closes_itself_at_steps(tmp_path):
+    @collectors.wrap(phase=lambda n: ("decode", n), out_dir=tmp_path, steps=2, name="deco",
+                     with_stack=False)
+    def step(n):
+        if n > 5:
+            raise ValueError("too big")
+        return _work(n)
+
+    assert step(1) == _work(1)
+    with pytest.raises(ValueError, match="too big"):
+        step(6)
+    assert step.capture.result.path is not None  # window of 2 closed without finish()
+    assert _spans(step.capture.result.path) == {"decode (tokens=1)": 1, "decode (tokens=6)": 1}
+    assert step(2) == _work(2) and step.capture.result.steps == [("decode", 1), ("decode", 6)]
+    broken = collectors.wrap(lambda: 5, phase=lambda: 1 / 0, out_dir=tmp_path / "b")
+    with pytest.warns(CaptureWarning, match="phase callable failed"):
+        assert broken() == 5
+    broken.finish()
+
+
+def test_read_sidecar_absent_corrupt_and_foreign(tmp_path):
+    trace = tmp_path / "t.pt.trace.json.gz"
+    assert read_sidecar(trace) == {}
+    side = sidecar_path(trace)
+    side.write_text("{not json")
+    got = read_sidecar(trace)
+    assert set(got) == {"warning"} and str(side) in got["warning"] and "corrupt" in got["warning"]
+    side.write_text('["a list"]')
+    assert "not a JSON object" in read_sidecar(trace)["warning"]
+    side.write_text('{"schema": "other/9"}')
+    assert "other/9" in read_sidecar(trace)["warning"]
+    side.write_text(json.dumps({"schema": SCHEMA, "model": "m"}))
+    assert read_sidecar(trace) == {"schema": SCHEMA, "model": "m"}
+
+
+def test_rocm_build_also_emits_roctx_ranges(tmp_path, monkeypatch):
+    from collectors.rocprof import roctx
+    calls = []
+    monkeypatch.setattr(torch.version, "hip", "6.4.0", raising=False)   # as a ROCm build reports
+    monkeypatch.setattr(roctx, "range_push", lambda name: calls.append(("push", name)) or 0)
+    monkeypatch.setattr(roctx, "range_pop", lambda: calls.append(("pop",)) or 0)
+    with collectors.capture(tmp_path, name="r", with_stack=False) as cap:
+        for tokens in (6, 2):
+            with cap.phase("decode", tokens=tokens):
+                _work(tokens)
+    assert calls == [("push", "decode (tokens=6)"), ("pop",), ("push", "decode (tokens=2)"), ("pop",)]
+    assert _spans(cap.result.path) == {"decode (tokens=6)": 1, "decode (tokens=2)": 1}
