@@ -72,6 +72,9 @@ class Arch:
     sources: tuple[str, ...] = ()
     notes: str | None = None
 
+    def __hash__(self) -> int:
+        return hash(self.key)
+
     def bandwidth(self) -> tuple[float, str]:
         """(GB/s for roofline denominators, "sustained" | "peak"): peak only when no sustained figure."""
         if self.sustained_bw_gbs:
@@ -105,9 +108,20 @@ def _entry(key: str, raw: Mapping[str, Any], origin: object) -> Arch:
     unknown = sorted(set(raw) - known)
     if unknown:
         raise TraceError(origin, f"arch entry [{key}] has unknown fields {', '.join(unknown)}")
+    for name in ("peak_bw_gbs", "sustained_bw_gbs", "wave_size", "compute_units", "num_sms_reported"):
+        v = raw.get(name)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0):
+            raise TraceError(origin, f"arch entry [{key}] field {name} must be a positive number, got {v!r}")
+    for pattern in raw.get("match_names", ()):
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise TraceError(origin, f"arch entry [{key}] match_names {pattern!r}: {exc}") from None
     vals: dict[str, Any] = {}
     for name, value in raw.items():
         if name.endswith("_tflops"):
+            if not isinstance(value, dict) or not all(isinstance(v, (int, float)) for v in value.values()):
+                raise TraceError(origin, f"arch entry [{key}] {name} must be a table of numbers")
             value = MappingProxyType({str(k): float(v) for k, v in value.items()})
         elif isinstance(value, list):
             value = tuple(str(v) for v in value)
@@ -195,7 +209,7 @@ def _from_agent(dev: Mapping[str, Any], archs: list[Arch]) -> Arch | None:
 
 def _from_kernels(names: Iterable[str], archs: Mapping[str, Arch]) -> Arch | None:
     votes: Counter[str] = Counter()
-    for n in names:
+    for n in set(names):
         m = _ISA.search(n) or _ROCPRIM.search(n)
         if m:
             votes["gfx" + m.group(1)] += 1
@@ -212,7 +226,8 @@ def detect(devices: tuple[dict, ...], vendor: str | None,
 
     torch deviceProperties: name patterns, else (computeMajor.minor, warpSize, numSms) narrowed by
     totalGlobalMem (ROCm 7.0 writes an empty name: 9.4 / 304 / wave64 still gives MI300X).
-    rocprof agents: `name` gfxNNNN, then `product_name`. Kernel names: `_ISA942_`-style tokens.
+    rocprof agents: `name` gfxNNNN, then `product_name`. Kernel names: `_ISA942_`-style tokens (and
+    rocPRIM's `target_arch)942`), the most frequent among the distinct names.
     """
     db = load_archs(extra)
     pool = [a for a in db.values() if vendor is None or a.vendor == vendor]

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from math import prod
 
-from attrib.cost_dtypes import Cost, Tensor, broadcast, concrete_bool, concrete_dtype, concrete_int, size_of, tensor, unknown
+from attrib.cost_dtypes import (Cost, Tensor, broadcast, concrete_bool, concrete_dtype, concrete_int, size_of, tensor,
+                                unknown)
 
 
 def gemm_cost(m: float, n: float, k: float, a_size: float, b_size: float, out_size: float,

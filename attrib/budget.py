@@ -1,0 +1,170 @@
+"""Analytic bytes and FLOPs of one decode step from a Hugging Face config.json, per component.
+
+The figures are the ideal traffic of well-fused kernels: every weight a step needs read once (only
+the expected active experts of a MoE), K/V read at the given context, activations read and written
+once per op. They are the yardstick the measured per-component bytes are checked against.
+Supports Llama / Qwen2 / Qwen3 dense and Qwen2/Qwen3-MoE, Mixtral, DeepSeek-style MoE fields, and
+sliding-window layers (`layer_types`); MLA and linear-attention layers are refused, not guessed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import polars as pl
+
+from attrib.cost_matmul import expected_active_experts
+
+_SCHEMA = {"component": pl.Utf8, "weight_bytes": pl.Float64, "kv_bytes": pl.Float64, "act_bytes": pl.Float64,
+           "bytes": pl.Float64, "flops": pl.Float64, "note": pl.Utf8}
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """The dimensions a decode budget needs, read from a config.json."""
+
+    hidden: int
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int
+    vocab: int
+    experts: int = 0
+    top_k: int = 0
+    moe_intermediate: int = 0
+    shared_intermediate: int = 0
+    shared_gate: bool = False
+    moe_layers: int = 0
+    qk_norm: bool = False
+    tie_word_embeddings: bool = False
+    sliding_layers: int = 0
+    sliding_window: int = 0
+
+
+def _first(cfg: Mapping[str, Any], *keys: str, default: Any = None) -> Any:
+    return next((cfg[k] for k in keys if cfg.get(k) is not None), default)
+
+
+def model_shape(config: Mapping[str, Any]) -> ModelShape:
+    """Parse a config.json dict (a nested `text_config` wins for multimodal wrappers)."""
+    cfg = {**config, **config.get("text_config", {})} if isinstance(config.get("text_config"), dict) else config
+    hidden, layers, heads = int(cfg["hidden_size"]), int(cfg["num_hidden_layers"]), int(cfg["num_attention_heads"])
+    experts = int(_first(cfg, "num_experts", "num_local_experts", "n_routed_experts", default=0) or 0)
+    moe_layers = 0
+    if experts:
+        sparse_step = int(cfg.get("decoder_sparse_step") or 1)
+        dense_first = int(cfg.get("first_k_dense_replace") or 0)
+        only_mlp = set(cfg.get("mlp_only_layers") or ())
+        moe_layers = sum(1 for i in range(layers)
+                         if i >= dense_first and i not in only_mlp and (i + 1) % sparse_step == 0)
+    inter = int(cfg.get("intermediate_size") or 0)
+    shared = int(cfg.get("shared_expert_intermediate_size") or 0)
+    moe_inter = int(_first(cfg, "moe_intermediate_size", default=inter) or 0)
+    if not shared and cfg.get("n_shared_experts"):
+        shared = int(cfg["n_shared_experts"]) * moe_inter
+    model_type = str(cfg.get("model_type", ""))
+    if cfg.get("kv_lora_rank"):
+        raise ValueError("MLA attention (kv_lora_rank) is not modelled by the decode budget")
+    kinds = list(cfg.get("layer_types") or [])
+    if any(k not in ("full_attention", "sliding_attention") for k in kinds):
+        raise ValueError(f"layer types {sorted(set(kinds))} include ones the decode budget does not model")
+    window = int(cfg.get("sliding_window") or 0)
+    return ModelShape(
+        hidden=hidden, layers=layers, heads=heads,
+        kv_heads=int(_first(cfg, "num_key_value_heads", default=heads)),
+        head_dim=int(_first(cfg, "head_dim", default=hidden // heads)),
+        intermediate=inter, vocab=int(cfg["vocab_size"]), experts=experts,
+        top_k=int(_first(cfg, "num_experts_per_tok", "experts_per_token", default=0) or 0),
+        moe_intermediate=moe_inter, shared_intermediate=shared,
+        shared_gate=bool(shared) and "qwen2_moe" in model_type, moe_layers=moe_layers,
+        qk_norm=model_type.startswith("qwen3"),
+        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        sliding_layers=kinds.count("sliding_attention") if window else 0, sliding_window=window,
+    )
+
+
+def _row(component: str, weight: float, kv: float, act: float, flops: float, note: str | None = None) -> dict:
+    return {"component": component, "weight_bytes": float(weight), "kv_bytes": float(kv), "act_bytes": float(act),
+            "bytes": float(weight + kv + act), "flops": float(flops), "note": note}
+
+
+def decode_budget(config: Mapping[str, Any], *, batch: int = 1, context: int, weight_bits: float = 16,
+                  kv_bytes: float = 2, act_bytes: float = 2, lm_head_bits: float | None = None,
+                  qkv_fused: bool = True, gate_up_fused: bool = True) -> pl.DataFrame:
+    """Bytes (weights / KV / activations) and FLOPs of one decode step, one row per component.
+
+    batch: sequences, one new token each (tokens per step). context: K/V positions each sequence's
+    attention reads this step, the new token included (a static cache read whole: its length).
+    weight_bits: bits per GEMM weight incl. scales (16 bf16, 8 fp8, 4.25 mxfp4, 4.5 Q4_0); norm and
+    router weights stay at act_bytes. qkv_fused / gate_up_fused: one input read instead of 3 / 2.
+    """
+    m = model_shape(config)
+    t, h, d, w, a = batch, m.hidden, m.head_dim, weight_bits / 8, act_bytes
+    lw = (lm_head_bits if lm_head_bits is not None else weight_bits) / 8
+    q_dim, kv_dim = m.heads * d, m.kv_heads * d
+    dense_layers = m.layers - m.moe_layers
+    rows = [_row("embedding", t * h * w, 0, t * h * a + t * 8, 0, "gathered rows, not the table")]
+    qkv_w = h * (q_dim + 2 * kv_dim)
+    rows.append(_row("qkv_proj", m.layers * qkv_w * w, 0,
+                     m.layers * t * (h * (1 if qkv_fused else 3) + q_dim + 2 * kv_dim) * a,
+                     m.layers * 2 * t * qkv_w))
+    full = m.layers - m.sliding_layers
+    positions = full * context + m.sliding_layers * min(context, m.sliding_window)   # summed over layers
+    note = f"K/V read at context {context}" + (
+        f" ({m.sliding_layers} sliding-window layers read {min(context, m.sliding_window)})" if m.sliding_layers else "")
+    rows.append(_row("attention", 0, t * 2 * kv_dim * positions * kv_bytes, m.layers * t * 2 * q_dim * a,
+                     4 * t * m.heads * positions * d, note))
+    rows.append(_row("kv_cache_write", 0, m.layers * t * 2 * kv_dim * kv_bytes, m.layers * t * 2 * kv_dim * a, 0,
+                     "new K/V read and written into the cache"))
+    rows.append(_row("o_proj", m.layers * q_dim * h * w, 0, m.layers * t * (q_dim + h) * a, m.layers * 2 * t * q_dim * h))
+    norms = 2 * m.layers + 1
+    norm_w, norm_act = norms * h * a, norms * 2 * t * h * a
+    if m.qk_norm:
+        norm_w += m.layers * 2 * d * a
+        norm_act += m.layers * 2 * t * (q_dim + kv_dim) * a
+    rows.append(_row("norm", norm_w, 0, norm_act, 2 * norm_act / a,
+                     "fused norms; residual adds not counted" + ("; incl. q/k norms" if m.qk_norm else "")))
+    if dense_layers:
+        i = m.intermediate
+        rows.append(_row("mlp_gate_up", dense_layers * h * 2 * i * w, 0,
+                         dense_layers * t * (h * (1 if gate_up_fused else 2) + 2 * i) * a, dense_layers * 4 * t * h * i))
+        rows.append(_row("activation", 0, 0, dense_layers * t * 3 * i * a, dense_layers * t * i))
+        rows.append(_row("mlp_down", dense_layers * i * h * w, 0, dense_layers * t * (i + h) * a, dense_layers * 2 * t * i * h))
+    if m.moe_layers:
+        rows.extend(_moe_rows(m, t, w, a))
+    rows.append(_row("lm_head", m.vocab * h * lw, 0, t * (h + m.vocab) * a, 2 * t * h * m.vocab,
+                     "tied to the embedding table (same bytes read)" if m.tie_word_embeddings else None))
+    df = pl.DataFrame(rows, schema=_SCHEMA)
+    nums = [c for c in _SCHEMA if c not in ("component", "note")]
+    return df.group_by("component", maintain_order=True).agg(
+        *[pl.col(c).sum() for c in nums], pl.col("note").drop_nulls().str.join("; ").alias("note")).with_columns(
+        pl.when(pl.col("note") == "").then(None).otherwise(pl.col("note")).alias("note"))
+
+
+def _moe_rows(m: ModelShape, t: int, w: float, a: float) -> list[dict]:
+    h, e, k, mi, n = m.hidden, m.experts, m.top_k, m.moe_intermediate, m.moe_layers
+    active = expected_active_experts(e, k, t)
+    routed = t * k
+    out = [_row("moe_router", n * h * e * a, 0, n * t * (h + e) * a, n * 2 * t * h * e, "router weights in the model dtype")]
+    out.append(_row("moe_experts", n * active * 3 * h * mi * w, 0, n * routed * (2 * h + 3 * mi) * a,
+                    n * 6 * routed * h * mi,
+                    f"expected active experts {active:.3f} of {e} (uniform routing, T={t}, k={k})"))
+    out.append(_row("activation", 0, 0, n * routed * 3 * mi * a, n * routed * mi, "routed experts' gated activation"))
+    out.append(_row("moe_combine", 0, 0, n * (routed + t) * h * a, n * routed * h))
+    if m.shared_intermediate:
+        s = m.shared_intermediate
+        gate = h if m.shared_gate else 0
+        out.append(_row("moe_shared_expert", n * (3 * h * s + gate) * w, 0, n * t * (2 * h + 6 * s) * a,
+                        n * (6 * t * h * s + 2 * t * gate)))
+    return out
+
+
+def budget_totals(budget: pl.DataFrame, tokens_per_step: int) -> dict[str, float]:
+    """Totals of a decode budget: bytes, weight/KV/activation bytes, GB per token."""
+    total = float(budget["bytes"].sum())
+    return {"bytes": total, "weight_bytes": float(budget["weight_bytes"].sum()),
+            "kv_bytes": float(budget["kv_bytes"].sum()), "act_bytes": float(budget["act_bytes"].sum()),
+            "flops": float(budget["flops"].sum()), "gb_per_token": total / tokens_per_step / 1e9}

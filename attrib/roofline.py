@@ -1,0 +1,87 @@
+"""Achieved vs peak/sustained: per-kernel or per-component roofline, per-phase GB/token and ceiling.
+
+One memory level (DRAM at the arch's sustained bandwidth, its peak when no sustained figure is
+known) and one compute ceiling per dtype. An achieved figure above the arch's peak is not a result:
+it is nulled and the row says why in `inconsistent` (the bytes model is wrong, or the data sat in
+L2 / Infinity Cache).
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from attrib.arch import Arch
+
+ADDED = {"achieved_gbs": pl.Float64, "achieved_tflops": pl.Float64, "intensity": pl.Float64,
+         "bound": pl.Utf8, "roofline_ms": pl.Float64, "gap_ms": pl.Float64, "inconsistent": pl.Utf8,
+         "bw_basis": pl.Utf8}
+
+
+def _peaks(df: pl.DataFrame, arch: Arch | None) -> pl.Series:
+    """Peak TFLOP/s per row from its dtype (and `unit` column when present: matrix | vector)."""
+    none = pl.Series([None] * df.height, dtype=pl.Utf8)
+    keys = pl.DataFrame({c: (df[c] if c in df.columns else none).cast(pl.Utf8) for c in ("dtype", "unit")})
+    uniq = keys.unique()
+    peaks = [arch.peak_tflops(d, u or "matrix") if (arch and d) else None for d, u in uniq.iter_rows()]
+    table = uniq.with_columns(pl.Series("_peak", peaks, dtype=pl.Float64))
+    return keys.join(table, on=["dtype", "unit"], how="left", nulls_equal=True, maintain_order="left")["_peak"]
+
+
+def kernel_roofline(df: pl.DataFrame, arch: Arch | None) -> pl.DataFrame:
+    """Add achieved_gbs, achieved_tflops, intensity (FLOP/byte), bound, roofline_ms, gap_ms,
+    inconsistent and bw_basis to rows with `ms` (per step), `bytes`, `flops`, `dtype`.
+
+    roofline_ms = max(bytes / BW, flops / peak TFLOP/s of the dtype); the compute term is left out
+    when the dtype has no peak on this arch. gap_ms = ms - roofline_ms. Without an arch only the
+    achieved figures and the intensity are filled. Rows without a positive `ms` get no achieved
+    figures and no gap.
+    """
+    bw, basis = arch.bandwidth() if arch else (None, None)
+    peak_bw = arch.peak_bw_gbs if arch else None
+    ms, nbytes, flops = (pl.col(c).cast(pl.Float64) for c in ("ms", "bytes", "flops"))
+    timed = pl.when(ms > 0)
+    dtype = pl.col("dtype") if "dtype" in df.columns else pl.lit(None, pl.Utf8)
+    out = df.with_columns(_peaks(df, arch).alias("_peak"), dtype.alias("_dtype")).with_columns(
+        timed.then(nbytes / ms / 1e6).alias("_gbs"),
+        timed.then(flops / ms / 1e9).alias("_tflops"),
+        pl.when(nbytes > 0).then(flops / nbytes).alias("intensity"),
+        (nbytes / (bw * 1e6) if bw else pl.lit(None, pl.Float64)).alias("_mem_ms"),
+        pl.when(pl.col("_peak") > 0).then(flops / (pl.col("_peak") * 1e9)).alias("_cmp_ms"),
+    )
+    over_bw = (pl.col("_gbs") > peak_bw) if peak_bw else pl.lit(False)
+    over_fl = pl.col("_tflops") > pl.col("_peak")
+    bad = (over_bw.fill_null(False) | over_fl.fill_null(False))
+    note = (pl.when(over_bw.fill_null(False))
+            .then(pl.format("achieved {} GB/s exceeds the {} GB/s peak: bytes model wrong or data cache-resident",
+                            pl.col("_gbs").round(1), pl.lit(peak_bw)))
+            .when(over_fl.fill_null(False))
+            .then(pl.format("achieved {} TFLOP/s exceeds the {} peak of {}: FLOP model wrong",
+                            pl.col("_tflops").round(1), pl.col("_peak"), pl.col("_dtype"))))
+    roof = pl.max_horizontal("_mem_ms", "_cmp_ms")
+    out = out.with_columns(
+        pl.when(~bad).then(pl.col("_gbs")).alias("achieved_gbs"),
+        pl.when(~bad).then(pl.col("_tflops")).alias("achieved_tflops"),
+        pl.when(pl.col("_mem_ms").is_null()).then(None)
+        .when(pl.col("_cmp_ms").is_null() | (pl.col("_mem_ms") >= pl.col("_cmp_ms"))).then(pl.lit("memory"))
+        .otherwise(pl.lit("compute")).alias("bound"),
+        pl.when(pl.col("_mem_ms").is_not_null()).then(roof).alias("roofline_ms"),
+        note.alias("inconsistent"),
+        pl.lit(basis, pl.Utf8).alias("bw_basis"),
+    ).with_columns(pl.when(pl.col("inconsistent").is_null() & (ms > 0)).then(ms - pl.col("roofline_ms")).alias("gap_ms"))
+    return out.drop("_peak", "_dtype", "_gbs", "_tflops", "_mem_ms", "_cmp_ms").with_columns(
+        [pl.col(c).cast(t) for c, t in ADDED.items()])
+
+
+def phase_ceiling(bytes_per_step: float | None, tokens_per_step: int | None,
+                  arch: Arch | None) -> tuple[float | None, float | None]:
+    """(GB per token, tokens/s ceiling): ceiling = tokens_per_step / (bytes_per_step / BW).
+
+    BW is the arch's sustained bandwidth, its peak when none is known (`arch.bandwidth()` says which).
+    """
+    if not bytes_per_step or not tokens_per_step or bytes_per_step <= 0 or tokens_per_step <= 0:
+        return None, None
+    gb_per_token = bytes_per_step / tokens_per_step / 1e9
+    if arch is None:
+        return gb_per_token, None
+    bw, _ = arch.bandwidth()
+    return gb_per_token, tokens_per_step / (bytes_per_step / (bw * 1e9))

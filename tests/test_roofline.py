@@ -1,0 +1,113 @@
+"""Roofline over per-kernel / per-component rows and per-phase ceilings, with hand-computed figures.
+
+Bytes/FLOPs are those the cost model gives for real fixture shapes (see test_cost.py); arch figures
+come from attrib/data/archs.toml (H200: peak 4800 GB/s, no sustained figure, bf16 989.4 TFLOP/s;
+Radeon 8060S: sustained 212 of 256 GB/s, no FP8 matrix unit).
+"""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+from attrib.arch import override
+from attrib.roofline import ADDED, kernel_roofline, phase_ceiling
+
+H200, STRIX = override("h200-sxm"), override("gfx1151")
+Q_PROJ = {"bytes": 16_826_368.0, "flops": 67_108_864.0, "dtype": "bf16"}     # decode q_proj, x[4,1,2048]
+QKV_PREFILL = {"bytes": 218_103_808.0, "flops": 412_316_860_416.0, "dtype": "bf16"}  # [8192,4096]x[4096,6144]
+
+
+def _one(arch, ms, **row) -> dict:
+    out = kernel_roofline(pl.DataFrame([{"ms": ms, **row}]), arch)
+    assert set(ADDED) <= set(out.columns)
+    return out.row(0, named=True)
+
+
+def test_memory_bound_decode_gemv_on_h200_uses_peak():
+    r = _one(H200, 0.01, **Q_PROJ)
+    assert r["achieved_gbs"] == pytest.approx(1682.6368)          # 16,826,368 B / 10 us
+    assert r["achieved_tflops"] == pytest.approx(6.7108864)
+    assert r["intensity"] == pytest.approx(67_108_864 / 16_826_368)
+    # memory term 16,826,368 / 4800e9 s = 0.0035054933 ms >> compute 67,108,864 / 989.4e12 s = 6.8e-5 ms
+    assert r["bound"] == "memory" and r["bw_basis"] == "peak"
+    assert r["roofline_ms"] == pytest.approx(0.0035054933)
+    assert r["gap_ms"] == pytest.approx(0.01 - 0.0035054933)
+    assert r["inconsistent"] is None
+
+
+def test_sustained_bandwidth_on_strix_halo():
+    r = _one(STRIX, 0.1, **Q_PROJ)
+    assert r["achieved_gbs"] == pytest.approx(168.26368)
+    # 16,826,368 / 212e9 s = 0.0793696604 ms
+    assert r["roofline_ms"] == pytest.approx(0.0793696604) and r["bw_basis"] == "sustained"
+    assert r["gap_ms"] == pytest.approx(0.1 - 0.0793696604)
+
+
+def test_above_peak_is_nulled_with_a_reason():
+    # the same GEMV in 10 us on a 256 GB/s APU would be 1682.6 GB/s: impossible from DRAM
+    r = _one(STRIX, 0.01, **Q_PROJ)
+    assert r["achieved_gbs"] is None and r["achieved_tflops"] is None and r["gap_ms"] is None
+    assert "1682.6 GB/s exceeds the 256.0 GB/s peak" in r["inconsistent"]
+    assert r["roofline_ms"] == pytest.approx(0.0793696604)          # the model's ideal stays
+
+
+def test_compute_bound_prefill_gemm():
+    # 412,316,860,416 FLOP / 989.4e12 = 0.416734 ms vs 218,103,808 B / 4800e9 = 0.045438 ms
+    r = _one(H200, 0.5, **QKV_PREFILL)
+    assert r["bound"] == "compute"
+    assert r["roofline_ms"] == pytest.approx(412_316_860_416 / 989.4e9)
+    assert r["achieved_tflops"] == pytest.approx(824.633720832)
+    # faster than the bf16 peak -> FLOP model flagged
+    fast = _one(H200, 0.4, **QKV_PREFILL)
+    assert fast["achieved_tflops"] is None and "TFLOP/s exceeds the 989.4 peak of bf16" in fast["inconsistent"]
+
+
+def test_missing_peak_missing_bytes_missing_time():
+    # FP8 GEMM on gfx1151 (no FP8 WMMA): compute term left out, roofline from bytes only
+    r = _one(STRIX, 1.0, bytes=212e6, flops=1e12, dtype="fp8_e4m3fn")
+    assert (r["roofline_ms"], r["bound"]) == (pytest.approx(1.0), "memory")
+    # unknown bytes -> no roofline, no gap, no bound
+    r = _one(H200, 1.0, bytes=None, flops=1e9, dtype="bf16")
+    assert (r["roofline_ms"], r["gap_ms"], r["bound"], r["achieved_gbs"]) == (None, None, None, None)
+    # no time -> no achieved figure, no gap
+    r = _one(H200, 0.0, **Q_PROJ)
+    assert (r["achieved_gbs"], r["gap_ms"]) == (None, None)
+
+
+def test_vector_unit_column_and_no_arch():
+    # fp32 elementwise on the vector unit of the 8060S (29.7 TFLOP/s): 29.7e9 FLOP -> 1 ms compute, 2.12e6 B -> 0.01 ms
+    r = _one(STRIX, 2.0, bytes=2.12e6, flops=29.7e9, dtype="fp32", unit="vector")
+    assert (r["bound"], r["roofline_ms"]) == ("compute", pytest.approx(1.0))
+    bare = _one(None, 0.01, **Q_PROJ)
+    assert bare["achieved_gbs"] == pytest.approx(1682.6368)
+    assert (bare["roofline_ms"], bare["bound"], bare["bw_basis"], bare["inconsistent"]) == (None, None, None, None)
+
+
+def test_per_component_rows_keep_their_columns():
+    df = pl.DataFrame({"component": ["qkv_proj", "moe_experts"], "ms": [0.2, 0.5],
+                       "bytes": [168_493_056.0, 1_654_784_000.0], "flops": [671_088_640.0, 2_415_919_104.0],
+                       "dtype": ["bf16", "bf16"]})
+    out = kernel_roofline(df, H200)
+    assert out["component"].to_list() == ["qkv_proj", "moe_experts"]
+    assert out["roofline_ms"].to_list() == pytest.approx([168_493_056 / 4.8e9, 1_654_784_000 / 4.8e9])
+    assert out["achieved_gbs"].to_list() == pytest.approx([842.46528, 3309.568])
+
+
+def test_phase_ceiling():
+    # Qwen3-MoE fixture budget: 2,620,519,456 B per decode step, 4 tokens -> 0.655129864 GB/token
+    gb, ceil = phase_ceiling(2_620_519_456, 4, H200)
+    assert gb == pytest.approx(0.655129864)
+    assert ceil == pytest.approx(4 / (2_620_519_456 / 4.8e12))      # 7326.79 tok/s at peak (no sustained figure)
+    assert phase_ceiling(2_620_519_456, 4, STRIX)[1] == pytest.approx(323.59996, rel=1e-6)   # at 212 GB/s
+    # dense fixture: 5,097,812,032 B for 8 tokens
+    assert phase_ceiling(5_097_812_032, 8, STRIX)[1] == pytest.approx(8 * 212e9 / 5_097_812_032)
+    assert phase_ceiling(1e9, 4, None) == (0.25, None)
+    assert phase_ceiling(None, 4, H200) == (None, None)
+    assert phase_ceiling(1e9, 0, H200) == (None, None)
+
+
+def test_rows_without_dtype_get_memory_roofline_only():
+    out = kernel_roofline(pl.DataFrame({"ms": [1.0], "bytes": [4.8e9], "flops": [1e12]}), H200)
+    assert out.row(0, named=True)["roofline_ms"] == pytest.approx(1.0)        # 4.8 GB at 4800 GB/s
+    assert out.row(0, named=True)["bound"] == "memory"
