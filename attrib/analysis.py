@@ -13,9 +13,13 @@ from typing import Any
 
 import polars as pl
 
+from attrib.arch import Arch, detect
 from attrib.components import classify
+from attrib.costing import kernel_costs
 from attrib.linking import link
 from attrib.phases import assign_steps, tokens_from_shapes
+from attrib.roofline import kernel_roofline
+from attrib.roofline_doc import Budget, component_table, phase_figures, roofline_rows
 from attrib.trace import Trace
 
 SCHEMA_ID = "attrib.analysis/1"
@@ -28,7 +32,7 @@ class Attribution:
 
     trace: Trace
     kernels: pl.DataFrame  # id, name, start_ns, dur_ns, step, phase, component, evidence, op_id, op,
-    #                        module_path, launch_id, graph
+    #                        module_path, launch_id, graph, bytes, flops, dtype, cost_model
     steps: pl.DataFrame  # step, phase, tokens, tokens_from, window_start, window_end, ...
     notes: tuple[str, ...]
 
@@ -45,7 +49,7 @@ def attribute(trace: Trace, phase_map: dict[str, str] | None = None) -> Attribut
          .join(links.select("id", "launch_id", "graph"), on="id", how="left")
          .join(steps.select("step", "phase"), on="step", how="left"))
     steps = _windows(steps, k)
-    return Attribution(trace=trace, kernels=k, steps=steps, notes=tuple(notes))
+    return Attribution(trace=trace, kernels=kernel_costs(trace, k), steps=steps, notes=tuple(notes))
 
 
 def _fill_tokens_and_phase(spans: pl.DataFrame, shapes: pl.DataFrame, notes: list[str]) -> pl.DataFrame:
@@ -106,61 +110,94 @@ def _r(x: float | None, nd: int = 4) -> float | None:
     return None if x is None else round(float(x), nd)
 
 
-def _phase_doc(phase: str, steps: pl.DataFrame, k: pl.DataFrame) -> dict[str, Any]:
+def _f(x: Any) -> float | None:
+    return None if x is None else float(x)
+
+
+def _phase_doc(phase: str, steps: pl.DataFrame, k: pl.DataFrame, arch: Arch | None,
+               budget: Budget | None) -> dict[str, Any]:
     n = steps.height
     tokens = steps["tokens"].drop_nulls()
-    per = (k.group_by("step", "component").agg(pl.col("dur_ns").sum().alias("ns"), pl.len().alias("n")))
-    grid = steps.select("step").join(per.select("component").unique(), how="cross").join(
-        per, on=["step", "component"], how="left").fill_null(0)
-    comp = grid.group_by("component").agg((pl.col("ns").median() / 1e6).alias("ms"), pl.col("n").median().alias("kernels"))
+    comp = roofline_rows(component_table(k, steps, budget, phase), arch)
     ev = (k.group_by("component", "evidence").len().group_by("component")
           .agg(pl.struct("evidence", "len").alias("ev")))
     comp = comp.join(ev, on="component", how="left")
     total = float(comp["ms"].sum()) or 1.0
     comps = [{
         "component": r["component"], "kernels": int(round(r["kernels"])), "ms": _r(r["ms"]),
-        "share": _r(r["ms"] / total), "bytes": None, "flops": None, "achieved_gbs": None,
-        "roofline_ms": None, "gap_ms": None, "bound": None,
+        "share": _r(r["ms"] / total), "bytes": _f(r["bytes"]), "flops": _f(r["flops"]),
+        "achieved_gbs": _r(r["achieved_gbs"], 1), "roofline_ms": _r(r["roofline_ms"]), "gap_ms": _r(r["gap_ms"]),
+        "bound": r["bound"], "dtype": r["dtype"], "bytes_from": r["bytes_from"],
+        "bytes_known_share": _r(r["known_ms"] / r["ms"]) if (r["bytes"] is not None and r["ms"]) else None,
+        "inconsistent": r["inconsistent"],
         "evidence": {e["evidence"]: e["len"] for e in (r["ev"] or [])},
     } for r in comp.sort("ms", descending=True).iter_rows(named=True)]
-    top = (k.group_by("name", "component").agg(pl.len().alias("calls"), pl.col("dur_ns").sum().alias("ns"))
-           .sort("ns", descending=True).head(TOP_KERNELS))
+    known = pl.col("bytes").is_not_null()
+    top = (k.group_by("name", "component").agg(
+        pl.len().alias("calls"), pl.col("dur_ns").sum().alias("ns"),
+        pl.when(known.any()).then(pl.col("bytes").sum()).alias("bytes"), pl.col("flops").sum().alias("flops"),
+        pl.col("dtype").drop_nulls().first().alias("dtype"), pl.col("dur_ns").filter(known).sum().alias("known_ns"))
+        .sort("ns", descending=True).head(TOP_KERNELS)
+        .with_columns((pl.col("known_ns") / 1e6).alias("ms")))
+    top = kernel_roofline(top, arch) if top.height else top.with_columns(pl.lit(None, pl.Float64).alias("achieved_gbs"))
     tops = [{"name": r["name"], "component": r["component"], "calls": int(r["calls"]),
-             "ms": _r(r["ns"] / 1e6 / max(n, 1)), "achieved_gbs": None} for r in top.iter_rows(named=True)]
+             "ms": _r(r["ns"] / 1e6 / max(n, 1)), "achieved_gbs": _r(r["achieved_gbs"], 1)} for r in top.iter_rows(named=True)]
     tps = int(tokens.median()) if tokens.len() else None
     step_med = _q(steps["step_ms"], 0.5)
+    fig = phase_figures(steps, k, comp, arch)
     return {
         "phase": phase, "steps": n, "tokens_per_step": tps,
         "tokens_from": steps["tokens_from"].drop_nulls().mode().first() if tokens.len() else None,
         "step_ms": {"median": _r(step_med), "p10": _r(_q(steps["step_ms"], 0.1)), "p90": _r(_q(steps["step_ms"], 0.9))},
         "kernel_ms": _r(_q(steps["kernel_ms"], 0.5)), "idle_fraction": _r(_q(steps["idle_fraction"], 0.5)),
-        "bytes_per_step": None, "gb_per_token": None,
+        "bytes_per_step": fig["bytes_per_step"], "gb_per_token": _r(fig["gb_per_token"], 6),
+        "bytes_known_share": _r(fig["bytes_known_share"]),
         "achieved_tok_s": _r(tps / (step_med / 1e3), 2) if (tps and step_med) else None,
-        "ceiling_tok_s": None, "components": comps, "top_kernels": tops,
+        "ceiling_tok_s": _r(fig["ceiling_tok_s"], 2), "components": comps, "top_kernels": tops,
     }
 
 
-def _device(trace: Trace) -> dict[str, Any]:
+def _device(trace: Trace, arch: Arch | None, detected_from: str) -> dict[str, Any]:
+    if arch is not None:
+        return arch.device_json(detected_from) | {"vendor": trace.meta.vendor}
     d = trace.meta.devices[0] if trace.meta.devices else {}
-    name = d.get("name") or d.get("product_name") or None
+    name = d.get("product_name") or d.get("name") or None
     return {"arch": None, "name": name, "detected_from": "unknown", "peak_bw_gbs": None, "sustained_bw_gbs": None,
             "vendor": trace.meta.vendor}
 
 
-def document(a: Attribution, phase: str | None = None) -> dict[str, Any]:
-    """The attrib.analysis/1 document for an attribution (optionally one phase only)."""
+def document(a: Attribution, phase: str | None = None, arch: Arch | None = None, arch_from: str | None = None,
+             budget: Budget | None = None) -> dict[str, Any]:
+    """The attrib.analysis/1 document for an attribution (optionally one phase only).
+
+    arch: the device to measure against (detected from the trace when None); arch_from says where a
+    given arch came from ("override" for a what-if projection onto another chip)."""
     t, k = a.trace, a.kernels
+    notes = list(a.notes) + list(t.meta.warnings)
+    if arch is None:
+        names = t.kernels["name"].unique().head(20000).to_list()
+        arch, arch_from = detect(t.meta.devices, t.meta.vendor, names)
+    elif arch_from == "override":
+        notes.append(f"what-if: measured kernel times projected onto {arch.name} ({arch.arch}), not the traced device")
+    if arch is not None and arch.bandwidth()[1] == "peak":
+        notes.append(f"no sustained bandwidth known for {arch.name}: rooflines use the {arch.peak_bw_gbs:g} GB/s peak")
     phases = []
     order = {"prefill": 0, "mixed": 1, "decode": 2}
     for ph in sorted(a.steps["phase"].unique().to_list(), key=lambda p: (order.get(p, 3), p)):
         if phase and ph != phase:
             continue
-        phases.append(_phase_doc(ph, a.steps.filter(pl.col("phase") == ph), k.filter(pl.col("phase") == ph)))
+        phases.append(_phase_doc(ph, a.steps.filter(pl.col("phase") == ph), k.filter(pl.col("phase") == ph), arch, budget))
     total_ns = int(t.kernels["dur_ns"].sum() or 0)
     in_steps = k.filter(pl.col("step").is_not_null())
     attributed = in_steps.filter(pl.col("component") != "other")["dur_ns"].sum()
     step_ns = in_steps["dur_ns"].sum()
-    notes = list(a.notes) + list(t.meta.warnings)
+    priced_ns = in_steps.filter(pl.col("bytes").is_not_null())["dur_ns"].sum()
+    for ph in phases:
+        share = ph.get("bytes_known_share")
+        if ph["gb_per_token"] is not None and share is not None and share < 0.95:
+            notes.append(f"{ph['phase']}: bytes known for {share:.0%} of kernel time; gb_per_token is a lower bound")
+    for inc in {c["inconsistent"] for ph in phases for c in ph["components"] if c.get("inconsistent")}:
+        notes.append(inc)
     outside = k.filter(pl.col("step").is_null())
     if outside.height:
         notes.append(f"{outside.height} kernels ({outside['dur_ns'].sum() / 1e6:.3f} ms) fall outside every step")
@@ -170,17 +207,19 @@ def document(a: Attribution, phase: str | None = None) -> dict[str, Any]:
         "source": {"path": t.meta.path, "format": t.meta.format, "events": t.meta.events, "kernels": t.kernels.height,
                    "kernel_ms": round(total_ns / 1e6, 4), "kernels_without_launch": unlinked,
                    "kernels_outside_steps": outside.height},
-        "device": _device(t),
+        "device": _device(t, arch, arch_from or "unknown"),
         "provenance": dict(t.meta.provenance),
         "phases": phases,
-        "coverage": {"attributed_share": _r(attributed / step_ns) if step_ns else None, "bytes_known_share": None},
+        "coverage": {"attributed_share": _r(attributed / step_ns) if step_ns else None,
+                     "bytes_known_share": _r(priced_ns / step_ns) if step_ns else None},
         "findings": [],
         "notes": notes,
     }
 
 
-def analyze_path(path: str | Path, phase: str | None = None, phase_map: dict[str, str] | None = None) -> dict[str, Any]:
+def analyze_path(path: str | Path, phase: str | None = None, phase_map: dict[str, str] | None = None,
+                 arch: Arch | None = None, arch_from: str | None = None, budget: Budget | None = None) -> dict[str, Any]:
     """Load any supported trace and return its analysis document."""
     from collectors import load
 
-    return document(attribute(load(path), phase_map), phase)
+    return document(attribute(load(path), phase_map), phase, arch, arch_from, budget)

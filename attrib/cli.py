@@ -40,27 +40,93 @@ def cli() -> None:
     """attrib: where LLM-inference milliseconds and bytes go, per model component."""
 
 
+KV_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1, "int8": 1, "q8_0": 34 / 32, "q4_0": 18 / 32}
+
+
+def _arch(name: str | None, arch_file: Path | None):
+    from attrib.arch import load_archs, override
+
+    if name is None:
+        return None, None
+    try:
+        return override(name, arch_file), "override"
+    except KeyError:
+        known = ", ".join(sorted(load_archs(arch_file)))
+        raise click.BadParameter(f"unknown arch {name!r}; known: {known}", param_hint="--arch") from None
+
+
+def _budget(model: Path | None, weight_bits: float, kv_dtype: str, context: int | None):
+    if model is None:
+        return None
+    import orjson
+
+    from attrib.roofline_doc import Budget
+
+    try:
+        config = orjson.loads(model.read_bytes())
+    except OSError as exc:
+        raise TraceError(model, f"cannot read: {exc.strerror or exc}") from None
+    except orjson.JSONDecodeError as exc:
+        raise TraceError(model, f"not valid JSON ({exc})") from None
+    if not isinstance(config, dict):
+        raise TraceError(model, "not a model config (expected a JSON object)")
+    if context is None:
+        raise click.BadParameter("--model needs --context N (K/V positions each decode step reads)",
+                                 param_hint="--context")
+    return Budget(config=config.get("text_config", config), source=f"model config {model.name}", context=context,
+                  weight_bits=weight_bits, kv_bytes=KV_BYTES[kv_dtype])
+
+
 @cli.command()
 @click.argument("trace", type=click.Path(path_type=Path))
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.option("--phase", help="Only this phase (prefill, decode, ...).")
 @click.option("--phase-map", multiple=True, metavar="NAME=PHASE", help="Treat annotation NAME as PHASE (repeatable).")
+@click.option("--arch", "arch_name", metavar="NAME", help="Measure against this device instead of the detected one "
+              "(what-if; see `attrib archs`).")
+@click.option("--arch-file", type=click.Path(path_type=Path, exists=True, dir_okay=False),
+              help="TOML with your own measured device entries (added to the database).")
+@click.option("--model", type=click.Path(path_type=Path), help="HF config.json: budget decode bytes for components "
+              "the trace has no shapes for (graph replays, rocprof).")
+@click.option("--weight-bits", type=float, default=16, show_default=True, help="With --model: bits per weight.")
+@click.option("--kv-dtype", type=click.Choice(sorted(KV_BYTES)), default="bf16", show_default=True,
+              help="With --model: KV-cache element type.")
+@click.option("--context", type=int, help="With --model: K/V positions each decode step reads.")
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="Write to FILE instead of stdout.")
 @click.option("--force", is_flag=True, help="Overwrite FILE if it exists.")
-def analyze(trace: Path, fmt: str, phase: str | None, phase_map: tuple[str, ...], output: Path | None,
-            force: bool) -> None:
-    """Attribute TRACE offline: steps, phases, components, top kernels."""
+def analyze(trace: Path, fmt: str, phase: str | None, phase_map: tuple[str, ...], arch_name: str | None,
+            arch_file: Path | None, model: Path | None, weight_bits: float, kv_dtype: str, context: int | None,
+            output: Path | None, force: bool) -> None:
+    """Attribute TRACE offline: steps, phases, components, bytes, roofline, top kernels."""
     import orjson
 
     from attrib.analysis import analyze_path
     from attrib.render_table import render
 
-    doc = analyze_path(trace, phase=phase, phase_map=_phase_map(phase_map))
+    arch, arch_from = _arch(arch_name, arch_file)
+    doc = analyze_path(trace, phase=phase, phase_map=_phase_map(phase_map), arch=arch, arch_from=arch_from,
+                       budget=_budget(model, weight_bits, kv_dtype, context))
     for w in doc["notes"]:
         if "truncated" in w or "invalid JSON" in w:
             click.echo(f"attrib: warning: {trace}: {w}", err=True)
     text = (orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n") if fmt == "json" else render(doc)
     _write(text, output, force)
+
+
+@cli.command()
+@click.option("--arch-file", type=click.Path(path_type=Path, exists=True, dir_okay=False))
+def archs(arch_file: Path | None) -> None:
+    """List the device database: bandwidth (peak, sustained), peak matrix TFLOP/s."""
+    from attrib.arch import arch_table
+
+    t = arch_table(arch_file)
+    click.echo(f"{'key':<14}{'arch':<9}{'CUs':>5}{'peak GB/s':>11}{'sust. GB/s':>12}{'bf16 TF':>9}{'fp8 TF':>8}  name")
+    for r in t.iter_rows(named=True):
+        def f(x, fmt="{:g}"):
+            return "-" if x is None else fmt.format(x)
+        click.echo(f"{r['key']:<14}{r['arch']:<9}{r['cus']:>5}{f(r['peak_bw_gbs']):>11}{f(r['sustained_bw_gbs']):>12}"
+                   f"{f(r['bf16_tflops']):>9}{f(r['fp8_tflops']):>8}  {r['name']}")
+    click.echo("derived and unverified figures are listed per entry in attrib/data/archs.toml")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -33,11 +33,15 @@ def render(doc: dict[str, Any]) -> str:
             extra.append(f"{ph['ceiling_tok_s']:.1f} tok/s ceiling")
         if extra:
             lines.append("   " + ", ".join(extra))
-        lines.append(f"   {'component':<18}{'kernels':>8}{'ms/step':>10}{'share':>8}{'GB/s':>9}{'gap ms':>9}  evidence")
+        lines.append(f"   {'component':<18}{'kernels':>8}{'ms/step':>10}{'share':>8}{'MB/step':>10}{'GB/s':>8}{'gap ms':>9}"
+                     "  evidence")
         for c in ph["components"]:
             ev = ",".join(f"{k}:{v}" for k, v in (c.get("evidence") or {}).items())
+            gbs = "n/a!" if c.get("inconsistent") else _f(c.get("achieved_gbs"), "{:.0f}")
+            src = " [model]" if (c.get("bytes_from") or "").startswith("model") else ""
             lines.append(f"   {c['component']:<18}{c['kernels']:>8}{_f(c['ms']):>10}{_f(c['share'] * 100, '{:.1f}%'):>8}"
-                         f"{_f(c.get('achieved_gbs'), '{:.0f}'):>9}{_f(c.get('gap_ms')):>9}  {ev}")
+                         f"{_f(c.get('bytes') and c['bytes'] / 1e6, '{:.1f}'):>10}{gbs:>8}{_f(c.get('gap_ms')):>9}"
+                         f"  {ev}{src}")
         lines.append("   top kernels:")
         for t in ph["top_kernels"][:5]:
             lines.append(f"     {_f(t['ms']):>8} ms/step {t['calls']:>5}x  {t['component']:<14} {_short(t['name'])}")

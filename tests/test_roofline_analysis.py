@@ -1,0 +1,126 @@
+"""Bytes, GB/token and roofline in the analysis document, against analytic figures derived here
+from the model configs in ../shared/fixtures/README.md."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from attrib.analysis import analyze_path
+from attrib.arch import load_archs
+from attrib.roofline_doc import Budget
+from attrib.cli import main
+
+from conftest import EXAMPLE_TRACE, FIXTURES
+
+ROCPROF = FIXTURES / "rocprof"
+ALL = [EXAMPLE_TRACE, *sorted((FIXTURES / "torch").glob("*.json.gz")),
+       FIXTURES / "torch" / "mi300_vllm_prefilldecode_piecewise" / "graph_execution.json.gz",
+       ROCPROF / "gfx1201_llamacpp_rocpd_rocm7.2" / "32432_results.db.gz",
+       ROCPROF / "gfx1151_llamacpp_rocprofv3_csv",
+       ROCPROF / "gfx1201_llamacpp_legacy_rocprof_v1" / "results.csv.gz",
+       ROCPROF / "gfx950_rocprofv3_json" / "908_results.json.gz"]
+
+# Qwen3-MoE fixture: hidden 2048, 8 layers, 32 heads x 128, 4 KV heads, 32 experts top-8,
+# moe_intermediate 768, vocab 151936, bf16, batch 4 (4 tokens per decode step), prompt 512.
+H, L, NH, HD, KV, E, K, MI, V, B = 2048, 8, 32, 128, 4, 32, 8, 768, 151936, 4
+QKV_W = L * H * (NH + 2 * KV) * HD * 2          # 167,772,160
+O_W = L * NH * HD * H * 2                        # 134,217,728
+LM_W = V * H * 2                                 # 622,329,856
+ACTIVE = E * (1 - (1 - K / E) ** B)              # 21.875 expected distinct experts for 4 tokens
+EXPERTS_W = L * ACTIVE * 3 * H * MI * 2          # 1,651,507,200
+ROUTER_W = L * H * E * 2
+KV_READ = B * L * 2 * KV * HD * 515 * 2          # median decode step reads 515 positions
+ANALYTIC_GB_PER_TOKEN = (QKV_W + O_W + LM_W + EXPERTS_W + ROUTER_W + KV_READ) / B / 1e9
+
+
+@pytest.fixture(scope="module")
+def moe():
+    return analyze_path(EXAMPLE_TRACE)
+
+
+def _comps(doc, phase):
+    ph = next(p for p in doc["phases"] if p["phase"] == phase)
+    return ph, {c["component"]: c for c in ph["components"]}
+
+
+def test_decode_gb_per_token_and_weights_match_the_analytic_figures(moe):
+    ph, c = _comps(moe, "decode")
+    assert ph["gb_per_token"] == pytest.approx(ANALYTIC_GB_PER_TOKEN, rel=0.10)
+    for comp, weights in (("qkv_proj", QKV_W), ("o_proj", O_W), ("lm_head", LM_W)):
+        assert c[comp]["bytes"] == pytest.approx(weights, rel=0.05), comp
+    assert c["moe_experts"]["bytes"] == pytest.approx(EXPERTS_W, rel=0.05)
+    assert c["lm_head"]["bound"] == "memory" and c["lm_head"]["achieved_gbs"] > 1000
+    assert ph["ceiling_tok_s"] == pytest.approx(B / (ph["bytes_per_step"] / 4800e9), rel=1e-4)
+    assert moe["device"]["arch"] == "sm_90" and moe["device"]["detected_from"] == "deviceProperties"
+
+
+def test_what_if_onto_gfx1151_uses_its_sustained_bandwidth(tmp_path):
+    out = tmp_path / "w.json"
+    assert main(["analyze", str(EXAMPLE_TRACE), "--arch", "gfx1151", "--format", "json", "-o", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    ph, c = _comps(doc, "decode")
+    assert doc["device"]["arch"] == "gfx1151" and doc["device"]["detected_from"] == "override"
+    assert ph["ceiling_tok_s"] == pytest.approx(B / (ph["bytes_per_step"] / 212e9), rel=1e-4)
+    # H200 kernel times on a 256 GB/s chip: such achieved figures are nulled and explained
+    assert c["lm_head"]["achieved_gbs"] is None and "exceeds" in c["lm_head"]["inconsistent"]
+    assert any("what-if" in n for n in doc["notes"])
+
+
+def test_graph_replayed_decode_has_unknown_bytes_unless_a_model_is_given(tmp_path):
+    trace = FIXTURES / "torch" / "h200_dense_prefill_cudagraph_decode.json.gz"
+    doc = analyze_path(trace)
+    ph, _ = _comps(doc, "decode")
+    assert doc["coverage"]["bytes_known_share"] < 1 and (ph["bytes_known_share"] or 0) < 0.05
+    # dense config from the fixture README: hidden 4096, 8 layers, 32 heads, 8 KV heads, FFN 14336,
+    # vocab 128256, batch 8, static KV cache of 2048 positions (read whole every decode step)
+    config = {"hidden_size": 4096, "num_hidden_layers": 8, "num_attention_heads": 32, "num_key_value_heads": 8,
+              "intermediate_size": 14336, "vocab_size": 128256, "tie_word_embeddings": False}
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(config))
+    out = tmp_path / "d.json"
+    assert main(["analyze", str(trace), "--model", str(cfg), "--context", "2048", "--format", "json", "-o", str(out)]) == 0
+    ph, c = _comps(json.loads(out.read_text()), "decode")
+    h, layers, hd, kvh, ffn, vocab, b = 4096, 8, 128, 8, 14336, 128256, 8
+    weights = layers * (h * (32 + 2 * kvh) * hd + 32 * hd * h + 3 * h * ffn) * 2 + vocab * h * 2
+    kv_read = b * layers * 2 * kvh * hd * 2048 * 2
+    assert c["mlp_gate_up"]["bytes_from"] == "model config config.json"
+    assert ph["bytes_per_step"] == pytest.approx(weights + kv_read, rel=0.05)
+
+
+@pytest.mark.parametrize("path", ALL, ids=lambda p: Path(p).name)
+def test_no_achieved_figure_above_the_peak(path):
+    doc = analyze_path(path)
+    arch = doc["device"]
+    if arch["arch"] is None:
+        return
+    peak = arch["peak_bw_gbs"]
+    for ph in doc["phases"]:
+        for row in ph["components"] + ph["top_kernels"]:
+            assert row.get("achieved_gbs") is None or row["achieved_gbs"] <= peak, (ph["phase"], row)
+
+
+@pytest.mark.parametrize("path,arch", [
+    (FIXTURES / "torch" / "h200_dense_prefill_cudagraph_decode.json.gz", "sm_90"),
+    (FIXTURES / "torch" / "mi300_hf_qwen1.5-0.5b-chat.json.gz", "gfx942"),
+    (FIXTURES / "torch" / "mi300_vllm_prefilldecode_piecewise" / "graph_capture_rank_0.pt.trace.json.gz", "gfx942"),
+    (ROCPROF / "gfx1201_llamacpp_rocpd_rocm7.2" / "32432_results.db.gz", "gfx1201"),
+], ids=lambda p: Path(str(p)).name)
+def test_arch_detected_in_the_document(path, arch):
+    assert analyze_path(path)["device"]["arch"] == arch
+
+
+def test_budget_is_refused_without_context(tmp_path):
+    cfg = tmp_path / "config.json"
+    cfg.write_text("{}")
+    assert main(["analyze", str(EXAMPLE_TRACE), "--model", str(cfg)]) == 2
+
+
+def test_arch_database_has_the_target_chips():
+    archs = load_archs()
+    by_arch = {a.arch for a in archs.values()}
+    assert {"gfx1151", "gfx1201", "gfx1100", "gfx942", "gfx950", "sm_90"} <= by_arch
+    assert archs["radeon-8060s"].sustained_bw_gbs == 212 and archs["r9700"].sustained_bw_gbs == pytest.approx(611.8)
+    assert Budget  # the budget type the CLI builds from --model
