@@ -113,6 +113,35 @@ def analyze(trace: Path, fmt: str, phase: str | None, phase_map: tuple[str, ...]
     _write(text, output, force)
 
 
+@cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("--rocprof", "use_rocprof", is_flag=True, required=True,
+              help="Run CMD under rocprofv3 (the capture this command does; torch capture is the Python API).")
+@click.option("--hip-trace", is_flag=True, help="Also trace HIP API calls.")
+@click.option("--memory-copy-trace", is_flag=True, help="Also trace memory copies.")
+@click.option("--format", "fmt", type=click.Choice(["rocpd", "csv", "json"]), default="rocpd", show_default=True)
+@click.option("-d", "--output-dir", "out_dir", type=click.Path(path_type=Path), default=Path("rocprof-out"),
+              show_default=True)
+@click.option("--rocprofv3", default="rocprofv3", show_default=True, help="Path to rocprofv3 (non-standard installs).")
+@click.option("--analyze/--no-analyze", default=True, show_default=True, help="Analyze what was captured.")
+@click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
+def capture(use_rocprof: bool, hip_trace: bool, memory_copy_trace: bool, fmt: str, out_dir: Path, rocprofv3: str,
+            analyze: bool, cmd: tuple[str, ...]) -> None:
+    """Run CMD under rocprofv3 and analyze its trace: attrib capture --rocprof -- CMD ARGS..."""
+    from attrib.analysis import attribute, document
+    from attrib.render_table import render
+    from collectors import load
+    from collectors.rocprof.run import run
+
+    res = run(list(cmd), out_dir, hip_trace=hip_trace, memory_copy_trace=memory_copy_trace, fmt=fmt,
+              rocprofv3=rocprofv3)
+    if res.warning:
+        click.echo(f"attrib: warning: {res.warning}", err=True)
+    for path in res.traces:
+        click.echo(f"captured: {path}")
+        if analyze:
+            click.echo(render(document(attribute(load(path)))))
+
+
 @cli.command()
 @click.option("--arch-file", type=click.Path(path_type=Path, exists=True, dir_okay=False))
 def archs(arch_file: Path | None) -> None:

@@ -132,3 +132,19 @@ def test_roctx_never_raises():
     assert roctx.available() in (True, False)
     if not roctx.available():
         assert depth == -1
+
+
+def test_cli_capture_rocprof_runs_and_analyzes(tmp_path, fixtures, capsys):
+    """`attrib capture --rocprof -- CMD` through the stand-in (no AMD GPU here: the stand-in copies
+    real rocprofv3 output where rocprofv3 would write it)."""
+    from attrib.cli import main
+
+    exe = _stand_in(tmp_path, fixtures, processes=1)
+    out = tmp_path / "prof"
+    rc = main(["capture", "--rocprof", "--rocprofv3", str(exe), "-d", str(out), "--", sys.executable, "-c", "pass"])
+    text = capsys.readouterr().out
+    assert rc == 0
+    assert "captured: " in text and "_results.db" in text
+    assert "== decode: 9 steps" in text and "gfx1201" in text
+    missing = main(["capture", "--rocprof", "--rocprofv3", str(tmp_path / "nope"), "--", "true"])
+    assert missing == 2
