@@ -17,7 +17,7 @@ from attrib.arch import Arch, detect
 from attrib.components import classify
 from attrib.costing import kernel_costs
 from attrib.linking import link
-from attrib.phases import assign_steps, tokens_from_shapes
+from attrib.phases import assign_steps, tokens_from_kernel_names, tokens_from_shapes
 from attrib.roofline import kernel_roofline
 from attrib.roofline_doc import Budget, component_table, phase_figures, roofline_rows
 from attrib.trace import Trace
@@ -46,8 +46,9 @@ def attribute(trace: Trace, phase_map: dict[str, str] | None = None) -> Attribut
     steps = _fill_tokens_and_phase(spans, tokens_from_shapes(trace, spans), notes)
     k = (trace.kernels.select("id", "name", "start_ns", "dur_ns")
          .join(comp, on="id", how="left")
-         .join(links.select("id", "launch_id", "graph"), on="id", how="left")
-         .join(steps.select("step", "phase"), on="step", how="left"))
+         .join(links.select("id", "launch_id", "graph"), on="id", how="left"))
+    steps = _tokens_from_names(steps, tokens_from_kernel_names(k))
+    k = k.join(steps.select("step", "phase"), on="step", how="left")
     steps = _windows(steps, k)
     return Attribution(trace=trace, kernels=kernel_costs(trace, k), steps=steps, notes=tuple(notes))
 
@@ -76,6 +77,15 @@ def _fill_tokens_and_phase(spans: pl.DataFrame, shapes: pl.DataFrame, notes: lis
             pl.when((pl.col("phase") == "decode") & pl.col("tokens").is_null()).then(pl.lit(b))
             .otherwise(pl.col("tokens")).alias("tokens"))
     return s.drop("shape_tokens", "per_seq")
+
+
+def _tokens_from_names(steps: pl.DataFrame, named: pl.DataFrame) -> pl.DataFrame:
+    """Steps still without a token count take it from llama.cpp GEMV kernel names."""
+    s = steps.join(named, on="step", how="left")
+    use = pl.col("tokens").is_null() & pl.col("name_tokens").is_not_null()
+    return s.with_columns(
+        pl.when(use).then(pl.lit("llama.cpp mul_mat_vec_q ncols")).otherwise(pl.col("tokens_from")).alias("tokens_from"),
+        pl.when(use).then(pl.col("name_tokens")).otherwise(pl.col("tokens")).alias("tokens")).drop("name_tokens")
 
 
 def _busy_ns(k: pl.DataFrame) -> pl.DataFrame:

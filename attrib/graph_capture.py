@@ -73,15 +73,16 @@ def capture_context(capture: Trace, launches: pl.DataFrame) -> pl.DataFrame:
 
 def replay_groups(replay: Trace, links: pl.DataFrame) -> pl.DataFrame:
     """Graph-replayed kernels grouped by their graph launch: launch_id, correlation, ids, names (start order)."""
+    keyed = pl.col("launch_id").is_not_null() | pl.col("correlation").is_not_null()
     k = (replay.kernels.select("id", "name", "start_ns", "correlation")
          .join(links.select("id", "launch_id", "graph"), on="id", how="inner")
-         .filter(pl.col("graph").fill_null(False) & (pl.col("launch_id").is_not_null() | pl.col("correlation").is_not_null()))
+         .filter(pl.col("graph").fill_null(False) & keyed)
          .sort("start_ns", "id"))
     return k.group_by("launch_id", "correlation", maintain_order=True).agg(
         "id", _norm(pl.col("name")).alias("names"))
 
 
-def _pick(names: list[str], seqs: dict[tuple[str, ...], list[int]], info: list[tuple[str | None, int]],
+def _pick(names: list[str], seqs: dict[tuple[str, ...], list[int]], ann: list[str | None],
           prev: int | None) -> tuple[int | None, float, bool]:
     """Best segment for a group's names: (segment index, ratio, ambiguous across annotations)."""
     scored = []
@@ -95,10 +96,10 @@ def _pick(names: list[str], seqs: dict[tuple[str, ...], list[int]], info: list[t
     if best < MIN_RATIO:
         return None, best, False
     cands = sorted(i for r, idx in scored if r == best for i in idx)
-    ambiguous = len({info[i][0] for i in cands}) > 1
+    ambiguous = len({ann[i] for i in cands}) > 1
     if prev is not None:
-        nxt = [i for i in cands if i == prev + 1 and info[i][0] == info[prev][0]]
-        same = [i for i in cands if info[i][0] == info[prev][0]]
+        nxt = [i for i in cands if i == prev + 1 and ann[i] == ann[prev]]
+        same = [i for i in cands if ann[i] == ann[prev]]
         if nxt or same:
             return (nxt or same)[0], best, ambiguous
     return cands[0], best, ambiguous
@@ -108,7 +109,7 @@ def _align(groups: pl.DataFrame, segs: pl.DataFrame) -> tuple[pl.DataFrame, dict
     """Kernel id -> capture launch id for every kernel in a matching block of its group's segment."""
     per = segs.group_by("seg", maintain_order=True).agg("id", "name", pl.col("annotation").first())
     seg_ids, seg_names = per["id"].to_list(), [tuple(n) for n in per["name"].to_list()]
-    info = [(a, i) for i, a in enumerate(per["annotation"].to_list())]
+    ann = per["annotation"].to_list()
     seqs: dict[tuple[str, ...], list[int]] = {}
     for i, seq in enumerate(seg_names):
         seqs.setdefault(seq, []).append(i)
@@ -116,7 +117,7 @@ def _align(groups: pl.DataFrame, segs: pl.DataFrame) -> tuple[pl.DataFrame, dict
     exact = ambiguous = 0
     prev = None
     for ids, names in zip(groups["id"].to_list(), groups["names"].to_list()):
-        s, ratio, amb = _pick(names, seqs, info, prev)
+        s, ratio, amb = _pick(names, seqs, ann, prev)
         if s is None:
             continue
         prev, ambiguous = s, ambiguous + amb
@@ -152,7 +153,7 @@ def merge(replay: Trace, links: pl.DataFrame, capture: Trace, *,
         {"groups_matched": 0, "groups_exact": 0, "groups_ambiguous": 0, "mean_ratio": None})
     ctx = capture_context(capture, segs) if pairs.height else pl.DataFrame(
         schema={"id": pl.Int64, "op_id": pl.Int64, "module": pl.Utf8, "module_path": pl.Utf8})
-    offset = int(replay.ops["id"].max() or -1) + 1 if replay.ops.height else 0
+    offset = int(replay.ops["id"].max()) + 1 if replay.ops["id"].drop_nulls().len() else 0
     got = pairs.join(ctx.rename({"id": "capture_launch"}), on="capture_launch", how="left").select(
         "id", (pl.col("op_id") + offset).alias("c_op"), pl.col("module").alias("c_mod"),
         pl.col("module_path").alias("c_path"))

@@ -176,6 +176,18 @@ def _prod(xs: list[int]) -> int:
     return n
 
 
+# llama.cpp's quantized GEMV kernels carry the token count as a template argument:
+# mul_mat_vec_q<(ggml_type)T, ncols_dst, ...> (demangled) or _Z13mul_mat_vec_qIL9ggml_typeTELiNE... (mangled)
+_MMVQ_COLS = r"mul_mat_vec_q<\(ggml_type\)\d+, (\d+)[,>]|mul_mat_vec_qIL9ggml_type\d+ELi(\d+)E"
+
+
+def tokens_from_kernel_names(kernels: pl.DataFrame) -> pl.DataFrame:
+    """Per step: tokens from llama.cpp GEMV template arguments (ncols_dst), the most common value."""
+    cols = pl.coalesce(pl.col("name").str.extract(_MMVQ_COLS, 1), pl.col("name").str.extract(_MMVQ_COLS, 2))
+    got = kernels.filter(pl.col("step").is_not_null()).select("step", cols.cast(pl.Int64).alias("n")).drop_nulls()
+    return got.group_by("step").agg(pl.col("n").mode().first().alias("name_tokens"))
+
+
 def _ids_shape(dim_text: str | None) -> list[int] | None:
     if not dim_text:
         return None

@@ -13,11 +13,32 @@ def _short(name: str, width: int = 60) -> str:
     return name if len(name) <= width else name[: width - 1] + "…"
 
 
+_PROV_KEYS = ("model", "quantization", "dtype", "batch", "concurrency", "context_length", "kv_cache_dtype",
+              "kv_cache_state", "speculative", "correctness_gate", "baseline_id")
+
+
+def _provenance(p: dict[str, Any]) -> str:
+    """One line of the capture stamp: what ran, on what stack; unknown fields are left out."""
+    parts = [f"{k}={p[k]}" for k in _PROV_KEYS if p.get(k) is not None]
+    versions = p.get("versions") or {}
+    parts += [f"{k} {v}" for k, v in versions.items() if v and k in ("torch", "cuda", "hip", "vllm", "sglang")]
+    gpu = p.get("gpu") or {}
+    if gpu.get("name"):
+        parts.append(f"gpu {gpu['name']} ({gpu.get('arch') or '?'})")
+    env = p.get("env") or {}
+    if env:
+        parts.append(f"{len(env)} kernel-relevant env vars (see JSON)")
+    return ", ".join(parts)
+
+
 def render(doc: dict[str, Any]) -> str:
     """Per phase: a header line, the component table, the top kernels; then coverage and notes."""
     src, dev, cov = doc["source"], doc["device"], doc["coverage"]
     lines = [f"{src['path']}  [{src['format']}]  {src['kernels']} kernels, {src['kernel_ms']:.3f} ms kernel time",
              f"device: {dev.get('name') or '?'} (arch {dev.get('arch') or '?'}, from {dev.get('detected_from')})"]
+    prov = _provenance(doc.get("provenance") or {})
+    if prov:
+        lines.append(f"run: {prov}")
     for ph in doc["phases"]:
         sm = ph["step_ms"]
         lines += ["", f"== {ph['phase']}: {ph['steps']} steps, {_f(ph['tokens_per_step'], '{}')} tokens/step"

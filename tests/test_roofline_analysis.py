@@ -124,3 +124,26 @@ def test_arch_database_has_the_target_chips():
     assert {"gfx1151", "gfx1201", "gfx1100", "gfx942", "gfx950", "sm_90"} <= by_arch
     assert archs["radeon-8060s"].sustained_bw_gbs == 212 and archs["r9700"].sustained_bw_gbs == pytest.approx(611.8)
     assert Budget  # the budget type the CLI builds from --model
+
+
+def test_llama_cpp_decode_on_r9700_with_a_model_budget(tmp_path):
+    """llama-bench decode of llama-2-7b Q4_0 under rocprofv3 on an R9700: one token per step
+    (mul_mat_vec_q ncols_dst = 1), bytes from the model config at 4.5 bits per weight (Q4_0)."""
+    trace = ROCPROF / "gfx1201_llamacpp_rocpd_rocm7.2" / "32432_results.db.gz"
+    config = {"hidden_size": 4096, "intermediate_size": 11008, "num_attention_heads": 32, "num_hidden_layers": 32,
+              "num_key_value_heads": 32, "vocab_size": 32000, "tie_word_embeddings": False}
+    cfg = tmp_path / "llama-2-7b.json"
+    cfg.write_text(json.dumps(config))
+    out = tmp_path / "r.json"
+    assert main(["analyze", str(trace), "--model", str(cfg), "--weight-bits", "4.5", "--context", "8",
+                 "--format", "json", "-o", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["device"]["arch"] == "gfx1201" and doc["device"]["sustained_bw_gbs"] == pytest.approx(611.8)
+    ph, c = _comps(doc, "decode")
+    assert ph["steps"] == 9 and ph["tokens_per_step"] == 1 and ph["tokens_from"] == "llama.cpp mul_mat_vec_q ncols"
+    weights = (32 * (4 * 4096 * 4096 + 3 * 4096 * 11008) + 32000 * 4096) * 4.5 / 8
+    assert ph["gb_per_token"] == pytest.approx(weights / 1e9, rel=0.05)
+    assert ph["ceiling_tok_s"] == pytest.approx(611.8e9 / ph["bytes_per_step"], rel=1e-3)
+    for comp in ("qkv_proj", "o_proj", "mlp_gate_up", "mlp_down"):
+        assert c[comp]["bytes_from"] == "model config llama-2-7b.json"
+        assert 100 < c[comp]["achieved_gbs"] <= 640, comp  # measured GB/s below the R9700's 640 GB/s peak
