@@ -37,12 +37,24 @@ class Attribution:
     notes: tuple[str, ...]
 
 
-def attribute(trace: Trace, phase_map: dict[str, str] | None = None) -> Attribution:
-    """Run linking, step/phase split and component mapping over a normalized trace."""
+def attribute(trace: Trace, phase_map: dict[str, str] | None = None, capture: Trace | None = None,
+              capture_batch: int | None = None) -> Attribution:
+    """Run linking, step/phase split and component mapping over a normalized trace.
+
+    capture: the graph-capture trace of a replay trace; replayed kernels then get the op, shapes and
+    module of the launch that captured them (attrib.graph_capture)."""
     links = link(trace)
+    notes: list[str] = []
+    if capture is not None:
+        from attrib.graph_capture import merge
+
+        trace, links, rep = merge(trace, links, capture, batch_size=capture_batch)
+        notes.append(f"graph capture: {rep['matched']} of {rep['replayed']} replayed kernels matched to "
+                     f"{rep['segments']} captured graphs ({rep['groups_exact']} of {rep['groups']} groups exact"
+                     + (f", {rep['groups_ambiguous']} ambiguous: pass --capture-batch" if rep.get("groups_ambiguous") else "")
+                     + ")")
     spans, kernel_steps = assign_steps(trace, links, phase_map)
     comp = classify(trace, links, kernel_steps)
-    notes: list[str] = []
     steps = _fill_tokens_and_phase(spans, tokens_from_shapes(trace, spans), notes)
     k = (trace.kernels.select("id", "name", "start_ns", "dur_ns")
          .join(comp, on="id", how="left")
@@ -228,8 +240,10 @@ def document(a: Attribution, phase: str | None = None, arch: Arch | None = None,
 
 
 def analyze_path(path: str | Path, phase: str | None = None, phase_map: dict[str, str] | None = None,
-                 arch: Arch | None = None, arch_from: str | None = None, budget: Budget | None = None) -> dict[str, Any]:
-    """Load any supported trace and return its analysis document."""
+                 arch: Arch | None = None, arch_from: str | None = None, budget: Budget | None = None,
+                 capture: str | Path | None = None, capture_batch: int | None = None) -> dict[str, Any]:
+    """Load any supported trace (and its graph-capture trace) and return its analysis document."""
     from collectors import load
 
-    return document(attribute(load(path), phase_map), phase, arch, arch_from, budget)
+    cap = load(capture) if capture is not None else None
+    return document(attribute(load(path), phase_map, cap, capture_batch), phase, arch, arch_from, budget)

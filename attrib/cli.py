@@ -92,11 +92,14 @@ def _budget(model: Path | None, weight_bits: float, kv_dtype: str, context: int 
 @click.option("--kv-dtype", type=click.Choice(sorted(KV_BYTES)), default="bf16", show_default=True,
               help="With --model: KV-cache element type.")
 @click.option("--context", type=int, help="With --model: K/V positions each decode step reads.")
+@click.option("--capture", "capture", type=click.Path(path_type=Path), help="The graph-capture trace of this "
+              "replay trace (vLLM capture_torch_profiler): replayed kernels get their ops, shapes and modules.")
+@click.option("--capture-batch", type=int, help="With --capture: the captured batch size to align with.")
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="Write to FILE instead of stdout.")
 @click.option("--force", is_flag=True, help="Overwrite FILE if it exists.")
 def analyze(trace: Path, fmt: str, phase: str | None, phase_map: tuple[str, ...], arch_name: str | None,
             arch_file: Path | None, model: Path | None, weight_bits: float, kv_dtype: str, context: int | None,
-            output: Path | None, force: bool) -> None:
+            capture: Path | None, capture_batch: int | None, output: Path | None, force: bool) -> None:
     """Attribute TRACE offline: steps, phases, components, bytes, roofline, top kernels."""
     import orjson
 
@@ -105,7 +108,8 @@ def analyze(trace: Path, fmt: str, phase: str | None, phase_map: tuple[str, ...]
 
     arch, arch_from = _arch(arch_name, arch_file)
     doc = analyze_path(trace, phase=phase, phase_map=_phase_map(phase_map), arch=arch, arch_from=arch_from,
-                       budget=_budget(model, weight_bits, kv_dtype, context))
+                       budget=_budget(model, weight_bits, kv_dtype, context), capture=capture,
+                       capture_batch=capture_batch)
     for w in doc["notes"]:
         if "truncated" in w or "invalid JSON" in w:
             click.echo(f"attrib: warning: {trace}: {w}", err=True)

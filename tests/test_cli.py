@@ -72,3 +72,17 @@ def test_truncated_trace_warns_and_still_analyzes(tmp_path):
     assert r.returncode == 0
     assert "warning" in r.stderr and "truncated" in r.stderr
     assert "== prefill" in r.stdout
+
+
+def test_analyze_replay_with_its_capture(tmp_path):
+    d = FIXTURES / "torch" / "mi300_vllm_prefilldecode_piecewise"
+    out = tmp_path / "c.json"
+    assert main(["analyze", str(d / "graph_execution.json.gz"), "--capture", str(d / "graph_capture_rank_0.pt.trace.json.gz"),
+                 "--format", "json", "-o", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert any("361 of 361 replayed kernels matched" in n for n in doc["notes"])
+    without = json.loads(run("analyze", d / "graph_execution.json.gz", "--format", "json").stdout)
+    assert doc["coverage"]["bytes_known_share"] > without["coverage"]["bytes_known_share"]
+    mixed = doc["phases"][0]
+    experts = next(c for c in mixed["components"] if c["component"] == "moe_experts")
+    assert experts["evidence"].get("op") == 96 and experts["bytes"] > 0
