@@ -104,7 +104,7 @@ def _busy_ns(k: pl.DataFrame) -> pl.DataFrame:
     """Per step: GPU-busy nanoseconds (union of kernel intervals, so overlap is not counted twice)."""
     end = pl.col("start_ns") + pl.col("dur_ns")
     k = k.sort("step", "start_ns").with_columns(end.alias("_end"))
-    k = k.with_columns(pl.col("_end").cum_max().over("step").shift(1).over("step").alias("_prev"))
+    k = k.with_columns(pl.col("_end").cum_max().shift(1).over("step").alias("_prev"))
     k = k.with_columns((pl.col("_prev").is_null() | (pl.col("start_ns") > pl.col("_prev"))).cum_sum().over("step").alias("_seg"))
     seg = k.group_by("step", "_seg").agg((pl.col("_end").max() - pl.col("start_ns").min()).alias("busy"))
     return seg.group_by("step").agg(pl.col("busy").sum().alias("busy_ns"))
@@ -120,6 +120,7 @@ def _windows(steps: pl.DataFrame, k: pl.DataFrame) -> pl.DataFrame:
     return s.with_columns(
         ((pl.col("window_end") - pl.col("window_start")) / 1e6).alias("step_ms"),
         (pl.col("kernel_ns").fill_null(0) / 1e6).alias("kernel_ms"),
+        ((pl.col("window_end") - pl.col("window_start") - pl.col("busy_ns").fill_null(0)) / 1e6).clip(0).alias("idle_ms"),
         (1 - pl.col("busy_ns").fill_null(0) / (pl.col("window_end") - pl.col("window_start"))).clip(0, 1).alias("idle_fraction"))
 
 
@@ -172,6 +173,7 @@ def _phase_doc(phase: str, steps: pl.DataFrame, k: pl.DataFrame, arch: Arch | No
         "tokens_from": steps["tokens_from"].drop_nulls().mode().first() if tokens.len() else None,
         "step_ms": {"median": _r(step_med), "p10": _r(_q(steps["step_ms"], 0.1)), "p90": _r(_q(steps["step_ms"], 0.9))},
         "kernel_ms": _r(_q(steps["kernel_ms"], 0.5)), "idle_fraction": _r(_q(steps["idle_fraction"], 0.5)),
+        "idle_ms": _r(_q(steps["idle_ms"], 0.5)),
         "bytes_per_step": fig["bytes_per_step"], "gb_per_token": _r(fig["gb_per_token"], 6),
         "bytes_known_share": _r(fig["bytes_known_share"]),
         "achieved_tok_s": _r(tps / (step_med / 1e3), 2) if (tps and step_med) else None,

@@ -44,7 +44,8 @@ def render(doc: dict[str, Any]) -> str:
         lines += ["", f"== {ph['phase']}: {ph['steps']} steps, {_f(ph['tokens_per_step'], '{}')} tokens/step"
                   f" ({ph.get('tokens_from') or 'unknown source'}); step {_f(sm['median'])} ms"
                   f" (p10 {_f(sm['p10'])}, p90 {_f(sm['p90'])}); kernels {_f(ph['kernel_ms'])} ms;"
-                  f" GPU idle {_f(ph['idle_fraction'] and ph['idle_fraction'] * 100, '{:.1f}')}%"]
+                  f" GPU idle {_f(ph['idle_fraction'] and ph['idle_fraction'] * 100, '{:.1f}')}%"
+                  f" ({_f(ph.get('idle_ms'))} ms/step)"]
         extra = []
         if ph.get("gb_per_token") is not None:
             extra.append(f"{ph['gb_per_token']:.3f} GB/token")
