@@ -21,6 +21,7 @@ _TOKENS = re.compile(r"^(?P<name>.+?) \(tokens=(?P<tokens>\d+)\)$")
 _VLLM = re.compile(r"^execute_(?:(?P<total>\d+)_)?context_(?P<nctx>\d+)\((?P<cb>[^)]*)\)_generation_(?P<ngen>\d+)\((?P<gb>[^)]*)\)")
 _SGLANG = re.compile(r"^step\[(?P<mode>[A-Z]+)(?:\s+bs=(?P<bs>\d+))?")
 _LEAD_NUM = re.compile(r"^(?:sq)?(\d+)")
+_SOURCE_ORDER = ("annotation", "vllm annotation", "sglang annotation")
 STEP_COLS = {"step": pl.Int64, "phase": pl.Utf8, "tokens": pl.Int64, "tokens_from": pl.Utf8, "marker": pl.Utf8,
              "cpu_start": pl.Int64, "cpu_end": pl.Int64, "gpu_start": pl.Int64, "gpu_end": pl.Int64}
 
@@ -56,7 +57,11 @@ def _spans(trace: Trace, phase_map: dict[str, str]) -> pl.DataFrame:
     mk = trace.markers
     names = mk["name"].unique().to_list()
     parsed = {n: parse_marker(n, phase_map) for n in names}
-    step_names = [n for n, p in parsed.items() if p]
+    # one source of steps: nested annotations of two kinds (attrib's spans inside vLLM's) would
+    # count every step twice
+    sources = {p[2] for p in parsed.values() if p}
+    best = next((src for src in _SOURCE_ORDER if src in sources), None)
+    step_names = [n for n, p in parsed.items() if p and p[2] == best]
     if not step_names:
         step_names = [n for n in names if n.startswith("ProfilerStep#")]
         parsed = {n: ("unknown", None, "ProfilerStep") for n in step_names}

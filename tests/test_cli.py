@@ -8,7 +8,6 @@ import subprocess
 import sys
 
 import orjson
-import pytest
 
 from attrib.cli import main
 
