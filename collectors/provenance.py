@@ -84,12 +84,18 @@ def _version(module_name: str) -> str | None:
 
 
 def _attrib_version() -> str | None:
+    """The installed distribution's version, else the package's own (a checkout on PYTHONPATH)."""
     try:
         from importlib.metadata import version
 
         return version("attrib")
     except Exception:
-        return None
+        try:
+            import attrib
+
+            return attrib.__version__
+        except ImportError:
+            return None
 
 
 def gpu_info(torch: Any) -> dict[str, Any] | None:

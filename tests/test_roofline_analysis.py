@@ -147,3 +147,13 @@ def test_llama_cpp_decode_on_r9700_with_a_model_budget(tmp_path):
     for comp in ("qkv_proj", "o_proj", "mlp_gate_up", "mlp_down"):
         assert c[comp]["bytes_from"] == "model config llama-2-7b.json"
         assert 100 < c[comp]["achieved_gbs"] <= 640, comp  # measured GB/s below the R9700's 640 GB/s peak
+
+
+def test_kv_cache_cat_is_priced_from_its_kernel_element_size(moe):
+    """HF's DynamicCache grows K/V with aten::cat every step: the whole cache is read and written.
+    Decode steps 1..6 cat [4, 4, 512..517, 128] with [4, 4, 1, 128] bf16 for K and V in 8 layers;
+    each element read once and written once. The phase figure is the median step (515.5 positions)."""
+    _, c = _comps(moe, "decode")
+    per_step = [8 * 2 * (2 * 2) * (4 * 4 * 128 * positions) for positions in range(513, 519)]
+    median = (per_step[2] + per_step[3]) / 2  # 67,567,616 bytes
+    assert c["kv_cache_write"]["bytes"] == pytest.approx(median, rel=1e-6)
