@@ -149,7 +149,8 @@ def _phase_doc(phase: str, steps: pl.DataFrame, k: pl.DataFrame, arch: Arch | No
     comps = [{
         "component": r["component"], "kernels": int(round(r["kernels"])), "ms": _r(r["ms"]),
         "share": _r(r["ms"] / total), "bytes": _f(r["bytes"]), "flops": _f(r["flops"]),
-        "achieved_gbs": _r(r["achieved_gbs"], 1), "roofline_ms": _r(r["roofline_ms"]), "gap_ms": _r(r["gap_ms"]),
+        "achieved_gbs": _r(r["achieved_gbs"], 1), "achieved_tflops": _r(r["achieved_tflops"], 3),
+        "roofline_ms": _r(r["roofline_ms"]), "gap_ms": _r(r["gap_ms"]),
         "bound": r["bound"], "dtype": r["dtype"], "bytes_from": r["bytes_from"],
         "bytes_known_share": _r(r["known_ms"] / r["ms"]) if (r["bytes"] is not None and r["ms"]) else None,
         "inconsistent": r["inconsistent"],

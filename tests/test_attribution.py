@@ -102,3 +102,37 @@ def test_pattern_table_is_valid():
     import re
     for p in table["pattern"]:
         re.compile(p)
+
+
+ROCPROF = [
+    ("gfx1201_llamacpp_rocpd_rocm7.2/32432_results.db.gz", 5687),
+    ("gfx1151_llamacpp_rocprofv3_csv", 144),
+    ("gfx1201_llamacpp_legacy_rocprof_v1/results.csv.gz", 1963),
+    ("gfx950_rocprofv3_json/908_results.json.gz", 43915),
+]
+
+
+@pytest.mark.parametrize("rel,kernels", ROCPROF, ids=[r[0].split("/")[0] for r in ROCPROF])
+def test_every_rocprof_fixture_gives_a_valid_document(rel, kernels):
+    doc = document(attribute(load(FIXTURES / "rocprof" / rel)))
+    jsonschema.validate(doc, SCHEMA)
+    assert doc["source"]["kernels"] == kernels
+    for ph in doc["phases"]:
+        assert {c["component"] for c in ph["components"]} <= set(TAXONOMY)
+
+
+def test_r9700_llama_bench_is_all_decode_split_into_tokens():
+    doc = document(attribute(load(FIXTURES / "rocprof" / ROCPROF[0][0])))
+    assert doc["device"]["arch"] == "gfx1201" and "R9700" in doc["device"]["name"]
+    assert [p["phase"] for p in doc["phases"]] == ["decode"]
+    # llama-bench -n 8 runs one warm-up token, then the 8 measured ones; 104 setup copies/fills before
+    assert doc["phases"][0]["steps"] == 9 and doc["source"]["kernels_outside_steps"] == 104
+
+
+def test_vllm_mi300_replay_links_every_launched_kernel(fixtures):
+    t = load(fixtures / "torch" / "mi300_vllm_prefilldecode_piecewise" / "graph_execution.json.gz")
+    links = link(t)
+    eager = links.filter(~pl.col("graph"))
+    assert eager.height == 52 and eager["launch_id"].null_count() == 0 and eager["op_id"].null_count() == 0
+    graph = links.filter(pl.col("graph"))
+    assert graph.height == 361 and graph["launch_id"].null_count() == 0 and graph["op_id"].null_count() == 361

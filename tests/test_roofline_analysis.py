@@ -97,9 +97,13 @@ def test_no_achieved_figure_above_the_peak(path):
     if arch["arch"] is None:
         return
     peak = arch["peak_bw_gbs"]
+    entry = load_archs()[arch["key"]]
     for ph in doc["phases"]:
         for row in ph["components"] + ph["top_kernels"]:
             assert row.get("achieved_gbs") is None or row["achieved_gbs"] <= peak, (ph["phase"], row)
+        for row in ph["components"]:
+            top = entry.peak_tflops(row.get("dtype")) or max(entry.matrix_tflops.values())
+            assert row.get("achieved_tflops") is None or row["achieved_tflops"] <= top, (ph["phase"], row)
 
 
 @pytest.mark.parametrize("path,arch", [
