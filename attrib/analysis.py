@@ -192,7 +192,7 @@ def _device(trace: Trace, arch: Arch | None, detected_from: str) -> dict[str, An
 
 
 def document(a: Attribution, phase: str | None = None, arch: Arch | None = None, arch_from: str | None = None,
-             budget: Budget | None = None) -> dict[str, Any]:
+             budget: Budget | None = None, arch_file: Path | None = None) -> dict[str, Any]:
     """The attrib.analysis/1 document for an attribution (optionally one phase only).
 
     arch: the device to measure against (detected from the trace when None); arch_from says where a
@@ -201,7 +201,7 @@ def document(a: Attribution, phase: str | None = None, arch: Arch | None = None,
     notes = list(a.notes) + list(t.meta.warnings)
     if arch is None:
         names = t.kernels["name"].unique().head(20000).to_list()
-        arch, arch_from = detect(t.meta.devices, t.meta.vendor, names)
+        arch, arch_from = detect(t.meta.devices, t.meta.vendor, names, extra=arch_file)
     elif arch_from == "override":
         notes.append(f"what-if: measured kernel times projected onto {arch.name} ({arch.arch}), not the traced device")
     if arch is not None and arch.bandwidth()[1] == "peak":
@@ -244,9 +244,10 @@ def document(a: Attribution, phase: str | None = None, arch: Arch | None = None,
 
 def analyze_path(path: str | Path, phase: str | None = None, phase_map: dict[str, str] | None = None,
                  arch: Arch | None = None, arch_from: str | None = None, budget: Budget | None = None,
-                 capture: str | Path | None = None, capture_batch: int | None = None) -> dict[str, Any]:
+                 capture: str | Path | None = None, capture_batch: int | None = None,
+                 arch_file: Path | None = None) -> dict[str, Any]:
     """Load any supported trace (and its graph-capture trace) and return its analysis document."""
     from collectors import load
 
     cap = load(capture) if capture is not None else None
-    return document(attribute(load(path), phase_map, cap, capture_batch), phase, arch, arch_from, budget)
+    return document(attribute(load(path), phase_map, cap, capture_batch), phase, arch, arch_from, budget, arch_file)

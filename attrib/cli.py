@@ -109,7 +109,7 @@ def analyze(trace: Path, fmt: str, phase: str | None, phase_map: tuple[str, ...]
     arch, arch_from = _arch(arch_name, arch_file)
     doc = analyze_path(trace, phase=phase, phase_map=_phase_map(phase_map), arch=arch, arch_from=arch_from,
                        budget=_budget(model, weight_bits, kv_dtype, context), capture=capture,
-                       capture_batch=capture_batch)
+                       capture_batch=capture_batch, arch_file=arch_file)
     for w in doc["notes"]:
         if "truncated" in w or "invalid JSON" in w:
             click.echo(f"attrib: warning: {trace}: {w}", err=True)

@@ -161,3 +161,19 @@ def test_kv_cache_cat_is_priced_from_its_kernel_element_size(moe):
     per_step = [8 * 2 * (2 * 2) * (4 * 4 * 128 * positions) for positions in range(513, 519)]
     median = (per_step[2] + per_step[3]) / 2  # 67,567,616 bytes
     assert c["kv_cache_write"]["bytes"] == pytest.approx(median, rel=1e-6)
+
+
+def test_arch_file_entry_with_a_measured_bandwidth_is_detected(tmp_path):
+    """A user's own measurement of the H200 (same key) replaces the database entry in detection."""
+    text = (Path(__file__).resolve().parents[1] / "attrib" / "data" / "archs.toml").read_text()
+    section = text[text.index("[h200-sxm]"):]
+    section = section.replace('sustained_source = "none found; roofline uses the peak"',
+                              'sustained_bw_gbs = 4000.0\nsustained_source = "my stream benchmark"')
+    mine = tmp_path / "mine.toml"
+    mine.write_text(section)
+    out = tmp_path / "m.json"
+    assert main(["analyze", str(EXAMPLE_TRACE), "--arch-file", str(mine), "--format", "json", "-o", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["device"]["sustained_bw_gbs"] == 4000.0 and doc["device"]["detected_from"] == "deviceProperties"
+    ph, _ = _comps(doc, "decode")
+    assert ph["ceiling_tok_s"] == pytest.approx(B / (ph["bytes_per_step"] / 4000e9), rel=1e-4)
