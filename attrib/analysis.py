@@ -69,7 +69,8 @@ def _fill_tokens_and_phase(spans: pl.DataFrame, shapes: pl.DataFrame, notes: lis
     s = spans.join(shapes.rename({"tokens": "shape_tokens"}), on="step", how="left")
     s = s.with_columns(
         pl.when(pl.col("tokens").is_null() & pl.col("shape_tokens").is_not_null())
-        .then(pl.lit("embedding input shape")).otherwise(pl.col("tokens_from")).alias("tokens_from"),
+        .then(pl.when(pl.col("per_seq").is_not_null()).then(pl.lit("embedding input shape"))
+              .otherwise(pl.lit("projection GEMM input shape"))).otherwise(pl.col("tokens_from")).alias("tokens_from"),
         pl.coalesce("tokens", "shape_tokens").alias("tokens"))
     guessed = (pl.col("phase") == "unknown") & pl.col("per_seq").is_not_null()
     if s.filter(guessed).height:

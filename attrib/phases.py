@@ -158,20 +158,43 @@ def assign_steps(trace: Trace, links: pl.DataFrame, phase_map: dict[str, str] | 
     return spans, got
 
 
+# the activation operand of a projection GEMM: its leading dims are the step's tokens
+_GEMM_INPUT = {"aten::linear": 0, "aten::mm": 0, "aten::matmul": 0, "aten::addmm": 1,
+               "vllm::rocm_unquantized_gemm": 0}
+
+
 def tokens_from_shapes(trace: Trace, spans: pl.DataFrame) -> pl.DataFrame:
-    """Per step: tokens and tokens per sequence from the step's first embedding op (ids [B, S])."""
+    """Per step: tokens, and tokens per sequence, from the step's first embedding op (ids [B, S]);
+    steps without one take the token dimension of their first projection GEMM (no per_seq)."""
     schema = {"step": pl.Int64, "tokens": pl.Int64, "per_seq": pl.Int64}
-    emb = trace.ops.filter(pl.col("name") == "aten::embedding")
-    if emb.height == 0 or spans.height == 0:
+    cand = trace.ops.filter(pl.col("name").is_in(["aten::embedding", *_GEMM_INPUT]))
+    if cand.height == 0 or spans.height == 0:
         return pl.DataFrame(schema=schema)
-    hit = _assign(spans, emb.select("id", pl.col("start_ns").alias("t")), "cpu_start", "cpu_end")
-    first = hit.join(emb.select("id", "start_ns", "input_dims"), on="id").sort("start_ns").unique("step", keep="first")
+    hit = _assign(spans, cand.select("id", pl.col("start_ns").alias("t")), "cpu_start", "cpu_end")
+    first = (hit.join(cand.select("id", "name", "start_ns", "input_dims"), on="id")
+             .with_columns((pl.col("name") != "aten::embedding").alias("_gemm"))
+             .sort("_gemm", "start_ns").unique("step", keep="first"))
     rows = []
-    for step, dim_text in first.select("step", "input_dims").iter_rows():  # one row per step
-        shape = _ids_shape(dim_text)
-        if shape:
-            rows.append((step, _prod(shape), shape[-1] if len(shape) > 1 else None))
+    for step, name, dim_text in first.select("step", "name", "input_dims").iter_rows():  # one row per step
+        if name == "aten::embedding":
+            shape = _ids_shape(dim_text)
+            if shape:
+                rows.append((step, _prod(shape), shape[-1] if len(shape) > 1 else None))
+            continue
+        act = _operand(dim_text, _GEMM_INPUT[name])
+        if act and len(act) >= 2:
+            rows.append((step, _prod(act[:-1]), None))
     return pl.DataFrame(rows, schema=schema, orient="row")
+
+
+def _operand(dim_text: str | None, i: int) -> list[int] | None:
+    try:
+        dims = orjson.loads(dim_text) if dim_text else None
+    except orjson.JSONDecodeError:
+        return None
+    if isinstance(dims, list) and len(dims) > i and isinstance(dims[i], list) and all(isinstance(x, int) for x in dims[i]):
+        return dims[i]
+    return None
 
 
 def _prod(xs: list[int]) -> int:

@@ -91,3 +91,16 @@ def test_flows_fill_a_missing_correlation(tmp_path):
     t = read(p)
     row = t.kernels.filter(pl.col("start_ns") == round(k["ts"] * 1000))
     assert row["correlation"].to_list() == [want]
+
+
+def test_control_character_in_a_name_is_read_leniently(tmp_path):
+    """Kineto has written raw control characters inside names (pytorch#130622): strict parsers
+    reject the whole file; attrib reads it with a warning."""
+    text = gzip.decompress(EXAMPLE_TRACE.read_bytes())
+    bad = text.replace(b'"name": "aten::embedding"', b'"name": "aten::embedding\x01"', 1)
+    assert bad != text
+    p = tmp_path / "ctrl.json"
+    p.write_bytes(bad)
+    t = read(p)
+    assert any("lenient" in w for w in t.meta.warnings)
+    assert t.kernels.height == 4977 and t.ops.filter(pl.col("name") == "aten::embedding\x01").height == 1
