@@ -14,14 +14,18 @@ from attrib.trace import Trace
 __all__ = ["load", "sniff", "capture", "wrap"]
 
 
-def __getattr__(name: str):
-    """Lazy `capture` / `wrap` (collectors.capture imports torch only inside a live capture)."""
-    if name in ("capture", "wrap"):
-        import importlib
+def capture(*args, **kwargs):
+    """Profile serving steps: see `collectors.torch_capture.capture` (torch is imported only by a live capture)."""
+    from collectors.torch_capture import capture as _capture
 
-        mod = importlib.import_module("collectors.capture")  # a callable module: capture(...)
-        return mod if name == "capture" else mod.wrap
-    raise AttributeError(f"module 'collectors' has no attribute {name!r}")
+    return _capture(*args, **kwargs)
+
+
+def wrap(*args, **kwargs):
+    """Profile calls of an existing step function: see `collectors.torch_capture.wrap`."""
+    from collectors.torch_capture import wrap as _wrap
+
+    return _wrap(*args, **kwargs)
 
 
 def _head(path: Path, n: int = 65536) -> bytes:

@@ -25,7 +25,6 @@ import json
 import os
 import shutil
 import socket
-import sys
 import threading
 import time
 import warnings
@@ -386,14 +385,3 @@ def wrap(fn: Callable[..., Any] | None = None, *, phase: Callable[..., Any], out
 
     wrapped.capture, wrapped.finish = cap, finish
     return wrapped
-
-
-class _CallableModule(type(sys)):   # a module type
-    """`collectors.capture` is this module (importing a submodule sets that package attribute),
-    so the module is callable: `collectors.capture(out_dir, ...)` is `capture(out_dir, ...)`."""
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Capture | _NullCapture:
-        return capture(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule
