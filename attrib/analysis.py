@@ -19,7 +19,7 @@ from attrib.costing import kernel_costs
 from attrib.linking import link
 from attrib.phases import assign_steps, tokens_from_kernel_names, tokens_from_shapes
 from attrib.roofline import kernel_roofline
-from attrib.roofline_doc import Budget, component_table, phase_figures, roofline_rows
+from attrib.roofline_doc import MIN_KNOWN, Budget, component_table, phase_figures, roofline_rows
 from attrib.trace import Trace
 
 SCHEMA_ID = "attrib.analysis/1"
@@ -121,8 +121,11 @@ def _windows(steps: pl.DataFrame, k: pl.DataFrame) -> pl.DataFrame:
     return s.with_columns(
         ((pl.col("window_end") - pl.col("window_start")) / 1e6).alias("step_ms"),
         (pl.col("kernel_ns").fill_null(0) / 1e6).alias("kernel_ms"),
-        ((pl.col("window_end") - pl.col("window_start") - pl.col("busy_ns").fill_null(0)) / 1e6).clip(0).alias("idle_ms"),
-        (1 - pl.col("busy_ns").fill_null(0) / (pl.col("window_end") - pl.col("window_start"))).clip(0, 1).alias("idle_fraction"))
+        pl.when(pl.col("busy_ns").is_not_null()).then(
+            ((pl.col("window_end") - pl.col("window_start") - pl.col("busy_ns")) / 1e6).clip(0)).alias("idle_ms"),
+        # a step without kernels (a CPU-only trace) has no GPU to be idle: null, not 100 %
+        pl.when(pl.col("busy_ns").is_not_null()).then(
+            (1 - pl.col("busy_ns") / (pl.col("window_end") - pl.col("window_start"))).clip(0, 1)).alias("idle_fraction"))
 
 
 def _q(s: pl.Series, q: float) -> float | None:
@@ -222,6 +225,9 @@ def document(a: Attribution, phase: str | None = None, arch: Arch | None = None,
         share = ph.get("bytes_known_share")
         if ph["gb_per_token"] is not None and share is not None and share < 0.95:
             notes.append(f"{ph['phase']}: bytes known for {share:.0%} of kernel time; gb_per_token is a lower bound")
+        elif ph["gb_per_token"] is None and share is not None and share < MIN_KNOWN:
+            notes.append(f"{ph['phase']}: bytes known for {share:.0%} of kernel time, too little for GB/token "
+                         "(give --capture with the graph-capture trace, or --model CONFIG)")
     for inc in {c["inconsistent"] for ph in phases for c in ph["components"] if c.get("inconsistent")}:
         notes.append(inc)
     outside = k.filter(pl.col("step").is_null())
@@ -247,8 +253,14 @@ def analyze_path(path: str | Path, phase: str | None = None, phase_map: dict[str
                  arch: Arch | None = None, arch_from: str | None = None, budget: Budget | None = None,
                  capture: str | Path | None = None, capture_batch: int | None = None,
                  arch_file: Path | None = None) -> dict[str, Any]:
-    """Load any supported trace (and its graph-capture trace) and return its analysis document."""
+    """Load any supported trace (and its graph-capture trace), attribute it, run the rules, and
+    return the analysis document."""
     from collectors import load
 
+    import rules  # the next stage of the flow (collectors -> attrib -> rules -> report)
+
     cap = load(capture) if capture is not None else None
-    return document(attribute(load(path), phase_map, cap, capture_batch), phase, arch, arch_from, budget, arch_file)
+    a = attribute(load(path), phase_map, cap, capture_batch)
+    doc = document(a, phase, arch, arch_from, budget, arch_file)
+    doc["findings"] = [f.to_json() for f in rules.run(a, doc)]
+    return doc

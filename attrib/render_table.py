@@ -9,6 +9,16 @@ def _f(x: Any, fmt: str = "{:.3f}", none: str = "-") -> str:
     return none if x is None else fmt.format(x)
 
 
+def _ev(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_ev(x) for x in v[:6]) + (", …" if len(v) > 6 else "") + "]"
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{k}: {_ev(x)}" for k, x in list(v.items())[:6]) + "}"
+    return str(v)
+
+
 def _short(name: str, width: int = 60) -> str:
     return name if len(name) <= width else name[: width - 1] + "…"
 
@@ -69,8 +79,15 @@ def render(doc: dict[str, Any]) -> str:
             lines.append(f"     {_f(t['ms']):>8} ms/step {t['calls']:>5}x  {t['component']:<14} {_short(t['name'])}")
     lines += ["", f"attributed: {_f(cov['attributed_share'] and cov['attributed_share'] * 100, '{:.1f}')}% of step kernel"
               f" time; bytes known: {_f(cov['bytes_known_share'] and cov['bytes_known_share'] * 100, '{:.1f}')}%"]
-    for f in doc.get("findings", []):
-        lines.append(f"[{f['severity']}] {f['rule']}: {f['title']}")
     for n in doc.get("notes", []):
         lines.append(f"note: {n}")
+    for f in doc.get("findings", []):
+        lines += ["", f"[{f['severity']}] {f['rule']}: {f['title']}"]
+        ev = f.get("evidence") or {}
+        if isinstance(ev, dict) and ev:
+            lines.append("   evidence: " + ", ".join(f"{k}={_ev(v)}" for k, v in ev.items()))
+        if f.get("remedy"):
+            lines.append(f"   remedy: {f['remedy']}")
+        for ref in f.get("references", [])[:3]:
+            lines.append(f"   see: {ref}")
     return "\n".join(lines) + "\n"

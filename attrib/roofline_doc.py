@@ -18,6 +18,9 @@ from attrib.budget import decode_budget
 from attrib.roofline import kernel_roofline, phase_ceiling
 
 
+MIN_KNOWN = 0.5  # share of a phase's kernel time that must be priced for per-step bytes to be given
+
+
 @dataclass(frozen=True)
 class Budget:
     """A model config (`--model config.json`) to budget decode bytes where the trace has no shapes."""
@@ -79,7 +82,9 @@ def phase_figures(steps: pl.DataFrame, k: pl.DataFrame, comp: pl.DataFrame, arch
     total_ms = float(comp["ms"].sum() or 0)
     known_ms = float(comp.filter(pl.col("bytes").is_not_null())["known_ms"].sum() or 0)
     nbytes = comp["bytes"].drop_nulls()
-    bytes_per_step = float(nbytes.sum()) if nbytes.len() else None
+    share = (known_ms / total_ms) if total_ms else None
+    # a sum over a small priced part of the step would read as the step's traffic: leave it unknown
+    bytes_per_step = float(nbytes.sum()) if (nbytes.len() and share is not None and share >= MIN_KNOWN) else None
     gbt, ceiling = phase_ceiling(bytes_per_step, tps, arch)
     return {"bytes_per_step": bytes_per_step, "gb_per_token": gbt, "ceiling_tok_s": ceiling,
-            "bytes_known_share": (known_ms / total_ms) if total_ms else None}
+            "bytes_known_share": share}

@@ -1,0 +1,54 @@
+"""P21: host<->device copies inside token-generating steps (on an APU they are not free)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+from rules.finding import DECODE_LIKE, Finding, phase_doc, r
+
+STEP_SHARE = 0.05  # copy time per step above this share of the step
+HOST = r"HtoD|DtoH|Host|Pageable|Pinned"
+
+
+def _in_windows(a: Any, phase: str) -> pl.DataFrame:
+    """Rows of the trace's copies table that start inside a step window of `phase`, with that step."""
+    s = (a.steps.filter(pl.col("phase") == phase).select("step", "window_start", "window_end")
+         .drop_nulls().sort("window_start"))
+    c = a.trace.copies.filter(pl.col("kind") == "memcpy").sort("start_ns")
+    if not s.height or not c.height:
+        return c.clear().with_columns(pl.lit(None, pl.Int64).alias("step"))
+    return (c.join_asof(s, left_on="start_ns", right_on="window_start")
+            .filter(pl.col("start_ns") < pl.col("window_end")))
+
+
+def host_copies_in_decode(a: Any, doc: dict[str, Any]) -> list[Finding]:
+    """Host<->device memcpy (copies table; direction from the row or its name) > 5 % of a decode step."""
+    out = []
+    for phase in DECODE_LIKE:
+        ph = phase_doc(doc, phase)
+        if ph is None or not ph["step_ms"]["median"]:
+            continue
+        c = _in_windows(a, phase)
+        host = c.filter(pl.coalesce("direction", "name").str.contains(HOST))
+        # copy kernels (rocclr blits) have no direction: reported, not counted as host traffic
+        blits = a.kernels.filter((pl.col("phase") == phase) & (pl.col("component") == "memcpy"))
+        steps = max(ph["steps"], 1)
+        host_ms = host["dur_ns"].sum() / 1e6 / steps
+        share = host_ms / ph["step_ms"]["median"]
+        if share <= STEP_SHARE:
+            continue
+        out.append(Finding(
+            rule="P21-host-device-copies-decode", severity="medium",
+            title=f"host<->device copies take {host_ms:.3f} ms of each {phase} step ({share:.0%})",
+            evidence={"phase": phase, "steps": ph["steps"], "host_copy_ms_per_step": r(host_ms, 4),
+                      "host_copies_per_step": r(host.height / steps, 1),
+                      "host_bytes_per_step": r((host["bytes"].sum() or 0) / steps, 0), "share_of_step": r(share),
+                      "other_copy_ms_per_step": r((c["dur_ns"].sum() - host["dur_ns"].sum()) / 1e6 / steps, 4),
+                      "copy_kernel_ms_per_step": r(blits["dur_ns"].sum() / 1e6 / steps, 4)},
+            remedy="Keep hot tensors in device allocations (hipMalloc, not managed/zero-copy memory), use pinned "
+                   "memory with async copies, and read back only the sampled tokens once per step.",
+            references=("https://github.com/warpfront/hipfire/pull/239",
+                        "https://github.com/mudler/vllm.cpp/issues/41")))
+    return out

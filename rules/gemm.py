@@ -1,0 +1,98 @@
+"""GEMM family: decode GEMMs on the wrong kernels (P01 vLLM skinny GEMM on gfx1151, P02 big BLAS tiles)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+from rules.finding import DECODE_LIKE, Finding, arch, phase_doc, r, roofline_bw
+
+GEMM_COMPONENTS = ("qkv_proj", "o_proj", "mlp_gate_up", "mlp_down", "lm_head",
+                   "moe_router", "moe_experts", "moe_shared_expert")
+TENSILE_TILE = r"^Cijk_\w*?_MT(\d+)x(\d+)x(\d+)_"
+SKINNY = r"^(?:void )?(?:wvSplitK\w*|wv_int4\w*|LLGemm1\w*|LLMM1\w*)"
+BIG_TILE = 64        # both macro-tile dims at least this while M (tokens) <= MAX_TOKENS
+MAX_TOKENS = 4
+P02_SHARE = 0.20
+P02_BW_FRACTION = 0.30
+P01_SHARE = 0.50
+P01_BW_FRACTION = 0.10
+
+
+def _achieved_gbs(k: pl.DataFrame) -> float | None:
+    """GB/s over the kernels whose bytes are known (bytes / their time)."""
+    known = k.filter(pl.col("bytes").is_not_null())
+    ns = known["dur_ns"].sum()
+    return float(known["bytes"].sum() / ns) if ns else None
+
+
+def big_tile_decode_gemm(a: Any, doc: dict[str, Any]) -> list[Finding]:
+    """P02: M<=4 decode GEMMs served by Tensile kernels with >= 64x64 macro tiles."""
+    ph = phase_doc(doc, "decode")
+    tokens = ph and ph.get("tokens_per_step")
+    if not tokens or tokens > MAX_TOKENS:
+        return []
+    k = a.kernels.filter(pl.col("phase") == "decode")
+    total = k["dur_ns"].sum()
+    tiles = (k.filter(pl.col("component").is_in(GEMM_COMPONENTS))
+             .with_columns(pl.col("name").str.extract_groups(TENSILE_TILE).alias("mt"))
+             .with_columns(pl.col("mt").struct.field("1").cast(pl.Int64).alias("mt_m"),
+                           pl.col("mt").struct.field("2").cast(pl.Int64).alias("mt_n"))
+             .filter(pl.min_horizontal("mt_m", "mt_n") >= BIG_TILE))
+    if not tiles.height or not total:
+        return []
+    share = tiles["dur_ns"].sum() / total
+    gbs, bw = _achieved_gbs(tiles), roofline_bw(doc)
+    frac = gbs / bw if (gbs is not None and bw) else None
+    slow = frac is not None and frac < P02_BW_FRACTION
+    if share <= P02_SHARE and not (slow and share >= 0.05):
+        return []
+    steps = max(ph["steps"], 1)
+    by_tile = (tiles.group_by("mt_m", "mt_n", "component").agg((pl.col("dur_ns").sum() / 1e6 / steps).alias("ms"))
+               .sort("ms", descending=True).head(8))
+    return [Finding(
+        rule="P02-decode-gemm-big-tile", severity="high" if (share > P02_SHARE and slow) else "medium",
+        title=f"decode GEMMs with {tokens} token(s) per step run on >= {BIG_TILE}x{BIG_TILE} BLAS tiles: "
+              f"{share:.0%} of decode kernel time",
+        evidence={"tokens_per_step": tokens, "share_of_decode": r(share),
+                  "tile_waste": r(int(tiles.select(pl.min_horizontal("mt_m", "mt_n").min()).item()) / tokens, 1),
+                  "achieved_gbs": r(gbs, 1), "roofline_bw_gbs": bw, "fraction_of_roofline": r(frac),
+                  "tiles": [{"tile": f"{t['mt_m']}x{t['mt_n']}", "component": t["component"], "ms_per_step": r(t["ms"], 4)}
+                            for t in by_tile.iter_rows(named=True)]},
+        remedy="Send M<=4 GEMMs to a GEMV / skinny-GEMM kernel (e.g. a wvSplitK-style path) or tune "
+               "hipBLASLt for the skinny decode shapes so it picks small tiles.",
+        references=("https://github.com/mudler/vllm.cpp/issues/487",
+                    "https://github.com/mudler/vllm.cpp/pull/506"))]
+
+
+def skinny_gemm_gfx1151(a: Any, doc: dict[str, Any]) -> list[Finding]:
+    """P01: vLLM's skinny-GEMM kernels (wvSplitK / LLGemm1) on gfx1151, slow or dominating decode."""
+    if arch(doc) != "gfx1151":
+        return []
+    out = []
+    for phase in DECODE_LIKE:
+        k = a.kernels.filter(pl.col("phase") == phase)
+        sk = k.filter(pl.col("name").str.contains(SKINNY))
+        total = k["dur_ns"].sum()
+        if not sk.height or not total:
+            continue
+        share = sk["dur_ns"].sum() / total
+        gbs, bw = _achieved_gbs(sk), roofline_bw(doc)
+        frac = gbs / bw if (gbs is not None and bw) else None
+        if share <= P01_SHARE and not (frac is not None and frac < P01_BW_FRACTION):
+            continue
+        out.append(Finding(
+            rule="P01-skinny-gemm-gfx1151", severity="high",
+            title=f"vLLM skinny-GEMM kernels take {share:.0%} of {phase} kernel time on gfx1151"
+                  + (f" at {frac:.0%} of the memory roofline" if frac is not None and frac < 0.5 else ""),
+            evidence={"phase": phase, "kernels": sk.height, "share": r(share), "achieved_gbs": r(gbs, 1),
+                      "roofline_bw_gbs": bw, "fraction_of_roofline": r(frac),
+                      "names": sk["name"].unique().sort().head(5).to_list()},
+            remedy="On gfx1151 set VLLM_ROCM_USE_SKINNY_GEMM=0 (GEMMs go to hipBLASLt) or use a vLLM with the "
+                   "per-arch skinny-GEMM selector; do not disable it blindly on gfx1201, where it helps.",
+            references=("https://github.com/vllm-project/vllm/pull/51511",
+                        "https://github.com/vllm-project/vllm/pull/34709",
+                        "https://github.com/vllm-project/vllm/pull/40784",
+                        "https://github.com/ROCm/vllm/pull/942")))
+    return out
