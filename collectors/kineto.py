@@ -338,6 +338,9 @@ def read(path: str | Path, **_: Any) -> Trace:
         provenance = doc.attrib
     tables = {t: _finish(p) for t, p in parts.items()}
     tables["kernels"] = _fill_correlation(tables["kernels"], tables.pop("flows"))
+    if tables["copies"] is not None:  # "Memcpy HtoD (Pageable -> Device)" -> HtoD
+        tables["copies"] = tables["copies"].with_columns(
+            pl.col("name").str.extract(r"\b([HDP]to[HDP])\b", 1).alias("direction"))
     vendor, vendor_from = _vendor(doc)
     meta = Meta(
         path=str(path), format="torch-json", events=n_events, vendor=vendor, vendor_from=vendor_from,

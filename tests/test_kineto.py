@@ -104,3 +104,14 @@ def test_control_character_in_a_name_is_read_leniently(tmp_path):
     t = read(p)
     assert any("lenient" in w for w in t.meta.warnings)
     assert t.kernels.height == 4977 and t.ops.filter(pl.col("name") == "aten::embedding\x01").height == 1
+
+
+def test_copies_have_kind_bytes_and_direction():
+    t = load(EXAMPLE_TRACE)
+    events = _events(EXAMPLE_TRACE)
+    memcpy = [e for e in events if e.get("cat") == "gpu_memcpy"]
+    got = t.copies.filter(pl.col("kind") == "memcpy")
+    assert got.height == len(memcpy) and got["bytes"].sum() == sum(e["args"]["bytes"] for e in memcpy)
+    want = {n.split()[1] for n in (e["name"] for e in memcpy)}
+    assert set(got["direction"].unique()) == want
+    assert t.copies.filter(pl.col("kind") == "memset").height == sum(1 for e in events if e.get("cat") == "gpu_memset")
