@@ -85,3 +85,12 @@ def test_analyze_replay_with_its_capture(tmp_path):
     mixed = doc["phases"][0]
     experts = next(c for c in mixed["components"] if c["component"] == "moe_experts")
     assert experts["evidence"].get("op") == 96 and experts["bytes"] > 0
+
+
+def test_offline_analysis_never_imports_torch():
+    code = ("import sys; from attrib.analysis import analyze_path; "
+            f"analyze_path({str(EXAMPLE_TRACE)!r}); "
+            "bad = [m for m in sys.modules if m == 'torch' or m.startswith('torch.')]; "
+            "print('imported:', bad); sys.exit(1 if bad else 0)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
