@@ -62,7 +62,7 @@ def attribute(trace: Trace, phase_map: dict[str, str] | None = None, capture: Tr
     steps = _tokens_from_names(steps, tokens_from_kernel_names(k))
     k = k.join(steps.select("step", "phase"), on="step", how="left")
     steps = _windows(steps, k)
-    return Attribution(trace=trace, kernels=kernel_costs(trace, k), steps=steps, notes=tuple(notes))
+    return Attribution(trace=trace, kernels=kernel_costs(trace, k, steps), steps=steps, notes=tuple(notes))
 
 
 def _fill_tokens_and_phase(spans: pl.DataFrame, shapes: pl.DataFrame, notes: list[str]) -> pl.DataFrame:

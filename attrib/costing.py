@@ -13,6 +13,7 @@ import orjson
 import polars as pl
 
 from attrib.cost import op_costs
+from attrib.phases import vllm_sums
 from attrib.trace import Trace
 
 
@@ -49,12 +50,67 @@ def _prod(xs: list) -> int:
     return n
 
 
-def kernel_costs(trace: Trace, kernels: pl.DataFrame) -> pl.DataFrame:
-    """`kernels` (id, op_id, dur_ns, ...) with bytes, flops, dtype, cost_model added."""
+# Paged attention ops get the KV cache from the forward context, not as an input: what they read
+# depends on every request's context length, which vLLM's detailed step annotation sums up.
+PAGED_ATTENTION = r"^vllm::unified_attention|^_rocm_C::paged_attention|^aiter::paged_attention|^_C::paged_attention"
+
+
+def _paged_attention_costs(trace: Trace, kernels: pl.DataFrame, steps: pl.DataFrame | None,
+                           costs: pl.DataFrame) -> pl.DataFrame:
+    """Price paged-attention ops from their q/k shapes and the step's Σk and Σq·k (vLLM annotation):
+    K/V read at every request's full context (sliding-window layers read less: an upper bound)."""
+    if steps is None or "marker" not in steps.columns:
+        return costs
+    sums = {s: v for s, v in ((s, vllm_sums(m)) for s, m in steps.select("step", "marker").iter_rows()) if v}
+    ops = trace.ops.filter(pl.col("name").str.contains(PAGED_ATTENTION))
+    if not sums or ops.height == 0:
+        return costs
+    op_step = (kernels.filter(pl.col("op_id").is_in(ops["id"].implode()) & pl.col("step").is_not_null())
+               .select("op_id", "step").unique("op_id"))
+    rows = []
+    for op_id, step, dims, types in op_step.join(ops.select(pl.col("id").alias("op_id"), "input_dims", "input_types"),
+                                                on="op_id").iter_rows():  # one row per attention call
+        got = _paged(dims, types, sums.get(step))
+        if got:
+            rows.append((op_id, *got))
+    if not rows:
+        return costs
+    priced = pl.DataFrame(rows, schema={"op_id": pl.Int64, "_pb": pl.Float64, "_pf": pl.Float64, "_pd": pl.Utf8},
+                          orient="row")
+    use = pl.col("_ob").is_null() & pl.col("_pb").is_not_null()
+    return costs.join(priced, on="op_id", how="left").with_columns(
+        pl.when(use).then(pl.col("_pb")).otherwise(pl.col("_ob")).alias("_ob"),
+        pl.when(use).then(pl.col("_pf")).otherwise(pl.col("_of")).alias("_of"),
+        pl.when(use).then(pl.col("_pd")).otherwise(pl.col("dtype")).alias("dtype"),
+        pl.when(use).then(pl.lit("paged attention (vLLM step annotation Σk, Σq·k)"))
+        .otherwise(pl.col("cost_model")).alias("cost_model")).drop("_pb", "_pf", "_pd")
+
+
+_ELT = {"c10::BFloat16": ("bf16", 2), "c10::Half": ("fp16", 2), "float": ("fp32", 4),
+        "c10::Float8_e4m3fn": ("fp8", 1), "c10::Float8_e4m3fnuz": ("fp8", 1)}
+
+
+def _paged(dims: str | None, types: str | None, sums: dict[str, int] | None) -> tuple[float, float, str] | None:
+    """(bytes, flops, dtype) of one paged-attention call: q [T, H, D], k [T, KVH, D] as inputs 0 and 1."""
+    if not sums or not dims or not types:
+        return None
+    d, t = orjson.loads(dims), orjson.loads(types)
+    if len(d) < 2 or len(d[0]) != 3 or len(d[1]) != 3 or t[0] not in _ELT:
+        return None
+    (tokens, heads, hd), (_, kv_heads, kd) = d[0], d[1]
+    dtype, elt = _ELT[t[0]]
+    kv_read = sums["sk"] * 2 * kv_heads * kd * elt
+    qo = 2 * tokens * heads * hd * elt
+    return float(kv_read + qo), float(4 * sums["sqsk"] * heads * hd), dtype
+
+
+def kernel_costs(trace: Trace, kernels: pl.DataFrame, steps: pl.DataFrame | None = None) -> pl.DataFrame:
+    """`kernels` (id, op_id, step, dur_ns, ...) with bytes, flops, dtype, cost_model added."""
     costs = op_costs(trace.ops).select(
         pl.col("id").alias("op_id"), pl.col("bytes").alias("_ob"), pl.col("flops").alias("_of"),
         "dtype", "cost_model")
     costs = _cat_costs(trace, kernels, costs)
+    costs = _paged_attention_costs(trace, kernels, steps, costs)
     k = kernels.join(costs, on="op_id", how="left")
     share = (pl.col("dur_ns").cast(pl.Float64) / pl.col("dur_ns").sum().over("op_id").cast(pl.Float64)).fill_nan(
         1.0 / pl.len().over("op_id"))

@@ -52,6 +52,24 @@ def parse_marker(name: str, phase_map: dict[str, str]) -> tuple[str, int | None,
     return None
 
 
+_VLLM_SUMS = re.compile(r"(sqsq|sqsk|sq|sk)(\d+)")
+
+
+def vllm_sums(marker: str | None) -> dict[str, int] | None:
+    """Σq, Σk (context), Σq², Σq·k over a step's requests, from vLLM's detailed step annotation
+    (`execute_N_context_n(sq..sk..sqsq..sqsk..)_generation_m(...)`); None for other names."""
+    m = _VLLM.match(marker or "")
+    if not m:
+        return None
+    sums = {"sq": 0, "sk": 0, "sqsq": 0, "sqsk": 0}
+    found = False
+    for part in (m["cb"], m["gb"]):
+        for key, val in _VLLM_SUMS.findall(part):
+            sums[key] += int(val)
+            found = True
+    return sums if found else None
+
+
 def _spans(trace: Trace, phase_map: dict[str, str]) -> pl.DataFrame:
     """Step spans from annotations: CPU range paired with its GPU projection (same External id)."""
     mk = trace.markers

@@ -177,3 +177,20 @@ def test_arch_file_entry_with_a_measured_bandwidth_is_detected(tmp_path):
     assert doc["device"]["sustained_bw_gbs"] == 4000.0 and doc["device"]["detected_from"] == "deviceProperties"
     ph, _ = _comps(doc, "decode")
     assert ph["ceiling_tok_s"] == pytest.approx(B / (ph["bytes_per_step"] / 4000e9), rel=1e-4)
+
+
+def test_vllm_paged_attention_is_priced_from_the_step_annotation():
+    """gpt-oss on MI300X, vLLM piecewise graphs: attention runs eagerly as
+    vllm::unified_attention_with_output (q [8192, 64, 64], k [8192, 8, 64], bf16) in 24 layers. The step
+    annotation gives Σk = 8430 + 34489 context positions and Σq·k = 7671310 + 34489."""
+    from attrib.phases import vllm_sums
+
+    marker = "execute_8192_context_9(sq8155sk8430sqsq7475785sqsk7671310)_generation_37(sq37sk34489sqsq37sqsk34489)"
+    sums = vllm_sums(marker)
+    assert sums == {"sq": 8192, "sk": 42919, "sqsq": 7475822, "sqsk": 7705799}
+    doc = analyze_path(FIXTURES / "torch" / "mi300_vllm_prefilldecode_piecewise" / "graph_execution.json.gz")
+    _, c = _comps(doc, "mixed")
+    per_layer = 42919 * 2 * 8 * 64 * 2 + 2 * 8192 * 64 * 64 * 2  # K/V read at full context + q read, out written
+    assert c["attention"]["bytes"] == pytest.approx(24 * per_layer, rel=1e-9)
+    assert c["attention"]["flops"] == pytest.approx(24 * 4 * 7705799 * 64 * 64, rel=1e-9)
+    assert c["attention"]["achieved_tflops"] < 1307  # MI300X bf16 matrix peak
