@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import zlib
 from pathlib import Path
 from typing import Any
@@ -132,7 +133,35 @@ def _decode_doc(path: Path, text: bytes, warnings: list[str]) -> _Doc:
             warnings.append(f"trace is truncated; salvaged {len(doc.traceEvents)} complete events before the cut")
             return doc
         raise TraceError(path, "truncated JSON with no complete event before the cut")
+    text, repaired = repair_names(text)
+    if repaired:
+        warnings.append(f"{repaired} event names had unescaped quotes (a Kineto bug); repaired")
+        try:
+            return _DOC.decode(text)
+        except msgspec.DecodeError as exc:
+            problem = str(exc)
     return _lenient(path, text, problem, warnings)
+
+
+# One field per line, as Kineto writes events: `    "name": "<value>",`
+_NAME_LINE = re.compile(rb'^(\s*"name": ")(.*)("\s*,?\s*)$', re.M)
+_RAW_QUOTE = re.compile(rb'(?<!\\)"')
+
+
+def repair_names(text: bytes) -> tuple[bytes, int]:
+    """Escape raw double quotes inside `"name": "..."` values. Kineto before its quote-escaping fix
+    wrote names such as `torch/profiler/_cupti_monitor.py(0): "warmup"` as they are, which makes the
+    whole file invalid JSON. Returns the text and how many names were repaired."""
+    count = 0
+
+    def fix(m: re.Match) -> bytes:
+        nonlocal count
+        inner = _RAW_QUOTE.sub(rb'\\"', m.group(2))
+        count += inner != m.group(2)
+        return m.group(1) + inner + m.group(3)
+
+    out = _NAME_LINE.sub(fix, text)  # only on the fallback path: the file is already invalid JSON
+    return out, count
 
 
 def _salvage(text: bytes, tries: int = 64) -> _Doc | None:

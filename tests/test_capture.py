@@ -23,8 +23,15 @@ BATCH, PROMPT, DECODE = 2, 12, 4
 
 
 def _events(path: Path) -> list[dict]:
-    with gzip.open(path, "rt", encoding="utf-8") as fh:
-        doc = json.load(fh)
+    """The exported events. torch's exporter can write a name with raw quotes (seen here with torch
+    2.13: `torch/profiler/_cupti_monitor.py(0): "warmup"`), which attrib's reader repairs; so does this."""
+    from collectors.kineto import repair_names
+
+    raw = gzip.decompress(path.read_bytes())
+    try:
+        doc = json.loads(raw)
+    except json.JSONDecodeError:
+        doc = json.loads(repair_names(raw)[0])
     assert isinstance(doc["traceEvents"], list) and doc["traceEvents"]
     return doc["traceEvents"]
 

@@ -115,3 +115,24 @@ def test_copies_have_kind_bytes_and_direction():
     want = {n.split()[1] for n in (e["name"] for e in memcpy)}
     assert set(got["direction"].unique()) == want
     assert t.copies.filter(pl.col("kind") == "memset").height == sum(1 for e in events if e.get("cat") == "gpu_memset")
+
+
+def test_unescaped_quotes_in_a_name_are_repaired(tmp_path):
+    """torch's exporter has written `"name": "torch/profiler/_cupti_monitor.py(0): "warmup"",` (seen
+    in this project's own CPU captures with torch 2.13): the whole file is invalid JSON. The same
+    defect, put into a real trace, is repaired with a warning."""
+    text = gzip.decompress(EXAMPLE_TRACE.read_bytes())
+    doc = orjson.loads(text)
+    frame = next(e for e in doc["traceEvents"] if e.get("cat") == "python_function")
+    pretty = orjson.dumps(doc, option=orjson.OPT_INDENT_2)  # one field per line, as Kineto writes
+    needle = b'"name": ' + orjson.dumps(frame["name"]) + b","
+    assert needle in pretty
+    bad = pretty.replace(needle, b'"name": "' + frame["name"].encode() + b': "warmup"",', 1)
+    with pytest.raises(ValueError):
+        orjson.loads(bad)
+    p = tmp_path / "quotes.json"
+    p.write_bytes(bad)
+    t = read(p)
+    assert any("unescaped quotes" in w for w in t.meta.warnings)
+    assert t.kernels.height == 4977
+    assert t.frames.filter(pl.col("name") == frame["name"] + ': "warmup"').height == 1
