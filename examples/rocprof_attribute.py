@@ -2,7 +2,7 @@
 
     python examples/rocprof_attribute.py RESULTS.db [--model config.json --weight-bits 4.5 --context 8]
 
-With no argument it reads the project's shared R9700 fixture (llama-bench decode of llama-2-7b Q4_0)
+With no argument it reads the repo's R9700 fixture in tests/fixtures (llama-bench decode of llama-2-7b Q4_0)
 if it is there. Steps come from the repeating kernel loop, tokens per step from llama.cpp's GEMV
 template arguments, components from kernel names and their position in the layer; a model config
 gives the bytes the trace cannot (rocprof records no shapes).
@@ -21,7 +21,7 @@ from attrib.analysis import attribute, document  # noqa: E402
 from attrib.roofline_doc import Budget  # noqa: E402
 from collectors import load  # noqa: E402
 
-DEFAULT = Path(__file__).resolve().parents[2] / "shared/fixtures/rocprof/gfx1201_llamacpp_rocpd_rocm7.2/32432_results.db.gz"
+DEFAULT = Path(__file__).resolve().parents[1] / "tests/fixtures/rocprof/gfx1201_llamacpp_rocpd_rocm7.2/32432_results.db.gz"
 
 
 def main() -> int:

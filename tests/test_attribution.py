@@ -15,9 +15,9 @@ from attrib.linking import link
 from attrib.phases import parse_marker, DEFAULT_MAP
 from collectors import load
 
-from conftest import EXAMPLE_TRACE, FIXTURES
+from conftest import EXAMPLE_TRACE, FIXTURES, ROOT
 
-SCHEMA = json.loads((FIXTURES.parent / "schema" / "attrib.analysis-1.schema.json").read_text())
+SCHEMA = json.loads((ROOT / "attrib" / "data" / "attrib.analysis-1.schema.json").read_text())
 TORCH = [EXAMPLE_TRACE, *sorted((FIXTURES / "torch").glob("*.json.gz")),
          *sorted((FIXTURES / "torch" / "mi300_vllm_prefilldecode_piecewise").glob("*.json.gz"))]
 

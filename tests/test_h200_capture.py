@@ -1,4 +1,4 @@
-"""A trace captured on an H200 by this project's own collectors.capture (tests/data/README.md)."""
+"""A trace captured on an H200 by this project's own collectors.capture (tests/fixtures/captured/README.md)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 from attrib.analysis import analyze_path
 
-TRACE = Path(__file__).parent / "data" / "hf_llama_cuda_b8_p512.pt.trace.json.gz"
+TRACE = Path(__file__).parent / "fixtures" / "captured" / "hf_llama_cuda_b8_p512.pt.trace.json.gz"
 
 
 def test_gpu_capture_is_split_and_attributed():

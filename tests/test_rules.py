@@ -1,6 +1,6 @@
 """Pathology rules on real traces: what fires where, and what must stay quiet.
 
-Every trace here is a real capture (../shared/fixtures, examples/traces, tests/data). Arch-specific
+Every trace here is a real capture (tests/fixtures). Arch-specific
 rules are also run on the same attributions measured against another chip
 (`document(a, arch=override(...), arch_from="override")`): a what-if on the document, not a new trace.
 """
@@ -25,7 +25,7 @@ TORCH, ROCPROF = FIXTURES / "torch", FIXTURES / "rocprof"
 VLLM = TORCH / "mi300_vllm_prefilldecode_piecewise"
 TRACES = {
     "h200_moe_eager": EXAMPLE_TRACE,
-    "h200_llama_eager": ROOT / "tests" / "data" / "hf_llama_cuda_b8_p512.pt.trace.json.gz",
+    "h200_llama_eager": ROOT / "tests" / "fixtures" / "captured" / "hf_llama_cuda_b8_p512.pt.trace.json.gz",
     "h200_dense_graph": TORCH / "h200_dense_prefill_cudagraph_decode.json.gz",
     "h100_hf": TORCH / "h100_hf_qwen1.5-0.5b-chat.json.gz",
     "mi300_hf": TORCH / "mi300_hf_qwen1.5-0.5b-chat.json.gz",
