@@ -1,16 +1,26 @@
 """attrib: where an LLM inference step's milliseconds and bytes go, per model component.
 
-    from attrib import analyze
-    result = analyze("trace.json.gz")      # the attrib.analysis/1 document, a dict
+    import attrib
+    doc = attrib.analyze("trace.json.gz", phase="decode", arch="gfx1201")   # the attrib.analysis/1 document
+
+`attrib.analyze` is `attrib.app.analyze`, resolved on first use: `import collectors` loads only the
+contract modules (attrib.trace, attrib.errors), never the engine.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
+__all__ = ["analyze", "__version__"]
+
+if TYPE_CHECKING:
+    from attrib.app import analyze
 
 
-def analyze(path, **options):
-    """Load a trace (any supported format) and return its analysis (schema attrib.analysis/1)."""
-    from attrib.analysis import analyze_path
+def __getattr__(name: str) -> Any:
+    if name == "analyze":
+        from attrib.app import analyze
 
-    return analyze_path(path, **options)
+        return analyze
+    raise AttributeError(f"module 'attrib' has no attribute {name!r}")

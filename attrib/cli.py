@@ -8,7 +8,14 @@ from pathlib import Path
 
 import click
 
-from attrib.errors import TraceError
+import orjson
+
+from attrib.app import analyze_path, model_budget, resolve_arch
+from attrib.cost.dtypes import KV_BYTES
+from attrib.errors import TraceError, UsageError
+from attrib.report.table import render
+from attrib.roofline.arch import arch_table
+from collectors.rocprof.run import run
 
 
 def _phase_map(items: tuple[str, ...]) -> dict[str, str]:
@@ -21,14 +28,23 @@ def _phase_map(items: tuple[str, ...]) -> dict[str, str]:
     return out
 
 
-def _write(text: str, out: Path | None, force: bool) -> None:
+def check_output(out: Path | None, force: bool) -> None:
+    """Refuse an output path before any work: an existing file without --force, a missing folder."""
+    if out is None:
+        return
+    if out.is_dir():
+        raise TraceError(out, "is a directory; give a file name")
+    if out.exists() and not force:
+        raise TraceError(out, "exists; pass --force to overwrite it")
+    if not out.parent.is_dir():
+        raise TraceError(out, f"folder {out.parent} does not exist (attrib creates no folders)")
+
+
+def _write(text: str, out: Path | None) -> None:
     if out is None:
         click.echo(text, nl=False)
         return
-    if out.exists() and not force:
-        raise TraceError(out, "exists; pass --force to overwrite it")
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text)
     except OSError as exc:
         raise TraceError(out, f"cannot write: {exc.strerror or exc}") from None
@@ -38,43 +54,6 @@ def _write(text: str, out: Path | None, force: bool) -> None:
 @click.version_option(package_name="attrib")
 def cli() -> None:
     """attrib: where LLM-inference milliseconds and bytes go, per model component."""
-
-
-KV_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1, "int8": 1, "q8_0": 34 / 32, "q4_0": 18 / 32}
-
-
-def _arch(name: str | None, arch_file: Path | None):
-    from attrib.arch import load_archs, override
-
-    if name is None:
-        return None, None
-    try:
-        return override(name, arch_file), "override"
-    except KeyError:
-        known = ", ".join(sorted(load_archs(arch_file)))
-        raise click.BadParameter(f"unknown arch {name!r}; known: {known}", param_hint="--arch") from None
-
-
-def _budget(model: Path | None, weight_bits: float, kv_dtype: str, context: int | None):
-    if model is None:
-        return None
-    import orjson
-
-    from attrib.roofline_doc import Budget
-
-    try:
-        config = orjson.loads(model.read_bytes())
-    except OSError as exc:
-        raise TraceError(model, f"cannot read: {exc.strerror or exc}") from None
-    except orjson.JSONDecodeError as exc:
-        raise TraceError(model, f"not valid JSON ({exc})") from None
-    if not isinstance(config, dict):
-        raise TraceError(model, "not a model config (expected a JSON object)")
-    if context is None:
-        raise click.BadParameter("--model needs --context N (K/V positions each decode step reads)",
-                                 param_hint="--context")
-    return Budget(config=config.get("text_config", config), source=f"model config {model.name}", context=context,
-                  weight_bits=weight_bits, kv_bytes=KV_BYTES[kv_dtype])
 
 
 @cli.command()
@@ -88,7 +67,7 @@ def _budget(model: Path | None, weight_bits: float, kv_dtype: str, context: int 
               help="TOML with your own measured device entries (added to the database).")
 @click.option("--model", type=click.Path(path_type=Path), help="HF config.json: budget decode bytes for components "
               "the trace has no shapes for (graph replays, rocprof).")
-@click.option("--weight-bits", type=float, default=16, show_default=True, help="With --model: bits per weight.")
+@click.option("--weight-bits", type=float, help="With --model: bits per weight (default 16).")
 @click.option("--kv-dtype", type=click.Choice(sorted(KV_BYTES)), default="bf16", show_default=True,
               help="With --model: KV-cache element type.")
 @click.option("--context", type=int, help="With --model: K/V positions each decode step reads.")
@@ -101,20 +80,16 @@ def analyze(trace: Path, fmt: str, phase: str | None, phase_map: tuple[str, ...]
             arch_file: Path | None, model: Path | None, weight_bits: float, kv_dtype: str, context: int | None,
             capture: Path | None, capture_batch: int | None, output: Path | None, force: bool) -> None:
     """Attribute TRACE offline: steps, phases, components, bytes, roofline, top kernels."""
-    import orjson
-
-    from attrib.analysis import analyze_path
-    from attrib.render_table import render
-
-    arch, arch_from = _arch(arch_name, arch_file)
+    check_output(output, force)
+    arch, arch_from = resolve_arch(arch_name, arch_file)
     doc = analyze_path(trace, phase=phase, phase_map=_phase_map(phase_map), arch=arch, arch_from=arch_from,
-                       budget=_budget(model, weight_bits, kv_dtype, context), capture=capture,
-                       capture_batch=capture_batch, arch_file=arch_file)
+                       budget=model_budget(model, weight_bits=weight_bits, kv_dtype=kv_dtype, context=context),
+                       capture=capture, capture_batch=capture_batch, arch_file=arch_file)
     for w in doc["notes"]:
         if "truncated" in w or "invalid JSON" in w:
             click.echo(f"attrib: warning: {trace}: {w}", err=True)
     text = (orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n") if fmt == "json" else render(doc)
-    _write(text, output, force)
+    _write(text, output)
 
 
 @cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
@@ -131,11 +106,6 @@ def analyze(trace: Path, fmt: str, phase: str | None, phase_map: tuple[str, ...]
 def capture(use_rocprof: bool, hip_trace: bool, memory_copy_trace: bool, fmt: str, out_dir: Path, rocprofv3: str,
             analyze: bool, cmd: tuple[str, ...]) -> None:
     """Run CMD under rocprofv3 and analyze its trace: attrib capture --rocprof -- CMD ARGS..."""
-    from attrib.analysis import attribute, document
-    from attrib.render_table import render
-    from collectors import load
-    from collectors.rocprof.run import run
-
     res = run(list(cmd), out_dir, hip_trace=hip_trace, memory_copy_trace=memory_copy_trace, fmt=fmt,
               rocprofv3=rocprofv3)
     if res.warning:
@@ -143,15 +113,13 @@ def capture(use_rocprof: bool, hip_trace: bool, memory_copy_trace: bool, fmt: st
     for path in res.traces:
         click.echo(f"captured: {path}")
         if analyze:
-            click.echo(render(document(attribute(load(path)))))
+            click.echo(render(analyze_path(path)))
 
 
 @cli.command()
 @click.option("--arch-file", type=click.Path(path_type=Path, exists=True, dir_okay=False))
 def archs(arch_file: Path | None) -> None:
     """List the device database: bandwidth (peak, sustained), peak matrix TFLOP/s."""
-    from attrib.arch import arch_table
-
     t = arch_table(arch_file)
     click.echo(f"{'key':<14}{'arch':<9}{'CUs':>5}{'peak GB/s':>11}{'sust. GB/s':>12}{'bf16 TF':>9}{'fp8 TF':>8}  name")
     for r in t.iter_rows(named=True):
@@ -166,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     """Console entry point: bad input is one line on stderr and exit code 2, never a traceback."""
     try:
         cli.main(args=argv, prog_name="attrib", standalone_mode=False)
-    except TraceError as exc:
+    except (TraceError, UsageError) as exc:
         click.echo(f"attrib: error: {exc}", err=True)
         return 2
     except click.exceptions.Abort:

@@ -10,3 +10,7 @@ class TraceError(Exception):
         self.path = str(path)
         self.problem = problem
         super().__init__(f"{self.path}: {problem}")
+
+
+class UsageError(ValueError):
+    """A bad argument (an unknown phase or arch, a negative context...). `str()` is the one-line message."""

@@ -32,7 +32,7 @@ _ATTRIB = r"""
 import json, resource, sys, time
 t = time.perf_counter()
 import orjson
-from attrib.analysis import analyze_path
+from attrib.app import analyze_path
 doc = analyze_path(sys.argv[1])
 orjson.dumps(doc)
 print(json.dumps({'wall_s': time.perf_counter() - t, 'rss_mb': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 'events': doc['source']['events'], 'kernels': doc['source']['kernels']}))

@@ -10,6 +10,8 @@ from pathlib import Path
 
 from attrib.errors import TraceError
 from attrib.trace import Trace
+from collectors import rocprof
+from collectors.kineto import read as read_kineto
 
 __all__ = ["load", "sniff", "capture", "wrap"]
 
@@ -48,8 +50,6 @@ def sniff(path: str | Path) -> str:
     p = Path(path)
     if not p.exists():
         raise TraceError(p, "no such file or directory")
-    from collectors import rocprof
-
     if p.is_dir():
         fmt = rocprof.sniff(p, b"")
         if fmt:
@@ -78,9 +78,5 @@ def load(path: str | Path, **options) -> Trace:
     p = Path(path)
     fmt = sniff(p)
     if fmt == "torch-json":
-        from collectors.kineto import read
-
-        return read(p, **options)
-    from collectors import rocprof
-
+        return read_kineto(p, **options)
     return rocprof.read(p, fmt, **options)

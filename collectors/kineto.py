@@ -21,6 +21,7 @@ import polars as pl
 
 from attrib.errors import TraceError
 from attrib.trace import Meta, Trace
+from collectors.provenance import read_sidecar
 
 CHUNK = 32768
 _NONE = msgspec.Raw(b"")
@@ -339,8 +340,6 @@ def _devices(doc: _Doc) -> tuple[dict[str, Any], ...]:
 
 def read(path: str | Path, **_: Any) -> Trace:
     """Read a Kineto trace (`.json`, `.json.gz`, `.pt.trace.json.gz`) into the normalized Trace."""
-    from collectors.provenance import read_sidecar
-
     path = Path(path)
     text, warnings = _read_bytes(path)
     if not text[:65536].strip():

@@ -155,7 +155,7 @@ def analyze(path: Path) -> None:
         print(f"(analysis failed: {type(exc).__name__}: {exc})")
         return
     try:
-        from attrib.render_table import render
+        from attrib.report.table import render
 
         print(render(doc))
     except Exception:

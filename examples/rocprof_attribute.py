@@ -17,8 +17,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 
-from attrib.analysis import attribute, document  # noqa: E402
-from attrib.roofline_doc import Budget  # noqa: E402
+from attrib.pipeline import attribute  # noqa: E402
+from attrib.report.document import document  # noqa: E402
+from attrib.cost.budget import Budget  # noqa: E402
 from collectors import load  # noqa: E402
 
 DEFAULT = Path(__file__).resolve().parents[1] / "tests/fixtures/rocprof/gfx1201_llamacpp_rocpd_rocm7.2/32432_results.db.gz"

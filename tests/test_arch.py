@@ -9,7 +9,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from attrib.arch import Arch, arch_table, detect, load_archs, override
+from attrib.roofline.arch import Arch, arch_table, detect, load_archs, override
 from attrib.errors import TraceError
 
 H200_MOE = "torch/h200_qwen3moe_eager_prefill_decode.json.gz"

@@ -9,10 +9,11 @@ import jsonschema
 import polars as pl
 import pytest
 
-from attrib.analysis import attribute, document
-from attrib.components import TAXONOMY, patterns
-from attrib.linking import link
-from attrib.phases import parse_marker, DEFAULT_MAP
+from attrib.pipeline import attribute
+from attrib.report.document import document
+from attrib.components.classify import TAXONOMY, patterns
+from attrib.link.launches import link
+from attrib.steps.phases import parse_marker, DEFAULT_MAP
 from collectors import load
 
 from conftest import EXAMPLE_TRACE, FIXTURES, ROOT

@@ -6,8 +6,8 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from attrib.budget import budget_totals, decode_budget, model_shape
-from attrib.cost import op_cost
+from attrib.cost.budget import budget_totals, decode_budget, model_shape
+from attrib.cost.ops import op_cost
 
 # h200_qwen3moe_eager_prefill_decode: Qwen3MoeForCausalLM, bf16, batch 4, prompt 512, 6 decode steps
 QWEN3_MOE = {"model_type": "qwen3_moe", "hidden_size": 2048, "num_hidden_layers": 8, "num_attention_heads": 32,

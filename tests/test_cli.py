@@ -88,7 +88,7 @@ def test_analyze_replay_with_its_capture(tmp_path):
 
 
 def test_offline_analysis_never_imports_torch():
-    code = ("import sys; from attrib.analysis import analyze_path; "
+    code = ("import sys; from attrib.app import analyze_path; "
             f"analyze_path({str(EXAMPLE_TRACE)!r}); "
             "bad = [m for m in sys.modules if m == 'torch' or m.startswith('torch.')]; "
             "print('imported:', bad); sys.exit(1 if bad else 0)")

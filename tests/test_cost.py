@@ -13,9 +13,9 @@ import orjson
 import polars as pl
 import pytest
 
-from attrib import cost_matmul as mm
-from attrib import cost_ops as ew
-from attrib.cost import op_cost, op_costs
+from attrib.cost import matmul as mm
+from attrib.cost import elementwise as ew
+from attrib.cost.ops import op_cost, op_costs
 
 BF, F32, I64, I32 = "c10::BFloat16", "float", "long int", "int"
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from attrib.components import classify
-from attrib.cost import op_costs
-from attrib.graph_capture import capture_launches, merge
-from attrib.linking import link
-from attrib.phases import assign_steps
+from attrib.components.classify import classify
+from attrib.cost.ops import op_costs
+from attrib.link.graph_capture import capture_launches, merge
+from attrib.link.launches import link
+from attrib.steps.phases import assign_steps
 from collectors import load
 
 from conftest import FIXTURES

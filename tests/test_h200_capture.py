@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from attrib.analysis import analyze_path
+from attrib.app import analyze_path
 
 TRACE = Path(__file__).parent / "fixtures" / "captured" / "hf_llama_cuda_b8_p512.pt.trace.json.gz"
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from attrib.arch import override
-from attrib.roofline import ADDED, kernel_roofline, phase_ceiling
+from attrib.roofline.arch import override
+from attrib.roofline.model import ADDED, kernel_roofline, phase_ceiling
 
 H200, STRIX = override("h200-sxm"), override("gfx1151")
 Q_PROJ = {"bytes": 16_826_368.0, "flops": 67_108_864.0, "dtype": "bf16"}     # decode q_proj, x[4,1,2048]

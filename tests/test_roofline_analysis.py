@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from attrib.analysis import analyze_path
-from attrib.arch import load_archs
-from attrib.roofline_doc import Budget
+from attrib.app import analyze_path
+from attrib.roofline.arch import load_archs
+from attrib.cost.budget import Budget
 from attrib.cli import main
 
 from conftest import EXAMPLE_TRACE, FIXTURES
@@ -183,7 +183,7 @@ def test_vllm_paged_attention_is_priced_from_the_step_annotation():
     """gpt-oss on MI300X, vLLM piecewise graphs: attention runs eagerly as
     vllm::unified_attention_with_output (q [8192, 64, 64], k [8192, 8, 64], bf16) in 24 layers. The step
     annotation gives Σk = 8430 + 34489 context positions and Σq·k = 7671310 + 34489."""
-    from attrib.phases import vllm_sums
+    from attrib.steps.phases import vllm_sums
 
     marker = "execute_8192_context_9(sq8155sk8430sqsq7475785sqsk7671310)_generation_37(sq37sk34489sqsq37sqsk34489)"
     sums = vllm_sums(marker)

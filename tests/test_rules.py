@@ -16,8 +16,9 @@ import pytest
 from conftest import EXAMPLE_TRACE, FIXTURES, ROOT
 
 import rules
-from attrib.analysis import Attribution, attribute, document
-from attrib.arch import override
+from attrib.pipeline import Attribution, attribute
+from attrib.report.document import document
+from attrib.roofline.arch import override
 from collectors import load
 from rules import RULES, Finding, run
 
@@ -69,7 +70,7 @@ def fired(name: str, arch: str | None = None) -> dict[str, Finding]:
 
 @pytest.fixture(scope="module")
 def analysis_schema() -> dict:
-    return json.loads((FIXTURES.parent / "schema" / "attrib.analysis-1.schema.json").read_text())
+    return json.loads((ROOT / "attrib" / "data" / "attrib.analysis-1.schema.json").read_text())
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import polars as pl
 
 import collectors
-from attrib.steps_periodic import HELPERS, split_tokens
+from attrib.steps.periodic import HELPERS, split_tokens
 
 
 def _summary(df: pl.DataFrame) -> pl.DataFrame:

@@ -20,6 +20,7 @@ from pathlib import Path
 from attrib.errors import TraceError
 from attrib.trace import Trace
 
+from . import legacy, pftrace, rocpd, v3csv, v3json
 from ._common import SQLITE_MAGIC, head_bytes, local_file, merge, plain_name
 
 __all__ = ["sniff", "read", "FORMATS"]
@@ -108,24 +109,14 @@ def sniff(path: Path, head: bytes) -> str | None:
 
 def _read_file(path: Path, fmt: str) -> Trace:
     if fmt == "rocpd":
-        from . import rocpd
-
         return rocpd.read(path)
     if fmt == "rocprofv3-csv":
-        from . import v3csv
-
         return v3csv.read(path)
     if fmt == "rocprofv3-json":
-        from . import v3json
-
         return v3json.read(path)
     if fmt == "pftrace":
-        from . import pftrace
-
         return pftrace.read(path)
     if fmt in ("rocprof-v1", "rocprof-v2"):
-        from . import legacy
-
         return legacy.read(path, fmt)
     raise TraceError(path, f"unknown rocprof format {fmt!r} (expected one of {', '.join(FORMATS)})")
 
@@ -139,8 +130,6 @@ def read(path: Path, fmt: str, **options) -> Trace:
     if not path.is_dir():
         return _read_file(path, fmt)
     if fmt == "rocprofv3-csv":
-        from . import v3csv
-
         return v3csv.read(path)
     files = _dir_files(path).get(fmt, [])
     if not files:

@@ -1,39 +1,22 @@
 """Per-phase roofline figures of the analysis document: bytes, FLOPs, achieved GB/s, gap, ceiling.
 
-Bytes come from shapes (attrib.costing) or, for components a trace gives no shapes for, from a
-model-config budget (attrib.budget) when the user passes one. Achieved figures and gaps are computed
+Bytes come from shapes (attrib.cost.kernels) or, for components a trace gives no shapes for, from a
+model-config budget (attrib.cost.budget) when the user passes one. Achieved figures and gaps are computed
 over the kernel time whose bytes are known; `bytes_known_share` says how much of the time that is.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import polars as pl
 
-from attrib.arch import Arch
-from attrib.budget import decode_budget
-from attrib.roofline import kernel_roofline, phase_ceiling
+from attrib.cost.budget import Budget
+from attrib.roofline.arch import Arch
+from attrib.roofline.model import kernel_roofline, phase_ceiling
 
 
 MIN_KNOWN = 0.5  # share of a phase's kernel time that must be priced for per-step bytes to be given
-
-
-@dataclass(frozen=True)
-class Budget:
-    """A model config (`--model config.json`) to budget decode bytes where the trace has no shapes."""
-
-    config: Mapping[str, Any]
-    source: str
-    context: int
-    weight_bits: float = 16
-    kv_bytes: float = 2
-
-    def table(self, batch: int) -> pl.DataFrame:
-        return decode_budget(self.config, batch=batch, context=self.context, weight_bits=self.weight_bits,
-                             kv_bytes=self.kv_bytes)
 
 
 def component_table(k: pl.DataFrame, steps: pl.DataFrame, budget: Budget | None, phase: str) -> pl.DataFrame:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from attrib.nesting import innermost, parents
+from attrib.link.nesting import innermost, parents
 from attrib.trace import Trace
 
 GRAPH_LAUNCH = r"(?i)graphlaunch"

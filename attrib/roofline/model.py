@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from attrib.arch import Arch
+from attrib.roofline.arch import Arch
 
 ADDED = {"achieved_gbs": pl.Float64, "achieved_tflops": pl.Float64, "intensity": pl.Float64,
          "bound": pl.Utf8, "roofline_ms": pl.Float64, "gap_ms": pl.Float64, "inconsistent": pl.Utf8,

@@ -14,6 +14,7 @@ import re
 import orjson
 import polars as pl
 
+from attrib.steps.periodic import split_tokens
 from attrib.trace import Trace
 
 DEFAULT_MAP = {"prefill": "prefill", "decode": "decode", "mixed": "mixed", "extend": "prefill", "generate": "decode"}
@@ -122,8 +123,6 @@ def _forward_spans(trace: Trace) -> pl.DataFrame:
 def _periodic(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
     """No annotations, no CPU ops (llama.cpp under rocprof): steps from the repeating kernel loop;
     without one, the whole trace is one step of unknown phase."""
-    from attrib.steps_periodic import split_tokens
-
     k = trace.kernels.select("id", "name", "start_ns", "dur_ns")
     if k.height == 0:
         return pl.DataFrame(schema=STEP_COLS), pl.DataFrame(schema={"id": pl.Int64, "step": pl.Int64})

@@ -15,7 +15,8 @@ from importlib import resources
 
 import polars as pl
 
-from attrib.nesting import innermost
+from attrib.components.position import gemm_positions
+from attrib.link.nesting import innermost
 from attrib.trace import Trace
 
 TAXONOMY = ("embedding", "qkv_proj", "attention", "kv_cache_write", "rope", "o_proj", "norm", "mlp_gate_up",
@@ -175,8 +176,6 @@ def _between(k: pl.DataFrame) -> pl.DataFrame:
 
 def classify(trace: Trace, links: pl.DataFrame, kernel_steps: pl.DataFrame) -> pl.DataFrame:
     """One row per kernel: id, step, component, evidence (module | frame | op | name | position | none)."""
-    from attrib.position import gemm_positions
-
     la = trace.launches.select(pl.col("id").alias("launch_id"), pl.col("start_ns").alias("launch_ns"),
                                pl.col("pid").alias("launch_pid"), pl.col("tid").alias("launch_tid"))
     k = (trace.kernels.select("id", "name", "start_ns", "dur_ns")

@@ -43,6 +43,9 @@ WEIGHT_BITS: dict[str, float] = {
     "q8_0": 8.5,        # GGUF: 32 x 8 bit + fp16 scale per block of 32
 }
 
+# KV-cache element types a model budget accepts, in bytes per element (the same formats' bits / 8).
+KV_BYTES: dict[str, float] = {k: WEIGHT_BITS[k] / 8 for k in ("bf16", "fp16", "fp32", "fp8", "int8", "q8_0", "q4_0")}
+
 # Promotion order for elementwise results (bf16 + fp16 promotes to fp32, handled separately).
 _RANK = {"bool": 0, "uint8": 1, "int8": 1, "int16": 2, "int32": 3, "int64": 4,
          "fp8_e4m3fn": 5, "fp8_e5m2": 5, "fp16": 6, "bf16": 6, "fp32": 7, "fp64": 8}

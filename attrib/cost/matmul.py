@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from math import prod
 
-from attrib.cost_dtypes import (Cost, Tensor, broadcast, concrete_bool, concrete_dtype, concrete_int, size_of, tensor,
+from attrib.cost.dtypes import (Cost, Tensor, broadcast, concrete_bool, concrete_dtype, concrete_int, size_of, tensor,
                                 unknown)
 
 

@@ -20,8 +20,8 @@ from typing import Any
 
 import polars as pl
 
-from attrib.linking import GRAPH_LAUNCH, KERNEL_LAUNCH, link
-from attrib.nesting import innermost
+from attrib.link.launches import GRAPH_LAUNCH, KERNEL_LAUNCH, link
+from attrib.link.nesting import innermost
 from attrib.trace import Trace, conform
 
 _BY = ["pid", "tid"]
@@ -63,7 +63,7 @@ def capture_launches(capture: Trace) -> pl.DataFrame:
 
 
 def capture_context(capture: Trace, launches: pl.DataFrame) -> pl.DataFrame:
-    """Capture launch id -> op_id, module, module_path, via `attrib.linking.link` over one pseudo
+    """Capture launch id -> op_id, module, module_path, via `attrib.link.launches.link` over one pseudo
     kernel per launch (External id of the launch, else time containment; module frames)."""
     la = capture.launches.join(launches.select("id"), on="id", how="semi")
     pseudo = la.select("id", "correlation", pl.lit(False).alias("graph"), pl.col("id").alias("launch_id"))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from math import prod
 
-from attrib.cost_dtypes import (Cost, broadcast, concrete_bool, concrete_dtype, concrete_int, concrete_str,
+from attrib.cost.dtypes import (Cost, broadcast, concrete_bool, concrete_dtype, concrete_int, concrete_str,
                                 promote, size_of, tensor, tensors, unknown)
 
 

@@ -17,9 +17,9 @@ from functools import partial
 import orjson
 import polars as pl
 
-from attrib import cost_matmul as mm
-from attrib import cost_ops as ew
-from attrib.cost_dtypes import Cost, concrete_int, unknown
+from attrib.cost import matmul as mm
+from attrib.cost import elementwise as ew
+from attrib.cost.dtypes import Cost, concrete_int, unknown
 
 Formula = Callable[[list, list, list], Cost]
 

@@ -152,6 +152,8 @@ def load_archs(extra: Path | None = None) -> dict[str, Arch]:
             text = path.read_text(encoding="utf-8")
         except OSError as exc:
             raise TraceError(path, f"cannot read arch file ({exc.strerror})") from None
+        except UnicodeDecodeError:
+            raise TraceError(path, "not a TOML text file (not UTF-8)") from None
         archs.update(_parse(text, path))
     return archs
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import polars as pl
 
-from attrib.cost_matmul import expected_active_experts
+from attrib.cost.matmul import expected_active_experts
 
 _SCHEMA = {"component": pl.Utf8, "weight_bytes": pl.Float64, "kv_bytes": pl.Float64, "act_bytes": pl.Float64,
            "bytes": pl.Float64, "flops": pl.Float64, "note": pl.Utf8}
@@ -168,3 +168,18 @@ def budget_totals(budget: pl.DataFrame, tokens_per_step: int) -> dict[str, float
     return {"bytes": total, "weight_bytes": float(budget["weight_bytes"].sum()),
             "kv_bytes": float(budget["kv_bytes"].sum()), "act_bytes": float(budget["act_bytes"].sum()),
             "flops": float(budget["flops"].sum()), "gb_per_token": total / tokens_per_step / 1e9}
+
+
+@dataclass(frozen=True)
+class Budget:
+    """A model config (`--model config.json`) to budget decode bytes where the trace has no shapes."""
+
+    config: Mapping[str, Any]
+    source: str
+    context: int
+    weight_bits: float = 16
+    kv_bytes: float = 2
+
+    def table(self, batch: int) -> pl.DataFrame:
+        return decode_budget(self.config, batch=batch, context=self.context, weight_bits=self.weight_bits,
+                             kv_bytes=self.kv_bytes)

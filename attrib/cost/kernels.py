@@ -12,8 +12,8 @@ from __future__ import annotations
 import orjson
 import polars as pl
 
-from attrib.cost import op_costs
-from attrib.phases import vllm_sums
+from attrib.cost.ops import op_costs
+from attrib.steps.phases import vllm_sums
 from attrib.trace import Trace
 
 

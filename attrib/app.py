@@ -1,0 +1,102 @@
+"""The application: load a trace (collectors), attribute it (pipeline), document it, run the rules.
+
+With attrib.cli, the only modules that import `collectors` and `rules`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+import rules
+from attrib.cost.budget import Budget
+from attrib.cost.dtypes import KV_BYTES
+from attrib.errors import TraceError, UsageError
+from attrib.pipeline import Attribution, attribute
+from attrib.report.document import document
+from attrib.roofline.arch import Arch, load_archs, override
+from collectors import load
+
+
+def resolve_arch(arch: str | Arch | None, arch_file: Path | None = None) -> tuple[Arch | None, str | None]:
+    """(Arch, "override") for a what-if device given by name or entry; (None, None) to detect it."""
+    if arch is None or isinstance(arch, Arch):
+        return arch, ("override" if arch is not None else None)
+    try:
+        return override(arch, arch_file), "override"
+    except KeyError:
+        raise UsageError(f"unknown arch {arch!r}; known: {', '.join(sorted(load_archs(arch_file)))} "
+                         "(`attrib archs` lists them)") from None
+
+
+def model_budget(model: str | Path | Mapping[str, Any] | None, *, weight_bits: float | None = None,
+                 kv_dtype: str = "bf16", context: int | None = None) -> Budget | None:
+    """A decode-bytes budget from a HF config (a path or the parsed dict); None without a model."""
+    if weight_bits is not None and not weight_bits > 0:
+        raise UsageError(f"weight bits must be > 0, got {weight_bits:g}")
+    if context is not None and context <= 0:
+        raise UsageError(f"context must be a positive number of K/V positions, got {context}")
+    if kv_dtype not in KV_BYTES:
+        raise UsageError(f"unknown KV-cache dtype {kv_dtype!r}; known: {', '.join(sorted(KV_BYTES))}")
+    if model is None:
+        return None
+    if isinstance(model, Mapping):
+        config, source = model, "model config"
+    else:
+        path = Path(model)
+        try:
+            config = orjson.loads(path.read_bytes())
+        except OSError as exc:
+            raise TraceError(path, f"cannot read: {exc.strerror or exc}") from None
+        except orjson.JSONDecodeError as exc:
+            raise TraceError(path, f"not valid JSON ({exc})") from None
+        if not isinstance(config, dict):
+            raise TraceError(path, "not a model config (expected a JSON object)")
+        source = f"model config {path.name}"
+    if context is None:
+        raise UsageError("a model budget needs the context (K/V positions each decode step reads): --context N")
+    return Budget(config=config.get("text_config", config), source=source, context=context,
+                  weight_bits=16 if weight_bits is None else weight_bits, kv_bytes=KV_BYTES[kv_dtype])
+
+
+def check_phase(a: Attribution, phase: str | None, path: object) -> None:
+    """An unknown phase is an error that lists the phases the trace has."""
+    found = sorted(a.steps["phase"].unique().drop_nulls().to_list())
+    if phase is not None and phase not in found:
+        raise UsageError(f"{path}: no {phase!r} phase; phases found: {', '.join(found) or 'none'}")
+
+
+def analyze(path: str | Path, *, phase: str | None = None, phase_map: Mapping[str, str] | None = None,
+            arch: str | Arch | None = None, arch_file: str | Path | None = None,
+            model: str | Path | Mapping[str, Any] | None = None, weight_bits: float | None = None,
+            kv_dtype: str = "bf16", context: int | None = None, capture: str | Path | None = None,
+            capture_batch: int | None = None) -> dict[str, Any]:
+    """Load a trace (any supported format), attribute it, run the rules: the attrib.analysis/1 document.
+
+    phase: only this phase ("prefill", "decode", ...); phase_map: annotation name -> phase;
+    arch: measure against this device instead of the detected one (a what-if: "gfx1201", "h200", ...);
+    arch_file: TOML of extra device entries; model, weight_bits, kv_dtype, context: a HF config to
+    budget decode bytes the trace has no shapes for; capture (+ capture_batch): the graph-capture trace
+    of a replay trace. Bad input raises attrib.errors.TraceError (the file) or UsageError (an argument).
+    """
+    arch_path = Path(arch_file) if arch_file is not None else None
+    dev, dev_from = resolve_arch(arch, arch_path)
+    budget = model_budget(model, weight_bits=weight_bits, kv_dtype=kv_dtype, context=context)
+    return analyze_path(path, phase, dict(phase_map or {}), dev, dev_from, budget, capture, capture_batch,
+                        arch_path)
+
+
+def analyze_path(path: str | Path, phase: str | None = None, phase_map: dict[str, str] | None = None,
+                 arch: Arch | None = None, arch_from: str | None = None, budget: Budget | None = None,
+                 capture: str | Path | None = None, capture_batch: int | None = None,
+                 arch_file: Path | None = None) -> dict[str, Any]:
+    """`analyze` with a resolved Arch and Budget (what the CLI builds from its options)."""
+    cap = load(capture) if capture is not None else None
+    a = attribute(load(path), phase_map, cap, capture_batch)
+    check_phase(a, phase, path)
+    doc = document(a, phase, arch, arch_from, budget, arch_file)
+    doc["findings"] = [f.to_json() for f in rules.run(a, doc)]
+    return doc

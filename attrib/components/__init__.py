@@ -1,0 +1,1 @@
+"""Kernel -> model component (the fixed taxonomy), with the evidence that decided it."""

@@ -1,0 +1,57 @@
+"""The attribution pipeline: Trace -> Attribution, its stages in order.
+
+link (kernel <-> launch <-> op <-> module) -> steps and phases -> components -> tokens -> windows ->
+costs. Each stage is a pure function over polars tables.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import polars as pl
+
+from attrib.components.classify import classify
+from attrib.cost.kernels import kernel_costs
+from attrib.link.graph_capture import merge
+from attrib.link.launches import link
+from attrib.steps.phases import assign_steps, tokens_from_kernel_names, tokens_from_shapes
+from attrib.steps.tokens import fill_tokens_and_phase, tokens_from_names
+from attrib.steps.windows import windows
+from attrib.trace import Trace
+
+
+@dataclass(frozen=True)
+class Attribution:
+    """The attributed trace: kernels with step, phase and component; the steps table."""
+
+    trace: Trace
+    kernels: pl.DataFrame  # id, name, start_ns, dur_ns, step, phase, component, evidence, op_id, op,
+    #                        module_path, launch_id, graph, bytes, flops, dtype, cost_model
+    steps: pl.DataFrame  # step, phase, tokens, tokens_from, window_start, window_end, ...
+    notes: tuple[str, ...]
+
+
+def attribute(trace: Trace, phase_map: dict[str, str] | None = None, capture: Trace | None = None,
+              capture_batch: int | None = None) -> Attribution:
+    """Run linking, step/phase split and component mapping over a normalized trace.
+
+    capture: the graph-capture trace of a replay trace; replayed kernels then get the op, shapes and
+    module of the launch that captured them (attrib.link.graph_capture)."""
+    links = link(trace)
+    notes: list[str] = []
+    if capture is not None:
+        trace, links, rep = merge(trace, links, capture, batch_size=capture_batch)
+        notes.append(f"graph capture: {rep['matched']} of {rep['replayed']} replayed kernels matched to "
+                     f"{rep['segments']} captured graphs ({rep['groups_exact']} of {rep['groups']} groups exact"
+                     + (f", {rep['groups_ambiguous']} ambiguous: pass --capture-batch" if rep.get("groups_ambiguous") else "")
+                     + ")")
+    spans, kernel_steps = assign_steps(trace, links, phase_map)
+    comp = classify(trace, links, kernel_steps)
+    steps = fill_tokens_and_phase(spans, tokens_from_shapes(trace, spans), notes)
+    k = (trace.kernels.select("id", "name", "start_ns", "dur_ns")
+         .join(comp, on="id", how="left")
+         .join(links.select("id", "launch_id", "graph"), on="id", how="left"))
+    steps = tokens_from_names(steps, tokens_from_kernel_names(k))
+    k = k.join(steps.select("step", "phase"), on="step", how="left")
+    steps = windows(steps, k)
+    return Attribution(trace=trace, kernels=kernel_costs(trace, k, steps), steps=steps, notes=tuple(notes))

@@ -1,0 +1,1 @@
+"""The analysis document and its renderers, one module per output format."""

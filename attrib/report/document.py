@@ -1,0 +1,143 @@
+"""The analysis document (schema attrib.analysis/1) of an Attribution.
+
+Per-step figures are medians over a phase's steps; a figure that cannot be known is null and, where
+useful, `notes` says why.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from attrib.cost.budget import Budget
+from attrib.pipeline import Attribution
+from attrib.roofline.arch import Arch, detect
+from attrib.roofline.model import kernel_roofline
+from attrib.roofline.tables import MIN_KNOWN, component_table, phase_figures, roofline_rows
+from attrib.trace import Trace
+
+SCHEMA_ID = "attrib.analysis/1"
+TOP_KERNELS = 10
+
+
+def _q(s: pl.Series, q: float) -> float | None:
+    v = s.drop_nulls()
+    return None if v.len() == 0 else float(v.quantile(q, interpolation="linear"))
+
+
+def _r(x: float | None, nd: int = 4) -> float | None:
+    return None if x is None else round(float(x), nd)
+
+
+def _f(x: Any) -> float | None:
+    return None if x is None else float(x)
+
+
+def _phase_doc(phase: str, steps: pl.DataFrame, k: pl.DataFrame, arch: Arch | None,
+               budget: Budget | None) -> dict[str, Any]:
+    n = steps.height
+    tokens = steps["tokens"].drop_nulls()
+    comp = roofline_rows(component_table(k, steps, budget, phase), arch)
+    ev = (k.group_by("component", "evidence").len().group_by("component")
+          .agg(pl.struct("evidence", "len").alias("ev")))
+    comp = comp.join(ev, on="component", how="left")
+    total = float(comp["ms"].sum()) or 1.0
+    comps = [{
+        "component": r["component"], "kernels": int(round(r["kernels"])), "ms": _r(r["ms"]),
+        "share": _r(r["ms"] / total), "bytes": _f(r["bytes"]), "flops": _f(r["flops"]),
+        "achieved_gbs": _r(r["achieved_gbs"], 1), "achieved_tflops": _r(r["achieved_tflops"], 3),
+        "roofline_ms": _r(r["roofline_ms"]), "gap_ms": _r(r["gap_ms"]),
+        "bound": r["bound"], "dtype": r["dtype"], "bytes_from": r["bytes_from"],
+        "bytes_known_share": _r(r["known_ms"] / r["ms"]) if (r["bytes"] is not None and r["ms"]) else None,
+        "inconsistent": r["inconsistent"],
+        "evidence": {e["evidence"]: e["len"] for e in (r["ev"] or [])},
+    } for r in comp.sort("ms", descending=True).iter_rows(named=True)]
+    known = pl.col("bytes").is_not_null()
+    top = (k.group_by("name", "component").agg(
+        pl.len().alias("calls"), pl.col("dur_ns").sum().alias("ns"),
+        pl.when(known.any()).then(pl.col("bytes").sum()).alias("bytes"), pl.col("flops").sum().alias("flops"),
+        pl.col("dtype").drop_nulls().first().alias("dtype"), pl.col("dur_ns").filter(known).sum().alias("known_ns"))
+        .sort("ns", descending=True).head(TOP_KERNELS)
+        .with_columns((pl.col("known_ns") / 1e6).alias("ms")))
+    top = kernel_roofline(top, arch) if top.height else top.with_columns(pl.lit(None, pl.Float64).alias("achieved_gbs"))
+    tops = [{"name": r["name"], "component": r["component"], "calls": int(r["calls"]),
+             "ms": _r(r["ns"] / 1e6 / max(n, 1)), "achieved_gbs": _r(r["achieved_gbs"], 1)} for r in top.iter_rows(named=True)]
+    tps = int(tokens.median()) if tokens.len() else None
+    step_med = _q(steps["step_ms"], 0.5)
+    fig = phase_figures(steps, k, comp, arch)
+    return {
+        "phase": phase, "steps": n, "tokens_per_step": tps,
+        "tokens_from": steps["tokens_from"].drop_nulls().mode().first() if tokens.len() else None,
+        "step_ms": {"median": _r(step_med), "p10": _r(_q(steps["step_ms"], 0.1)), "p90": _r(_q(steps["step_ms"], 0.9))},
+        "kernel_ms": _r(_q(steps["kernel_ms"], 0.5)), "idle_fraction": _r(_q(steps["idle_fraction"], 0.5)),
+        "idle_ms": _r(_q(steps["idle_ms"], 0.5)),
+        "bytes_per_step": fig["bytes_per_step"], "gb_per_token": _r(fig["gb_per_token"], 6),
+        "bytes_known_share": _r(fig["bytes_known_share"]),
+        "achieved_tok_s": _r(tps / (step_med / 1e3), 2) if (tps and step_med) else None,
+        "ceiling_tok_s": _r(fig["ceiling_tok_s"], 2), "components": comps, "top_kernels": tops,
+    }
+
+
+def _device(trace: Trace, arch: Arch | None, detected_from: str) -> dict[str, Any]:
+    if arch is not None:
+        return arch.device_json(detected_from) | {"vendor": trace.meta.vendor}
+    d = trace.meta.devices[0] if trace.meta.devices else {}
+    name = d.get("product_name") or d.get("name") or None
+    return {"arch": None, "name": name, "detected_from": "unknown", "peak_bw_gbs": None, "sustained_bw_gbs": None,
+            "vendor": trace.meta.vendor}
+
+
+def document(a: Attribution, phase: str | None = None, arch: Arch | None = None, arch_from: str | None = None,
+             budget: Budget | None = None, arch_file: Path | None = None) -> dict[str, Any]:
+    """The attrib.analysis/1 document for an attribution (optionally one phase only).
+
+    arch: the device to measure against (detected from the trace when None); arch_from says where a
+    given arch came from ("override" for a what-if projection onto another chip)."""
+    t, k = a.trace, a.kernels
+    notes = list(a.notes) + list(t.meta.warnings)
+    if arch is None:
+        names = t.kernels["name"].unique().head(20000).to_list()
+        arch, arch_from = detect(t.meta.devices, t.meta.vendor, names, extra=arch_file)
+    elif arch_from == "override":
+        notes.append(f"what-if: measured kernel times projected onto {arch.name} ({arch.arch}), not the traced device")
+    if arch is not None and arch.bandwidth()[1] == "peak":
+        notes.append(f"no sustained bandwidth known for {arch.name}: rooflines use the {arch.peak_bw_gbs:g} GB/s peak")
+    phases = []
+    order = {"prefill": 0, "mixed": 1, "decode": 2}
+    for ph in sorted(a.steps["phase"].unique().to_list(), key=lambda p: (order.get(p, 3), p)):
+        if phase and ph != phase:
+            continue
+        phases.append(_phase_doc(ph, a.steps.filter(pl.col("phase") == ph), k.filter(pl.col("phase") == ph), arch, budget))
+    total_ns = int(t.kernels["dur_ns"].sum() or 0)
+    in_steps = k.filter(pl.col("step").is_not_null())
+    attributed = in_steps.filter(pl.col("component") != "other")["dur_ns"].sum()
+    step_ns = in_steps["dur_ns"].sum()
+    priced_ns = in_steps.filter(pl.col("bytes").is_not_null())["dur_ns"].sum()
+    for ph in phases:
+        share = ph.get("bytes_known_share")
+        if ph["gb_per_token"] is not None and share is not None and share < 0.95:
+            notes.append(f"{ph['phase']}: bytes known for {share:.0%} of kernel time; gb_per_token is a lower bound")
+        elif ph["gb_per_token"] is None and share is not None and share < MIN_KNOWN:
+            notes.append(f"{ph['phase']}: bytes known for {share:.0%} of kernel time, too little for GB/token "
+                         "(give --capture with the graph-capture trace, or --model CONFIG)")
+    for inc in {c["inconsistent"] for ph in phases for c in ph["components"] if c.get("inconsistent")}:
+        notes.append(inc)
+    outside = k.filter(pl.col("step").is_null())
+    if outside.height:
+        notes.append(f"{outside.height} kernels ({outside['dur_ns'].sum() / 1e6:.3f} ms) fall outside every step")
+    unlinked = k.filter(pl.col("launch_id").is_null()).height
+    return {
+        "schema": SCHEMA_ID,
+        "source": {"path": t.meta.path, "format": t.meta.format, "events": t.meta.events, "kernels": t.kernels.height,
+                   "kernel_ms": round(total_ns / 1e6, 4), "kernels_without_launch": unlinked,
+                   "kernels_outside_steps": outside.height},
+        "device": _device(t, arch, arch_from or "unknown"),
+        "provenance": dict(t.meta.provenance),
+        "phases": phases,
+        "coverage": {"attributed_share": _r(attributed / step_ns) if step_ns else None,
+                     "bytes_known_share": _r(priced_ns / step_ns) if step_ns else None},
+        "findings": [],
+        "notes": notes,
+    }

@@ -1,0 +1,1 @@
+"""The device database and detection; achieved GB/s and TFLOP/s, roofline and gap; per-phase figures."""
