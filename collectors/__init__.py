@@ -6,34 +6,20 @@ Readers raise `attrib.errors.TraceError` for input they cannot read.
 
 from __future__ import annotations
 
+import zlib
 from pathlib import Path
 
 from attrib.errors import TraceError
 from attrib.trace import Trace
 from collectors import rocprof
 from collectors.kineto import read as read_kineto
+from collectors.torch_capture import capture, wrap
 
 __all__ = ["load", "sniff", "capture", "wrap"]
 
 
-def capture(*args, **kwargs):
-    """Profile serving steps: see `collectors.torch_capture.capture` (torch is imported only by a live capture)."""
-    from collectors.torch_capture import capture as _capture
-
-    return _capture(*args, **kwargs)
-
-
-def wrap(*args, **kwargs):
-    """Profile calls of an existing step function: see `collectors.torch_capture.wrap`."""
-    from collectors.torch_capture import wrap as _wrap
-
-    return _wrap(*args, **kwargs)
-
-
 def _head(path: Path, n: int = 65536) -> bytes:
     """The first n bytes of the file, decompressed if gzip'd (possibly cut short)."""
-    import zlib
-
     with open(path, "rb") as fh:
         raw = fh.read(n)
     if raw[:2] == b"\x1f\x8b":

@@ -17,8 +17,11 @@ import platform
 import socket
 import sys
 import time
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
+
+import attrib
 
 SCHEMA = "attrib.provenance/1"
 SUFFIX = ".attrib.json"
@@ -86,16 +89,9 @@ def _version(module_name: str) -> str | None:
 def _attrib_version() -> str | None:
     """The installed distribution's version, else the package's own (a checkout on PYTHONPATH)."""
     try:
-        from importlib.metadata import version
-
         return version("attrib")
     except Exception:
-        try:
-            import attrib
-
-            return attrib.__version__
-        except ImportError:
-            return None
+        return attrib.__version__
 
 
 def gpu_info(torch: Any) -> dict[str, Any] | None:

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from collectors import provenance as _prov
+from collectors.rocprof import roctx
 
 TRACE_SUFFIX = ".pt.trace.json.gz"
 
@@ -160,11 +161,8 @@ class Capture:
             except Exception as exc:
                 self._prof = None
                 return self._fail(f"profiler failed to start: {type(exc).__name__}: {exc}", stop=True)
-            if getattr(torch.version, "hip", None):   # roctx ranges too, when that module exists
-                with contextlib.suppress(Exception):
-                    from collectors.rocprof import roctx
-
-                    self._roctx = roctx if hasattr(roctx, "range_push") else None
+            if getattr(torch.version, "hip", None):   # roctx ranges too (no-ops without a ROCTx library)
+                self._roctx = roctx
         return self
 
     def close(self) -> CaptureResult:

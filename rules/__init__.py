@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from attrib.pipeline import Attribution
 from rules.attention import decode_attention_no_split_kv
 from rules.copies import host_copies_in_decode
 from rules.finding import SEVERITIES, Finding
@@ -23,7 +24,7 @@ from rules.jit import triton_jit_in_window, tunableop_in_window
 from rules.launch import graph_opaque_steps, launch_bound_decode
 from rules.roofline import memory_bound_gap
 
-Rule = Callable[[Any, dict[str, Any]], list[Finding]]
+Rule = Callable[[Attribution, dict[str, Any]], list[Finding]]
 
 RULES: tuple[Rule, ...] = (
     launch_bound_decode,           # P06
@@ -40,7 +41,7 @@ RULES: tuple[Rule, ...] = (
 __all__ = ["RULES", "Finding", "run"]
 
 
-def run(a: Any, doc: dict[str, Any], rules: tuple[Rule, ...] = RULES) -> list[Finding]:
+def run(a: Attribution, doc: dict[str, Any], rules: tuple[Rule, ...] = RULES) -> list[Finding]:
     """Every rule's findings for attribution `a` and its document `doc`, high severity first."""
     found = [f for rule in rules for f in rule(a, doc)]
     return sorted(found, key=lambda f: SEVERITIES.index(f.severity))

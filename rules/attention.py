@@ -6,6 +6,7 @@ from typing import Any
 
 import polars as pl
 
+from attrib.pipeline import Attribution
 from rules.finding import Finding, arch, is_rdna, phase_doc
 
 SINGLE_PASS = r"kernel_paged_attention_2d|chunked_prefill_paged_decode|paged_attention_ll4mi_QKV|kernel_unified_attention_2d"
@@ -13,7 +14,7 @@ SPLIT_KV = r"(?i)unified_attention_3d|reduce_segments|splitkv|split_kv|combine"
 ATTENTION_SHARE = 0.30
 
 
-def decode_attention_no_split_kv(a: Any, doc: dict[str, Any]) -> list[Finding]:
+def decode_attention_no_split_kv(a: Attribution, doc: dict[str, Any]) -> list[Finding]:
     """Decode attention kernels are single-pass paged ones, no split-KV partner runs, attention > 30 %."""
     if not is_rdna(arch(doc)):
         return []

@@ -6,13 +6,14 @@ from typing import Any
 
 import polars as pl
 
+from attrib.pipeline import Attribution
 from rules.finding import DECODE_LIKE, Finding, phase_doc, r
 
 STEP_SHARE = 0.05  # copy time per step above this share of the step
 HOST = r"HtoD|DtoH|Host|Pageable|Pinned"
 
 
-def _in_windows(a: Any, phase: str) -> pl.DataFrame:
+def _in_windows(a: Attribution, phase: str) -> pl.DataFrame:
     """Rows of the trace's copies table that start inside a step window of `phase`, with that step."""
     s = (a.steps.filter(pl.col("phase") == phase).select("step", "window_start", "window_end")
          .drop_nulls().sort("window_start"))
@@ -23,7 +24,7 @@ def _in_windows(a: Any, phase: str) -> pl.DataFrame:
             .filter(pl.col("start_ns") < pl.col("window_end")))
 
 
-def host_copies_in_decode(a: Any, doc: dict[str, Any]) -> list[Finding]:
+def host_copies_in_decode(a: Attribution, doc: dict[str, Any]) -> list[Finding]:
     """Host<->device memcpy (copies table; direction from the row or its name) > 5 % of a decode step."""
     out = []
     for phase in DECODE_LIKE:

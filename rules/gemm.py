@@ -6,6 +6,8 @@ from typing import Any
 
 import polars as pl
 
+from attrib.pipeline import Attribution
+from attrib.roofline.model import achieved_gbs
 from rules.finding import DECODE_LIKE, Finding, arch, phase_doc, r, roofline_bw
 
 GEMM_COMPONENTS = ("qkv_proj", "o_proj", "mlp_gate_up", "mlp_down", "lm_head",
@@ -20,14 +22,12 @@ P01_SHARE = 0.50
 P01_BW_FRACTION = 0.10
 
 
-def _achieved_gbs(k: pl.DataFrame) -> float | None:
-    """GB/s over the kernels whose bytes are known (bytes / their time)."""
-    known = k.filter(pl.col("bytes").is_not_null())
-    ns = known["dur_ns"].sum()
-    return float(known["bytes"].sum() / ns) if ns else None
+def _achieved_gbs(k: pl.DataFrame, doc: dict[str, Any]) -> float | None:
+    """The roofline's achieved GB/s over these kernels' priced time; None above the device's peak."""
+    return achieved_gbs(k, (doc.get("device") or {}).get("peak_bw_gbs"))
 
 
-def big_tile_decode_gemm(a: Any, doc: dict[str, Any]) -> list[Finding]:
+def big_tile_decode_gemm(a: Attribution, doc: dict[str, Any]) -> list[Finding]:
     """P02: M<=4 decode GEMMs served by Tensile kernels with >= 64x64 macro tiles."""
     ph = phase_doc(doc, "decode")
     tokens = ph and ph.get("tokens_per_step")
@@ -43,7 +43,7 @@ def big_tile_decode_gemm(a: Any, doc: dict[str, Any]) -> list[Finding]:
     if not tiles.height or not total:
         return []
     share = tiles["dur_ns"].sum() / total
-    gbs, bw = _achieved_gbs(tiles), roofline_bw(doc)
+    gbs, bw = _achieved_gbs(tiles, doc), roofline_bw(doc)
     frac = gbs / bw if (gbs is not None and bw) else None
     slow = frac is not None and frac < P02_BW_FRACTION
     if share <= P02_SHARE and not (slow and share >= 0.05):
@@ -66,7 +66,7 @@ def big_tile_decode_gemm(a: Any, doc: dict[str, Any]) -> list[Finding]:
                     "https://github.com/mudler/vllm.cpp/pull/506"))]
 
 
-def skinny_gemm_gfx1151(a: Any, doc: dict[str, Any]) -> list[Finding]:
+def skinny_gemm_gfx1151(a: Attribution, doc: dict[str, Any]) -> list[Finding]:
     """P01: vLLM's skinny-GEMM kernels (wvSplitK / LLGemm1) on gfx1151, slow or dominating decode."""
     if arch(doc) != "gfx1151":
         return []
@@ -78,7 +78,7 @@ def skinny_gemm_gfx1151(a: Any, doc: dict[str, Any]) -> list[Finding]:
         if not sk.height or not total:
             continue
         share = sk["dur_ns"].sum() / total
-        gbs, bw = _achieved_gbs(sk), roofline_bw(doc)
+        gbs, bw = _achieved_gbs(sk, doc), roofline_bw(doc)
         frac = gbs / bw if (gbs is not None and bw) else None
         if share <= P01_SHARE and not (frac is not None and frac < P01_BW_FRACTION):
             continue

@@ -6,6 +6,7 @@ from typing import Any
 
 import polars as pl
 
+from attrib.pipeline import Attribution
 from rules.finding import Finding, r
 
 # compile and benchmark entry points only: triton/compiler frames such as launch_metadata run on every launch
@@ -23,7 +24,7 @@ P04_REFS = ("https://github.com/pytorch/pytorch/issues/190433", "https://github.
             "https://github.com/ROCm/TheRock/issues/5550", "https://github.com/ROCm/TheRock/issues/2591")
 
 
-def triton_jit_in_window(a: Any, doc: dict[str, Any]) -> list[Finding]:
+def triton_jit_in_window(a: Attribution, doc: dict[str, Any]) -> list[Finding]:
     """P05: Triton compile/autotune frames in the window, or a Triton kernel whose first call is > 20x its median."""
     fr = a.trace.frames.filter(pl.col("name").str.contains(JIT_FRAMES))
     k = a.kernels.filter(pl.col("name").str.contains(TRITON_NAME) & ~pl.col("name").str.contains(NOT_TRITON))
@@ -50,7 +51,7 @@ def _env(doc: dict[str, Any]) -> dict[str, str]:
     return {str(k): str(v) for k, v in env.items()} if isinstance(env, dict) else {}
 
 
-def tunableop_in_window(a: Any, doc: dict[str, Any]) -> list[Finding]:
+def tunableop_in_window(a: Attribution, doc: dict[str, Any]) -> list[Finding]:
     """P04: TunableOp tuning on in the captured env, or a candidate sweep of Cijk_ kernels for one GEMM shape."""
     env = _env(doc)
     enabled = env.get("PYTORCH_TUNABLEOP_ENABLED") == "1"

@@ -6,6 +6,7 @@ from typing import Any
 
 import polars as pl
 
+from attrib.pipeline import Attribution
 from rules.finding import DECODE_LIKE, Finding, phase_doc, r
 
 IDLE_LIMIT = 0.3       # median GPU-idle fraction of a step above which launches dominate
@@ -13,7 +14,7 @@ GRAPH_MAJORITY = 0.5   # share of a phase's kernel time replayed from graphs to 
 OP_KNOWN_MIN = 0.5     # below this share of replayed kernel time with a CPU op, the steps are opaque
 
 
-def _per_step(a: Any, phase: str) -> pl.DataFrame:
+def _per_step(a: Attribution, phase: str) -> pl.DataFrame:
     """Per step of `phase`: kernels, distinct CPU launches, kernel time replayed from a graph."""
     k = a.kernels.filter(pl.col("phase") == phase)
     return k.group_by("step").agg(
@@ -24,7 +25,7 @@ def _per_step(a: Any, phase: str) -> pl.DataFrame:
         pl.col("dur_ns").sum().alias("ns"))
 
 
-def launch_bound_decode(a: Any, doc: dict[str, Any]) -> list[Finding]:
+def launch_bound_decode(a: Attribution, doc: dict[str, Any]) -> list[Finding]:
     """P06: token-generating steps launched kernel by kernel, the GPU idle most of each step."""
     out = []
     for phase in DECODE_LIKE:
@@ -60,7 +61,7 @@ def launch_bound_decode(a: Any, doc: dict[str, Any]) -> list[Finding]:
     return out
 
 
-def graph_opaque_steps(a: Any, doc: dict[str, Any]) -> list[Finding]:
+def graph_opaque_steps(a: Attribution, doc: dict[str, Any]) -> list[Finding]:
     """P07: token steps replayed from graphs whose kernels carry no CPU op (so no shapes, no bytes)."""
     if a.trace.ops.height == 0:  # the source never records ops (e.g. rocprof): not a graph blind spot
         return []

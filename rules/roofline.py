@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from attrib.pipeline import Attribution
 from rules.finding import Finding, phase_doc, r, roofline_bw
 
 MIN_SHARE = 0.10
@@ -16,7 +17,7 @@ MAX_FRACTION = 0.50
 MIN_BYTES_KNOWN = 0.5  # below this, a component's achieved GB/s comes from too little of its time
 
 
-def memory_bound_gap(a: Any, doc: dict[str, Any]) -> list[Finding]:
+def memory_bound_gap(a: Attribution, doc: dict[str, Any]) -> list[Finding]:
     """Decode components: bound == memory, share > 10 %, achieved < 50 % of the roofline bandwidth."""
     ph, bw = phase_doc(doc, "decode"), roofline_bw(doc)
     if ph is None or not bw:

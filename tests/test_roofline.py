@@ -11,7 +11,7 @@ import polars as pl
 import pytest
 
 from attrib.roofline.arch import override
-from attrib.roofline.model import ADDED, kernel_roofline, phase_ceiling
+from attrib.roofline.model import ADDED, achieved_gbs, kernel_roofline, phase_ceiling
 
 H200, STRIX = override("h200-sxm"), override("gfx1151")
 Q_PROJ = {"bytes": 16_826_368.0, "flops": 67_108_864.0, "dtype": "bf16"}     # decode q_proj, x[4,1,2048]
@@ -111,3 +111,15 @@ def test_rows_without_dtype_get_memory_roofline_only():
     out = kernel_roofline(pl.DataFrame({"ms": [1.0], "bytes": [4.8e9], "flops": [1e12]}), H200)
     assert out.row(0, named=True)["roofline_ms"] == pytest.approx(1.0)        # 4.8 GB at 4800 GB/s
     assert out.row(0, named=True)["bound"] == "memory"
+
+
+def test_achieved_gbs_of_a_kernel_set_counts_only_priced_time():
+    """What the GEMM rules read: bytes over the time of the kernels whose bytes are known."""
+    k = pl.DataFrame({"dur_ns": [10_000, 30_000, 5_000], "bytes": [Q_PROJ["bytes"], 3 * Q_PROJ["bytes"], None],
+                      "flops": [Q_PROJ["flops"], 3 * Q_PROJ["flops"], None]})
+    # 4 x 16,826,368 B over 40 us (the unpriced 5 us kernel left out) = 1682.6368 GB/s
+    assert achieved_gbs(k) == pytest.approx(1682.6368)
+    assert achieved_gbs(k, peak_bw_gbs=4800.0) == pytest.approx(1682.6368)
+    assert achieved_gbs(k, peak_bw_gbs=1000.0) is None       # above the device's peak: not a result
+    assert achieved_gbs(k.filter(pl.col("bytes").is_null())) is None
+    assert achieved_gbs(k.clear()) is None

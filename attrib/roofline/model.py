@@ -72,6 +72,20 @@ def kernel_roofline(df: pl.DataFrame, arch: Arch | None) -> pl.DataFrame:
         [pl.col(c).cast(t) for c, t in ADDED.items()])
 
 
+def priced(k: pl.DataFrame) -> pl.DataFrame:
+    """One row for kernel_roofline over a set of kernels: ms, bytes and flops of those whose bytes are known."""
+    known = k.filter(pl.col("bytes").is_not_null())
+    return pl.DataFrame({"ms": [known["dur_ns"].sum() / 1e6], "bytes": [known["bytes"].sum()],
+                         "flops": [known["flops"].sum()]}, schema={"ms": pl.Float64, "bytes": pl.Float64, "flops": pl.Float64})
+
+
+def achieved_gbs(k: pl.DataFrame, peak_bw_gbs: float | None = None) -> float | None:
+    """GB/s a set of kernels moves (kernel_roofline's figure over their priced time); None when none is
+    priced, or when it exceeds `peak_bw_gbs` (a bytes model that is wrong is not a result)."""
+    gbs = kernel_roofline(priced(k), None)["achieved_gbs"].item()
+    return None if gbs is None or (peak_bw_gbs and gbs > peak_bw_gbs) else float(gbs)
+
+
 def phase_ceiling(bytes_per_step: float | None, tokens_per_step: int | None,
                   arch: Arch | None) -> tuple[float | None, float | None]:
     """(GB per token, tokens/s ceiling): ceiling = tokens_per_step / (bytes_per_step / BW).

@@ -15,6 +15,7 @@ Capture: `collectors.rocprof.run`; ROCTx ranges from Python: `collectors.rocprof
 from __future__ import annotations
 
 import re
+import sqlite3
 from pathlib import Path
 
 from attrib.errors import TraceError
@@ -49,8 +50,6 @@ def _sqlite_format(path: Path, head: bytes) -> str:
         return "rocpd"
     if b"CREATE TABLE KERN" in head:
         return "rocprof-v1"
-    import sqlite3
-
     try:
         with local_file(path) as db:
             con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
