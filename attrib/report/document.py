@@ -12,10 +12,11 @@ from typing import Any
 import polars as pl
 
 from attrib.cost.budget import Budget
+from attrib.cost.component_bytes import component_table
 from attrib.pipeline import Attribution
 from attrib.roofline.arch import Arch, detect
 from attrib.roofline.model import kernel_roofline
-from attrib.roofline.tables import MIN_KNOWN, component_table, phase_figures, roofline_rows
+from attrib.roofline.tables import MIN_KNOWN, phase_figures, roofline_rows
 from attrib.trace import Trace
 
 SCHEMA_ID = "attrib.analysis/1"

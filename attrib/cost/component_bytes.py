@@ -1,0 +1,50 @@
+"""Bytes and FLOPs per component and step: from the kernels' shapes, else from a model budget.
+
+The cost stage's per-component table; the roofline (attrib.roofline.tables) reads its bytes. A
+model-config budget (attrib.cost.budget) is a second source of bytes: it fills decode components
+the trace gives no shapes for, and `bytes_from` says which source each row's bytes came from.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from attrib.cost.budget import Budget
+
+
+def component_table(k: pl.DataFrame, steps: pl.DataFrame, budget: Budget | None, phase: str) -> pl.DataFrame:
+    """Per component, medians over the phase's steps: ms, kernels, bytes, flops, ms of priced kernels."""
+    known = pl.col("bytes").is_not_null()
+    per = k.group_by("step", "component").agg(
+        pl.col("dur_ns").sum().alias("ns"), pl.len().alias("n"),
+        pl.col("bytes").sum().alias("bytes"), pl.col("flops").sum().alias("flops"),
+        pl.col("dur_ns").filter(known).sum().alias("known_ns"), known.any().alias("any_known"))
+    grid = steps.select("step").join(per.select("component").unique(), how="cross").join(
+        per, on=["step", "component"], how="left").with_columns(
+        *[pl.col(c).fill_null(0) for c in ("ns", "n", "bytes", "flops", "known_ns")], pl.col("any_known").fill_null(False))
+    dtype = (k.filter(pl.col("dtype").is_not_null()).group_by("component", "dtype").agg(pl.col("dur_ns").sum())
+             .sort("dur_ns", descending=True).unique("component", keep="first").select("component", "dtype"))
+    comp = grid.group_by("component").agg(
+        (pl.col("ns").median() / 1e6).alias("ms"), pl.col("n").median().alias("kernels"),
+        pl.when(pl.col("any_known").any()).then(pl.col("bytes").median()).alias("bytes"),
+        pl.when(pl.col("any_known").any()).then(pl.col("flops").median()).alias("flops"),
+        (pl.col("known_ns").median() / 1e6).alias("known_ms")).join(dtype, on="component", how="left")
+    comp = comp.with_columns(pl.lit("shapes").alias("bytes_from"))
+    tokens = steps["tokens"].drop_nulls()
+    if budget is not None and phase == "decode" and tokens.len():
+        comp = with_budget(comp, budget, int(tokens.median()))
+    return comp.with_columns(pl.when(pl.col("bytes").is_null()).then(None).otherwise(pl.col("bytes_from")).alias("bytes_from"))
+
+
+def with_budget(comp: pl.DataFrame, budget: Budget, tokens_per_step: int) -> pl.DataFrame:
+    """Components without bytes from shapes take the budget's bytes and FLOPs (all their time then counts
+    as priced); `bytes_from` names the budget's source for them."""
+    b = budget.table(tokens_per_step).select("component", pl.col("bytes").alias("_bb"), pl.col("flops").alias("_bf"))
+    comp = comp.join(b, on="component", how="left")
+    use = pl.col("bytes").is_null() & pl.col("_bb").is_not_null()
+    return comp.with_columns(
+        pl.when(use).then(pl.col("_bb")).otherwise(pl.col("bytes")).alias("bytes"),
+        pl.when(use).then(pl.col("_bf")).otherwise(pl.col("flops")).alias("flops"),
+        pl.when(use).then(pl.col("ms")).otherwise(pl.col("known_ms")).alias("known_ms"),
+        pl.when(use).then(pl.lit(budget.source)).when(pl.col("bytes").is_null()).then(None)
+        .otherwise(pl.col("bytes_from")).alias("bytes_from")).drop("_bb", "_bf")
