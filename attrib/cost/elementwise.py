@@ -107,13 +107,11 @@ def activation(dims: list, types: list, concrete: list = (), name: str = "aten::
 
 def io_args(dims: list, types: list, concrete: list = (), name: str = "") -> Cost:
     """Custom ops that take their outputs as arguments (vLLM `_C::silu_and_mul(out, x)`, `_C::rms_norm
-    (out, x, w, eps)`, fp8 quant, aiter fused norms, Inductor triton kernels): each tensor argument is
-    read or written once."""
+    (out, x, w, eps)`, fp8 quant, aiter fused norms): each tensor argument is read or written once."""
     ts = tensors(dims, types)
     if not ts:
         return unknown("io_args", "no tensor argument recorded")
-    why = "each buffer argument counted once (in-out buffers are read and written)" if name.startswith("triton_") else None
-    return Cost(sum(t.nbytes for t in ts), float(max(t.numel for t in ts)), ts[0].dtype, "io_args", why)
+    return Cost(sum(t.nbytes for t in ts), float(max(t.numel for t in ts)), ts[0].dtype, "io_args")
 
 
 def norm(dims: list, types: list, concrete: list = (), name: str = "aten::rms_norm") -> Cost:

@@ -19,6 +19,7 @@ import polars as pl
 
 from attrib.cost import matmul as mm
 from attrib.cost import elementwise as ew
+from attrib.cost import inductor
 from attrib.cost.dtypes import Cost, concrete_int, unknown
 
 Formula = Callable[[list, list, list], Cost]
@@ -73,7 +74,7 @@ def _registry() -> dict[str, Formula]:
 
 
 FORMULAS: Mapping[str, Formula] = _registry()
-_TRITON = ("triton_poi_", "triton_red_", "triton_per_")
+_TRITON = ("triton_poi_", "triton_red_", "triton_per_", "triton_tem_")
 GROUPED = frozenset({"aten::_grouped_mm"})
 
 
@@ -98,7 +99,7 @@ def op_cost(name: str, dims: list | str | None, types: list | str | None, concre
     t = _load(types) if isinstance(types, str) or types is None else types
     c = _load(concrete) if isinstance(concrete, str) or concrete is None else concrete
     if name.startswith(_TRITON):
-        return ew.io_args(d, t, c, name=name)
+        return inductor.triton_kernel(d, t, c, name=name)
     fn = FORMULAS.get(name)
     if fn is None:
         return unknown("none", f"no cost formula for {name}")

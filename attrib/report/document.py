@@ -37,10 +37,10 @@ def _f(x: Any) -> float | None:
 
 
 def _phase_doc(phase: str, steps: pl.DataFrame, k: pl.DataFrame, arch: Arch | None,
-               budget: Budget | None) -> dict[str, Any]:
+               budget: Budget | None, what_if: bool = False) -> dict[str, Any]:
     n = steps.height
     tokens = steps["tokens"].drop_nulls()
-    comp = roofline_rows(component_table(k, steps, budget, phase), arch)
+    comp = roofline_rows(component_table(k, steps, budget, phase), arch, what_if)
     ev = (k.group_by("component", "evidence").len().group_by("component")
           .agg(pl.struct("evidence", "len").alias("ev")))
     comp = comp.join(ev, on="component", how="left")
@@ -52,7 +52,7 @@ def _phase_doc(phase: str, steps: pl.DataFrame, k: pl.DataFrame, arch: Arch | No
         "roofline_ms": _r(r["roofline_ms"]), "gap_ms": _r(r["gap_ms"]),
         "bound": r["bound"], "dtype": r["dtype"], "bytes_from": r["bytes_from"],
         "bytes_known_share": _r(r["known_ms"] / r["ms"]) if (r["bytes"] is not None and r["ms"]) else None,
-        "inconsistent": r["inconsistent"],
+        "inconsistent": r["inconsistent"], "partial": bool(r["partial"]),
         "evidence": {e["evidence"]: e["len"] for e in (r["ev"] or [])},
     } for r in comp.sort("ms", descending=True).iter_rows(named=True)]
     known = pl.col("bytes").is_not_null()
@@ -62,12 +62,12 @@ def _phase_doc(phase: str, steps: pl.DataFrame, k: pl.DataFrame, arch: Arch | No
         pl.col("dtype").drop_nulls().first().alias("dtype"), pl.col("dur_ns").filter(known).sum().alias("known_ns"))
         .sort("ns", descending=True).head(TOP_KERNELS)
         .with_columns((pl.col("known_ns") / 1e6).alias("ms")))
-    top = kernel_roofline(top, arch) if top.height else top.with_columns(pl.lit(None, pl.Float64).alias("achieved_gbs"))
+    top = kernel_roofline(top, arch, what_if) if top.height else top.with_columns(pl.lit(None, pl.Float64).alias("achieved_gbs"))
     tops = [{"name": r["name"], "component": r["component"], "calls": int(r["calls"]),
              "ms": _r(r["ns"] / 1e6 / max(n, 1)), "achieved_gbs": _r(r["achieved_gbs"], 1)} for r in top.iter_rows(named=True)]
     tps = int(tokens.median()) if tokens.len() else None
     step_med = _q(steps["step_ms"], 0.5)
-    fig = phase_figures(steps, k, comp, arch)
+    fig = phase_figures(steps, k, comp, arch, what_if)
     return {
         "phase": phase, "steps": n, "tokens_per_step": tps,
         "tokens_from": steps["tokens_from"].drop_nulls().mode().first() if tokens.len() else None,
@@ -77,7 +77,9 @@ def _phase_doc(phase: str, steps: pl.DataFrame, k: pl.DataFrame, arch: Arch | No
         "bytes_per_step": fig["bytes_per_step"], "gb_per_token": _r(fig["gb_per_token"], 6),
         "bytes_known_share": _r(fig["bytes_known_share"]),
         "achieved_tok_s": _r(tps / (step_med / 1e3), 2) if (tps and step_med) else None,
-        "ceiling_tok_s": _r(fig["ceiling_tok_s"], 2), "components": comps, "top_kernels": tops,
+        "ceiling_tok_s": _r(fig["ceiling_tok_s"], 2), "excluded_components": fig["excluded"],
+        "components": comps, "top_kernels": tops,
+        "_known_ms": fig["known_ms"] * n, "_total_ms": fig["total_ms"] * n,
     }
 
 
@@ -102,20 +104,24 @@ def document(a: Attribution, phase: str | None = None, arch: Arch | None = None,
         names = t.kernels["name"].unique().head(20000).to_list()
         arch, arch_from = detect(t.meta.devices, t.meta.vendor, names, extra=arch_file)
     elif arch_from == "override":
-        notes.append(f"what-if: measured kernel times projected onto {arch.name} ({arch.arch}), not the traced device")
+        notes.append(f"what-if: kernel times measured on the traced device, bytes and FLOPs set against {arch.name} "
+                     f"({arch.arch}): rooflines and the ceiling are a projection")
     if arch is not None and arch.bandwidth()[1] == "peak":
         notes.append(f"no sustained bandwidth known for {arch.name}: rooflines use the {arch.peak_bw_gbs:g} GB/s peak")
+    what_if = arch_from == "override"
     phases = []
     order = {"prefill": 0, "mixed": 1, "decode": 2}
     for ph in sorted(a.steps["phase"].unique().to_list(), key=lambda p: (order.get(p, 3), p)):
         if phase and ph != phase:
             continue
-        phases.append(_phase_doc(ph, a.steps.filter(pl.col("phase") == ph), k.filter(pl.col("phase") == ph), arch, budget))
+        phases.append(_phase_doc(ph, a.steps.filter(pl.col("phase") == ph), k.filter(pl.col("phase") == ph), arch, budget,
+                                what_if))
     total_ns = int(t.kernels["dur_ns"].sum() or 0)
     in_steps = k.filter(pl.col("step").is_not_null())
     attributed = in_steps.filter(pl.col("component") != "other")["dur_ns"].sum()
     step_ns = in_steps["dur_ns"].sum()
-    priced_ns = in_steps.filter(pl.col("bytes").is_not_null())["dur_ns"].sum()
+    # the same figure as the phase lines: priced time whose bytes count, over the phases' time
+    known_ms, phase_ms = sum(p.pop("_known_ms") for p in phases), sum(p.pop("_total_ms") for p in phases)
     for ph in phases:
         share = ph.get("bytes_known_share")
         if ph["gb_per_token"] is not None and share is not None and share < 0.95:
@@ -123,8 +129,22 @@ def document(a: Attribution, phase: str | None = None, arch: Arch | None = None,
         elif ph["gb_per_token"] is None and share is not None and share < MIN_KNOWN:
             notes.append(f"{ph['phase']}: bytes known for {share:.0%} of kernel time, too little for GB/token "
                          "(give --capture with the graph-capture trace, or --model CONFIG)")
-    for inc in {c["inconsistent"] for ph in phases for c in ph["components"] if c.get("inconsistent")}:
-        notes.append(inc)
+    for ph in phases:
+        if ph["excluded_components"]:
+            notes.append(f"{ph['phase']}: {', '.join(ph['excluded_components'])} left out of GB/token and the ceiling: "
+                         "achieved rate above the device's peak (their bytes model is wrong or the data cache-resident)")
+        partial = [c["component"] for c in ph["components"] if c["partial"]]
+        if partial:
+            notes.append(f"{ph['phase']}: {', '.join(partial)} priced for under {MIN_KNOWN:.0%} of their time: "
+                         "their bytes are a lower bound, no GB/s or gap shown")
+    if what_if:
+        over = sorted({c["component"] for ph in phases for c in ph["components"] if c.get("inconsistent")})
+        if over:
+            notes.append(f"what-if: {', '.join(over)} ran faster on the traced device than {arch.name}'s peak allows: "
+                         "the projection is out of reach for them")
+    else:
+        for inc in {c["inconsistent"] for ph in phases for c in ph["components"] if c.get("inconsistent")}:
+            notes.append(inc)
     outside = k.filter(pl.col("step").is_null())
     if outside.height:
         notes.append(f"{outside.height} kernels ({outside['dur_ns'].sum() / 1e6:.3f} ms) fall outside every step")
@@ -138,7 +158,7 @@ def document(a: Attribution, phase: str | None = None, arch: Arch | None = None,
         "provenance": dict(t.meta.provenance),
         "phases": phases,
         "coverage": {"attributed_share": _r(attributed / step_ns) if step_ns else None,
-                     "bytes_known_share": _r(priced_ns / step_ns) if step_ns else None},
+                     "bytes_known_share": _r(known_ms / phase_ms) if phase_ms else None},
         "findings": [],
         "notes": notes,
     }

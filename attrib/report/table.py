@@ -63,6 +63,8 @@ def render(doc: dict[str, Any]) -> str:
             extra.append(f"{ph['achieved_tok_s']:.1f} tok/s achieved")
         if ph.get("ceiling_tok_s") is not None:
             extra.append(f"{ph['ceiling_tok_s']:.1f} tok/s ceiling")
+        if ph.get("bytes_known_share") is not None:
+            extra.append(f"bytes known for {ph['bytes_known_share'] * 100:.1f}% of kernel time")
         if extra:
             lines.append("   " + ", ".join(extra))
         lines.append(f"   {'component':<18}{'kernels':>8}{'ms/step':>10}{'share':>8}{'MB/step':>10}{'GB/s':>8}{'gap ms':>9}"
@@ -71,14 +73,17 @@ def render(doc: dict[str, Any]) -> str:
             ev = ",".join(f"{k}:{v}" for k, v in (c.get("evidence") or {}).items())
             gbs = "n/a!" if c.get("inconsistent") else _f(c.get("achieved_gbs"), "{:.0f}")
             src = " [model]" if (c.get("bytes_from") or "").startswith("model") else ""
+            mb = _f(c.get("bytes") and c["bytes"] / 1e6, "{:.1f}")
+            if c.get("partial"):     # priced for under half its time: a lower bound, no rate
+                mb, src = ">=" + mb, src + f" [priced {c['bytes_known_share'] * 100:.0f}%]"
             lines.append(f"   {c['component']:<18}{c['kernels']:>8}{_f(c['ms']):>10}{_f(c['share'] * 100, '{:.1f}%'):>8}"
-                         f"{_f(c.get('bytes') and c['bytes'] / 1e6, '{:.1f}'):>10}{gbs:>8}{_f(c.get('gap_ms')):>9}"
-                         f"  {ev}{src}")
+                         f"{mb:>10}{gbs:>8}{_f(c.get('gap_ms')):>9}  {ev}{src}")
         lines.append("   top kernels:")
         for t in ph["top_kernels"][:5]:
             lines.append(f"     {_f(t['ms']):>8} ms/step {t['calls']:>5}x  {t['component']:<14} {_short(t['name'])}")
     lines += ["", f"attributed: {_f(cov['attributed_share'] and cov['attributed_share'] * 100, '{:.1f}')}% of step kernel"
-              f" time; bytes known: {_f(cov['bytes_known_share'] and cov['bytes_known_share'] * 100, '{:.1f}')}%"]
+              f" time; bytes known: {_f(cov['bytes_known_share'] and cov['bytes_known_share'] * 100, '{:.1f}')}%"
+              " of the phases' kernel time"]
     for n in doc.get("notes", []):
         lines.append(f"note: {n}")
     for f in doc.get("findings", []):

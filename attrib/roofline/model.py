@@ -27,7 +27,7 @@ def _peaks(df: pl.DataFrame, arch: Arch | None) -> pl.Series:
     return keys.join(table, on=["dtype", "unit"], how="left", nulls_equal=True, maintain_order="left")["_peak"]
 
 
-def kernel_roofline(df: pl.DataFrame, arch: Arch | None) -> pl.DataFrame:
+def kernel_roofline(df: pl.DataFrame, arch: Arch | None, what_if: bool = False) -> pl.DataFrame:
     """Add achieved_gbs, achieved_tflops, intensity (FLOP/byte), bound, roofline_ms, gap_ms,
     inconsistent and bw_basis to rows with `ms` (per step), `bytes`, `flops`, `dtype`.
 
@@ -51,12 +51,14 @@ def kernel_roofline(df: pl.DataFrame, arch: Arch | None) -> pl.DataFrame:
     over_bw = (pl.col("_gbs") > peak_bw) if peak_bw else pl.lit(False)
     over_fl = pl.col("_tflops") > pl.col("_peak")
     bad = (over_bw.fill_null(False) | over_fl.fill_null(False))
+    bw_why, fl_why = ((f"measured on a faster device than {arch.name}: projection only", "measured on a faster device")
+                      if (what_if and arch) else ("bytes model wrong or data cache-resident", "FLOP model wrong"))
     note = (pl.when(over_bw.fill_null(False))
-            .then(pl.format("achieved {} GB/s exceeds the {} GB/s peak: bytes model wrong or data cache-resident",
-                            pl.col("_gbs").round(1), pl.lit(peak_bw)))
+            .then(pl.format("achieved {} GB/s exceeds the {} GB/s peak: {}",
+                            pl.col("_gbs").round(1), pl.lit(peak_bw), pl.lit(bw_why)))
             .when(over_fl.fill_null(False))
-            .then(pl.format("achieved {} TFLOP/s exceeds the {} peak of {}: FLOP model wrong",
-                            pl.col("_tflops").round(1), pl.col("_peak"), pl.col("_dtype"))))
+            .then(pl.format("achieved {} TFLOP/s exceeds the {} peak of {}: {}",
+                            pl.col("_tflops").round(1), pl.col("_peak"), pl.col("_dtype"), pl.lit(fl_why))))
     roof = pl.max_horizontal("_mem_ms", "_cmp_ms")
     out = out.with_columns(
         pl.when(~bad).then(pl.col("_gbs")).alias("achieved_gbs"),
@@ -86,11 +88,14 @@ def achieved_gbs(k: pl.DataFrame, peak_bw_gbs: float | None = None) -> float | N
     return None if gbs is None or (peak_bw_gbs and gbs > peak_bw_gbs) else float(gbs)
 
 
-def phase_ceiling(bytes_per_step: float | None, tokens_per_step: int | None,
-                  arch: Arch | None) -> tuple[float | None, float | None]:
-    """(GB per token, tokens/s ceiling): ceiling = tokens_per_step / (bytes_per_step / BW).
+def phase_ceiling(bytes_per_step: float | None, tokens_per_step: int | None, arch: Arch | None,
+                  roofline_ms: float | None = None) -> tuple[float | None, float | None]:
+    """(GB per token, tokens/s ceiling).
 
-    BW is the arch's sustained bandwidth, its peak when none is known (`arch.bandwidth()` says which).
+    The ceiling is tokens_per_step / the step's roofline time: `roofline_ms` when given (the sum over
+    components of max(memory time, FLOP time at the dtype's peak): compute-bound prefill is held to
+    its FLOP floor), else bytes_per_step / BW (BW: the arch's sustained bandwidth, its peak when none
+    is known; `arch.bandwidth()` says which).
     """
     if not bytes_per_step or not tokens_per_step or bytes_per_step <= 0 or tokens_per_step <= 0:
         return None, None
@@ -98,4 +103,5 @@ def phase_ceiling(bytes_per_step: float | None, tokens_per_step: int | None,
     if arch is None:
         return gb_per_token, None
     bw, _ = arch.bandwidth()
-    return gb_per_token, tokens_per_step / (bytes_per_step / (bw * 1e9))
+    floor_s = max(roofline_ms / 1e3, bytes_per_step / (bw * 1e9)) if roofline_ms else bytes_per_step / (bw * 1e9)
+    return gb_per_token, tokens_per_step / floor_s

@@ -18,22 +18,41 @@ from attrib.roofline.model import kernel_roofline, phase_ceiling
 MIN_KNOWN = 0.5  # share of a phase's kernel time that must be priced for per-step bytes to be given
 
 
-def roofline_rows(comp: pl.DataFrame, arch: Arch | None) -> pl.DataFrame:
-    """Add achieved_gbs, roofline_ms, gap_ms, bound, inconsistent, computed over each row's priced time."""
-    rows = kernel_roofline(comp.rename({"ms": "_total_ms"}).with_columns(pl.col("known_ms").alias("ms")), arch)
-    return rows.drop("ms").rename({"_total_ms": "ms"})
+def roofline_rows(comp: pl.DataFrame, arch: Arch | None, what_if: bool = False) -> pl.DataFrame:
+    """Add achieved_gbs, roofline_ms, gap_ms, bound, inconsistent, computed over each row's priced time.
+
+    A row priced for less than MIN_KNOWN of its time gets `partial` true and no achieved figures or
+    gap: its bytes are a lower bound, and a rate over a sliver of its kernels is not the row's rate."""
+    rows = kernel_roofline(comp.rename({"ms": "_total_ms"}).with_columns(pl.col("known_ms").alias("ms")), arch, what_if)
+    rows = rows.drop("ms").rename({"_total_ms": "ms"})
+    partial = pl.col("bytes").is_not_null() & (pl.col("known_ms") < MIN_KNOWN * pl.col("ms"))
+    return rows.with_columns(partial.fill_null(False).alias("partial")).with_columns(
+        *[pl.when(pl.col("partial")).then(None).otherwise(pl.col(c)).alias(c)
+          for c in ("achieved_gbs", "achieved_tflops", "gap_ms")])
 
 
-def phase_figures(steps: pl.DataFrame, k: pl.DataFrame, comp: pl.DataFrame, arch: Arch | None) -> dict[str, Any]:
-    """bytes_per_step, gb_per_token, ceiling_tok_s and the share of kernel time with known bytes."""
+def counted(comp: pl.DataFrame, what_if: bool = False) -> pl.Expr:
+    """The rows whose bytes count in the phase's bytes per step: priced, and not above the device's
+    peak (an impossible rate means wrong bytes; under a what-if the times are another device's, so
+    every priced row counts)."""
+    ok = pl.col("bytes").is_not_null()
+    return ok if what_if else ok & pl.col("inconsistent").is_null()
+
+
+def phase_figures(steps: pl.DataFrame, k: pl.DataFrame, comp: pl.DataFrame, arch: Arch | None,
+                  what_if: bool = False) -> dict[str, Any]:
+    """bytes_per_step, gb_per_token, ceiling_tok_s, the share of kernel time whose bytes count, and the
+    components left out for an achieved rate above the device's peak."""
     tokens = steps["tokens"].drop_nulls()
     tps = int(tokens.median()) if tokens.len() else None
     total_ms = float(comp["ms"].sum() or 0)
-    known_ms = float(comp.filter(pl.col("bytes").is_not_null())["known_ms"].sum() or 0)
-    nbytes = comp["bytes"].drop_nulls()
+    use = comp.filter(counted(comp, what_if))
+    excluded = comp.filter(pl.col("bytes").is_not_null() & ~counted(comp, what_if))["component"].to_list()
+    known_ms = float(use["known_ms"].sum() or 0)
     share = (known_ms / total_ms) if total_ms else None
     # a sum over a small priced part of the step would read as the step's traffic: leave it unknown
-    bytes_per_step = float(nbytes.sum()) if (nbytes.len() and share is not None and share >= MIN_KNOWN) else None
-    gbt, ceiling = phase_ceiling(bytes_per_step, tps, arch)
+    bytes_per_step = float(use["bytes"].sum()) if (use.height and share is not None and share >= MIN_KNOWN) else None
+    roof = use["roofline_ms"].drop_nulls()
+    gbt, ceiling = phase_ceiling(bytes_per_step, tps, arch, float(roof.sum()) if roof.len() else None)
     return {"bytes_per_step": bytes_per_step, "gb_per_token": gbt, "ceiling_tok_s": ceiling,
-            "bytes_known_share": share}
+            "bytes_known_share": share, "excluded": sorted(excluded), "known_ms": known_ms, "total_ms": total_ms}
