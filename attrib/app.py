@@ -62,6 +62,16 @@ def model_budget(model: str | Path | Mapping[str, Any] | None, *, weight_bits: f
                   weight_bits=16 if weight_bits is None else weight_bits, kv_bytes=KV_BYTES[kv_dtype])
 
 
+def catalog(arch: str | None = None) -> list[dict[str, Any]]:
+    """The rule catalog (id, archs, needs, references), only the rules for `arch` (a name `attrib archs` lists,
+    or a gfx target) when given."""
+    if arch is not None and not arch.startswith("gfx"):
+        dev, _ = resolve_arch(arch)
+        arch = dev.arch if dev is not None else arch
+    return [{"id": r.id, "archs": ", ".join(r.archs) or "any", "needs": r.needs, "references": list(r.references)}
+            for r in rules.CATALOG if arch is None or r.applies(arch)]
+
+
 def check_phase(a: Attribution, phase: str | None, path: object) -> None:
     """An unknown phase is an error that lists the phases the trace has."""
     found = sorted(a.steps["phase"].unique().drop_nulls().to_list())

@@ -10,7 +10,7 @@ import click
 
 import orjson
 
-from attrib.app import analyze_path, model_budget, resolve_arch
+from attrib.app import analyze_path, catalog, model_budget, resolve_arch
 from attrib.cost.dtypes import KV_BYTES
 from attrib.errors import TraceError, UsageError
 from attrib.report.table import render
@@ -128,6 +128,16 @@ def archs(arch_file: Path | None) -> None:
         click.echo(f"{r['key']:<14}{r['arch']:<9}{r['cus']:>5}{f(r['peak_bw_gbs']):>11}{f(r['sustained_bw_gbs']):>12}"
                    f"{f(r['bf16_tflops']):>9}{f(r['fp8_tflops']):>8}  {r['name']}")
     click.echo("derived and unverified figures are listed per entry in attrib/data/archs.toml")
+
+
+@cli.command("rules")
+@click.option("--arch", "arch_name", metavar="NAME", help="Only the rules that apply to this arch (e.g. gfx1151).")
+def rules_cmd(arch_name: str | None) -> None:
+    """List the pathology rules: id, archs, what each needs from a trace, references."""
+    for r in catalog(arch_name):
+        click.echo(f"{r['id']}  [archs: {r['archs']}]\n    needs: {r['needs']}")
+        for ref in r["references"]:
+            click.echo(f"    {ref}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,47 +1,88 @@
-"""Known pathologies: one pure function per rule over an attribution and its analysis document.
+"""Known pathologies: the catalog of rules, each a small pure function over an attribution and its document.
 
-Each rule is `rule(a: Attribution, doc: dict) -> list[Finding]`: it reads `a.kernels`, `a.steps`,
-`a.trace`'s tables and the document (the device comes from `doc["device"]`, never guessed), cites
-its catalog id (../shared/knowledge/hardware-and-pathologies.md, Part 2) in `Finding.rule`, and
-returns [] when its evidence is absent. `run` applies every rule of `RULES`, high severity first.
+Each rule is `fn(a: Attribution, doc: dict, th: Thresholds) -> list[Finding]`: it reads `a.kernels`,
+`a.steps`, `a.trace`'s tables and the document (the device comes from `doc["device"]`, never guessed),
+cites its catalog id (../shared/knowledge/hardware-and-pathologies.md, Part 2) in `Finding.rule`, puts the
+milliseconds per step it explains in `Finding.ms_per_step`, and returns [] when its evidence is absent.
+`run` applies the rules that apply to the document's device, marks findings on a what-if device
+(`--arch`) as projections, and sorts them by milliseconds per step.
 
-Not covered: the crash classes P09 (wave32 launch-geometry), P11 (multi-split attention fault),
-P24 (gfx1151 platform instability) and P25 (GDN/MTP spec-decode faults). Their signatures live in
-logs and crash output, not in a trace of a run that finished.
+P22 needs a baseline: `rules.compare.bimodal_decode(base_doc, candidate_doc)` (for `attrib compare`).
+Not covered: the crash classes P09, P11, P24, P25 (their signatures live in logs, not traces).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from attrib.pipeline import Attribution
-from rules.attention import decode_attention_no_split_kv
-from rules.copies import host_copies_in_decode
-from rules.finding import SEVERITIES, Finding
-from rules.gemm import big_tile_decode_gemm, skinny_gemm_gfx1151
-from rules.jit import triton_jit_in_window, tunableop_in_window
-from rules.launch import graph_opaque_steps, launch_bound_decode
-from rules.roofline import memory_bound_gap
+from attrib.pipeline import Attribution
+from rules import attention, compare, copies, gemm, idle, jit, kvcache, launch, llamacpp, platform, quant, roofline, sampler
+from rules.finding import RDNA, SEVERITIES, Finding, Rule, arch
+from rules.thresholds import DEFAULT, Thresholds
 
-Rule = Callable[[Attribution, dict[str, Any]], list[Finding]]
-
-RULES: tuple[Rule, ...] = (
-    launch_bound_decode,           # P06
-    graph_opaque_steps,            # P07
-    skinny_gemm_gfx1151,           # P01
-    big_tile_decode_gemm,          # P02
-    decode_attention_no_split_kv,  # P10
-    triton_jit_in_window,          # P05
-    tunableop_in_window,           # P04
-    host_copies_in_decode,         # P21
-    memory_bound_gap,              # generic memory-roofline gap
+CATALOG: tuple[Rule, ...] = (
+    Rule("P01-skinny-gemm-gfx1151", gemm.skinny_gemm_gfx1151, "kernel names (wvSplitK/LLGemm1); bytes for GB/s",
+         ("gfx1151",), gemm.P01_REFS),
+    Rule("P02-decode-gemm-big-tile", gemm.big_tile_decode_gemm, "kernel names (Cijk_ MT tiles); decode tokens/step",
+         (), gemm.P02_REFS),
+    Rule("P03-rocblas-tensile-fallback", gemm.rocblas_fallback, "kernel names (Cijk_ UserArgs/MI tokens); prefill "
+         "FLOPs from shapes", ("gfx1151", "gfx1150", "gfx1103"), gemm.P03_REFS),
+    Rule("P04-tunableop-in-window", jit.tunableop_in_window, "capture stamp env, or Cijk_ kernels with op shapes",
+         (), jit.P04_REFS),
+    Rule("P05-compile-in-window", jit.compile_in_window, "CPU ops / annotations / Python frames of compile and "
+         "autotune; kernel durations", (), jit.P05_REFS),
+    Rule("P06-launch-bound-decode", launch.launch_bound_decode, "kernels and step windows (annotations or steps)",
+         (), launch.P06_REFS),
+    Rule("P07-graph-opaque-steps", launch.graph_opaque_steps, "graph-replayed kernels; CPU ops", (), launch.P07_REFS),
+    Rule("P08-sampler-share", sampler.sampler_share, "sampler component (module/op/kernel names); decode tokens/step",
+         RDNA, sampler.REFS),
+    Rule("P10-decode-attention-no-split-kv", attention.decode_attention_no_split_kv, "attention kernel names; decode "
+         "phase", RDNA, attention.P10_REFS),
+    Rule("P12-navi-paged-attention", attention.navi_paged_attention_traps, "kernel names; stamp kv_cache_dtype/"
+         "block_size", RDNA, attention.P12_REFS),
+    Rule("P13-fp8-emulated-gfx11", quant.fp8_emulated_gfx11, "kernel names or dtypes (FP8)", quant.NO_FP8,
+         quant.P13_REFS),
+    Rule("P14-fp8-kernel-choice-gfx1201", quant.fp8_kernel_choice_gfx1201, "kernel names (FP8 GEMMs, quantize)",
+         ("gfx12",), quant.P14_REFS),
+    Rule("P15-low-bit-dequant", quant.low_bit_dequant, "kernel names (MXFP4/W4A16/AWQ/GPTQ); bytes for GB/s", RDNA,
+         quant.P15_REFS),
+    Rule("P16-aiter-ck-on-rdna", platform.aiter_on_rdna, "kernel names (aiter, ck_tile)", RDNA, platform.P16_REFS),
+    Rule("P17-unfused-attention", attention.unfused_attention, "CPU ops with shapes (softmax, bmm, SDPA math)", (),
+         attention.P17_REFS),
+    Rule("P18-llamacpp-mmvq-bandwidth", llamacpp.mmvq_below_bandwidth, "mul_mat_vec_q kernels; bytes from shapes or "
+         "--model", RDNA, llamacpp.P18_REFS),
+    Rule("P19-llamacpp-prefill-microbatch", llamacpp.mmq_prefill_microbatch, "mul_mat_q kernels in a prefill phase",
+         RDNA, llamacpp.P19_REFS),
+    Rule("P20-gtt-limit-default", platform.gtt_limit, "deviceProperties totalGlobalMem; stamp host_memory_bytes",
+         ("gfx1151", "gfx1150"), platform.P20_REFS),
+    Rule("P21-host-device-copies-decode", copies.host_copies_in_decode, "GPU copies with direction; step windows",
+         (), copies.REFS),
+    Rule("P22-r9700-bimodal-decode", lambda a, doc, th: [], "two analyses (attrib compare BASE CANDIDATE)",
+         ("gfx1201",), compare.REFS),
+    Rule("P23-hsa-override-gfx-version", platform.hsa_override, "stamp env, or Tensile _ISA tokens in kernel names",
+         ("gfx",), platform.P23_REFS),
+    Rule("idle-by-cause", idle.idle_by_cause, "kernels, runtime calls, copies and step windows", (), idle.REFS),
+    Rule("kv-cache-recopied", kvcache.kv_cache_recopy, "aten::cat ops with shapes in kv_cache_write; attention bytes",
+         (), kvcache.REFS),
+    Rule("decode-below-bandwidth-ceiling", roofline.decode_below_ceiling, "bytes per step (shapes or --model)", ()),
+    Rule("bytes-model-inconsistent", roofline.bytes_inconsistent, "bytes per component", ()),
+    Rule("roofline-memory-bound-gap", roofline.memory_bound_gap, "bytes per component", ()),
 )
+RULES = CATALOG
 
-__all__ = ["RULES", "Finding", "run"]
+__all__ = ["CATALOG", "RULES", "DEFAULT", "Finding", "Rule", "Thresholds", "compare", "run"]
 
 
-def run(a: Attribution, doc: dict[str, Any], rules: tuple[Rule, ...] = RULES) -> list[Finding]:
-    """Every rule's findings for attribution `a` and its document `doc`, high severity first."""
-    found = [f for rule in rules for f in rule(a, doc)]
-    return sorted(found, key=lambda f: SEVERITIES.index(f.severity))
+def _key(f: Finding) -> tuple[float, int]:
+    return (-(f.ms_per_step if f.ms_per_step is not None else -1.0), SEVERITIES.index(f.severity))
+
+
+def run(a: Attribution, doc: dict[str, Any], rules: tuple[Rule, ...] = CATALOG, thresholds: Thresholds = DEFAULT) -> list[Finding]:
+    """The findings of every rule that applies to the document's device, by milliseconds per step (largest
+    first; findings without an estimate last), each marked a projection when the device is a what-if."""
+    dev = doc.get("device") or {}
+    found = [f for rule in rules if rule.applies(arch(doc)) for f in rule.fn(a, doc, thresholds)]
+    if dev.get("detected_from") == "override":
+        found = [f.projected(f"{dev.get('name')} ({dev.get('arch')})") for f in found]
+    return sorted(found, key=_key)

@@ -1,4 +1,5 @@
-"""P10: RDNA decode attention on a single-pass paged kernel with no split-KV (collapses with context)."""
+"""Attention: RDNA decode without split-KV (P10), RDNA custom paged-attention traps (P12), unfused eager
+attention / SDPA math fallback (P17)."""
 
 from __future__ import annotations
 
@@ -7,20 +8,34 @@ from typing import Any
 import polars as pl
 
 from attrib.pipeline import Attribution
-from rules.finding import Finding, arch, is_rdna, phase_doc
+from rules.finding import Finding, arch, component, env, phase_doc, r
+from rules.thresholds import Thresholds
 
 SINGLE_PASS = r"kernel_paged_attention_2d|chunked_prefill_paged_decode|paged_attention_ll4mi_QKV|kernel_unified_attention_2d"
 SPLIT_KV = r"(?i)unified_attention_3d|reduce_segments|splitkv|split_kv|combine"
-ATTENTION_SHARE = 0.30
+NAVI_PAGED = r"paged_attention_ll4mi_QKV|paged_attention_ll4mi_reduce|paged_attention_custom|wmma_paged_attention"
+FP8_KV = r"Fp8KVCacheDataType\)[12]|fp8_e4m3|fp8_e5m2"
+# eager attention in HF: q@k^T (bmm), softmax, attn@v (bmm); SDPA's math fallback is the same in one op
+MATH_SDPA = r"^aten::_scaled_dot_product_attention_math$"
+SOFTMAX_OP = r"^aten::(?:_?softmax|_safe_softmax)$"
+BMM_OP = r"^aten::(?:bmm|matmul|baddbmm)$"
+FUSED_ATTN = r"(?i)flash|_efficient_attention|cudnn_attention|attn_fwd|fmha|unified_attention|paged_attention"
+
+P10_REFS = ("https://github.com/vllm-project/vllm/issues/50264", "https://github.com/vllm-project/vllm/pull/45916",
+            "https://github.com/vllm-project/vllm/pull/58156", "https://github.com/vllm-project/vllm/pull/46192",
+            "https://github.com/ROCm/vllm/pull/994")
+P12_REFS = ("https://github.com/vllm-project/vllm/pull/53856", "https://github.com/vllm-project/vllm/issues/57614",
+            "https://github.com/vllm-project/vllm/pull/17004", "https://github.com/vllm-project/vllm/pull/13843")
+P17_REFS = ("https://github.com/unslothai/unsloth/pull/8821", "https://github.com/ROCm/TheRock/issues/1364",
+            "https://github.com/pytorch/pytorch/issues/152595", "https://github.com/ROCm/flash-attention/issues/27",
+            "https://github.com/ROCm/aotriton/issues/16")
 
 
-def decode_attention_no_split_kv(a: Attribution, doc: dict[str, Any]) -> list[Finding]:
-    """Decode attention kernels are single-pass paged ones, no split-KV partner runs, attention > 30 %."""
-    if not is_rdna(arch(doc)):
-        return []
+def decode_attention_no_split_kv(a: Attribution, doc: dict[str, Any], th: Thresholds) -> list[Finding]:
+    """P10: decode attention kernels are single-pass paged ones, no split-KV partner runs, attention > 30 %."""
     ph = phase_doc(doc, "decode")
-    att = next((c for c in (ph or {}).get("components", ()) if c["component"] == "attention"), None)
-    if att is None or (att.get("share") or 0) <= ATTENTION_SHARE:
+    att = component(ph, "attention")
+    if att is None or (att.get("share") or 0) <= th.attention_share:
         return []
     k = a.kernels.filter(pl.col("phase") == "decode")
     single = k.filter(pl.col("name").str.contains(SINGLE_PASS))
@@ -30,13 +45,84 @@ def decode_attention_no_split_kv(a: Attribution, doc: dict[str, Any]) -> list[Fi
         rule="P10-decode-attention-no-split-kv", severity="high",
         title=f"decode attention is {att['share']:.0%} of decode on {arch(doc)} and runs single-pass paged "
               f"kernels without split-KV: it will grow with context",
+        ms_per_step=att["ms"],
         evidence={"arch": arch(doc), "attention_share": att["share"], "attention_ms_per_step": att["ms"],
                   "kernels": single["name"].unique().sort().head(4).to_list(),
                   "tokens_per_step": ph.get("tokens_per_step")},
         remedy="Use a split-KV decode path: --attention-backend TRITON_ATTN on gfx11, a vLLM with the Triton "
                "KV-split decode for RDNA3/4, or on gfx1201 the (experimental, bf16-KV) AITER unified attention.",
-        references=("https://github.com/vllm-project/vllm/issues/50264",
-                    "https://github.com/vllm-project/vllm/pull/45916",
-                    "https://github.com/vllm-project/vllm/pull/58156",
-                    "https://github.com/vllm-project/vllm/pull/46192",
-                    "https://github.com/ROCm/vllm/pull/994"))]
+        references=P10_REFS)]
+
+
+def navi_paged_attention_traps(a: Attribution, doc: dict[str, Any], th: Thresholds) -> list[Finding]:
+    """P12: vLLM's custom (ll4mi) paged attention on RDNA with what it does not support: fp8 KV (from the KV-write
+    kernel's template or the stamp), a block size other than 16 or ALiBi (from the stamp)."""
+    k = a.kernels.filter(pl.col("name").str.contains(NAVI_PAGED))
+    if not k.height:
+        return []
+    prov = doc.get("provenance") or {}
+    kv = str(prov.get("kv_cache_dtype") or "")
+    fp8 = "fp8" in kv.lower() or a.kernels.filter(pl.col("name").str.contains(FP8_KV)).height > 0
+    block = prov.get("block_size") or env(doc).get("VLLM_BLOCK_SIZE")
+    traps = ([f"fp8 KV cache ({kv or 'from the KV-write kernel'})"] if fp8 else []) + (
+        [f"block size {block}"] if block and str(block) != "16" else []) + (["ALiBi"] if prov.get("alibi") else [])
+    steps = max(k["step"].n_unique(), 1)
+    return [Finding(
+        rule="P12-navi-paged-attention", severity="high" if traps else "info",
+        title=("RDNA custom paged attention with " + ", ".join(traps) + ": outside what the kernel supports")
+        if traps else "RDNA custom paged attention in use: check logits for NaN at partially written KV tiles",
+        ms_per_step=k["dur_ns"].sum() / 1e6 / steps,
+        evidence={"kernels": k["name"].unique().sort().head(3).to_list(), "calls": k.height, "traps": traps,
+                  "kv_cache_dtype": kv or None, "block_size": block},
+        remedy="Keep the Navi paged attention to head_size 128, block_size 16, bf16/fp16 KV, no ALiBi; otherwise "
+               "select TRITON_ATTN. Check logits for NaN when the context ends mid-tile.",
+        references=P12_REFS)]
+
+
+def _op_names(a: Attribution, phase: str) -> pl.DataFrame:
+    """The phase's kernels with the name of their launching op and of that op's parent."""
+    ops = a.trace.ops.select(pl.col("id").alias("op_id"), pl.col("name").alias("op_name"), "parent")
+    parents = a.trace.ops.select(pl.col("id").alias("parent"), pl.col("name").alias("parent_name"))
+    return (a.kernels.filter(pl.col("phase") == phase).join(ops, on="op_id", how="left")
+            .join(parents, on="parent", how="left"))
+
+
+def unfused_attention(a: Attribution, doc: dict[str, Any], th: Thresholds) -> list[Finding]:
+    """P17: attention computed as matmul + softmax + matmul (eager attention, or SDPA's math fallback) where no
+    fused attention kernel runs; the unfused kernels' share of each phase."""
+    if not a.trace.ops.height:
+        return []
+    out = []
+    for ph in doc.get("phases", ()):
+        k = _op_names(a, ph["phase"])
+        if not k.height or k.filter(pl.col("name").str.contains(FUSED_ATTN)).height:
+            continue
+        attn = pl.col("component") == "attention"
+        math = pl.col("op_name").str.contains(MATH_SDPA) | pl.col("parent_name").fill_null("").str.contains(MATH_SDPA)
+        unf = k.filter(math | (attn & (pl.col("op_name").str.contains(SOFTMAX_OP) | pl.col("op_name").str.contains(BMM_OP)
+                                       | pl.col("parent_name").fill_null("").str.contains(SOFTMAX_OP))))
+        soft = unf.filter(pl.col("op_name").str.contains(SOFTMAX_OP) | pl.col("parent_name").fill_null("").str.contains(SOFTMAX_OP))
+        total = k["dur_ns"].sum()
+        if not soft.height or not total:
+            continue
+        share = unf["dur_ns"].sum() / total
+        if share <= th.unfused_attention_share:
+            continue
+        steps = max(ph["steps"], 1)
+        via = "SDPA math fallback" if unf.filter(math).height else "eager attention (matmul + softmax + matmul)"
+        out.append(Finding(
+            rule="P17-unfused-attention", severity="high" if share > 0.3 else "medium",
+            title=f"{ph['phase']} attention runs unfused ({via}): {share:.0%} of kernel time, softmax alone "
+                  f"{soft['dur_ns'].sum() / total:.0%}",
+            ms_per_step=unf["dur_ns"].sum() / 1e6 / steps,
+            evidence={"phase": ph["phase"], "share_of_kernel_time": r(share), "softmax_share": r(soft["dur_ns"].sum() / total),
+                      "kernels_per_step": r(unf.height / steps, 1),
+                      "ops": unf.group_by("op_name").agg((pl.col("dur_ns").sum() / 1e6 / steps).alias("ms"))
+                      .sort("ms", descending=True).head(4).with_columns(pl.col("ms").round(4)).to_dicts(),
+                      "top_kernels": unf.group_by("name").agg((pl.col("dur_ns").sum() / 1e6 / steps).alias("ms"))
+                      .sort("ms", descending=True).head(3).with_columns(pl.col("ms").round(4),
+                                                                         pl.col("name").str.slice(0, 100)).to_dicts()},
+            remedy="Use a fused attention kernel: attn_implementation='sdpa' (or flash_attention_2) in HF; on ROCm RDNA "
+                   "set TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL=1 so SDPA does not fall through to MATH.",
+            references=P17_REFS))
+    return out

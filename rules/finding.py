@@ -1,9 +1,13 @@
-"""The Finding record every rule returns, and helpers the rules share (reads of the document)."""
+"""The Finding record every rule returns, the Rule catalog entry, and helpers the rules share."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from typing import Any
+
+from attrib.pipeline import Attribution
+from rules.thresholds import Thresholds
 
 SEVERITIES = ("high", "medium", "info")
 DECODE_LIKE = ("decode", "mixed")  # phases whose steps generate tokens
@@ -11,27 +15,59 @@ DECODE_LIKE = ("decode", "mixed")  # phases whose steps generate tokens
 
 @dataclass(frozen=True)
 class Finding:
-    """One pathology hit: what, how sure/serious, the numbers behind it, what to do, where to read."""
+    """One pathology hit: what, how serious, the milliseconds per step it explains, the numbers behind it,
+    what to do, where to read. `projection`: measured on another device and projected (what-if)."""
 
     rule: str
     severity: str
     title: str
+    ms_per_step: float | None = None
     evidence: dict[str, Any] = field(default_factory=dict)
     remedy: str | None = None
     references: tuple[str, ...] = ()
+    projection: bool = False
 
     def __post_init__(self) -> None:
         if self.severity not in SEVERITIES:
             raise ValueError(f"severity {self.severity!r} not in {SEVERITIES}")
 
+    def projected(self, device: str) -> "Finding":
+        """This finding as a what-if: said in the title, flagged in the JSON."""
+        return replace(self, projection=True, title=f"[projection onto {device}] {self.title}")
+
     def to_json(self) -> dict[str, Any]:
         return {"rule": self.rule, "severity": self.severity, "title": self.title,
-                "evidence": dict(self.evidence), "remedy": self.remedy, "references": list(self.references)}
+                "ms_per_step": None if self.ms_per_step is None else round(float(self.ms_per_step), 4),
+                "projection": self.projection, "evidence": dict(self.evidence), "remedy": self.remedy,
+                "references": list(self.references)}
+
+
+RuleFn = Callable[[Attribution, dict[str, Any], Thresholds], list[Finding]]
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A catalog entry: id, the function, the archs it applies to (prefixes; empty = every device),
+    what it needs from a trace, and its references."""
+
+    id: str
+    fn: RuleFn
+    needs: str
+    archs: tuple[str, ...] = ()
+    references: tuple[str, ...] = ()
+
+    def applies(self, arch_name: str | None) -> bool:
+        return not self.archs or (arch_name is not None and arch_name.startswith(self.archs))
 
 
 def phase_doc(doc: dict[str, Any], phase: str) -> dict[str, Any] | None:
     """The document's entry for `phase`, or None."""
     return next((p for p in doc.get("phases", ()) if p.get("phase") == phase), None)
+
+
+def component(ph: dict[str, Any] | None, name: str) -> dict[str, Any] | None:
+    """A phase entry's component row, or None."""
+    return next((c for c in (ph or {}).get("components", ()) if c["component"] == name), None)
 
 
 def roofline_bw(doc: dict[str, Any]) -> float | None:
@@ -47,8 +83,21 @@ def arch(doc: dict[str, Any]) -> str | None:
 
 def is_rdna(arch_name: str | None) -> bool:
     """gfx11xx / gfx12xx (RDNA3, 3.5, 4)."""
-    return bool(arch_name) and arch_name.startswith(("gfx11", "gfx12"))
+    return bool(arch_name) and arch_name.startswith(RDNA)
+
+
+def env(doc: dict[str, Any]) -> dict[str, str]:
+    """The capture stamp's environment variables (strings), {} without a stamp."""
+    e = (doc.get("provenance") or {}).get("env") or {}
+    return {str(k): str(v) for k, v in e.items()} if isinstance(e, dict) else {}
+
+
+def steps_of(doc: dict[str, Any], ph: dict[str, Any]) -> int:
+    return max(int(ph.get("steps") or 0), 1)
 
 
 def r(x: float | None, nd: int = 3) -> float | None:
     return None if x is None else round(float(x), nd)
+
+
+RDNA = ("gfx11", "gfx12")

@@ -1,4 +1,5 @@
-"""GEMM family: decode GEMMs on the wrong kernels (P01 vLLM skinny GEMM on gfx1151, P02 big BLAS tiles)."""
+"""GEMM family: decode GEMMs on the wrong kernels (P01 vLLM skinny GEMM on gfx1151, P02 big BLAS tiles),
+BLAS on the rocBLAS/Tensile fallback instead of hipBLASLt (P03)."""
 
 from __future__ import annotations
 
@@ -9,17 +10,15 @@ import polars as pl
 from attrib.pipeline import Attribution
 from attrib.roofline.model import achieved_gbs
 from rules.finding import DECODE_LIKE, Finding, arch, phase_doc, r, roofline_bw
+from rules.thresholds import Thresholds
 
 GEMM_COMPONENTS = ("qkv_proj", "o_proj", "mlp_gate_up", "mlp_down", "lm_head",
                    "moe_router", "moe_experts", "moe_shared_expert")
 TENSILE_TILE = r"^Cijk_\w*?_MT(\d+)x(\d+)x(\d+)_"
 SKINNY = r"^(?:void )?(?:wvSplitK\w*|wv_int4\w*|LLGemm1\w*|LLMM1\w*)"
-BIG_TILE = 64        # both macro-tile dims at least this while M (tokens) <= MAX_TOKENS
-MAX_TOKENS = 4
-P02_SHARE = 0.20
-P02_BW_FRACTION = 0.30
-P01_SHARE = 0.50
-P01_BW_FRACTION = 0.10
+P01_REFS = ("https://github.com/vllm-project/vllm/pull/51511", "https://github.com/vllm-project/vllm/pull/34709",
+            "https://github.com/vllm-project/vllm/pull/40784", "https://github.com/ROCm/vllm/pull/942")
+P02_REFS = ("https://github.com/mudler/vllm.cpp/issues/487", "https://github.com/mudler/vllm.cpp/pull/506")
 
 
 def _achieved_gbs(k: pl.DataFrame, doc: dict[str, Any]) -> float | None:
@@ -27,11 +26,11 @@ def _achieved_gbs(k: pl.DataFrame, doc: dict[str, Any]) -> float | None:
     return achieved_gbs(k, (doc.get("device") or {}).get("peak_bw_gbs"))
 
 
-def big_tile_decode_gemm(a: Attribution, doc: dict[str, Any]) -> list[Finding]:
+def big_tile_decode_gemm(a: Attribution, doc: dict[str, Any], th: Thresholds) -> list[Finding]:
     """P02: M<=4 decode GEMMs served by Tensile kernels with >= 64x64 macro tiles."""
     ph = phase_doc(doc, "decode")
     tokens = ph and ph.get("tokens_per_step")
-    if not tokens or tokens > MAX_TOKENS:
+    if not tokens or tokens > th.max_decode_tokens:
         return []
     k = a.kernels.filter(pl.col("phase") == "decode")
     total = k["dur_ns"].sum()
@@ -39,22 +38,23 @@ def big_tile_decode_gemm(a: Attribution, doc: dict[str, Any]) -> list[Finding]:
              .with_columns(pl.col("name").str.extract_groups(TENSILE_TILE).alias("mt"))
              .with_columns(pl.col("mt").struct.field("1").cast(pl.Int64).alias("mt_m"),
                            pl.col("mt").struct.field("2").cast(pl.Int64).alias("mt_n"))
-             .filter(pl.min_horizontal("mt_m", "mt_n") >= BIG_TILE))
+             .filter(pl.min_horizontal("mt_m", "mt_n") >= th.big_tile))
     if not tiles.height or not total:
         return []
     share = tiles["dur_ns"].sum() / total
     gbs, bw = _achieved_gbs(tiles, doc), roofline_bw(doc)
     frac = gbs / bw if (gbs is not None and bw) else None
-    slow = frac is not None and frac < P02_BW_FRACTION
-    if share <= P02_SHARE and not (slow and share >= 0.05):
+    slow = frac is not None and frac < th.p02_bw_fraction
+    if share <= th.p02_share and not (slow and share >= 0.05):
         return []
     steps = max(ph["steps"], 1)
     by_tile = (tiles.group_by("mt_m", "mt_n", "component").agg((pl.col("dur_ns").sum() / 1e6 / steps).alias("ms"))
                .sort("ms", descending=True).head(8))
     return [Finding(
-        rule="P02-decode-gemm-big-tile", severity="high" if (share > P02_SHARE and slow) else "medium",
-        title=f"decode GEMMs with {tokens} token(s) per step run on >= {BIG_TILE}x{BIG_TILE} BLAS tiles: "
+        rule="P02-decode-gemm-big-tile", severity="high" if (share > th.p02_share and slow) else "medium",
+        title=f"decode GEMMs with {tokens} token(s) per step run on >= {th.big_tile}x{th.big_tile} BLAS tiles: "
               f"{share:.0%} of decode kernel time",
+        ms_per_step=tiles["dur_ns"].sum() / 1e6 / steps,
         evidence={"tokens_per_step": tokens, "share_of_decode": r(share),
                   "tile_waste": r(int(tiles.select(pl.min_horizontal("mt_m", "mt_n").min()).item()) / tokens, 1),
                   "achieved_gbs": r(gbs, 1), "roofline_bw_gbs": bw, "fraction_of_roofline": r(frac),
@@ -62,14 +62,11 @@ def big_tile_decode_gemm(a: Attribution, doc: dict[str, Any]) -> list[Finding]:
                             for t in by_tile.iter_rows(named=True)]},
         remedy="Send M<=4 GEMMs to a GEMV / skinny-GEMM kernel (e.g. a wvSplitK-style path) or tune "
                "hipBLASLt for the skinny decode shapes so it picks small tiles.",
-        references=("https://github.com/mudler/vllm.cpp/issues/487",
-                    "https://github.com/mudler/vllm.cpp/pull/506"))]
+        references=P02_REFS)]
 
 
-def skinny_gemm_gfx1151(a: Attribution, doc: dict[str, Any]) -> list[Finding]:
+def skinny_gemm_gfx1151(a: Attribution, doc: dict[str, Any], th: Thresholds) -> list[Finding]:
     """P01: vLLM's skinny-GEMM kernels (wvSplitK / LLGemm1) on gfx1151, slow or dominating decode."""
-    if arch(doc) != "gfx1151":
-        return []
     out = []
     for phase in DECODE_LIKE:
         k = a.kernels.filter(pl.col("phase") == phase)
@@ -80,19 +77,57 @@ def skinny_gemm_gfx1151(a: Attribution, doc: dict[str, Any]) -> list[Finding]:
         share = sk["dur_ns"].sum() / total
         gbs, bw = _achieved_gbs(sk, doc), roofline_bw(doc)
         frac = gbs / bw if (gbs is not None and bw) else None
-        if share <= P01_SHARE and not (frac is not None and frac < P01_BW_FRACTION):
+        if share <= th.p01_share and not (frac is not None and frac < th.p01_bw_fraction):
             continue
         out.append(Finding(
             rule="P01-skinny-gemm-gfx1151", severity="high",
             title=f"vLLM skinny-GEMM kernels take {share:.0%} of {phase} kernel time on gfx1151"
                   + (f" at {frac:.0%} of the memory roofline" if frac is not None and frac < 0.5 else ""),
+            ms_per_step=sk["dur_ns"].sum() / 1e6 / max(sk["step"].n_unique(), 1),
             evidence={"phase": phase, "kernels": sk.height, "share": r(share), "achieved_gbs": r(gbs, 1),
                       "roofline_bw_gbs": bw, "fraction_of_roofline": r(frac),
                       "names": sk["name"].unique().sort().head(5).to_list()},
             remedy="On gfx1151 set VLLM_ROCM_USE_SKINNY_GEMM=0 (GEMMs go to hipBLASLt) or use a vLLM with the "
                    "per-arch skinny-GEMM selector; do not disable it blindly on gfx1201, where it helps.",
-            references=("https://github.com/vllm-project/vllm/pull/51511",
-                        "https://github.com/vllm-project/vllm/pull/34709",
-                        "https://github.com/vllm-project/vllm/pull/40784",
-                        "https://github.com/ROCm/vllm/pull/942")))
+            references=P01_REFS))
     return out
+
+
+# hipBLASLt (TensileLite) kernels carry _UserArgs_ and a 3-field MI token; rocBLAS/legacy Tensile a 4-field one
+ROCBLAS = r"^Cijk_\w*_MI\d+x\d+x\d+x\d+_"
+P03_REFS = ("https://github.com/ROCm/legacy-rocm-build/issues/5643", "https://github.com/ROCm/TheRock/issues/154",
+            "https://github.com/ROCm/pytorch/pull/2580", "https://github.com/pytorch/pytorch/issues/138067",
+            "https://github.com/ROCm/TheRock/issues/5314")
+
+
+def rocblas_fallback(a: Attribution, doc: dict[str, Any], th: Thresholds) -> list[Finding]:
+    """P03: GEMMs on rocBLAS/legacy Tensile kernels (no `_UserArgs_`, 4-field MI token) and none on hipBLASLt,
+    or prefill GEMMs (>= `p03_min_tokens` tokens) far below the device's matrix peak."""
+    cijk = a.kernels.filter(pl.col("name").str.starts_with("Cijk_"))
+    if not cijk.height:
+        return []
+    legacy = cijk.filter(pl.col("name").str.contains(ROCBLAS) & ~pl.col("name").str.contains("_UserArgs_"))
+    lt = cijk.filter(pl.col("name").str.contains("_UserArgs_"))
+    peak = ((doc.get("device") or {}).get("matrix_tflops") or {}).get("bf16")
+    pre = phase_doc(doc, "prefill")
+    slow = []
+    if pre and (pre.get("tokens_per_step") or 0) >= th.p03_min_tokens and peak:
+        for c in pre["components"]:
+            tf = c.get("achieved_tflops")
+            if c["component"] in GEMM_COMPONENTS and tf is not None and tf < th.p03_tflops_fraction * float(peak):
+                slow.append({"component": c["component"], "achieved_tflops": tf, "ms_per_step": c["ms"]})
+    if not (legacy.height and not lt.height) and not slow:
+        return []
+    steps = max(a.steps.height, 1)
+    ms = (legacy["dur_ns"].sum() / 1e6 / steps) if legacy.height else sum(s["ms_per_step"] or 0 for s in slow)
+    return [Finding(
+        rule="P03-rocblas-tensile-fallback", severity="high" if slow else "medium",
+        title=(f"{legacy.height} GEMM kernels run on rocBLAS/legacy Tensile, none on hipBLASLt" if legacy.height and not lt.height
+               else f"prefill GEMMs reach under {th.p03_tflops_fraction:.0%} of the {peak:g} TFLOP/s matrix peak"),
+        ms_per_step=ms,
+        evidence={"rocblas_kernels": legacy.height, "hipblaslt_kernels": lt.height,
+                  "names": legacy["name"].unique().sort().head(3).to_list(), "slow_prefill_gemms": slow,
+                  "matrix_peak_tflops": peak},
+        remedy="Use a PyTorch/ROCm build whose hipBLASLt lists this arch and prefer it (TORCH_BLAS_PREFER_HIPBLASLT=1, "
+               "ROCBLAS_USE_HIPBLASLT=1); on gfx1151 a newer ROCm/TheRock.",
+        references=P03_REFS)]

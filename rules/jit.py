@@ -1,21 +1,25 @@
-"""Work that belongs before the measured window: Triton JIT/autotune (P05), TunableOp tuning (P04)."""
+"""Work that belongs before the measured window: compile/JIT/autotune (P05), TunableOp tuning (P04)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import polars as pl
 
 from attrib.pipeline import Attribution
-from rules.finding import Finding, r
+from rules.finding import Finding, env, r
+from rules.intervals import covered, merge, spans, total
+from rules.thresholds import Thresholds
 
-# compile and benchmark entry points only: triton/compiler frames such as launch_metadata run on every launch
-JIT_FRAMES = r"triton/runtime/autotuner\.py|do_bench|triton/compiler/compiler\.py\(\d+\): (?:compile|_compile)\b"
+# torch.compile (dynamo/inductor) and Triton compile/autotune spans, recorded as ops, annotations or Python
+# frames. Not "Torch-Compiled Region": that span wraps every call of compiled code, compiled or not.
+COMPILE = (r"entire_frame_compile|inductor_compile|compile_fx|_compile\.compile_inner|CachingAutotuner\.benchmark_all_configs"
+           r"|benchmark_all_configs|async_compile|AsyncCompile|autotune_select_algorithm|triton/runtime/autotuner\.py"
+           r"|do_bench|triton/compiler/compiler\.py\(\d+\): (?:compile|_compile)\b")
 # plain identifiers that are not vendor-library kernels: how Triton names its kernels
 TRITON_NAME = r"^[A-Za-z_]\w*$"
 NOT_TRITON = r"^(?:Cijk_|nvjet|_ZN|__amd_rocclr|sm\d+_|ampere_|cutlass|cudnn|ck_)"
-FIRST_CALL_RATIO = 20.0
-TUNABLEOP_VARIANTS = 4  # distinct Cijk_ kernels for one (op, shape) that only a candidate sweep produces
 
 P05_REFS = ("https://github.com/vllm-project/vllm/pull/40137", "https://github.com/vllm-project/vllm/issues/43009",
             "https://github.com/vllm-project/vllm/pull/37188", "https://github.com/vllm-project/vllm/pull/44331",
@@ -24,51 +28,94 @@ P04_REFS = ("https://github.com/pytorch/pytorch/issues/190433", "https://github.
             "https://github.com/ROCm/TheRock/issues/5550", "https://github.com/ROCm/TheRock/issues/2591")
 
 
-def triton_jit_in_window(a: Attribution, doc: dict[str, Any]) -> list[Finding]:
-    """P05: Triton compile/autotune frames in the window, or a Triton kernel whose first call is > 20x its median."""
-    fr = a.trace.frames.filter(pl.col("name").str.contains(JIT_FRAMES))
+def _compile_spans(a: Attribution) -> pl.DataFrame:
+    """Compile/autotune spans from the ops, CPU annotations and Python frames: name, start_ns, dur_ns."""
+    cols = ("name", "start_ns", "dur_ns")
+    parts = [a.trace.ops.select(cols), a.trace.markers.filter(pl.col("side") == "cpu").select(cols),
+             a.trace.frames.select(cols)]
+    return pl.concat(parts).filter(pl.col("name").str.contains(COMPILE))
+
+
+def _per_step_compile(a: Attribution, sp: pl.DataFrame) -> pl.DataFrame:
+    """Per step: window ms, compile ms inside it (union of nested spans), kernel count."""
+    st = a.steps.drop_nulls(["window_start", "window_end"]).sort("step")
+    ms, me = merge(*spans(sp))
+    cov = covered(st["window_start"].to_numpy(), st["window_end"].to_numpy(), ms, me) / 1e6
+    return st.select("step", "phase", "step_ms", pl.col("n_kernels").fill_null(0)).with_columns(
+        pl.Series("compile_ms", np.asarray(cov, dtype=float)))
+
+
+def compile_in_window(a: Attribution, doc: dict[str, Any], th: Thresholds) -> list[Finding]:
+    """P05: torch.compile/Triton compile or autotune spans inside the window, Triton kernels whose first call
+    is `first_call_ratio` x their median, and steps whose kernel count is an outlier of their phase."""
+    sp = _compile_spans(a)
     k = a.kernels.filter(pl.col("name").str.contains(TRITON_NAME) & ~pl.col("name").str.contains(NOT_TRITON))
     cold = (k.sort("start_ns").group_by("name", "phase").agg(
         pl.len().alias("calls"), pl.col("dur_ns").first().alias("first"), pl.col("dur_ns").median().alias("median"))
-        .filter((pl.col("calls") >= 3) & (pl.col("first") > FIRST_CALL_RATIO * pl.col("median")))
+        .filter((pl.col("calls") >= 3) & (pl.col("first") > th.first_call_ratio * pl.col("median")))
         .sort("first", descending=True))
-    if not fr.height and not cold.height:
+    if not sp.height and not cold.height:
         return []
+    per = _per_step_compile(a, sp) if sp.height else pl.DataFrame()
+    med_k = a.steps.group_by("phase").agg(pl.col("n_kernels").median().alias("med_k"))
+    odd = (a.steps.join(med_k, on="phase").filter(
+        (pl.col("n_kernels") > th.kernel_count_ratio * pl.col("med_k"))
+        | (pl.col("n_kernels") * th.kernel_count_ratio < pl.col("med_k"))).select("step", "phase", "n_kernels", "med_k"))
+    hit = per.filter(pl.col("compile_ms") > 0).sort("compile_ms", descending=True) if per.height else per
+    total_ms = total(*spans(sp)) / 1e6 if sp.height else 0.0
+    worst = hit.row(0, named=True) if hit.height else None
+    by_name = (sp.group_by("name").agg((pl.col("dur_ns").sum() / 1e6).alias("ms"), pl.len().alias("n"))
+               .sort("ms", descending=True).head(6)) if sp.height else pl.DataFrame()
+    if worst:
+        title = (f"compilation/autotuning inside the profiled window: {worst['compile_ms']:.1f} ms of the "
+                 f"{worst['step_ms']:.1f} ms {worst['phase']} step {worst['step']} ({worst['compile_ms'] / worst['step_ms']:.0%})")
+    elif sp.height:
+        title = f"compilation/autotuning inside the profiled window ({total_ms:.1f} ms, outside the steps)"
+    else:
+        title = "Triton kernels' first calls are far slower than the rest: JIT or autotune inside the window"
     return [Finding(
-        rule="P05-triton-jit-in-window", severity="medium",
-        title="Triton compiled or autotuned inside the profiled window: those steps are not steady state",
-        evidence={"jit_frames": fr.height, "jit_frame_ms": r(fr["dur_ns"].max() / 1e6 if fr.height else 0.0),
-                  "jit_functions": fr["name"].unique().sort().head(5).to_list(),
+        rule="P05-compile-in-window", severity="high" if worst else "medium", title=title,
+        ms_per_step=worst["compile_ms"] if worst else (total_ms or None),
+        evidence={"compile_ms_total": r(total_ms, 1),
+                  "steps_with_compile": [{"step": h["step"], "phase": h["phase"], "step_ms": r(h["step_ms"], 2),
+                                          "compile_ms": r(h["compile_ms"], 2), "share_of_step": r(h["compile_ms"] / h["step_ms"])}
+                                         for h in (hit.head(5).iter_rows(named=True) if hit.height else [])],
+                  "compile_ops": [{"name": b["name"][:120], "ms": r(b["ms"], 1), "count": b["n"]}
+                                  for b in (by_name.iter_rows(named=True) if by_name.height else [])],
                   "cold_kernels": [{"name": c["name"], "phase": c["phase"], "first_us": r(c["first"] / 1e3, 1),
-                                    "median_us": r(c["median"] / 1e3, 1)} for c in cold.head(5).iter_rows(named=True)]},
-        remedy="Warm up every shape before profiling (vLLM warmup, more warmup steps in the capture), keep "
-               "TRITON_CACHE_AUTOTUNING=1, and ship tuned Triton configs for this device name.",
+                                    "median_us": r(c["median"] / 1e3, 1)} for c in cold.head(5).iter_rows(named=True)],
+                  "kernel_count_outlier_steps": [{"step": o["step"], "phase": o["phase"], "kernels": o["n_kernels"],
+                                                  "phase_median": o["med_k"]} for o in odd.head(5).iter_rows(named=True)]},
+        remedy="Compile and autotune before the measured window: warm up every shape (more warmup steps in the "
+               "capture, vLLM's warmup), keep the compile/autotune caches (TORCHINDUCTOR_CACHE_DIR, "
+               "TRITON_CACHE_AUTOTUNING=1), ship tuned Triton configs for this device; leave compile steps out "
+               "of step figures.",
         references=P05_REFS)]
 
 
-def _env(doc: dict[str, Any]) -> dict[str, str]:
-    env = (doc.get("provenance") or {}).get("env") or {}
-    return {str(k): str(v) for k, v in env.items()} if isinstance(env, dict) else {}
-
-
-def tunableop_in_window(a: Attribution, doc: dict[str, Any]) -> list[Finding]:
+def tunableop_in_window(a: Attribution, doc: dict[str, Any], th: Thresholds) -> list[Finding]:
     """P04: TunableOp tuning on in the captured env, or a candidate sweep of Cijk_ kernels for one GEMM shape."""
-    env = _env(doc)
-    enabled = env.get("PYTORCH_TUNABLEOP_ENABLED") == "1"
-    tuning = env.get("PYTORCH_TUNABLEOP_TUNING", "1" if enabled else "0") == "1"  # tuning defaults on when enabled
+    e = env(doc)
+    enabled = e.get("PYTORCH_TUNABLEOP_ENABLED") == "1"
+    tuning = e.get("PYTORCH_TUNABLEOP_TUNING", "1" if enabled else "0") == "1"  # tuning defaults on when enabled
     sweep = pl.DataFrame()
     if a.trace.ops.height:
         sweep = (a.kernels.filter(pl.col("name").str.starts_with("Cijk_") & pl.col("op_id").is_not_null())
                  .join(a.trace.ops.select(pl.col("id").alias("op_id"), "input_dims"), on="op_id", how="left")
-                 .group_by("op", "input_dims").agg(pl.col("name").n_unique().alias("variants"), pl.len().alias("calls"))
-                 .filter(pl.col("variants") >= TUNABLEOP_VARIANTS).sort("variants", descending=True))
+                 .group_by("op", "input_dims").agg(pl.col("name").n_unique().alias("variants"), pl.len().alias("calls"),
+                                                   (pl.col("dur_ns").sum() / 1e6).alias("ms"))
+                 .filter(pl.col("variants") >= th.tunableop_variants).sort("variants", descending=True))
     if not (enabled and tuning) and not sweep.height:
         return []
+    gemm_ms = a.kernels.filter(pl.col("name").str.starts_with("Cijk_"))["dur_ns"].sum() / 1e6
+    steps = max(a.steps.height, 1)
     return [Finding(
         rule="P04-tunableop-in-window", severity="high" if sweep.height else "medium",
         title="PyTorch TunableOp was tuning GEMMs during the capture: GEMM times include the candidate sweep",
-        evidence={"PYTORCH_TUNABLEOP_ENABLED": env.get("PYTORCH_TUNABLEOP_ENABLED"),
-                  "PYTORCH_TUNABLEOP_TUNING": env.get("PYTORCH_TUNABLEOP_TUNING"),
+        ms_per_step=(float(sweep["ms"].sum()) if sweep.height else gemm_ms) / steps,
+        evidence={"PYTORCH_TUNABLEOP_ENABLED": e.get("PYTORCH_TUNABLEOP_ENABLED"),
+                  "PYTORCH_TUNABLEOP_TUNING": e.get("PYTORCH_TUNABLEOP_TUNING"),
+                  "tensile_gemm_ms": r(gemm_ms, 3),
                   "swept_shapes": [{"op": s["op"], "variants": s["variants"], "calls": s["calls"]}
                                    for s in sweep.head(5).iter_rows(named=True)]},
         remedy="Tune offline, then profile with PYTORCH_TUNABLEOP_TUNING=0 and the saved results file "

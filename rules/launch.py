@@ -8,10 +8,12 @@ import polars as pl
 
 from attrib.pipeline import Attribution
 from rules.finding import DECODE_LIKE, Finding, phase_doc, r
+from rules.idle import idle_causes
+from rules.thresholds import Thresholds
 
-IDLE_LIMIT = 0.3       # median GPU-idle fraction of a step above which launches dominate
-GRAPH_MAJORITY = 0.5   # share of a phase's kernel time replayed from graphs to call it "graphed"
-OP_KNOWN_MIN = 0.5     # below this share of replayed kernel time with a CPU op, the steps are opaque
+P06_REFS = ("https://github.com/vllm-project/vllm/issues/32180", "https://github.com/mudler/vllm.cpp/issues/332",
+            "https://github.com/antirez/ds4/pull/819", "https://github.com/kyuz0/amd-strix-halo-vllm-toolboxes/issues/10")
+P07_REFS = ("https://github.com/AMD-AGI/Hyperloom/issues/747", "https://github.com/sgl-project/sglang/issues/31545")
 
 
 def _per_step(a: Attribution, phase: str) -> pl.DataFrame:
@@ -25,43 +27,47 @@ def _per_step(a: Attribution, phase: str) -> pl.DataFrame:
         pl.col("dur_ns").sum().alias("ns"))
 
 
-def launch_bound_decode(a: Attribution, doc: dict[str, Any]) -> list[Finding]:
-    """P06: token-generating steps launched kernel by kernel, the GPU idle most of each step."""
+def launch_bound_decode(a: Attribution, doc: dict[str, Any], th: Thresholds) -> list[Finding]:
+    """P06: token-generating steps launched kernel by kernel, launch gaps > `launch_gap_share` of each step."""
     out = []
     for phase in DECODE_LIKE:
         ph = phase_doc(doc, phase)
-        idle = ph and ph.get("idle_fraction")
-        if idle is None or idle <= IDLE_LIMIT:
+        if ph is None or not ph["step_ms"]["median"]:
             continue
         s = _per_step(a, phase)
         if s.height == 0 or not s["kernels"].sum():
             continue
         graph_share = float(s["graph_ns"].sum() / max(s["ns"].sum(), 1))
-        if graph_share >= GRAPH_MAJORITY:
+        if graph_share >= th.graph_majority:
+            continue
+        idle = idle_causes(a, phase)
+        gap_ms = float(idle["launch_gaps"].median())
+        step_ms, kernel_ms = ph["step_ms"]["median"], ph.get("kernel_ms")
+        share = gap_ms / step_ms
+        if share <= th.launch_gap_share:
             continue
         launches = s["launches"].median() if s["launches"].sum() else None
-        step_ms, kernel_ms = ph["step_ms"]["median"], ph.get("kernel_ms")
         out.append(Finding(
-            rule="P06-launch-bound-decode", severity="high" if idle > 0.5 else "medium",
-            title=f"{phase} is CPU-launch-bound: the GPU idles {idle:.0%} of each step "
-                  f"({s['kernels'].median():.0f} kernels launched one by one, no graph replay)",
-            evidence={"phase": phase, "steps": ph["steps"], "idle_fraction": idle, "idle_ms_per_step": ph.get("idle_ms"),
-                      "step_ms": step_ms, "kernel_ms_per_step": kernel_ms,
+            rule="P06-launch-bound-decode", severity="high" if share > 0.5 else "medium",
+            title=f"{phase} is CPU-launch-bound: launch gaps leave the GPU idle {gap_ms:.3f} ms of each "
+                  f"{step_ms:.3f} ms step ({s['kernels'].median():.0f} kernels launched one by one, no graph replay)",
+            ms_per_step=gap_ms,
+            evidence={"phase": phase, "steps": ph["steps"], "idle_fraction": ph.get("idle_fraction"),
+                      "idle_ms_per_step": ph.get("idle_ms"), "launch_gap_ms_per_step": r(gap_ms, 4),
+                      "launch_gap_share_of_step": r(share), "step_ms": step_ms, "kernel_ms_per_step": kernel_ms,
                       "kernels_per_step": r(s["kernels"].median(), 1), "launches_per_step": r(launches, 1),
+                      "median_gap_us": r(1e3 * gap_ms / max(float(idle["gaps"].median()), 1), 2),
                       "graph_replayed_share": r(graph_share),
-                      "speedup_if_launch_free": r(step_ms / kernel_ms, 2) if (step_ms and kernel_ms) else None},
+                      "speedup_if_launch_free": r(step_ms / (step_ms - gap_ms), 2) if step_ms > gap_ms else None},
             remedy="Replay decode from a CUDA/HIP graph (vLLM: drop --enforce-eager, keep the default "
                    "FULL_AND_PIECEWISE cudagraph mode; HF: a static cache with torch.compile mode='reduce-overhead'), "
                    "or cut the kernel count with fused kernels. On gfx1151, if graph capture times out, update "
                    "the kernel/firmware rather than running eager.",
-            references=("https://github.com/vllm-project/vllm/issues/32180",
-                        "https://github.com/mudler/vllm.cpp/issues/332",
-                        "https://github.com/antirez/ds4/pull/819",
-                        "https://github.com/kyuz0/amd-strix-halo-vllm-toolboxes/issues/10")))
+            references=P06_REFS))
     return out
 
 
-def graph_opaque_steps(a: Attribution, doc: dict[str, Any]) -> list[Finding]:
+def graph_opaque_steps(a: Attribution, doc: dict[str, Any], th: Thresholds) -> list[Finding]:
     """P07: token steps replayed from graphs whose kernels carry no CPU op (so no shapes, no bytes)."""
     if a.trace.ops.height == 0:  # the source never records ops (e.g. rocprof): not a graph blind spot
         return []
@@ -72,22 +78,23 @@ def graph_opaque_steps(a: Attribution, doc: dict[str, Any]) -> list[Finding]:
             continue
         s = _per_step(a, phase)
         ns, graph_ns = s["ns"].sum(), s["graph_ns"].sum()
-        if not ns or graph_ns / ns < GRAPH_MAJORITY:
+        if not ns or graph_ns / ns < th.graph_majority:
             continue
         op_known = float(s["graph_op_ns"].sum() / graph_ns)
-        if op_known >= OP_KNOWN_MIN:
+        if op_known >= th.op_known_min:
             continue
         blind = [c["component"] for c in ph["components"] if c.get("bytes") is None]
+        unknown = 1 - (ph.get("bytes_known_share") or 0)
         out.append(Finding(
             rule="P07-graph-opaque-steps", severity="info",
             title=f"{phase} steps are graph replays without per-kernel ops: bytes and rooflines are unknown "
-                  f"for {1 - (ph.get('bytes_known_share') or 0):.0%} of their kernel time",
+                  f"for {unknown:.0%} of their kernel time",
+            ms_per_step=unknown * (ph.get("kernel_ms") or 0),
             evidence={"phase": phase, "steps": ph["steps"], "graph_replayed_share": r(graph_ns / ns),
                       "replayed_with_op_share": r(op_known), "bytes_known_share": ph.get("bytes_known_share"),
                       "components_without_bytes": blind},
             remedy="Give the analysis the graph-capture trace (attrib analyze REPLAY --capture CAPTURE; vLLM writes "
                    "it with its capture profiler) so replayed kernels get their ops and shapes, or profile with "
                    "rocprofv3 --kernel-trace / an eager run for attribution. Keep the capture traces.",
-            references=("https://github.com/AMD-AGI/Hyperloom/issues/747",
-                        "https://github.com/sgl-project/sglang/issues/31545")))
+            references=P07_REFS))
     return out

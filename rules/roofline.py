@@ -1,31 +1,24 @@
-"""Memory-bound decode components far below the memory roofline (not a catalog entry: the generic gap).
-
-Answers "why does decode run at a fraction of what the memory system allows": components whose
-bytes are known, that the roofline calls memory-bound, and that move their bytes at < 50 % of the
-device's roofline bandwidth, with the milliseconds each leaves on the table.
-"""
+"""Generic roofline findings (not catalog entries): memory-bound components far below the roofline, decode far
+below the bandwidth ceiling, a bytes model inconsistent with the device's peak."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from attrib.pipeline import Attribution
-from rules.finding import Finding, phase_doc, r, roofline_bw
-
-MIN_SHARE = 0.10
-MAX_FRACTION = 0.50
-MIN_BYTES_KNOWN = 0.5  # below this, a component's achieved GB/s comes from too little of its time
+from rules.finding import DECODE_LIKE, Finding, phase_doc, r, roofline_bw
+from rules.thresholds import Thresholds
 
 
-def memory_bound_gap(a: Attribution, doc: dict[str, Any]) -> list[Finding]:
+def memory_bound_gap(a: Attribution, doc: dict[str, Any], th: Thresholds) -> list[Finding]:
     """Decode components: bound == memory, share > 10 %, achieved < 50 % of the roofline bandwidth."""
     ph, bw = phase_doc(doc, "decode"), roofline_bw(doc)
     if ph is None or not bw:
         return []
     slow = [c for c in ph["components"]
-            if c.get("bound") == "memory" and (c.get("share") or 0) > MIN_SHARE
-            and c.get("achieved_gbs") is not None and c["achieved_gbs"] < MAX_FRACTION * bw
-            and (c.get("bytes_known_share") or 0) >= MIN_BYTES_KNOWN]
+            if c.get("bound") == "memory" and (c.get("share") or 0) > th.gap_min_share
+            and c.get("achieved_gbs") is not None and c["achieved_gbs"] < th.gap_max_fraction * bw
+            and (c.get("bytes_known_share") or 0) >= th.min_bytes_known]
     if not slow:
         return []
     slow.sort(key=lambda c: c.get("gap_ms") or 0, reverse=True)
@@ -33,8 +26,9 @@ def memory_bound_gap(a: Attribution, doc: dict[str, Any]) -> list[Finding]:
     basis = (doc.get("device") or {}).get("roofline_bw_basis") or "sustained"
     return [Finding(
         rule="roofline-memory-bound-gap", severity="medium",
-        title=f"{len(slow)} memory-bound decode component(s) run below {MAX_FRACTION:.0%} of the "
+        title=f"{len(slow)} memory-bound decode component(s) run below {th.gap_max_fraction:.0%} of the "
               f"{bw:g} GB/s roofline, {gap:.3f} ms per step above their memory floor",
+        ms_per_step=gap,
         evidence={"roofline_bw_gbs": bw, "roofline_bw_basis": basis, "gap_ms_per_step": r(gap, 4),
                   "step_ms": ph["step_ms"]["median"], "kernel_ms": ph.get("kernel_ms"),
                   "achieved_tok_s": ph.get("achieved_tok_s"), "ceiling_tok_s": ph.get("ceiling_tok_s"),
@@ -45,3 +39,58 @@ def memory_bound_gap(a: Attribution, doc: dict[str, Any]) -> list[Finding]:
                "(fewer passes over the activations), GEMV-shaped GEMMs want a skinny/GEMV kernel or a tuned tile; "
                "the gap_ms of each is the most its fix can save per step.",
         references=())]
+
+
+def decode_below_ceiling(a: Attribution, doc: dict[str, Any], th: Thresholds) -> list[Finding]:
+    """Token steps whose tokens/s is below `ceiling_fraction` of the bandwidth ceiling (bytes per step / roofline
+    GB/s): the milliseconds per step above the memory floor, split into GPU idle and kernel time."""
+    out = []
+    for phase in DECODE_LIKE:
+        ph = phase_doc(doc, phase)
+        got, ceil = (ph or {}).get("achieved_tok_s"), (ph or {}).get("ceiling_tok_s")
+        if not got or not ceil or got >= th.ceiling_fraction * ceil:
+            continue
+        step, tokens = ph["step_ms"]["median"], ph["tokens_per_step"]
+        floor = 1e3 * tokens / ceil
+        out.append(Finding(
+            rule="decode-below-bandwidth-ceiling", severity="high",
+            title=f"{phase} runs at {got:g} tok/s, {got / ceil:.1%} of the {ceil:g} tok/s its bytes allow at "
+                  f"{roofline_bw(doc):g} GB/s: {step - floor:.3f} ms per step above the memory floor",
+            ms_per_step=step - floor,
+            evidence={"phase": phase, "achieved_tok_s": got, "ceiling_tok_s": ceil, "fraction": r(got / ceil, 4),
+                      "step_ms": step, "floor_ms": r(floor, 4), "idle_ms": ph.get("idle_ms"), "kernel_ms": ph.get("kernel_ms"),
+                      "gb_per_token": ph.get("gb_per_token"), "bytes_known_share": ph.get("bytes_known_share"),
+                      "roofline_bw_gbs": roofline_bw(doc)},
+            remedy="Look at the idle and kernel findings: idle time (launch gaps, copies, syncs) and kernels below "
+                   "their roofline are what separates the step from its floor.",
+            references=()))
+    return out
+
+
+def bytes_inconsistent(a: Attribution, doc: dict[str, Any], th: Thresholds) -> list[Finding]:
+    """Components whose bytes over their time exceed the device's peak bandwidth (the document nulls them and says
+    why): the bytes model over-counts, or the data stayed in cache; their rooflines cannot be trusted. Quiet on a
+    what-if device: times measured on a faster chip exceed a slower one's peak without any model error."""
+    if (doc.get("device") or {}).get("detected_from") == "override":
+        return []
+    out = []
+    for ph in doc.get("phases", ()):
+        bad = [c for c in ph["components"] if c.get("inconsistent")]
+        if not bad:
+            continue
+        ms = sum(c["ms"] or 0 for c in bad)
+        out.append(Finding(
+            rule="bytes-model-inconsistent", severity="info",
+            title=f"{ph['phase']}: {len(bad)} component(s) would move bytes faster than the device's "
+                  f"{(doc.get('device') or {}).get('peak_bw_gbs')} GB/s peak: their bytes model is wrong or their "
+                  f"data sat in cache",
+            ms_per_step=ms,
+            evidence={"phase": ph["phase"], "components": [
+                {"component": c["component"], "ms": c["ms"], "bytes": c.get("bytes"), "bytes_from": c.get("bytes_from"),
+                 "implied_gbs": r(c["bytes"] / (c["ms"] * 1e6), 1) if c.get("bytes") and c["ms"] else None,
+                 "why": c["inconsistent"]} for c in bad], "peak_bw_gbs": (doc.get("device") or {}).get("peak_bw_gbs")},
+            remedy="Check the shapes and dtypes behind these components (quantized weights priced as bf16, "
+                   "expected active experts, a cache-resident working set); a what-if onto a slower device makes "
+                   "every time measured on a faster one look impossible.",
+            references=()))
+    return out

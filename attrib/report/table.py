@@ -87,7 +87,8 @@ def render(doc: dict[str, Any]) -> str:
     for n in doc.get("notes", []):
         lines.append(f"note: {n}")
     for f in doc.get("findings", []):
-        lines += ["", f"[{f['severity']}] {f['rule']}: {f['title']}"]
+        ms = f.get("ms_per_step")
+        lines += ["", f"[{f['severity']}] {f['rule']}" + (f" ({ms:.3f} ms/step)" if ms is not None else "") + f": {f['title']}"]
         ev = f.get("evidence") or {}
         if isinstance(ev, dict) and ev:
             lines.append("   evidence: " + ", ".join(f"{k}={_ev(v)}" for k, v in ev.items()))

@@ -97,7 +97,8 @@ class Arch:
         return {"arch": self.arch, "name": self.name, "key": self.key, "detected_from": detected_from,
                 "peak_bw_gbs": self.peak_bw_gbs, "sustained_bw_gbs": self.sustained_bw_gbs,
                 "roofline_bw_gbs": bw, "roofline_bw_basis": basis,
-                "sustained_source": self.sustained_source, "derived": list(self.derived)}
+                "sustained_source": self.sustained_source, "derived": list(self.derived),
+                "matrix_tflops": dict(self.matrix_tflops)}
 
 
 def _entry(key: str, raw: Mapping[str, Any], origin: object) -> Arch:

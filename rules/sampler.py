@@ -1,0 +1,54 @@
+"""P08: the sampler's share of small-batch decode on wave32 RDNA (a large vocabulary, torch fallback top-k/top-p)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+from attrib.pipeline import Attribution
+from rules.finding import DECODE_LIKE, Finding, component, phase_doc, r
+from rules.thresholds import Thresholds
+
+TORCH_FALLBACK = r"(?i)sort|scan|cumsum|radix"
+REFS = ("https://github.com/vllm-project/vllm/issues/45871", "https://github.com/vllm-project/vllm/pull/46012",
+        "https://github.com/vllm-project/vllm/pull/31295", "https://github.com/vllm-project/vllm/pull/51507")
+
+
+def _vocab(a: Attribution, k: pl.DataFrame) -> int | None:
+    """The largest dimension among the sampler kernels' op inputs (the logits' vocabulary), None without shapes."""
+    ids = k["op_id"].drop_nulls().unique()
+    if not ids.len():
+        return None
+    dims = (a.trace.ops.filter(pl.col("id").is_in(ids.implode()))["input_dims"].drop_nulls()
+            .str.extract_all(r"\d+").explode().drop_nulls().cast(pl.Int64))
+    return int(dims.max()) if dims.len() else None
+
+
+def sampler_share(a: Attribution, doc: dict[str, Any], th: Thresholds) -> list[Finding]:
+    """P08: sampler kernels > `sampler_share` of decode kernel time at <= `max_decode_tokens` tokens per step."""
+    out = []
+    for phase in DECODE_LIKE:
+        ph = phase_doc(doc, phase)
+        s = component(ph, "sampler")
+        tokens = (ph or {}).get("tokens_per_step")
+        if s is None or not tokens or tokens > th.max_decode_tokens or (s.get("share") or 0) <= th.sampler_share:
+            continue
+        k = a.kernels.filter((pl.col("phase") == phase) & (pl.col("component") == "sampler"))
+        steps = max(ph["steps"], 1)
+        fallback = k.filter(pl.col("name").str.contains(TORCH_FALLBACK))
+        vocab = _vocab(a, k)
+        out.append(Finding(
+            rule="P08-sampler-share", severity="medium",
+            title=f"{phase}: sampling takes {s['share']:.0%} of kernel time at {tokens} token(s) per step"
+                  + (f" over a {vocab:,}-entry vocabulary" if vocab else ""),
+            ms_per_step=s["ms"],
+            evidence={"phase": phase, "tokens_per_step": tokens, "sampler_share": s["share"], "sampler_ms_per_step": s["ms"],
+                      "vocab": vocab, "kernels_per_step": r(k.height / steps, 1),
+                      "sort_scan_kernels_per_step": r(fallback.height / steps, 1),
+                      "top_kernels": k.group_by("name").agg((pl.col("dur_ns").sum() / 1e6 / steps).round(4).alias("ms"))
+                      .sort("ms", descending=True).head(3).with_columns(pl.col("name").str.slice(0, 100)).to_dicts()},
+            remedy="Use the engine's fused top-k/top-p sampler built for wave32 (vLLM PR #46012 on ROCm), avoid a full "
+                   "sort of the vocabulary per step, or decode greedily where acceptable.",
+            references=REFS))
+    return out

@@ -1,0 +1,65 @@
+"""Every rule's thresholds, named in one frozen record; pass your own to `rules.run(..., thresholds=...)`.
+
+Values are the catalog's heuristics (../shared/knowledge/hardware-and-pathologies.md, Part 2) where it
+gives one, else our proposal (said in the comment).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    # P06 launch-bound decode: launch gaps above this share of the step (catalog: idle > 0.3)
+    launch_gap_share: float = 0.3
+    graph_majority: float = 0.5        # share of a phase's kernel time replayed from graphs to call it graphed
+    op_known_min: float = 0.5          # P07: below this share of replayed time with a CPU op, steps are opaque
+    # idle by cause: a phase's median GPU-idle share and milliseconds above which idle is explained
+    idle_share: float = 0.2
+    idle_min_ms: float = 0.05
+    # P01 / P02 GEMM paths
+    p01_share: float = 0.5
+    p01_bw_fraction: float = 0.10
+    big_tile: int = 64
+    max_decode_tokens: int = 4
+    p02_share: float = 0.20
+    p02_bw_fraction: float = 0.30
+    # P03 prefill GEMM TFLOP/s below this fraction of peak (catalog: 15 % of 59.4 TF on gfx1151)
+    p03_tflops_fraction: float = 0.15
+    p03_min_tokens: int = 512
+    # P05: a kernel's first call this many times its median; a step's kernel count off the median by this ratio
+    first_call_ratio: float = 20.0
+    kernel_count_ratio: float = 1.5
+    # P04: distinct Cijk_ kernels for one (op, shape) that only a candidate sweep produces
+    tunableop_variants: int = 4
+    # P08 sampler share of decode kernel time at batch <= max_decode_tokens (catalog: 10 %)
+    sampler_share: float = 0.10
+    # P10 attention share of decode with single-pass paged kernels
+    attention_share: float = 0.30
+    # P13/P14 quantize/dequantize share of decode kernel time (catalog: 15 %)
+    quant_share: float = 0.15
+    # P15 / P18: quantized GEMM achieved GB/s below these fractions of sustained
+    p15_bw_fraction: float = 0.40
+    p18_bw_fraction: float = 0.75
+    # P17: softmax/matmul kernels of unfused attention above this share of a phase's kernel time
+    unfused_attention_share: float = 0.10
+    # P20: totalGlobalMem below this fraction of the host's memory
+    gtt_fraction: float = 0.6
+    # P21: host copy time per decode step above this share of the step
+    copy_step_share: float = 0.05
+    # P22: every bandwidth-bound kernel slower by a uniform factor in this band against a baseline
+    bimodal_low: float = 0.5
+    bimodal_high: float = 0.8
+    bimodal_spread: float = 0.15       # max - min of the per-kernel ratios (uniform)
+    # KV cache re-copied: cat bytes per step at least this share of attention's bytes
+    kv_recopy_vs_attention: float = 0.5
+    # decode below the bandwidth ceiling: achieved tok/s below this share of the ceiling
+    ceiling_fraction: float = 0.25
+    # roofline gap
+    gap_min_share: float = 0.10
+    gap_max_fraction: float = 0.50
+    min_bytes_known: float = 0.5
+
+
+DEFAULT = Thresholds()
