@@ -1,0 +1,192 @@
+"""The catalog rules on real traces: idle by cause, KV re-copy, ceilings, projections, provenance variants, compare.
+
+Variants are derived in the test from real files and named so (a stamp field added, kernel durations scaled,
+a what-if device). Numbers are derived from the trace's own tables where possible, else named regression pins.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from functools import cache
+
+import polars as pl
+import pytest
+from test_rules import TRACES, attribution, doc, fired
+
+import rules
+from attrib.app import model_budget
+from attrib.cli import main
+from attrib.pipeline import attribute
+from attrib.report.document import document
+from attrib.roofline.arch import override
+from collectors import load
+from rules import Thresholds, run
+from rules.compare import bimodal_decode
+from rules.idle import CAUSES, idle_causes
+
+LLAMA2_7B = {"hidden_size": 4096, "intermediate_size": 11008, "num_attention_heads": 32, "num_hidden_layers": 32,
+             "num_key_value_heads": 32, "vocab_size": 32000, "tie_word_embeddings": False}
+
+
+def _found(a, d, th=rules.DEFAULT) -> dict:
+    return {f.rule: f for f in run(a, d, thresholds=th)}
+
+
+@cache
+def _rocpd_doc(bits: float, arch: str | None = None) -> str:
+    a = attribution("gfx1201_rocpd")
+    b = model_budget(LLAMA2_7B, weight_bits=bits, context=8)
+    d = document(a, budget=b) if arch is None else document(a, arch=override(arch), arch_from="override", budget=b)
+    return json.dumps(d)
+
+
+def test_idle_causes_add_up_to_the_steps_idle() -> None:
+    """Per step, the causes partition the idle time the steps stage measured (window minus kernel union)."""
+    for name in ("h200_llama_eager", "mi300_hf", "gfx1201_rocpd"):
+        a = attribution(name)
+        for phase in a.steps["phase"].unique().drop_nulls():
+            t = idle_causes(a, phase).join(a.steps.select("step", pl.col("idle_ms").alias("ref")), on="step")
+            total = t.select(sum(pl.col(c) for c in CAUSES)).to_series()
+            assert (total - t["ref"]).abs().max() < 1e-3, (name, phase)
+
+
+def test_idle_on_eager_hf_decode_is_launch_gaps_not_copies() -> None:
+    f = [f for f in run(attribution("h200_llama_eager"), doc("h200_llama_eager"))
+         if f.rule == "idle-by-cause" and f.evidence["phase"] == "decode"][0]
+    causes = {c["cause"]: c["ms_per_step"] for c in f.evidence["causes"]}
+    assert f.evidence["causes"][0]["cause"] == "launch_gaps" and "launch gaps" in f.title
+    assert causes.get("blocking_copies", 0) == 0  # no memcpy in this trace
+    assert f.ms_per_step == pytest.approx(doc("h200_llama_eager")["phases"][1]["idle_ms"], abs=0.05)
+    assert causes["launch_gaps"] / f.ms_per_step > 0.9
+
+
+def test_idle_names_the_synchronization_on_the_mi300_hf_prefill() -> None:
+    """The TraceLens HF prefill on MI300 waits in hipDeviceSynchronize: the idle finding says so."""
+    f = fired("mi300_hf")["idle-by-cause"]
+    assert f.evidence["phase"] == "prefill" and f.evidence["causes"][0]["cause"] == "synchronization"
+    assert "hipDeviceSynchronize" in f.title
+    sync = next(c for c in f.evidence["blocking_calls_and_copies"] if c["name"] == "hipDeviceSynchronize")
+    assert sync["ms_per_step"] >= f.evidence["causes"][0]["ms_per_step"]  # the call spans its idle share
+
+
+def test_idle_quiet_below_its_threshold_and_the_threshold_is_overridable() -> None:
+    """The dense CUDA-graph decode idles 21 %: reported at the default 20 %, quiet at 30 %."""
+    a, d = attribution("h200_dense_graph"), doc("h200_dense_graph")
+    assert "idle-by-cause" in _found(a, d)
+    assert "idle-by-cause" not in _found(a, d, Thresholds(idle_share=0.3))
+    assert "idle-by-cause" not in fired("gfx950_rocprofv3_json")
+
+
+def test_kv_cache_recopied_on_hf_dynamic_cache() -> None:
+    """Llama decode, batch 8, 8 layers, 16 KV heads x 64 (hidden 2048 / 32 heads), bf16, context 512+: each step cats K and V onto the
+    whole cache, reading and writing it: 2 (K,V) x 8 layers x 8 x 16 x 64 x ~516 positions x 2 B x 2
+    (read + write) = ~270 MB, twice what attention reads (the cache once)."""
+    f = fired("h200_llama_eager")["kv-cache-recopied"]
+    expect = 2 * 8 * 8 * 16 * 64 * 516 * 2 * 2 / 1e6
+    assert f.evidence["cat_mb_per_step"] == pytest.approx(expect, rel=0.02)
+    assert f.evidence["cat_vs_attention_bytes"] == pytest.approx(2.0, abs=0.05)
+    assert f.evidence["growth_mb_per_step"] == pytest.approx(expect / 516, rel=0.05)
+    assert f.ms_per_step == pytest.approx(0.112, abs=0.005)  # regression pin: cat kernel ms per step
+    assert "kv-cache-recopied" not in fired("mi300_vllm_replay")  # paged cache written in place
+
+
+def test_decode_below_ceiling_and_quiet_near_it() -> None:
+    f = fired("h200_moe_eager")["decode-below-bandwidth-ceiling"]
+    ph = doc("h200_moe_eager")["phases"][1]
+    assert f.ms_per_step == pytest.approx(ph["step_ms"]["median"] - 1e3 * ph["tokens_per_step"] / ph["ceiling_tok_s"], abs=1e-3)
+    d = json.loads(_rocpd_doc(4.5))  # llama.cpp on the R9700 runs at about half its ceiling
+    dec = d["phases"][0]
+    assert 0.4 < dec["achieved_tok_s"] / dec["ceiling_tok_s"] < 0.6
+    assert "decode-below-bandwidth-ceiling" not in _found(attribution("gfx1201_rocpd"), d)
+
+
+def test_bytes_model_inconsistent_with_a_wrong_weight_width() -> None:
+    """The real llama-bench Q4_0 decode priced as if weights were 16-bit: the GEMMs would move > 640 GB/s."""
+    a = attribution("gfx1201_rocpd")
+    f = _found(a, json.loads(_rocpd_doc(16)))["bytes-model-inconsistent"]
+    assert {c["component"] for c in f.evidence["components"]} >= {"mlp_gate_up", "qkv_proj"}
+    assert all(c["implied_gbs"] > 640 for c in f.evidence["components"])
+    assert "bytes-model-inconsistent" not in _found(a, json.loads(_rocpd_doc(4.5)))
+
+
+def test_p18_mmvq_below_bandwidth_projected_onto_a_7900_xtx() -> None:
+    """The R9700's MMVQ GEMMs reach ~80 % of its 612 GB/s (quiet); measured against the 960 GB/s of a 7900 XTX
+    (what-if) they would be below 75 %: the finding fires and says it is a projection."""
+    a = attribution("gfx1201_rocpd")
+    assert "P18-llamacpp-mmvq-bandwidth" not in _found(a, json.loads(_rocpd_doc(4.5)))
+    f = _found(a, json.loads(_rocpd_doc(4.5, "rx-7900-xtx")))["P18-llamacpp-mmvq-bandwidth"]
+    assert f.projection and f.title.startswith("[projection onto ") and f.evidence["fraction"] < 0.75
+    assert 450 < f.evidence["achieved_gbs"] < 612
+
+
+def test_p19_mmq_prefill_on_the_r9700_and_not_on_decode_only() -> None:
+    f = fired("gfx1201_rocprof_v1")["P19-llamacpp-prefill-microbatch"]
+    assert f.evidence["mmq_launches"] == 438 and f.evidence["mmq_share"] > 0.9
+    assert "P19-llamacpp-prefill-microbatch" not in fired("gfx1201_rocpd")
+
+
+def test_p15_p16_vllm_mxfp4_and_ck_kernels_projected_onto_rdna() -> None:
+    """The MI300 vLLM replay runs MXFP4 MoE (_matmul_ogs ... mxfp4) and CK Rmsnorm2dFwd: on its own gfx942
+    neither rule applies; projected onto gfx1151/gfx1201 both fire, as projections."""
+    assert not {"P15-low-bit-dequant", "P16-aiter-ck-on-rdna"} & set(fired("mi300_vllm_replay"))
+    for arch in ("gfx1151", "gfx1201"):
+        f = fired("mi300_vllm_replay", arch)
+        p15, p16 = f["P15-low-bit-dequant"], f["P16-aiter-ck-on-rdna"]
+        assert p15.projection and p15.evidence["share_of_kernel_time"] > 0.7
+        assert p15.ms_per_step == pytest.approx(83.288 + 39.244, abs=0.01)  # the two _matmul_ogs kernels
+        assert p16.evidence["kernels"] == 49 and "norm" in p16.evidence["components"]
+
+
+def test_p23_hsa_override_added_to_a_real_stamp() -> None:
+    """The MI300 HF trace (Tensile names carry _ISA942_, its own arch: quiet) with HSA_OVERRIDE_GFX_VERSION
+    added to its provenance in the test."""
+    assert "P23-hsa-override-gfx-version" not in fired("mi300_hf")
+    tr = load(TRACES["mi300_hf"])
+    prov = dict(tr.meta.provenance) | {"env": {"HSA_OVERRIDE_GFX_VERSION": "11.0.0"}}
+    a = attribution("mi300_hf")
+    a = dataclasses.replace(a, trace=tr.with_meta(provenance=prov))
+    f = _found(a, document(a))["P23-hsa-override-gfx-version"]
+    assert f.evidence["override_as_arch"] == "gfx1100" and f.evidence["kernel_isa_tokens"] == ["gfx942"]
+    assert f.severity == "high"
+
+
+def test_p20_gtt_limit_with_host_memory_added_to_a_real_stamp_projected_onto_gfx1151() -> None:
+    tr = load(TRACES["h200_llama_eager"])
+    a = attribution("h200_llama_eager")
+    gfx1151 = override("gfx1151")
+    assert "P20-gtt-limit-default" not in _found(a, document(a, arch=gfx1151, arch_from="override"))
+    a = dataclasses.replace(a, trace=tr.with_meta(provenance=dict(tr.meta.provenance) | {"host_memory_bytes": 512 * 2**30}))
+    f = _found(a, document(a, arch=gfx1151, arch_from="override"))["P20-gtt-limit-default"]
+    total = tr.meta.devices[0]["totalGlobalMem"]
+    assert f.evidence["fraction"] == pytest.approx(total / (512 * 2**30), abs=1e-3) and f.projection
+    assert "P20-gtt-limit-default" not in _found(a, document(a))  # on its own H200 the rule does not apply
+
+
+def _scaled(factor: float) -> dict:
+    tr = load(TRACES["gfx1201_rocpd"])
+    tr = tr.with_tables(kernels=tr.kernels.with_columns((pl.col("dur_ns") * factor).cast(pl.Int64)))
+    return document(attribute(tr))
+
+
+def test_p22_bimodal_against_the_same_trace_with_kernels_scaled_in_the_test() -> None:
+    base = doc("gfx1201_rocpd")
+    slow = _scaled(1 / 0.65)
+    [f] = bimodal_decode(base, slow)
+    assert f.evidence["speed_ratio_min"] == pytest.approx(0.65, abs=0.01)
+    assert f.evidence["speed_ratio_max"] == pytest.approx(0.65, abs=0.01)
+    assert f.ms_per_step > 0
+    assert bimodal_decode(base, base) == []
+    assert bimodal_decode(base, _scaled(1 / 0.95)) == []  # 0.95x: noise, not the slow state
+
+
+def test_attrib_rules_lists_the_catalog(capsys) -> None:
+    assert main(["rules"]) == 0
+    out = capsys.readouterr().out
+    ids = [line.split()[0] for line in out.splitlines() if line and not line.startswith(" ")]
+    assert ids == [r.id for r in rules.CATALOG] and len([i for i in ids if i.startswith("P")]) >= 18
+    assert main(["rules", "--arch", "h200-sxm"]) == 0
+    out = capsys.readouterr().out
+    assert "P13-fp8-emulated-gfx11" not in out and "idle-by-cause" in out
+    assert main(["rules", "--arch", "gfx1151"]) == 0
+    assert "P13-fp8-emulated-gfx11" in capsys.readouterr().out
