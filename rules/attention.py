@@ -7,12 +7,11 @@ from typing import Any
 
 import polars as pl
 
+from attrib.components.patterns import PAGED_SINGLE_PASS, SPLIT_KV
 from attrib.pipeline import Attribution
 from rules.finding import Finding, arch, component, env, phase_doc, r
 from rules.thresholds import Thresholds
 
-SINGLE_PASS = r"kernel_paged_attention_2d|chunked_prefill_paged_decode|paged_attention_ll4mi_QKV|kernel_unified_attention_2d"
-SPLIT_KV = r"(?i)unified_attention_3d|reduce_segments|splitkv|split_kv|combine"
 NAVI_PAGED = r"paged_attention_ll4mi_QKV|paged_attention_ll4mi_reduce|paged_attention_custom|wmma_paged_attention"
 FP8_KV = r"Fp8KVCacheDataType\)[12]|fp8_e4m3|fp8_e5m2"
 # eager attention in HF: q@k^T (bmm), softmax, attn@v (bmm); SDPA's math fallback is the same in one op
@@ -38,7 +37,7 @@ def decode_attention_no_split_kv(a: Attribution, doc: dict[str, Any], th: Thresh
     if att is None or (att.get("share") or 0) <= th.attention_share:
         return []
     k = a.kernels.filter(pl.col("phase") == "decode")
-    single = k.filter(pl.col("name").str.contains(SINGLE_PASS))
+    single = k.filter(pl.col("name").str.contains(PAGED_SINGLE_PASS))
     if not single.height or k.filter(pl.col("name").str.contains(SPLIT_KV)).height:
         return []
     return [Finding(

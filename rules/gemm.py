@@ -7,6 +7,7 @@ from typing import Any
 
 import polars as pl
 
+from attrib.components.patterns import SKINNY_GEMM, TENSILE_TILE
 from attrib.pipeline import Attribution
 from attrib.roofline.model import achieved_gbs
 from rules.finding import DECODE_LIKE, Finding, arch, phase_doc, r, roofline_bw
@@ -14,8 +15,6 @@ from rules.thresholds import Thresholds
 
 GEMM_COMPONENTS = ("qkv_proj", "o_proj", "mlp_gate_up", "mlp_down", "lm_head",
                    "moe_router", "moe_experts", "moe_shared_expert")
-TENSILE_TILE = r"^Cijk_\w*?_MT(\d+)x(\d+)x(\d+)_"
-SKINNY = r"^(?:void )?(?:wvSplitK\w*|wv_int4\w*|LLGemm1\w*|LLMM1\w*)"
 P01_REFS = ("https://github.com/vllm-project/vllm/pull/51511", "https://github.com/vllm-project/vllm/pull/34709",
             "https://github.com/vllm-project/vllm/pull/40784", "https://github.com/ROCm/vllm/pull/942")
 P02_REFS = ("https://github.com/mudler/vllm.cpp/issues/487", "https://github.com/mudler/vllm.cpp/pull/506")
@@ -70,7 +69,7 @@ def skinny_gemm_gfx1151(a: Attribution, doc: dict[str, Any], th: Thresholds) -> 
     out = []
     for phase in DECODE_LIKE:
         k = a.kernels.filter(pl.col("phase") == phase)
-        sk = k.filter(pl.col("name").str.contains(SKINNY))
+        sk = k.filter(pl.col("name").str.contains(SKINNY_GEMM))
         total = k["dur_ns"].sum()
         if not sk.height or not total:
             continue

@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from attrib.components.patterns import NOT_TRITON, TRITON_NAME
 from attrib.pipeline import Attribution
 from rules.finding import Finding, env, r
 from rules.intervals import covered, merge, spans, total
@@ -17,9 +18,6 @@ from rules.thresholds import Thresholds
 COMPILE = (r"entire_frame_compile|inductor_compile|compile_fx|_compile\.compile_inner|CachingAutotuner\.benchmark_all_configs"
            r"|benchmark_all_configs|async_compile|AsyncCompile|autotune_select_algorithm|triton/runtime/autotuner\.py"
            r"|do_bench|triton/compiler/compiler\.py\(\d+\): (?:compile|_compile)\b")
-# plain identifiers that are not vendor-library kernels: how Triton names its kernels
-TRITON_NAME = r"^[A-Za-z_]\w*$"
-NOT_TRITON = r"^(?:Cijk_|nvjet|_ZN|__amd_rocclr|sm\d+_|ampere_|cutlass|cudnn|ck_)"
 
 P05_REFS = ("https://github.com/vllm-project/vllm/pull/40137", "https://github.com/vllm-project/vllm/issues/43009",
             "https://github.com/vllm-project/vllm/pull/37188", "https://github.com/vllm-project/vllm/pull/44331",

@@ -8,12 +8,12 @@ from typing import Any
 
 import polars as pl
 
+from attrib.components.patterns import ISA
 from attrib.pipeline import Attribution
 from rules.finding import Finding, env, r
 from rules.thresholds import Thresholds
 
 AITER = r"(?i)aiter|ck_tile|_ZN5aiter|\bfmoe|Rmsnorm2dFwd|^ck::|_ZN2ck"
-ISA = r"_ISA(\d{3,4})_"
 
 P16_REFS = ("https://github.com/vllm-project/vllm/issues/51136", "https://github.com/vllm-project/vllm/issues/56021",
             "https://github.com/vllm-project/vllm/pull/46822", "https://github.com/vllm-project/vllm/pull/30952",

@@ -1,7 +1,7 @@
 """The import contract: the folders are the data flow and imports go one way (read from the source, AST).
 
-    contract (attrib.trace, attrib.errors, attrib's version) < link < steps < components < cost
-    < roofline < pipeline < report < rules < app < cli
+    contract (attrib.trace, attrib.errors, attrib's version) < names (attrib.components.patterns)
+    < link < steps < components < cost < roofline < pipeline < report < rules < app < cli
 
 A module may import its own layer and earlier ones. `collectors` sit beside the chain: they import
 only the contract, and only app and cli import them. No import inside a function, except of an
@@ -16,9 +16,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-ORDER = ("contract", "link", "steps", "components", "cost", "roofline", "pipeline", "report", "rules", "app", "cli")
+ORDER = ("contract", "names", "link", "steps", "components", "cost", "roofline", "pipeline", "report", "rules", "app", "cli")
 RANK = {name: i for i, name in enumerate(ORDER)}
 CONTRACT = {"attrib", "attrib.trace", "attrib.errors"}
+NAMES = {"attrib.components.patterns"}  # the one home of kernel-name patterns: a leaf every stage reads
 TOP_LEVEL = {"__init__.py", "trace.py", "errors.py", "pipeline.py", "app.py", "cli.py"}
 PACKAGES = {"link", "steps", "components", "cost", "roofline", "report", "data"}
 LAZY_OK = {"torch", "matplotlib"}
@@ -38,6 +39,8 @@ def layer(module: str) -> str | None:
         return None
     if module in CONTRACT:
         return "contract"
+    if module in NAMES:
+        return "names"
     if parts[1] in RANK:
         return parts[1]
     return "unknown"
@@ -142,6 +145,7 @@ def test_attrib_top_level_holds_contract_pipeline_app_cli_and_stage_packages():
     ("rules/gemm.py", "from attrib.app import analyze", "back edge (rules -> app"),
     ("collectors/kineto.py", "from attrib.pipeline import attribute", "collectors import only attrib.trace"),
     ("attrib/steps/phases.py", "def f():\n    import polars", "inside a function"),
+    ("attrib/components/patterns.py", "from attrib.link.nesting import innermost", "back edge (names -> link"),
 ])
 def test_checker_catches_a_breach(rel, line, reason):
     path = ROOT / rel

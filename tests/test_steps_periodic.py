@@ -5,7 +5,8 @@ from __future__ import annotations
 import polars as pl
 
 import collectors
-from attrib.steps.periodic import HELPERS, split_tokens
+from attrib.components.patterns import RUNTIME_HELPERS as HELPERS
+from attrib.steps.periodic import split_tokens
 
 
 def _summary(df: pl.DataFrame) -> pl.DataFrame:

@@ -10,12 +10,11 @@ last one is mlp_down.
 
 from __future__ import annotations
 
-from functools import lru_cache
-from importlib import resources
-
 import polars as pl
 
+from attrib.components.patterns import GEMM_OPS, component_patterns
 from attrib.components.position import gemm_positions
+from attrib.link.launches import launch_points
 from attrib.link.nesting import innermost
 from attrib.trace import Trace
 
@@ -51,15 +50,7 @@ OP_RULES = (
     (r"multinomial|argmax|sample", "sampler"),
     (r"nccl|all_reduce|all_gather|reduce_scatter|c10d::", "communication"),
 )
-_GEMM_OPS = r"^aten::(linear|mm|addmm|matmul|bmm|baddbmm)$"
 _MOE_BLOCK = r"(?i)sparse_?moe|moe_?block|moe_?layer|^moe$|MoE$|fused_?moe"
-
-
-@lru_cache(maxsize=1)
-def patterns() -> pl.DataFrame:
-    """The kernel-name pattern table (priority, component, pattern, family)."""
-    text = resources.files("attrib").joinpath("data/kernel_patterns.csv").read_bytes()
-    return pl.read_csv(text).sort("priority", maintain_order=True)
 
 
 def _first_match(col: pl.Expr, rules: list[tuple[str, str]]) -> pl.Expr:
@@ -71,7 +62,7 @@ def _first_match(col: pl.Expr, rules: list[tuple[str, str]]) -> pl.Expr:
 
 def by_name(names: pl.Series) -> pl.DataFrame:
     """Unique kernel names -> (name, name_comp, name_family) from the pattern table."""
-    table = patterns()
+    table = component_patterns()
     u = pl.DataFrame({"name": names.unique()})
     rules = list(zip(table["pattern"], table["component"]))
     fams = list(zip(table["pattern"], table["family"]))
@@ -86,10 +77,7 @@ def _hints(trace: Trace, k: pl.DataFrame) -> pl.DataFrame:
         return pl.DataFrame(schema={"id": pl.Int64, "hint_comp": pl.Utf8})
     f = f.with_columns(_first_match(pl.col("name"), list(HINT_FRAMES)).alias("hint_comp")).filter(
         pl.col("hint_comp").is_not_null())
-    pts = k.filter(pl.col("launch_ns").is_not_null() & ~pl.col("graph")).select(
-        pl.col("id").alias("pid_"), pl.col("launch_ns").alias("t_ns"), pl.col("launch_pid").alias("pid"),
-        pl.col("launch_tid").alias("tid"))
-    got = innermost(f.select("id", "start_ns", "dur_ns", "pid", "tid"), pts, ["pid", "tid"])
+    got = innermost(f.select("id", "start_ns", "dur_ns", "pid", "tid"), launch_points(k), ["pid", "tid"])
     return got.join(f.select(pl.col("id").alias("inner"), "hint_comp"), on="inner", how="left").select(
         pl.col("pid_").alias("id"), "hint_comp")
 
@@ -196,7 +184,7 @@ def classify(trace: Trace, links: pl.DataFrame, kernel_steps: pl.DataFrame) -> p
         .when(pl.col("_name").is_not_null()).then(pl.lit("name")).alias("evidence"))
     k = _split_linears(k)
     gemm = (pl.col("comp").is_null() & (pl.col("name_comp") == "gemm")) | (
-        pl.col("comp").is_null() & pl.col("op").str.contains(_GEMM_OPS).fill_null(False))
+        pl.col("comp").is_null() & pl.col("op").is_in(list(GEMM_OPS)).fill_null(False))
     k = k.with_columns(gemm.alias("_gemm"))
     k = _between(gemm_positions(k))
     final = pl.coalesce("comp", pl.lit("other"))

@@ -9,9 +9,12 @@ formula or no recorded shapes get null bytes: `bytes_known` says which kernels a
 
 from __future__ import annotations
 
+import math
+
 import orjson
 import polars as pl
 
+from attrib.components.patterns import CAT_ELEMENT_BYTES
 from attrib.cost.ops import op_costs
 from attrib.steps.phases import vllm_sums
 from attrib.trace import Trace
@@ -19,21 +22,20 @@ from attrib.trace import Trace
 
 # aten::cat records its inputs as a TensorList with no element type; the kernel names it
 # (CatArrayBatchedCopy<OpaqueType<2u>, ...>): element bytes from the kernel, counts from the shapes.
-_OPAQUE = r"OpaqueType<(\d+)u>"
 
 
 def _cat_costs(trace: Trace, kernels: pl.DataFrame, costs: pl.DataFrame) -> pl.DataFrame:
     """Price aten::cat ops the shape model could not, from their kernel's element size."""
     cat = trace.ops.filter(pl.col("name") == "aten::cat").select(pl.col("id").alias("op_id"), "input_dims")
     elem = (kernels.filter(pl.col("op_id").is_in(cat["op_id"].implode()))
-            .select("op_id", pl.col("name").str.extract(_OPAQUE, 1).cast(pl.Int64).alias("elem"))
+            .select("op_id", pl.col("name").str.extract(CAT_ELEMENT_BYTES, 1).cast(pl.Int64).alias("elem"))
             .drop_nulls().unique("op_id"))
     if elem.height == 0:
         return costs
     rows = []
     for op_id, dims, size in cat.join(elem, on="op_id").iter_rows():  # one row per distinct cat op
         tensors = (orjson.loads(dims) or [[]])[0] if dims else []
-        numel = sum(_prod(t) for t in tensors if isinstance(t, list))
+        numel = sum(math.prod(t) for t in tensors if isinstance(t, list))
         rows.append((op_id, 2.0 * numel * size))  # every input element read once, written once
     priced = pl.DataFrame(rows, schema={"op_id": pl.Int64, "_cat": pl.Float64}, orient="row")
     use = pl.col("_ob").is_null() & pl.col("_cat").is_not_null()
@@ -41,13 +43,6 @@ def _cat_costs(trace: Trace, kernels: pl.DataFrame, costs: pl.DataFrame) -> pl.D
         pl.when(use).then(pl.col("_cat")).otherwise(pl.col("_ob")).alias("_ob"),
         pl.when(use).then(pl.lit("cat (element size from kernel name)")).otherwise(pl.col("cost_model")).alias("cost_model"),
     ).drop("_cat")
-
-
-def _prod(xs: list) -> int:
-    n = 1
-    for x in xs:
-        n *= int(x)
-    return n
 
 
 # Paged attention ops get the KV cache from the forward context, not as an input: what they read

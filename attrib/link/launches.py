@@ -53,7 +53,9 @@ def module_paths(frames: pl.DataFrame) -> pl.DataFrame:
                        pl.col("inst").str.replace(r"_\d+$", "").alias("module"), "module_path")
 
 
-def _points(k: pl.DataFrame) -> pl.DataFrame:
+def launch_points(k: pl.DataFrame) -> pl.DataFrame:
+    """Where and when each directly launched kernel (not a graph replay) was launched: pid_ (the kernel
+    id), t_ns, pid, tid; the points `innermost` places in ops, frames and modules."""
     return k.filter(pl.col("launch_ns").is_not_null() & ~pl.col("graph")).select(
         pl.col("id").alias("pid_"), pl.col("launch_ns").alias("t_ns"),
         pl.col("launch_pid").alias("pid"), pl.col("launch_tid").alias("tid"))
@@ -71,7 +73,7 @@ def link(trace: Trace) -> pl.DataFrame:
     ext = pl.coalesce(pl.when(~pl.col("graph")).then(pl.col("external_id")),
                       pl.when(~pl.col("graph")).then(pl.col("launch_ext")))
     k = k.with_columns(ext.alias("ext")).join(_ops_by_ext(trace.ops).rename({"external_id": "ext"}), on="ext", how="left")
-    pts = _points(k)
+    pts = launch_points(k)
     by_time = innermost(trace.ops.select("id", "start_ns", "dur_ns", *_BY), pts, _BY).rename(
         {"pid_": "id", "inner": "op_time"})
     mods = module_paths(trace.frames)

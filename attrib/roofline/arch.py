@@ -19,6 +19,7 @@ from typing import Any
 
 import polars as pl
 
+from attrib.components.patterns import ISA, ROCPRIM_ARCH
 from attrib.errors import TraceError
 
 if sys.version_info >= (3, 11):
@@ -28,8 +29,6 @@ else:  # pragma: no cover - exercised on 3.10 only
 
 _REQUIRED = ("arch", "name", "vendor", "wave_size", "compute_units", "num_sms_reported",
              "compute_major", "compute_minor", "peak_bw_gbs")
-_ISA = re.compile(r"_ISA([0-9]{2,4}[0-9a-f]?)_")
-_ROCPRIM = re.compile(r"target_arch\)?\s*([0-9]{3,4})\b")
 # canonical cost-model dtypes -> the key of the TFLOP/s tables
 PEAK_KEY = {"fp8_e4m3fn": "fp8", "fp8_e5m2": "fp8", "fp8_e4m3fnuz": "fp8", "fp8_e5m2fnuz": "fp8",
             "fp4x2": "mxfp4", "uint8": "int8", "qint8": "int8", "quint8": "int8"}
@@ -213,7 +212,7 @@ def _from_agent(dev: Mapping[str, Any], archs: list[Arch]) -> Arch | None:
 def _from_kernels(names: Iterable[str], archs: Mapping[str, Arch]) -> Arch | None:
     votes: Counter[str] = Counter()
     for n in set(names):
-        m = _ISA.search(n) or _ROCPRIM.search(n)
+        m = re.search(ISA, n) or re.search(ROCPRIM_ARCH, n)
         if m:
             votes["gfx" + m.group(1)] += 1
     for gfx, _ in votes.most_common():

@@ -18,9 +18,8 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-HELPERS = r"^__amd_rocclr_|^__amd_|copyBuffer|fillBuffer"
-DECODE_NAMES = r"mul_mat_vec|gemv"
-PREFILL_NAMES = r"mul_mat_q\b|mul_mat_f\b|Cijk_|gemm"
+from attrib.components.patterns import GEMM_NAMES, GEMV_NAMES, RUNTIME_HELPERS
+
 MAX_PATTERN = 200_000
 
 
@@ -98,8 +97,8 @@ def _boundaries(gaps: np.ndarray, period: int, phase: int) -> list[int]:
 
 
 def _phase_of(names: pl.Expr) -> pl.Expr:
-    dec = names.str.contains(DECODE_NAMES).sum()
-    pre = names.str.contains(PREFILL_NAMES).sum()
+    dec = names.str.contains(GEMV_NAMES).sum()
+    pre = names.str.contains(GEMM_NAMES).sum()
     return (pl.when(dec > pre).then(pl.lit("decode"))
             .when(pre > dec).then(pl.lit("prefill")).otherwise(pl.lit("unknown")))
 
@@ -109,7 +108,7 @@ def split_tokens(kernels: pl.DataFrame, min_period: int = 2) -> pl.DataFrame:
     `phase` ("decode" when GEMV kernels such as llama.cpp's mul_mat_vec_* dominate the step,
     "prefill" for mul_mat_q / GEMM, else "unknown")."""
     k = kernels.sort("start_ns").with_row_index("_row")
-    helper = pl.col("name").str.contains(HELPERS)
+    helper = pl.col("name").str.contains(RUNTIME_HELPERS)
     loop = k.filter(~helper).with_columns(
         _gap=(pl.col("start_ns") - (pl.col("start_ns") + pl.col("dur_ns")).shift(1))
         .fill_null(0).clip(0))

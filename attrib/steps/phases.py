@@ -9,11 +9,13 @@ annotation names it, follows from shapes: one new token per sequence is decode.
 
 from __future__ import annotations
 
+import math
 import re
 
 import orjson
 import polars as pl
 
+from attrib.components.patterns import GEMM_OPS, LLAMACPP_MMVQ_COLS
 from attrib.steps.periodic import split_tokens
 from attrib.trace import Trace
 
@@ -176,8 +178,7 @@ def assign_steps(trace: Trace, links: pl.DataFrame, phase_map: dict[str, str] | 
 
 
 # the activation operand of a projection GEMM: its leading dims are the step's tokens
-_GEMM_INPUT = {"aten::linear": 0, "aten::mm": 0, "aten::matmul": 0, "aten::addmm": 1,
-               "vllm::rocm_unquantized_gemm": 0}
+_GEMM_INPUT = {op: i for op, i in GEMM_OPS.items() if i is not None}
 
 
 def tokens_from_shapes(trace: Trace, spans: pl.DataFrame) -> pl.DataFrame:
@@ -196,11 +197,11 @@ def tokens_from_shapes(trace: Trace, spans: pl.DataFrame) -> pl.DataFrame:
         if name == "aten::embedding":
             shape = _ids_shape(dim_text)
             if shape:
-                rows.append((step, _prod(shape), shape[-1] if len(shape) > 1 else None))
+                rows.append((step, math.prod(shape), shape[-1] if len(shape) > 1 else None))
             continue
         act = _operand(dim_text, _GEMM_INPUT[name])
         if act and len(act) >= 2:
-            rows.append((step, _prod(act[:-1]), None))
+            rows.append((step, math.prod(act[:-1]), None))
     return pl.DataFrame(rows, schema=schema, orient="row")
 
 
@@ -214,21 +215,10 @@ def _operand(dim_text: str | None, i: int) -> list[int] | None:
     return None
 
 
-def _prod(xs: list[int]) -> int:
-    n = 1
-    for x in xs:
-        n *= x
-    return n
-
-
-# llama.cpp's quantized GEMV kernels carry the token count as a template argument:
-# mul_mat_vec_q<(ggml_type)T, ncols_dst, ...> (demangled) or _Z13mul_mat_vec_qIL9ggml_typeTELiNE... (mangled)
-_MMVQ_COLS = r"mul_mat_vec_q<\(ggml_type\)\d+, (\d+)[,>]|mul_mat_vec_qIL9ggml_type\d+ELi(\d+)E"
-
-
 def tokens_from_kernel_names(kernels: pl.DataFrame) -> pl.DataFrame:
-    """Per step: tokens from llama.cpp GEMV template arguments (ncols_dst), the most common value."""
-    cols = pl.coalesce(pl.col("name").str.extract(_MMVQ_COLS, 1), pl.col("name").str.extract(_MMVQ_COLS, 2))
+    """Per step: tokens from llama.cpp GEMV template arguments (ncols_dst: mul_mat_vec_q<(ggml_type)T,
+    ncols_dst, ...> demangled, _Z13mul_mat_vec_qIL9ggml_typeTELiNE... mangled), the most common value."""
+    cols = pl.coalesce(*[pl.col("name").str.extract(LLAMACPP_MMVQ_COLS, g) for g in (1, 2)])
     got = kernels.filter(pl.col("step").is_not_null()).select("step", cols.cast(pl.Int64).alias("n")).drop_nulls()
     return got.group_by("step").agg(pl.col("n").mode().first().alias("name_tokens"))
 

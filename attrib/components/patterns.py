@@ -1,0 +1,50 @@
+"""What names say: the one home of kernel-name patterns and GEMM op names, for every stage and rule.
+
+The kernel -> component patterns are a table (attrib/data/kernel_patterns.csv, `component_patterns`);
+the named patterns here are the rest: library kernel families, tile shapes, ISA tokens, step
+heuristics. A leaf: it imports nothing of attrib, so every layer may read it (tests/test_imports.py).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from importlib import resources
+
+import polars as pl
+
+# CPU ops that are a GEMM -> index of the input holding the activation [.., tokens, K]; None for
+# batched GEMMs, whose leading dims are batch x heads, not tokens.
+GEMM_OPS: dict[str, int | None] = {
+    "aten::linear": 0, "aten::mm": 0, "aten::matmul": 0, "aten::addmm": 1, "vllm::rocm_unquantized_gemm": 0,
+    "aten::bmm": None, "aten::baddbmm": None,
+}
+
+# ROCm runtime helper kernels (blits, fills) that are no model work
+RUNTIME_HELPERS = r"^__amd_rocclr_|^__amd_|copyBuffer|fillBuffer"
+# GEMV-shaped (one token per sequence: decode) and GEMM-shaped (prefill) kernel families
+GEMV_NAMES = r"mul_mat_vec|gemv"
+GEMM_NAMES = r"mul_mat_q\b|mul_mat_f\b|Cijk_|gemm"
+# llama.cpp MMVQ template argument: columns (tokens) of the right-hand side
+LLAMACPP_MMVQ_COLS = r"mul_mat_vec_q<\(ggml_type\)\d+, (\d+)[,>]|mul_mat_vec_qIL9ggml_type\d+ELi(\d+)E"
+# torch's cat kernel names its element size (CatArrayBatchedCopy<OpaqueType<2u>, ...>)
+CAT_ELEMENT_BYTES = r"OpaqueType<(\d+)u>"
+# Tensile (rocBLAS / hipBLASLt) macro tile MxNxK
+TENSILE_TILE = r"^Cijk_\w*?_MT(\d+)x(\d+)x(\d+)_"
+# vLLM ROCm skinny-GEMM kernels
+SKINNY_GEMM = r"^(?:void )?(?:wvSplitK\w*|wv_int4\w*|LLGemm1\w*|LLMM1\w*)"
+# paged decode attention in one pass, and the kernels of a split-KV decode
+PAGED_SINGLE_PASS = r"kernel_paged_attention_2d|chunked_prefill_paged_decode|paged_attention_ll4mi_QKV|kernel_unified_attention_2d"
+SPLIT_KV = r"(?i)unified_attention_3d|reduce_segments|splitkv|split_kv|combine"
+# plain identifiers are how Triton names its kernels; these prefixes are vendor libraries
+TRITON_NAME = r"^[A-Za-z_]\w*$"
+NOT_TRITON = r"^(?:Cijk_|nvjet|_ZN|__amd_rocclr|sm\d+_|ampere_|cutlass|cudnn|ck_)"
+# the gfx target a kernel was built for: Tensile `_ISA1201_`, rocPRIM `target_arch)1201`
+ISA = r"_ISA([0-9]{2,4}[0-9a-f]?)_"
+ROCPRIM_ARCH = r"target_arch\)?\s*([0-9]{3,4})\b"
+
+
+@lru_cache(maxsize=1)
+def component_patterns() -> pl.DataFrame:
+    """The kernel-name -> component table (priority, component, pattern, family), by priority."""
+    text = resources.files("attrib").joinpath("data/kernel_patterns.csv").read_bytes()
+    return pl.read_csv(text).sort("priority", maintain_order=True)
