@@ -26,6 +26,8 @@ _PSEUDO = ("gemm", "copy", "elementwise")
 
 # Python frames that name the work, innermost wins. (regex on the frame name, component)
 HINT_FRAMES = (
+    (r"(?i)gated_delta_rule|causal_conv1d|fused_recurrent|chunk_gated|selective_scan|selective_state_update|"
+     r"mamba_chunk_scan|ssd_combined", "linear_attention"),
     (r"(?i)rotary|rotate_half|_rope\b|rope_forward", "rope"),
     (r"(?i)cache_utils\.py.*: update|reshape_and_cache|kv_cache_update|write_to_kv_cache", "kv_cache_write"),
     (r"(?i)attention_forward|sdpa_attention|flash_attention|paged_attention|unified_attention", "attention"),
@@ -50,6 +52,15 @@ OP_RULES = (
     (r"multinomial|argmax|sample", "sampler"),
     (r"nccl|all_reduce|all_gather|reduce_scatter|c10d::", "communication"),
 )
+# Kernel-name classes that beat every scope: a collective is communication wherever it was launched;
+# a kernel named for one job (a KV write, a rotary kernel) keeps that job in any phase and module.
+NAME_FIRST = ("communication", "linear_attention")
+_IN_ATTENTION = ("kv_cache_write", "rope")
+# MoE names that beat a coarse op/module "moe_experts" (a router or sort kernel under vllm::moe_forward)
+_MOE_PARTS = ("moe_router", "moe_dispatch", "moe_combine")
+# linear-attention layers (Gated DeltaNet, Mamba mixers, ...) by module class
+_LINEAR_ATTN = r"(?i)gated_?delta|deltanet|mixer$|linear_?attention|lightning_?attn|short_?conv"
+_LINEAR_ATTN_SEG = r"(?i)(?:^|/)[^/]*(?:gated_?delta|deltanet|mixer|linear_?attention|lightning_?attn|short_?conv)[^/]*(?:_\d+)?(?:/|$)"
 _MOE_BLOCK = r"(?i)sparse_?moe|moe_?block|moe_?layer|^moe$|MoE$|fused_?moe"
 
 
@@ -82,11 +93,21 @@ def _hints(trace: Trace, k: pl.DataFrame) -> pl.DataFrame:
         pl.col("pid_").alias("id"), "hint_comp")
 
 
+def _row_gather(ops: pl.DataFrame, k: pl.DataFrame) -> pl.Expr:
+    """'embedding' for kernels of an aten::gather that picks whole rows of a 2-D table (self [V, H],
+    dim 0, index [T, H]): an embedding lookup written as gather."""
+    g = ops.filter(pl.col("name") == "aten::gather").select(
+        "id", pl.col("input_dims").str.extract_groups(r"^\[\[\d+, (\d+)\], \[\], \[\d+, (\d+)\]"),
+        pl.col("concrete_inputs").str.extract(r'^\["[^"]*", "(\d+)"', 1).alias("dim"))
+    g = g.unnest("input_dims").filter((pl.col("1") == pl.col("2")) & (pl.col("dim") == "0"))
+    return pl.when(pl.col("op_id").is_in(g["id"].implode())).then(pl.lit("embedding"))
+
+
 def _module_comp() -> pl.Expr:
     """Component from the innermost module class and its path (None: not decided by module)."""
     m, path, op, hint = pl.col("module"), pl.col("module_path"), pl.col("op"), pl.col("hint_comp")
     parent = path.str.extract(r"([^/]+)/[^/]+$").str.replace(r"_\d+$", "")
-    in_shared = path.str.contains(r"(?i)shared_?expert")
+    in_shared = path.str.contains(r"(?i)shared_?expert") | pl.col("_shared_cls")
     in_experts = path.str.contains(r"(?i)Experts|FusedMoE")
     is_linear = m.str.contains(r"Linear$")
     expert_op = (pl.when(op.str.contains(r"sort|histc|cumsum|bincount|floor_divide|arange|^aten::index$|fill_|"
@@ -111,11 +132,14 @@ def _module_comp() -> pl.Expr:
         .when(m == "MergedColumnParallelLinear").then(pl.lit("mlp_gate_up"))
         .when(is_linear & in_experts).then(pl.lit("moe_experts"))
         .when(is_linear & parent.str.contains(r"ForCausalLM|ForConditionalGeneration|LMHead")).then(pl.lit("lm_head"))
+        .when(is_linear & parent.str.contains(_LINEAR_ATTN)).then(pl.lit("@attn_linear"))
         .when(is_linear & parent.str.contains(r"(?i)attn|attention")).then(pl.lit("@attn_linear"))
         .when(is_linear & parent.str.contains(r"(?i)mlp|feedforward|ffn")).then(pl.lit("@mlp_linear"))
         .when(is_linear & parent.str.contains(_MOE_BLOCK)).then(pl.lit("moe_router"))
+        .when(~is_linear & path.str.contains(_LINEAR_ATTN_SEG)).then(pl.coalesce(hint, pl.lit("linear_attention")))
         .when(m.str.contains(r"(?i)attn|attention")).then(
             pl.coalesce(hint, pl.when(op.str.contains(r"index_copy|index_put")).then(pl.lit("kv_cache_write")),
+                        pl.when(pl.col("name_comp").is_in(_IN_ATTENTION)).then(pl.col("name_comp")),
                         pl.lit("attention")))
         .when(in_experts).then(expert_op)
         .when(m.str.contains(_MOE_BLOCK)).then(moe_block_op)
@@ -124,28 +148,56 @@ def _module_comp() -> pl.Expr:
     )
 
 
+_MOE_MLP = (r"^(.*?(?:^|/)[^/]*(?:(?i:sparse_?moe|moe_?block|moe_?layer)|MoE)(?:_\d+)?)/"
+            r"([^/]*(?i:mlp|feed_?forward|ffn)[^/]*)(?:/|$)")
+
+
+def _shared_by_class(k: pl.DataFrame) -> pl.DataFrame:
+    """`_shared_cls`: the kernel runs in an MLP module nested directly in an MoE block that holds no
+    other MLP (with_stack paths hold classes: .../DeepseekV3MoE_0/DeepseekV3MLP_1/Linear_13). Routed
+    experts written as a list of MLPs give their block many MLP children and are not matched."""
+    block = pl.col("module_path").str.extract(_MOE_MLP, 1)
+    child = pl.col("module_path").str.extract(_MOE_MLP, 2)
+    k = k.with_columns(block.alias("_moe_block"), child.alias("_moe_child"))
+    n = pl.col("_moe_child").drop_nulls().n_unique().over("_moe_block")
+    k = k.with_columns((pl.col("_moe_block").is_not_null() & (n == 1)).fill_null(False).alias("_shared_cls")).drop(
+        "_moe_block", "_moe_child")
+    # a plain Linear beside a router module in an MoE block is the shared expert's gate (Qwen2/3-Next)
+    parent = pl.col("module_path").str.replace(r"/[^/]+$", "")
+    routers = k.filter(pl.col("module").str.contains(r"Router|TopK").fill_null(False)).select(
+        parent.unique().alias("_p"))
+    gate = (pl.col("module").str.contains(r"Linear$") & parent.is_in(routers["_p"].implode())
+            & parent.str.extract(r"([^/]+)$").str.contains(_MOE_BLOCK)).fill_null(False)
+    return k.with_columns(pl.col("_shared_cls") | gate)
+
+
 def _split_linears(k: pl.DataFrame) -> pl.DataFrame:
     """@attn_linear -> qkv_proj before the attention kernel / o_proj after; @mlp_linear -> last is mlp_down."""
     scope = pl.col("module_path").str.replace(r"/[^/]+$", "")
     k = k.with_columns(scope.alias("_scope"))
-    anchor = (k.filter(pl.col("comp") == "attention").group_by("step", "_scope").agg(pl.col("start_ns").min().alias("_anchor")))
+    anchor = (k.filter(pl.col("comp").is_in(["attention", "linear_attention"])).group_by("step", "_scope").agg(pl.col("start_ns").min().alias("_anchor")))
     last_mlp = (k.filter(pl.col("comp") == "@mlp_linear").group_by("step", "_scope").agg(
         pl.col("module_path").sort_by("start_ns").last().alias("_down")))
     last_attn = (k.filter(pl.col("comp") == "@attn_linear").group_by("step", "_scope").agg(
         pl.col("module_path").sort_by("start_ns").last().alias("_last")))
+    # an MLP-named block that holds routed experts is an MoE block (vLLM gpt-oss MLPBlock): its Linear is the router
+    experts = (k.filter(pl.col("comp") == "moe_experts").select(
+        "step", "_scope").unique().with_columns(pl.lit(True).alias("_moe")))
     k = k.join(anchor, on=["step", "_scope"], how="left").join(last_mlp, on=["step", "_scope"], how="left").join(
-        last_attn, on=["step", "_scope"], how="left")
+        last_attn, on=["step", "_scope"], how="left").join(experts, on=["step", "_scope"], how="left")
     attn = (pl.when(pl.col("_anchor").is_not_null())
             .then(pl.when(pl.col("start_ns") < pl.col("_anchor")).then(pl.lit("qkv_proj")).otherwise(pl.lit("o_proj")))
             .otherwise(pl.when(pl.col("module_path") == pl.col("_last")).then(pl.lit("o_proj")).otherwise(pl.lit("qkv_proj"))))
-    mlp = pl.when(pl.col("module_path") == pl.col("_down")).then(pl.lit("mlp_down")).otherwise(pl.lit("mlp_gate_up"))
+    mlp = (pl.when(pl.col("_moe").fill_null(False)).then(pl.lit("moe_router"))
+           .when(pl.col("module_path") == pl.col("_down")).then(pl.lit("mlp_down")).otherwise(pl.lit("mlp_gate_up")))
     comp = (pl.when(pl.col("comp") == "@attn_linear").then(attn)
             .when(pl.col("comp") == "@mlp_linear").then(mlp).otherwise(pl.col("comp")))
-    return k.with_columns(comp.alias("comp")).drop("_scope", "_anchor", "_down", "_last")
+    return k.with_columns(comp.alias("comp")).drop("_scope", "_anchor", "_down", "_last", "_moe")
 
 
 # unnamed glue kernels between two named ones: (before, after) -> component
 _BETWEEN = {("qkv_proj", "attention"): "rope", ("mlp_gate_up", "mlp_down"): "activation",
+            ("activation", "mlp_down"): "activation", ("mlp_gate_up", "activation"): "activation",
             ("moe_router", "moe_experts"): "moe_dispatch", ("moe_experts", "moe_experts"): "moe_experts"}
 
 
@@ -158,8 +210,9 @@ def _between(k: pl.DataFrame) -> pl.DataFrame:
     for (a, b), comp in _BETWEEN.items():
         rule = pl.when((prev == a) & (nxt == b)).then(pl.lit(comp)).otherwise(rule)
     todo = pl.col("comp").is_null() & pl.col("step").is_not_null()
-    return k.with_columns(pl.when(todo).then(rule).otherwise(pl.col("comp")).alias("comp")).with_columns(
-        pl.when(todo & pl.col("comp").is_not_null()).then(pl.lit("position")).otherwise(pl.col("evidence")).alias("evidence"))
+    placed = todo & rule.is_not_null()
+    return k.with_columns(pl.when(todo).then(rule).otherwise(pl.col("comp")).alias("comp"),
+                          pl.when(placed).then(pl.lit("position")).otherwise(pl.col("evidence")).alias("evidence"))
 
 
 def classify(trace: Trace, links: pl.DataFrame, kernel_steps: pl.DataFrame) -> pl.DataFrame:
@@ -172,13 +225,18 @@ def classify(trace: Trace, links: pl.DataFrame, kernel_steps: pl.DataFrame) -> p
          .join(trace.ops.select(pl.col("id").alias("op_id"), pl.col("name").alias("op")), on="op_id", how="left")
          .with_columns(pl.col("graph").fill_null(False)))
     k = k.join(by_name(k["name"]), on="name", how="left").join(_hints(trace, k), on="id", how="left")
-    op_comp = _first_match(pl.col("op"), list(OP_RULES))
+    op_comp = pl.coalesce(_row_gather(trace.ops, k), _first_match(pl.col("op"), list(OP_RULES)))
     specific = pl.when(pl.col("name_comp").is_in(_PSEUDO)).then(pl.lit(None, pl.Utf8)).otherwise(pl.col("name_comp"))
-    mod = _module_comp()
-    k = k.with_columns(mod.alias("_mod"), op_comp.alias("_op"), specific.alias("_name"))
+    k = _shared_by_class(k)
+    k = k.with_columns(_module_comp().alias("_mod"), op_comp.alias("_op"), specific.alias("_name"))
+    first = pl.when(pl.col("_name").is_in(NAME_FIRST)).then(pl.col("_name"))
+    scoped = pl.coalesce("_mod", "hint_comp", "_op")
+    moe_part = (scoped == "moe_experts") & pl.col("_name").is_in(_MOE_PARTS)
+    name_wins = first.is_not_null() | moe_part.fill_null(False)
     k = k.with_columns(
-        pl.coalesce("_mod", "hint_comp", "_op", "_name").alias("comp"),
-        pl.when(pl.col("_mod").is_not_null()).then(pl.lit("module"))
+        pl.when(name_wins).then(pl.col("_name")).otherwise(pl.coalesce(scoped, "_name")).alias("comp"),
+        pl.when(name_wins).then(pl.lit("name"))
+        .when(pl.col("_mod").is_not_null()).then(pl.lit("module"))
         .when(pl.col("hint_comp").is_not_null()).then(pl.lit("frame"))
         .when(pl.col("_op").is_not_null()).then(pl.lit("op"))
         .when(pl.col("_name").is_not_null()).then(pl.lit("name")).alias("evidence"))

@@ -33,6 +33,19 @@ def index_select(dims: list, types: list, concrete: list = ()) -> Cost:
     return Cost(2 * out * src.size + idx.nbytes, 0.0, src.dtype, "embedding")
 
 
+def gather(dims: list, types: list, concrete: list = ()) -> Cost:
+    """aten::gather(self, dim, index, sparse_grad): as many elements read from self as written out.
+    A row gather (dim 0, index [T, H] over self [V, H], e.g. an embedding lookup) has its index
+    expanded from [T] (stride 0 along H): only T indices are read from memory."""
+    src, idx = tensor(dims, types, 0), tensor(dims, types, 2)
+    dim = concrete_int(concrete, 1)
+    if src is None or idx is None:
+        return unknown("gather", "gather operands not recorded")
+    row = dim == 0 and len(src.shape) == 2 and len(idx.shape) == 2 and idx.shape[1] == src.shape[1]
+    idx_bytes = idx.shape[0] * idx.size if row else idx.nbytes
+    return Cost(2 * idx.numel * src.size + idx_bytes, 0.0, src.dtype, "embedding" if row else "gather")
+
+
 def index_copy(dims: list, types: list, concrete: list = ()) -> Cost:
     """aten::index_copy_(self, dim, index[n], source): source read, the same amount written into self
     (a static KV-cache write), index read."""

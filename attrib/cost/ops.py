@@ -42,7 +42,7 @@ def _registry() -> dict[str, Formula]:
         "aten::_grouped_mm": mm.grouped_mm,
         "vllm::fused_experts": mm.fused_experts, "vllm::inplace_fused_experts": mm.fused_experts,
         "vllm::outplace_fused_experts": mm.fused_experts,
-        "aten::embedding": ew.embedding, "aten::index_select": ew.index_select,
+        "aten::embedding": ew.embedding, "aten::index_select": ew.index_select, "aten::gather": ew.gather,
         "aten::index_copy_": ew.index_copy, "aten::index_copy": ew.index_copy,
         "aten::index_put_": ew.index_put, "aten::_index_put_impl_": ew.index_put,
         "_C_cache_ops::reshape_and_cache_flash": ew.reshape_and_cache,
