@@ -40,11 +40,8 @@ def attribute(trace: Trace, phase_map: dict[str, str] | None = None, capture: Tr
     links = link(trace)
     notes: list[str] = []
     if capture is not None:
-        trace, links, rep = merge(trace, links, capture, batch_size=capture_batch)
-        notes.append(f"graph capture: {rep['matched']} of {rep['replayed']} replayed kernels matched to "
-                     f"{rep['segments']} captured graphs ({rep['groups_exact']} of {rep['groups']} groups exact"
-                     + (f", {rep['groups_ambiguous']} ambiguous: pass --capture-batch" if rep.get("groups_ambiguous") else "")
-                     + ")")
+        trace, links, report = merge(trace, links, capture, batch_size=capture_batch)
+        notes.append(report.note())
     spans, kernel_steps = assign_steps(trace, links, phase_map)
     comp = classify(trace, links, kernel_steps)
     steps = fill_tokens_and_phase(spans, tokens_from_shapes(trace, spans), notes)

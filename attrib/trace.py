@@ -7,6 +7,7 @@ not know are present and null. `SCHEMAS` is the single definition of every table
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -56,6 +57,19 @@ SCHEMAS: dict[str, dict[str, pl.DataType]] = {
 }
 
 TABLES = tuple(SCHEMAS)
+
+# A step annotation as attrib's capture writes it (a record_function / roctx range around one step):
+# "decode (tokens=8)", or "decode" without a count. `step_name` writes it, STEP_NAME reads it back.
+STEP_NAME = re.compile(r"^(?P<name>.+?) \(tokens=(?P<tokens>\d+)\)$")
+
+
+def step_name(phase: str, tokens: int | None = None) -> str:
+    """The annotation of one step: `"decode (tokens=8)"`, or `"decode"` without a count."""
+    if tokens is None:
+        return f"{phase}"
+    if isinstance(tokens, bool) or int(tokens) != tokens or tokens < 0:
+        raise ValueError(f"tokens must be a non-negative integer, got {tokens!r}")
+    return f"{phase} (tokens={int(tokens)})"
 
 
 def empty(table: str) -> pl.DataFrame:

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from attrib.trace import step_name
 from collectors import provenance as _prov
 from collectors.rocprof import roctx
 
@@ -55,15 +56,6 @@ class CaptureResult:
     export_s: float | None = None   # writing + gzip of the trace
     bytes: int | None = None
     error: str | None = None
-
-
-def step_name(phase: str, tokens: int | None = None) -> str:
-    """The span name of one step: `"decode (tokens=8)"`, or `"decode"` without a count."""
-    if tokens is None:
-        return f"{phase}"
-    if isinstance(tokens, bool) or int(tokens) != tokens or tokens < 0:
-        raise ValueError(f"tokens must be a non-negative integer, got {tokens!r}")
-    return f"{phase} (tokens={int(tokens)})"
 
 
 def profiling_enabled(enabled: bool | None = None) -> bool:

@@ -15,7 +15,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import collectors  # noqa: E402
-from collectors.torch_capture import CaptureWarning, step_name  # noqa: E402
+from attrib.trace import step_name  # noqa: E402
+from collectors.torch_capture import CaptureWarning  # noqa: E402
 from collectors.provenance import SCHEMA, read_sidecar, sidecar_path  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

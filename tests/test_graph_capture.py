@@ -43,15 +43,15 @@ def test_segments_and_groups(traces, merged):
     assert sizes == [4] + [15] * 23 + [12]
     assert set(segs["annotation"]) == {"capture_8192_PIECEWISE"} and set(segs["batch_size"]) == {8192}
     report = merged[2]
-    assert report["segments"] == 25 and report["groups"] == 25 and report["replayed"] == 361
-    assert report["captures"] == {"capture_8192_PIECEWISE": 25}
+    assert report.segments == 25 and report.groups == 25 and report.replayed == 361
+    assert report.captures == {"capture_8192_PIECEWISE": 25}
 
 
 def test_all_replayed_kernels_get_op_and_module(traces, merged):
     replay, links, _ = traces
     trace, out, report = merged
-    assert (report["matched"], report["unmatched"], report["with_op"], report["with_module"]) == (361, 0, 361, 361)
-    assert report["groups_exact"] == 25 and report["mean_ratio"] == 1.0 and report["groups_ambiguous"] == 0
+    assert (report.matched, report.unmatched, report.with_op, report.with_module) == (361, 0, 361, 361)
+    assert report.groups_exact == 25 and report.mean_ratio == 1.0 and report.groups_ambiguous == 0
     cap = out.filter(pl.col("link") == "capture")
     assert cap.height == 361 and cap["graph"].all() and cap["op_id"].null_count() == 0
     # the capture's module scope is torch.compile's graph module under the model
@@ -60,9 +60,9 @@ def test_all_replayed_kernels_get_op_and_module(traces, merged):
     assert out.filter(~pl.col("graph")).equals(links.filter(~pl.col("graph")))
     assert out["launch_id"].equals(links["launch_id"])
     # appended ops: unique ids past the replay's, no External id to re-link by
-    assert trace.ops.height == replay.ops.height + report["ops_appended"] and trace.ops["id"].is_unique().all()
+    assert trace.ops.height == replay.ops.height + report.ops_appended and trace.ops["id"].is_unique().all()
     new = trace.ops.filter(pl.col("id") > replay.ops["id"].max())
-    assert new.height == report["ops_appended"] and new["external_id"].null_count() == new.height
+    assert new.height == report.ops_appended and new["external_id"].null_count() == new.height
     assert trace.kernels.equals(replay.kernels)
 
 
@@ -122,16 +122,16 @@ def test_tolerates_a_missing_capture_launch(traces):
     first = capture_launches(capture).filter(pl.col("pos") == 1)["id"][0]  # rmsnorm of the 4-kernel piece
     cut = capture.with_tables(launches=capture.launches.filter(pl.col("id") != first))
     _, out, report = merge(replay, links, cut)
-    assert (report["matched"], report["unmatched"], report["groups_exact"]) == (360, 1, 24)
-    assert report["mean_ratio"] == pytest.approx((24 + 6 / 7) / 25, abs=1e-4)
+    assert (report.matched, report.unmatched, report.groups_exact) == (360, 1, 24)
+    assert report.mean_ratio == pytest.approx((24 + 6 / 7) / 25, abs=1e-4)
     assert out.filter(pl.col("graph") & pl.col("link").ne_missing("capture")).height == 1
 
 
 def test_batch_size_filter(traces):
     replay, links, capture = traces
-    assert merge(replay, links, capture, batch_size=8192)[2]["matched"] == 361
+    assert merge(replay, links, capture, batch_size=8192)[2].matched == 361
     none = merge(replay, links, capture, batch_size=4)[2]
-    assert none["segments"] == 0 and none["matched"] == 0
+    assert none.segments == 0 and none.matched == 0
 
 
 def test_unrelated_capture_matches_nothing(traces):
@@ -139,13 +139,13 @@ def test_unrelated_capture_matches_nothing(traces):
     h200 = load(FIXTURES / "torch" / "h200_dense_prefill_cudagraph_decode.json.gz")
     # no capture segments in the H200 trace
     t, out, report = merge(replay, links, h200)
-    assert (report["segments"], report["matched"], report["unmatched"]) == (0, 0, 361)
+    assert (report.segments, report.matched, report.unmatched) == (0, 0, 361)
     assert out.equals(links) and t.ops.equals(replay.ops)
     # CUDA replay groups against the ROCm capture: segments found, no name sequence close enough
     h_links = link(h200)
     t, out, report = merge(h200, h_links, capture)
-    assert report["segments"] == 25 and report["groups"] == 16 and report["replayed"] == 2496
-    assert report["matched"] == 0 and report["mean_ratio"] is None
+    assert report.segments == 25 and report.groups == 16 and report.replayed == 2496
+    assert report.matched == 0 and report.mean_ratio is None
     assert out.equals(h_links) and t.ops.equals(h200.ops)
 
 
@@ -166,6 +166,6 @@ def test_two_batch_sizes_with_the_same_kernels(traces):
     first = int(capture.ops["start_ns"].max())
     for bs, ambiguous, second in ((None, 25, False), (512, 0, True), (8192, 0, False)):
         t, _, report = merge(replay, links, both, batch_size=bs)
-        assert report["matched"] == 361 and report["groups_ambiguous"] == ambiguous
+        assert report.matched == 361 and report.groups_ambiguous == ambiguous
         new = t.ops.filter(pl.col("id") > replay.ops["id"].max())
         assert (new["start_ns"].min() > first) == second

@@ -15,6 +15,7 @@ import orjson
 import polars as pl
 
 from attrib.components.patterns import CAT_ELEMENT_BYTES
+from attrib.cost.dtypes import TYPES
 from attrib.cost.ops import op_costs
 from attrib.steps.phases import vllm_sums
 from attrib.trace import Trace
@@ -81,19 +82,15 @@ def _paged_attention_costs(trace: Trace, kernels: pl.DataFrame, steps: pl.DataFr
         .otherwise(pl.col("cost_model")).alias("cost_model")).drop("_pb", "_pf", "_pd")
 
 
-_ELT = {"c10::BFloat16": ("bf16", 2), "c10::Half": ("fp16", 2), "float": ("fp32", 4),
-        "c10::Float8_e4m3fn": ("fp8", 1), "c10::Float8_e4m3fnuz": ("fp8", 1)}
-
-
 def _paged(dims: str | None, types: str | None, sums: dict[str, int] | None) -> tuple[float, float, str] | None:
     """(bytes, flops, dtype) of one paged-attention call: q [T, H, D], k [T, KVH, D] as inputs 0 and 1."""
     if not sums or not dims or not types:
         return None
     d, t = orjson.loads(dims), orjson.loads(types)
-    if len(d) < 2 or len(d[0]) != 3 or len(d[1]) != 3 or t[0] not in _ELT:
+    if len(d) < 2 or len(d[0]) != 3 or len(d[1]) != 3 or t[0] not in TYPES:
         return None
     (tokens, heads, hd), (_, kv_heads, kd) = d[0], d[1]
-    dtype, elt = _ELT[t[0]]
+    dtype, elt = TYPES[t[0]]
     kv_read = sums["sk"] * 2 * kv_heads * kd * elt
     qo = 2 * tokens * heads * hd * elt
     return float(kv_read + qo), float(4 * sums["sqsk"] * heads * hd), dtype

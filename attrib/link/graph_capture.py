@@ -16,7 +16,7 @@ order; `batch_size` restricts the choice to one captured batch size.
 from __future__ import annotations
 
 import difflib
-from typing import Any
+from dataclasses import dataclass, field
 
 import polars as pl
 
@@ -27,6 +27,31 @@ from attrib.trace import Trace, conform
 _BY = ["pid", "tid"]
 _ANNOTATION = r"^capture_(\d+)_(\w+)$"
 MIN_RATIO = 0.5
+
+
+@dataclass(frozen=True)
+class MergeReport:
+    """How a replay trace was matched to its capture: counts of segments, groups and kernels."""
+
+    segments: int        # closed capture segments (one per captured graph)
+    groups: int          # graph launches in the replay
+    replayed: int        # kernels replayed from graphs
+    matched: int         # replayed kernels given a capture launch
+    unmatched: int
+    with_op: int         # matched kernels that got a CPU op
+    with_module: int     # ... and a module path
+    ops_appended: int    # capture ops appended to the replay's ops
+    groups_matched: int
+    groups_exact: int    # groups whose kernel names equal their segment's
+    groups_ambiguous: int  # groups whose best segments lie under several capture annotations
+    mean_ratio: float | None
+    captures: dict[str, int] = field(default_factory=dict)  # capture annotation -> segments
+
+    def note(self) -> str:
+        """The one line the analysis notes carry."""
+        return (f"graph capture: {self.matched} of {self.replayed} replayed kernels matched to {self.segments} "
+                f"captured graphs ({self.groups_exact} of {self.groups} groups exact"
+                + (f", {self.groups_ambiguous} ambiguous: pass --capture-batch" if self.groups_ambiguous else "") + ")")
 
 
 def _norm(col: pl.Expr) -> pl.Expr:
@@ -105,7 +130,7 @@ def _pick(names: list[str], seqs: dict[tuple[str, ...], list[int]], ann: list[st
     return cands[0], best, ambiguous
 
 
-def _align(groups: pl.DataFrame, segs: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, Any]]:
+def _align(groups: pl.DataFrame, segs: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, int | float | None]]:
     """Kernel id -> capture launch id for every kernel in a matching block of its group's segment."""
     per = segs.group_by("seg", maintain_order=True).agg("id", "name", pl.col("annotation").first())
     seg_ids, seg_names = per["id"].to_list(), [tuple(n) for n in per["name"].to_list()]
@@ -134,13 +159,13 @@ def _align(groups: pl.DataFrame, segs: pl.DataFrame) -> tuple[pl.DataFrame, dict
 
 
 def merge(replay: Trace, links: pl.DataFrame, capture: Trace, *,
-          batch_size: int | None = None) -> tuple[Trace, pl.DataFrame, dict[str, Any]]:
+          batch_size: int | None = None) -> tuple[Trace, pl.DataFrame, MergeReport]:
     """Attribute `replay`'s graph-replayed kernels from the `capture` trace.
 
     Returns the replay trace with the matched capture ops appended to `ops` (new ids past the
     replay's largest; External id and parent cleared so nothing re-links to them), `links` with
     op_id/module/module_path from the capture and link = "capture" for matched kernels (graph stays
-    True; unmatched kernels keep their row), and a report dict. `batch_size` keeps only segments
+    True; unmatched kernels keep their row), and a MergeReport. `batch_size` keeps only segments
     under a `capture_<batch_size>_<mode>` annotation.
     """
     segs = capture_launches(capture)
@@ -171,11 +196,10 @@ def merge(replay: Trace, links: pl.DataFrame, capture: Trace, *,
         pl.when(hit).then(pl.col("c_path")).otherwise(pl.col("module_path")).alias("module_path"),
     ).select(links.columns)
     annotations = segs.group_by("annotation").agg(pl.col("seg").n_unique().alias("n")).sort("annotation")
-    report = {
-        "segments": int(segs["seg"].n_unique()), "groups": groups.height, "replayed": n_replayed,
-        "matched": pairs.height, "unmatched": n_replayed - pairs.height,
-        "with_op": int(got["c_op"].is_not_null().sum()), "with_module": int(got["c_path"].is_not_null().sum()),
-        "ops_appended": new_ops.height, **stats,
-        "captures": {a or "(none)": n for a, n in annotations.iter_rows()},
-    }
+    report = MergeReport(
+        segments=int(segs["seg"].n_unique()), groups=groups.height, replayed=n_replayed,
+        matched=pairs.height, unmatched=n_replayed - pairs.height,
+        with_op=int(got["c_op"].is_not_null().sum()), with_module=int(got["c_path"].is_not_null().sum()),
+        ops_appended=new_ops.height, **stats,
+        captures={a or "(none)": n for a, n in annotations.iter_rows()})
     return replay.with_tables(ops=ops), out, report

@@ -17,10 +17,9 @@ import polars as pl
 
 from attrib.components.patterns import GEMM_OPS, LLAMACPP_MMVQ_COLS
 from attrib.steps.periodic import split_tokens
-from attrib.trace import Trace
+from attrib.trace import STEP_NAME, Trace
 
 DEFAULT_MAP = {"prefill": "prefill", "decode": "decode", "mixed": "mixed", "extend": "prefill", "generate": "decode"}
-_TOKENS = re.compile(r"^(?P<name>.+?) \(tokens=(?P<tokens>\d+)\)$")
 _VLLM = re.compile(r"^execute_(?:(?P<total>\d+)_)?context_(?P<nctx>\d+)\((?P<cb>[^)]*)\)_generation_(?P<ngen>\d+)\((?P<gb>[^)]*)\)")
 _SGLANG = re.compile(r"^step\[(?P<mode>[A-Z]+)(?:\s+bs=(?P<bs>\d+))?")
 _LEAD_NUM = re.compile(r"^(?:sq)?(\d+)")
@@ -31,7 +30,7 @@ STEP_COLS = {"step": pl.Int64, "phase": pl.Utf8, "tokens": pl.Int64, "tokens_fro
 
 def parse_marker(name: str, phase_map: dict[str, str]) -> tuple[str, int | None, str] | None:
     """(phase, tokens or None, source) for a step annotation name, None if it is not one."""
-    m = _TOKENS.match(name)
+    m = STEP_NAME.match(name)
     base, tokens = (m["name"], int(m["tokens"])) if m else (name, None)
     if base in phase_map:
         return phase_map[base], tokens, "annotation"
