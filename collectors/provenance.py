@@ -94,6 +94,14 @@ def _attrib_version() -> str | None:
         return attrib.__version__
 
 
+def _host_memory() -> int | None:
+    """Physical memory of the host in bytes (an APU's GPU-visible limit is judged against it); None if unknown."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
 def gpu_info(torch: Any) -> dict[str, Any] | None:
     """Name, arch and size of the current accelerator as torch reports them; None without one."""
     try:
@@ -146,7 +154,7 @@ def collect(torch: Any, user: dict[str, Any] | None, capture: dict[str, Any],
     }
     doc["gpu"] = gpu_info(torch)
     doc["host"] = {"hostname": socket.gethostname(), "pid": os.getpid(),
-                   "platform": platform.platform()}
+                   "platform": platform.platform(), "memory_bytes": _host_memory()}
     doc["capture"] = _jsonable(capture)
     doc["env"] = kernel_env()
     doc["extra"] = _jsonable(user)

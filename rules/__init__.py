@@ -54,7 +54,7 @@ CATALOG: tuple[Rule, ...] = (
          "--model", RDNA, llamacpp.P18_REFS),
     Rule("P19-llamacpp-prefill-microbatch", llamacpp.mmq_prefill_microbatch, "mul_mat_q kernels in a prefill phase",
          RDNA, llamacpp.P19_REFS),
-    Rule("P20-gtt-limit-default", platform.gtt_limit, "deviceProperties totalGlobalMem; stamp host_memory_bytes",
+    Rule("P20-gtt-limit-default", platform.gtt_limit, "deviceProperties totalGlobalMem; stamp host.memory_bytes",
          ("gfx1151", "gfx1150"), platform.P20_REFS),
     Rule("P21-host-device-copies-decode", copies.host_copies_in_decode, "GPU copies with direction; step windows",
          (), copies.REFS),

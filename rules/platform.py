@@ -53,8 +53,8 @@ def _total_mem(a: Attribution, doc: dict[str, Any]) -> int | None:
 
 
 def gtt_limit(a: Attribution, doc: dict[str, Any], th: Thresholds) -> list[Finding]:
-    """P20: the GPU sees less than `gtt_fraction` of the host's memory (stamp `host_memory_bytes`) on the APU."""
-    host = (doc.get("provenance") or {}).get("host_memory_bytes")
+    """P20: the GPU sees less than `gtt_fraction` of the host's memory (stamp `host.memory_bytes`) on the APU."""
+    host = ((doc.get("provenance") or {}).get("host") or {}).get("memory_bytes")
     gpu = _total_mem(a, doc)
     if not host or not gpu or gpu >= th.gtt_fraction * float(host):
         return []

@@ -14,6 +14,9 @@ from rules.thresholds import Thresholds
 FP8 = (r"(?i)fp8|float8|e4m3|e5m2|_scaled_mm|w8a8|scaled_mm|^Cijk_\w*_(?:F8F8S|B8F8HS|F8B8|B8B8|F8H|F8S)_")
 QUANT = r"(?i)per_token_group_quant|scaled_fp8_quant|dynamic_\w*quant|quantize|dequant|convert_fp8|to_fp8"
 LOW_BIT = r"(?i)mxfp4|w4a16|awq|gptq|marlin|q_gemm_rdna3|mxfp4_gemm_rdna3|int4|wvSplitK_int4"
+FP8_OP = r"_scaled_mm|fp8|float8|w8a8"
+FP8_GEMM = r"(?i)gemm|_mm|matmul|Cijk_|nvjet|cutlass|qqtst"
+QUANT_OPS = r"^aten::(?:abs|amax|max|clamp|clamp_min|div|reciprocal|copy_|_to_copy|to)$"
 NO_FP8 = ("gfx1100", "gfx1101", "gfx1102", "gfx1103", "gfx1150", "gfx1151", "gfx1152", "gfx1153")
 
 P13_REFS = ("https://github.com/lemonade-sdk/vllm-rocm/issues/44", "https://github.com/lemonade-sdk/vllm-rocm/issues/36",
@@ -35,11 +38,39 @@ def _ms(sub: pl.DataFrame) -> float:
 
 
 def _fp8(a: Attribution) -> tuple[pl.DataFrame, pl.DataFrame]:
-    k = a.kernels.filter(pl.col("step").is_not_null())
+    """(FP8 GEMM kernels, activation-quantize kernels) inside steps. Quantize kernels: named so (vLLM's fused
+    quant kernels), or the run of torch ops (abs, amax, div, clamp, casts) just before an FP8 GEMM that ends in a
+    float8 cast (torch-native per-token quantization, e.g. vLLM's RowWiseTorchFP8ScaledMMLinearKernel)."""
+    k = a.kernels.filter(pl.col("step").is_not_null()).sort("start_ns")
     name = pl.col("name").str.replace_all(r"Fp8KVCacheDataType\)0", "")  # vLLM's kAuto KV template is not FP8
-    is_fp8 = name.str.contains(FP8) | (pl.col("dtype").fill_null("").str.contains("fp8"))
-    return k.filter(is_fp8 & ~pl.col("name").str.contains(QUANT)), k.filter(pl.col("name").str.contains(QUANT) & is_fp8
-                                                                               | pl.col("name").str.contains(r"(?i)fp8\w*quant"))
+    cast = name.str.contains(r"(?i)float8|fp8|e4m3|e5m2")
+    named_quant = name.str.contains(QUANT) & cast | name.str.contains(r"(?i)fp8\w*quant")
+    gemm = ((name.str.contains(FP8) | pl.col("op").fill_null("").str.contains(FP8_OP))
+            & ~(cast & ~name.str.contains(FP8_GEMM)))
+    # a copy_ between two dtypes is a cast (part of quantizing); a same-dtype copy_ is a layout copy (not)
+    types = a.trace.ops.select(pl.col("id").alias("op_id"), pl.col("input_types").str.extract_all(r'"([^"]+)"')
+                               .list.eval(pl.element().filter(pl.element().str.contains(r"(?i)float|half|bfloat|int")))
+                               .list.n_unique().alias("_dtypes"))
+    k = k.join(types, on="op_id", how="left").with_columns(
+        gemm.alias("_gemm"), cast.alias("_cast"), named_quant.alias("_named"),
+        (pl.col("op").fill_null("").str.contains(QUANT_OPS)
+         & ((pl.col("op") != "aten::copy_") | (pl.col("_dtypes").fill_null(2) > 1))).alias("_qop"))
+    g, c, q = k["_gemm"].to_list(), k["_cast"].to_list(), k["_qop"].to_list()
+    mark, i = [False] * k.height, k.height - 1
+    while i >= 0:  # from each FP8 GEMM back through the quantize ops that feed it
+        if not g[i]:
+            i -= 1
+            continue
+        j = i - 1
+        while j >= 0 and q[j] and not g[j]:
+            j -= 1
+        if any(c[j + 1:i]):
+            mark[j + 1:i] = [True] * (i - j - 1)
+        i = j
+    k = k.with_columns(pl.Series("_run", mark))
+    quant = k.filter(pl.col("_named") | pl.col("_run"))
+    return k.filter(pl.col("_gemm") & ~pl.col("_named") & ~pl.col("_run")).drop("_gemm", "_cast", "_named", "_qop", "_run", "_dtypes"), \
+        quant.drop("_gemm", "_cast", "_named", "_qop", "_run", "_dtypes")
 
 
 def fp8_emulated_gfx11(a: Attribution, doc: dict[str, Any], th: Thresholds) -> list[Finding]:

@@ -27,6 +27,7 @@ VLLM = TORCH / "mi300_vllm_prefilldecode_piecewise"
 TRACES = {
     "h200_moe_eager": EXAMPLE_TRACE,
     "h200_llama_eager": ROOT / "tests" / "fixtures" / "captured" / "hf_llama_cuda_b8_p512.pt.trace.json.gz",
+    "h200_fp8_w8a8": ROOT / "tests" / "fixtures" / "captured" / "fp8_w8a8_decode.pt.trace.json.gz",
     "h200_dense_graph": TORCH / "h200_dense_prefill_cudagraph_decode.json.gz",
     "h100_hf": TORCH / "h100_hf_qwen1.5-0.5b-chat.json.gz",
     "mi300_hf": TORCH / "mi300_hf_qwen1.5-0.5b-chat.json.gz",
@@ -43,6 +44,8 @@ EXPECTED = {
     "h200_llama_eager": {"P06-launch-bound-decode", "roofline-memory-bound-gap", "idle-by-cause",
                          "decode-below-bandwidth-ceiling", "kv-cache-recopied"},
     "h200_dense_graph": {"P07-graph-opaque-steps", "idle-by-cause"},
+    "h200_fp8_w8a8": {"P06-launch-bound-decode", "roofline-memory-bound-gap", "idle-by-cause",
+                      "decode-below-bandwidth-ceiling"},
     "mi300_vllm_replay": {"P07-graph-opaque-steps", "idle-by-cause"},
     "mi300_hf": {"idle-by-cause"},
     "h100_hf": {"idle-by-cause"},
@@ -50,11 +53,10 @@ EXPECTED = {
     "gfx1151_rocprofv3_csv": {"idle-by-cause"},
     "gfx1201_rocprof_v1": {"P19-llamacpp-prefill-microbatch"},
 }
-# no fixture has their kernels (wvSplitK, M<=4 Tensile tiles, RDNA single-pass paged attention, ll4mi, FP8,
+# no fixture has their kernels (wvSplitK, M<=4 Tensile tiles, RDNA single-pass paged attention, ll4mi,
 # rocBLAS-named Tensile kernels): quiet everywhere, also projected onto gfx1151/gfx1201
 NO_REAL_POSITIVE = ("P01-skinny-gemm-gfx1151", "P02-decode-gemm-big-tile", "P10-decode-attention-no-split-kv",
-                    "P12-navi-paged-attention", "P13-fp8-emulated-gfx11", "P14-fp8-kernel-choice-gfx1201",
-                    "P03-rocblas-tensile-fallback")
+                    "P12-navi-paged-attention", "P03-rocblas-tensile-fallback")
 
 
 @cache
@@ -106,7 +108,7 @@ def test_what_fires_on_each_real_trace(name: str, finding_schema: dict, analysis
 @pytest.mark.parametrize("arch", ["gfx1151", "gfx1201"])
 def test_arch_specific_rules_stay_quiet_without_their_kernels(name: str, arch: str) -> None:
     """No fixture has wvSplitK/LLGemm1, M<=4 decode GEMMs on Tensile tiles, RDNA single-pass paged decode
-    attention, Navi paged attention, FP8 or rocBLAS-named kernels: projected onto gfx1151/gfx1201 those rules
+    attention, Navi paged attention or rocBLAS-named kernels: projected onto gfx1151/gfx1201 those rules
     stay quiet, and every finding says it is a projection."""
     found = fired(name, arch)
     assert not set(found) & set(NO_REAL_POSITIVE)

@@ -156,7 +156,8 @@ def test_p20_gtt_limit_with_host_memory_added_to_a_real_stamp_projected_onto_gfx
     a = attribution("h200_llama_eager")
     gfx1151 = override("gfx1151")
     assert "P20-gtt-limit-default" not in _found(a, document(a, arch=gfx1151, arch_from="override"))
-    a = dataclasses.replace(a, trace=tr.with_meta(provenance=dict(tr.meta.provenance) | {"host_memory_bytes": 512 * 2**30}))
+    host = dict(tr.meta.provenance["host"]) | {"memory_bytes": 512 * 2**30}  # the field the stamp now records
+    a = dataclasses.replace(a, trace=tr.with_meta(provenance=dict(tr.meta.provenance) | {"host": host}))
     f = _found(a, document(a, arch=gfx1151, arch_from="override"))["P20-gtt-limit-default"]
     total = tr.meta.devices[0]["totalGlobalMem"]
     assert f.evidence["fraction"] == pytest.approx(total / (512 * 2**30), abs=1e-3) and f.projection
@@ -190,3 +191,29 @@ def test_attrib_rules_lists_the_catalog(capsys) -> None:
     assert "P13-fp8-emulated-gfx11" not in out and "idle-by-cause" in out
     assert main(["rules", "--arch", "gfx1151"]) == 0
     assert "P13-fp8-emulated-gfx11" in capsys.readouterr().out
+
+
+def _inside(k: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
+    """Kernels that start inside one of the GPU-side annotation spans."""
+    sp = spans.sort("start_ns").select(pl.col("start_ns").alias("s0"), (pl.col("start_ns") + pl.col("dur_ns")).alias("s1"))
+    return (k.sort("start_ns").join_asof(sp, left_on="start_ns", right_on="s0")
+            .filter(pl.col("start_ns") < pl.col("s1")))
+
+
+def test_p13_p14_fp8_decode_projected_onto_gfx1151_and_gfx1201() -> None:
+    """Our H200 W8A8-FP8 capture (torch._scaled_mm, per-token quant in torch ops). On its own H200 neither rule
+    applies; projected onto gfx1151 (no FP8 WMMA) P13 fires, onto gfx1201 P14 fires on the separate quantize
+    kernels. Their share is derived from the trace's own GPU-side "per_token_fp8_quant" annotation spans."""
+    assert not {"P13-fp8-emulated-gfx11", "P14-fp8-kernel-choice-gfx1201"} & set(fired("h200_fp8_w8a8"))
+    a = attribution("h200_fp8_w8a8")
+    k = a.kernels.filter(pl.col("step").is_not_null())
+    spans = a.trace.markers.filter((pl.col("name") == "per_token_fp8_quant") & (pl.col("side") == "gpu"))
+    quant_share = _inside(k, spans)["dur_ns"].sum() / k["dur_ns"].sum()
+    gemm_share = k.filter(pl.col("op") == "aten::_scaled_mm")["dur_ns"].sum() / k["dur_ns"].sum()
+    p14 = fired("h200_fp8_w8a8", "gfx1201")["P14-fp8-kernel-choice-gfx1201"]
+    assert p14.projection and p14.evidence["quant_share"] == pytest.approx(quant_share, abs=0.01)
+    assert p14.evidence["fp8_gemm_kernels"] == 8 * 8 * 4  # steps x layers x GEMMs
+    p13 = fired("h200_fp8_w8a8", "gfx1151")["P13-fp8-emulated-gfx11"]
+    assert p13.evidence["share_of_kernel_time"] == pytest.approx(quant_share + gemm_share, abs=0.01)
+    assert "P14-fp8-kernel-choice-gfx1201" not in fired("h200_fp8_w8a8", "gfx1151")
+    assert "P13-fp8-emulated-gfx11" not in fired("h200_llama_eager", "gfx1151")  # bf16: nothing to emulate
