@@ -50,5 +50,5 @@ def attribute(trace: Trace, phase_map: dict[str, str] | None = None, capture: Tr
          .join(links.select("id", "launch_id", "graph"), on="id", how="left"))
     steps = tokens_from_names(steps, tokens_from_kernel_names(k))
     k = k.join(steps.select("step", "phase"), on="step", how="left")
-    steps = windows(steps, k)
+    steps = windows(steps, k, trace.copies)
     return Attribution(trace=trace, kernels=kernel_costs(trace, k, steps), steps=steps, notes=tuple(notes))

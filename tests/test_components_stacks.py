@@ -7,6 +7,8 @@ import polars as pl
 import pytest
 
 from attrib.pipeline import attribute
+from attrib.report.document import document
+from attrib.report.table import render
 from collectors import load
 
 from conftest import FIXTURES
@@ -73,3 +75,62 @@ def test_moe_routing_kernels_beat_the_coarse_moe_op(vllm):
     # the router GEMM (N = 32 experts) sits right before the experts, 24 layers
     router = k.filter((pl.col("component") == "moe_router") & pl.col("name").str.starts_with("Cijk_"))
     assert router.height == 24
+
+
+def test_idle_counts_kernels_left_over_from_the_previous_step(fixtures):
+    # MI300 HF Qwen1.5: the one ProfilerStep#6 window starts while 463 kernels launched before it
+    # (ProfilerStep#5) still run. Independent count from the raw events: union of every kernel and
+    # copy interval clipped to the window, 8.58% of it idle (36.6% when only the step's own kernels count).
+    t = load(fixtures / "torch" / "mi300_hf_qwen1.5-0.5b-chat.json.gz")
+    s = attribute(t).steps.row(0, named=True)
+    w0, w1 = s["window_start"], s["window_end"]
+    iv = sorted((max(a, w0), min(a + d, w1)) for a, d in
+                [*t.kernels.select("start_ns", "dur_ns").iter_rows(), *t.copies.select("start_ns", "dur_ns").iter_rows()]
+                if a < w1 and a + d > w0)
+    busy, cur = 0, None
+    for a, b in iv:
+        if cur is None or a > cur[1]:
+            busy += (cur[1] - cur[0]) if cur else 0
+            cur = [a, b]
+        else:
+            cur[1] = max(cur[1], b)
+    busy += cur[1] - cur[0]
+    assert s["idle_fraction"] == pytest.approx(1 - busy / (w1 - w0), abs=1e-9)
+    assert s["idle_fraction"] == pytest.approx(0.0858, abs=5e-4)
+
+
+def test_profiler_step_holding_several_forwards_is_split(fixtures):
+    # The captured HF Llama run (one prefill of 8x512 and 8 decode steps of 8 tokens), as it looks when
+    # prof.step() is called once around the whole generate: one ProfilerStep range over all nine
+    # forward passes, no phase annotations (derived here from the real trace, markers only).
+    t = load(fixtures / "captured" / "hf_llama_cuda_b8_p512.pt.trace.json.gz")
+    mk = t.markers.filter(pl.col("name").str.starts_with("ProfilerStep#") & (pl.col("side") == "cpu"))
+    first, end = mk.sort("start_ns").row(0, named=True), (mk["start_ns"] + mk["dur_ns"]).max()
+    one = mk.filter(pl.col("id") == first["id"]).with_columns(pl.lit(end - first["start_ns"]).alias("dur_ns"))
+    a = attribute(t.with_tables(markers=one))
+    steps = a.steps.sort("step")
+    assert steps.height == 9
+    assert steps["tokens"].to_list() == [4096] + [8] * 8
+    assert steps["phase"].to_list() == ["prefill"] + ["decode"] * 8
+    assert a.kernels.filter(pl.col("step").is_null()).height <= 1
+
+
+def test_world_size_and_communication_share(fixtures):
+    # vLLM's trace records its process group (distributedInfo: nccl, world size 1, rank 0)
+    doc = document(attribute(load(VLLM / "graph_execution.json.gz")))
+    assert doc["distributed"] == {"backend": "nccl", "rank": 0, "world_size": 1}
+    assert "distributed: nccl, world size 1, rank 0" in render(doc)
+    # MI350X training trace: 1,310 ncclDevKernel_Generic_1 calls are communication, a line of the phase
+    t = load(fixtures / "rocprof" / "gfx950_rocprofv3_json" / "908_results.json.gz")
+    a = attribute(t)
+    nccl = a.kernels.filter(pl.col("name").str.starts_with("ncclDevKernel") & pl.col("step").is_not_null())
+    assert nccl.height > 0 and set(nccl["component"]) == {"communication"}
+    doc = document(a)
+    for ph in doc["phases"]:
+        # the component table's share (per-step medians), and from raw durations the same order
+        comm = next(c for c in ph["components"] if c["component"] == "communication")
+        assert ph["communication_share"] == comm["share"] > 0
+        k = a.kernels.filter(pl.col("phase") == ph["phase"])
+        raw = k.filter(pl.col("component") == "communication")["dur_ns"].sum() / k["dur_ns"].sum()
+        assert ph["communication_share"] == pytest.approx(raw, abs=0.1)
+    assert "communication" in render(doc)

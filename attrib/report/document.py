@@ -78,9 +78,20 @@ def _phase_doc(phase: str, steps: pl.DataFrame, k: pl.DataFrame, arch: Arch | No
         "bytes_known_share": _r(fig["bytes_known_share"]),
         "achieved_tok_s": _r(tps / (step_med / 1e3), 2) if (tps and step_med) else None,
         "ceiling_tok_s": _r(fig["ceiling_tok_s"], 2), "excluded_components": fig["excluded"],
+        "communication_share": _r(sum(c["ms"] or 0 for c in comps if c["component"] == "communication") / total),
         "components": comps, "top_kernels": tops,
         "_known_ms": fig["known_ms"] * n, "_total_ms": fig["total_ms"] * n,
     }
+
+
+def distributed(trace: Trace) -> dict[str, Any] | None:
+    """The process group of the traced rank (Kineto `distributedInfo`): backend, rank, world size."""
+    info = trace.meta.top.get("distributedInfo") if trace.meta.top else None
+    if not isinstance(info, dict):
+        return None
+    size = info.get("world_size")
+    return {"backend": info.get("backend"), "rank": info.get("rank"),
+            "world_size": int(size) if isinstance(size, int) else None}
 
 
 def _device(trace: Trace, arch: Arch | None, detected_from: str) -> dict[str, Any]:
@@ -156,6 +167,7 @@ def document(a: Attribution, phase: str | None = None, arch: Arch | None = None,
                    "kernels_outside_steps": outside.height},
         "device": _device(t, arch, arch_from or "unknown"),
         "provenance": dict(t.meta.provenance),
+        "distributed": distributed(t),
         "phases": phases,
         "coverage": {"attributed_share": _r(attributed / step_ns) if step_ns else None,
                      "bytes_known_share": _r(known_ms / phase_ms) if phase_ms else None},

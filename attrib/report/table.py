@@ -46,6 +46,9 @@ def render(doc: dict[str, Any]) -> str:
     src, dev, cov = doc["source"], doc["device"], doc["coverage"]
     lines = [f"{src['path']}  [{src['format']}]  {src['kernels']} kernels, {src['kernel_ms']:.3f} ms kernel time",
              f"device: {dev.get('name') or '?'} (arch {dev.get('arch') or '?'}, from {dev.get('detected_from')})"]
+    dist = doc.get("distributed") or {}
+    if dist.get("world_size"):
+        lines.append(f"distributed: {dist.get('backend') or '?'}, world size {dist['world_size']}, rank {dist.get('rank')}")
     prov = _provenance(doc.get("provenance") or {})
     if prov:
         lines.append(f"run: {prov}")
@@ -63,6 +66,8 @@ def render(doc: dict[str, Any]) -> str:
             extra.append(f"{ph['achieved_tok_s']:.1f} tok/s achieved")
         if ph.get("ceiling_tok_s") is not None:
             extra.append(f"{ph['ceiling_tok_s']:.1f} tok/s ceiling")
+        if ph.get("communication_share") or (dist.get("world_size") or 1) > 1:
+            extra.append(f"communication {(ph.get('communication_share') or 0) * 100:.1f}% of kernel time")
         if ph.get("bytes_known_share") is not None:
             extra.append(f"bytes known for {ph['bytes_known_share'] * 100:.1f}% of kernel time")
         if extra:

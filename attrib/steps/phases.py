@@ -121,6 +121,31 @@ def _forward_spans(trace: Trace) -> pl.DataFrame:
         .cast(STEP_COLS))
 
 
+def _split_forwards(spans: pl.DataFrame, trace: Trace) -> pl.DataFrame:
+    """ProfilerStep spans that hold several forward passes (several embedding ops: one prof.step()
+    around a whole generate call) become one step per forward pass, each from its embedding op to
+    the next (the first from the span's start)."""
+    if spans.height == 0 or not spans["marker"].str.starts_with("ProfilerStep#").all():
+        return spans
+    emb = trace.ops.filter(pl.col("name") == "aten::embedding").select(pl.col("start_ns").alias("t")).sort("t")
+    if emb.height <= spans.height:
+        return spans
+    rows = []
+    for r in spans.iter_rows(named=True):
+        c0, c1 = r["cpu_start"], r["cpu_end"]
+        ts = emb.filter((pl.col("t") >= c0) & (pl.col("t") < c1))["t"].to_list()
+        if len(ts) < 2:
+            rows.append(r)
+            continue
+        cuts = [c0, *ts[1:], c1]
+        for i in range(len(cuts) - 1):
+            rows.append(r | {"cpu_start": cuts[i], "cpu_end": cuts[i + 1], "marker": f"{r['marker']} forward {i}",
+                             "gpu_start": r["gpu_start"] if i == 0 else None,
+                             "gpu_end": r["gpu_end"] if i == len(cuts) - 2 else None})
+    out = pl.DataFrame(rows, schema=STEP_COLS, orient="row").sort("cpu_start")
+    return out.with_columns(pl.int_range(pl.len(), dtype=pl.Int64).alias("step"))
+
+
 def _periodic(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
     """No annotations, no CPU ops (llama.cpp under rocprof): steps from the repeating kernel loop;
     without one, the whole trace is one step of unknown phase."""
@@ -153,7 +178,7 @@ def assign_steps(trace: Trace, links: pl.DataFrame, phase_map: dict[str, str] | 
                  ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(steps table, kernel id -> step). Kernels outside every step get no row."""
     pmap = DEFAULT_MAP | (phase_map or {})
-    spans = _spans(trace, pmap)
+    spans = _split_forwards(_spans(trace, pmap), trace)
     if spans.height == 0:
         spans = _forward_spans(trace)
     if spans.height == 0 and trace.ops.height == 0:
