@@ -22,7 +22,11 @@ from collectors import load
 
 
 def resolve_arch(arch: str | Arch | None, arch_file: Path | None = None) -> tuple[Arch | None, str | None]:
-    """(Arch, "override") for a what-if device given by name or entry; (None, None) to detect it."""
+    """(Arch, "override") for a what-if device given by name or entry; (None, None) to detect it.
+
+    An arch file is read here, before any trace, so a bad one fails at once."""
+    if arch_file is not None:
+        load_archs(arch_file)
     if arch is None or isinstance(arch, Arch):
         return arch, ("override" if arch is not None else None)
     try:
