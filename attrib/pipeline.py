@@ -48,7 +48,7 @@ def attribute(trace: Trace, phase_map: dict[str, str] | None = None, capture: Tr
     k = (trace.kernels.select("id", "name", "start_ns", "dur_ns")
          .join(comp, on="id", how="left")
          .join(links.select("id", "launch_id", "graph"), on="id", how="left"))
-    steps = tokens_from_names(steps, tokens_from_kernel_names(k))
+    steps = tokens_from_names(steps, tokens_from_kernel_names(k.join(trace.kernels.select("id", "grid"), on="id", how="left")))
     k = k.join(steps.select("step", "phase"), on="step", how="left")
     steps = windows(steps, k, trace.copies)
     return Attribution(trace=trace, kernels=kernel_costs(trace, k, steps), steps=steps, notes=tuple(notes))

@@ -134,3 +134,45 @@ def test_world_size_and_communication_share(fixtures):
         raw = k.filter(pl.col("component") == "communication")["dur_ns"].sum() / k["dur_ns"].sum()
         assert ph["communication_share"] == pytest.approx(raw, abs=0.1)
     assert "communication" in render(doc)
+
+
+def test_llamacpp_legacy_rocprof_steps_are_forward_passes(fixtures):
+    # R9700 legacy rocprof, llama.cpp prefill of llama-2-7b Q4_0 (32 layers), no markers: two forward
+    # passes of a 512-token ubatch. Each ends with the Q6_K output GEMV (vocab 32000 rows) after the
+    # two get_rows of the output row; each layer runs 7 MMQ GEMMs (the last layer's FFN, on the one
+    # output row after get_rows, as 2 MMVQ GEMVs).
+    from attrib.report.document import document
+    a = attribute(load(fixtures / "rocprof" / "gfx1201_llamacpp_legacy_rocprof_v1" / "results.csv.gz"))
+    steps = a.steps.sort("step")
+    assert steps.height == 2 and set(steps["phase"]) == {"prefill"}
+    assert steps["tokens"].to_list() == [512, 512]  # rms_norm_f32 runs one workgroup per row
+    k = a.kernels.filter(pl.col("step").is_not_null()).sort("start_ns")
+    for step in (0, 1):
+        s = k.filter(pl.col("step") == step)
+        assert s.filter(pl.col("component") == "lm_head")["name"].str.contains(r"ggml_type\)14").all()
+        work = s.filter(~pl.col("name").str.starts_with("__amd_rocclr"))  # the logits read-back copy follows
+        assert work["name"][-1] == s.filter(pl.col("component") == "lm_head")["name"][0]
+        mmq = s.filter(pl.col("name").str.contains(r"mul_mat_q<"))
+        assert mmq.height == 31 * 7 + 4
+        n = dict(mmq.group_by("component").len().iter_rows())
+        assert n == {"qkv_proj": 96, "o_proj": 32, "mlp_gate_up": 62, "mlp_down": 31}
+        # the attention's own GEMMs (Q.K^T and P.V around soft_max, Tensile) are attention
+        att = s.filter(pl.col("component") == "attention")
+        assert att.filter(pl.col("name").str.starts_with("Cijk_")).height == 64
+    # per-step component figures agree with the kernels they hold: the GEMM components' ms per step
+    # are the median over the two steps of their kernels' time, and hold all of the mul_mat_q time
+    doc = document(a)
+    comps = {c["component"]: c for c in doc["phases"][0]["components"]}
+    for comp in ("qkv_proj", "o_proj", "mlp_gate_up", "mlp_down"):
+        per_step = k.filter(pl.col("component") == comp).group_by("step").agg(pl.col("dur_ns").sum() / 1e6)
+        assert comps[comp]["ms"] == pytest.approx(per_step["dur_ns"].median(), rel=1e-3)
+    mmq_ms = k.filter(pl.col("name").str.contains(r"mul_mat_q<"))["dur_ns"].sum() / 1e6 / 2
+    gemm_ms = sum(comps[c]["ms"] for c in ("qkv_proj", "o_proj", "mlp_gate_up", "mlp_down"))
+    assert gemm_ms == pytest.approx(mmq_ms, rel=0.02) and mmq_ms > 290
+
+
+def test_llamacpp_rocpd_decode_stays_one_token_per_step(fixtures):
+    a = attribute(load(fixtures / "rocprof" / "gfx1201_llamacpp_rocpd_rocm7.2" / "32432_results.db.gz"))
+    assert a.steps.height == 9 and set(a.steps["phase"]) == {"decode"} and set(a.steps["tokens"]) == {1}
+    k = a.kernels.filter(pl.col("step").is_not_null() & ~pl.col("name").str.starts_with("__amd_rocclr"))
+    assert set(k.group_by("step").len()["len"]) == {615}

@@ -47,11 +47,15 @@ EXPECTED = {
     "h200_fp8_w8a8": {"P06-launch-bound-decode", "roofline-memory-bound-gap", "idle-by-cause",
                       "decode-below-bandwidth-ceiling"},
     "mi300_vllm_replay": {"P07-graph-opaque-steps", "idle-by-cause"},
-    "mi300_hf": {"idle-by-cause"},
-    "h100_hf": {"idle-by-cause"},
+    # the HF Qwen1.5 pair: busy time counts the kernels left over from the previous ProfilerStep, so
+    # the GPU idles 8.6% (MI300) / 8.1% (H100) of the step, below the idle threshold
+    "mi300_hf": set(),
+    "h100_hf": set(),
     "gfx1201_rocpd": {"idle-by-cause"},
     "gfx1151_rocprofv3_csv": {"idle-by-cause"},
-    "gfx1201_rocprof_v1": {"P19-llamacpp-prefill-microbatch"},
+    # two 512-token forward passes; the first (llama-bench's warm-up) waits 312 + 231 ms on the first
+    # calls of two Tensile kernels (code objects loaded lazily): 32% idle
+    "gfx1201_rocprof_v1": {"P19-llamacpp-prefill-microbatch", "idle-by-cause"},
 }
 # no fixture has their kernels (wvSplitK, M<=4 Tensile tiles, RDNA single-pass paged attention, ll4mi,
 # rocBLAS-named Tensile kernels): quiet everywhere, also projected onto gfx1151/gfx1201

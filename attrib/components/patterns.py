@@ -25,6 +25,9 @@ RUNTIME_HELPERS = r"^__amd_rocclr_|^__amd_|copyBuffer|fillBuffer"
 GEMV_NAMES = r"mul_mat_vec|gemv"
 GEMM_NAMES = r"mul_mat_q\b|mul_mat_f\b|Cijk_|gemm"
 # llama.cpp MMVQ template argument: columns (tokens) of the right-hand side
+# llama.cpp quantized GEMM (prefill) and its RMS norm, which runs one workgroup per row (token)
+LLAMACPP_MMQ = r"\bmul_mat_q\b|mul_mat_qIL9ggml_type"
+LLAMACPP_NORM_ROWS = r"\brms_norm_f32\b|rms_norm_f32I"
 LLAMACPP_MMVQ_COLS = r"mul_mat_vec_q<\(ggml_type\)\d+, (\d+)[,>]|mul_mat_vec_qIL9ggml_type\d+ELi(\d+)E"
 # torch's cat kernel names its element size (CatArrayBatchedCopy<OpaqueType<2u>, ...>)
 CAT_ELEMENT_BYTES = r"OpaqueType<(\d+)u>"

@@ -42,9 +42,25 @@ def _after_attention(seg: list[tuple[int, str]], q: int, last: bool, out: dict[i
         _mlp(rest, out)
 
 
+def _softmax_attention(seq: list[tuple[int, str]]) -> tuple[list[tuple[int, str]], dict[int, str]]:
+    """Attention written as GEMM, softmax, GEMM (llama.cpp without flash attention, eager torch):
+    the GEMM right before an 'S' softmax-attention kernel (Q·K^T) and the one right after it (P·V)
+    are attention, not projections; the rest of the sequence with 'S' as 'A'."""
+    att: dict[int, str] = {}
+    for i, (_, kind) in enumerate(seq):
+        if kind != "S":
+            continue
+        if i > 0 and seq[i - 1][1] == "G":
+            att[seq[i - 1][0]] = "attention"
+        if i + 1 < len(seq) and seq[i + 1][1] == "G":
+            att[seq[i + 1][0]] = "attention"
+    return [(kid, "A" if kind == "S" else kind) for kid, kind in seq if kid not in att], att
+
+
 def label(seq: list[tuple[int, str]]) -> dict[int, str]:
     """seq: (kernel id, 'G' gemm | 'R' split-K reduce of the GEMM before it | 'A' attention |
-    'E' MoE expert) in time order -> gemm id -> component."""
+    'S' softmax of a GEMM-softmax-GEMM attention | 'E' MoE expert) in time order -> gemm id -> component."""
+    seq, att = _softmax_attention(seq)
     owner: dict[int, int] = {}
     prev_g = None
     plain = []
@@ -55,7 +71,7 @@ def label(seq: list[tuple[int, str]]) -> dict[int, str]:
         if kind in ("G", "R"):
             prev_g = kid
         plain.append((kid, "G" if kind == "R" else kind))
-    out = _label(plain)
+    out = _label(plain) | att
     out.update({kid: out[g] for kid, g in owner.items() if g in out})
     return out
 
@@ -83,7 +99,9 @@ def _label(seq: list[tuple[int, str]]) -> dict[int, str]:
 def gemm_positions(k: pl.DataFrame) -> pl.DataFrame:
     """Fill `comp` for rows flagged `_gemm` from their position; evidence 'position'."""
     kind = (pl.when(pl.col("_gemm") & pl.col("name").str.contains(SPLITK_REDUCE)).then(pl.lit("R"))
-            .when(pl.col("_gemm")).then(pl.lit("G")).when(pl.col("comp").is_in(["attention", "linear_attention"])).then(pl.lit("A"))
+            .when(pl.col("_gemm")).then(pl.lit("G"))
+            .when((pl.col("comp") == "attention") & pl.col("name").str.contains(r"(?i)soft_?max")).then(pl.lit("S"))
+            .when(pl.col("comp").is_in(["attention", "linear_attention"])).then(pl.lit("A"))
             .when(pl.col("comp") == "moe_experts").then(pl.lit("E")))
     todo = k.with_columns(kind.alias("_kind")).filter(pl.col("_kind").is_not_null() & pl.col("step").is_not_null())
     steps = todo.filter(pl.col("_gemm"))["step"].unique().to_list()

@@ -15,12 +15,15 @@ names, so a mislabelled step still tells which kind of work it holds.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import polars as pl
 
 from attrib.components.patterns import GEMM_NAMES, GEMV_NAMES, RUNTIME_HELPERS
 
 MAX_PATTERN = 200_000
+_GEMMISH = re.compile(f"{GEMM_NAMES}|{GEMV_NAMES}")
 
 
 def _lag_matches(ids: np.ndarray) -> np.ndarray:
@@ -103,6 +106,26 @@ def _phase_of(names: pl.Expr) -> pl.Expr:
             .when(pre > dec).then(pl.lit("prefill")).otherwise(pl.lit("unknown")))
 
 
+def forward_ends(names: list[str], period: int) -> list[int] | None:
+    """Positions of the output GEMM that ends each forward pass, when the period found is a layer:
+    a GEMM/GEMV name seen at least twice, never twice within two periods, at a steady spacing (the
+    lm_head after the layer loop; llama.cpp's Q6_K output GEMV). The latest such name wins; None
+    when there is none (the period already is a forward pass: a decode token loop)."""
+    pos: dict[str, list[int]] = {}
+    for i, n in enumerate(names):
+        pos.setdefault(n, []).append(i)
+    best: list[int] | None = None
+    for n, at in pos.items():
+        if len(at) < 2 or not (_GEMMISH.search(n)):
+            continue
+        spacing = np.diff(at)
+        if spacing.min() < 2 * period or spacing.max() > 1.5 * spacing.min():
+            continue
+        if best is None or at[-1] > best[-1]:
+            best = at
+    return best
+
+
 def split_tokens(kernels: pl.DataFrame, min_period: int = 2) -> pl.DataFrame:
     """`kernels` (sorted by start) with `step` (token index from 0, null outside the loop) and
     `phase` ("decode" when GEMV kernels such as llama.cpp's mul_mat_vec_* dominate the step,
@@ -122,12 +145,18 @@ def split_tokens(kernels: pl.DataFrame, min_period: int = 2) -> pl.DataFrame:
         return k.drop("_row").with_columns(step=pl.lit(None, pl.Int64),
                                            phase=pl.lit(None, pl.Utf8))
     period, phase = found
-    bounds = _boundaries(gaps, period, phase)
+    ends = forward_ends(loop["name"].to_list(), period)
+    if ends is not None:  # one step per forward pass, each ending at its output GEMM
+        bounds = [0, *[e + 1 for e in ends[:-1]]]
+        partial = True
+    else:
+        bounds = _boundaries(gaps, period, phase)
+        partial = len(gaps) - bounds[-1] < period // 2  # the trailing window is a partial step
     starts = loop["start_ns"].to_numpy()[bounds]
     idx = np.searchsorted(starts, k["start_ns"].to_numpy(), side="right") - 1
     valid = idx >= 0
-    if len(gaps) - bounds[-1] < period // 2:  # the trailing window is a partial step
-        valid &= idx < len(bounds) - 1
+    if partial:
+        valid &= idx < len(bounds) - 1 if ends is None else k["start_ns"].to_numpy() <= loop["start_ns"][ends[-1]]
     k = k.with_columns(step=pl.Series(np.where(valid, idx, -1)).cast(pl.Int64))
     k = k.with_columns(step=pl.when(pl.col("step") >= 0).then(pl.col("step")))
     phases = k.filter(pl.col("step").is_not_null()).group_by("step").agg(

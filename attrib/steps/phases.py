@@ -15,7 +15,7 @@ import re
 import orjson
 import polars as pl
 
-from attrib.components.patterns import GEMM_OPS, LLAMACPP_MMVQ_COLS
+from attrib.components.patterns import GEMM_OPS, LLAMACPP_MMQ, LLAMACPP_MMVQ_COLS, LLAMACPP_NORM_ROWS
 from attrib.steps.periodic import split_tokens
 from attrib.trace import STEP_NAME, Trace
 
@@ -240,11 +240,28 @@ def _operand(dim_text: str | None, i: int) -> list[int] | None:
 
 
 def tokens_from_kernel_names(kernels: pl.DataFrame) -> pl.DataFrame:
-    """Per step: tokens from llama.cpp GEMV template arguments (ncols_dst: mul_mat_vec_q<(ggml_type)T,
-    ncols_dst, ...> demangled, _Z13mul_mat_vec_qIL9ggml_typeTELiNE... mangled), the most common value."""
+    """Per step: tokens from llama.cpp kernels. A decode step (GEMVs, MMVQ): the GEMV template
+    argument ncols_dst (mul_mat_vec_q<(ggml_type)T, ncols_dst, ...> demangled,
+    _Z13mul_mat_vec_qIL9ggml_typeTELiNE... mangled), the most common value. A prefill step (more
+    MMQ `mul_mat_q` GEMMs than GEMVs): the rows of its RMS norms (rms_norm_f32 runs one workgroup
+    per row: grid x = tokens), the most common value. Columns: step, name_tokens, name_tokens_from."""
     cols = pl.coalesce(*[pl.col("name").str.extract(LLAMACPP_MMVQ_COLS, g) for g in (1, 2)])
-    got = kernels.filter(pl.col("step").is_not_null()).select("step", cols.cast(pl.Int64).alias("n")).drop_nulls()
-    return got.group_by("step").agg(pl.col("n").mode().first().alias("name_tokens"))
+    k = kernels.filter(pl.col("step").is_not_null())
+    gemv = k.select("step", cols.cast(pl.Int64).alias("n")).drop_nulls().group_by("step").agg(
+        pl.col("n").mode().min().alias("_gemv"), pl.len().alias("_n_gemv"))
+    mmq = k.filter(pl.col("name").str.contains(LLAMACPP_MMQ)).group_by("step").agg(pl.len().alias("_n_mmq"))
+    if "grid" in k.columns:
+        rows = k.filter(pl.col("name").str.contains(LLAMACPP_NORM_ROWS) & pl.col("grid").is_not_null()).group_by("step").agg(
+            pl.col("grid").list.first().mode().max().alias("_rows"))
+    else:
+        rows = pl.DataFrame(schema={"step": pl.Int64, "_rows": pl.Int64})
+    got = gemv.join(mmq, on="step", how="full", coalesce=True).join(rows, on="step", how="left")
+    prefill = (pl.col("_n_mmq").fill_null(0) > pl.col("_n_gemv").fill_null(0)) & pl.col("_rows").is_not_null()
+    return got.select(
+        "step", pl.when(prefill).then(pl.col("_rows")).otherwise(pl.col("_gemv")).cast(pl.Int64).alias("name_tokens"),
+        pl.when(prefill).then(pl.lit("llama.cpp rms_norm rows (prefill, MMQ)"))
+        .when(pl.col("_gemv").is_not_null()).then(pl.lit("llama.cpp mul_mat_vec_q ncols")).alias("name_tokens_from"),
+    ).filter(pl.col("name_tokens").is_not_null())
 
 
 def _ids_shape(dim_text: str | None) -> list[int] | None:

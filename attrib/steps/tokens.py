@@ -33,9 +33,9 @@ def fill_tokens_and_phase(spans: pl.DataFrame, shapes: pl.DataFrame, notes: list
 
 
 def tokens_from_names(steps: pl.DataFrame, named: pl.DataFrame) -> pl.DataFrame:
-    """Steps still without a token count take it from llama.cpp GEMV kernel names."""
+    """Steps still without a token count take it from llama.cpp kernels (GEMV names, norm rows)."""
     s = steps.join(named, on="step", how="left")
     use = pl.col("tokens").is_null() & pl.col("name_tokens").is_not_null()
     return s.with_columns(
-        pl.when(use).then(pl.lit("llama.cpp mul_mat_vec_q ncols")).otherwise(pl.col("tokens_from")).alias("tokens_from"),
-        pl.when(use).then(pl.col("name_tokens")).otherwise(pl.col("tokens")).alias("tokens")).drop("name_tokens")
+        pl.when(use).then(pl.col("name_tokens_from")).otherwise(pl.col("tokens_from")).alias("tokens_from"),
+        pl.when(use).then(pl.col("name_tokens")).otherwise(pl.col("tokens")).alias("tokens")).drop("name_tokens", "name_tokens_from")
