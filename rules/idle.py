@@ -1,6 +1,7 @@
 """Idle explained by cause: where each step's GPU-idle milliseconds go.
 
-The GPU is idle in a step wherever no kernel runs between the step's start and end. Each idle
+The GPU is idle in a step wherever no kernel or GPU copy runs between the step's start and end
+(whichever step launched it, as the steps stage counts busy time). Each idle
 stretch is attributed, in this order, to: a GPU copy running (`copies`), a blocking runtime call on
 the host (cudaMemcpy, hipMemcpyWithStream, *Synchronize in `launches`), the stretch before the
 step's first kernel (host work: input preparation, Python), the stretch after its last kernel, and
@@ -68,10 +69,18 @@ def idle_causes(a: Attribution, phase: str) -> pl.DataFrame:
     copy = merge(*spans(pl.concat([a.trace.copies.filter(pl.col("kind") == "memcpy").select("start_ns", "dur_ns"),
                                          calls.filter(pl.col("name").str.contains(BLOCKING_COPY)).select("start_ns", "dur_ns")])))
     sync = merge(*spans(calls.filter(pl.col("name").str.contains(SYNC))))
+    # the GPU is busy whenever any kernel or GPU copy runs, whichever step launched it (as the steps stage counts)
+    gs, ge = spans(pl.concat([a.kernels.select("start_ns", "dur_ns"), a.trace.copies.select("start_ns", "dur_ns")]))
+    order = np.argsort(gs, kind="stable")
+    gs, ge = gs[order], ge[order]
+    longest = int((ge - gs).max()) if len(gs) else 0
     rows = []
     for s in st.iter_rows(named=True):
         ks = k.filter(pl.col("step") == s["step"])
-        res = _step_causes(s["window_start"], s["window_end"], *spans(ks), copy, sync)
+        w0, w1 = s["window_start"], s["window_end"]
+        lo, hi = np.searchsorted(gs, w0 - longest), np.searchsorted(gs, w1)
+        live = ge[lo:hi] > w0
+        res = _step_causes(w0, w1, gs[lo:hi][live], ge[lo:hi][live], copy, sync)
         rows.append({"step": s["step"], "step_ms": s["step_ms"], "kernels": ks.height,
                      "idle_ms": sum(res[c] for c in CAUSES) / 1e6, "gaps": res["gaps"],
                      **{c: res[c] / 1e6 for c in CAUSES}})

@@ -61,13 +61,17 @@ def test_idle_on_eager_hf_decode_is_launch_gaps_not_copies() -> None:
     assert causes["launch_gaps"] / f.ms_per_step > 0.9
 
 
-def test_idle_names_the_synchronization_on_the_mi300_hf_prefill() -> None:
-    """The TraceLens HF prefill on MI300 waits in hipDeviceSynchronize: the idle finding says so."""
-    f = fired("mi300_hf")["idle-by-cause"]
-    assert f.evidence["phase"] == "prefill" and f.evidence["causes"][0]["cause"] == "synchronization"
-    assert "hipDeviceSynchronize" in f.title
+def test_idle_on_the_mi300_hf_prefill_is_not_the_synchronization() -> None:
+    """The TraceLens HF prefill on MI300 calls hipDeviceSynchronize for 17 ms per step, but the GPU is
+    busy then with the 463 kernels launched before the step: the step idles 8.6% (quiet at the 20%
+    default), and what idle there is is launch gaps, not the synchronization."""
+    assert "idle-by-cause" not in fired("mi300_hf")
+    a, d = attribution("mi300_hf"), doc("mi300_hf")
+    f = _found(a, d, dataclasses.replace(rules.DEFAULT, idle_share=0.05))["idle-by-cause"]
+    assert f.evidence["phase"] == "prefill" and f.evidence["causes"][0]["cause"] == "launch_gaps"
     sync = next(c for c in f.evidence["blocking_calls_and_copies"] if c["name"] == "hipDeviceSynchronize")
-    assert sync["ms_per_step"] >= f.evidence["causes"][0]["ms_per_step"]  # the call spans its idle share
+    causes = {c["cause"]: c["ms_per_step"] for c in f.evidence["causes"]}
+    assert sync["ms_per_step"] > 17 and causes.get("synchronization", 0) < 0.1
 
 
 def test_idle_quiet_below_its_threshold_and_the_threshold_is_overridable() -> None:
@@ -122,7 +126,8 @@ def test_p18_mmvq_below_bandwidth_projected_onto_a_7900_xtx() -> None:
 
 def test_p19_mmq_prefill_on_the_r9700_and_not_on_decode_only() -> None:
     f = fired("gfx1201_rocprof_v1")["P19-llamacpp-prefill-microbatch"]
-    assert f.evidence["mmq_launches"] == 438 and f.evidence["mmq_share"] > 0.9
+    # two 512-token forward passes x (31 layers x 7 MMQ GEMMs + the last layer's q, k, v, o) = 442
+    assert f.evidence["mmq_launches"] == 442 and f.evidence["mmq_share"] > 0.9
     assert "P19-llamacpp-prefill-microbatch" not in fired("gfx1201_rocpd")
 
 
