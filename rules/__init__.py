@@ -35,7 +35,7 @@ CATALOG: tuple[Rule, ...] = (
     Rule("P06-launch-bound-decode", launch.launch_bound_decode, "kernels and step windows (annotations or steps)",
          (), launch.P06_REFS),
     Rule("P07-graph-opaque-steps", launch.graph_opaque_steps, "graph-replayed kernels; CPU ops", (), launch.P07_REFS),
-    Rule("P08-sampler-share", sampler.sampler_share, "sampler component (module/op/kernel names); decode tokens/step",
+    Rule("P08-sampler-share", sampler.sampler_share, "sampler component or kernels after the lm_head in a step; decode tokens/step",
          RDNA, sampler.REFS),
     Rule("P10-decode-attention-no-split-kv", attention.decode_attention_no_split_kv, "attention kernel names; decode "
          "phase", RDNA, attention.P10_REFS),

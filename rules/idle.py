@@ -1,11 +1,11 @@
-"""Idle explained by cause: where each step's GPU-idle milliseconds go.
+"""Idle explained by cause: where each step's milliseconds without a running kernel go.
 
-The GPU is idle in a step wherever no kernel or GPU copy runs between the step's start and end
-(whichever step launched it, as the steps stage counts busy time). Each idle
-stretch is attributed, in this order, to: a GPU copy running (`copies`), a blocking runtime call on
-the host (cudaMemcpy, hipMemcpyWithStream, *Synchronize in `launches`), the stretch before the
-step's first kernel (host work: input preparation, Python), the stretch after its last kernel, and
-what is left between kernels: launch gaps.
+In a step window, every stretch where no kernel runs (launched by any step) is attributed, in this order,
+to: a GPU copy or a blocking copy call on the host (a memcpy in `copies`; cudaMemcpy, hipMemcpyWithStream,
+... in `launches`), a host synchronization (*Synchronize), the stretch before the step's first kernel
+(host work: input preparation, Python), the stretch after its last, and what is left between kernels:
+launch gaps. The steps stage counts copies as GPU-busy; here a copy is a cause of kernel idle, so the
+causes add up to the steps' idle plus the copy time that no kernel overlaps.
 """
 
 from __future__ import annotations
@@ -40,9 +40,11 @@ REFS = ("https://github.com/vllm-project/vllm/issues/32180", "https://github.com
         "https://github.com/mudler/vllm.cpp/issues/41")
 
 
-def _step_causes(w0: int, w1: int, ks: np.ndarray, ke: np.ndarray, copy: tuple, sync: tuple) -> dict[str, float]:
-    """Idle nanoseconds of one step window by cause (see the module docstring)."""
-    ms, me = merge(np.clip(ks, w0, w1), np.clip(ke, w0, w1))
+def _step_causes(w0: int, w1: int, kern: tuple, copy: tuple, sync: tuple) -> dict[str, float]:
+    """Kernel-idle nanoseconds of one step window by cause (see the module docstring); `kern` merged kernels."""
+    gs, ge = kern
+    i, j = np.searchsorted(ge, w0, side="right"), np.searchsorted(gs, w1, side="left")
+    ms, me = np.clip(gs[i:j], w0, w1), np.clip(ge[i:j], w0, w1)
     if not len(ms):
         a, b, kind = np.array([w0]), np.array([w1]), np.array(["before_first_kernel"])
     else:
@@ -62,30 +64,25 @@ def _step_causes(w0: int, w1: int, ks: np.ndarray, ke: np.ndarray, copy: tuple, 
 
 
 def idle_causes(a: Attribution, phase: str) -> pl.DataFrame:
-    """Per step of `phase`: step_ms, idle_ms and the idle milliseconds of each cause in CAUSES."""
+    """Per step of `phase`: step_ms, idle_ms (no kernel running), GPU copy ms, and the ms of each cause in CAUSES."""
     st = a.steps.filter(pl.col("phase") == phase).drop_nulls(["window_start", "window_end"]).sort("step")
     k = a.kernels.filter(pl.col("phase") == phase)
     calls = a.trace.launches
-    copy = merge(*spans(pl.concat([a.trace.copies.filter(pl.col("kind") == "memcpy").select("start_ns", "dur_ns"),
-                                         calls.filter(pl.col("name").str.contains(BLOCKING_COPY)).select("start_ns", "dur_ns")])))
-    sync = merge(*spans(calls.filter(pl.col("name").str.contains(SYNC))))
-    # the GPU is busy whenever any kernel or GPU copy runs, whichever step launched it (as the steps stage counts)
-    gs, ge = spans(pl.concat([a.kernels.select("start_ns", "dur_ns"), a.trace.copies.select("start_ns", "dur_ns")]))
-    order = np.argsort(gs, kind="stable")
-    gs, ge = gs[order], ge[order]
-    longest = int((ge - gs).max()) if len(gs) else 0
+    cols = ("start_ns", "dur_ns")
+    kern = merge(*spans(a.trace.kernels.select(cols).drop_nulls()))
+    copy = merge(*spans(pl.concat([a.trace.copies.filter(pl.col("kind") == "memcpy").select(cols),
+                                   calls.filter(pl.col("name").str.contains(BLOCKING_COPY)).select(cols)]).drop_nulls()))
+    sync = merge(*spans(calls.filter(pl.col("name").str.contains(SYNC)).select(cols)))
+    cps = merge(*spans(a.trace.copies.select(cols).drop_nulls()))
     rows = []
     for s in st.iter_rows(named=True):
-        ks = k.filter(pl.col("step") == s["step"])
-        w0, w1 = s["window_start"], s["window_end"]
-        lo, hi = np.searchsorted(gs, w0 - longest), np.searchsorted(gs, w1)
-        live = ge[lo:hi] > w0
-        res = _step_causes(w0, w1, gs[lo:hi][live], ge[lo:hi][live], copy, sync)
-        rows.append({"step": s["step"], "step_ms": s["step_ms"], "kernels": ks.height,
-                     "idle_ms": sum(res[c] for c in CAUSES) / 1e6, "gaps": res["gaps"],
+        res = _step_causes(s["window_start"], s["window_end"], kern, copy, sync)
+        gpu_copy = covered(np.array([s["window_start"]]), np.array([s["window_end"]]), *cps)[0]
+        rows.append({"step": s["step"], "step_ms": s["step_ms"], "kernels": k.filter(pl.col("step") == s["step"]).height,
+                     "idle_ms": sum(res[c] for c in CAUSES) / 1e6, "gaps": res["gaps"], "gpu_copy_ms": gpu_copy / 1e6,
                      **{c: res[c] / 1e6 for c in CAUSES}})
     schema = {"step": pl.Int64, "step_ms": pl.Float64, "kernels": pl.Int64, "idle_ms": pl.Float64, "gaps": pl.Int64,
-              **{c: pl.Float64 for c in CAUSES}}
+              "gpu_copy_ms": pl.Float64, **{c: pl.Float64 for c in CAUSES}}
     return pl.DataFrame(rows, schema=schema)
 
 
@@ -108,32 +105,37 @@ def _named_calls(a: Attribution, phase: str, steps: int) -> list[dict[str, Any]]
 
 
 def idle_by_cause(a: Attribution, doc: dict[str, Any], th: Thresholds) -> list[Finding]:
-    """Every phase whose GPU idles more than `idle_share` of a step: the idle milliseconds by cause."""
+    """Every phase whose steps run no kernel for more than `idle_share` of their time: those milliseconds by
+    cause, the largest named in the title."""
     out = []
     for ph in doc.get("phases", ()):
-        idle, idle_ms = ph.get("idle_fraction"), ph.get("idle_ms")
-        if idle is None or idle <= th.idle_share or (idle_ms or 0) < th.idle_min_ms:
-            continue
         t = idle_causes(a, ph["phase"])
         if not t.height:
+            continue
+        idle_ms, step_ms = float(t["idle_ms"].median()), float(t["step_ms"].median())
+        share = idle_ms / step_ms if step_ms else 0.0
+        if share <= th.idle_share or idle_ms < th.idle_min_ms:
             continue
         med = {c: float(t[c].median()) for c in CAUSES}
         total = sum(med.values()) or 1.0
         order = sorted(CAUSES, key=lambda c: med[c], reverse=True)
         top = order[0]
         named = _named_calls(a, ph["phase"], t.height)
+        sync_named = [n for n in named if "ynchronize" in n["name"]]
+        copy_named = [n for n in named if "ynchronize" not in n["name"]]
         what = {"launch_gaps": f"launch gaps ({t['gaps'].median():.0f} gaps between {t['kernels'].median():.0f} kernels)",
-                "blocking_copies": "blocking copies" + (f" ({named[0]['name']})" if named else ""),
-                "synchronization": "host synchronizations" + (f" ({named[0]['name']})" if named else ""),
+                "blocking_copies": "copies" + (f" ({copy_named[0]['name']})" if copy_named else ""),
+                "synchronization": "host synchronizations" + (f" ({sync_named[0]['name']})" if sync_named else ""),
                 "before_first_kernel": "host work before the first kernel",
                 "after_last_kernel": "host work after the last kernel"}[top]
         out.append(Finding(
-            rule="idle-by-cause", severity="high" if idle > 0.5 else "medium",
-            title=f"{ph['phase']}: the GPU idles {idle_ms:.3f} ms of each {ph['step_ms']['median']:.3f} ms step "
-                  f"({idle:.0%}); most of it is {what}: {med[top]:.3f} ms",
-            ms_per_step=float(t["idle_ms"].median()),
-            evidence={"phase": ph["phase"], "steps": t.height, "step_ms": ph["step_ms"]["median"],
-                      "idle_ms_per_step": r(float(t["idle_ms"].median()), 4), "idle_fraction": idle,
+            rule="idle-by-cause", severity="high" if share > 0.5 else "medium",
+            title=f"{ph['phase']}: no kernel runs for {idle_ms:.3f} ms of each {step_ms:.3f} ms step ({share:.0%}); "
+                  f"most of it is {what}: {med[top]:.3f} ms",
+            ms_per_step=idle_ms,
+            evidence={"phase": ph["phase"], "steps": t.height, "step_ms": r(step_ms, 4),
+                      "kernel_idle_ms_per_step": r(idle_ms, 4), "kernel_idle_share": r(share),
+                      "gpu_idle_ms_per_step": ph.get("idle_ms"), "gpu_copy_ms_per_step": r(float(t["gpu_copy_ms"].median()), 4),
                       "causes": [{"cause": c, "ms_per_step": r(med[c], 4), "share_of_idle": r(med[c] / total)}
                                  for c in order if med[c] > 0],
                       "kernels_per_step": r(float(t["kernels"].median()), 1),

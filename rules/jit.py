@@ -52,13 +52,16 @@ def compile_in_window(a: Attribution, doc: dict[str, Any], th: Thresholds) -> li
         pl.len().alias("calls"), pl.col("dur_ns").first().alias("first"), pl.col("dur_ns").median().alias("median"))
         .filter((pl.col("calls") >= 3) & (pl.col("first") > th.first_call_ratio * pl.col("median")))
         .sort("first", descending=True))
-    if not sp.height and not cold.height:
-        return []
     per = _per_step_compile(a, sp) if sp.height else pl.DataFrame()
-    med_k = a.steps.group_by("phase").agg(pl.col("n_kernels").median().alias("med_k"))
-    odd = (a.steps.join(med_k, on="phase").filter(
+    med = a.steps.group_by("phase").agg(pl.col("n_kernels").median().alias("med_k"), pl.col("step_ms").median().alias("med_ms"))
+    odd = (a.steps.join(med, on="phase").filter(
         (pl.col("n_kernels") > th.kernel_count_ratio * pl.col("med_k"))
-        | (pl.col("n_kernels") * th.kernel_count_ratio < pl.col("med_k"))).select("step", "phase", "n_kernels", "med_k"))
+        | (pl.col("n_kernels") * th.kernel_count_ratio < pl.col("med_k")))
+        .select("step", "phase", "n_kernels", "med_k", "step_ms", "med_ms").sort("step_ms", descending=True))
+    # a step with an odd kernel count that also takes > 2x its phase's median: warmup or tuning work in it
+    slow_odd = odd.filter(pl.col("step_ms") > 2 * pl.col("med_ms"))
+    if not sp.height and not cold.height and not slow_odd.height:
+        return []
     hit = per.filter(pl.col("compile_ms") > 0).sort("compile_ms", descending=True) if per.height else per
     total_ms = total(*spans(sp)) / 1e6 if sp.height else 0.0
     worst = hit.row(0, named=True) if hit.height else None
@@ -69,11 +72,16 @@ def compile_in_window(a: Attribution, doc: dict[str, Any], th: Thresholds) -> li
                  f"{worst['step_ms']:.1f} ms {worst['phase']} step {worst['step']} ({worst['compile_ms'] / worst['step_ms']:.0%})")
     elif sp.height:
         title = f"compilation/autotuning inside the profiled window ({total_ms:.1f} ms, outside the steps)"
-    else:
+    elif cold.height:
         title = "Triton kernels' first calls are far slower than the rest: JIT or autotune inside the window"
+    else:
+        o = slow_odd.row(0, named=True)
+        title = (f"{o['phase']} step {o['step']} runs {o['n_kernels']} kernels (phase median {o['med_k']:.0f}) and takes "
+                 f"{o['step_ms']:.1f} ms ({o['med_ms']:.1f} ms median): warmup, compile or tuning inside the window")
     return [Finding(
         rule="P05-compile-in-window", severity="high" if worst else "medium", title=title,
-        ms_per_step=worst["compile_ms"] if worst else (total_ms or None),
+        ms_per_step=worst["compile_ms"] if worst else (total_ms or (float(slow_odd["step_ms"][0] - slow_odd["med_ms"][0])
+                                                                     if slow_odd.height else None)),
         evidence={"compile_ms_total": r(total_ms, 1),
                   "steps_with_compile": [{"step": h["step"], "phase": h["phase"], "step_ms": r(h["step_ms"], 2),
                                           "compile_ms": r(h["compile_ms"], 2), "share_of_step": r(h["compile_ms"] / h["step_ms"])}
@@ -83,7 +91,8 @@ def compile_in_window(a: Attribution, doc: dict[str, Any], th: Thresholds) -> li
                   "cold_kernels": [{"name": c["name"], "phase": c["phase"], "first_us": r(c["first"] / 1e3, 1),
                                     "median_us": r(c["median"] / 1e3, 1)} for c in cold.head(5).iter_rows(named=True)],
                   "kernel_count_outlier_steps": [{"step": o["step"], "phase": o["phase"], "kernels": o["n_kernels"],
-                                                  "phase_median": o["med_k"]} for o in odd.head(5).iter_rows(named=True)]},
+                                                  "phase_median": o["med_k"], "step_ms": r(o["step_ms"], 2),
+                                                  "phase_median_ms": r(o["med_ms"], 2)} for o in odd.head(5).iter_rows(named=True)]},
         remedy="Compile and autotune before the measured window: warm up every shape (more warmup steps in the "
                "capture, vLLM's warmup), keep the compile/autotune caches (TORCHINDUCTOR_CACHE_DIR, "
                "TRITON_CACHE_AUTOTUNING=1), ship tuned Triton configs for this device; leave compile steps out "

@@ -42,13 +42,14 @@ def _rocpd_doc(bits: float, arch: str | None = None) -> str:
 
 
 def test_idle_causes_add_up_to_the_steps_idle() -> None:
-    """Per step, the causes partition the idle time the steps stage measured (window minus kernel union)."""
-    for name in ("h200_llama_eager", "mi300_hf", "gfx1201_rocpd"):
+    """Per step, the causes partition the time no kernel runs: the steps stage's idle (no kernel and no copy
+    running) plus at most the GPU copy time of the window (copies are a cause here, busy there)."""
+    for name in ("h200_llama_eager", "mi300_hf", "gfx1201_rocpd", "h200_moe_eager"):
         a = attribution(name)
         for phase in a.steps["phase"].unique().drop_nulls():
             t = idle_causes(a, phase).join(a.steps.select("step", pl.col("idle_ms").alias("ref")), on="step")
-            total = t.select(sum(pl.col(c) for c in CAUSES)).to_series()
-            assert (total - t["ref"]).abs().max() < 1e-3, (name, phase)
+            extra = t.select(sum(pl.col(c) for c in CAUSES) - pl.col("ref")).to_series()
+            assert (extra >= -1e-3).all() and (extra <= t["gpu_copy_ms"] + 1e-3).all(), (name, phase)
 
 
 def test_idle_on_eager_hf_decode_is_launch_gaps_not_copies() -> None:
@@ -57,6 +58,7 @@ def test_idle_on_eager_hf_decode_is_launch_gaps_not_copies() -> None:
     causes = {c["cause"]: c["ms_per_step"] for c in f.evidence["causes"]}
     assert f.evidence["causes"][0]["cause"] == "launch_gaps" and "launch gaps" in f.title
     assert causes.get("blocking_copies", 0) == 0  # no memcpy in this trace
+    # no copies here but memsets: the kernel idle equals the steps' idle up to the memset time
     assert f.ms_per_step == pytest.approx(doc("h200_llama_eager")["phases"][1]["idle_ms"], abs=0.05)
     assert causes["launch_gaps"] / f.ms_per_step > 0.9
 
@@ -75,7 +77,7 @@ def test_idle_on_the_mi300_hf_prefill_is_not_the_synchronization() -> None:
 
 
 def test_idle_quiet_below_its_threshold_and_the_threshold_is_overridable() -> None:
-    """The dense CUDA-graph decode idles 21 %: reported at the default 20 %, quiet at 30 %."""
+    """The dense CUDA-graph decode runs no kernel for 21 % of a step: reported at the default 20 %, quiet at 30 %."""
     a, d = attribution("h200_dense_graph"), doc("h200_dense_graph")
     assert "idle-by-cause" in _found(a, d)
     assert "idle-by-cause" not in _found(a, d, Thresholds(idle_share=0.3))
