@@ -7,17 +7,13 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from attrib.components.patterns import NOT_TRITON, TRITON_NAME
+from attrib.components.patterns import COMPILE_SPANS, NOT_TRITON, TRITON_NAME
 from attrib.pipeline import Attribution
 from rules.finding import Finding, env, r
 from rules.intervals import covered, merge, spans, total
 from rules.thresholds import Thresholds
 
-# torch.compile (dynamo/inductor) and Triton compile/autotune spans, recorded as ops, annotations or Python
-# frames. Not "Torch-Compiled Region": that span wraps every call of compiled code, compiled or not.
-COMPILE = (r"entire_frame_compile|inductor_compile|compile_fx|_compile\.compile_inner|CachingAutotuner\.benchmark_all_configs"
-           r"|benchmark_all_configs|async_compile|AsyncCompile|autotune_select_algorithm|triton/runtime/autotuner\.py"
-           r"|do_bench|triton/compiler/compiler\.py\(\d+\): (?:compile|_compile)\b")
+COMPILE = COMPILE_SPANS
 
 P05_REFS = ("https://github.com/vllm-project/vllm/pull/40137", "https://github.com/vllm-project/vllm/issues/43009",
             "https://github.com/vllm-project/vllm/pull/37188", "https://github.com/vllm-project/vllm/pull/44331",

@@ -106,7 +106,7 @@ def test_profiler_step_holding_several_forwards_is_split(fixtures):
     t = load(fixtures / "captured" / "hf_llama_cuda_b8_p512.pt.trace.json.gz")
     mk = t.markers.filter(pl.col("name").str.starts_with("ProfilerStep#") & (pl.col("side") == "cpu"))
     first, end = mk.sort("start_ns").row(0, named=True), (mk["start_ns"] + mk["dur_ns"]).max()
-    one = mk.filter(pl.col("id") == first["id"]).with_columns(pl.lit(end - first["start_ns"]).alias("dur_ns"))
+    one = mk.filter(pl.col("id") == first["id"]).with_columns(pl.lit(end - first["start_ns"], pl.Int64).alias("dur_ns"))
     a = attribute(t.with_tables(markers=one))
     steps = a.steps.sort("step")
     assert steps.height == 9

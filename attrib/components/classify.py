@@ -16,6 +16,7 @@ from attrib.components.patterns import GEMM_OPS, component_patterns
 from attrib.components.position import gemm_positions
 from attrib.link.launches import launch_points
 from attrib.link.nesting import innermost
+from attrib.steps.excluded import compile_spans, inside
 from attrib.trace import Trace
 
 TAXONOMY = ("embedding", "qkv_proj", "attention", "kv_cache_write", "rope", "o_proj", "norm", "mlp_gate_up",
@@ -101,6 +102,14 @@ def _row_gather(ops: pl.DataFrame, k: pl.DataFrame) -> pl.Expr:
         pl.col("concrete_inputs").str.extract(r'^\["[^"]*", "(\d+)"', 1).alias("dim"))
     g = g.unnest("input_dims").filter((pl.col("1") == pl.col("2")) & (pl.col("dim") == "0"))
     return pl.when(pl.col("op_id").is_in(g["id"].implode())).then(pl.lit("embedding"))
+
+
+def _outer_product(ops: pl.DataFrame) -> pl.Expr:
+    """'rope' for kernels of a GEMM op with inner dimension 1: the rotary embedding's frequency table
+    (inv_freq [d/2, 1] @ positions [1, T]), never a projection (compiled graphs call it as aten::mm)."""
+    g = ops.filter(pl.col("name").is_in(["aten::mm", "aten::bmm", "aten::matmul"]) &
+                   pl.col("input_dims").str.contains(r"^\[\[(?:\d+, )*\d+, 1\], \[(?:\d+, )*1, \d+\]"))
+    return pl.when(pl.col("op_id").is_in(g["id"].implode())).then(pl.lit("rope"))
 
 
 def _module_comp() -> pl.Expr:
@@ -216,7 +225,7 @@ def _between(k: pl.DataFrame) -> pl.DataFrame:
 
 
 def classify(trace: Trace, links: pl.DataFrame, kernel_steps: pl.DataFrame) -> pl.DataFrame:
-    """One row per kernel: id, step, component, evidence (module | frame | op | name | position | none)."""
+    """One row per kernel: id, step, component, evidence (module | frame | op | name | position | compile | none)."""
     la = trace.launches.select(pl.col("id").alias("launch_id"), pl.col("start_ns").alias("launch_ns"),
                                pl.col("pid").alias("launch_pid"), pl.col("tid").alias("launch_tid"))
     k = (trace.kernels.select("id", "name", "start_ns", "dur_ns")
@@ -225,7 +234,7 @@ def classify(trace: Trace, links: pl.DataFrame, kernel_steps: pl.DataFrame) -> p
          .join(trace.ops.select(pl.col("id").alias("op_id"), pl.col("name").alias("op")), on="op_id", how="left")
          .with_columns(pl.col("graph").fill_null(False)))
     k = k.join(by_name(k["name"]), on="name", how="left").join(_hints(trace, k), on="id", how="left")
-    op_comp = pl.coalesce(_row_gather(trace.ops, k), _first_match(pl.col("op"), list(OP_RULES)))
+    op_comp = pl.coalesce(_row_gather(trace.ops, k), _outer_product(trace.ops), _first_match(pl.col("op"), list(OP_RULES)))
     specific = pl.when(pl.col("name_comp").is_in(_PSEUDO)).then(pl.lit(None, pl.Utf8)).otherwise(pl.col("name_comp"))
     k = _shared_by_class(k)
     k = k.with_columns(_module_comp().alias("_mod"), op_comp.alias("_op"), specific.alias("_name"))
@@ -241,6 +250,10 @@ def classify(trace: Trace, links: pl.DataFrame, kernel_steps: pl.DataFrame) -> p
         .when(pl.col("_op").is_not_null()).then(pl.lit("op"))
         .when(pl.col("_name").is_not_null()).then(pl.lit("name")).alias("evidence"))
     k = _split_linears(k)
+    # kernels launched by a compile or autotune (benchmark GEMMs, cache-flush fills): no model component
+    compiling = inside(k["launch_ns"], compile_spans(trace))
+    k = k.with_columns(pl.when(compiling).then(pl.lit("other")).otherwise(pl.col("comp")).alias("comp"),
+                       pl.when(compiling).then(pl.lit("compile")).otherwise(pl.col("evidence")).alias("evidence"))
     gemm = (pl.col("comp").is_null() & (pl.col("name_comp") == "gemm")) | (
         pl.col("comp").is_null() & pl.col("op").is_in(list(GEMM_OPS)).fill_null(False))
     k = k.with_columns(gemm.alias("_gemm"))

@@ -19,6 +19,12 @@ GEMM_OPS: dict[str, int | None] = {
     "aten::bmm": None, "aten::baddbmm": None,
 }
 
+# torch.compile (dynamo/inductor) and Triton compile/autotune spans, recorded as ops, annotations or Python
+# frames. Not "Torch-Compiled Region": that span wraps every call of compiled code, compiled or not.
+COMPILE_SPANS = (r"entire_frame_compile|inductor_compile|compile_fx|_compile\.compile_inner|CachingAutotuner\.benchmark_all_configs"
+                 r"|benchmark_all_configs|async_compile|AsyncCompile|autotune_select_algorithm|triton/runtime/autotuner\.py"
+                 r"|do_bench|triton/compiler/compiler\.py\(\d+\): (?:compile|_compile)\b")
+
 # ROCm runtime helper kernels (blits, fills) that are no model work
 RUNTIME_HELPERS = r"^__amd_rocclr_|^__amd_|copyBuffer|fillBuffer"
 # GEMV-shaped (one token per sequence: decode) and GEMM-shaped (prefill) kernel families

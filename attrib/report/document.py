@@ -84,6 +84,13 @@ def _phase_doc(phase: str, steps: pl.DataFrame, k: pl.DataFrame, arch: Arch | No
     }
 
 
+def excluded_steps(out: pl.DataFrame) -> list[dict[str, Any]]:
+    """The steps left out of a phase's figures: step, why (compile | warm-up), step_ms, kernels, kernel_ms."""
+    return [{"step": int(r["step"]), "reason": r["excluded"], "step_ms": _r(r["step_ms"]),
+             "kernels": int(r["n_kernels"] or 0), "kernel_ms": _r(r["kernel_ms"])}
+            for r in out.sort("step").iter_rows(named=True)]
+
+
 def distributed(trace: Trace) -> dict[str, Any] | None:
     """The process group of the traced rank (Kineto `distributedInfo`): backend, rank, world size."""
     info = trace.meta.top.get("distributedInfo") if trace.meta.top else None
@@ -125,8 +132,14 @@ def document(a: Attribution, phase: str | None = None, arch: Arch | None = None,
     for ph in sorted(a.steps["phase"].unique().to_list(), key=lambda p: (order.get(p, 3), p)):
         if phase and ph != phase:
             continue
-        phases.append(_phase_doc(ph, a.steps.filter(pl.col("phase") == ph), k.filter(pl.col("phase") == ph), arch, budget,
-                                what_if))
+        st = a.steps.filter(pl.col("phase") == ph)
+        out = st.filter(pl.col("excluded").is_not_null()) if "excluded" in st.columns else st.clear()
+        keep = st.join(out.select("step"), on="step", how="anti") if out.height < st.height else st
+        doc_ph = _phase_doc(ph, keep, k.filter((pl.col("phase") == ph) & pl.col("step").is_in(keep["step"].implode())),
+                            arch, budget, what_if)
+        phases.append(doc_ph | {"excluded_steps": excluded_steps(out if keep is not st else out.clear())})
+        if out.height and keep is st:
+            notes.append(f"{ph}: every step is {out['excluded'][0]}; none left out of the figures")
     total_ns = int(t.kernels["dur_ns"].sum() or 0)
     in_steps = k.filter(pl.col("step").is_not_null())
     attributed = in_steps.filter(pl.col("component") != "other")["dur_ns"].sum()

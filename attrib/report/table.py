@@ -72,6 +72,9 @@ def render(doc: dict[str, Any]) -> str:
             extra.append(f"bytes known for {ph['bytes_known_share'] * 100:.1f}% of kernel time")
         if extra:
             lines.append("   " + ", ".join(extra))
+        for x in ph.get("excluded_steps") or ():
+            lines.append(f"   left out: step {x['step']} ({x['reason']}): {_f(x['step_ms'])} ms, {x['kernels']} kernels,"
+                         f" {_f(x['kernel_ms'])} ms of kernels")
         lines.append(f"   {'component':<18}{'kernels':>8}{'ms/step':>10}{'share':>8}{'MB/step':>10}{'GB/s':>8}{'gap ms':>9}"
                      "  evidence")
         for c in ph["components"]:

@@ -95,9 +95,12 @@ def _spans(trace: Trace, phase_map: dict[str, str]) -> pl.DataFrame:
     cpu = sel.filter(pl.col("side") == "cpu").select(
         pl.col("name").alias("marker"), "external_id", pl.col("start_ns").alias("cpu_start"),
         (pl.col("start_ns") + pl.col("dur_ns")).alias("cpu_end"))
-    gpu = sel.filter(pl.col("side") == "gpu").select(
+    # one GPU projection per annotation: a range projected on several streams is their hull
+    g = sel.filter(pl.col("side") == "gpu").select(
         "external_id", pl.col("name").alias("gname"), pl.col("start_ns").alias("gpu_start"),
         (pl.col("start_ns") + pl.col("dur_ns")).alias("gpu_end"))
+    gpu = pl.concat([g.filter(pl.col("external_id").is_not_null()).group_by("external_id", "gname").agg(
+        pl.col("gpu_start").min(), pl.col("gpu_end").max()), g.filter(pl.col("external_id").is_null())])
     if cpu.height:
         spans = cpu.join(gpu, on="external_id", how="left").drop("gname")
     else:

@@ -1,0 +1,54 @@
+"""Steps that are not the workload: a compile or autotune inside the window, or a warm-up outlier.
+
+A step whose window holds torch.compile / Inductor / Triton compile or autotune spans (ops, CPU
+annotations or Python frames named in `COMPILE_SPANS`) is `excluded = "compile"`; a step of a phase
+of at least `MIN_STEPS` steps with `OUTLIER` times the phase's median kernel count and step time is
+`excluded = "warm-up"`. Excluded steps stay in the steps table and are listed in the document;
+the phase figures leave them out.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+from attrib.components.patterns import COMPILE_SPANS
+from attrib.trace import Trace
+
+OUTLIER = 3.0
+MIN_STEPS = 4
+
+
+def compile_spans(trace: Trace) -> pl.DataFrame:
+    """start_ns, end_ns of every compile/autotune span (ops, CPU annotations, Python frames)."""
+    cols = ("name", "start_ns", "dur_ns")
+    parts = [trace.ops.select(cols), trace.markers.filter(pl.col("side") == "cpu").select(cols), trace.frames.select(cols)]
+    return pl.concat(parts).filter(pl.col("name").str.contains(COMPILE_SPANS)).select(
+        "start_ns", (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns")).sort("start_ns")
+
+
+def inside(t: pl.Series, spans: pl.DataFrame) -> pl.Series:
+    """For each time in t: whether a span of `spans` (start_ns, end_ns) holds it."""
+    if spans.height == 0:
+        return pl.Series([False] * t.len(), dtype=pl.Boolean)
+    s, e = spans["start_ns"].to_numpy(), np.maximum.accumulate(spans["end_ns"].to_numpy())
+    tv = t.fill_null(-1).to_numpy()
+    j = np.searchsorted(s, tv, side="right") - 1
+    hit = (j >= 0) & (tv < e[np.clip(j, 0, None)])
+    return pl.Series(hit & t.is_not_null().to_numpy())
+
+
+def mark_excluded(steps: pl.DataFrame, trace: Trace) -> pl.DataFrame:
+    """steps (with window_start/end, step_ms, n_kernels) + `excluded`: "compile" | "warm-up" | null."""
+    sp = compile_spans(trace)
+    has_compile = pl.Series([False] * steps.height, dtype=pl.Boolean)
+    if sp.height and steps.height:
+        starts = sp["start_ns"].to_numpy()
+        w0, w1 = steps["window_start"].to_numpy(), steps["window_end"].to_numpy()
+        has_compile = pl.Series(np.searchsorted(starts, w1) > np.searchsorted(starts, w0))
+    med = pl.col("n_kernels").median().over("phase"), pl.col("step_ms").median().over("phase")
+    outlier = ((pl.len().over("phase") >= MIN_STEPS) & (pl.col("n_kernels") > OUTLIER * med[0])
+               & (pl.col("step_ms") > OUTLIER * med[1])).fill_null(False)
+    return steps.with_columns(has_compile.alias("_compile")).with_columns(
+        pl.when(pl.col("_compile")).then(pl.lit("compile")).when(outlier).then(pl.lit("warm-up"))
+        .otherwise(pl.lit(None, pl.Utf8)).alias("excluded")).drop("_compile")
