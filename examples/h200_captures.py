@@ -228,8 +228,16 @@ def run_one(name: str, device_name: str, out: Path, tiny: bool) -> int:
     stack = spec.get("stack", True)
     cfgd = {k: v for k, v in config.to_dict().items()
             if isinstance(v, (int, float, str, bool, list, type(None)))}
+    shown = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+             "head_dim", "intermediate_size", "vocab_size", "layer_types", "num_experts",
+             "num_experts_per_tok", "moe_intermediate_size", "shared_expert_intermediate_size",
+             "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
+             "linear_value_head_dim", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
+             "qk_rope_head_dim", "v_head_dim", "n_routed_experts", "n_shared_experts",
+             "first_k_dense_replace")
     prov = {"model": f"random-init {config.model_type} ({name}): "
-                     + ", ".join(f"{k}={v}" for k, v in (LLAMA if spec['arch'] == 'llama' else {}).items()),
+                     + ", ".join(f"{k}={getattr(config, k)}" for k in shown
+                                 if getattr(config, k, None) is not None),
             "quantization": "none", "dtype": dt, "context_length": prompt, "batch": batch,
             "concurrency": 1, "kv_cache_dtype": dt, "speculative": "none",
             "kv_cache_state": "StaticCache, compiled decode" if kind == "compile"
