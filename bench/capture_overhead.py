@@ -12,9 +12,12 @@ timed per step (host wall clock around the step, GPU work included) under four v
   bare+span bare, plus the `record_function("decode (tokens=8)")` span the capture puts on each step
   capture   collectors.capture(..., steps=None) with `cap.phase("decode", tokens=8)` per step
 
-Repetitions are interleaved (the variants' order rotates each round), each variant's first
-`--skip` steps of a window are dropped (profiler warm-up), and the medians of all kept steps are
-compared. Export is outside the timed steps (bare: nothing exported; capture: exported at close).
+Repetitions are interleaved (the variants' order rotates each round), every window starts from
+the same prefilled KV cache (cropped back to the prompt), each window's first `--skip` steps are
+dropped (profiler warm-up). Reported: the pooled medians of all kept steps, and -- the figure to
+quote, since the host's speed drifts between rounds by more than the effect -- the per-round
+paired ratio (capture's median over bare's in the same round), its median and quartiles.
+Export is outside the timed steps (bare: nothing exported; capture: exported at close).
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=40, help="timed decode steps per window")
     ap.add_argument("--skip", type=int, default=5, help="steps dropped at each window's start")
     ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated subset")
     ap.add_argument("--no-stack", action="store_true")
     ap.add_argument("--json", default=None, help="write the result here too")
     args = ap.parse_args(argv)
@@ -72,8 +76,9 @@ def main(argv=None) -> int:
     key = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
     n_total = args.skip + args.steps
     acts = None
+    fast: list[bool] = []   # whether the capture called the record_function ops directly
 
-    def fresh():
+    def prefill():
         try:
             cache = DynamicCache(config=cfg)
         except TypeError:
@@ -83,6 +88,15 @@ def main(argv=None) -> int:
             o = model(input_ids=ids, use_cache=True, logits_to_keep=1, **{key: cache})
         sync()
         return cache, o.logits[:, -1].argmax(-1, keepdim=True)
+
+    base_cache, first = prefill()
+
+    def fresh():
+        """The same prefilled cache for every window (cropped back to the prompt): same work."""
+        extra = base_cache.get_seq_length() - args.prompt
+        if extra > 0:
+            base_cache.crop(-extra)   # a negative count: accepted by old and new transformers
+        return base_cache, first
 
     def one_step(cache, nxt):
         o = model(input_ids=nxt, use_cache=True, **{key: cache})
@@ -125,6 +139,7 @@ def main(argv=None) -> int:
                                          name=f"overhead_{time.time_ns()}",
                                          provenance={"model": "capture_overhead bench"})
                 with cap:
+                    fast.append(getattr(cap, "_span_enter", None) is not None)
                     for _ in range(n_total):
                         t0 = time.perf_counter()
                         with cap.phase("decode", tokens=args.batch):
@@ -134,31 +149,49 @@ def main(argv=None) -> int:
                     p.unlink()
         return times[args.skip:]
 
+    variants = tuple(v for v in VARIANTS if v in args.variants.split(","))
     # untimed warm-up of every path (cuBLAS, profiler init)
+    t_start = time.perf_counter()
     with tempfile.TemporaryDirectory() as td:
         tmp = Path(td)
-        for v in VARIANTS:
+        for v in variants:
             window(v, tmp)
-        per: dict[str, list[float]] = {v: [] for v in VARIANTS}
+        per: dict[str, list[float]] = {v: [] for v in variants}
         rounds = []
         for r in range(args.rounds):
-            order = VARIANTS[r % len(VARIANTS):] + VARIANTS[:r % len(VARIANTS)]
+            order = variants[r % len(variants):] + variants[:r % len(variants)]
             row = {}
             for v in order:
                 t = window(v, tmp)
                 per[v] += t
                 row[v] = statistics.median(t) * 1e3
             rounds.append(row)
-            print(f"round {r}: " + "  ".join(f"{v} {row[v]:.3f}" for v in VARIANTS), flush=True)
-    med = {v: statistics.median(per[v]) * 1e3 for v in VARIANTS}
+            print(f"round {r}: " + "  ".join(f"{v} {row[v]:.3f}" for v in variants), flush=True)
+    med = {v: statistics.median(per[v]) * 1e3 for v in variants}
+
+    def paired(a: str, b: str) -> dict | None:
+        """Per round, a's median over b's (neighbouring windows), in %: median and quartiles."""
+        if a not in variants or b not in variants:
+            return None
+        pct = sorted(100 * (row[a] / row[b] - 1) for row in rounds)
+        q = statistics.quantiles(pct, n=4) if len(pct) > 1 else pct * 3
+        return {"median_pct": statistics.median(pct), "q1_pct": q[0], "q3_pct": q[2],
+                "rounds": len(pct)}
+
     res = {"device": torch.cuda.get_device_name() if cuda else "cpu", "torch": torch.__version__,
            "transformers": transformers.__version__, "layers": args.layers, "hidden": args.hidden,
            "batch": args.batch, "prompt": args.prompt, "with_stack": stack,
            "steps_per_window": args.steps, "rounds": args.rounds, "median_ms_per_step": med,
            "rounds_median_ms": rounds,
-           "capture_vs_bare_pct": 100 * (med["capture"] / med["bare"] - 1),
-           "capture_vs_bare_span_pct": 100 * (med["capture"] / med["bare+span"] - 1),
-           "bare_vs_none_pct": 100 * (med["bare"] / med["none"] - 1)}
+           "seconds": round(time.perf_counter() - t_start, 1),
+           "capture_span_ops_direct": all(fast) if fast else None,
+           "pooled_pct": {f"{a}_vs_{b}": 100 * (med[a] / med[b] - 1)
+                          for a, b in (("capture", "bare"), ("capture", "bare+span"),
+                                       ("bare+span", "bare"), ("bare", "none"))
+                          if a in med and b in med},
+           "paired_pct": {f"{a}_vs_{b}": paired(a, b)
+                          for a, b in (("capture", "bare"), ("capture", "bare+span"),
+                                       ("bare+span", "bare"), ("bare", "none"))}}
     print(json.dumps(res, indent=1))
     if args.json:
         Path(args.json).write_text(json.dumps(res, indent=1) + "\n")

@@ -321,3 +321,43 @@ def test_rocm_build_also_emits_roctx_ranges(tmp_path, monkeypatch):
                 _work(tokens)
     assert calls == [("push", "decode (tokens=6)"), ("pop",), ("push", "decode (tokens=2)"), ("pop",)]
     assert _spans(cap.result.path) == {"decode (tokens=6)": 1, "decode (tokens=2)": 1}
+
+
+def test_step_costs_few_python_calls_and_leaves_no_probe_span(tmp_path):
+    """Under with_stack the Python tracer records every call a step makes; the capture's own share
+    per step stays a handful (a plain context manager, no generator/contextlib, direct span ops),
+    and probing the span ops before the window leaves no stray annotation in the trace."""
+    with collectors.capture(tmp_path, warmup=1, steps=6, name="cost", with_stack=True) as cap:
+        for _ in range(7):
+            with cap.phase("decode", tokens=8):
+                _work(3)
+    ev = _events(cap.result.path)
+    assert _spans(cap.result.path) == Counter({"decode (tokens=8)": 6})
+    assert not any(e.get("name") == "attrib.capture.probe" for e in ev)
+    steps = sorted((e for e in ev if e.get("name", "").startswith("ProfilerStep#")),
+                   key=lambda e: e["ts"])
+    mid = steps[1:-1]   # whole steps: not the first (window start) nor the last (stamp + export)
+    assert mid
+    lo, hi = mid[0]["ts"], mid[-1]["ts"] + mid[-1]["dur"]
+    own = [e["name"] for e in ev if e.get("cat") == "python_function" and lo <= e["ts"] < hi
+           and ("torch_capture.py" in e["name"] or "contextlib.py" in e["name"])]
+    assert not any("contextlib.py" in n for n in own), own
+    assert len(own) / len(mid) <= 7, Counter(own)
+
+
+def test_machine_fields_collected_once_and_reused(tmp_path, monkeypatch):
+    """The stamp's slow part (versions, GPU, env) is collected before the window opens."""
+    from collectors import provenance
+
+    calls = []
+    real = provenance.machine_fields
+    monkeypatch.setattr(provenance, "machine_fields", lambda t: calls.append(1) or real(t))
+    with collectors.capture(tmp_path, steps=2, name="m", with_stack=False) as cap:
+        assert calls == [1]   # at start, before any step
+        for i in range(2):
+            with cap.phase("decode", tokens=1):
+                _work(i)
+    assert calls == [1]
+    doc = read_sidecar(cap.result.path)
+    assert doc["versions"]["torch"] == torch.__version__
+    assert doc["steps"] == [{"phase": "decode", "tokens": 1}] * 2
