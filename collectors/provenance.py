@@ -133,30 +133,51 @@ def gpu_info(torch: Any) -> dict[str, Any] | None:
     return None
 
 
+def machine_fields(torch: Any) -> dict[str, Any]:
+    """The stamp's parts that do not change during a capture: versions, GPU, host, environment.
+
+    The slow part of a stamp (the installed attrib's version, the device properties), so a capture
+    collects it before its window opens and hands it to `collect(..., machine=...)`."""
+    return {
+        "versions": {
+            "python": platform.python_version(),
+            "torch": getattr(torch, "__version__", None),
+            "cuda": getattr(torch.version, "cuda", None),
+            "hip": getattr(torch.version, "hip", None),
+            "attrib": _attrib_version(),
+            "transformers": _version("transformers"),
+            "vllm": _version("vllm"),
+            "sglang": _version("sglang"),
+        },
+        "gpu": gpu_info(torch),
+        "host": {"hostname": socket.gethostname(), "pid": os.getpid(),
+                 "platform": platform.platform(), "memory_bytes": _host_memory()},
+        "env": kernel_env(),
+    }
+
+
 def collect(torch: Any, user: dict[str, Any] | None, capture: dict[str, Any],
-            steps: list[tuple[str, int | None]], trace_name: str) -> dict[str, Any]:
-    """The stamp of one capture. `user` fills USER_FIELDS; its other keys go under "extra"."""
+            steps: list[tuple[str, int | None]], trace_name: str,
+            machine: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The stamp of one capture. `user` fills USER_FIELDS; its other keys go under "extra".
+
+    machine: `machine_fields(torch)` collected earlier (else collected now); a module imported
+    since (transformers after the capture started) still gets its version."""
     user = dict(user or {})
     doc: dict[str, Any] = {"schema": SCHEMA, "trace": trace_name,
                            "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     for key in USER_FIELDS:
         doc[key] = _jsonable(user.pop(key, None))
     doc["steps"] = [{"phase": p, "tokens": t} for p, t in steps]
-    doc["versions"] = {
-        "python": platform.python_version(),
-        "torch": getattr(torch, "__version__", None),
-        "cuda": getattr(torch.version, "cuda", None),
-        "hip": getattr(torch.version, "hip", None),
-        "attrib": _attrib_version(),
-        "transformers": _version("transformers"),
-        "vllm": _version("vllm"),
-        "sglang": _version("sglang"),
-    }
-    doc["gpu"] = gpu_info(torch)
-    doc["host"] = {"hostname": socket.gethostname(), "pid": os.getpid(),
-                   "platform": platform.platform(), "memory_bytes": _host_memory()}
+    fixed = machine if machine is not None else machine_fields(torch)
+    versions = dict(fixed["versions"])
+    for name in ("transformers", "vllm", "sglang"):
+        versions[name] = versions.get(name) or _version(name)
+    doc["versions"] = versions
+    doc["gpu"] = fixed["gpu"]
+    doc["host"] = fixed["host"]
     doc["capture"] = _jsonable(capture)
-    doc["env"] = kernel_env()
+    doc["env"] = fixed["env"]
     doc["extra"] = _jsonable(user)
     return doc
 

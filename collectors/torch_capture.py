@@ -91,6 +91,61 @@ class _NullCapture:
         return contextlib.nullcontext()
 
 
+def _span_ops(torch: Any) -> tuple[Any, Any]:
+    """The two ops `torch.profiler.record_function` calls to open and close a span (the same
+    `user_annotation` event in the trace), to be called directly: the wrapper class costs ~25
+    Python calls per span, each one recorded by the Python tracer under with_stack. (None, None)
+    -- use record_function -- when they are missing or when torch's CUPTI monitor, which
+    record_function also notifies, is running."""
+    try:
+        from torch.autograd import profiler as ap
+
+        monitor = getattr(ap, "_maybe_cupti_monitor", None)
+        if monitor is not None and getattr(monitor(), "_monitor_singleton", None) is not None:
+            return None, None
+        enter = torch.ops.profiler._record_function_enter_new.default
+        leave = torch.ops.profiler._record_function_exit._RecordFunction
+        leave(enter("attrib.capture.probe", None))   # both callable here, or fall back
+        return enter, leave
+    except Exception:
+        return None, None
+
+
+class _Step:
+    """One marked step (what `Capture.phase` returns): a plain context manager, no generator.
+
+    Kept to a few Python calls on purpose: under with_stack the profiler's Python tracer records
+    every call made while a step runs, so each one the capture adds costs time in every step."""
+
+    __slots__ = ("cap", "name", "tokens", "label", "span")
+
+    def __init__(self, cap: "Capture", name: str, tokens: int | None, label: str) -> None:
+        self.cap, self.name, self.tokens, self.label, self.span = cap, name, tokens, label, False
+
+    def __enter__(self) -> None:
+        cap = self.cap
+        if cap._state != "running":
+            return None   # span stays False: not a step of this capture
+        try:
+            if cap._roctx is not None:
+                cap._roctx.range_push(self.label)
+            if cap._span_enter is not None:   # the record_function ops, without its wrapper
+                self.span = cap._span_enter(self.label, None)
+            else:
+                span = cap._record_function(self.label)
+                span.__enter__()
+                self.span = span
+        except Exception as exc:
+            self.span = None
+            _warn(f"could not open step span {self.label!r}: {exc}")
+        return None
+
+    def __exit__(self, *exc: Any) -> bool:
+        if self.span is not False:
+            self.cap._end_step(self.span, self.name, self.tokens)
+        return False
+
+
 class Capture:
     """A live capture; build it with `capture(...)`. A context manager, or start()/close()."""
 
@@ -115,6 +170,11 @@ class Capture:
         self._t_stop: float | None = None
         self._seen, self._state = 0, "new"   # steps run (warmup included); new -> running -> done
         self._lock = threading.RLock()
+        self._labels: dict[tuple[str, Any], str] = {}   # (phase, tokens) -> span name
+        self._record_function: Any = None   # torch.profiler.record_function once started
+        self._span_enter: Any = None   # its enter/exit ops, when they can be called directly
+        self._span_exit: Any = None
+        self._machine: dict[str, Any] | None = None   # provenance.machine_fields, before start
 
     def __enter__(self) -> "Capture":
         return self.start()
@@ -149,6 +209,10 @@ class Capture:
                 self._acts = [str(a).rsplit(".", 1)[-1] for a in acts]
                 self._prof = tp.profile(activities=acts, schedule=self._schedule(tp),
                                         on_trace_ready=self._on_ready, **self.options)
+                self._record_function = torch.profiler.record_function
+                self._span_enter, self._span_exit = _span_ops(torch)   # probed before start
+                with contextlib.suppress(Exception):   # the stamp's slow part, outside the window
+                    self._machine = _prov.machine_fields(torch)
                 self._prof.start()
             except Exception as exc:
                 self._prof = None
@@ -175,35 +239,32 @@ class Capture:
                 self._fail(f"no steps recorded ({self._seen} run, warmup {self.warmup}); nothing exported")
             return self.result
 
-    @contextlib.contextmanager
-    def phase(self, name: str, tokens: int | None = None):
+    def phase(self, name: str, tokens: int | None = None) -> "_Step":
         """Mark one step. The body's result and exceptions pass through untouched."""
-        if self._state != "running":
-            yield
-            return
-        try:
-            label = step_name(name, tokens)
-        except (TypeError, ValueError) as exc:
-            _warn(f"step {name!r}: {exc}; recorded without a token count")
-            tokens, label = None, step_name(name)
-        span = None
-        try:
-            if self._roctx is not None:
-                self._roctx.range_push(label)
-            span = self._torch.profiler.record_function(label)
-            span.__enter__()
-        except Exception as exc:
-            span = _warn(f"could not open step span {label!r}: {exc}")
-        try:
-            yield
-        finally:
-            self._end_step(span, name, tokens)
+        key = (name, tokens)
+        label = self._labels.get(key) if type(tokens) is not bool else None
+        if label is None:
+            try:
+                label = step_name(name, tokens)
+            except (TypeError, ValueError) as exc:
+                _warn(f"step {name!r}: {exc}; recorded without a token count")
+                tokens, label = None, step_name(name)
+            else:
+                tokens = None if tokens is None else int(tokens)
+                if len(self._labels) < 4096:
+                    self._labels[key] = label
+        else:
+            tokens = None if tokens is None else int(tokens)
+        return _Step(self, name, tokens, label)
 
     def _end_step(self, span: Any, name: str, tokens: int | None) -> None:
         with self._lock:
             try:
                 if span is not None:
-                    span.__exit__(None, None, None)
+                    if self._span_exit is not None:
+                        self._span_exit(span)
+                    else:
+                        span.__exit__(None, None, None)
                 if self._roctx is not None:
                     self._roctx.range_pop()
             except Exception as exc:
@@ -213,7 +274,7 @@ class Capture:
             recording = self._seen >= self.warmup
             self._seen += 1
             if recording:
-                self.result.steps.append((name, None if tokens is None else int(tokens)))
+                self.result.steps.append((name, tokens))
             else:
                 self.result.warmup_skipped += 1
             last = recording and self.steps is not None and len(self.result.steps) >= self.steps
@@ -298,7 +359,8 @@ class Capture:
                "steps_recorded": len(res.steps), "warmup_skipped": res.warmup_skipped,
                "activities": self._acts, "stop_s": res.stop_s, "export_s": res.export_s,
                **self.options}
-        return _prov.collect(self._torch, self.provenance, cap, res.steps, trace_name)
+        return _prov.collect(self._torch, self.provenance, cap, res.steps, trace_name,
+                             machine=self._machine)
 
     def _fail(self, msg: str, stop: bool = False) -> "Capture":
         self._state = "done" if stop else self._state
