@@ -5,7 +5,7 @@ With attrib.cli, the only modules that import `collectors` and `rules`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +18,7 @@ from attrib.errors import TraceError, UsageError
 from attrib.pipeline import Attribution, attribute
 from attrib.report.document import document
 from attrib.roofline.arch import Arch, load_archs, override
+from attrib.trace import Trace
 from collectors import load
 
 
@@ -103,14 +104,40 @@ def analyze(path: str | Path, *, phase: str | None = None, phase_map: Mapping[st
                         arch_path)
 
 
+def analyzable(trace: Trace, path: object) -> Trace:
+    """The trace if it holds GPU kernels, or is a CPU-only torch trace with ops (steps and phases
+    only); else a TraceError saying plainly what was read."""
+    if trace.kernels.height:
+        return trace
+    m = trace.meta
+    cut = next((w for w in m.warnings if "truncated" in w), None)
+    gpu_run = m.format != "torch-json" or trace.launches.height or m.devices or m.vendor or cut
+    if not gpu_run and trace.ops.height:
+        return trace
+    read = f"read {m.events:,} events ({m.format})"
+    if cut:
+        read += f"; {cut}: no GPU kernel before the cut (a torch trace lists GPU events after the CPU ones)"
+    elif m.warnings:
+        read += f"; {m.warnings[-1]}"
+    raise TraceError(path, f"no GPU kernels to analyze ({read})")
+
+
 def analyze_path(path: str | Path, phase: str | None = None, phase_map: dict[str, str] | None = None,
                  arch: Arch | None = None, arch_from: str | None = None, budget: Budget | None = None,
                  capture: str | Path | None = None, capture_batch: int | None = None,
-                 arch_file: Path | None = None) -> dict[str, Any]:
-    """`analyze` with a resolved Arch and Budget (what the CLI builds from its options)."""
+                 arch_file: Path | None = None, warn: Callable[[object, str], None] | None = None) -> dict[str, Any]:
+    """`analyze` with a resolved Arch and Budget (what the CLI builds from its options).
+
+    warn(path, message) is called with each warning of the readers (what they salvaged or dropped)."""
     cap = load(capture) if capture is not None else None
-    a = attribute(load(path), phase_map, cap, capture_batch)
+    trace = analyzable(load(path), path)
+    for p, t in ((capture, cap), (path, trace)):
+        for w in (t.meta.warnings if t is not None and warn is not None else ()):
+            warn(p, w)
+    a = attribute(trace, phase_map, cap, capture_batch)
     check_phase(a, phase, path)
     doc = document(a, phase, arch, arch_from, budget, arch_file)
+    if not trace.kernels.height:
+        doc["notes"].append("no GPU kernels: a CPU-only trace (steps and phases only)")
     doc["findings"] = [f.to_json() for f in rules.run(a, doc)]
     return doc

@@ -13,6 +13,7 @@ import orjson
 from attrib.app import analyze_path, catalog, model_budget, resolve_arch
 from attrib.cost.dtypes import KV_BYTES
 from attrib.errors import TraceError, UsageError
+from attrib.report.printable import printable
 from attrib.report.table import render
 from attrib.roofline.arch import arch_table
 from collectors.rocprof.run import run
@@ -38,6 +39,11 @@ def check_output(out: Path | None, force: bool) -> None:
         raise TraceError(out, "exists; pass --force to overwrite it")
     if not out.parent.is_dir():
         raise TraceError(out, f"folder {out.parent} does not exist (attrib creates no folders)")
+
+
+def _warn(path: object, message: str) -> None:
+    """A reader's warning (what it salvaged or dropped): one line on stderr."""
+    click.echo(printable(f"attrib: warning: {path}: {message}"), err=True)
 
 
 def _write(text: str, out: Path | None) -> None:
@@ -84,10 +90,7 @@ def analyze(trace: Path, fmt: str, phase: str | None, phase_map: tuple[str, ...]
     arch, arch_from = resolve_arch(arch_name, arch_file)
     doc = analyze_path(trace, phase=phase, phase_map=_phase_map(phase_map), arch=arch, arch_from=arch_from,
                        budget=model_budget(model, weight_bits=weight_bits, kv_dtype=kv_dtype, context=context),
-                       capture=capture, capture_batch=capture_batch, arch_file=arch_file)
-    for w in doc["notes"]:
-        if "truncated" in w or "invalid JSON" in w:
-            click.echo(f"attrib: warning: {trace}: {w}", err=True)
+                       capture=capture, capture_batch=capture_batch, arch_file=arch_file, warn=_warn)
     text = (orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n") if fmt == "json" else render(doc)
     _write(text, output)
 
@@ -113,7 +116,7 @@ def capture(use_rocprof: bool, hip_trace: bool, memory_copy_trace: bool, fmt: st
     for path in res.traces:
         click.echo(f"captured: {path}")
         if analyze:
-            click.echo(render(analyze_path(path)))
+            click.echo(render(analyze_path(path, warn=_warn)))
 
 
 @cli.command()
@@ -145,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cli.main(args=argv, prog_name="attrib", standalone_mode=False)
     except (TraceError, UsageError) as exc:
-        click.echo(f"attrib: error: {exc}", err=True)
+        click.echo(printable(f"attrib: error: {exc}"), err=True)
         return 2
     except click.exceptions.Abort:
         click.echo("attrib: aborted", err=True)
@@ -158,7 +161,8 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # a bug, not bad input: still one line unless asked for the traceback
         if os.environ.get("ATTRIB_DEBUG"):
             raise
-        click.echo(f"attrib: internal error: {type(exc).__name__}: {exc} (set ATTRIB_DEBUG=1 for a traceback)", err=True)
+        click.echo(printable(f"attrib: internal error: {type(exc).__name__}: {exc} (set ATTRIB_DEBUG=1 for a "
+                             "traceback)"), err=True)
         return 3
     return 0
 
