@@ -274,7 +274,7 @@ def _chunk_tables(path: Path, raws: list[msgspec.Raw], base: int, notes: Notes) 
 _DIMS = r"^\[\s*\d{1,15}\s*(,\s*\d{1,15}\s*){0,2}\]$"  # grid/block: up to 3 non-negative ints
 
 
-def _dims(col: str, notes: Notes) -> pl.Expr:
+def _dims(col: str) -> pl.Expr:
     """A grid/block JSON list as List[Int64]; anything else (a string, floats, nesting) is null."""
     c = pl.col(col)
     return pl.when(c.str.contains(_DIMS)).then(c).otherwise(None).str.json_decode(pl.List(pl.Int64))
@@ -291,7 +291,7 @@ def _finish(parts: list[pl.DataFrame], notes: Notes) -> pl.DataFrame | None:
             if bad:
                 notes.nulled[c] = notes.nulled.get(c, 0) + bad
                 notes.first.setdefault("nulled", 0)
-            df = df.with_columns(_dims(c, notes))
+            df = df.with_columns(_dims(c))
     return df.sort("start_ns", maintain_order=True).with_row_index("id").with_columns(pl.col("id").cast(pl.Int64))
 
 
