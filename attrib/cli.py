@@ -73,7 +73,9 @@ def cli() -> None:
               help="TOML with your own measured device entries (added to the database).")
 @click.option("--model", type=click.Path(path_type=Path), help="HF config.json: budget decode bytes for components "
               "the trace has no shapes for (graph replays, rocprof).")
-@click.option("--weight-bits", type=float, help="With --model: bits per weight (default 16).")
+@click.option("--weight-bits", metavar="BITS|CLASS=BITS,...", help="With --model: bits per weight, one figure "
+              "or per class (experts=4.25,attention=16,default=16; classes attention, mlp, experts, shared_experts, "
+              "router, embedding, lm_head). Default: the config's quantization_config, else 16.")
 @click.option("--kv-dtype", type=click.Choice(sorted(KV_BYTES)), default="bf16", show_default=True,
               help="With --model: KV-cache element type.")
 @click.option("--context", type=int, help="With --model: K/V positions each decode step reads.")
@@ -83,7 +85,7 @@ def cli() -> None:
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="Write to FILE instead of stdout.")
 @click.option("--force", is_flag=True, help="Overwrite FILE if it exists.")
 def analyze(trace: Path, fmt: str, phase: str | None, phase_map: tuple[str, ...], arch_name: str | None,
-            arch_file: Path | None, model: Path | None, weight_bits: float, kv_dtype: str, context: int | None,
+            arch_file: Path | None, model: Path | None, weight_bits: str | None, kv_dtype: str, context: int | None,
             capture: Path | None, capture_batch: int | None, output: Path | None, force: bool) -> None:
     """Attribute TRACE offline: steps, phases, components, bytes, roofline, top kernels."""
     check_output(output, force)
