@@ -35,7 +35,7 @@ def parse_bits(text: str) -> Bits:
         v = v.strip()
         x = WEIGHT_BITS[v.lower()] if v.lower() in WEIGHT_BITS else float(v)
         if not x > 0:
-            raise ValueError(f"bits must be > 0, got {v}")
+            raise ValueError(f"weight bits must be > 0, got {v}")
         return float(x)
     if "=" not in text:
         return value(text)
