@@ -5,19 +5,21 @@ With attrib.cli, the only modules that import `collectors` and `rules`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import orjson
 
 import rules
-from attrib.cost.budget import Budget
+from attrib.cost.budget import Budget, model_shape
 from attrib.cost.dtypes import KV_BYTES
+from attrib.cost.weights import Bits, from_quantization_config, parse_bits
 from attrib.errors import TraceError, UsageError
 from attrib.pipeline import Attribution, attribute
 from attrib.report.document import document
 from attrib.roofline.arch import Arch, load_archs, override
+from attrib.trace import Trace
 from collectors import load
 
 
@@ -36,19 +38,43 @@ def resolve_arch(arch: str | Arch | None, arch_file: Path | None = None) -> tupl
                          "(`attrib archs` lists them)") from None
 
 
-def model_budget(model: str | Path | Mapping[str, Any] | None, *, weight_bits: float | None = None,
+def _bits(weight_bits: float | str | Mapping[str, float] | None, config: Mapping[str, Any], origin: object) -> Bits:
+    """--weight-bits (a figure, CLASS=BITS pairs or a mapping) over the config's quantization_config."""
+    try:
+        given = parse_bits(weight_bits) if isinstance(weight_bits, str) else weight_bits
+        from_config = from_quantization_config(config)
+    except ValueError as exc:
+        raise UsageError(f"--weight-bits: {exc}" if isinstance(weight_bits, str) else f"{origin}: {exc}") from None
+    for v in ([given] if not isinstance(given, Mapping) else given.values()) if given is not None else ():
+        if not v > 0:
+            raise UsageError(f"weight bits must be > 0, got {v:g}")
+    if given is None:
+        return from_config or 16.0
+    if isinstance(given, Mapping):
+        return {**(from_config or {}), **given}
+    return float(given)
+
+
+def model_budget(model: str | Path | Mapping[str, Any] | None, *,
+                 weight_bits: float | str | Mapping[str, float] | None = None,
                  kv_dtype: str = "bf16", context: int | None = None) -> Budget | None:
-    """A decode-bytes budget from a HF config (a path or the parsed dict); None without a model."""
-    if weight_bits is not None and not weight_bits > 0:
+    """A model budget from a HF config (a path or the parsed dict); None without a model.
+
+    weight_bits: one figure, per-class values (`experts=4.25,attention=16,default=16` or a mapping),
+    else what the config's quantization_config says, else 16. Without `context` the decode budget is
+    not applied (its K/V reads need it); ops whose weights the trace hides are still priced."""
+    if isinstance(weight_bits, (int, float)) and not weight_bits > 0:
         raise UsageError(f"weight bits must be > 0, got {weight_bits:g}")
     if context is not None and context <= 0:
         raise UsageError(f"context must be a positive number of K/V positions, got {context}")
     if kv_dtype not in KV_BYTES:
         raise UsageError(f"unknown KV-cache dtype {kv_dtype!r}; known: {', '.join(sorted(KV_BYTES))}")
     if model is None:
+        if weight_bits is not None and isinstance(weight_bits, str):
+            _bits(weight_bits, {}, "--weight-bits")
         return None
     if isinstance(model, Mapping):
-        config, source = model, "model config"
+        config, source, origin = model, "model config", "model config"
     else:
         path = Path(model)
         try:
@@ -59,11 +85,19 @@ def model_budget(model: str | Path | Mapping[str, Any] | None, *, weight_bits: f
             raise TraceError(path, f"not valid JSON ({exc})") from None
         if not isinstance(config, dict):
             raise TraceError(path, "not a model config (expected a JSON object)")
-        source = f"model config {path.name}"
-    if context is None:
-        raise UsageError("a model budget needs the context (K/V positions each decode step reads): --context N")
-    return Budget(config=config.get("text_config", config), source=source, context=context,
-                  weight_bits=16 if weight_bits is None else weight_bits, kv_bytes=KV_BYTES[kv_dtype])
+        source, origin = f"model config {path.name}", path
+    text = config.get("text_config", config)
+    if not isinstance(text, dict):
+        raise TraceError(origin, "not a model config (text_config is not an object)")
+    try:
+        model_shape(text)
+    except KeyError as exc:
+        raise TraceError(origin, f"not a model config: no {exc.args[0]}") from None
+    except (TypeError, ValueError) as exc:
+        raise TraceError(origin, f"model config not usable: {exc}") from None
+    bits = _bits(weight_bits, {**text, "quantization_config": config.get("quantization_config",
+                                                                          text.get("quantization_config"))}, origin)
+    return Budget(config=text, source=source, context=context, weight_bits=bits, kv_bytes=KV_BYTES[kv_dtype])
 
 
 def catalog(arch: str | None = None) -> list[dict[str, Any]]:
@@ -85,7 +119,8 @@ def check_phase(a: Attribution, phase: str | None, path: object) -> None:
 
 def analyze(path: str | Path, *, phase: str | None = None, phase_map: Mapping[str, str] | None = None,
             arch: str | Arch | None = None, arch_file: str | Path | None = None,
-            model: str | Path | Mapping[str, Any] | None = None, weight_bits: float | None = None,
+            model: str | Path | Mapping[str, Any] | None = None,
+            weight_bits: float | str | Mapping[str, float] | None = None,
             kv_dtype: str = "bf16", context: int | None = None, capture: str | Path | None = None,
             capture_batch: int | None = None) -> dict[str, Any]:
     """Load a trace (any supported format), attribute it, run the rules: the attrib.analysis/1 document.
@@ -103,14 +138,40 @@ def analyze(path: str | Path, *, phase: str | None = None, phase_map: Mapping[st
                         arch_path)
 
 
+def analyzable(trace: Trace, path: object) -> Trace:
+    """The trace if it holds GPU kernels, or is a CPU-only torch trace with ops (steps and phases
+    only); else a TraceError saying plainly what was read."""
+    if trace.kernels.height:
+        return trace
+    m = trace.meta
+    cut = next((w for w in m.warnings if "truncated" in w), None)
+    gpu_run = m.format != "torch-json" or trace.launches.height or m.devices or m.vendor or cut
+    if not gpu_run and trace.ops.height:
+        return trace
+    read = f"read {m.events:,} events ({m.format})"
+    if cut:
+        read += f"; {cut}: no GPU kernel before the cut (a torch trace lists GPU events after the CPU ones)"
+    elif m.warnings:
+        read += f"; {m.warnings[-1]}"
+    raise TraceError(path, f"no GPU kernels to analyze ({read})")
+
+
 def analyze_path(path: str | Path, phase: str | None = None, phase_map: dict[str, str] | None = None,
                  arch: Arch | None = None, arch_from: str | None = None, budget: Budget | None = None,
                  capture: str | Path | None = None, capture_batch: int | None = None,
-                 arch_file: Path | None = None) -> dict[str, Any]:
-    """`analyze` with a resolved Arch and Budget (what the CLI builds from its options)."""
+                 arch_file: Path | None = None, warn: Callable[[object, str], None] | None = None) -> dict[str, Any]:
+    """`analyze` with a resolved Arch and Budget (what the CLI builds from its options).
+
+    warn(path, message) is called with each warning of the readers (what they salvaged or dropped)."""
     cap = load(capture) if capture is not None else None
-    a = attribute(load(path), phase_map, cap, capture_batch)
+    trace = analyzable(load(path), path)
+    for p, t in ((capture, cap), (path, trace)):
+        for w in (t.meta.warnings if t is not None and warn is not None else ()):
+            warn(p, w)
+    a = attribute(trace, phase_map, cap, capture_batch, budget)
     check_phase(a, phase, path)
     doc = document(a, phase, arch, arch_from, budget, arch_file)
+    if not trace.kernels.height:
+        doc["notes"].append("no GPU kernels: a CPU-only trace (steps and phases only)")
     doc["findings"] = [f.to_json() for f in rules.run(a, doc)]
     return doc

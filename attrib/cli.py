@@ -13,6 +13,7 @@ import orjson
 from attrib.app import analyze_path, catalog, model_budget, resolve_arch
 from attrib.cost.dtypes import KV_BYTES
 from attrib.errors import TraceError, UsageError
+from attrib.report.printable import printable
 from attrib.report.table import render
 from attrib.roofline.arch import arch_table
 from collectors.rocprof.run import run
@@ -38,6 +39,11 @@ def check_output(out: Path | None, force: bool) -> None:
         raise TraceError(out, "exists; pass --force to overwrite it")
     if not out.parent.is_dir():
         raise TraceError(out, f"folder {out.parent} does not exist (attrib creates no folders)")
+
+
+def _warn(path: object, message: str) -> None:
+    """A reader's warning (what it salvaged or dropped): one line on stderr."""
+    click.echo(printable(f"attrib: warning: {path}: {message}"), err=True)
 
 
 def _write(text: str, out: Path | None) -> None:
@@ -67,7 +73,9 @@ def cli() -> None:
               help="TOML with your own measured device entries (added to the database).")
 @click.option("--model", type=click.Path(path_type=Path), help="HF config.json: budget decode bytes for components "
               "the trace has no shapes for (graph replays, rocprof).")
-@click.option("--weight-bits", type=float, help="With --model: bits per weight (default 16).")
+@click.option("--weight-bits", metavar="BITS|CLASS=BITS,...", help="With --model: bits per weight, one figure "
+              "or per class (experts=4.25,attention=16,default=16; classes attention, mlp, experts, shared_experts, "
+              "router, embedding, lm_head). Default: the config's quantization_config, else 16.")
 @click.option("--kv-dtype", type=click.Choice(sorted(KV_BYTES)), default="bf16", show_default=True,
               help="With --model: KV-cache element type.")
 @click.option("--context", type=int, help="With --model: K/V positions each decode step reads.")
@@ -77,17 +85,14 @@ def cli() -> None:
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="Write to FILE instead of stdout.")
 @click.option("--force", is_flag=True, help="Overwrite FILE if it exists.")
 def analyze(trace: Path, fmt: str, phase: str | None, phase_map: tuple[str, ...], arch_name: str | None,
-            arch_file: Path | None, model: Path | None, weight_bits: float, kv_dtype: str, context: int | None,
+            arch_file: Path | None, model: Path | None, weight_bits: str | None, kv_dtype: str, context: int | None,
             capture: Path | None, capture_batch: int | None, output: Path | None, force: bool) -> None:
     """Attribute TRACE offline: steps, phases, components, bytes, roofline, top kernels."""
     check_output(output, force)
     arch, arch_from = resolve_arch(arch_name, arch_file)
     doc = analyze_path(trace, phase=phase, phase_map=_phase_map(phase_map), arch=arch, arch_from=arch_from,
                        budget=model_budget(model, weight_bits=weight_bits, kv_dtype=kv_dtype, context=context),
-                       capture=capture, capture_batch=capture_batch, arch_file=arch_file)
-    for w in doc["notes"]:
-        if "truncated" in w or "invalid JSON" in w:
-            click.echo(f"attrib: warning: {trace}: {w}", err=True)
+                       capture=capture, capture_batch=capture_batch, arch_file=arch_file, warn=_warn)
     text = (orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n") if fmt == "json" else render(doc)
     _write(text, output)
 
@@ -113,7 +118,7 @@ def capture(use_rocprof: bool, hip_trace: bool, memory_copy_trace: bool, fmt: st
     for path in res.traces:
         click.echo(f"captured: {path}")
         if analyze:
-            click.echo(render(analyze_path(path)))
+            click.echo(render(analyze_path(path, warn=_warn)))
 
 
 @cli.command()
@@ -145,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cli.main(args=argv, prog_name="attrib", standalone_mode=False)
     except (TraceError, UsageError) as exc:
-        click.echo(f"attrib: error: {exc}", err=True)
+        click.echo(printable(f"attrib: error: {exc}"), err=True)
         return 2
     except click.exceptions.Abort:
         click.echo("attrib: aborted", err=True)
@@ -158,7 +163,8 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # a bug, not bad input: still one line unless asked for the traceback
         if os.environ.get("ATTRIB_DEBUG"):
             raise
-        click.echo(f"attrib: internal error: {type(exc).__name__}: {exc} (set ATTRIB_DEBUG=1 for a traceback)", err=True)
+        click.echo(printable(f"attrib: internal error: {type(exc).__name__}: {exc} (set ATTRIB_DEBUG=1 for a "
+                             "traceback)"), err=True)
         return 3
     return 0
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from attrib.components.classify import classify
+from attrib.cost.budget import Budget
 from attrib.cost.kernels import kernel_costs
 from attrib.link.graph_capture import merge
 from attrib.link.launches import link
@@ -33,11 +34,12 @@ class Attribution:
 
 
 def attribute(trace: Trace, phase_map: dict[str, str] | None = None, capture: Trace | None = None,
-              capture_batch: int | None = None) -> Attribution:
+              capture_batch: int | None = None, budget: Budget | None = None) -> Attribution:
     """Run linking, step/phase split and component mapping over a normalized trace.
 
     capture: the graph-capture trace of a replay trace; replayed kernels then get the op, shapes and
-    module of the launch that captured them (attrib.link.graph_capture)."""
+    module of the launch that captured them (attrib.link.graph_capture). budget: a model config
+    (`--model`) pricing ops whose weights are not in their arguments (vLLM's moe_forward)."""
     links = link(trace)
     notes: list[str] = []
     if capture is not None:
@@ -52,4 +54,4 @@ def attribute(trace: Trace, phase_map: dict[str, str] | None = None, capture: Tr
     steps = tokens_from_names(steps, tokens_from_kernel_names(k.join(trace.kernels.select("id", "grid"), on="id", how="left")))
     k = k.join(steps.select("step", "phase"), on="step", how="left")
     steps = mark_excluded(windows(steps, k, trace.copies), trace)
-    return Attribution(trace=trace, kernels=kernel_costs(trace, k, steps), steps=steps, notes=tuple(notes))
+    return Attribution(trace=trace, kernels=kernel_costs(trace, k, steps, budget), steps=steps, notes=tuple(notes))

@@ -21,45 +21,10 @@ import polars as pl
 
 from attrib.errors import TraceError
 from attrib.trace import Meta, Trace
+from collectors import limits, validate
+from collectors.kineto_events import CHUNK, Event, Notes, decode_chunk
 from collectors.provenance import read_sidecar
 
-CHUNK = 32768
-_NONE = msgspec.Raw(b"")
-
-
-class _Args(msgspec.Struct, frozen=True):
-    external_id: Any = msgspec.field(name="External id", default=None)
-    correlation: Any = None
-    device: Any = None
-    stream: Any = None
-    grid: msgspec.Raw = _NONE
-    block: msgspec.Raw = _NONE
-    kind: Any = None
-    kernel: Any = None
-    registers: Any = msgspec.field(name="registers per thread", default=None)
-    shared_mem: Any = msgspec.field(name="shared memory", default=None)
-    bytes: Any = None
-    input_dims: msgspec.Raw = msgspec.field(name="Input Dims", default=_NONE)
-    input_types: msgspec.Raw = msgspec.field(name="Input type", default=_NONE)
-    concrete: msgspec.Raw = msgspec.field(name="Concrete Inputs", default=_NONE)
-    py_id: Any = msgspec.field(name="Python id", default=None)
-    py_parent: Any = msgspec.field(name="Python parent id", default=None)
-    module_id: Any = msgspec.field(name="Python module id", default=None)
-
-
-_NO_ARGS = _Args()
-
-
-class _Event(msgspec.Struct):
-    ph: Any = None
-    cat: Any = None
-    name: Any = ""
-    pid: Any = None
-    tid: Any = None
-    ts: Any = None
-    dur: Any = None
-    id: Any = None
-    args: _Args = _NO_ARGS
 
 
 class _Doc(msgspec.Struct):
@@ -85,7 +50,6 @@ class _Doc(msgspec.Struct):
     attrib: Any = None  # provenance stamp embedded by attrib's capture, if any
 
 
-_EVENTS = msgspec.json.Decoder(list[_Event])
 _DOC = msgspec.json.Decoder(_Doc)
 _RUNTIME_KEYS = ("cuda_runtime_version", "cuda_driver_version", "cupti_version", "roctracer_version",
                  "hip_runtime_version", "hip_driver_version")
@@ -97,27 +61,10 @@ _FLAG_KEYS = ("schemaVersion", "record_shapes", "with_stack", "with_modules", "w
 
 
 def _read_bytes(path: Path) -> tuple[bytes, list[str]]:
-    """The file's JSON text; a cut-short gzip yields what was decompressed, with a warning."""
-    try:
-        raw = path.read_bytes()
-    except IsADirectoryError:
-        raise TraceError(path, "is a directory, expected a trace file") from None
-    except OSError as exc:
-        raise TraceError(path, f"cannot read: {exc.strerror or exc}") from None
-    if raw[:2] != b"\x1f\x8b":
-        return raw, []
-    try:
-        return gzip.decompress(raw), []
-    except (EOFError, zlib.error, gzip.BadGzipFile, OSError):
-        pass
-    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-    try:
-        data = d.decompress(raw)
-    except zlib.error as exc:
-        raise TraceError(path, f"corrupt gzip data ({exc})") from None
-    if not data:
-        raise TraceError(path, "truncated gzip file with no readable data")
-    return data, ["gzip stream is truncated; reading what was decompressed"]
+    """The file's JSON text (bounded, see collectors.limits); a cut-short gzip yields what was
+    decompressed, with a warning."""
+    data, cut = limits.read_bytes(path)
+    return data, ["gzip stream is truncated; reading what was decompressed"] if cut else []
 
 
 def _decode_doc(path: Path, text: bytes, warnings: list[str]) -> _Doc:
@@ -128,6 +75,8 @@ def _decode_doc(path: Path, text: bytes, warnings: list[str]) -> _Doc:
         raise TraceError(path, f"not a torch-profiler trace ({exc})") from None
     except msgspec.DecodeError as exc:
         problem = str(exc)
+    except RecursionError:
+        raise TraceError(path, "JSON nested too deeply (thousands of levels; a profiler event has a few)") from None
     if "truncated" in problem or warnings:
         doc = _salvage(text)
         if doc is not None and doc.traceEvents:
@@ -177,7 +126,7 @@ def _salvage(text: bytes, tries: int = 64) -> _Doc | None:
             return None
         try:
             return _DOC.decode(text[: end + 1] + b"]}")
-        except msgspec.DecodeError:
+        except (msgspec.DecodeError, RecursionError):
             continue
     return None
 
@@ -198,7 +147,8 @@ def _lenient(path: Path, text: bytes, problem: str, warnings: list[str]) -> _Doc
 
 
 def _ns(col: str) -> pl.Expr:
-    return (pl.col(col).cast(pl.Float64, strict=False) * 1000.0).round(0).cast(pl.Int64)
+    """Microseconds -> integer ns; a value that does not fit (1e300) is null, dropped by validation."""
+    return (pl.col(col).cast(pl.Float64, strict=False) * 1000.0).round(0).cast(pl.Int64, strict=False)
 
 
 def _raw(rs: list[msgspec.Raw]) -> pl.Series:
@@ -206,7 +156,7 @@ def _raw(rs: list[msgspec.Raw]) -> pl.Series:
     return pl.Series([bytes(r) or None for r in rs], dtype=pl.Binary).cast(pl.Utf8)
 
 
-def _common(evs: list[_Event]) -> dict[str, Any]:
+def _common(evs: list[Event]) -> dict[str, Any]:
     return {
         "name": [e.name for e in evs],
         "ts": [e.ts for e in evs],
@@ -217,7 +167,7 @@ def _common(evs: list[_Event]) -> dict[str, Any]:
     }
 
 
-def _gpu(evs: list[_Event]) -> dict[str, Any]:
+def _gpu(evs: list[Event]) -> dict[str, Any]:
     cols = _common(evs)
     cols["device"] = [e.args.device for e in evs]
     cols["stream"] = [e.args.stream for e in evs]
@@ -225,7 +175,7 @@ def _gpu(evs: list[_Event]) -> dict[str, Any]:
     return cols
 
 
-def _kernels(evs: list[_Event]) -> dict[str, Any]:
+def _kernels(evs: list[Event]) -> dict[str, Any]:
     cols = _gpu(evs)
     cols["grid"] = _raw([e.args.grid for e in evs])
     cols["block"] = _raw([e.args.block for e in evs])
@@ -235,14 +185,14 @@ def _kernels(evs: list[_Event]) -> dict[str, Any]:
     return cols
 
 
-def _copies(evs: list[_Event]) -> dict[str, Any]:
+def _copies(evs: list[Event]) -> dict[str, Any]:
     cols = _gpu(evs)
     cols["bytes"] = [e.args.bytes for e in evs]
     cols["kind"] = ["memset" if e.cat == "gpu_memset" else "memcpy" for e in evs]
     return cols
 
 
-def _ops(evs: list[_Event]) -> dict[str, Any]:
+def _ops(evs: list[Event]) -> dict[str, Any]:
     cols = _common(evs)
     cols["input_dims"] = _raw([e.args.input_dims for e in evs])
     cols["input_types"] = _raw([e.args.input_types for e in evs])
@@ -250,7 +200,7 @@ def _ops(evs: list[_Event]) -> dict[str, Any]:
     return cols
 
 
-def _frames(evs: list[_Event]) -> dict[str, Any]:
+def _frames(evs: list[Event]) -> dict[str, Any]:
     cols = _common(evs)
     del cols["external_id"]
     cols["py_id"] = [e.args.py_id for e in evs]
@@ -259,7 +209,7 @@ def _frames(evs: list[_Event]) -> dict[str, Any]:
     return cols
 
 
-def _launches(evs: list[_Event]) -> dict[str, Any]:
+def _launches(evs: list[Event]) -> dict[str, Any]:
     cols = _common(evs)
     cols["correlation"] = [e.args.correlation for e in evs]
     cols["kernel_name"] = [e.args.kernel for e in evs]
@@ -268,13 +218,13 @@ def _launches(evs: list[_Event]) -> dict[str, Any]:
     return cols
 
 
-def _flows(evs: list[_Event]) -> dict[str, Any]:
+def _flows(evs: list[Event]) -> dict[str, Any]:
     """Flow ends (`ac2g` ph f) sit on the GPU event; their id is the correlation."""
     return {"pid": [e.pid for e in evs], "tid": [e.tid for e in evs], "ts": [e.ts for e in evs],
             "dur": [0 for _ in evs], "correlation": [e.id for e in evs]}
 
 
-def _markers(evs: list[_Event]) -> dict[str, Any]:
+def _markers(evs: list[Event]) -> dict[str, Any]:
     cols = _common(evs)
     cols["side"] = ["gpu" if e.cat == "gpu_user_annotation" else "cpu" for e in evs]
     return cols
@@ -299,9 +249,14 @@ def _frame(cols: dict[str, Any]) -> pl.DataFrame:
     ])
 
 
-def _chunk_tables(raws: list[msgspec.Raw]) -> dict[str, pl.DataFrame]:
-    evs = _EVENTS.decode(b"[" + b",".join(raws) + b"]")
-    groups: dict[str, list[_Event]] = {t: [] for t in _COLUMNS}
+def _chunk_tables(path: Path, raws: list[msgspec.Raw], base: int, notes: Notes) -> dict[str, pl.DataFrame]:
+    longest = max(map(len, raws))
+    if longest > limits.EVENT_LIMIT:
+        at = base + next(i for i, r in enumerate(raws) if len(r) == longest)
+        raise TraceError(path, f"event {at} is {longest / 1e6:.0f} MB long (limit {limits.EVENT_LIMIT >> 20} MB): "
+                               "not a profiler event")
+    evs = decode_chunk(raws, base, notes)
+    groups: dict[str, list[Event]] = {t: [] for t in _COLUMNS}
     table_of = _TABLE_OF
     for e in evs:
         t = table_of.get(e.cat)
@@ -309,16 +264,34 @@ def _chunk_tables(raws: list[msgspec.Raw]) -> dict[str, pl.DataFrame]:
             groups[t].append(e)
         elif e.cat == "ac2g" and e.ph == "f":
             groups["flows"].append(e)
+        elif t is not None and e.ph is None:
+            notes.no_ph += 1
+        elif t is not None and e.ph == "X":
+            notes.no_ts += 1
     return {t: _frame(_COLUMNS[t](g)) for t, g in groups.items() if g}
 
 
-def _finish(parts: list[pl.DataFrame]) -> pl.DataFrame | None:
+_DIMS = r"^\[\s*\d{1,15}\s*(,\s*\d{1,15}\s*){0,2}\]$"  # grid/block: up to 3 non-negative ints
+
+
+def _dims(col: str) -> pl.Expr:
+    """A grid/block JSON list as List[Int64]; anything else (a string, floats, nesting) is null."""
+    c = pl.col(col)
+    return pl.when(c.str.contains(_DIMS)).then(c).otherwise(None).str.json_decode(pl.List(pl.Int64))
+
+
+def _finish(parts: list[pl.DataFrame], notes: Notes) -> pl.DataFrame | None:
     if not parts:
         return None
     df = pl.concat(parts, how="diagonal_relaxed")
-    df = df.with_columns(_ns("ts").alias("start_ns"), _ns("dur").fill_null(0).alias("dur_ns")).drop("ts", "dur")
-    df = df.with_columns([pl.col(c).str.json_decode(pl.List(pl.Int64)) for c in ("grid", "block")
-                          if c in df.columns])
+    df = df.with_columns(_ns("ts").alias("start_ns"), _ns("dur").alias("dur_ns")).drop("ts", "dur")
+    for c in ("grid", "block"):
+        if c in df.columns:
+            bad = df.select((pl.col(c).is_not_null() & ~pl.col(c).str.contains(_DIMS)).sum()).item()
+            if bad:
+                notes.nulled[c] = notes.nulled.get(c, 0) + bad
+                notes.first.setdefault("nulled", 0)
+            df = df.with_columns(_dims(c))
     return df.sort("start_ns", maintain_order=True).with_row_index("id").with_columns(pl.col("id").cast(pl.Int64))
 
 
@@ -342,7 +315,7 @@ def read(path: str | Path, **_: Any) -> Trace:
     """Read a Kineto trace (`.json`, `.json.gz`, `.pt.trace.json.gz`) into the normalized Trace."""
     path = Path(path)
     text, warnings = _read_bytes(path)
-    if not text[:65536].strip():
+    if not bytes(text[:65536]).strip():
         raise TraceError(path, "empty file")
     doc = _decode_doc(path, text, warnings)
     del text
@@ -350,12 +323,9 @@ def read(path: str | Path, **_: Any) -> Trace:
     if not events:
         raise TraceError(path, "no events: traceEvents is missing or empty")
     parts: dict[str, list[pl.DataFrame]] = {t: [] for t in _COLUMNS}
+    notes = Notes()
     for i in range(0, len(events), CHUNK):
-        try:
-            tables = _chunk_tables(events[i:i + CHUNK])
-        except msgspec.DecodeError as exc:
-            raise TraceError(path, f"malformed event near event {i} ({exc})") from None
-        for t, df in tables.items():
+        for t, df in _chunk_tables(path, events[i:i + CHUNK], i, notes).items():
             parts[t].append(df)
     n_events = len(events)
     del events
@@ -364,8 +334,11 @@ def read(path: str | Path, **_: Any) -> Trace:
         warnings.append(str(provenance.pop("warning")))
     if isinstance(doc.attrib, dict) and not provenance:
         provenance = doc.attrib
-    tables = {t: _finish(p) for t, p in parts.items()}
-    tables["kernels"] = _fill_correlation(tables["kernels"], tables.pop("flows"))
+    tables = {t: _finish(p, notes) for t, p in parts.items()}
+    flows = tables.pop("flows")
+    warnings += notes.warnings()
+    tables = validate.tables(tables, warnings)
+    tables["kernels"] = _fill_correlation(tables["kernels"], flows)
     if tables["copies"] is not None:  # "Memcpy HtoD (Pageable -> Device)" -> HtoD
         tables["copies"] = tables["copies"].with_columns(
             pl.col("name").str.extract(r"\b([HDP]to[HDP])\b", 1).alias("direction"))

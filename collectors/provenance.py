@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import attrib
+from attrib.errors import TraceError
+from collectors import limits
 
 SCHEMA = "attrib.provenance/1"
 SUFFIX = ".attrib.json"
@@ -201,15 +203,16 @@ def read_sidecar(trace_path: str | Path) -> dict[str, Any]:
     `{"warning": "<sidecar>: <problem>"}` instead of raising; a good stamp never has "warning".
     """
     path = sidecar_path(trace_path)
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
+    if not os.path.lexists(path):
         return {}
-    except OSError as exc:
-        return {"warning": f"{path}: cannot read provenance sidecar: {exc.strerror or exc}"}
+    try:
+        with limits.open_file(path) as fh:  # never blocks on a FIFO; a stamp is a few KB
+            raw = fh.read(1 << 20)
+    except TraceError as exc:
+        return {"warning": f"{path}: cannot read provenance sidecar: {exc.problem}"}
     try:
         doc = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         return {"warning": f"{path}: corrupt provenance sidecar ({exc})"}
     if not isinstance(doc, dict):
         return {"warning": f"{path}: provenance sidecar is not a JSON object"}

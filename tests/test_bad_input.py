@@ -6,6 +6,7 @@ And the Python API as a user calls it: typed keyword-only `attrib.analyze`, `arc
 from __future__ import annotations
 
 import inspect
+from collections.abc import Mapping
 import pydoc
 import tomllib
 import typing
@@ -110,11 +111,12 @@ def test_api_signature_is_typed_and_keyword_only():
     assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in params[1:])
     hints = typing.get_type_hints(attrib.analyze)
     assert set(hints) == {"path", "return", *names}
-    assert hints["weight_bits"] == float | None and hints["context"] == int | None
+    # weight bits: one figure, "CLASS=BITS,..." or a mapping per tensor class (MXFP4 experts, bf16 attention)
+    assert hints["weight_bits"] == float | str | Mapping[str, float] | None and hints["context"] == int | None
     text = pydoc.render_doc(attrib.analyze, renderer=pydoc.plaintext)
     # help() shows every option with its type (quoted: the module uses postponed annotations)
     for shown in ("*, phase: 'str | None' = None", "arch: 'str | Arch | None' = None",
-                  "weight_bits: 'float | None' = None", "context: 'int | None' = None"):
+                  "weight_bits: 'float | str | Mapping[str, float] | None' = None", "context: 'int | None' = None"):
         assert shown in text, shown
     assert "UsageError" in text  # the docstring says what bad input raises
     with pytest.raises(TypeError):

@@ -4,10 +4,14 @@ prefill ceiling held to its FLOP floor. Real traces; golden figures derived by h
 
 from __future__ import annotations
 
+import orjson
 import polars as pl
 import pytest
 
-from attrib.app import analyze_path, resolve_arch
+from attrib.app import analyze_path, model_budget, resolve_arch
+from attrib.cli import main
+from attrib.cost.ops import op_cost
+from attrib.cost.weights import bits_for
 from attrib.pipeline import attribute
 from attrib.roofline.arch import load_archs
 from collectors import load
@@ -122,3 +126,123 @@ def test_what_if_names_the_components_above_the_new_peak():
     note = next(n for n in doc["notes"] if n.startswith("what-if: ") and "out of reach" in n)
     assert all(name in note for name in over)
     assert any("projection" in n for n in doc["notes"])
+
+
+# ------------------------------------------------------------------ serving-engine custom ops
+# Argument lists follow the registered schemas in /work/shared/knowledge/serving-ops.md; only the
+# MI300 vLLM fixture holds real calls (TopK, SortTokens, rotary), the others are marked synthetic.
+
+BF, I64, I32 = "c10::BFloat16", "long int", "int"
+
+
+def test_router_ops_of_the_mxfp4_moe_are_priced(vllm_capture):
+    # TopK(router_logits[8192, 32] bf16, k=4) on the real fixture: logits read 8192*32*2 = 524,288,
+    # k values (bf16) + int16 indices written 8192*4*4 = 131,072, bit matrix 8192*32/8 = 32,768
+    assert _op_bytes(vllm_capture, "TopK") == 524_288 + 131_072 + 32_768
+
+
+def test_sglang_store_cache_counts_the_rows_written():
+    # synthetic, schema store_cache(k[T, Hk*D], v, k_cache[slots, Hk*D], v_cache, indices[T]): T=32,
+    # row 1024 bf16 = 2048 B: k, v read and written = 4*32*2048 = 262,144, indices 8*32 = 256; caches not counted
+    c = op_cost("sglang::store_cache", [[32, 1024], [32, 1024], [500000, 1024], [500000, 1024], [32], [], []],
+                [BF, BF, BF, BF, I64, "Scalar", "Scalar"], ["", "", "", "", "", "2048", "0"])
+    assert c.bytes == 262_144 + 256 and c.model == "kv_write"
+
+
+def test_aiter_batch_prefill_from_page_indices():
+    # synthetic, one sequence of 512 new tokens, no prefix: q[512, 32, 128], k/v caches [100000, 8, 128],
+    # cu_seqlens_q[2], kv_indptr[2], kv_page_indices[512] (page size 1), is_causal (arg 12) True.
+    # bytes = q + o: 2*512*32*128*2 = 8,388,608; K + V of 512 tokens: 2*512*8*128*2 = 2,097,152;
+    # indices 512*4 + 2*4 = 2,056. FLOPs = 4*Hq*D*P, P = 512*513/2 = 131,328 -> 2,151,677,952
+    dims = [[512, 32, 128], [100000, 8, 128], [100000, 8, 128], [2], [2], [512], [], [], [], [], [], [], []]
+    types = [BF, BF, BF, I32, I32, I32] + ["Scalar"] * 7
+    conc = [""] * 6 + ["512", "512", "0.0", "0.088", "0.0", "False", "True"]
+    c = op_cost("aiter::mha_batch_prefill", dims, types, conc)
+    assert c.bytes == 8_388_608 + 2_097_152 + 2_056
+    assert c.flops == 4 * 32 * 128 * 131_328
+
+
+def test_rotary_counts_only_the_rotated_columns():
+    # real shapes (MI300 vLLM): positions[8192] i64, q[8192, 4096], k[8192, 512], head 64, cache [131072, 64]:
+    # full rotary: 8192*8 + 2*(8192*4096 + 8192*512)*2 + 8192*64*2 = 65,536 + 150,994,944 + 1,048,576
+    full = op_cost("_C::rotary_embedding", [[8192], [8192, 4096], [8192, 512], [], [131072, 64], []],
+                   [I64, BF, BF, "Scalar", BF, "Scalar"], ["", "", "", "64", "", "True"])
+    assert full.bytes == 65_536 + 150_994_944 + 1_048_576
+    # synthetic partial rotary: head 128 with a 64-wide cache: half of each head is read and written
+    half = op_cost("sgl_kernel::rotary_embedding", [[8192], [8192, 4096], [8192, 512], [], [131072, 64], []],
+                   [I64, BF, BF, "Scalar", BF, "Scalar"], ["", "", "", "128", "", "True"])
+    assert half.bytes == 65_536 + 150_994_944 / 2 + 1_048_576
+
+
+def test_flashmla_decode_reads_the_latent_cache():
+    # synthetic DeepSeek-V3 decode: q[4, 1, 128, 576], latent cache [1000, 64, 1, 576] bf16, head_dim_v 512,
+    # cache_seqlens[4], block_table[4, 8] (8 blocks of 64 per sequence: at most 2048 tokens read).
+    # bytes = 2048*576*2 + 4*1*128*(576+512)*2 + 4*8*4 = 2,359,296 + 1,114,112 + 128
+    # FLOPs = 2*Hq*(2*512+64)*tokens = 2*128*1088*2048
+    c = op_cost("_flashmla_C::fwd_kvcache_mla", [[4, 1, 128, 576], [1000, 64, 1, 576], [], [4], [4, 8]],
+                [BF, BF, "Scalar", I32, I32], ["", "", "512", "", ""])
+    assert c.bytes == 2_359_296 + 1_114_112 + 128 and c.flops == 2 * 128 * 1088 * 2048
+
+
+# ------------------------------------------------------------------ model configs: opaque MoE, bits per class
+# The MI300 vLLM fixture runs GPT-OSS-20B (TraceLens study: hidden 2880, vocab 201,088, MXFP4 MoE; the
+# trace's TopK/SortTokens give k=4 of E=32). The rest is gpt-oss-20b's public config.json.
+GPT_OSS = {"model_type": "gpt_oss", "hidden_size": 2880, "intermediate_size": 2880, "num_hidden_layers": 24,
+           "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 64, "vocab_size": 201088,
+           "num_local_experts": 32, "experts_per_token": 4, "sliding_window": 128,
+           "layer_types": ["sliding_attention", "full_attention"] * 12, "tie_word_embeddings": False,
+           "quantization_config": {"quant_method": "mxfp4", "modules_to_not_convert": [
+               "model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"]}}
+
+
+def test_vllm_moe_forward_is_priced_from_the_model_config_with_capture(tmp_path):
+    """--model applies with --capture: the MXFP4 experts (80% of the step) hide their weights from
+    the trace; the config prices them at 4.25 bits (its quantization_config), so the row is whole."""
+    cfg = tmp_path / "config.json"
+    cfg.write_text(orjson.dumps(GPT_OSS).decode())
+    doc = analyze_path(VLLM / "graph_execution.json.gz", capture=VLLM / "graph_capture_rank_0.pt.trace.json.gz",
+                       budget=model_budget(cfg))
+    ph = doc["phases"][0]
+    moe = {c["component"]: c for c in ph["components"]}["moe_experts"]
+    assert not moe["partial"] and moe["bytes_known_share"] == 1.0 and moe["achieved_gbs"] is not None
+    # one call, T = 8192 tokens: all 32 experts hit (1-(1-4/32)^8192 = 1), weights 32*3*2880*2880*4.25/8
+    # = 423,014,400; activations at the traced, padded hidden 3072: in and out 2*T*3072*2 = 100,663,296,
+    # routed through both GEMMs and the combine T*4*(3*3072 + 2*2880)*2 = 981,467,136
+    a = attribute(load(VLLM / "graph_execution.json.gz"), capture=load(VLLM / "graph_capture_rank_0.pt.trace.json.gz"),
+                  budget=model_budget(cfg))
+    assert _op_bytes(a, "vllm::moe_forward") == pytest.approx(32 * 3 * 2880 * 2880 * 4.25 / 8 + 100_663_296 + 981_467_136)
+    flops = a.kernels.join(a.trace.ops.filter(pl.col("name") == "vllm::moe_forward").select(pl.col("id").alias("op_id")),
+                           on="op_id")["flops"].sum()
+    assert flops == pytest.approx(24 * 6 * 8192 * 4 * 2880 * 2880)   # gated: 6*T*k*H*I per layer
+    assert ph["bytes_known_share"] > 0.99 and ph["gb_per_token"] is not None
+    assert any("without --context" in n for n in doc["notes"])
+
+
+def test_weight_bits_per_class_and_from_quantization_config(tmp_path):
+    cfg = tmp_path / "gpt-oss.json"
+    cfg.write_text(orjson.dumps(GPT_OSS).decode())
+    from_config = model_budget(cfg, context=4096)
+    assert bits_for(from_config.weight_bits, "experts") == 4.25 and bits_for(from_config.weight_bits, "attention") == 16
+    given = model_budget(cfg, context=4096, weight_bits="experts=4.25,attention=16,default=16")
+    b1, b2 = (_rows(b.table(8)) for b in (from_config, given))
+    assert b1["moe_experts"]["weight_bytes"] == b2["moe_experts"]["weight_bytes"]
+    # experts at 8 bits instead: only the experts' weights change, by 8 / 4.25
+    fp8 = _rows(model_budget(cfg, context=4096, weight_bits="experts=8").table(8))
+    assert fp8["moe_experts"]["weight_bytes"] == pytest.approx(b1["moe_experts"]["weight_bytes"] * 8 / 4.25)
+    assert fp8["qkv_proj"]["weight_bytes"] == b1["qkv_proj"]["weight_bytes"]
+    # attention weights at 16 bits: 24 layers x 2880 x (64 + 2*8) x 64 x 2 bytes
+    assert b1["qkv_proj"]["weight_bytes"] == 24 * 2880 * (64 + 16) * 64 * 2
+    assert model_budget(cfg, context=4096, weight_bits=4.5).weight_bits == 4.5
+
+
+@pytest.mark.parametrize("bits", ["experts=abc", "feet=4", "experts=-1", "0"])
+def test_bad_weight_bits_is_one_line(tmp_path, capsys, bits):
+    cfg = tmp_path / "config.json"
+    cfg.write_text(orjson.dumps(GPT_OSS).decode())
+    assert main(["analyze", str(EXAMPLE_TRACE), "--model", str(cfg), "--weight-bits", bits]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "bits" in err[0]
+
+
+def _rows(table: pl.DataFrame) -> dict:
+    return {r["component"]: r for r in table.iter_rows(named=True)}

@@ -195,9 +195,9 @@ def test_truncated_gzip(fixtures, tmp_path):
 
 def test_pftrace_that_is_not_protobuf(fixtures, tmp_path):
     # No real rocprofv3 pftrace exists among the fixtures: feed the reader real bytes that are
-    # not Perfetto protobuf (the start of the rocpd SQLite file, cut short).
+    # not Perfetto protobuf (a rocprofv3 kernel-trace CSV; SQLite or JSON content is sniffed as such).
     out = tmp_path / "1_results.pftrace"
-    out.write_bytes(gzip.decompress((fixtures / ROCPD).read_bytes())[:5000])
+    out.write_bytes((fixtures / CSV_DIR / "decode_kernel_trace.csv").read_bytes()[:5000])
     _one_line_error(out, "not a Perfetto protobuf trace")
 
 

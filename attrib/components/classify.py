@@ -133,6 +133,7 @@ def _module_comp() -> pl.Expr:
         .when(m.str.contains(r"Embedding$") & ~m.str.contains("Rotary")).then(pl.lit("embedding"))
         .when(m.str.contains(r"Rotary|Rope")).then(pl.lit("rope"))
         .when(m.str.contains(r"Norm$|Norm\d*$|RMSNorm|LayerNorm")).then(pl.lit("norm"))
+        .when(~is_linear & path.str.contains(_LINEAR_ATTN_SEG)).then(pl.coalesce(hint, pl.lit("linear_attention")))
         .when(m.str.contains(r"Router|TopK|^.*Gate$")).then(pl.lit("moe_router"))
         .when(m.str.contains(r"SiLU|GELU|Activation|AndMul|Tanh|ReLU")).then(pl.lit("activation"))
         .when(m.str.contains(r"Sampler")).then(pl.lit("sampler"))
@@ -145,7 +146,6 @@ def _module_comp() -> pl.Expr:
         .when(is_linear & parent.str.contains(r"(?i)attn|attention")).then(pl.lit("@attn_linear"))
         .when(is_linear & parent.str.contains(r"(?i)mlp|feedforward|ffn")).then(pl.lit("@mlp_linear"))
         .when(is_linear & parent.str.contains(_MOE_BLOCK)).then(pl.lit("moe_router"))
-        .when(~is_linear & path.str.contains(_LINEAR_ATTN_SEG)).then(pl.coalesce(hint, pl.lit("linear_attention")))
         .when(m.str.contains(r"(?i)attn|attention")).then(
             pl.coalesce(hint, pl.when(op.str.contains(r"index_copy|index_put")).then(pl.lit("kv_cache_write")),
                         pl.when(pl.col("name_comp").is_in(_IN_ATTENTION)).then(pl.col("name_comp")),
@@ -205,7 +205,8 @@ def _split_linears(k: pl.DataFrame) -> pl.DataFrame:
 
 
 # unnamed glue kernels between two named ones: (before, after) -> component
-_BETWEEN = {("qkv_proj", "attention"): "rope", ("mlp_gate_up", "mlp_down"): "activation",
+_BETWEEN = {("qkv_proj", "attention"): "rope", ("qkv_proj", "kv_cache_write"): "rope",
+            ("mlp_gate_up", "mlp_down"): "activation",
             ("activation", "mlp_down"): "activation", ("mlp_gate_up", "activation"): "activation",
             ("moe_router", "moe_experts"): "moe_dispatch", ("moe_experts", "moe_experts"): "moe_experts"}
 
@@ -218,10 +219,16 @@ def _between(k: pl.DataFrame) -> pl.DataFrame:
     rule = pl.lit(None, pl.Utf8)
     for (a, b), comp in _BETWEEN.items():
         rule = pl.when((prev == a) & (nxt == b)).then(pl.lit(comp)).otherwise(rule)
+    # a run of unnamed kernels holding an rsqrt op is an RMSNorm written out in aten ops (no module scope):
+    # pow, mean, add, rsqrt, mul and the casts around them; the run starts at the residual add
+    run = pl.col("comp").is_not_null().cum_sum().over("step")
+    k = k.with_columns(run.alias("_run"))
+    rsqrt = (pl.col("comp").is_null() & pl.col("op").str.contains(r"^aten::rsqrt").fill_null(False)).any().over("step", "_run")
+    rule = pl.when(rsqrt).then(pl.lit("norm")).otherwise(rule)
     todo = pl.col("comp").is_null() & pl.col("step").is_not_null()
     placed = todo & rule.is_not_null()
     return k.with_columns(pl.when(todo).then(rule).otherwise(pl.col("comp")).alias("comp"),
-                          pl.when(placed).then(pl.lit("position")).otherwise(pl.col("evidence")).alias("evidence"))
+                          pl.when(placed).then(pl.lit("position")).otherwise(pl.col("evidence")).alias("evidence")).drop("_run")
 
 
 def classify(trace: Trace, links: pl.DataFrame, kernel_steps: pl.DataFrame) -> pl.DataFrame:

@@ -16,6 +16,7 @@ from typing import Any
 import polars as pl
 
 from attrib.cost.matmul import expected_active_experts
+from attrib.cost.weights import Bits, bits_for
 
 _SCHEMA = {"component": pl.Utf8, "weight_bytes": pl.Float64, "kv_bytes": pl.Float64, "act_bytes": pl.Float64,
            "bytes": pl.Float64, "flops": pl.Float64, "note": pl.Utf8}
@@ -91,22 +92,24 @@ def _row(component: str, weight: float, kv: float, act: float, flops: float, not
             "bytes": float(weight + kv + act), "flops": float(flops), "note": note}
 
 
-def decode_budget(config: Mapping[str, Any], *, batch: int = 1, context: int, weight_bits: float = 16,
+def decode_budget(config: Mapping[str, Any], *, batch: int = 1, context: int, weight_bits: Bits = 16,
                   kv_bytes: float = 2, act_bytes: float = 2, lm_head_bits: float | None = None,
                   qkv_fused: bool = True, gate_up_fused: bool = True) -> pl.DataFrame:
     """Bytes (weights / KV / activations) and FLOPs of one decode step, one row per component.
 
     batch: sequences, one new token each (tokens per step). context: K/V positions each sequence's
     attention reads this step, the new token included (a static cache read whole: its length).
-    weight_bits: bits per GEMM weight incl. scales (16 bf16, 8 fp8, 4.25 mxfp4, 4.5 Q4_0); norm and
+    weight_bits: bits per GEMM weight incl. scales (16 bf16, 8 fp8, 4.25 mxfp4, 4.5 Q4_0), one figure or
+    per weight class (attrib.cost.weights: experts, attention, mlp, ..., default); norm and
     router weights stay at act_bytes. qkv_fused / gate_up_fused: one input read instead of 3 / 2.
     """
     m = model_shape(config)
-    t, h, d, w, a = batch, m.hidden, m.head_dim, weight_bits / 8, act_bytes
-    lw = (lm_head_bits if lm_head_bits is not None else weight_bits) / 8
+    t, h, d, a = batch, m.hidden, m.head_dim, act_bytes
+    w = bits_for(weight_bits, "attention") / 8
+    lw = (lm_head_bits if lm_head_bits is not None else bits_for(weight_bits, "lm_head")) / 8
     q_dim, kv_dim = m.heads * d, m.kv_heads * d
     dense_layers = m.layers - m.moe_layers
-    rows = [_row("embedding", t * h * w, 0, t * h * a + t * 8, 0, "gathered rows, not the table")]
+    rows = [_row("embedding", t * h * bits_for(weight_bits, "embedding") / 8, 0, t * h * a + t * 8, 0, "gathered rows, not the table")]
     qkv_w = h * (q_dim + 2 * kv_dim)
     rows.append(_row("qkv_proj", m.layers * qkv_w * w, 0,
                      m.layers * t * (h * (1 if qkv_fused else 3) + q_dim + 2 * kv_dim) * a,
@@ -128,13 +131,13 @@ def decode_budget(config: Mapping[str, Any], *, batch: int = 1, context: int, we
     rows.append(_row("norm", norm_w, 0, norm_act, 2 * norm_act / a,
                      "fused norms; residual adds not counted" + ("; incl. q/k norms" if m.qk_norm else "")))
     if dense_layers:
-        i = m.intermediate
+        i, w = m.intermediate, bits_for(weight_bits, "mlp") / 8
         rows.append(_row("mlp_gate_up", dense_layers * h * 2 * i * w, 0,
                          dense_layers * t * (h * (1 if gate_up_fused else 2) + 2 * i) * a, dense_layers * 4 * t * h * i))
         rows.append(_row("activation", 0, 0, dense_layers * t * 3 * i * a, dense_layers * t * i))
         rows.append(_row("mlp_down", dense_layers * i * h * w, 0, dense_layers * t * (i + h) * a, dense_layers * 2 * t * i * h))
     if m.moe_layers:
-        rows.extend(_moe_rows(m, t, w, a))
+        rows.extend(_moe_rows(m, t, weight_bits, a))
     rows.append(_row("lm_head", m.vocab * h * lw, 0, t * (h + m.vocab) * a, 2 * t * h * m.vocab,
                      "tied to the embedding table (same bytes read)" if m.tie_word_embeddings else None))
     df = pl.DataFrame(rows, schema=_SCHEMA)
@@ -144,12 +147,12 @@ def decode_budget(config: Mapping[str, Any], *, batch: int = 1, context: int, we
         pl.when(pl.col("note") == "").then(None).otherwise(pl.col("note")).alias("note"))
 
 
-def _moe_rows(m: ModelShape, t: int, w: float, a: float) -> list[dict]:
+def _moe_rows(m: ModelShape, t: int, bits: Bits, a: float) -> list[dict]:
     h, e, k, mi, n = m.hidden, m.experts, m.top_k, m.moe_intermediate, m.moe_layers
     active = expected_active_experts(e, k, t)
     routed = t * k
     out = [_row("moe_router", n * h * e * a, 0, n * t * (h + e) * a, n * 2 * t * h * e, "router weights in the model dtype")]
-    out.append(_row("moe_experts", n * active * 3 * h * mi * w, 0, n * routed * (2 * h + 3 * mi) * a,
+    out.append(_row("moe_experts", n * active * 3 * h * mi * bits_for(bits, "experts") / 8, 0, n * routed * (2 * h + 3 * mi) * a,
                     n * 6 * routed * h * mi,
                     f"expected active experts {active:.3f} of {e} (uniform routing, T={t}, k={k})"))
     out.append(_row("activation", 0, 0, n * routed * 3 * mi * a, n * routed * mi, "routed experts' gated activation"))
@@ -157,7 +160,7 @@ def _moe_rows(m: ModelShape, t: int, w: float, a: float) -> list[dict]:
     if m.shared_intermediate:
         s = m.shared_intermediate
         gate = h if m.shared_gate else 0
-        out.append(_row("moe_shared_expert", n * (3 * h * s + gate) * w, 0, n * t * (2 * h + 6 * s) * a,
+        out.append(_row("moe_shared_expert", n * (3 * h * s + gate) * bits_for(bits, "shared_experts") / 8, 0, n * t * (2 * h + 6 * s) * a,
                         n * (6 * t * h * s + 2 * t * gate)))
     return out
 
@@ -176,10 +179,13 @@ class Budget:
 
     config: Mapping[str, Any]
     source: str
-    context: int
-    weight_bits: float = 16
+    context: int | None
+    weight_bits: Bits = 16
     kv_bytes: float = 2
 
     def table(self, batch: int) -> pl.DataFrame:
+        """The decode budget at `batch` tokens per step (needs the context)."""
+        if self.context is None:
+            raise ValueError("a decode budget needs the context")
         return decode_budget(self.config, batch=batch, context=self.context, weight_bits=self.weight_bits,
                              kv_bytes=self.kv_bytes)

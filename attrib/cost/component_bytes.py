@@ -31,17 +31,18 @@ def component_table(k: pl.DataFrame, steps: pl.DataFrame, budget: Budget | None,
         (pl.col("known_ns").median() / 1e6).alias("known_ms")).join(dtype, on="component", how="left")
     comp = comp.with_columns(pl.lit("shapes").alias("bytes_from"))
     tokens = steps["tokens"].drop_nulls()
-    if budget is not None and phase == "decode" and tokens.len():
+    if budget is not None and budget.context is not None and phase == "decode" and tokens.len():
         comp = with_budget(comp, budget, int(tokens.median()))
     return comp.with_columns(pl.when(pl.col("bytes").is_null()).then(None).otherwise(pl.col("bytes_from")).alias("bytes_from"))
 
 
 def with_budget(comp: pl.DataFrame, budget: Budget, tokens_per_step: int) -> pl.DataFrame:
-    """Components without bytes from shapes take the budget's bytes and FLOPs (all their time then counts
-    as priced); `bytes_from` names the budget's source for them."""
+    """Components without bytes from shapes, or priced for under half their time (a graph replay whose
+    capture lacks some ops), take the budget's bytes and FLOPs (all their time then counts as priced);
+    `bytes_from` names the budget's source for them."""
     b = budget.table(tokens_per_step).select("component", pl.col("bytes").alias("_bb"), pl.col("flops").alias("_bf"))
     comp = comp.join(b, on="component", how="left")
-    use = pl.col("bytes").is_null() & pl.col("_bb").is_not_null()
+    use = (pl.col("bytes").is_null() | (pl.col("known_ms") < 0.5 * pl.col("ms"))) & pl.col("_bb").is_not_null()
     return comp.with_columns(
         pl.when(use).then(pl.col("_bb")).otherwise(pl.col("bytes")).alias("bytes"),
         pl.when(use).then(pl.col("_bf")).otherwise(pl.col("flops")).alias("flops"),

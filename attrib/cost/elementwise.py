@@ -1,5 +1,5 @@
 """Cost formulas of the memory-bound families: embedding, index writes / KV-cache writes, elementwise,
-activations, norms, copies, softmax, top-k, reductions, rotary embedding, ops with output args.
+activations, norms, copies, softmax, top-k, reductions, ops with output args.
 
 Bytes = tensors read + tensors written; FLOPs are nominal (about one per output element) and only
 matter for telling these ops are memory-bound.
@@ -229,14 +229,3 @@ def reduction(dims: list, types: list, concrete: list = (), name: str = "aten::s
         return unknown("reduction", "reduced dims not recorded")
     out = "int64" if name in ("aten::argmax", "aten::argmin") else x.dtype
     return Cost(x.nbytes + kept * (size_of(out) or x.size), float(x.numel), x.dtype, "reduction")
-
-
-def rotary_embedding(dims: list, types: list, concrete: list = ()) -> Cost:
-    """vLLM _C::rotary_embedding(positions[T], query, key, head_size, cos_sin_cache[P, R], is_neox):
-    q and k rotated in place (read + write), positions read, one cache row per token read."""
-    pos, q, k, cache = (tensor(dims, types, i) for i in (0, 1, 2, 4))
-    if pos is None or q is None:
-        return unknown("rope", "rotary operands not recorded")
-    rows = pos.numel * cache.shape[-1] * cache.size if cache else 0
-    nbytes = pos.nbytes + 2 * q.nbytes + 2 * (k.nbytes if k else 0) + rows
-    return Cost(nbytes, 3.0 * (q.numel + (k.numel if k else 0)), q.dtype, "rope")

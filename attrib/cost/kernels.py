@@ -15,7 +15,9 @@ import orjson
 import polars as pl
 
 from attrib.components.patterns import CAT_ELEMENT_BYTES
-from attrib.cost.dtypes import TYPES
+from attrib.cost import opaque
+from attrib.cost import serving as sv
+from attrib.cost.budget import Budget
 from attrib.cost.ops import op_costs
 from attrib.steps.phases import vllm_sums
 from attrib.trace import Trace
@@ -48,13 +50,13 @@ def _cat_costs(trace: Trace, kernels: pl.DataFrame, costs: pl.DataFrame) -> pl.D
 
 # Paged attention ops get the KV cache from the forward context, not as an input: what they read
 # depends on every request's context length, which vLLM's detailed step annotation sums up.
-PAGED_ATTENTION = r"^vllm::unified_attention|^_rocm_C::paged_attention|^aiter::paged_attention|^_C::paged_attention"
+PAGED_ATTENTION = (r"^vllm::unified_(?:mla_)?attention|^_rocm_C::paged_attention|^aiter::paged_attention"
+                   r"|^_C::paged_attention")
 
 
 def _paged_attention_costs(trace: Trace, kernels: pl.DataFrame, steps: pl.DataFrame | None,
                            costs: pl.DataFrame) -> pl.DataFrame:
-    """Price paged-attention ops from their q/k shapes and the step's Σk and Σq·k (vLLM annotation):
-    K/V read at every request's full context (sliding-window layers read less: an upper bound)."""
+    """Price paged-attention ops (attrib.cost.serving.paged_attention) with their step's sums."""
     if steps is None or "marker" not in steps.columns:
         return costs
     sums = {s: v for s, v in ((s, vllm_sums(m)) for s, m in steps.select("step", "marker").iter_rows()) if v}
@@ -64,11 +66,14 @@ def _paged_attention_costs(trace: Trace, kernels: pl.DataFrame, steps: pl.DataFr
     op_step = (kernels.filter(pl.col("op_id").is_in(ops["id"].implode()) & pl.col("step").is_not_null())
                .select("op_id", "step").unique("op_id"))
     rows = []
-    for op_id, step, dims, types in op_step.join(ops.select(pl.col("id").alias("op_id"), "input_dims", "input_types"),
-                                                on="op_id").iter_rows():  # one row per attention call
-        got = _paged(dims, types, sums.get(step))
-        if got:
-            rows.append((op_id, *got))
+    for op_id, step, name, dims, types, conc in op_step.join(
+            ops.select(pl.col("id").alias("op_id"), "name", "input_dims", "input_types", "concrete_inputs"),
+            on="op_id").iter_rows():  # one row per attention call
+        if step in sums and dims and types:
+            c = sv.paged_attention(name, orjson.loads(dims), orjson.loads(types),
+                                   orjson.loads(conc) if conc else [], sums[step])
+            if c.bytes is not None:
+                rows.append((op_id, c.bytes, c.flops, c.dtype))
     if not rows:
         return costs
     priced = pl.DataFrame(rows, schema={"op_id": pl.Int64, "_pb": pl.Float64, "_pf": pl.Float64, "_pd": pl.Utf8},
@@ -82,27 +87,38 @@ def _paged_attention_costs(trace: Trace, kernels: pl.DataFrame, steps: pl.DataFr
         .otherwise(pl.col("cost_model")).alias("cost_model")).drop("_pb", "_pf", "_pd")
 
 
-def _paged(dims: str | None, types: str | None, sums: dict[str, int] | None) -> tuple[float, float, str] | None:
-    """(bytes, flops, dtype) of one paged-attention call: q [T, H, D], k [T, KVH, D] as inputs 0 and 1."""
-    if not sums or not dims or not types:
-        return None
-    d, t = orjson.loads(dims), orjson.loads(types)
-    if len(d) < 2 or len(d[0]) != 3 or len(d[1]) != 3 or t[0] not in TYPES:
-        return None
-    (tokens, heads, hd), (_, kv_heads, kd) = d[0], d[1]
-    dtype, elt = TYPES[t[0]]
-    kv_read = sums["sk"] * 2 * kv_heads * kd * elt
-    qo = 2 * tokens * heads * hd * elt
-    return float(kv_read + qo), float(4 * sums["sqsk"] * heads * hd), dtype
+def _opaque_costs(trace: Trace, costs: pl.DataFrame, budget: Budget | None) -> pl.DataFrame:
+    """Price ops whose weights are not arguments (attrib.cost.opaque) from the model config."""
+    ops = trace.ops.filter(pl.col("name").is_in(opaque.OPAQUE_MOE))
+    if budget is None or ops.height == 0:
+        return costs
+    rows = []
+    for dims, types in ops.select("input_dims", "input_types").unique().iter_rows():
+        c = opaque.moe_forward(orjson.loads(dims or "[]"), orjson.loads(types or "[]"), budget)
+        rows.append((dims, types, c.bytes, c.flops, c.dtype, c.model))
+    priced = ops.select(pl.col("id").alias("op_id"), "input_dims", "input_types").join(
+        pl.DataFrame(rows, schema={"input_dims": pl.Utf8, "input_types": pl.Utf8, "_mb": pl.Float64, "_mf": pl.Float64,
+                                   "_md": pl.Utf8, "_mm": pl.Utf8}, orient="row"),
+        on=["input_dims", "input_types"], how="left", nulls_equal=True).drop("input_dims", "input_types")
+    use = pl.col("_ob").is_null() & pl.col("_mb").is_not_null()
+    return costs.join(priced, on="op_id", how="left").with_columns(
+        pl.when(use).then(pl.col("_mb")).otherwise(pl.col("_ob")).alias("_ob"),
+        pl.when(use).then(pl.col("_mf")).otherwise(pl.col("_of")).alias("_of"),
+        pl.when(use).then(pl.col("_md")).otherwise(pl.col("dtype")).alias("dtype"),
+        pl.when(use).then(pl.col("_mm")).otherwise(pl.col("cost_model")).alias("cost_model")).drop("_mb", "_mf", "_md", "_mm")
 
 
-def kernel_costs(trace: Trace, kernels: pl.DataFrame, steps: pl.DataFrame | None = None) -> pl.DataFrame:
-    """`kernels` (id, op_id, step, dur_ns, ...) with bytes, flops, dtype, cost_model added."""
+def kernel_costs(trace: Trace, kernels: pl.DataFrame, steps: pl.DataFrame | None = None,
+                 budget: Budget | None = None) -> pl.DataFrame:
+    """`kernels` (id, op_id, step, dur_ns, ...) with bytes, flops, dtype, cost_model added.
+
+    budget: a model config (`--model`) that prices ops whose weights the trace does not show."""
     costs = op_costs(trace.ops).select(
         pl.col("id").alias("op_id"), pl.col("bytes").alias("_ob"), pl.col("flops").alias("_of"),
         "dtype", "cost_model")
     costs = _cat_costs(trace, kernels, costs)
     costs = _paged_attention_costs(trace, kernels, steps, costs)
+    costs = _opaque_costs(trace, costs, budget)
     k = kernels.join(costs, on="op_id", how="left")
     share = (pl.col("dur_ns").cast(pl.Float64) / pl.col("dur_ns").sum().over("op_id").cast(pl.Float64)).fill_nan(
         1.0 / pl.len().over("op_id"))

@@ -20,6 +20,7 @@ import polars as pl
 from attrib.cost import matmul as mm
 from attrib.cost import elementwise as ew
 from attrib.cost import inductor
+from attrib.cost import serving as sv
 from attrib.cost.dtypes import Cost, concrete_int, unknown
 
 Formula = Callable[[list, list, list], Cost]
@@ -31,7 +32,10 @@ _ELEMENTWISE = ("add", "sub", "mul", "div", "neg", "exp", "log", "sqrt", "rsqrt"
                 "fill", "zero")
 _IO_ARGS = ("_C::silu_and_mul", "_C::gelu_and_mul", "_C::gelu_tanh_and_mul", "_C::mul_and_silu", "_C::rms_norm",
             "_C::static_scaled_fp8_quant", "_C::dynamic_scaled_fp8_quant",
-            "_C::dynamic_per_token_scaled_fp8_quant", "aiter::rmsnorm2d_fwd_with_add_ck")
+            "_C::dynamic_per_token_scaled_fp8_quant", "aiter::rmsnorm2d_fwd_with_add_ck",
+            "sgl_kernel::silu_and_mul", "sgl_kernel::gelu_and_mul", "sgl_kernel::gelu_tanh_and_mul",
+            "sgl_kernel::rmsnorm", "aiter::rmsnorm", "aiter::add_rmsnorm", "aiter::rmsnorm2d_fwd_with_add",
+            "_moe_C::topk_softmax")
 
 
 def _registry() -> dict[str, Formula]:
@@ -54,7 +58,13 @@ def _registry() -> dict[str, Formula]:
         "aten::clone": partial(ew.clone, name="aten::clone"),
         "aten::contiguous": partial(ew.clone, name="aten::contiguous"),
         "aten::to": partial(ew.to_copy, name="aten::to"), "aten::_to_copy": partial(ew.to_copy, name="aten::_to_copy"),
-        "aten::topk": ew.topk, "_C::rotary_embedding": ew.rotary_embedding,
+        "aten::topk": ew.topk, "_C::rotary_embedding": sv.rotary, "sgl_kernel::rotary_embedding": sv.rotary,
+        "aiter::rmsnorm2d_fwd": ew.norm, "sgl_kernel::fused_add_rmsnorm": ew.fused_add_norm,
+        "sglang::store_cache": sv.store_cache, "_C_cache_ops::concat_and_cache_mla": sv.concat_and_cache_mla,
+        "aiter::mha_batch_prefill": sv.mha_batch_prefill, "_flashmla_C::fwd_kvcache_mla": sv.fwd_kvcache_mla,
+        "aiter::mha_fwd": partial(mm.attention, layout="blhd", causal_index=5, mask_index=None),
+        "aiter::gemm_a16w16": mm.linear, "aiter::fmoe": sv.fmoe, "aiter::fused_moe_": mm.fused_experts,
+        "TopK": sv.router_topk, "SortTokens": sv.sort_tokens,
     }
     for op in ("softmax", "_softmax", "log_softmax", "_log_softmax"):
         reg[f"aten::{op}"] = partial(ew.softmax, name=f"aten::{op}")

@@ -127,6 +127,9 @@ def document(a: Attribution, phase: str | None = None, arch: Arch | None = None,
     if arch is not None and arch.bandwidth()[1] == "peak":
         notes.append(f"no sustained bandwidth known for {arch.name}: rooflines use the {arch.peak_bw_gbs:g} GB/s peak")
     what_if = arch_from == "override"
+    if budget is not None and budget.context is None:
+        notes.append(f"{budget.source} without --context: decode components are not budgeted from it (K/V reads need "
+                     "the context); it prices only ops whose weights the trace does not show")
     phases = []
     order = {"prefill": 0, "mixed": 1, "decode": 2}
     for ph in sorted(a.steps["phase"].unique().to_list(), key=lambda p: (order.get(p, 3), p)):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from attrib.report.printable import printable_tree
+
 
 def _f(x: Any, fmt: str = "{:.3f}", none: str = "-") -> str:
     return none if x is None else fmt.format(x)
@@ -42,7 +44,10 @@ def _provenance(p: dict[str, Any]) -> str:
 
 
 def render(doc: dict[str, Any]) -> str:
-    """Per phase: a header line, the component table, the top kernels; then coverage and notes."""
+    """Per phase: a header line, the component table, the top kernels; then coverage and notes.
+
+    Every string of the document passes `printable` first (names come from the trace)."""
+    doc = printable_tree(doc)
     src, dev, cov = doc["source"], doc["device"], doc["coverage"]
     lines = [f"{src['path']}  [{src['format']}]  {src['kernels']} kernels, {src['kernel_ms']:.3f} ms kernel time",
              f"device: {dev.get('name') or '?'} (arch {dev.get('arch') or '?'}, from {dev.get('detected_from')})"]

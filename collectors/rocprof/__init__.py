@@ -22,7 +22,7 @@ from attrib.errors import TraceError
 from attrib.trace import Trace
 
 from . import legacy, pftrace, rocpd, v3csv, v3json
-from ._common import SQLITE_MAGIC, head_bytes, local_file, merge, plain_name
+from ._common import SQLITE_MAGIC, head_bytes, local_file, merge, plain_name  # noqa: F401 (head_bytes)
 
 __all__ = ["sniff", "read", "FORMATS"]
 
@@ -64,8 +64,6 @@ def _sqlite_format(path: Path, head: bytes) -> str:
 
 def _sniff_file(path: Path, head: bytes) -> str | None:
     name = plain_name(path).lower()
-    if name.endswith((".pftrace", ".perfetto-trace")):
-        return "pftrace"
     if head.startswith(SQLITE_MAGIC):
         return _sqlite_format(path, head)
     text = head.lstrip()
@@ -78,8 +76,11 @@ def _sniff_file(path: Path, head: bytes) -> str | None:
             if quoted_ts or (name.split(".")[0] == "results" and not torch_like):
                 return "rocprof-v1"
         return None
+    if name.endswith((".pftrace", ".perfetto-trace")):  # by name, once the content is not JSON/SQLite
+        return "pftrace"
     if name.endswith(".csv") or b"," in head.split(b"\n", 1)[0]:
-        return _csv_format(head)
+        # a rocprofv3 file name (`*_kernel_trace.csv`) is read as such: its reader names a missing column
+        return _csv_format(head) or ("rocprofv3-csv" if v3csv.split_name(path) else None)
     return None
 
 
@@ -90,7 +91,7 @@ def _dir_files(directory: Path) -> dict[str, list[Path]]:
     """{format: files} for the profiler outputs directly inside a directory."""
     found: dict[str, list[Path]] = {}
     for p in sorted(directory.iterdir()):
-        if p.is_file() and p.name.lower().endswith(_EXTENSIONS):
+        if p.name.lower().endswith(_EXTENSIONS) and p.is_file():
             fmt = _sniff_file(p, head_bytes(p))
             if fmt:
                 found.setdefault(fmt, []).append(p)

@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import contextlib
-import gzip
 import os
 import re
-import shutil
 import tempfile
-import zlib
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -16,6 +13,7 @@ import polars as pl
 
 from attrib.errors import TraceError
 from attrib.trace import Meta, Trace
+from collectors import limits, validate
 
 GZIP_MAGIC = b"\x1f\x8b"
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -30,40 +28,24 @@ AGENT_KEYS = (
 
 
 def is_gzip(path: Path) -> bool:
-    with open(path, "rb") as fh:
+    with limits.open_file(path) as fh:
         return fh.read(2) == GZIP_MAGIC
 
 
 def head_bytes(path: Path, n: int = 65536) -> bytes:
     """Up to n leading bytes of the file, gunzipped if it is gzip (b"" if unreadable)."""
     try:
-        with open(path, "rb") as fh:
-            raw = fh.read(max(n, 1 << 16))
-    except OSError:
-        return b""
-    if raw[:2] != GZIP_MAGIC:
-        return raw[:n]
-    try:
-        return zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(raw, n)
-    except zlib.error:
+        return limits.head(path, n)
+    except TraceError:
         return b""
 
 
 def read_bytes(path: Path) -> bytes:
-    """The whole file, gunzipped if it is gzip; a cut-short gzip is a TraceError."""
-    try:
-        with open(path, "rb") as fh:
-            raw = fh.read()
-    except OSError as exc:
-        raise TraceError(path, f"cannot read: {exc.strerror or exc}") from None
-    if raw[:2] != GZIP_MAGIC:
-        return raw
-    try:
-        return gzip.decompress(raw)
-    except EOFError:
-        raise TraceError(path, "gzip data is truncated (the file was cut short); copy it again") from None
-    except (OSError, zlib.error) as exc:
-        raise TraceError(path, f"corrupt gzip data ({exc})") from None
+    """The whole file, gunzipped (with bounds) if it is gzip; a cut-short gzip is a TraceError."""
+    data, cut = limits.read_bytes(path)
+    if cut:
+        raise TraceError(path, "gzip data is truncated (the file was cut short); copy it again")
+    return bytes(data) if isinstance(data, bytearray) else data
 
 
 @contextlib.contextmanager
@@ -72,17 +54,12 @@ def local_file(path: Path) -> Iterator[Path]:
     if not is_gzip(path):
         yield path
         return
+    data = read_bytes(path)
     fd, tmp = tempfile.mkstemp(prefix="attrib-rocprof-", suffix=path.name.removesuffix(".gz"))
     try:
-        with os.fdopen(fd, "wb") as out, gzip.open(path, "rb") as src:
-            shutil.copyfileobj(src, out, 1 << 20)
-    except EOFError:
-        os.unlink(tmp)
-        raise TraceError(path, "gzip data is truncated (the file was cut short); copy it again") from None
-    except (OSError, zlib.error) as exc:
-        os.unlink(tmp)
-        raise TraceError(path, f"corrupt gzip data ({exc})") from None
-    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+        del data
         yield Path(tmp)
     finally:
         with contextlib.suppress(OSError):
@@ -127,12 +104,34 @@ def pick(df: pl.DataFrame, *names: str) -> str | None:
     return next((n for n in names if n in df.columns), None)
 
 
+# How rocprof spells the columns whose absence is reported (names are matched lower-case).
+_SPELLING = {"kernelname": "KernelName", "beginns": "BeginNs", "endns": "EndNs", "kernel_name": "Kernel_Name",
+             "start_timestamp": "Start_Timestamp", "end_timestamp": "End_Timestamp", "function": "Function"}
+
+
 def require(df: pl.DataFrame, path: Path, what: str, *names: str) -> str:
-    """The column for `what` (first of names present) or a TraceError naming it."""
+    """The column for `what` (first of names present) or a TraceError naming it as rocprof spells it."""
     col = pick(df, *names)
     if col is None:
-        raise TraceError(path, f"{what} CSV lacks the required column {names[0].title()!r}")
+        found = ", ".join(df.columns[:12]) + (", ..." if df.width > 12 else "")
+        raise TraceError(path, f"{what} lacks the required column {_SPELLING.get(names[0], names[0])!r} "
+                               f"(columns found: {found or 'none'})")
     return col
+
+
+# An integer as text: optional label ("Agent 3"), decimal digits only (not 1e5, 0x10, 1.5), 64-bit.
+_INT_TEXT = r"^\s*(?:[A-Za-z_]+\s+)?(-?\d{1,19})\s*$"
+
+
+def parse_int(c: pl.Expr, dtype: pl.DataType) -> pl.Expr:
+    """An integer column from any column: text by `_INT_TEXT`, numbers that fit Int64, else null."""
+    if dtype == pl.Utf8:
+        c = c.str.extract(_INT_TEXT, 1)
+    elif dtype.is_float():
+        c = pl.when(c == c.round(0)).then(c)
+    elif not dtype.is_integer() and dtype != pl.Null:
+        return pl.lit(None, dtype=pl.Int64)
+    return c.cast(pl.Int64, strict=False)
 
 
 def int_col(df: pl.DataFrame, *names: str) -> pl.Expr:
@@ -140,10 +139,22 @@ def int_col(df: pl.DataFrame, *names: str) -> pl.Expr:
     col = pick(df, *names)
     if col is None:
         return pl.lit(None, dtype=pl.Int64)
-    c = pl.col(col)
-    if df.schema[col] == pl.Utf8:
-        c = c.str.strip_chars().str.extract(r"(-?\d+)\s*$", 1)
-    return c.cast(pl.Int64, strict=False)
+    return parse_int(pl.col(col), df.schema[col])
+
+
+def as_ints(df: pl.DataFrame, cols, what: str, warnings: list[str]) -> pl.DataFrame:
+    """`cols` of df (those present) as Int64; values that are not integers (text, 1e5, past 64 bits)
+    become null, counted in one warning."""
+    cols = [c for c in cols if c in df.columns and df.schema[c] != pl.Int64]
+    if not cols or df.height == 0:
+        return df
+    parsed = df.with_columns([parse_int(pl.col(c), df.schema[c]).alias(c) for c in cols])
+    lost = df.select([(pl.col(c).is_not_null() & parsed[c].is_null()).sum().alias(c) for c in cols]).row(0, named=True)
+    bad = {c: n for c, n in lost.items() if n}
+    if bad:
+        warnings.append(f"{what}: values that are not integers set to null: "
+                        + ", ".join(f"{c} x{n}" for c, n in bad.items()))
+    return parsed
 
 
 def str_col(df: pl.DataFrame, *names: str) -> pl.Expr:
@@ -249,8 +260,10 @@ def with_ids(df: pl.DataFrame | None) -> pl.DataFrame | None:
 
 def finish(path: Path, fmt: str, *, devices=(), vendor_from: str, warnings=(), top=None,
            runtime=None, events: int | None = None, **tables: pl.DataFrame | None) -> Trace:
-    """The Trace with AMD vendor metadata; events defaults to the rows read."""
-    tables = {k: with_ids(v) for k, v in tables.items()}
+    """The Trace with AMD vendor metadata; events defaults to the rows read. Tables pass the
+    reader-boundary checks (collectors.validate) before kernels are linked to their launches."""
+    warnings = list(warnings)
+    tables = validate.tables({k: with_ids(v) for k, v in tables.items()}, warnings)
     if "kernels" in tables and tables["kernels"] is not None:
         tables["kernels"] = link_launches(tables["kernels"], tables.get("launches"))
     if events is None:
@@ -261,14 +274,36 @@ def finish(path: Path, fmt: str, *, devices=(), vendor_from: str, warnings=(), t
     return Trace.build(meta, **tables)
 
 
+_KEYED = {"kernels": ("id", "launch_id", "correlation"), "launches": ("id", "correlation"),
+          "copies": ("id", "correlation"), "markers": ("id",)}
+
+
+def _shifted(traces: list[Trace], name: str) -> pl.DataFrame | None:
+    """One table of every trace stacked, its ids and correlation ids moved apart per trace (each
+    process numbers its own from 0), so that no key of one process meets another's."""
+    parts, offset = [], {"id": 0, "launch": 0, "correlation": 0}
+    for t in traces:
+        df = getattr(t, name)
+        cols = {"id": "launch" if name == "launches" else "id", "launch_id": "launch", "correlation": "correlation"}
+        if df.height:
+            parts.append(df.with_columns([(pl.col(c) + offset[cols[c]]).alias(c) for c in _KEYED.get(name, ())]))
+        offset["id"] += int(t.kernels["id"].max() or 0) + 1 if t.kernels.height else 0
+        offset["launch"] += int(t.launches["id"].max() or 0) + 1 if t.launches.height else 0
+        corr = [getattr(t, n)["correlation"].max() for n in ("kernels", "launches", "copies")]
+        offset["correlation"] += max((int(c) for c in corr if c is not None), default=-1) + 1
+    if name in ("markers", "copies", "ops", "frames"):  # ids only need to be distinct
+        return pl.concat(parts, how="diagonal_relaxed").drop("id") if parts else None
+    return pl.concat(parts, how="diagonal_relaxed") if parts else None
+
+
 def merge(path: Path, fmt: str, traces: list[Trace]) -> Trace:
-    """One Trace from several (one per process / file): tables stacked, devices de-duplicated."""
+    """One Trace from several (one per process / file): tables stacked with their keys kept apart,
+    rows that are exact copies across files dropped (collectors.validate), devices de-duplicated."""
     if len(traces) == 1:
         return traces[0].with_meta(path=str(path))
-    tables = {}
-    for name in ("kernels", "ops", "frames", "launches", "markers", "copies"):
-        parts = [getattr(t, name) for t in traces if getattr(t, name).height]
-        tables[name] = pl.concat(parts, how="diagonal_relaxed") if parts else None
+    warnings = [w for t in traces for w in t.meta.warnings]
+    tables = {name: _shifted(traces, name) for name in ("kernels", "ops", "frames", "launches", "markers", "copies")}
+    tables = validate.tables({k: with_ids(v) for k, v in tables.items()}, warnings)
     devices: list[dict] = []
     for t in traces:
         devices += [d for d in t.meta.devices if d not in devices]
@@ -276,5 +311,5 @@ def merge(path: Path, fmt: str, traces: list[Trace]) -> Trace:
                 vendor="amd", vendor_from=traces[0].meta.vendor_from, devices=tuple(devices),
                 runtime=traces[0].meta.runtime,
                 top={"files": [t.meta.path for t in traces], **traces[0].meta.top},
-                warnings=tuple(w for t in traces for w in t.meta.warnings))
+                warnings=tuple(warnings))
     return Trace.build(meta, **tables)

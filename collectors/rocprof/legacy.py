@@ -26,11 +26,12 @@ from ._common import (agent_dict, clean_kernel_name, finish, head_bytes, int_col
 V1, V2 = "rocprof-v1", "rocprof-v2"
 
 
-def _v1_kernels(df: pl.DataFrame, path: Path, warnings: list[str]) -> pl.DataFrame:
-    """Kernel rows from v1 columns (lower-case names), from CSV, SQLite or JSON args."""
-    name = require(df, path, "rocprof kernel", "kernelname", "kernel_name")
-    begin = require(df, path, "rocprof kernel", "beginns", "start_timestamp")
-    end = require(df, path, "rocprof kernel", "endns", "end_timestamp")
+def _v1_kernels(df: pl.DataFrame, path: Path, warnings: list[str], source: str = "CSV") -> pl.DataFrame:
+    """Kernel rows from v1 columns (lower-case names), from CSV, SQLite or JSON args (`source`)."""
+    what = f"rocprof kernel {source}"
+    name = require(df, path, what, "kernelname", "kernel_name")
+    begin = require(df, path, what, "beginns", "start_timestamp")
+    end = require(df, path, what, "endns", "end_timestamp")
     grid, block = total_dims(int_col(df, "grd", "grid_size"), int_col(df, "wgr", "workgroup_size"))
     out = df.select(
         id=int_col(df, "index", "dispatch_id"), name=clean_kernel_name(pl.col(name).cast(pl.Utf8)),
@@ -45,11 +46,7 @@ def _v1_kernels(df: pl.DataFrame, path: Path, warnings: list[str]) -> pl.DataFra
     )
     if out["id"].null_count() == out.height:
         out = out.with_columns(id=pl.int_range(pl.len(), dtype=pl.Int64))
-    negative = out.filter(pl.col("dur_ns") < 0).height
-    if negative:
-        warnings.append(f"{negative} kernels with EndNs < BeginNs: duration set to null")
-        out = out.with_columns(dur_ns=pl.when(pl.col("dur_ns") >= 0).then(pl.col("dur_ns")))
-    return out.sort("start_ns")
+    return out.sort("start_ns")  # negative durations (EndNs < BeginNs) are dropped by validation
 
 
 def _stem(path: Path) -> str:
@@ -103,7 +100,7 @@ def read_v1_db(path: Path) -> Trace:
         finally:
             if "con" in locals():
                 con.close()
-    kernels = _v1_kernels(df, path, warnings)
+    kernels = _v1_kernels(df, path, warnings, "table KERN")
     return finish(path, V1, devices=_sysinfo(path, warnings), vendor_from="rocprof v1 sysinfo",
                   warnings=warnings, runtime={"profiler": "rocprof"}, kernels=kernels)
 
@@ -117,24 +114,32 @@ def read_v1_json(path: Path) -> Trace:
     events = doc.get("traceEvents") if isinstance(doc, dict) else None
     if not isinstance(events, list):
         raise TraceError(path, "no traceEvents list (not a rocprof v1 JSON trace)")
-    names = {e.get("pid"): (e.get("args") or {}).get("name", "") for e in events
-             if isinstance(e, dict) and e.get("ph") == "M" and e.get("name") == "process_name"}
+    names = {e["pid"]: e["args"].get("name", "") for e in events
+             if isinstance(e, dict) and e.get("ph") == "M" and e.get("name") == "process_name"
+             and isinstance(e.get("args"), dict) and isinstance(e.get("pid"), (int, str))}
     gpu_pids = [pid for pid, n in names.items() if re.fullmatch(r"GPU\d+", str(n))]
     slices = [e for e in events if isinstance(e, dict) and e.get("ph") == "X"]
-    df = pl.DataFrame(slices, infer_schema_length=None) if slices else pl.DataFrame()
+    try:
+        df = pl.DataFrame(slices, infer_schema_length=None) if slices else pl.DataFrame()
+    except (pl.exceptions.PolarsError, TypeError, ValueError, OverflowError) as exc:
+        raise TraceError(path, f"traceEvents of mixed shapes ({str(exc).splitlines()[0][:120]})") from None
     kernels = markers = None
-    if df.height and "args" in df.columns:
-        gpu = df.filter(pl.col("pid").cast(pl.Int64).is_in(gpu_pids))
+    pid = pl.col("pid").cast(pl.Int64, strict=False) if "pid" in df.columns else pl.lit(None, pl.Int64)
+    if df.height and isinstance(df.schema.get("args"), pl.Struct):
+        gpu = df.filter(pid.is_in(gpu_pids))
         if gpu.height:
             args = gpu.select("args").unnest("args")
-            kernels = _v1_kernels(args.rename({c: c.lower() for c in args.columns}), path, warnings)
-        mark = df.filter(pl.col("pid").cast(pl.Int64) == 0) if 0 in names else df.clear()
-        if mark.height:  # "Markers and Ranges": ts/dur in us (strings)
-            markers = mark.select(
-                name=pl.col("name"), side=pl.lit("cpu"), tid=pl.col("tid").cast(pl.Int64, strict=False),
-                start_ns=(pl.col("ts").cast(pl.Float64) * 1000).round().cast(pl.Int64),
-                dur_ns=(pl.col("dur").cast(pl.Float64) * 1000).round().cast(pl.Int64))
-    other = doc.get("otherData") or {}
+            kernels = _v1_kernels(args.rename({c: c.lower() for c in args.columns}), path, warnings,
+                                  "JSON event args")
+    mark = df.filter(pid == 0) if 0 in names and df.height and {"ts", "dur", "name"} <= set(df.columns) else None
+    if mark is not None and mark.height:  # "Markers and Ranges": ts/dur in us (strings)
+        def us(c: str) -> pl.Expr:
+            return (pl.col(c).cast(pl.Float64, strict=False) * 1000).round().cast(pl.Int64, strict=False)
+
+        markers = mark.select(name=pl.col("name").cast(pl.Utf8, strict=False), side=pl.lit("cpu"),
+                              tid=pl.col("tid").cast(pl.Int64, strict=False) if "tid" in mark.columns else None,
+                              start_ns=us("ts"), dur_ns=us("dur"))
+    other = doc.get("otherData") if isinstance(doc.get("otherData"), dict) else {}
     info = path.with_name(f"{_stem(path)}.sysinfo.txt")
     devices = (rocminfo_agents(info.read_text(errors="replace")) if info.is_file()
                else _other_data_agents(other))

@@ -16,12 +16,14 @@ import polars as pl
 from attrib.errors import TraceError
 from attrib.trace import Trace
 
-from ._common import agent_dict, dims, finish, local_file, workgroups
+from ._common import agent_dict, dims, finish, local_file, parse_int, workgroups
 
 FORMAT = "rocpd"
 
 _KERNELS = """
-SELECT K.dispatch_id AS id, S.display_name AS name, S.kernel_name AS mangled, K.start, K."end",
+SELECT K.id AS _row, K.dispatch_id AS id, S.display_name AS name, S.kernel_name AS mangled,
+       CASE WHEN typeof(K.start) = 'integer' THEN K.start END AS start,
+       CASE WHEN typeof(K."end") = 'integer' THEN K."end" END AS "end",
        A.logical_index AS device, A.type_index AS gpu_index, K.stream_id AS stream,
        K.queue_id AS queue, E.stack_id AS correlation, E.correlation_id AS external_id,
        K.tid, K.pid, K.grid_size_x, K.grid_size_y, K.grid_size_z,
@@ -57,22 +59,45 @@ def _objects(con: sqlite3.Connection) -> set[str]:
     return {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type IN ('table','view')")}
 
 
+_TEXT = {"name", "mangled", "region", "message", "category", "src_agent_type", "dst_agent_type"}
+# Columns each query reads: a database without them is named, not failed on mid-query.
+_NEEDS = {"rocpd_kernel_dispatch": ("id", "dispatch_id", "kernel_id", "guid", "start", "end", "agent_id",
+                                    "event_id", "grid_size_x", "workgroup_size_x"),
+          "rocpd_info_kernel_symbol": ("id", "guid", "display_name", "kernel_name"),
+          "rocpd_info_agent": ("id", "guid", "logical_index", "type")}
+
+
 def _query(con: sqlite3.Connection, sql: str, *args) -> pl.DataFrame:
+    """Rows as a frame: text columns Utf8, the others Int64 (a value of another type is null)."""
     cur = con.execute(sql, args)
     cols = [d[0] for d in cur.description]
     rows = cur.fetchall()
     df = pl.DataFrame(rows, schema=cols, orient="row", infer_schema_length=None)
-    text = {"name", "mangled", "region", "message", "category", "src_agent_type", "dst_agent_type"}
-    return df.with_columns([pl.col(c).cast(pl.Utf8 if c in text else pl.Int64)
-                            for c, t in df.schema.items() if t == pl.Null])
+    fixes = [pl.col(c).cast(pl.Utf8) if c in _TEXT else parse_int(pl.col(c), t).alias(c)
+             for c, t in df.schema.items() if t != (pl.Utf8 if c in _TEXT else pl.Int64)]
+    return df.with_columns(fixes) if fixes else df
 
 
-def _kernels(con: sqlite3.Connection) -> pl.DataFrame:
+def _check_columns(path: Path, con: sqlite3.Connection) -> None:
+    for view, needed in _NEEDS.items():
+        have = {r[1] for r in con.execute(f"PRAGMA table_info({view})")}
+        missing = [c for c in needed if c not in have]
+        if missing:
+            raise TraceError(path, f"rocpd view {view} has no column {', '.join(repr(c) for c in missing)} "
+                                   "(renamed, or another rocpd schema)")
+
+
+def _kernels(con: sqlite3.Connection, warnings: list[str]) -> pl.DataFrame:
     kcols = {r[1] for r in con.execute("PRAGMA table_info(rocpd_kernel_dispatch)")}
     graph = ", K.graph_exec_id AS graph_exec_id" if "graph_exec_id" in kcols else ""
     df = _query(con, _KERNELS.format(graph=graph))
     if df.height == 0:
         return df
+    extra = df.height - df["_row"].n_unique()
+    if extra:  # a joined table (symbols, agents, events, strings) repeats an id: one row per dispatch
+        warnings.append(f"{extra} kernel rows repeated by duplicate ids in a joined rocpd table; dropped")
+        df = df.unique("_row", keep="first", maintain_order=True)
+    df = df.drop("_row")
     g = [pl.col(f"grid_size_{a}").cast(pl.Int64) for a in "xyz"]
     w = [pl.col(f"workgroup_size_{a}").cast(pl.Int64) for a in "xyz"]
     out = df.with_columns(
@@ -120,8 +145,9 @@ def _devices(con: sqlite3.Connection) -> tuple[dict, ...]:
     for logical, type_index, absolute, name, product, model, vendor, ext in rows:
         try:
             extra = orjson.loads(ext) if ext else {}
-        except orjson.JSONDecodeError:
+        except (orjson.JSONDecodeError, TypeError):
             extra = {}
+        extra = extra if isinstance(extra, dict) else {}
         out.append(agent_dict(extra, id=logical, name=name, product_name=product,
                               model_name=model, vendor_name=vendor, node_id=absolute,
                               logical_node_id=logical, type_index=type_index))
@@ -161,11 +187,12 @@ def _read(path: Path, con: sqlite3.Connection) -> Trace:
     missing = {"rocpd_kernel_dispatch", "rocpd_info_agent"} - objs
     if missing:
         raise TraceError(path, f"not a rocpd database: no {', '.join(sorted(missing))} view")
+    _check_columns(path, con)
     top = _top(con, objs)
-    warnings = []
+    warnings: list[str] = []
     if top.get("schema_version") not in (None, "3") and not str(top["schema_version"]).startswith("3"):
         warnings.append(f"rocpd schema version {top['schema_version']} (reader written for 3)")
-    kernels = _kernels(con)
+    kernels = _kernels(con, warnings)
     launches = _regions(con, objs, "HIP%")
     if launches is not None:
         launches = launches.drop("message")

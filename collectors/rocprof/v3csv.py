@@ -48,9 +48,9 @@ def groups(directory: Path) -> dict[str, dict[str, Path]]:
 
 
 def _kernels(df: pl.DataFrame, path: Path, warnings: list[str]) -> pl.DataFrame:
-    name = require(df, path, "kernel trace", "kernel_name")
-    start = require(df, path, "kernel trace", "start_timestamp")
-    end = require(df, path, "kernel trace", "end_timestamp")
+    name = require(df, path, "kernel trace CSV", "kernel_name")
+    start = require(df, path, "kernel trace CSV", "start_timestamp")
+    end = require(df, path, "kernel trace CSV", "end_timestamp")
     wg = [int_col(df, f"workgroup_size_{a}") for a in "xyz"]
     grid = [int_col(df, f"grid_size_{a}") for a in "xyz"]
     if pick(df, "dispatch_id") is None:
@@ -78,9 +78,9 @@ def _kernels(df: pl.DataFrame, path: Path, warnings: list[str]) -> pl.DataFrame:
 
 def _api(df: pl.DataFrame, path: Path) -> pl.DataFrame:
     """API/marker rows: name, times, pid/tid, correlation, domain."""
-    fn = require(df, path, "API trace", "function")
-    start = require(df, path, "API trace", "start_timestamp")
-    end = require(df, path, "API trace", "end_timestamp")
+    fn = require(df, path, "API trace CSV", "function")
+    start = require(df, path, "API trace CSV", "start_timestamp")
+    end = require(df, path, "API trace CSV", "end_timestamp")
     out = df.select(
         name=pl.col(fn), start_ns=int_col(df, start), dur_ns=int_col(df, end) - int_col(df, start),
         pid=int_col(df, "process_id"), tid=int_col(df, "thread_id"),
@@ -96,8 +96,8 @@ def _markers(api: pl.DataFrame) -> pl.DataFrame:
 
 
 def _copies(df: pl.DataFrame, path: Path) -> pl.DataFrame:
-    start = require(df, path, "memory copy trace", "start_timestamp")
-    end = require(df, path, "memory copy trace", "end_timestamp")
+    start = require(df, path, "memory copy trace CSV", "start_timestamp")
+    end = require(df, path, "memory copy trace CSV", "end_timestamp")
     direction = str_col(df, "direction").str.replace(r"^MEMORY_COPY_", "")
     return df.select(
         name=str_col(df, "direction"), start_ns=int_col(df, start),

@@ -1,0 +1,91 @@
+"""Bits per weight by tensor class, for model-config budgets: one figure, a per-class mapping
+(`experts=4.25,attention=16,default=16`), or what a HF config's `quantization_config` says.
+
+Classes: attention (q/k/v/o projections), mlp (dense gate/up/down), experts (routed MoE experts),
+shared_experts, router, embedding, lm_head; `default` for any class not given (16 when absent).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from attrib.cost.dtypes import WEIGHT_BITS
+
+CLASSES = ("attention", "mlp", "experts", "shared_experts", "router", "embedding", "lm_head", "default")
+# component of the taxonomy -> the weight class its GEMM weights belong to
+COMPONENT_CLASS = {"qkv_proj": "attention", "o_proj": "attention", "mlp_gate_up": "mlp", "mlp_down": "mlp",
+                   "moe_experts": "experts", "moe_shared_expert": "shared_experts", "moe_router": "router",
+                   "embedding": "embedding", "lm_head": "lm_head"}
+
+Bits = float | Mapping[str, float]
+
+
+def bits_for(bits: Bits, cls: str) -> float:
+    """Bits per weight of a tensor class: its own entry, else `default`, else 16."""
+    if not isinstance(bits, Mapping):
+        return float(bits)
+    return float(bits.get(cls, bits.get("default", 16)))
+
+
+def parse_bits(text: str) -> Bits:
+    """`4.5` or `experts=4.25,attention=16,default=16` (a format name such as mxfp4 or q4_0 stands for
+    its bits); ValueError names what is wrong."""
+    def value(v: str) -> float:
+        v = v.strip()
+        x = WEIGHT_BITS[v.lower()] if v.lower() in WEIGHT_BITS else float(v)
+        if not x > 0:
+            raise ValueError(f"weight bits must be > 0, got {v}")
+        return float(x)
+    if "=" not in text:
+        return value(text)
+    out: dict[str, float] = {}
+    for part in text.split(","):
+        cls, sep, v = part.partition("=")
+        cls = cls.strip()
+        if not sep or cls not in CLASSES:
+            raise ValueError(f"{part.strip()!r}: expected CLASS=BITS with CLASS one of {', '.join(CLASSES)}")
+        out[cls] = value(v)
+    return out
+
+
+def _not_converted(qc: Mapping[str, Any], cls_names: tuple[str, ...]) -> bool:
+    skip = " ".join(str(m) for m in (qc.get("modules_to_not_convert") or qc.get("ignore") or ()))
+    return any(n in skip for n in cls_names)
+
+
+def from_quantization_config(config: Mapping[str, Any]) -> dict[str, float] | None:
+    """Bits per class from a HF config's `quantization_config`; None when there is none.
+
+    mxfp4 (gpt-oss): routed experts 4.25 (E2M1 + an E8M0 scale per 32), the rest as the model dtype.
+    fp8: 8 bits plus one fp32 scale per weight block; awq/gptq: `bits` plus an fp16 scale and a
+    packed zero point per group. Modules listed in modules_to_not_convert / ignore stay 16-bit;
+    embeddings and lm_head are not quantized unless the config says so. ValueError for other methods.
+    """
+    qc = config.get("quantization_config")
+    if not isinstance(qc, Mapping):
+        return None
+    method = str(qc.get("quant_method", "")).lower()
+    out = {"default": 16.0, "embedding": 16.0, "lm_head": 16.0, "router": 16.0}
+    if method == "mxfp4":
+        out["experts"] = WEIGHT_BITS["mxfp4"]
+        return out
+    if method == "fp8":
+        block = qc.get("weight_block_size") or [128, 128]
+        q = 8 + 32 / (int(block[0]) * int(block[1]))
+    elif method in ("awq", "gptq"):
+        bits, group = int(qc.get("bits", 4)), int(qc.get("group_size", 128) or 128)
+        q = bits + (16 + bits) / (group if group > 0 else 4096)
+    else:
+        raise ValueError(f"quantization_config.quant_method {method!r} is not modelled: give --weight-bits")
+    for cls, names in (("attention", ("self_attn", "attn")), ("mlp", ("mlp",)), ("experts", ("experts",)),
+                       ("shared_experts", ("shared_expert",))):
+        out[cls] = 16.0 if _not_converted(qc, names) else q
+    out["default"] = q
+    return out
+
+
+def describe(bits: Bits) -> str:
+    if not isinstance(bits, Mapping):
+        return f"{bits:g} bits per weight"
+    return ", ".join(f"{k}={v:g}" for k, v in bits.items()) + " bits per weight"

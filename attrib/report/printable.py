@@ -1,0 +1,40 @@
+"""Text that is safe to print on a terminal: any renderer passes trace-derived strings through here.
+
+Kernel and annotation names come from the trace, which anyone may have written: an ANSI or OSC
+escape in one could recolour, retitle or rewrite the user's terminal, a `\\r` could overwrite the
+line before it. Escape sequences are removed, line breaks and tabs become spaces, other control
+characters (C0, DEL, C1, bidirectional overrides) are removed.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+_ESCAPES = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]"          # CSI: colours, cursor moves, erase
+    r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"  # OSC: window title, hyperlinks, clipboard
+    r"|\x1b[PX^_][^\x1b]*(?:\x1b\\)?"     # DCS, SOS, PM, APC strings
+    r"|\x1b.?"                            # any other escape
+    r"|\x9b[0-?]*[ -/]*[@-~]"            # 8-bit CSI
+)
+_SPACES = re.compile(r"[\t\n\r\v\f]")
+_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: str) -> str:
+    """`text` without escape sequences or control characters (line breaks and tabs -> spaces)."""
+    if text.isprintable():
+        return text
+    return _CONTROLS.sub("", _SPACES.sub(" ", _ESCAPES.sub("", text)))
+
+
+def printable_tree(obj: Any) -> Any:
+    """A JSON-like document (dicts, lists, strings) with every string passed through `printable`."""
+    if isinstance(obj, str):
+        return printable(obj)
+    if isinstance(obj, dict):
+        return {printable(str(k)): printable_tree(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [printable_tree(v) for v in obj]
+    return obj

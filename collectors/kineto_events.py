@@ -1,0 +1,210 @@
+"""Kineto trace events: typed decoding of one chunk of raw event slices, salvaging bad events.
+
+The fast path decodes a whole chunk into typed structs. A chunk that fails (a string timestamp,
+an id past 64 bits, an object as category, invalid UTF-8 in a name) is decoded event by event:
+invalid UTF-8 is replaced (U+FFFD), values of the wrong type or range become null, an event that
+still cannot be read is dropped, and each of these is counted in `Notes` with the first event's
+index, so the reader can say what it changed in one warning per kind.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Annotated, Any
+
+import msgspec
+
+CHUNK = 32768
+_NONE = msgspec.Raw(b"")
+
+# The fast path decodes typed fields; a chunk with a value of another type (a string timestamp,
+# an id past 64 bits, an object as category) is decoded event by event with `_Loose` instead and
+# its bad values are set to null and counted (see `_salvage_chunk`).
+_Int = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
+_INT_ARGS = ("external_id", "correlation", "device", "stream", "registers", "shared_mem", "bytes", "py_id",
+             "py_parent", "module_id")
+
+
+class _Args(msgspec.Struct, frozen=True):
+    external_id: _Int | None = msgspec.field(name="External id", default=None)
+    correlation: _Int | None = None
+    device: _Int | None = None
+    stream: _Int | None = None
+    grid: msgspec.Raw = _NONE
+    block: msgspec.Raw = _NONE
+    kind: Any = None
+    kernel: Any = None
+    registers: _Int | None = msgspec.field(name="registers per thread", default=None)
+    shared_mem: _Int | None = msgspec.field(name="shared memory", default=None)
+    bytes: _Int | str | None = None  # ROCm runtime memcpy calls write it as a string
+    input_dims: msgspec.Raw = msgspec.field(name="Input Dims", default=_NONE)
+    input_types: msgspec.Raw = msgspec.field(name="Input type", default=_NONE)
+    concrete: msgspec.Raw = msgspec.field(name="Concrete Inputs", default=_NONE)
+    py_id: _Int | None = msgspec.field(name="Python id", default=None)
+    py_parent: _Int | None = msgspec.field(name="Python parent id", default=None)
+    module_id: _Int | None = msgspec.field(name="Python module id", default=None)
+
+
+_NO_ARGS = _Args()
+
+
+class Event(msgspec.Struct):
+    ph: str | None = None
+    cat: str | None = None
+    name: str | None = ""
+    pid: Any = None
+    tid: Any = None
+    ts: float | None = None
+    dur: float | None = None
+    id: Any = None
+    args: _Args = _NO_ARGS
+
+
+class _LooseArgs(msgspec.Struct, frozen=True):
+    external_id: Any = msgspec.field(name="External id", default=None)
+    correlation: Any = None
+    device: Any = None
+    stream: Any = None
+    grid: msgspec.Raw = _NONE
+    block: msgspec.Raw = _NONE
+    kind: Any = None
+    kernel: Any = None
+    registers: Any = msgspec.field(name="registers per thread", default=None)
+    shared_mem: Any = msgspec.field(name="shared memory", default=None)
+    bytes: Any = None
+    input_dims: msgspec.Raw = msgspec.field(name="Input Dims", default=_NONE)
+    input_types: msgspec.Raw = msgspec.field(name="Input type", default=_NONE)
+    concrete: msgspec.Raw = msgspec.field(name="Concrete Inputs", default=_NONE)
+    py_id: Any = msgspec.field(name="Python id", default=None)
+    py_parent: Any = msgspec.field(name="Python parent id", default=None)
+    module_id: Any = msgspec.field(name="Python module id", default=None)
+
+
+class _Loose(msgspec.Struct):
+    ph: Any = None
+    cat: Any = None
+    name: Any = ""
+    pid: Any = None
+    tid: Any = None
+    ts: Any = None
+    dur: Any = None
+    id: Any = None
+    args: Any = None
+
+_EVENTS = msgspec.json.Decoder(list[Event])
+_LOOSE = msgspec.json.Decoder(_Loose)
+_LOOSE_ARGS = msgspec.json.Decoder(_LooseArgs)
+_STR_FIELDS = ("ph", "cat", "name")
+_FLOAT_FIELDS = ("ts", "dur")
+_LIMIT = 2**63
+
+
+@dataclass
+class Notes:
+    """What salvaging changed: counts and the first event index of each kind."""
+
+    utf8: int = 0
+    dropped: int = 0
+    nulled: dict[str, int] = field(default_factory=dict)
+    first: dict[str, int] = field(default_factory=dict)
+    no_ph: int = 0
+    no_ts: int = 0
+
+    def note(self, kind: str, index: int) -> None:
+        self.first.setdefault(kind, index)
+
+    def warnings(self) -> list[str]:
+        out = []
+        if self.utf8:
+            out.append(f"{self.utf8} events hold invalid UTF-8 (first: event {self.first['utf8']}); "
+                       "the bad bytes are shown as U+FFFD")
+        if self.nulled:
+            what = ", ".join(f"{k} x{n}" for k, n in sorted(self.nulled.items()))
+            out.append(f"values of the wrong type or out of range set to null: {what} "
+                       f"(first: event {self.first['nulled']})")
+        if self.dropped:
+            out.append(f"{self.dropped} malformed events dropped (first: event {self.first['dropped']})")
+        if self.no_ph:
+            out.append(f"{self.no_ph} profiler events without a 'ph' phase field ignored")
+        if self.no_ts:
+            out.append(f"{self.no_ts} profiler events without a timestamp ('ts') ignored")
+        return out
+
+
+def _clean(value: Any, kind: str) -> tuple[Any, bool]:
+    """(value or None, whether it was bad) for a field that must be a str / number / int64."""
+    if value is None:
+        return None, False
+    t = type(value)
+    if kind == "str":
+        return (value, False) if t is str else (None, True)
+    if kind == "float":
+        ok = t in (int, float) and math.isfinite(value)
+        return (value, False) if ok else (None, True)
+    if t is str and kind == "int|str":
+        return value, False
+    ok = t is int and -_LIMIT <= value < _LIMIT
+    return (value, False) if ok else (None, True)
+
+
+def _loose_event(raw: bytes, index: int, notes: Notes) -> Event:
+    """An event whose typed decode failed: each bad field null, counted."""
+    ev = _LOOSE.decode(raw)
+    bad: list[str] = []
+    fields: dict[str, Any] = {}
+    for name in _STR_FIELDS + _FLOAT_FIELDS:
+        fields[name], wrong = _clean(getattr(ev, name), "str" if name in _STR_FIELDS else "float")
+        if wrong:
+            bad.append(name)
+    args = _NO_ARGS
+    if isinstance(ev.args, dict):
+        loose = _LOOSE_ARGS.decode(msgspec.json.encode(ev.args))
+        kept = {}
+        for name in _INT_ARGS:
+            kept[name], wrong = _clean(getattr(loose, name), "int|str" if name == "bytes" else "int")
+            if wrong:
+                bad.append(name)
+        raws = {n: getattr(loose, n) for n in ("grid", "block", "input_dims", "input_types", "concrete")}
+        args = _Args(kind=loose.kind, kernel=loose.kernel, **kept, **raws)
+    for name in bad:
+        notes.nulled[name] = notes.nulled.get(name, 0) + 1
+    if bad:
+        notes.note("nulled", index)
+    return Event(pid=ev.pid, tid=ev.tid, id=ev.id, args=args, **fields)
+
+
+def _one(raw: bytes, index: int, notes: Notes) -> Event | None:
+    try:
+        return _EVENTS.decode(b"[" + raw + b"]")[0]
+    except msgspec.ValidationError:
+        pass
+    except msgspec.DecodeError:
+        fixed = raw.decode("utf-8", "replace").encode()
+        if fixed == raw:
+            notes.dropped += 1
+            notes.note("dropped", index)
+            return None
+        notes.utf8 += 1
+        notes.note("utf8", index)
+        return _one(fixed, index, notes)
+    try:
+        return _loose_event(raw, index, notes)
+    except (msgspec.DecodeError, TypeError, ValueError):
+        notes.dropped += 1
+        notes.note("dropped", index)
+        return None
+
+
+def decode_chunk(raws: list[msgspec.Raw], base: int, notes: Notes) -> list[Event]:
+    """The chunk's events (raws[i] is event base + i), typed; bad ones salvaged one by one."""
+    try:
+        return _EVENTS.decode(b"[" + b",".join(raws) + b"]")
+    except msgspec.DecodeError:  # ValidationError included
+        pass
+    out = []
+    for i, r in enumerate(raws):
+        ev = _one(bytes(r), base + i, notes)
+        if ev is not None:
+            out.append(ev)
+    return out

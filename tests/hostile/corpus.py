@@ -1,0 +1,398 @@
+"""Hostile inputs derived from the real fixtures: broken, cut, hand-edited, merged, adversarial.
+
+Each `Variant` writes one input into an empty folder (from a real trace in tests/fixtures, never
+from a hand-written format) and says which outcome it must have: "error" (exit 2, one line naming
+the file), "salvage" (exit 0 with a warning on stderr), "ok" (exit 0), or "any" (0 or 2). `run()`
+runs `attrib analyze` on each in its own process with a time and memory bound and checks the rules
+of issue 13 (see `check`). `python tests/hostile/corpus.py` prints the totals.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import random
+import shutil
+import sqlite3
+import zlib
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Callable
+
+ROOT = Path(__file__).resolve().parents[2]
+FIX = ROOT / "tests" / "fixtures"
+TORCH = FIX / "torch" / "h200_dense_prefill_cudagraph_decode.json.gz"
+ROCM_TORCH = FIX / "torch" / "mi300_vllm_prefilldecode_piecewise" / "graph_execution.json.gz"
+ROCPD = FIX / "rocprof" / "gfx1201_llamacpp_rocpd_rocm7.2" / "32432_results.db.gz"
+CSV_DIR = FIX / "rocprof" / "gfx1151_llamacpp_rocprofv3_csv"
+V1 = FIX / "rocprof" / "gfx1201_llamacpp_legacy_rocprof_v1"
+V3JSON = FIX / "rocprof" / "gfx950_rocprofv3_json" / "908_results.json.gz"
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    cls: str  # crash | hang | memory | nonsense | message | reader (what issue 13 saw, or other)
+    build: Callable[[Path], Path]
+    expect: str  # error | salvage | ok | any
+    says: str = ""  # a fragment the stderr line must hold (case-insensitive)
+    table: bool = False  # also render the terminal table and check it for control characters
+
+
+# ------------------------------------------------------------------ sources (read once)
+
+
+@cache
+def torch_doc() -> dict:
+    return json.loads(gzip.decompress(TORCH.read_bytes()))
+
+
+def _torch(d: Path, edit: Callable[[list[dict]], None], name: str = "t.json") -> Path:
+    doc = json.loads(json.dumps(torch_doc()))
+    edit(doc["traceEvents"])
+    out = d / name
+    out.write_text(json.dumps(doc))
+    return out
+
+
+def _kernels(evs: list[dict]) -> list[dict]:
+    return [e for e in evs if e.get("cat") == "kernel"]
+
+
+def _set(cat: str, key: str, value, every: int = 1, arg: bool = False):
+    def edit(evs: list[dict]) -> None:
+        for i, e in enumerate(x for x in evs if x.get("cat") == cat):
+            if i % every == 0:
+                (e.setdefault("args", {}) if arg else e)[key] = value
+    return edit
+
+
+def _raw_torch(d: Path, edit: Callable[[bytes], bytes], name: str = "t.json") -> Path:
+    out = d / name
+    out.write_bytes(edit(gzip.decompress(TORCH.read_bytes())))
+    return out
+
+
+def _name_bytes(kernel_index: int, insert: bytes) -> Callable[[bytes], bytes]:
+    """Insert raw bytes into the name of the n-th kernel event of the JSON text."""
+    def edit(text: bytes) -> bytes:
+        pos = -1
+        for _ in range(kernel_index + 1):
+            pos = text.index(b'"cat": "kernel"', pos + 1)
+        at = text.index(b'"name": "', pos) + len(b'"name": "')
+        return text[:at] + insert + text[at:]
+    return edit
+
+
+@cache
+def v3json_small() -> dict:
+    """The gfx950 rocprofv3 JSON cut to its first 1500 dispatches and 1500 HIP calls (real records)."""
+    doc = json.loads(gzip.decompress(V3JSON.read_bytes()))
+    for proc in doc["rocprofiler-sdk-tool"]:
+        rec = proc.get("buffer_records", {})
+        for key in ("kernel_dispatch", "hip_api", "memory_copy", "marker_api"):
+            if isinstance(rec.get(key), list):
+                rec[key] = rec[key][:1500]
+    return doc
+
+
+def _v3json(d: Path, edit: Callable[[dict], None]) -> Path:
+    doc = json.loads(json.dumps(v3json_small()))
+    edit(doc["rocprofiler-sdk-tool"][0] if isinstance(doc["rocprofiler-sdk-tool"], list) else doc)
+    out = d / "908_results.json"
+    out.write_text(json.dumps(doc))
+    return out
+
+
+def _v3json_top(value) -> Callable[[Path], Path]:
+    def build(d: Path) -> Path:
+        doc = dict(v3json_small())
+        doc["rocprofiler-sdk-tool"] = value(doc["rocprofiler-sdk-tool"])
+        out = d / "908_results.json"
+        out.write_text(json.dumps(doc))
+        return out
+    return build
+
+
+def _rocpd(d: Path, *sql: str) -> Path:
+    out = d / "1_results.db"
+    out.write_bytes(gzip.decompress(ROCPD.read_bytes()))
+    con = sqlite3.connect(out)
+    table = {n: v for n, v in ((r[0].rsplit("_", 5)[0], r[0]) for r in con.execute(
+        "SELECT name FROM sqlite_master WHERE type='table' AND name LIKE 'rocpd_%'"))}
+    for s in sql:
+        con.executescript(s.format(**table))
+    con.commit()
+    con.close()
+    return out
+
+
+def _csv(d: Path, edit: Callable[[list[str]], list[str]], name: str = "decode_kernel_trace.csv",
+         extra: tuple[str, ...] = ()) -> Path:
+    lines = (CSV_DIR / "decode_kernel_trace.csv").read_text().splitlines(keepends=True)
+    out = d / name
+    out.write_text("".join(edit(lines)))
+    for sib in extra:
+        shutil.copy(CSV_DIR / sib, d / sib)
+    return out
+
+
+def _csv_field(col: str, value: str, rows=range(1, 6)) -> Callable[[list[str]], list[str]]:
+    def edit(lines: list[str]) -> list[str]:
+        header = [h.strip('"') for h in lines[0].strip().split(",")]
+        j = header.index(col)
+        for i in rows:
+            cells = lines[i].rstrip("\n").split('","')
+            cells[j] = value if 0 < j < len(cells) - 1 else cells[j]
+            lines[i] = '","'.join(cells) + "\n"
+        return lines
+    return edit
+
+
+def _swap_csv_times(lines: list[str]) -> list[str]:
+    header = [h.strip('"') for h in lines[0].strip().split(",")]
+    s, e = header.index("Start_Timestamp"), header.index("End_Timestamp")
+    for i in range(1, len(lines)):
+        cells = lines[i].rstrip("\n").split('","')
+        cells[s], cells[e] = cells[e], cells[s]
+        lines[i] = '","'.join(cells) + "\n"
+    return lines
+
+
+def _v1_csv(d: Path, edit: Callable[[list[str]], list[str]]) -> Path:
+    lines = gzip.decompress((V1 / "results.csv.gz").read_bytes()).decode().splitlines(keepends=True)
+    out = d / "results.csv"
+    out.write_text("".join(edit(lines)))
+    return out
+
+
+def _v1_swap(lines: list[str]) -> list[str]:
+    head = lines[0].strip().split(",")
+    b, e = head.index('"BeginNs"'), head.index('"EndNs"')
+    out = [lines[0]]
+    for line in lines[1:]:
+        cells = line.rstrip("\n").split(",")
+        if len(cells) == len(head):
+            cells[b], cells[e] = cells[e], cells[b]
+        out.append(",".join(cells) + "\n")
+    return out
+
+
+def _fifo(d: Path) -> Path:
+    p = d / "trace.json"
+    os.mkfifo(p)
+    return p
+
+
+def _loop(d: Path) -> Path:
+    (d / "a.json").symlink_to(d / "b.json")
+    (d / "b.json").symlink_to(d / "a.json")
+    return d / "a.json"
+
+
+def _bomb(d: Path) -> Path:
+    """A real trace's event list with 96 MB of whitespace inside it, gzip'd to ~100 KB."""
+    text = gzip.decompress(TORCH.read_bytes())
+    at = text.index(b'"traceEvents": [') + len(b'"traceEvents": [')
+    z = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    parts = [z.compress(text[:at])]
+    block = b" " * (1 << 20)
+    parts += [z.compress(block) for _ in range(96)]
+    parts += [z.compress(text[at:]), z.flush()]
+    out = d / "bomb.json.gz"
+    out.write_bytes(b"".join(parts))
+    return out
+
+
+def _write(name: str, data: Callable[[], bytes]) -> Callable[[Path], Path]:
+    def build(d: Path) -> Path:
+        (d / name).write_bytes(data())
+        return d / name
+    return build
+
+
+def _two_torch(d: Path) -> Path:
+    shutil.copy(TORCH, d / "rank0.json.gz")
+    shutil.copy(TORCH, d / "rank1.json.gz")
+    return d
+
+
+def _two_csv_procs(d: Path) -> Path:
+    """A folder with the same process's rocprofv3 CSV twice, under two prefixes (same ids)."""
+    for prefix in ("decode", "copy"):
+        shutil.copy(CSV_DIR / "decode_kernel_trace.csv", d / f"{prefix}_kernel_trace.csv")
+        shutil.copy(CSV_DIR / "decode_hip_api_trace.csv", d / f"{prefix}_hip_api_trace.csv")
+    return d
+
+
+def _cut_half(d: Path) -> Path:
+    text = gzip.decompress(TORCH.read_bytes())
+    (d / "cut.json").write_bytes(text[: len(text) // 2])
+    return d / "cut.json"
+
+
+def _cut_before_kernels(d: Path) -> Path:
+    """Cut where the GPU events begin (torch lists them after the CPU ones)."""
+    text = gzip.decompress(ROCM_TORCH.read_bytes())
+    (d / "cut.json").write_bytes(text[: text.index(b'"cat": "kernel"')])
+    return d / "cut.json"
+
+
+def _truncated_gzip(d: Path) -> Path:
+    raw = TORCH.read_bytes()
+    (d / "cut.json.gz").write_bytes(raw[: int(len(raw) * 0.7)])
+    return d / "cut.json.gz"
+
+
+def _dup_events(evs: list[dict]) -> None:
+    evs.extend(json.loads(json.dumps(evs)))
+
+
+def _dup_correlation(evs: list[dict]) -> None:
+    for e in evs:
+        if e.get("cat") in ("kernel", "cuda_runtime") and "correlation" in e.get("args", {}):
+            e["args"]["correlation"] = e["args"]["correlation"] % 7
+
+
+def _no_ph(evs: list[dict]) -> None:
+    for e in _kernels(evs)[::3]:
+        e.pop("ph", None)
+
+
+def _deep(d: Path) -> Path:
+    text = gzip.decompress(TORCH.read_bytes())
+    at = text.index(b'"traceEvents": [') + len(b'"traceEvents": [')
+    deep = b'{"ph": "X", "cat": "cpu_op", "name": "x", "ts": 1, "dur": 1, "args": ' + b"[" * 100_000 + b"]" * 100_000 + b"}, "
+    (d / "deep.json").write_bytes(text[:at] + deep + text[at:])
+    return d / "deep.json"
+
+
+def _random(n: int, seed: int) -> Callable[[], bytes]:
+    return lambda: random.Random(seed).randbytes(n)
+
+
+def _gz(data: Callable[[], bytes]) -> Callable[[], bytes]:
+    return lambda: gzip.compress(data())
+
+
+def _mkdir(d: Path) -> Path:
+    (d / "nothing").mkdir()
+    (d / "nothing" / "notes.txt").write_text("no trace here\n")
+    return d / "nothing"
+
+
+VARIANTS = [
+    # --- crashes seen: recursion, overflow, strings for numbers, unhashable, wrong JSON shapes
+    Variant("kineto-deep-nesting", "crash", _deep, "error", "nested"),
+    Variant("kineto-ts-above-2^64", "crash", lambda d: _torch(d, _set("kernel", "ts", 2**70, every=5)), "salvage"),
+    Variant("kineto-ts-1e300", "crash", lambda d: _torch(d, _set("kernel", "ts", 1e300, every=5)), "salvage"),
+    Variant("kineto-dur-NaN-string", "crash", lambda d: _torch(d, _set("kernel", "dur", "NaN", every=4)), "salvage"),
+    Variant("kineto-ts-Infinity-string", "crash", lambda d: _torch(d, _set("cpu_op", "ts", "Infinity", every=3)),
+            "salvage"),
+    Variant("kineto-cat-object", "crash", lambda d: _torch(d, _set("cpu_op", "cat", {"a": 1}, every=10)), "salvage"),
+    Variant("kineto-grid-string", "crash", lambda d: _torch(d, _set("kernel", "grid", "64x1x1", arg=True)), "salvage"),
+    Variant("kineto-correlation-2^70", "nonsense", lambda d: _torch(d, _set("kernel", "correlation", 2**70, arg=True)),
+            "salvage", "correlation"),
+    Variant("rocpd-start-text", "crash", lambda d: _rocpd(
+        d, "UPDATE {rocpd_kernel_dispatch} SET start = 'soon' WHERE id % 50 = 0"), "salvage", "start time"),
+    Variant("v3json-dispatch-object", "crash", lambda d: _v3json(
+        d, lambda p: p["buffer_records"].update(kernel_dispatch={"a": 1})), "error", "kernel_dispatch"),
+    Variant("v3json-sdk-tool-string", "crash", _v3json_top(lambda v: "rocprofv3"), "error", "rocprofiler-sdk-tool"),
+    Variant("v3json-timestamps-strings", "crash", lambda d: _v3json(d, lambda p: [
+        r.update(start_timestamp=str(r["start_timestamp"])) for r in p["buffer_records"]["kernel_dispatch"]]), "any"),
+    Variant("v3json-no-symbols-agents-strings", "crash", lambda d: _v3json(
+        d, lambda p: [p.pop(k, None) for k in ("kernel_symbols", "agents", "strings")]), "salvage", "name"),
+    # --- hangs and non-regular paths
+    Variant("fifo", "hang", _fifo, "error", "fifo"),
+    Variant("symlink-loop", "message", _loop, "error", "loop"),
+    Variant("broken-symlink", "message", lambda d: (d / "x.json").symlink_to(d / "gone.json") or d / "x.json",
+            "error", "broken"),
+    # --- memory
+    Variant("rocpd-duplicate-dispatch-ids", "memory", lambda d: _rocpd(
+        d, "UPDATE {rocpd_kernel_dispatch} SET dispatch_id = 7"), "salvage", "id"),
+    Variant("rocpd-duplicate-symbols", "memory", lambda d: _rocpd(
+        d, "DROP VIEW rocpd_info_kernel_symbol; CREATE VIEW rocpd_info_kernel_symbol AS SELECT * FROM "
+           "{rocpd_info_kernel_symbol} UNION ALL SELECT * FROM {rocpd_info_kernel_symbol}"), "salvage", "duplicate"),
+    Variant("v3json-duplicate-dispatch-ids", "memory", lambda d: _v3json(d, lambda p: [
+        r["dispatch_info"].update(dispatch_id=1) for r in p["buffer_records"]["kernel_dispatch"]]), "salvage", "id"),
+    Variant("csv-duplicate-dispatch-ids", "memory", lambda d: _csv(d, _csv_field("Dispatch_Id", "5", range(1, 145))),
+            "salvage", "id"),
+    Variant("gzip-bomb-whitespace", "memory", _bomb, "error", "bomb"),
+    Variant("event-20MB-name", "memory", lambda d: _raw_torch(d, _name_bytes(3, b"A" * (20 << 20))), "error", "MB"),
+    # --- confident nonsense
+    Variant("kineto-negative-dur", "nonsense", lambda d: _torch(d, _set("kernel", "dur", -5, every=3)),
+            "salvage", "negative"),
+    Variant("csv-ts-1e5", "nonsense", lambda d: _csv(d, _csv_field("Start_Timestamp", "1e5")), "salvage"),
+    Variant("csv-ts-hex", "nonsense", lambda d: _csv(d, _csv_field("End_Timestamp", "0x10")), "salvage"),
+    Variant("csv-ts-spaced-small", "nonsense", lambda d: _csv(d, _csv_field("Start_Timestamp", " 12 ")), "salvage"),
+    Variant("csv-duplicated-row", "nonsense", lambda d: _csv(d, lambda ls: ls[:50] + [ls[49]] + ls[50:],
+                                                             extra=("decode_hip_api_trace.csv",)), "salvage", "copies"),
+    Variant("csv-dir-two-processes-same-ids", "nonsense", _two_csv_procs, "salvage", "copies"),
+    Variant("kineto-duplicate-correlation", "nonsense", lambda d: _torch(d, _dup_correlation), "salvage", "correlation"),
+    Variant("kineto-missing-ts", "nonsense", lambda d: _torch(d, lambda evs: _kernels(evs)[10].pop("ts")), "ok"),
+    Variant("kineto-ts-zero", "nonsense", lambda d: _torch(d, _set("kernel", "ts", 0, every=97)), "salvage", "hours"),
+    Variant("kineto-no-ph", "nonsense", lambda d: _torch(d, _no_ph), "salvage", "ph"),
+    Variant("kineto-all-events-twice", "nonsense", lambda d: _torch(d, _dup_events), "salvage", "copies"),
+    Variant("v1-csv-negative-durations", "nonsense", lambda d: _v1_csv(d, _v1_swap), "salvage", "negative"),
+    Variant("kineto-cut-in-half", "nonsense", _cut_half, "salvage", "truncated"),
+    Variant("kineto-cut-before-gpu-events", "nonsense", _cut_before_kernels, "error", "before the cut"),
+    Variant("kineto-no-kernels", "nonsense", lambda d: _torch(d, lambda evs: [
+        e.update(cat="kernel_x") for e in _kernels(evs)]), "error", "no GPU kernels"),
+    # --- messages
+    Variant("random-bytes-gzip", "message", _write("r.json.gz", _gz(_random(300_000, 1))), "error"),
+    Variant("corrupt-gzip", "message", _write("c.json.gz", lambda: b"\x1f\x8b\x08\x00" + _random(5000, 2)()),
+            "error", "gzip"),
+    Variant("torch-json-named-pftrace", "message", lambda d: shutil.copy(TORCH, d / "t.pftrace") and d / "t.pftrace",
+            "ok"),
+    Variant("random-bytes-pftrace", "message", _write("r.pftrace", _random(50_000, 3)), "error", "perfetto"),
+    Variant("rocpd-renamed-column", "message", lambda d: _rocpd(
+        d, 'PRAGMA legacy_alter_table=ON; ALTER TABLE {rocpd_kernel_dispatch} RENAME COLUMN "start" TO "begin"'),
+            "error", "'start'"),
+    Variant("v1-db-renamed-column", "message", lambda d: _sqlite_v1_rename(d), "error", "KernelName"),
+    Variant("csv-semicolons", "message", lambda d: _csv(d, lambda ls: [x.replace('","', '";"') for x in ls],
+                                                        name="trace.csv"), "error", "';'"),
+    Variant("csv-missing-column", "message", lambda d: _csv(d, lambda ls: [
+        ",".join(c for j, c in enumerate(x.split(",")) if j != 9) for x in ls]), "error", "Start_Timestamp"),
+    Variant("csv-cut-mid-row", "message", lambda d: _csv(d, lambda ls: ls[:40] + [ls[40][:30]]), "salvage", "mid-row"),
+    Variant("dir-two-torch-traces", "message", _two_torch, "error", "pass one"),
+    Variant("dir-without-traces", "message", _mkdir, "error", "no profiler output"),
+    # --- other readers and classes
+    Variant("kineto-invalid-utf8-name", "reader", lambda d: _raw_torch(d, _name_bytes(400, b"\xff\xfe")),
+            "salvage", "utf-8"),
+    Variant("kineto-control-chars-in-name", "reader", lambda d: _torch(d, lambda evs: [
+        e.update(name="\x1b]0;owned\x07\x1b[31m\r" + e["name"] + "\x00") for e in _kernels(evs)]), "ok",
+            table=True),
+    Variant("kineto-truncated-gzip", "reader", _truncated_gzip, "any"),
+    Variant("kineto-top-level-array", "reader", lambda d: _write("a.json", lambda: json.dumps(
+        torch_doc()["traceEvents"][:2000]).encode())(d), "error"),
+    Variant("empty-file", "reader", _write("e.json", lambda: b""), "error", "empty"),
+    Variant("rocm-torch-memcpy-bytes-strings", "reader", lambda d: shutil.copy(ROCM_TORCH, d / "g.json.gz")
+            and d / "g.json.gz", "ok"),
+    Variant("v1-json-mangled-events", "reader", lambda d: _v1_json(d), "any"),
+    Variant("v3json-names-null", "reader", lambda d: _v3json(d, lambda p: [
+        s.update(formatted_kernel_name=None, kernel_name=None) for s in p["kernel_symbols"]]), "salvage", "name"),
+]
+
+
+def _sqlite_v1_rename(d: Path) -> Path:
+    out = d / "results.db"
+    out.write_bytes(gzip.decompress((V1 / "results.db.gz").read_bytes()))
+    con = sqlite3.connect(out)
+    con.execute('ALTER TABLE KERN RENAME COLUMN "KernelName" TO "Kernel"')
+    con.commit()
+    con.close()
+    return out
+
+
+def _v1_json(d: Path) -> Path:
+    doc = json.loads(gzip.decompress((V1 / "results.json.gz").read_bytes()))
+    for i, e in enumerate(doc["traceEvents"]):
+        if i % 7 == 0 and isinstance(e, dict):
+            e["args"] = "x" if i % 2 else [1, 2]
+        if i % 11 == 0 and isinstance(e, dict):
+            e["pid"] = {"p": 1}
+    out = d / "results.json"
+    out.write_text(json.dumps(doc))
+    return out
