@@ -133,3 +133,18 @@ def test_eager_prefill_without_stack_names_its_norm_and_rope_glue():
     # 4 layers x 2 norms + the final norm, 8 kernels each (+ the residual add before all but the first)
     assert k.filter(pl.col("op") == "aten::rsqrt").height == 9
     assert _comps(doc, "prefill")["other"]["share"] <= 0.05
+
+
+def test_warm_up_outlier_without_compile_spans():
+    # The same capture as a profiler that did not record the compile's spans would give it (derived
+    # here: every op, annotation and frame named by COMPILE_SPANS dropped): decode step 1 still holds
+    # 3,632 kernels against 82 and 15.5 s against ~5 ms, an outlier of its phase, left out as warm-up.
+    from attrib.components.patterns import COMPILE_SPANS
+    t = load(CAPTURED / "compile_decode.pt.trace.json.gz")
+    keep = ~pl.col("name").str.contains(COMPILE_SPANS)
+    t = t.with_tables(ops=t.ops.filter(keep), markers=t.markers.filter(keep), frames=t.frames.filter(keep))
+    a = attribute(t)
+    s = a.steps.sort("step")
+    assert s["excluded"].to_list() == [None, "warm-up", None, None, None, None, None]
+    dec = _phase(document(a), "decode")
+    assert dec["steps"] == 5 and [x["reason"] for x in dec["excluded_steps"]] == ["warm-up"]
