@@ -127,15 +127,53 @@ def test_run_without_rocprofv3(tmp_path):
     assert "rocprofiler-sdk" in msg and "--rocprofv3 PATH" in msg and "\n" not in msg
 
 
-def test_roctx_never_raises():
-    depth = roctx.range_push("decode")
-    assert isinstance(depth, int)
+class _Roctx:
+    """Stands in for librocprofiler-sdk-roctx (no ROCm here): the nesting depth a push returns (0 for the
+    outermost range), the depth left after a pop, the names it was given; `fail` makes every call raise."""
+
+    def __init__(self, fail: bool = False):
+        self.names: list[bytes] = []
+        self.depth, self.fail = 0, fail
+
+    def roctxRangePushA(self, name: bytes) -> int:
+        if self.fail:
+            raise OSError("roctx call failed")
+        self.names.append(name)
+        self.depth += 1
+        return self.depth - 1
+
+    def roctxRangePop(self) -> int:
+        if self.fail:
+            raise OSError("roctx call failed")
+        self.depth -= 1
+        return self.depth
+
+    def roctxMarkA(self, name: bytes) -> None:
+        if self.fail:
+            raise OSError("roctx call failed")
+        self.names.append(b"mark:" + name)
+
+
+def test_roctx_passes_names_and_depths_through(monkeypatch):
+    lib = _Roctx()
+    monkeypatch.setattr(roctx, "_lib", lambda: lib)
+    assert roctx.available() and roctx.range_push("decode") == 0
+    with roctx.region("préfill"):
+        assert lib.depth == 2
+        roctx.mark("token")
+    assert lib.depth == 1 and roctx.range_pop() == 0
+    assert lib.names == [b"decode", "préfill".encode(), b"mark:token"]
+
+
+def test_roctx_never_raises(monkeypatch):
+    monkeypatch.setattr(roctx, "_lib", lambda: _Roctx(fail=True))
+    assert roctx.range_push("decode") == -1 and roctx.range_pop() == -1
     with roctx.region("prefill"):
         roctx.mark("token")
-    assert isinstance(roctx.range_pop(), int)
-    assert roctx.available() in (True, False)
-    if not roctx.available():
-        assert depth == -1
+    monkeypatch.setattr(roctx, "_lib", lambda: None)  # no library at all
+    assert not roctx.available() and roctx.range_push("decode") == -1 and roctx.range_pop() == -1
+    with roctx.region("prefill"):
+        roctx.mark("token")
 
 
 def test_cli_capture_rocprof_runs_and_analyzes(tmp_path, fixtures, capsys):
