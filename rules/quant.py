@@ -67,7 +67,7 @@ def _fp8(a: Attribution) -> tuple[pl.DataFrame, pl.DataFrame]:
         if any(c[j + 1:i]):
             mark[j + 1:i] = [True] * (i - j - 1)
         i = j
-    k = k.with_columns(pl.Series("_run", mark))
+    k = k.with_columns(pl.Series("_run", mark, dtype=pl.Boolean))  # typed: an empty trace has no rows
     quant = k.filter(pl.col("_named") | pl.col("_run"))
     return k.filter(pl.col("_gemm") & ~pl.col("_named") & ~pl.col("_run")).drop("_gemm", "_cast", "_named", "_qop", "_run", "_dtypes"), \
         quant.drop("_gemm", "_cast", "_named", "_qop", "_run", "_dtypes")
