@@ -109,6 +109,8 @@ def idle_by_cause(a: Attribution, doc: dict[str, Any], th: Thresholds) -> list[F
     cause, the largest named in the title."""
     out = []
     for ph in doc.get("phases", ()):
+        if ph.get("idle_fraction") is None:  # no kernel in any step (a CPU-only trace): no GPU to be idle
+            continue
         t = idle_causes(a, ph["phase"])
         if not t.height:
             continue

@@ -30,7 +30,7 @@ SOURCES = {
     "rocpd": FIXTURES / "rocprof" / "gfx1201_llamacpp_rocpd_rocm7.2" / "32432_results.db.gz",
     "rocprofv3-csv": FIXTURES / "rocprof" / "gfx1151_llamacpp_rocprofv3_csv",
 }
-GPU_TABLES = ("kernels", "copies")
+GPU_TABLES = ("kernels", "copies", "launches")  # what a CPU-only capture lacks
 
 
 @cache
@@ -76,7 +76,8 @@ def test_document_and_every_rule_on_an_empty_trace(name, arch):
 
 
 def test_a_trace_with_cpu_rows_and_no_gpu_rows():
-    """The Kineto trace without its kernels and copies: steps come from the CPU side, no GPU figure."""
+    """The Kineto trace without its kernels, copies and runtime launches (a CPU-only capture): steps come
+    from the CPU side, no GPU figure, no finding."""
     a = attribute(_emptied("kineto", GPU_TABLES))
     assert a.kernels.height == 0 and a.trace.ops.height == _real("kineto").ops.height
     doc = document(a)
