@@ -148,3 +148,21 @@ def test_warm_up_outlier_without_compile_spans():
     assert s["excluded"].to_list() == [None, "warm-up", None, None, None, None, None]
     dec = _phase(document(a), "decode")
     assert dec["steps"] == 5 and [x["reason"] for x in dec["excluded_steps"]] == ["warm-up"]
+
+
+@pytest.mark.parametrize("name", ["qwen3next_decode", "deepseekv3_decode", "tp2_decode_rank0", "hf_llama_cuda_b8_p512"])
+def test_a_named_kernel_has_the_same_components_in_prefill_and_decode(name):
+    # a kernel whose name says its job (KV write, rotary, norm, attention, collectives, ...) gets the
+    # same components in both phases, whatever module or op launched it (a silu kernel may serve
+    # several MLPs, so per name the set of components, prefill against decode)
+    from attrib.components.classify import by_name
+    a, _ = analysed(name)
+    k = a.kernels.filter(pl.col("phase").is_in(["prefill", "decode"]) & (pl.col("evidence") != "compile"))
+    named = by_name(k["name"]).filter(~pl.col("name_comp").is_in(["gemm", "copy", "elementwise"]) & pl.col("name_comp").is_not_null())
+    k = k.join(named.select("name"), on="name")
+    def comps(phase: str) -> pl.DataFrame:
+        return k.filter(pl.col("phase") == phase).group_by("name").agg(
+            pl.col("component").unique().sort().str.join(",").alias(phase))
+    both = comps("prefill").join(comps("decode"), on="name")
+    assert both.height > 0
+    assert both.filter(pl.col("prefill") != pl.col("decode")).height == 0, both.filter(pl.col("prefill") != pl.col("decode"))

@@ -148,7 +148,6 @@ def _module_comp() -> pl.Expr:
         .when(is_linear & parent.str.contains(_MOE_BLOCK)).then(pl.lit("moe_router"))
         .when(m.str.contains(r"(?i)attn|attention")).then(
             pl.coalesce(hint, pl.when(op.str.contains(r"index_copy|index_put")).then(pl.lit("kv_cache_write")),
-                        pl.when(pl.col("name_comp").is_in(_IN_ATTENTION)).then(pl.col("name_comp")),
                         pl.lit("attention")))
         .when(in_experts).then(expert_op)
         .when(m.str.contains(_MOE_BLOCK)).then(moe_block_op)
@@ -248,7 +247,10 @@ def classify(trace: Trace, links: pl.DataFrame, kernel_steps: pl.DataFrame) -> p
     first = pl.when(pl.col("_name").is_in(NAME_FIRST)).then(pl.col("_name"))
     scoped = pl.coalesce("_mod", "hint_comp", "_op")
     moe_part = (scoped == "moe_experts") & pl.col("_name").is_in(_MOE_PARTS)
-    name_wins = first.is_not_null() | moe_part.fill_null(False)
+    # a KV-write or rotary kernel launched inside an attention module or op keeps its job (as it does
+    # where it is launched outside one): the same kernel, the same component in prefill and decode
+    attn_part = (scoped == "attention") & pl.col("_name").is_in(_IN_ATTENTION)
+    name_wins = first.is_not_null() | moe_part.fill_null(False) | attn_part.fill_null(False)
     k = k.with_columns(
         pl.when(name_wins).then(pl.col("_name")).otherwise(pl.coalesce(scoped, "_name")).alias("comp"),
         pl.when(name_wins).then(pl.lit("name"))
