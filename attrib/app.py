@@ -35,7 +35,7 @@ def resolve_arch(arch: str | Arch | None, arch_file: Path | None = None) -> tupl
         return override(arch, arch_file), "override"
     except KeyError:
         raise UsageError(f"unknown arch {arch!r}; known: {', '.join(sorted(load_archs(arch_file)))} "
-                         "(`attrib archs` lists them)") from None
+                         "(`attrib archs` lists them; `attrib archs --template` prints an entry to add yours with --arch-file)") from None
 
 
 def _bits(weight_bits: float | str | Mapping[str, float] | None, config: Mapping[str, Any], origin: object) -> Bits:

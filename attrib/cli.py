@@ -16,6 +16,8 @@ from attrib.errors import TraceError, UsageError
 from attrib.report.printable import printable
 from attrib.report.table import render
 from attrib.roofline.arch import arch_table
+from attrib.roofline.template import template
+from collectors import load
 from collectors.rocprof.run import run
 
 
@@ -123,8 +125,16 @@ def capture(use_rocprof: bool, hip_trace: bool, memory_copy_trace: bool, fmt: st
 
 @cli.command()
 @click.option("--arch-file", type=click.Path(path_type=Path, exists=True, dir_okay=False))
-def archs(arch_file: Path | None) -> None:
+@click.option("--template", "show_template", is_flag=True, help="Print an entry to fill in for a device not in "
+              "the database (pass it back with --arch-file).")
+@click.option("--trace", "trace_path", type=click.Path(path_type=Path), help="With --template: prefill it from "
+              "the device this trace recorded.")
+def archs(arch_file: Path | None, show_template: bool, trace_path: Path | None) -> None:
     """List the device database: bandwidth (peak, sustained), peak matrix TFLOP/s."""
+    if show_template:
+        devices = load(trace_path).meta.devices if trace_path is not None else ()
+        click.echo(template(devices[0] if devices else None), nl=False)
+        return
     t = arch_table(arch_file)
     click.echo(f"{'key':<14}{'arch':<9}{'CUs':>5}{'peak GB/s':>11}{'sust. GB/s':>12}{'bf16 TF':>9}{'fp8 TF':>8}  name")
     for r in t.iter_rows(named=True):

@@ -13,7 +13,9 @@ from attrib.cli import main
 from attrib.cost.ops import op_cost
 from attrib.cost.weights import bits_for
 from attrib.pipeline import attribute
+from attrib.report.document import document
 from attrib.roofline.arch import load_archs
+from attrib.roofline.template import template
 from collectors import load
 
 from conftest import EXAMPLE_TRACE, FIXTURES
@@ -246,3 +248,39 @@ def test_bad_weight_bits_is_one_line(tmp_path, capsys, bits):
 
 def _rows(table: pl.DataFrame) -> dict:
     return {r["component"]: r for r in table.iter_rows(named=True)}
+
+
+# ------------------------------------------------------------------ devices
+
+
+def test_new_devices_are_in_the_database_with_sources():
+    db = load_archs()
+    for key, bw, bf16 in (("b200", 8000, 2250), ("gb200", 8000, 2500), ("mi325x", 6000, 1307.0),
+                          ("mi355x", 8000, 2516.0), ("rx-9070-xt", 640, 194.6)):
+        a = db[key]
+        assert a.peak_bw_gbs == bw and a.peak_tflops("bf16") == bf16 and a.sources, key
+    # fp4x2 weights (MXFP4) read against the fp4 tensor rate on Blackwell
+    assert db["b200"].peak_tflops("fp4x2") == 9000 and db["gb200"].peak_tflops("fp8_e4m3fn") == 5000
+
+
+def test_unknown_device_says_so_and_its_template_makes_it_known(tmp_path, capsys):
+    """A variant of the real H100 trace whose device record names a GPU the database lacks: the
+    analysis says so and how to add it; the template, prefilled from the trace and completed, does."""
+    real = load(FIXTURES / "torch" / "h100_hf_qwen1.5-0.5b-chat.json.gz")
+    dev = {**real.meta.devices[0], "name": "NVIDIA RTX PRO 6000 Blackwell", "computeMajor": 12, "numSms": 188}
+    trace = real.with_meta(devices=(dev,))
+    doc = document(attribute(trace))
+    assert doc["device"]["arch"] is None
+    note = next(n for n in doc["notes"] if "not in the database" in n)
+    assert "RTX PRO 6000" in note and "attrib archs --template" in note and "--arch-file" in note
+    text = template(dev)
+    assert 'arch = "sm_120"' in text and "num_sms_reported = 188" in text and 'vendor = "nvidia"' in text
+    filled = (text
+              .replace("<peak DRAM GB/s: transfer rate x bus bytes>", "4000")
+              .replace('"<datasheet URL>"', '"test"').replace("<dense matrix TFLOP/s>", "300").replace("<TFLOP/s>", "40"))
+    entry = tmp_path / "rtx.toml"
+    entry.write_text(filled)
+    known = document(attribute(trace), arch_file=entry)
+    assert known["device"]["name"] == "NVIDIA RTX PRO 6000 Blackwell" and known["device"]["peak_bw_gbs"] == 4000
+    assert main(["archs", "--template", "--trace", str(FIXTURES / "torch" / "mi300_hf_qwen1.5-0.5b-chat.json.gz")]) == 0
+    assert "num_sms_reported = 304" in capsys.readouterr().out

@@ -16,6 +16,7 @@ from attrib.cost.component_bytes import component_table
 from attrib.pipeline import Attribution
 from attrib.roofline.arch import Arch, detect
 from attrib.roofline.model import kernel_roofline
+from attrib.roofline.template import unknown_device_note
 from attrib.roofline.tables import MIN_KNOWN, phase_figures, roofline_rows
 from attrib.trace import Trace
 
@@ -121,6 +122,8 @@ def document(a: Attribution, phase: str | None = None, arch: Arch | None = None,
     if arch is None:
         names = t.kernels["name"].unique().head(20000).to_list()
         arch, arch_from = detect(t.meta.devices, t.meta.vendor, names, extra=arch_file)
+        if arch is None:
+            notes.append(unknown_device_note(t.meta.devices))
     elif arch_from == "override":
         notes.append(f"what-if: kernel times measured on the traced device, bytes and FLOPs set against {arch.name} "
                      f"({arch.arch}): rooflines and the ceiling are a projection")
