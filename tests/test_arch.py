@@ -34,7 +34,7 @@ def _props(fixtures: Path, rel: str) -> tuple[dict, ...]:
 def test_every_entry_loads_with_consistent_fields():
     archs = load_archs()
     assert set(archs) == {"radeon-8060s", "r9700", "rx-9070-xt", "rx-7900-xtx", "mi300x", "mi325x",
-                          "mi355x", "mi350x", "h100-sxm", "h200-sxm"}
+                          "mi355x", "mi350x", "h100-sxm", "h200-sxm", "b200", "gb200"}
     fields = set(Arch.__dataclass_fields__)
     for a in archs.values():
         assert a.peak_bw_gbs > 0 and a.sources, a.key
@@ -72,7 +72,7 @@ def test_arch_file_overrides_and_adds(tmp_path):
         'compute_units = 32\nnum_sms_reported = 16\ncompute_major = 11\ncompute_minor = 5\npeak_bw_gbs = 256.0\n')
     archs = load_archs(extra)
     assert archs["h200-sxm"].bandwidth() == (4100.0, "sustained")
-    assert archs["radeon-8050s"].compute_units == 32 and len(archs) == 11
+    assert archs["radeon-8050s"].compute_units == 32 and len(archs) == 13
     got, how = detect(({"name": "", "computeMajor": 11, "computeMinor": 5, "warpSize": 32, "numSms": 16},),
                       "amd", extra=extra)
     assert (got.key, how) == ("radeon-8050s", "deviceProperties")
@@ -97,7 +97,7 @@ def test_override_and_table():
     with pytest.raises(KeyError, match="unknown arch 'gfx9999'"):
         override("gfx9999")
     table = arch_table()
-    assert table.height == 10
+    assert table.height == 12
     assert table.filter(table["key"] == "mi300x")["bf16_tflops"].item() == 1307.0
 
 
@@ -215,4 +215,4 @@ def test_bad_field_values_are_named(tmp_path):
     bad.write_text(base + 'peak_bw_gbs = 1.0\n[x.matrix_tflops]\nbf16 = "many"\n')
     with pytest.raises(TraceError, match="matrix_tflops must be a table of numbers"):
         load_archs(bad)
-    assert len({a for a in load_archs().values()}) == 10         # entries hash by key
+    assert len({a for a in load_archs().values()}) == 12         # entries hash by key
