@@ -284,3 +284,43 @@ def test_unknown_device_says_so_and_its_template_makes_it_known(tmp_path, capsys
     assert known["device"]["name"] == "NVIDIA RTX PRO 6000 Blackwell" and known["device"]["peak_bw_gbs"] == 4000
     assert main(["archs", "--template", "--trace", str(FIXTURES / "torch" / "mi300_hf_qwen1.5-0.5b-chat.json.gz")]) == 0
     assert "num_sms_reported = 304" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------ our H200 captures (tests/fixtures/captured)
+CAPTURED = FIXTURES / "captured"
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    return analyze_path(CAPTURED / "compile_decode.pt.trace.json.gz", phase="decode")
+
+
+def test_compiled_decode_gb_per_token_matches_the_hand_count(compiled):
+    """torch.compile'd L4 decode (README of captured/: hidden 2048, 4 layers, 16 q / 8 KV heads x 128,
+    FFN 5632, vocab 32000, batch 8, StaticCache of 526 slots). Per step, by hand:
+      weights 100,663,296 (attention) + 276,824,064 (MLP) + 36,864 (norms) + 131,072,000 (lm_head)
+              + 8 x 2048 x 2 (embedding rows gathered) = 508,628,992
+      K and V of the static cache: 4 layers x 2 x [8, 8, 526, 128] x 2 B = 68,943,872, which this
+      compiled graph moves three times: the GQA expansion kernel (its launch shows [8,8,526,128] in,
+      [8,16,526,128] out) reads it once and writes it twice over, and cuDNN SDPA reads the expanded
+      [8,16,526,128] K and V: 68,943,872 x (1 + 2 + 2) = 344,719,360
+    = 853,348,352 B / 8 tokens = 0.10667 GB/token (0.0722 by the README's KV-read-once definition;
+    the GQA expansion is what the compiled run really adds). Before Inductor kernels were priced at
+    what they touch, each embedding-fused norm was charged the whole 131 MB table: 0.18 GB/token."""
+    ph = compiled["phases"][0]
+    hand = (508_628_992 + 68_943_872 * 5) / 8 / 1e9
+    assert ph["gb_per_token"] == pytest.approx(hand, rel=0.10)
+    assert ph["excluded_steps"] and ph["steps"] == 5          # the compiling call is not a decode step
+    rows = {c["component"]: c for c in ph["components"]}
+    assert rows["attention"]["bytes"] == pytest.approx(68_943_872 * 5, rel=0.01)
+    assert rows["norm"]["bytes"] < 2e6                        # rows gathered, not the 131 MB table
+
+
+def test_no_component_above_the_peak_counts_in_gb_per_token(compiled):
+    ph = compiled["phases"][0]
+    peak = compiled["device"]["peak_bw_gbs"]
+    assert not ph["excluded_components"]
+    counted = [c for c in ph["components"] if c["bytes"] is not None and not c["inconsistent"]]
+    assert ph["bytes_per_step"] == pytest.approx(sum(c["bytes"] for c in counted))
+    for c in counted:
+        assert c["achieved_gbs"] is None or c["achieved_gbs"] <= peak, c
