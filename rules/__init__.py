@@ -62,7 +62,7 @@ CATALOG: tuple[Rule, ...] = (
          ("gfx1201",), compare.REFS),
     Rule("P23-hsa-override-gfx-version", platform.hsa_override, "stamp env, or Tensile _ISA tokens in kernel names",
          ("gfx",), platform.P23_REFS),
-    Rule("idle-by-cause", idle.idle_by_cause, "kernels, runtime calls, copies and step windows", (), idle.REFS),
+    Rule("idle-by-cause", idle.idle_by_cause, "kernels, runtime calls, copies and step windows", (), idle.ALL_REFS),
     Rule("kv-cache-recopied", kvcache.kv_cache_recopy, "aten::cat ops with shapes in kv_cache_write; attention bytes",
          (), kvcache.REFS),
     Rule("decode-below-bandwidth-ceiling", roofline.decode_below_ceiling, "bytes per step (shapes or --model)", ()),

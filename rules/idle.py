@@ -36,8 +36,10 @@ REMEDY = {
                    "from a CUDA/HIP graph (vLLM default cudagraph mode; HF: static cache + torch.compile "
                    "mode='reduce-overhead') or fuse kernels.",
 }
-REFS = ("https://github.com/vllm-project/vllm/issues/32180", "https://github.com/warpfront/hipfire/pull/239",
-        "https://github.com/mudler/vllm.cpp/issues/41")
+REFS = {"launch_gaps": ("https://github.com/vllm-project/vllm/issues/32180", "https://github.com/mudler/vllm.cpp/issues/332"),
+        "blocking_copies": ("https://github.com/warpfront/hipfire/pull/239", "https://github.com/mudler/vllm.cpp/issues/41"),
+        "synchronization": ("https://github.com/warpfront/hipfire/pull/239",)}
+ALL_REFS = tuple(dict.fromkeys(u for refs in REFS.values() for u in refs))
 
 
 def _step_causes(w0: int, w1: int, kern: tuple, copy: tuple, sync: tuple) -> dict[str, float]:
@@ -143,5 +145,5 @@ def idle_by_cause(a: Attribution, doc: dict[str, Any], th: Thresholds) -> list[F
                       "kernels_per_step": r(float(t["kernels"].median()), 1),
                       "median_launch_gap_us": r(1e3 * med["launch_gaps"] / max(float(t["gaps"].median()), 1), 2),
                       "blocking_calls_and_copies": named},
-            remedy=REMEDY[top], references=REFS))
+            remedy=REMEDY[top], references=REFS.get(top, ())))
     return out

@@ -104,7 +104,7 @@ def test_what_fires_on_each_real_trace(name: str, finding_schema: dict, analysis
         jsonschema.validate(f.to_json(), finding_schema)
         assert json.loads(json.dumps(f.to_json())) == f.to_json()  # plain JSON evidence
         assert f.references or f.rule in ("roofline-memory-bound-gap", "decode-below-bandwidth-ceiling",
-                                           "bytes-model-inconsistent")
+                                           "bytes-model-inconsistent", "idle-by-cause")
         assert f.ms_per_step is not None and f.ms_per_step >= 0 and not f.projection
 
 
