@@ -198,6 +198,10 @@ def test_attrib_rules_lists_the_catalog(capsys) -> None:
     assert "P13-fp8-emulated-gfx11" not in out and "idle-by-cause" in out
     assert main(["rules", "--arch", "gfx1151"]) == 0
     assert "P13-fp8-emulated-gfx11" in capsys.readouterr().out
+    assert main(["rules", "--arch", "gfx9999x"]) == 0  # a gfx target the database lacks: matched by prefix
+    assert main(["rules", "--arch", "no-such-gpu"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "unknown arch 'no-such-gpu'" in err
 
 
 def _inside(k: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
