@@ -1,0 +1,98 @@
+"""The rules on this project's H200 captures (tests/fixtures/captured, README there): torch.compile with the
+first compiled call in the window, eager vs SDPA attention, a batch-1 decode sampling over a 152k vocabulary,
+a decode with a blocking pageable host copy per step. Expected figures are derived from the trace's own
+tables in each test; a what-if device is named in the test."""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+
+import polars as pl
+import pytest
+from conftest import FIXTURES
+
+from attrib.pipeline import Attribution, attribute
+from attrib.report.document import document
+from attrib.roofline.arch import override
+from collectors import load
+from rules import run
+
+CAPTURED = FIXTURES / "captured"
+
+
+@cache
+def _a(name: str) -> Attribution:
+    return attribute(load(CAPTURED / f"{name}.pt.trace.json.gz"))
+
+
+@cache
+def _doc(name: str, arch: str | None) -> str:
+    a = _a(name)
+    return json.dumps(document(a) if arch is None else document(a, arch=override(arch), arch_from="override"))
+
+
+def _fired(name: str, arch: str | None = None) -> dict:
+    return {f.rule: f for f in run(_a(name), json.loads(_doc(name, arch)))}
+
+
+def test_p05_compile_explains_the_compile_step() -> None:
+    """The first torch.compile'd decode call is inside the window: its step holds dynamo + inductor compile
+    (entire_frame_compile and what nests in it, inductor's compile_file workers) and the autotuned kernels."""
+    f = _fired("compile_decode")["P05-compile-in-window"]
+    a = _a("compile_decode")
+    [step] = f.evidence["steps_with_compile"]
+    s = a.steps.filter(pl.col("step") == step["step"]).row(0, named=True)
+    frame = a.trace.ops.filter(pl.col("name") == "entire_frame_compile")
+    assert s["phase"] == "decode" and frame.height == 1
+    assert frame["dur_ns"][0] / 1e6 <= f.ms_per_step <= s["step_ms"]  # at least the dynamo frame compile
+    assert f.ms_per_step / s["step_ms"] > 0.9 and f.severity == "high"
+    assert f.ms_per_step == pytest.approx(step["compile_ms"]) and f.ms_per_step > 1000
+    # the compile step runs the benchmark kernels too: its kernel count is the phase's outlier
+    med = a.steps.filter(pl.col("phase") == "decode")["n_kernels"].median()
+    [odd] = f.evidence["kernel_count_outlier_steps"]
+    assert odd["step"] == step["step"] and odd["kernels"] > 10 * med
+    assert "P05-compile-in-window" not in _fired("sdpa_attn_a")  # eager: nothing compiled
+
+
+def test_p17_eager_attention_fires_and_sdpa_does_not() -> None:
+    """Same L4 Llama, batch 8, prompt 2048: attn_implementation="eager" computes q@k^T, softmax, @v with bmm and a
+    softmax kernel per layer; "sdpa" runs one fused cuDNN attention kernel."""
+    [f] = [f for f in run(_a("eager_attn"), json.loads(_doc("eager_attn", None)))
+           if f.rule == "P17-unfused-attention" and f.evidence["phase"] == "prefill"]
+    k = _a("eager_attn").kernels.filter(pl.col("phase") == "prefill")
+    soft = k.filter(pl.col("op") == "aten::_softmax")["dur_ns"].sum() / k["dur_ns"].sum()
+    assert f.evidence["phase"] == "prefill" and f.evidence["softmax_share"] == pytest.approx(soft, abs=0.002)
+    assert f.evidence["kernels_per_step"] == 4 * 3  # 4 layers x (bmm, softmax, bmm)
+    assert "P17-unfused-attention" not in _fired("sdpa_attn_a")
+
+
+def test_p08_sampler_share_at_batch_1_projected_onto_gfx1151() -> None:
+    """Batch 1, vocab 151936, top-k/top-p sampling each step: on the traced H200 P08 (wave32 RDNA) does not
+    apply; projected onto gfx1151 the kernels after the lm_head are a third of decode kernel time."""
+    assert "P08-sampler-share" not in _fired("sampler_b1_v152k")
+    f = _fired("sampler_b1_v152k", "gfx1151")["P08-sampler-share"]
+    a = _a("sampler_b1_v152k")
+    k = a.kernels.filter(pl.col("phase") == "decode")
+    head_end = k.filter(pl.col("component") == "lm_head").group_by("step").agg(
+        (pl.col("start_ns") + pl.col("dur_ns")).max().alias("e"))
+    after = k.join(head_end, on="step").filter(pl.col("start_ns") >= pl.col("e"))
+    assert f.evidence["sampler_share"] == pytest.approx(after["dur_ns"].sum() / k["dur_ns"].sum(), abs=0.01)
+    assert f.evidence["vocab"] == 151936 and f.projection and f.evidence["tokens_per_step"] == 1
+    assert "P08-sampler-share" not in _fired("sdpa_attn_a", "gfx1151")  # batch 8, greedy
+
+
+def test_idle_names_the_blocking_copy() -> None:
+    """Each decode step first copies 128 MiB of pageable host memory to the GPU (cudaMemcpyAsync from pageable
+    memory blocks): the idle finding names that copy, with its milliseconds per step."""
+    f = [f for f in run(_a("blocking_copy_decode"), json.loads(_doc("blocking_copy_decode", None)))
+         if f.rule == "idle-by-cause" and f.evidence["phase"] == "decode"][0]
+    c = _a("blocking_copy_decode").trace.copies.filter(pl.col("kind") == "memcpy")
+    per_step = c["dur_ns"].median() / 1e6
+    assert c.height == 8 and c["bytes"].unique().to_list() == [128 * 2**20]
+    assert f.evidence["causes"][0]["cause"] == "blocking_copies"
+    assert f.evidence["causes"][0]["ms_per_step"] == pytest.approx(per_step, rel=0.02)
+    assert "Memcpy HtoD (Pageable -> Device)" in f.title
+    assert f.evidence["blocking_calls_and_copies"][0]["bytes_per_step"] == 128 * 2**20
+    p21 = _fired("blocking_copy_decode")["P21-host-device-copies-decode"]
+    assert p21.ms_per_step == pytest.approx(c["dur_ns"].sum() / 1e6 / 8, rel=1e-3)
