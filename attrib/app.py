@@ -20,7 +20,7 @@ from attrib.pipeline import Attribution, attribute
 from attrib.report.document import document
 from attrib.roofline.arch import Arch, load_archs, override
 from attrib.trace import Trace
-from collectors import load
+from collectors import limits, load
 
 
 def resolve_arch(arch: str | Arch | None, arch_file: Path | None = None) -> tuple[Arch | None, str | None]:
@@ -28,6 +28,7 @@ def resolve_arch(arch: str | Arch | None, arch_file: Path | None = None) -> tupl
 
     An arch file is read here, before any trace, so a bad one fails at once."""
     if arch_file is not None:
+        limits.read_bytes(Path(arch_file))  # a regular file (a FIFO would block the TOML reader)
         load_archs(arch_file)
     if arch is None or isinstance(arch, Arch):
         return arch, ("override" if arch is not None else None)
@@ -78,9 +79,7 @@ def model_budget(model: str | Path | Mapping[str, Any] | None, *,
     else:
         path = Path(model)
         try:
-            config = orjson.loads(path.read_bytes())
-        except OSError as exc:
-            raise TraceError(path, f"cannot read: {exc.strerror or exc}") from None
+            config = orjson.loads(limits.read_bytes(path)[0])
         except orjson.JSONDecodeError as exc:
             raise TraceError(path, f"not valid JSON ({exc})") from None
         if not isinstance(config, dict):

@@ -329,6 +329,7 @@ def read(path: str | Path, **_: Any) -> Trace:
             parts[t].append(df)
     n_events = len(events)
     del events
+    doc.traceEvents = []  # the raw slices hold the whole file: free it before the tables are finished
     provenance = dict(read_sidecar(path))
     if "warning" in provenance:
         warnings.append(str(provenance.pop("warning")))

@@ -41,7 +41,7 @@ def check_path(path: Path) -> os.stat_result:
         raise TraceError(path, f"cannot access: {exc.strerror or exc}") from None
     for test, kind in _KINDS:
         if test(st.st_mode):
-            raise TraceError(path, f"is {kind}, not a trace file (attrib reads regular files and folders)")
+            raise TraceError(path, f"is {kind}, not a regular file (attrib reads regular files and folders)")
     return st
 
 

@@ -60,3 +60,19 @@ def test_real_fixtures_pass_validation_unchanged(fixtures):
     # kernels in the raw file (cat "kernel", ph "X") = kernels read
     assert load(fixtures / "torch/h200_qwen3moe_eager_prefill_decode.json.gz").kernels.height == \
         raw.count(b'"cat": "kernel"')
+
+
+def test_invalid_utf8_names_its_event(fixtures, tmp_path):
+    # bytes that are not UTF-8 inside one kernel name of a real trace: the trace is read, that name
+    # gets U+FFFD and the warning names the event by its index in traceEvents (counted independently)
+    raw = gzip.decompress((fixtures / "torch/h200_dense_prefill_cudagraph_decode.json.gz").read_bytes())
+    at = raw.index(b'"name": "', raw.index(b'"cat": "kernel"', len(raw) // 2)) + len(b'"name": "')
+    bad = tmp_path / "t.json"
+    bad.write_bytes(raw[:at] + b"\xff\xfe" + raw[at:])
+    import json
+    events = json.loads(bad.read_bytes().decode("utf-8", "replace"))["traceEvents"]
+    index = next(i for i, e in enumerate(events) if "\ufffd" in e.get("name", ""))
+    t = load(bad)
+    assert t.kernels.height == raw.count(b'"cat": "kernel"')
+    assert any(f"first: event {index})" in w and "invalid UTF-8" in w for w in t.meta.warnings), t.meta.warnings
+    assert t.kernels.filter(pl.col("name").str.contains("\ufffd")).height == 1

@@ -39,6 +39,7 @@ class Variant:
     expect: str  # error | salvage | ok | any
     says: str = ""  # a fragment the stderr line must hold (case-insensitive)
     table: bool = False  # also render the terminal table and check it for control characters
+    option: str = ""  # the built file is given to this option of `attrib analyze TORCH` (not as TRACE)
 
 
 # ------------------------------------------------------------------ sources (read once)
@@ -306,6 +307,8 @@ VARIANTS = [
         d, lambda p: [p.pop(k, None) for k in ("kernel_symbols", "agents", "strings")]), "salvage", "name"),
     # --- hangs and non-regular paths
     Variant("fifo", "hang", _fifo, "error", "fifo"),
+    Variant("model-config-fifo", "hang", _fifo, "error", "fifo", option="--model"),
+    Variant("arch-file-fifo", "hang", _fifo, "error", "fifo", option="--arch-file"),
     Variant("symlink-loop", "message", _loop, "error", "loop"),
     Variant("broken-symlink", "message", lambda d: (d / "x.json").symlink_to(d / "gone.json") or d / "x.json",
             "error", "broken"),

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from corpus import ROOT, VARIANTS, Variant  # noqa: E402
+from corpus import ROOT, TORCH, VARIANTS, Variant  # noqa: E402
 
 SECONDS = 20
 MEMORY_BYTES = 2 << 30
@@ -75,10 +75,11 @@ def _attrib(args: list[str]) -> tuple[int, float, float, str, str]:
 def run_one(v: Variant, folder: Path) -> Result:
     folder.mkdir(parents=True, exist_ok=True)
     path = v.build(folder)
-    rc, secs, rss, stdout, stderr = _attrib(["analyze", str(path), "--format", "json"])
+    args = [str(TORCH), v.option, str(path)] + ["--context", "8"] * (v.option == "--model") if v.option else [str(path)]
+    rc, secs, rss, stdout, stderr = _attrib(["analyze", *args, "--format", "json"])
     res = Result(v, path, rc, secs, rss, stdout, stderr)
     if rc == 0 and v.table:  # the terminal table of the same input: no escape or control character in it
-        res.table = _attrib(["analyze", str(path)])[3]
+        res.table = _attrib(["analyze", *args])[3]
     return res
 
 
