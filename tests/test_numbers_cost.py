@@ -324,3 +324,16 @@ def test_no_component_above_the_peak_counts_in_gb_per_token(compiled):
     assert ph["bytes_per_step"] == pytest.approx(sum(c["bytes"] for c in counted))
     for c in counted:
         assert c["achieved_gbs"] is None or c["achieved_gbs"] <= peak, c
+
+
+def test_tensor_parallel_decode_prices_its_all_reduces():
+    """TP=2 L4 decode, rank 0 (README of captured/): 8 NCCL all-reduces of [8, 1, 2048] bf16 per step
+    were unpriced (61% of kernel time: no GB/token). Bus bytes (nccl-tests): 32,768 B x 2(n-1)/n = 32,768
+    each. GB/token then follows the rank's weights and KV, as run (HF DynamicCache re-copies K/V):
+    (319,885,312 + 3 x 65,536 x 515.5) / 8 = 0.052655 GB/token."""
+    doc = analyze_path(CAPTURED / "tp2_decode_rank0.pt.trace.json.gz", phase="decode")
+    ph = doc["phases"][0]
+    comm = {c["component"]: c for c in ph["components"]}["communication"]
+    assert comm["bytes"] == 8 * 8 * 2048 * 2 * (2 * (2 - 1) / 2)
+    assert ph["gb_per_token"] == pytest.approx((319_885_312 + 3 * 65_536 * 515.5) / 8 / 1e9, rel=0.10)
+    assert ph["bytes_known_share"] > 0.95 and doc["coverage"]["bytes_known_share"] == ph["bytes_known_share"]

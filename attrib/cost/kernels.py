@@ -108,6 +108,37 @@ def _opaque_costs(trace: Trace, costs: pl.DataFrame, budget: Budget | None) -> p
         pl.when(use).then(pl.col("_mm")).otherwise(pl.col("cost_model")).alias("cost_model")).drop("_mb", "_mf", "_md", "_mm")
 
 
+def _collective_costs(trace: Trace, kernels: pl.DataFrame, costs: pl.DataFrame) -> pl.DataFrame:
+    """Price collectives (attrib.cost.serving.collective) from record_param_comms' shapes, the kernel
+    name's collective and element type, and the process group's world size."""
+    info = (trace.meta.top or {}).get("distributedInfo") or {}
+    world = info.get("world_size") if isinstance(info, dict) else None
+    ops = trace.ops.filter(pl.col("name") == "record_param_comms")
+    if not isinstance(world, int) or ops.height == 0:
+        return costs
+    k = (kernels.filter(pl.col("op_id").is_in(ops["id"].implode()))
+         .select("op_id", pl.col("name").str.extract_groups(sv.COLLECTIVE).alias("g"))
+         .unnest("g").drop_nulls().unique("op_id"))
+    if k.height == 0:
+        return costs
+    rows = []
+    for op_id, coll, elt, dims in k.join(ops.select(pl.col("id").alias("op_id"), "input_dims"), on="op_id").iter_rows():
+        c = sv.collective(orjson.loads(dims or "[]"), coll, elt, world)
+        if c.bytes is not None:
+            rows.append((op_id, c.bytes, c.flops, c.dtype))
+    if not rows:
+        return costs
+    priced = pl.DataFrame(rows, schema={"op_id": pl.Int64, "_cb": pl.Float64, "_cf": pl.Float64, "_cd": pl.Utf8},
+                          orient="row")
+    use = pl.col("_ob").is_null() & pl.col("_cb").is_not_null()
+    return costs.join(priced, on="op_id", how="left").with_columns(
+        pl.when(use).then(pl.col("_cb")).otherwise(pl.col("_ob")).alias("_ob"),
+        pl.when(use).then(pl.col("_cf")).otherwise(pl.col("_of")).alias("_of"),
+        pl.when(use).then(pl.col("_cd")).otherwise(pl.col("dtype")).alias("dtype"),
+        pl.when(use).then(pl.lit("collective (bus bytes)")).otherwise(pl.col("cost_model")).alias("cost_model")
+    ).drop("_cb", "_cf", "_cd")
+
+
 def kernel_costs(trace: Trace, kernels: pl.DataFrame, steps: pl.DataFrame | None = None,
                  budget: Budget | None = None) -> pl.DataFrame:
     """`kernels` (id, op_id, step, dur_ns, ...) with bytes, flops, dtype, cost_model added.
@@ -119,6 +150,7 @@ def kernel_costs(trace: Trace, kernels: pl.DataFrame, steps: pl.DataFrame | None
     costs = _cat_costs(trace, kernels, costs)
     costs = _paged_attention_costs(trace, kernels, steps, costs)
     costs = _opaque_costs(trace, costs, budget)
+    costs = _collective_costs(trace, kernels, costs)
     k = kernels.join(costs, on="op_id", how="left")
     share = (pl.col("dur_ns").cast(pl.Float64) / pl.col("dur_ns").sum().over("op_id").cast(pl.Float64)).fill_nan(
         1.0 / pl.len().over("op_id"))

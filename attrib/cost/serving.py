@@ -162,3 +162,27 @@ def paged_attention(name: str, dims: list, types: list, concrete: list, sums: di
     nbytes = sums["sk"] * 2 * kv_heads * hd * k.size + 2 * tokens * heads * hd * q.size
     return Cost(nbytes, 4.0 * sums["sqsk"] * heads * hd, q.dtype, "attention",
                 "K/V read at every request's full context (step annotation Σk)")
+
+
+# NCCL/RCCL kernel names carry the collective and the element type: ncclDevKernel_AllReduce_Sum_bf16_RING_LL
+COLLECTIVE = r"(?i)(AllReduce|AllGather|ReduceScatter)_(?:\w+?_)?(bf16|f16|half|f32|float|f8e4m3|f8e5m2|i8|u8)_"
+_NCCL_TYPES = {"bf16": 2, "f16": 2, "half": 2, "f32": 4, "float": 4, "f8e4m3": 1, "f8e5m2": 1, "i8": 1, "u8": 1}
+# nccl-tests bus-bandwidth factors: bytes each rank moves over its links, per byte of the buffer
+BUS_FACTOR = {"allreduce": lambda n: 2 * (n - 1) / n, "allgather": lambda n: (n - 1) / n,
+              "reducescatter": lambda n: (n - 1) / n}
+
+
+def collective(dims: list, coll: str, elt: str, world: int) -> Cost:
+    """A collective launched under `record_param_comms(inputTensors, ...)` (its TensorList of shapes,
+    the element type from the kernel name): bytes = buffer x the nccl-tests bus factor (ring all-reduce
+    2(n-1)/n, all-gather / reduce-scatter (n-1)/n), what each rank's links carry; FLOPs of the
+    reduction n-1 adds per element (all-reduce)."""
+    tensors = dims[0] if dims and isinstance(dims[0], list) and dims[0] and isinstance(dims[0][0], list) else []
+    size = _NCCL_TYPES.get(elt.lower())
+    if not tensors or size is None or world < 2:
+        return unknown("collective", "buffer shapes, element type or world size not recorded")
+    numel = sum(prod(t) for t in tensors if isinstance(t, list))
+    factor = BUS_FACTOR[coll.lower()](world)
+    flops = float(numel * (world - 1)) if coll.lower() == "allreduce" else 0.0
+    return Cost(numel * size * factor, flops, {"bf16": "bf16", "f16": "fp16", "half": "fp16"}.get(elt.lower(), "fp32"),
+                "collective", f"bus bytes (nccl-tests): buffer x {factor:g} over {world} ranks, link traffic")
