@@ -9,7 +9,7 @@ import polars as pl
 
 from attrib.components.patterns import PAGED_SINGLE_PASS, SPLIT_KV
 from attrib.pipeline import Attribution
-from rules.finding import Finding, arch, component, env, phase_doc, r
+from rules.finding import Finding, arch, component, env, kernels_in, phase_doc, r
 from rules.thresholds import Thresholds
 
 NAVI_PAGED = r"paged_attention_ll4mi_QKV|paged_attention_ll4mi_reduce|paged_attention_custom|wmma_paged_attention"
@@ -36,7 +36,7 @@ def decode_attention_no_split_kv(a: Attribution, doc: dict[str, Any], th: Thresh
     att = component(ph, "attention")
     if att is None or (att.get("share") or 0) <= th.attention_share:
         return []
-    k = a.kernels.filter(pl.col("phase") == "decode")
+    k = kernels_in(a, "decode")
     single = k.filter(pl.col("name").str.contains(PAGED_SINGLE_PASS))
     if not single.height or k.filter(pl.col("name").str.contains(SPLIT_KV)).height:
         return []
@@ -82,7 +82,7 @@ def _op_names(a: Attribution, phase: str) -> pl.DataFrame:
     """The phase's kernels with the name of their launching op and of that op's parent."""
     ops = a.trace.ops.select(pl.col("id").alias("op_id"), pl.col("name").alias("op_name"), "parent")
     parents = a.trace.ops.select(pl.col("id").alias("parent"), pl.col("name").alias("parent_name"))
-    return (a.kernels.filter(pl.col("phase") == phase).join(ops, on="op_id", how="left")
+    return (kernels_in(a, phase).join(ops, on="op_id", how="left")
             .join(parents, on="parent", how="left"))
 
 

@@ -7,7 +7,7 @@ from typing import Any
 import polars as pl
 
 from attrib.pipeline import Attribution
-from rules.finding import DECODE_LIKE, Finding, phase_doc, r
+from rules.finding import DECODE_LIKE, Finding, kernels_in, phase_doc, r, steps_in
 from rules.thresholds import Thresholds
 
 HOST = r"HtoD|DtoH|Host|Pageable|Pinned"
@@ -16,7 +16,7 @@ REFS = ("https://github.com/warpfront/hipfire/pull/239", "https://github.com/mud
 
 def _in_windows(a: Attribution, phase: str) -> pl.DataFrame:
     """Rows of the trace's copies table that start inside a step window of `phase`, with that step."""
-    s = (a.steps.filter(pl.col("phase") == phase).select("step", "window_start", "window_end")
+    s = (steps_in(a, phase).select("step", "window_start", "window_end")
          .drop_nulls().sort("window_start"))
     c = a.trace.copies.filter(pl.col("kind") == "memcpy").sort("start_ns")
     if not s.height or not c.height:
@@ -35,7 +35,7 @@ def host_copies_in_decode(a: Attribution, doc: dict[str, Any], th: Thresholds) -
         c = _in_windows(a, phase)
         host = c.filter(pl.coalesce("direction", "name").str.contains(HOST))
         # copy kernels (rocclr blits) have no direction: reported, not counted as host traffic
-        blits = a.kernels.filter((pl.col("phase") == phase) & (pl.col("component") == "memcpy"))
+        blits = kernels_in(a, phase).filter(pl.col("component") == "memcpy")
         steps = max(ph["steps"], 1)
         host_ms = host["dur_ns"].sum() / 1e6 / steps
         share = host_ms / ph["step_ms"]["median"]

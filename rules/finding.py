@@ -6,6 +6,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import polars as pl
+
 from attrib.pipeline import Attribution
 from rules.thresholds import Thresholds
 
@@ -58,6 +60,17 @@ class Rule:
 
     def applies(self, arch_name: str | None) -> bool:
         return not self.archs or (arch_name is not None and arch_name.startswith(self.archs))
+
+
+def steps_in(a: Attribution, phase: str | None = None) -> pl.DataFrame:
+    """The steps the phase figures count (not those the steps stage left out: compile, warm-up), of `phase`."""
+    st = a.steps if "excluded" not in a.steps.columns else a.steps.filter(pl.col("excluded").is_null())
+    return st if phase is None else st.filter(pl.col("phase") == phase)
+
+
+def kernels_in(a: Attribution, phase: str | None = None) -> pl.DataFrame:
+    """The kernels of those steps (of `phase`, else of every phase)."""
+    return a.kernels.filter(pl.col("step").is_in(steps_in(a, phase)["step"].implode()))
 
 
 def phase_doc(doc: dict[str, Any], phase: str) -> dict[str, Any] | None:

@@ -10,7 +10,7 @@ import polars as pl
 from attrib.components.patterns import SKINNY_GEMM, TENSILE_TILE
 from attrib.pipeline import Attribution
 from attrib.roofline.model import achieved_gbs
-from rules.finding import DECODE_LIKE, Finding, arch, phase_doc, r, roofline_bw
+from rules.finding import DECODE_LIKE, Finding, arch, kernels_in, phase_doc, r, roofline_bw
 from rules.thresholds import Thresholds
 
 GEMM_COMPONENTS = ("qkv_proj", "o_proj", "mlp_gate_up", "mlp_down", "lm_head",
@@ -31,7 +31,7 @@ def big_tile_decode_gemm(a: Attribution, doc: dict[str, Any], th: Thresholds) ->
     tokens = ph and ph.get("tokens_per_step")
     if not tokens or tokens > th.max_decode_tokens:
         return []
-    k = a.kernels.filter(pl.col("phase") == "decode")
+    k = kernels_in(a, "decode")
     total = k["dur_ns"].sum()
     tiles = (k.filter(pl.col("component").is_in(GEMM_COMPONENTS))
              .with_columns(pl.col("name").str.extract_groups(TENSILE_TILE).alias("mt"))
@@ -68,7 +68,7 @@ def skinny_gemm_gfx1151(a: Attribution, doc: dict[str, Any], th: Thresholds) -> 
     """P01: vLLM's skinny-GEMM kernels (wvSplitK / LLGemm1) on gfx1151, slow or dominating decode."""
     out = []
     for phase in DECODE_LIKE:
-        k = a.kernels.filter(pl.col("phase") == phase)
+        k = kernels_in(a, phase)
         sk = k.filter(pl.col("name").str.contains(SKINNY_GEMM))
         total = k["dur_ns"].sum()
         if not sk.height or not total:

@@ -16,7 +16,7 @@ import numpy as np
 import polars as pl
 
 from attrib.pipeline import Attribution
-from rules.finding import Finding, r
+from rules.finding import Finding, kernels_in, r, steps_in
 from rules.intervals import covered, merge, spans
 from rules.thresholds import Thresholds
 
@@ -67,8 +67,8 @@ def _step_causes(w0: int, w1: int, kern: tuple, copy: tuple, sync: tuple) -> dic
 
 def idle_causes(a: Attribution, phase: str) -> pl.DataFrame:
     """Per step of `phase`: step_ms, idle_ms (no kernel running), GPU copy ms, and the ms of each cause in CAUSES."""
-    st = a.steps.filter(pl.col("phase") == phase).drop_nulls(["window_start", "window_end"]).sort("step")
-    k = a.kernels.filter(pl.col("phase") == phase)
+    st = steps_in(a, phase).drop_nulls(["window_start", "window_end"]).sort("step")
+    k = kernels_in(a, phase)
     calls = a.trace.launches
     cols = ("start_ns", "dur_ns")
     kern = merge(*spans(a.trace.kernels.select(cols).drop_nulls()))
@@ -90,7 +90,7 @@ def idle_causes(a: Attribution, phase: str) -> pl.DataFrame:
 
 def _named_calls(a: Attribution, phase: str, steps: int) -> list[dict[str, Any]]:
     """The blocking runtime calls and GPU copies inside the phase's step windows, by ms per step."""
-    s = a.steps.filter(pl.col("phase") == phase).drop_nulls(["window_start", "window_end"]).sort("window_start")
+    s = steps_in(a, phase).drop_nulls(["window_start", "window_end"]).sort("window_start")
     if not s.height:
         return []
     calls = a.trace.launches.filter(pl.col("name").str.contains(BLOCKING_COPY) | pl.col("name").str.contains(SYNC))

@@ -7,7 +7,7 @@ from typing import Any
 import polars as pl
 
 from attrib.pipeline import Attribution
-from rules.finding import DECODE_LIKE, Finding, component, phase_doc, r
+from rules.finding import DECODE_LIKE, Finding, component, kernels_in, phase_doc, r
 from rules.thresholds import Thresholds
 
 CAT = r"^aten::(?:cat|concat|concatenate)$"
@@ -23,7 +23,7 @@ def kv_cache_recopy(a: Attribution, doc: dict[str, Any], th: Thresholds) -> list
         ph = phase_doc(doc, phase)
         if ph is None:
             continue
-        k = a.kernels.filter((pl.col("phase") == phase) & (pl.col("component") == "kv_cache_write")
+        k = kernels_in(a, phase).filter((pl.col("component") == "kv_cache_write")
                              & pl.col("op").fill_null("").str.contains(CAT))
         if not k.height or k["bytes"].is_null().all():
             continue

@@ -7,7 +7,7 @@ from typing import Any
 import polars as pl
 
 from attrib.pipeline import Attribution
-from rules.finding import DECODE_LIKE, Finding, phase_doc, r
+from rules.finding import DECODE_LIKE, Finding, kernels_in, phase_doc, r
 from rules.idle import idle_causes
 from rules.thresholds import Thresholds
 
@@ -18,7 +18,7 @@ P07_REFS = ("https://github.com/AMD-AGI/Hyperloom/issues/747", "https://github.c
 
 def _per_step(a: Attribution, phase: str) -> pl.DataFrame:
     """Per step of `phase`: kernels, distinct CPU launches, kernel time replayed from a graph."""
-    k = a.kernels.filter(pl.col("phase") == phase)
+    k = kernels_in(a, phase)
     return k.group_by("step").agg(
         pl.len().alias("kernels"),
         pl.col("launch_id").drop_nulls().n_unique().alias("launches"),

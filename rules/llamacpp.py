@@ -7,7 +7,7 @@ from typing import Any
 import polars as pl
 
 from attrib.pipeline import Attribution
-from rules.finding import Finding, phase_doc, r, roofline_bw
+from rules.finding import Finding, kernels_in, phase_doc, r, roofline_bw
 from rules.gemm import GEMM_COMPONENTS
 from rules.thresholds import Thresholds
 
@@ -22,7 +22,7 @@ def mmvq_below_bandwidth(a: Attribution, doc: dict[str, Any], th: Thresholds) ->
     """P18: decode GEMM components served by mul_mat_vec_q move their (quantized) bytes below `p18_bw_fraction`
     of the roofline bandwidth (bytes from shapes or a --model budget)."""
     ph, bw = phase_doc(doc, "decode"), roofline_bw(doc)
-    k = a.kernels.filter((pl.col("phase") == "decode") & pl.col("name").str.contains(MMVQ))
+    k = kernels_in(a, "decode").filter(pl.col("name").str.contains(MMVQ))
     if ph is None or not bw or not k.height:
         return []
     comps = set(k["component"].unique().to_list())
@@ -52,7 +52,7 @@ def mmq_prefill_microbatch(a: Attribution, doc: dict[str, Any], th: Thresholds) 
     """P19: a llama.cpp prefill whose GEMMs run as MMQ (mul_mat_q) micro-batches, at least half its kernel time:
     the -ub size decides MMQ vs dequant+BLAS routing and is worth a sweep on RDNA."""
     ph = phase_doc(doc, "prefill")
-    k = a.kernels.filter(pl.col("phase") == "prefill")
+    k = kernels_in(a, "prefill")
     mmq = k.filter(pl.col("name").str.contains(MMQ))
     total = k["dur_ns"].sum()
     if ph is None or not mmq.height or not total or mmq["dur_ns"].sum() / total < 0.5:

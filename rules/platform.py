@@ -10,7 +10,7 @@ import polars as pl
 
 from attrib.components.patterns import ISA
 from attrib.pipeline import Attribution
-from rules.finding import Finding, env, r
+from rules.finding import Finding, env, kernels_in, r
 from rules.thresholds import Thresholds
 
 AITER = r"(?i)aiter|ck_tile|_ZN5aiter|\bfmoe|Rmsnorm2dFwd|^ck::|_ZN2ck"
@@ -26,7 +26,7 @@ P23_REFS = ("https://github.com/ROCm/rocm-systems/issues/3531", "https://github.
 
 def aiter_on_rdna(a: Attribution, doc: dict[str, Any], th: Thresholds) -> list[Finding]:
     """P16: AITER / Composable Kernel kernels (CDNA-tuned, wave64) running on an RDNA device."""
-    k = a.kernels.filter(pl.col("step").is_not_null())
+    k = kernels_in(a)
     ai = k.filter(pl.col("name").str.contains(AITER))
     if not ai.height:
         return []

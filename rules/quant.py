@@ -8,7 +8,7 @@ from typing import Any
 import polars as pl
 
 from attrib.pipeline import Attribution
-from rules.finding import Finding, r, roofline_bw
+from rules.finding import Finding, kernels_in, r, roofline_bw
 from rules.thresholds import Thresholds
 
 FP8 = (r"(?i)fp8|float8|e4m3|e5m2|_scaled_mm|w8a8|scaled_mm|^Cijk_\w*_(?:F8F8S|B8F8HS|F8B8|B8B8|F8H|F8S)_")
@@ -41,7 +41,7 @@ def _fp8(a: Attribution) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(FP8 GEMM kernels, activation-quantize kernels) inside steps. Quantize kernels: named so (vLLM's fused
     quant kernels), or the run of torch ops (abs, amax, div, clamp, casts) just before an FP8 GEMM that ends in a
     float8 cast (torch-native per-token quantization, e.g. vLLM's RowWiseTorchFP8ScaledMMLinearKernel)."""
-    k = a.kernels.filter(pl.col("step").is_not_null()).sort("start_ns")
+    k = kernels_in(a).sort("start_ns")
     name = pl.col("name").str.replace_all(r"Fp8KVCacheDataType\)0", "")  # vLLM's kAuto KV template is not FP8
     cast = name.str.contains(r"(?i)float8|fp8|e4m3|e5m2")
     named_quant = name.str.contains(QUANT) & cast | name.str.contains(r"(?i)fp8\w*quant")
@@ -78,7 +78,7 @@ def fp8_emulated_gfx11(a: Attribution, doc: dict[str, Any], th: Thresholds) -> l
     gemm, quant = _fp8(a)
     if not gemm.height and not quant.height:
         return []
-    k = a.kernels.filter(pl.col("step").is_not_null())
+    k = kernels_in(a)
     both = pl.concat([gemm, quant])
     return [Finding(
         rule="P13-fp8-emulated-gfx11", severity="high",
@@ -97,7 +97,7 @@ def fp8_kernel_choice_gfx1201(a: Attribution, doc: dict[str, Any], th: Threshold
     gemm, quant = _fp8(a)
     if not gemm.height:
         return []
-    k = a.kernels.filter(pl.col("step").is_not_null())
+    k = kernels_in(a)
     qs = _share(k, quant)
     if qs <= th.quant_share:
         return []
@@ -117,7 +117,7 @@ def low_bit_dequant(a: Attribution, doc: dict[str, Any], th: Thresholds) -> list
     """P15: low-bit GEMMs (MXFP4, W4A16, AWQ/GPTQ/Marlin) on RDNA, which has no FP4/FP6 unit: fire when their
     priced bytes move below `p15_bw_fraction` of the roofline bandwidth, or when MXFP4 kernels run at all
     (software dequantization) for more than `quant_share` of kernel time."""
-    k = a.kernels.filter(pl.col("step").is_not_null())
+    k = kernels_in(a)
     lb = k.filter(pl.col("name").str.contains(LOW_BIT) & ~pl.col("name").str.starts_with("void mul_mat"))
     if not lb.height:
         return []

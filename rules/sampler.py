@@ -7,7 +7,7 @@ from typing import Any
 import polars as pl
 
 from attrib.pipeline import Attribution
-from rules.finding import DECODE_LIKE, Finding, phase_doc, r
+from rules.finding import DECODE_LIKE, Finding, kernels_in, phase_doc, r
 from rules.thresholds import Thresholds
 
 TORCH_FALLBACK = r"(?i)sort|scan|cumsum|radix"
@@ -28,7 +28,7 @@ def _vocab(a: Attribution, k: pl.DataFrame) -> int | None:
 def _sampling(a: Attribution, phase: str) -> pl.DataFrame:
     """The phase's sampling kernels: classified `sampler`, or launched in a step after its last lm_head kernel
     (logits processing and sampling follow the LM head in every token step)."""
-    k = a.kernels.filter(pl.col("phase") == phase)
+    k = kernels_in(a, phase)
     head = (k.filter(pl.col("component") == "lm_head").group_by("step")
             .agg((pl.col("start_ns") + pl.col("dur_ns")).max().alias("_head_end")))
     k = k.join(head, on="step", how="left")
@@ -45,7 +45,7 @@ def sampler_share(a: Attribution, doc: dict[str, Any], th: Thresholds) -> list[F
         if ph is None or not tokens or tokens > th.max_decode_tokens:
             continue
         k = _sampling(a, phase)
-        total = a.kernels.filter(pl.col("phase") == phase)["dur_ns"].sum()
+        total = kernels_in(a, phase)["dur_ns"].sum()
         share = k["dur_ns"].sum() / total if total else 0.0
         if share <= th.sampler_share:
             continue

@@ -53,6 +53,11 @@ def test_p05_compile_explains_the_compile_step() -> None:
     [odd] = f.evidence["kernel_count_outlier_steps"]
     assert odd["step"] == step["step"] and odd["kernels"] > 10 * med
     assert "P05-compile-in-window" not in _fired("sdpa_attn_a")  # eager: nothing compiled
+    # the steps stage leaves the compile step out of the phase figures; the per-step rules do too
+    idle = [f for f in run(a, json.loads(_doc("compile_decode", None)))
+            if f.rule == "idle-by-cause" and f.evidence["phase"] == "decode"][0]
+    assert idle.evidence["steps"] == json.loads(_doc("compile_decode", None))["phases"][1]["steps"] == 5
+    assert idle.evidence["kernels_per_step"] == med
 
 
 def test_p17_eager_attention_fires_and_sdpa_does_not() -> None:
