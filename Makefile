@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 DEMO_TRACE := examples/traces/h200_qwen3moe_eager_prefill_decode.json.gz
 OUT := out
 
-.PHONY: demo test install dev bench clean
+.PHONY: demo test install dev bench floors clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -31,10 +31,24 @@ demo: $(VENV)/.core
 test: $(VENV)/.dev
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
-bench: $(VENV)/.core
+$(OUT)/scaled_1m.json: bench/scale.py $(DEMO_TRACE) | $(VENV)/.core
 	@mkdir -p $(OUT)
-	$(BIN)/python bench/scale.py $(DEMO_TRACE) 16 $(OUT)/scaled_1m.json
-	$(BIN)/python bench/load.py $(OUT)/scaled_1m.json
+	$(BIN)/python bench/scale.py $(DEMO_TRACE) 16 $@
+
+bench: $(VENV)/.core $(OUT)/scaled_1m.json
+	$(BIN)/python bench/load.py $(OUT)/scaled_1m.json --repeat 3
+
+# The lowest declared versions (pyproject floors, `>=X` taken as `==X`) in a scratch venv, then the tests.
+# Downloads from the package index, so it is not part of `make test`.
+FLOORS_VENV ?= .venv-floors
+floors:
+	rm -rf $(FLOORS_VENV)
+	$(PY) -m venv $(FLOORS_VENV)
+	$(FLOORS_VENV)/bin/python -m pip install -q --upgrade pip
+	$(PY) .ci/floors.py pyproject.toml > $(FLOORS_VENV)/floors.txt
+	$(FLOORS_VENV)/bin/python -m pip install -q -c $(FLOORS_VENV)/floors.txt -e '.[dev]'
+	$(FLOORS_VENV)/bin/python -m pip freeze --exclude-editable | grep -iE '^(polars|orjson|msgspec|click|scipy|numpy|tomli|pytest|jsonschema|transformers|torch)=='
+	$(FLOORS_VENV)/bin/python -m pytest -q -p no:cacheprovider
 
 clean:
-	rm -rf $(VENV) $(OUT) build *.egg-info
+	rm -rf $(VENV) $(FLOORS_VENV) $(OUT) build *.egg-info
