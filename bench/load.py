@@ -1,17 +1,21 @@
-"""Wall time and peak RSS of `attrib analyze` against the bare orjson parse floor, one run.
+"""Wall time, CPU time and peak RSS of `attrib analyze` against the bare orjson parse floor.
 
     python bench/load.py TRACE [--repeat N]
 
 Each side runs in its own fresh Python process (so peak RSS is its own) and reads the same file:
 the floor reads it, gunzips it if needed and calls orjson.loads on the whole document; attrib runs
-the whole analysis (read, link, phases, components, JSON document). Prints both and the ratios
-attrib/floor (lower is better; the goal is wall <= 1.0 and RSS <= 0.75).
+the whole analysis (read, link, phases, components, costs, roofline, rules, JSON document). The two
+alternate, N runs each; the medians are printed with the ratios attrib/floor (lower is better; the
+goal is wall <= 0.6 and RSS <= 0.5) and the load average, since on a shared machine wall time
+depends on it. CPU time is user + system of all the process's threads (polars runs several).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -25,7 +29,8 @@ if raw[:2] == b'\x1f\x8b':
     raw = gzip.decompress(raw)
 doc = orjson.loads(raw)
 n = len(doc.get('traceEvents', []))
-print(json.dumps({'wall_s': time.perf_counter() - t, 'rss_mb': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 'events': n}))
+ru = resource.getrusage(resource.RUSAGE_SELF)
+print(json.dumps({'wall_s': time.perf_counter() - t, 'cpu_s': ru.ru_utime + ru.ru_stime, 'rss_mb': ru.ru_maxrss / 1024, 'events': n}))
 """
 
 _ATTRIB = r"""
@@ -35,7 +40,8 @@ import orjson
 from attrib.app import analyze_path
 doc = analyze_path(sys.argv[1])
 orjson.dumps(doc)
-print(json.dumps({'wall_s': time.perf_counter() - t, 'rss_mb': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 'events': doc['source']['events'], 'kernels': doc['source']['kernels']}))
+ru = resource.getrusage(resource.RUSAGE_SELF)
+print(json.dumps({'wall_s': time.perf_counter() - t, 'cpu_s': ru.ru_utime + ru.ru_stime, 'rss_mb': ru.ru_maxrss / 1024, 'events': doc['source']['events'], 'kernels': doc['source']['kernels']}))
 """
 
 
@@ -44,18 +50,30 @@ def _run(code: str, trace: Path) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def _median(runs: list[dict]) -> dict:
+    return {k: statistics.median(r[k] for r in runs) for k in ("wall_s", "cpu_s", "rss_mb")} | {
+        k: runs[0][k] for k in ("events", "kernels") if k in runs[0]}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("trace", type=Path)
-    ap.add_argument("--repeat", type=int, default=1, help="runs of each side; the best wall and RSS are kept")
+    ap.add_argument("--repeat", type=int, default=3, help="runs of each side (alternating); medians are kept")
     args = ap.parse_args()
-    floor = min((_run(_FLOOR, args.trace) for _ in range(args.repeat)), key=lambda r: r["wall_s"])
-    ours = min((_run(_ATTRIB, args.trace) for _ in range(args.repeat)), key=lambda r: r["wall_s"])
+    load0 = os.getloadavg()[0]
+    floors, ours = [], []
+    for _ in range(args.repeat):
+        floors.append(_run(_FLOOR, args.trace))
+        ours.append(_run(_ATTRIB, args.trace))
+    floor, mine = _median(floors), _median(ours)
     size = args.trace.stat().st_size / 1e6
-    print(f"trace: {args.trace} ({size:.1f} MB on disk, {floor['events']} events, {ours['kernels']} kernels)")
-    print(f"orjson.loads floor : {floor['wall_s']:7.2f} s  {floor['rss_mb']:8.0f} MB peak RSS")
-    print(f"attrib analyze     : {ours['wall_s']:7.2f} s  {ours['rss_mb']:8.0f} MB peak RSS")
-    print(f"ratio attrib/floor : wall {ours['wall_s'] / floor['wall_s']:.2f}x   RSS {ours['rss_mb'] / floor['rss_mb']:.2f}x")
+    print(f"trace: {args.trace} ({size:.1f} MB on disk, {floor['events']} events, {mine['kernels']} kernels)")
+    print(f"medians of {args.repeat} runs each; load average {load0:.1f} at the start, {os.getloadavg()[0]:.1f} at "
+          f"the end, on {os.cpu_count()} CPUs")
+    for label, r in (("orjson.loads floor", floor), ("attrib analyze", mine)):
+        print(f"{label:<19}: wall {r['wall_s']:7.2f} s  CPU {r['cpu_s']:7.2f} s  {r['rss_mb']:8.0f} MB peak RSS")
+    print(f"ratio attrib/floor : wall {mine['wall_s'] / floor['wall_s']:.2f}x  CPU {mine['cpu_s'] / floor['cpu_s']:.2f}x  "
+          f"RSS {mine['rss_mb'] / floor['rss_mb']:.2f}x")
     return 0
 
 
