@@ -42,8 +42,9 @@ REFS = {"launch_gaps": ("https://github.com/vllm-project/vllm/issues/32180", "ht
 ALL_REFS = tuple(dict.fromkeys(u for refs in REFS.values() for u in refs))
 
 
-def _step_causes(w0: int, w1: int, kern: tuple, copy: tuple, sync: tuple) -> dict[str, float]:
-    """Kernel-idle nanoseconds of one step window by cause (see the module docstring); `kern` merged kernels."""
+def _step_causes(w0: int, w1: int, kern: tuple, copy: tuple, copy_or_sync: tuple) -> dict[str, float]:
+    """Kernel-idle nanoseconds of one step window by cause (see the module docstring); `kern`, `copy` and
+    `copy_or_sync` are merged (disjoint, sorted) intervals."""
     gs, ge = kern
     i, j = np.searchsorted(ge, w0, side="right"), np.searchsorted(gs, w1, side="left")
     ms, me = np.clip(gs[i:j], w0, w1), np.clip(ge[i:j], w0, w1)
@@ -56,7 +57,7 @@ def _step_causes(w0: int, w1: int, kern: tuple, copy: tuple, sync: tuple) -> dic
     keep = b > a
     a, b, kind = a[keep], b[keep], kind[keep]
     c = covered(a, b, *copy)
-    cs = covered(a, b, *merge(np.concatenate([copy[0], sync[0]]), np.concatenate([copy[1], sync[1]])))
+    cs = covered(a, b, *copy_or_sync)
     rest = (b - a) - cs
     out = {"blocking_copies": float(c.sum()), "synchronization": float((cs - c).sum())}
     for k in ("before_first_kernel", "after_last_kernel", "launch_gaps"):
@@ -76,11 +77,13 @@ def idle_causes(a: Attribution, phase: str) -> pl.DataFrame:
                                    calls.filter(pl.col("name").str.contains(BLOCKING_COPY)).select(cols)]).drop_nulls()))
     sync = merge(*spans(calls.filter(pl.col("name").str.contains(SYNC)).select(cols)))
     cps = merge(*spans(a.trace.copies.select(cols).drop_nulls()))
+    copy_or_sync = merge(np.concatenate([copy[0], sync[0]]), np.concatenate([copy[1], sync[1]]))
+    kernels = dict(k.group_by("step").len().iter_rows())  # once, not a filter of every kernel per step
     rows = []
     for s in st.iter_rows(named=True):
-        res = _step_causes(s["window_start"], s["window_end"], kern, copy, sync)
+        res = _step_causes(s["window_start"], s["window_end"], kern, copy, copy_or_sync)
         gpu_copy = covered(np.array([s["window_start"]]), np.array([s["window_end"]]), *cps)[0]
-        rows.append({"step": s["step"], "step_ms": s["step_ms"], "kernels": k.filter(pl.col("step") == s["step"]).height,
+        rows.append({"step": s["step"], "step_ms": s["step_ms"], "kernels": kernels.get(s["step"], 0),
                      "idle_ms": sum(res[c] for c in CAUSES) / 1e6, "gaps": res["gaps"], "gpu_copy_ms": gpu_copy / 1e6,
                      **{c: res[c] / 1e6 for c in CAUSES}})
     schema = {"step": pl.Int64, "step_ms": pl.Float64, "kernels": pl.Int64, "idle_ms": pl.Float64, "gaps": pl.Int64,

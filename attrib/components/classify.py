@@ -87,8 +87,9 @@ def _hints(trace: Trace, k: pl.DataFrame) -> pl.DataFrame:
     f = trace.frames
     if f.height == 0:
         return pl.DataFrame(schema={"id": pl.Int64, "hint_comp": pl.Utf8})
-    f = f.with_columns(_first_match(pl.col("name"), list(HINT_FRAMES)).alias("hint_comp")).filter(
-        pl.col("hint_comp").is_not_null())
+    names = f.select(pl.col("name").unique())  # frame names repeat: the patterns run once per distinct name
+    hinted = names.with_columns(_first_match(pl.col("name"), list(HINT_FRAMES)).alias("hint_comp")).drop_nulls()
+    f = f.join(hinted, on="name", how="inner")
     got = innermost(f.select("id", "start_ns", "dur_ns", "pid", "tid"), launch_points(k), ["pid", "tid"])
     return got.join(f.select(pl.col("id").alias("inner"), "hint_comp"), on="inner", how="left").select(
         pl.col("pid_").alias("id"), "hint_comp")
@@ -110,6 +111,13 @@ def _outer_product(ops: pl.DataFrame) -> pl.Expr:
     g = ops.filter(pl.col("name").is_in(["aten::mm", "aten::bmm", "aten::matmul"]) &
                    pl.col("input_dims").str.contains(r"^\[\[(?:\d+, )*\d+, 1\], \[(?:\d+, )*1, \d+\]"))
     return pl.when(pl.col("op_id").is_in(g["id"].implode())).then(pl.lit("rope"))
+
+
+def _per_distinct(k: pl.DataFrame, expr: pl.Expr, keys: list[str]) -> pl.DataFrame:
+    """`k.with_columns(expr)` for an expr of `keys` only, evaluated once per distinct key row (its regexes
+    run over hundreds of rows, not every kernel)."""
+    u = k.select(keys).unique().with_columns(expr)
+    return k.join(u, on=keys, how="left", nulls_equal=True, maintain_order="left")
 
 
 def _module_comp() -> pl.Expr:
@@ -243,7 +251,9 @@ def classify(trace: Trace, links: pl.DataFrame, kernel_steps: pl.DataFrame) -> p
     op_comp = pl.coalesce(_row_gather(trace.ops, k), _outer_product(trace.ops), _first_match(pl.col("op"), list(OP_RULES)))
     specific = pl.when(pl.col("name_comp").is_in(_PSEUDO)).then(pl.lit(None, pl.Utf8)).otherwise(pl.col("name_comp"))
     k = _shared_by_class(k)
-    k = k.with_columns(_module_comp().alias("_mod"), op_comp.alias("_op"), specific.alias("_name"))
+    k = _per_distinct(k, _module_comp().alias("_mod"), ["module", "module_path", "op", "hint_comp", "name_comp",
+                                                         "_shared_cls"])
+    k = k.with_columns(op_comp.alias("_op"), specific.alias("_name"))
     first = pl.when(pl.col("_name").is_in(NAME_FIRST)).then(pl.col("_name"))
     scoped = pl.coalesce("_mod", "hint_comp", "_op")
     moe_part = (scoped == "moe_experts") & pl.col("_name").is_in(_MOE_PARTS)
