@@ -115,7 +115,7 @@ def tunableop_in_window(a: Attribution, doc: dict[str, Any], th: Thresholds) -> 
     return [Finding(
         rule="P04-tunableop-in-window", severity="high" if sweep.height else "medium",
         title="PyTorch TunableOp was tuning GEMMs during the capture: GEMM times include the candidate sweep",
-        ms_per_step=(float(sweep["ms"].sum()) if sweep.height else gemm_ms) / steps,
+        ms_per_step=((float(sweep["ms"].sum()) if sweep.height else gemm_ms) / steps) or None,  # no BLAS kernels: unknown
         evidence={"PYTORCH_TUNABLEOP_ENABLED": e.get("PYTORCH_TUNABLEOP_ENABLED"),
                   "PYTORCH_TUNABLEOP_TUNING": e.get("PYTORCH_TUNABLEOP_TUNING"),
                   "tensile_gemm_ms": r(gemm_ms, 3),

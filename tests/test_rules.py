@@ -198,7 +198,8 @@ def test_p04_from_captured_env() -> None:
     prov["env"] = {**prov["env"], "PYTORCH_TUNABLEOP_ENABLED": "1"}
     a = attribute(tr.with_meta(provenance=prov))
     f = {f.rule: f for f in run(a, document(a))}["P04-tunableop-in-window"]
-    assert f.severity == "medium" and f.evidence["PYTORCH_TUNABLEOP_ENABLED"] == "1" and f.ms_per_step == 0.0
+    assert f.severity == "medium" and f.evidence["PYTORCH_TUNABLEOP_ENABLED"] == "1"
+    assert f.ms_per_step is None  # no Tensile GEMMs in this CUDA trace: nothing to put a number on
     assert f.evidence["swept_shapes"] == []  # no candidate sweep visible in the kernels
     prov["env"] = {**prov["env"], "PYTORCH_TUNABLEOP_TUNING": "0"}
     a = attribute(tr.with_meta(provenance=prov))
