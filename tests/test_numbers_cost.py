@@ -207,6 +207,7 @@ def test_vllm_moe_forward_is_priced_from_the_model_config_with_capture(tmp_path)
     ph = doc["phases"][0]
     moe = {c["component"]: c for c in ph["components"]}["moe_experts"]
     assert not moe["partial"] and moe["bytes_known_share"] == 1.0 and moe["achieved_gbs"] is not None
+    assert moe["estimated_share"] == 1.0          # from the model config, said so
     # one call, T = 8192 tokens: all 32 experts hit (1-(1-4/32)^8192 = 1), weights 32*3*2880*2880*4.25/8
     # = 423,014,400; activations at the traced, padded hidden 3072: in and out 2*T*3072*2 = 100,663,296,
     # routed through both GEMMs and the combine T*4*(3*3072 + 2*2880)*2 = 981,467,136
@@ -314,6 +315,7 @@ def test_compiled_decode_gb_per_token_matches_the_hand_count(compiled):
     rows = {c["component"]: c for c in ph["components"]}
     assert rows["attention"]["bytes"] == pytest.approx(68_943_872 * 5, rel=0.01)
     assert rows["norm"]["bytes"] < 2e6                        # rows gathered, not the 131 MB table
+    assert rows["norm"]["estimated_share"] == 1.0 and rows["mlp_gate_up"]["estimated_share"] == 0.0   # Inductor vs aten::mm
 
 
 def test_no_component_above_the_peak_counts_in_gb_per_token(compiled):

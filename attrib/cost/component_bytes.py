@@ -12,23 +12,32 @@ import polars as pl
 from attrib.cost.budget import Budget
 
 
+# cost models whose figures are estimates (iteration-space bounds, a model config, link bytes), not shapes
+ESTIMATES = ("inductor", "inductor_template", "moe (model config)", "collective (bus bytes)")
+
+
 def component_table(k: pl.DataFrame, steps: pl.DataFrame, budget: Budget | None, phase: str) -> pl.DataFrame:
-    """Per component, medians over the phase's steps: ms, kernels, bytes, flops, ms of priced kernels."""
+    """Per component, medians over the phase's steps: ms, kernels, bytes, flops, ms of priced kernels,
+    ms of kernels priced by an estimate (ESTIMATES)."""
     known = pl.col("bytes").is_not_null()
+    estimated = known & pl.col("cost_model").is_in(ESTIMATES) if "cost_model" in k.columns else pl.lit(False)
     per = k.group_by("step", "component").agg(
         pl.col("dur_ns").sum().alias("ns"), pl.len().alias("n"),
         pl.col("bytes").sum().alias("bytes"), pl.col("flops").sum().alias("flops"),
-        pl.col("dur_ns").filter(known).sum().alias("known_ns"), known.any().alias("any_known"))
+        pl.col("dur_ns").filter(known).sum().alias("known_ns"), known.any().alias("any_known"),
+        pl.col("dur_ns").filter(estimated).sum().alias("est_ns"))
     grid = steps.select("step").join(per.select("component").unique(), how="cross").join(
         per, on=["step", "component"], how="left").with_columns(
-        *[pl.col(c).fill_null(0) for c in ("ns", "n", "bytes", "flops", "known_ns")], pl.col("any_known").fill_null(False))
+        *[pl.col(c).fill_null(0) for c in ("ns", "n", "bytes", "flops", "known_ns", "est_ns")],
+        pl.col("any_known").fill_null(False))
     dtype = (k.filter(pl.col("dtype").is_not_null()).group_by("component", "dtype").agg(pl.col("dur_ns").sum())
              .sort("dur_ns", descending=True).unique("component", keep="first").select("component", "dtype"))
     comp = grid.group_by("component").agg(
         (pl.col("ns").median() / 1e6).alias("ms"), pl.col("n").median().alias("kernels"),
         pl.when(pl.col("any_known").any()).then(pl.col("bytes").median()).alias("bytes"),
         pl.when(pl.col("any_known").any()).then(pl.col("flops").median()).alias("flops"),
-        (pl.col("known_ns").median() / 1e6).alias("known_ms")).join(dtype, on="component", how="left")
+        (pl.col("known_ns").median() / 1e6).alias("known_ms"),
+        (pl.col("est_ns").median() / 1e6).alias("estimated_ms")).join(dtype, on="component", how="left")
     comp = comp.with_columns(pl.lit("shapes").alias("bytes_from"))
     tokens = steps["tokens"].drop_nulls()
     if budget is not None and budget.context is not None and phase == "decode" and tokens.len():

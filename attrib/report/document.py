@@ -54,6 +54,7 @@ def _phase_doc(phase: str, steps: pl.DataFrame, k: pl.DataFrame, arch: Arch | No
         "bound": r["bound"], "dtype": r["dtype"], "bytes_from": r["bytes_from"],
         "bytes_known_share": _r(r["known_ms"] / r["ms"]) if (r["bytes"] is not None and r["ms"]) else None,
         "inconsistent": r["inconsistent"], "partial": bool(r["partial"]),
+        "estimated_share": _r(r["estimated_ms"] / r["ms"]) if (r["bytes"] is not None and r["ms"]) else None,
         "evidence": {e["evidence"]: e["len"] for e in (r["ev"] or [])},
     } for r in comp.sort("ms", descending=True).iter_rows(named=True)]
     known = pl.col("bytes").is_not_null()

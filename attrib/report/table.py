@@ -87,6 +87,8 @@ def render(doc: dict[str, Any]) -> str:
             gbs = "n/a!" if c.get("inconsistent") else _f(c.get("achieved_gbs"), "{:.0f}")
             src = " [model]" if (c.get("bytes_from") or "").startswith("model") else ""
             mb = _f(c.get("bytes") and c["bytes"] / 1e6, "{:.1f}")
+            if (c.get("estimated_share") or 0) >= 0.5 and mb != "-":   # mostly an estimate (Inductor, model config)
+                mb = "~" + mb
             if c.get("partial"):     # priced for under half its time: a lower bound, no rate
                 mb, src = ">=" + mb, src + f" [priced {c['bytes_known_share'] * 100:.0f}%]"
             lines.append(f"   {c['component']:<18}{c['kernels']:>8}{_f(c['ms']):>10}{_f(c['share'] * 100, '{:.1f}%'):>8}"
