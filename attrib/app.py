@@ -17,10 +17,12 @@ from attrib.cost.dtypes import KV_BYTES
 from attrib.cost.weights import Bits, from_quantization_config, parse_bits
 from attrib.errors import TraceError, UsageError
 from attrib.pipeline import Attribution, attribute
-from attrib.report.document import document
+from attrib.report.bottlenecks import add_bottlenecks
+from attrib.report.document import TOP_KERNELS, document
 from attrib.roofline.arch import Arch, load_archs, override
+from attrib.report.export import annotate
 from attrib.trace import Trace
-from collectors import limits, load
+from collectors import kineto, limits, load, sniff
 
 
 def resolve_arch(arch: str | Arch | None, arch_file: Path | None = None) -> tuple[Arch | None, str | None]:
@@ -155,22 +157,43 @@ def analyzable(trace: Trace, path: object) -> Trace:
     raise TraceError(path, f"no GPU kernels to analyze ({read})")
 
 
-def analyze_path(path: str | Path, phase: str | None = None, phase_map: dict[str, str] | None = None,
-                 arch: Arch | None = None, arch_from: str | None = None, budget: Budget | None = None,
-                 capture: str | Path | None = None, capture_batch: int | None = None,
-                 arch_file: Path | None = None, warn: Callable[[object, str], None] | None = None) -> dict[str, Any]:
-    """`analyze` with a resolved Arch and Budget (what the CLI builds from its options).
-
-    warn(path, message) is called with each warning of the readers (what they salvaged or dropped)."""
+def attribution(path: str | Path, phase_map: dict[str, str] | None = None, capture: str | Path | None = None,
+                capture_batch: int | None = None, warn: Callable[[object, str], None] | None = None,
+                budget: Budget | None = None) -> Attribution:
+    """Load and attribute one trace (with its graph-capture trace when given); warn(path, message) gets
+    each warning of the readers."""
     cap = load(capture) if capture is not None else None
     trace = analyzable(load(path), path)
     for p, t in ((capture, cap), (path, trace)):
         for w in (t.meta.warnings if t is not None and warn is not None else ()):
             warn(p, w)
-    a = attribute(trace, phase_map, cap, capture_batch, budget)
+    return attribute(trace, phase_map, cap, capture_batch, budget)
+
+
+def analyze_path(path: str | Path, phase: str | None = None, phase_map: dict[str, str] | None = None,
+                 arch: Arch | None = None, arch_from: str | None = None, budget: Budget | None = None,
+                 capture: str | Path | None = None, capture_batch: int | None = None,
+                 arch_file: Path | None = None, warn: Callable[[object, str], None] | None = None,
+                 top: int = TOP_KERNELS) -> dict[str, Any]:
+    """`analyze` with a resolved Arch and Budget (what the CLI builds from its options).
+
+    warn(path, message) is called with each warning of the readers (what they salvaged or dropped)."""
+    a = attribution(path, phase_map, capture, capture_batch, warn, budget)
     check_phase(a, phase, path)
-    doc = document(a, phase, arch, arch_from, budget, arch_file)
-    if not trace.kernels.height:
+    doc = document(a, phase, arch, arch_from, budget, arch_file, top)
+    if not a.trace.kernels.height:
         doc["notes"].append("no GPU kernels: a CPU-only trace (steps and phases only)")
     doc["findings"] = [f.to_json() for f in rules.run(a, doc)]
-    return doc
+    return add_bottlenecks(doc)
+
+
+def export_trace(path: str | Path, phase_map: dict[str, str] | None = None) -> dict[str, Any]:
+    """The Kineto trace at `path` with attrib's attribution added (attrib.report.export)."""
+    if sniff(path) != "torch-json":
+        raise UsageError(f"{path}: export rewrites a torch-profiler (Kineto) trace; this is {sniff(path)}")
+    a = attribution(path, phase_map)
+    raw = kineto.read_document(path)
+    order = kineto.kernel_event_indices(raw["traceEvents"])
+    if len(order) != a.trace.kernels.height:
+        raise TraceError(path, f"{len(order)} kernel events in the document, {a.trace.kernels.height} read: cannot align")
+    return annotate(raw, order, a.kernels, a.steps)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import glob
+import gzip
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -10,11 +13,20 @@ import click
 
 import orjson
 
-from attrib.app import analyze_path, catalog, model_budget, resolve_arch
+from attrib.app import analyze_path, catalog, export_trace, model_budget, resolve_arch
 from attrib.cost.dtypes import KV_BYTES
 from attrib.errors import TraceError, UsageError
+from attrib.report import compare_render, html, markdown
+from attrib.report import plots as plots_mod
+from attrib.report.compare import MIN_EFFECT_PCT
+from attrib.report.compare import compare as compare_docs
+from attrib.report.document import TOP_KERNELS
+from attrib.report.export import PROCESS
 from attrib.report.printable import printable
-from attrib.report.table import render
+from attrib.report.progress import progress
+from attrib.report.slope import render as slope_render
+from attrib.report.slope import slope as slope_doc
+from attrib.report.table import NAME_WIDTH, render
 from attrib.roofline.arch import arch_table
 from attrib.roofline.template import template
 from collectors import load
@@ -64,39 +76,200 @@ def cli() -> None:
     """attrib: where LLM-inference milliseconds and bytes go, per model component."""
 
 
+def _analysis_options(f):
+    """The options every command that analyzes one trace shares (analyze, report)."""
+    opts = [
+        click.option("--phase", help="Only this phase (prefill, decode, ...)."),
+        click.option("--phase-map", multiple=True, metavar="NAME=PHASE", help="Treat annotation NAME as PHASE (repeatable)."),
+        click.option("--arch", "arch_name", metavar="NAME", help="Measure against this device instead of the detected "
+                     "one (what-if; see `attrib archs`)."),
+        click.option("--arch-file", type=click.Path(path_type=Path, exists=True, dir_okay=False),
+                     help="TOML with your own measured device entries (added to the database)."),
+        click.option("--model", type=click.Path(path_type=Path), help="HF config.json: budget decode bytes for "
+                     "components the trace has no shapes for (graph replays, rocprof)."),
+        click.option("--weight-bits", metavar="BITS|CLASS=BITS,...", help="With --model: bits per weight, one figure "
+                     "or per class (experts=4.25,attention=16,default=16; classes attention, mlp, experts, shared_experts, "
+                     "router, embedding, lm_head). Default: the config's quantization_config, else 16."),
+        click.option("--kv-dtype", type=click.Choice(sorted(KV_BYTES)), default="bf16", show_default=True,
+                     help="With --model: KV-cache element type."),
+        click.option("--context", type=int, help="With --model: K/V positions each decode step reads."),
+        click.option("--capture", "capture", type=click.Path(path_type=Path), help="The graph-capture trace of this "
+                     "replay trace (vLLM capture_torch_profiler): replayed kernels get their ops, shapes and modules."),
+        click.option("--capture-batch", type=int, help="With --capture: the captured batch size to align with."),
+        click.option("--top", type=click.IntRange(1), default=None, help="Top kernels (and bottlenecks) to show "
+                     "(default: 5 on a terminal, 10 in files)."),
+        click.option("-o", "--output", type=click.Path(path_type=Path), help="Write to FILE instead of stdout."),
+        click.option("--force", is_flag=True, help="Overwrite FILE if it exists."),
+    ]
+    for o in reversed(opts):
+        f = o(f)
+    return f
+
+
+def _analyze(trace: Path, o: dict) -> dict:
+    """Resolve the options of _analysis_options and analyze TRACE (progress on a terminal)."""
+    arch, arch_from = resolve_arch(o["arch_name"], o["arch_file"])
+    budget = model_budget(o["model"], weight_bits=o["weight_bits"], kv_dtype=o["kv_dtype"], context=o["context"])
+    with progress(f"analyzing {trace}"):
+        doc = analyze_path(trace, phase=o["phase"], phase_map=_phase_map(o["phase_map"]), arch=arch,
+                           arch_from=arch_from, budget=budget, capture=o["capture"], capture_batch=o["capture_batch"],
+                           arch_file=o["arch_file"], warn=_warn, top=max(o["top"] or TOP_KERNELS, TOP_KERNELS))
+    return doc
+
+
 @cli.command()
 @click.argument("trace", type=click.Path(path_type=Path))
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
-@click.option("--phase", help="Only this phase (prefill, decode, ...).")
+@_analysis_options
+def analyze(trace: Path, fmt: str, **o) -> None:
+    """Attribute TRACE offline: steps, phases, components, bytes, roofline, top kernels."""
+    check_output(o["output"], o["force"])
+    doc = _analyze(trace, o)
+    if fmt == "json":
+        text = orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n"
+    else:
+        text = render(doc, top=o["top"] or (5 if o["output"] is None else TOP_KERNELS),
+                      width=NAME_WIDTH if o["output"] is None else None)
+    _write(text, o["output"])
+
+
+_REPORT_SUFFIX = {".html": "html", ".htm": "html", ".md": "md", ".markdown": "md", ".json": "json"}
+
+
+def _plot_files(out: Path) -> list[Path]:
+    return sorted(out.parent.glob(f"{glob.escape(out.stem)}.*.svg"))
+
+
+@cli.command()
+@click.argument("trace", type=click.Path(path_type=Path))
+@click.option("--format", "fmt", type=click.Choice(["html", "md", "json"]), help="Default: from the output's suffix.")
+@_analysis_options
+def report(trace: Path, fmt: str | None, **o) -> None:
+    """The bottleneck report of TRACE: -o report.html (one self-contained file) or -o report.md (plots as SVG
+    files beside it)."""
+    out = o["output"]
+    fmt = fmt or (_REPORT_SUFFIX.get(out.suffix.lower()) if out else "md")
+    if fmt is None:
+        raise UsageError(f"{out}: cannot tell the format from the suffix; use .html, .md or .json, or --format")
+    check_output(out, o["force"])
+    if fmt == "md" and out is not None and not o["force"]:
+        for f in _plot_files(out):
+            raise TraceError(f, "exists (a plot of an earlier report); pass --force to overwrite it")
+    doc = _analyze(trace, o)
+    if fmt == "json":
+        return _write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n", out)
+    with progress("drawing plots"):
+        plots = plots_mod.report_plots(doc) if (out is not None or fmt == "html") else {}
+    note = None if plots_mod.available() else plots_mod.MISSING
+    if fmt == "md" and out is None and plots_mod.available():
+        note = "plots omitted on stdout: write the report to a file (-o report.md) to get them as SVG files beside it"
+    if fmt == "html":
+        return _write(html.render(doc, plots, note), out)
+    names = {}
+    for name, svg in plots.items():
+        path = out.with_name(f"{out.stem}.{re.sub(r'[^A-Za-z0-9_-]', '_', name)}.svg")
+        _write(svg, path)
+        names[name] = path.name
+    _write(markdown.render(doc, names, note), out)
+
+
+def _docs(traces: tuple[Path, ...], phase_map: dict[str, str], arch_name: str | None, arch_file: Path | None) -> list[dict]:
+    arch, arch_from = resolve_arch(arch_name, arch_file)
+    out = []
+    for t in traces:
+        with progress(f"analyzing {t}"):
+            out.append(analyze_path(t, phase_map=phase_map, arch=arch, arch_from=arch_from, arch_file=arch_file,
+                                    warn=_warn))
+    return out
+
+
+def _dump(doc: dict) -> str:
+    return orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n"
+
+
+@cli.command()
+@click.argument("traces", nargs=-1, type=click.Path(path_type=Path))
+@click.option("-b", "--base", "bases", multiple=True, type=click.Path(path_type=Path),
+              help="A baseline trace (repeat for several runs of the baseline).")
+@click.option("-c", "--cand", "cands", multiple=True, type=click.Path(path_type=Path),
+              help="A candidate trace (repeat for several runs of the candidate).")
+@click.option("--gate", type=click.FloatRange(0), metavar="PCT", help="Exit 1 when a phase's per-token time is "
+              "significantly slower by more than PCT percent.")
+@click.option("--min-effect", type=click.FloatRange(0), default=MIN_EFFECT_PCT, show_default=True, metavar="PCT",
+              help="Smallest change (percent) called faster/slower.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "md", "html"]), default=None,
+              help="Default: from the output's suffix, else table.")
 @click.option("--phase-map", multiple=True, metavar="NAME=PHASE", help="Treat annotation NAME as PHASE (repeatable).")
-@click.option("--arch", "arch_name", metavar="NAME", help="Measure against this device instead of the detected one "
-              "(what-if; see `attrib archs`).")
-@click.option("--arch-file", type=click.Path(path_type=Path, exists=True, dir_okay=False),
-              help="TOML with your own measured device entries (added to the database).")
-@click.option("--model", type=click.Path(path_type=Path), help="HF config.json: budget decode bytes for components "
-              "the trace has no shapes for (graph replays, rocprof).")
-@click.option("--weight-bits", metavar="BITS|CLASS=BITS,...", help="With --model: bits per weight, one figure "
-              "or per class (experts=4.25,attention=16,default=16; classes attention, mlp, experts, shared_experts, "
-              "router, embedding, lm_head). Default: the config's quantization_config, else 16.")
-@click.option("--kv-dtype", type=click.Choice(sorted(KV_BYTES)), default="bf16", show_default=True,
-              help="With --model: KV-cache element type.")
-@click.option("--context", type=int, help="With --model: K/V positions each decode step reads.")
-@click.option("--capture", "capture", type=click.Path(path_type=Path), help="The graph-capture trace of this "
-              "replay trace (vLLM capture_torch_profiler): replayed kernels get their ops, shapes and modules.")
-@click.option("--capture-batch", type=int, help="With --capture: the captured batch size to align with.")
+@click.option("--arch", "arch_name", metavar="NAME", help="Measure both sides against this device.")
+@click.option("--arch-file", type=click.Path(path_type=Path, exists=True, dir_okay=False))
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="Write to FILE instead of stdout.")
 @click.option("--force", is_flag=True, help="Overwrite FILE if it exists.")
-def analyze(trace: Path, fmt: str, phase: str | None, phase_map: tuple[str, ...], arch_name: str | None,
-            arch_file: Path | None, model: Path | None, weight_bits: str | None, kv_dtype: str, context: int | None,
-            capture: Path | None, capture_batch: int | None, output: Path | None, force: bool) -> None:
-    """Attribute TRACE offline: steps, phases, components, bytes, roofline, top kernels."""
+def compare(traces: tuple[Path, ...], bases: tuple[Path, ...], cands: tuple[Path, ...], gate: float | None,
+            min_effect: float, fmt: str | None, phase_map: tuple[str, ...], arch_name: str | None,
+            arch_file: Path | None, output: Path | None, force: bool) -> int:
+    """Before/after: attrib compare BASE CAND, or -b BASE1 -b BASE2 -c CAND1 -c CAND2 (runs of one stack):
+    per phase and component, the change with statistics over steps and a verdict."""
+    if traces and (bases or cands):
+        raise UsageError("give BASE CAND as two arguments, or -b/--base and -c/--cand, not both")
+    if traces:
+        if len(traces) != 2:
+            raise UsageError(f"compare takes two traces (BASE CAND), got {len(traces)}; use -b/-c for several per side")
+        bases, cands = (traces[0],), (traces[1],)
+    if not bases or not cands:
+        raise UsageError("compare needs a baseline and a candidate: attrib compare BASE CAND")
+    fmt = fmt or (_REPORT_SUFFIX.get(output.suffix.lower(), "table") if output else "table")
     check_output(output, force)
-    arch, arch_from = resolve_arch(arch_name, arch_file)
-    doc = analyze_path(trace, phase=phase, phase_map=_phase_map(phase_map), arch=arch, arch_from=arch_from,
-                       budget=model_budget(model, weight_bits=weight_bits, kv_dtype=kv_dtype, context=context),
-                       capture=capture, capture_batch=capture_batch, arch_file=arch_file, warn=_warn)
-    text = (orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n") if fmt == "json" else render(doc)
+    pm = _phase_map(phase_map)
+    doc = compare_docs(_docs(bases, pm, arch_name, arch_file), _docs(cands, pm, arch_name, arch_file),
+                       min_effect_pct=min_effect, gate_pct=gate)
+    text = {"json": _dump, "md": compare_render.render_markdown, "html": compare_render.render_html,
+            "table": compare_render.render_table}[fmt](doc)
     _write(text, output)
+    if output is not None and fmt != "table" and doc["gate"]:
+        click.echo(compare_render.render_table(doc).rstrip().splitlines()[-1])
+    return doc["gate"]["exit_code"] if doc["gate"] else 0
+
+
+@cli.command()
+@click.argument("traces", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--phase", default="decode", show_default=True, help="The phase whose steps are fitted.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.option("--phase-map", multiple=True, metavar="NAME=PHASE", help="Treat annotation NAME as PHASE (repeatable).")
+@click.option("-o", "--output", type=click.Path(path_type=Path), help="Write to FILE instead of stdout.")
+@click.option("--force", is_flag=True, help="Overwrite FILE if it exists.")
+def slope(traces: tuple[Path, ...], phase: str, fmt: str, phase_map: tuple[str, ...], output: Path | None,
+          force: bool) -> None:
+    """Traces of one stack at different context lengths: per component, time per step against context
+    (us per 1k context tokens, 95% CI) and where attention overtakes the weight-bound components."""
+    if len(traces) < 2:
+        raise UsageError("slope needs traces at two or more context lengths (three or more to trust it)")
+    check_output(output, force)
+    doc = slope_doc(_docs(traces, _phase_map(phase_map), None, None), phase)
+    if not doc["rows"]:
+        raise UsageError(f"no {phase} steps with a known context in two or more traces: nothing to fit "
+                         "(" + "; ".join(doc["notes"]) + ")")
+    _write(_dump(doc) if fmt == "json" else slope_render(doc), output)
+
+
+@cli.command()
+@click.argument("trace", type=click.Path(path_type=Path))
+@click.option("-o", "--output", required=True, type=click.Path(path_type=Path),
+              help="The annotated trace (.json or .json.gz) to open in the Perfetto UI.")
+@click.option("--phase-map", multiple=True, metavar="NAME=PHASE", help="Treat annotation NAME as PHASE (repeatable).")
+@click.option("--force", is_flag=True, help="Overwrite FILE if it exists.")
+def export(trace: Path, output: Path, phase_map: tuple[str, ...], force: bool) -> None:
+    """TRACE with each kernel's component, phase, bytes and GB/s in its args and a track per component."""
+    check_output(output, force)
+    with progress(f"annotating {trace}"):
+        doc = export_trace(trace, _phase_map(phase_map))
+        data = orjson.dumps(doc)
+        if output.name.endswith(".gz"):
+            data = gzip.compress(data, compresslevel=6)
+    try:
+        output.write_bytes(data)
+    except OSError as exc:
+        raise TraceError(output, f"cannot write: {exc.strerror or exc}") from None
+    click.echo(f"wrote {output}: open it in https://ui.perfetto.dev (process '{PROCESS}': one track per component)")
 
 
 @cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
@@ -158,7 +331,7 @@ def rules_cmd(arch_name: str | None) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Console entry point: bad input is one line on stderr and exit code 2, never a traceback."""
     try:
-        cli.main(args=argv, prog_name="attrib", standalone_mode=False)
+        rv = cli.main(args=argv, prog_name="attrib", standalone_mode=False)
     except (TraceError, UsageError) as exc:
         click.echo(printable(f"attrib: error: {exc}"), err=True)
         return 2
@@ -176,7 +349,7 @@ def main(argv: list[str] | None = None) -> int:
         click.echo(printable(f"attrib: internal error: {type(exc).__name__}: {exc} (set ATTRIB_DEBUG=1 for a "
                              "traceback)"), err=True)
         return 3
-    return 0
+    return rv if isinstance(rv, int) else 0
 
 
 if __name__ == "__main__":

@@ -363,3 +363,35 @@ def _fill_correlation(kernels: pl.DataFrame | None, flows: pl.DataFrame | None) 
     f = flows.select("pid", "tid", "start_ns", pl.col("correlation").alias("_flow")).unique(["pid", "tid", "start_ns"])
     return (kernels.join(f, on=["pid", "tid", "start_ns"], how="left")
             .with_columns(pl.col("correlation").fill_null(pl.col("_flow"))).drop("_flow"))
+
+
+# ---------------------------------------------------------------- the document itself (for rewriting it)
+
+
+def read_document(path: str | Path) -> dict[str, Any]:
+    """The whole trace as parsed JSON, for tools that rewrite it (the Perfetto export); a trace cut
+    short or not a Kineto document is a TraceError."""
+    path = Path(path)
+    text, warnings = _read_bytes(path)
+    if warnings:
+        raise TraceError(path, f"{warnings[0]}: a cut-short trace cannot be rewritten whole")
+    try:
+        doc = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        try:
+            doc = json.loads(repair_names(text)[0], strict=False)
+        except (ValueError, RecursionError) as exc:
+            raise TraceError(path, f"not valid JSON ({exc})") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
+        raise TraceError(path, "not a torch-profiler trace (no traceEvents list)")
+    return doc
+
+
+def kernel_event_indices(events: list[Any]) -> list[int]:
+    """Indices into `traceEvents` of the kernel events, in the order of `read`'s kernel ids (the
+    same selection and the same stable sort on the same integer-nanosecond start)."""
+    idx = [i for i, e in enumerate(events)
+           if isinstance(e, dict) and e.get("cat") == "kernel" and e.get("ph") == "X" and e.get("ts") is not None]
+    ts = pl.Series("ts", [events[i]["ts"] for i in idx], dtype=pl.Float64, strict=False)
+    df = pl.DataFrame({"i": pl.Series(idx, dtype=pl.Int64), "ts": ts}).with_columns(_ns("ts").alias("start_ns"))
+    return df.sort("start_ns", maintain_order=True)["i"].to_list()

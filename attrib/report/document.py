@@ -16,8 +16,10 @@ from attrib.cost.component_bytes import component_table
 from attrib.pipeline import Attribution
 from attrib.roofline.arch import Arch, detect
 from attrib.roofline.model import kernel_roofline
+from attrib.report.series import step_series
 from attrib.roofline.template import unknown_device_note
 from attrib.roofline.tables import MIN_KNOWN, phase_figures, roofline_rows
+from attrib.steps.context import step_context
 from attrib.trace import Trace
 
 SCHEMA_ID = "attrib.analysis/1"
@@ -38,7 +40,8 @@ def _f(x: Any) -> float | None:
 
 
 def _phase_doc(phase: str, steps: pl.DataFrame, k: pl.DataFrame, arch: Arch | None,
-               budget: Budget | None, what_if: bool = False) -> dict[str, Any]:
+               budget: Budget | None, what_if: bool, context: pl.DataFrame, t0_ns: int,
+               top_n: int) -> dict[str, Any]:
     n = steps.height
     tokens = steps["tokens"].drop_nulls()
     comp = roofline_rows(component_table(k, steps, budget, phase), arch, what_if)
@@ -50,24 +53,34 @@ def _phase_doc(phase: str, steps: pl.DataFrame, k: pl.DataFrame, arch: Arch | No
         "component": r["component"], "kernels": int(round(r["kernels"])), "ms": _r(r["ms"]),
         "share": _r(r["ms"] / total), "bytes": _f(r["bytes"]), "flops": _f(r["flops"]),
         "achieved_gbs": _r(r["achieved_gbs"], 1), "achieved_tflops": _r(r["achieved_tflops"], 3),
-        "roofline_ms": _r(r["roofline_ms"]), "gap_ms": _r(r["gap_ms"]),
+        "roofline_ms": _r(r["roofline_ms"]), "gap_ms": _r(r["gap_ms"]), "intensity": _r(r["intensity"], 3),
         "bound": r["bound"], "dtype": r["dtype"], "bytes_from": r["bytes_from"],
         "bytes_known_share": _r(r["known_ms"] / r["ms"]) if (r["bytes"] is not None and r["ms"]) else None,
         "inconsistent": r["inconsistent"], "partial": bool(r["partial"]),
         "estimated_share": _r(r["estimated_ms"] / r["ms"]) if (r["bytes"] is not None and r["ms"]) else None,
         "evidence": {e["evidence"]: e["len"] for e in (r["ev"] or [])},
+        "evidence_per_step": {e["evidence"]: _r(e["len"] / max(n, 1), 2) for e in (r["ev"] or [])},
     } for r in comp.sort("ms", descending=True).iter_rows(named=True)]
     known = pl.col("bytes").is_not_null()
     top = (k.group_by("name", "component").agg(
         pl.len().alias("calls"), pl.col("dur_ns").sum().alias("ns"),
         pl.when(known.any()).then(pl.col("bytes").sum()).alias("bytes"), pl.col("flops").sum().alias("flops"),
         pl.col("dtype").drop_nulls().first().alias("dtype"), pl.col("dur_ns").filter(known).sum().alias("known_ns"))
-        .sort("ns", descending=True).head(TOP_KERNELS)
+        .sort("ns", descending=True).head(top_n)
         .with_columns((pl.col("known_ns") / 1e6).alias("ms")))
     top = kernel_roofline(top, arch, what_if) if top.height else top.with_columns(pl.lit(None, pl.Float64).alias("achieved_gbs"))
+    if "intensity" not in top.columns:
+        top = top.with_columns(*[pl.lit(None, pl.Float64).alias(c) for c in ("achieved_tflops", "intensity")],
+                               pl.lit(None, pl.Utf8).alias("bound"))
     tops = [{"name": r["name"], "component": r["component"], "calls": int(r["calls"]),
-             "ms": _r(r["ns"] / 1e6 / max(n, 1)), "achieved_gbs": _r(r["achieved_gbs"], 1)} for r in top.iter_rows(named=True)]
+             "calls_per_step": _r(r["calls"] / max(n, 1), 2), "ms": _r(r["ns"] / 1e6 / max(n, 1)),
+             "bytes": _f(r["bytes"] / max(n, 1)) if r["bytes"] is not None else None,
+             "flops": _f(r["flops"] / max(n, 1)) if r["flops"] is not None else None,
+             "achieved_gbs": _r(r["achieved_gbs"], 1), "achieved_tflops": _r(r["achieved_tflops"], 3),
+             "intensity": _r(r["intensity"], 3), "bound": r["bound"],
+             "bytes_known_share": _r(r["known_ns"] / r["ns"]) if r["ns"] else None} for r in top.iter_rows(named=True)]
     tps = int(tokens.median()) if tokens.len() else None
+    ctx_from = steps.select("step").join(context, on="step")["context_from"].drop_nulls()
     step_med = _q(steps["step_ms"], 0.5)
     fig = phase_figures(steps, k, comp, arch, what_if)
     return {
@@ -83,6 +96,8 @@ def _phase_doc(phase: str, steps: pl.DataFrame, k: pl.DataFrame, arch: Arch | No
         "communication_share": _r(sum(c["ms"] or 0 for c in comps if c["component"] == "communication") / total),
         "components": comps, "top_kernels": tops,
         "_known_ms": fig["known_ms"] * n, "_total_ms": fig["total_ms"] * n,
+        "context_from": ctx_from.mode().first() if ctx_from.len() else None,
+        "per_step": step_series(steps, k, context, t0_ns, [c["component"] for c in comps]),
     }
 
 
@@ -113,8 +128,8 @@ def _device(trace: Trace, arch: Arch | None, detected_from: str) -> dict[str, An
 
 
 def document(a: Attribution, phase: str | None = None, arch: Arch | None = None, arch_from: str | None = None,
-             budget: Budget | None = None, arch_file: Path | None = None) -> dict[str, Any]:
-    """The attrib.analysis/1 document for an attribution (optionally one phase only).
+             budget: Budget | None = None, arch_file: Path | None = None, top: int = TOP_KERNELS) -> dict[str, Any]:
+    """The attrib.analysis/1 document for an attribution (optionally one phase only; `top` kernels per phase).
 
     arch: the device to measure against (detected from the trace when None); arch_from says where a
     given arch came from ("override" for a what-if projection onto another chip)."""
@@ -135,6 +150,8 @@ def document(a: Attribution, phase: str | None = None, arch: Arch | None = None,
         notes.append(f"{budget.source} without --context: decode components are not budgeted from it (K/V reads need "
                      "the context); it prices only ops whose weights the trace does not show")
     phases = []
+    context = step_context(a.steps, t.ops, dict(t.meta.provenance))
+    t0_ns = int(a.steps["window_start"].min() or 0) if a.steps.height else 0
     order = {"prefill": 0, "mixed": 1, "decode": 2}
     for ph in sorted(a.steps["phase"].unique().to_list(), key=lambda p: (order.get(p, 3), p)):
         if phase and ph != phase:
@@ -143,7 +160,7 @@ def document(a: Attribution, phase: str | None = None, arch: Arch | None = None,
         out = st.filter(pl.col("excluded").is_not_null()) if "excluded" in st.columns else st.clear()
         keep = st.join(out.select("step"), on="step", how="anti") if out.height < st.height else st
         doc_ph = _phase_doc(ph, keep, k.filter((pl.col("phase") == ph) & pl.col("step").is_in(keep["step"].implode())),
-                            arch, budget, what_if)
+                            arch, budget, what_if, context, t0_ns, top)
         phases.append(doc_ph | {"excluded_steps": excluded_steps(out if keep is not st else out.clear())})
         if out.height and keep is st:
             notes.append(f"{ph}: every step is {out['excluded'][0]}; none left out of the figures")

@@ -1,114 +1,68 @@
-"""The analysis document as a terminal table (one renderer per output format)."""
+"""The analysis document as a terminal table (one renderer per output format).
+
+Every figure is per step (medians over the phase's steps) unless labelled a total. Kernel names are
+cut to `width` characters on a terminal and printed whole in a file (`width=None`).
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
+from attrib.report import fmt
 from attrib.report.printable import printable_tree
 
-
-def _f(x: Any, fmt: str = "{:.3f}", none: str = "-") -> str:
-    return none if x is None else fmt.format(x)
+NAME_WIDTH = 60
 
 
-def _ev(v: Any) -> str:
-    if isinstance(v, float):
-        return f"{v:.4g}"
-    if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(_ev(x) for x in v[:6]) + (", …" if len(v) > 6 else "") + "]"
-    if isinstance(v, dict):
-        return "{" + ", ".join(f"{k}: {_ev(x)}" for k, x in list(v.items())[:6]) + "}"
-    return str(v)
+def _grid(head: tuple[str, ...], rows: list[tuple[str, ...]], indent: str = "   ") -> list[str]:
+    """Left-align the first and last column, right-align the others."""
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
+
+    def line(r: tuple[str, ...]) -> str:
+        cells = [r[0].ljust(widths[0])] + [r[i].rjust(widths[i]) for i in range(1, len(r) - 1)] + [r[-1]]
+        return (indent + "  ".join(cells)).rstrip()
+    return [line(head)] + [line(r) for r in rows]
 
 
-def _short(name: str, width: int = 60) -> str:
-    return name if len(name) <= width else name[: width - 1] + "…"
-
-
-_PROV_KEYS = ("model", "quantization", "dtype", "batch", "concurrency", "context_length", "kv_cache_dtype",
-              "kv_cache_state", "speculative", "correctness_gate", "baseline_id")
-
-
-def _provenance(p: dict[str, Any]) -> str:
-    """One line of the capture stamp: what ran, on what stack; unknown fields are left out."""
-    parts = [f"{k}={p[k]}" for k in _PROV_KEYS if p.get(k) is not None]
-    versions = p.get("versions") or {}
-    parts += [f"{k} {v}" for k, v in versions.items() if v and k in ("torch", "cuda", "hip", "vllm", "sglang")]
-    gpu = p.get("gpu") or {}
-    if gpu.get("name"):
-        parts.append(f"gpu {gpu['name']} ({gpu.get('arch') or '?'})")
-    env = p.get("env") or {}
-    if env:
-        parts.append(f"{len(env)} kernel-relevant env vars (see JSON)")
-    return ", ".join(parts)
-
-
-def render(doc: dict[str, Any]) -> str:
-    """Per phase: a header line, the component table, the top kernels; then coverage and notes.
+def render(doc: dict[str, Any], top: int | None = 5, width: int | None = NAME_WIDTH) -> str:
+    """Per phase: headline, component table, ranked bottlenecks, top kernels; then coverage, notes, findings.
 
     Every string of the document passes `printable` first (names come from the trace)."""
     doc = printable_tree(doc)
-    src, dev, cov = doc["source"], doc["device"], doc["coverage"]
-    lines = [f"{src['path']}  [{src['format']}]  {src['kernels']} kernels, {src['kernel_ms']:.3f} ms kernel time",
-             f"device: {dev.get('name') or '?'} (arch {dev.get('arch') or '?'}, from {dev.get('detected_from')})"]
-    dist = doc.get("distributed") or {}
-    if dist.get("world_size"):
-        lines.append(f"distributed: {dist.get('backend') or '?'}, world size {dist['world_size']}, rank {dist.get('rank')}")
-    prov = _provenance(doc.get("provenance") or {})
+    src, dev = doc["source"], doc["device"]
+    lines = [f"{src['path']}  [{src['format']}]  {src['kernels']} kernels, {src['kernel_ms']:.3f} ms kernel time (total)",
+             f"device: {fmt.device_line(dev)}"]
+    dist = fmt.distributed_line(doc)
+    if dist:
+        lines.append(dist)
+    prov = fmt.provenance(doc.get("provenance") or {})
     if prov:
         lines.append(f"run: {prov}")
     for ph in doc["phases"]:
-        sm = ph["step_ms"]
-        lines += ["", f"== {ph['phase']}: {ph['steps']} steps, {_f(ph['tokens_per_step'], '{}')} tokens/step"
-                  f" ({ph.get('tokens_from') or 'unknown source'}); step {_f(sm['median'])} ms"
-                  f" (p10 {_f(sm['p10'])}, p90 {_f(sm['p90'])}); kernels {_f(ph['kernel_ms'])} ms;"
-                  f" GPU idle {_f(ph['idle_fraction'] and ph['idle_fraction'] * 100, '{:.1f}')}%"
-                  f" ({_f(ph.get('idle_ms'))} ms/step)"]
-        extra = []
-        if ph.get("gb_per_token") is not None:
-            extra.append(f"{ph['gb_per_token']:.3f} GB/token")
-        if ph.get("achieved_tok_s") is not None:
-            extra.append(f"{ph['achieved_tok_s']:.1f} tok/s achieved")
-        if ph.get("ceiling_tok_s") is not None:
-            extra.append(f"{ph['ceiling_tok_s']:.1f} tok/s ceiling")
-        if ph.get("communication_share") or (dist.get("world_size") or 1) > 1:
-            extra.append(f"communication {(ph.get('communication_share') or 0) * 100:.1f}% of kernel time")
-        if ph.get("bytes_known_share") is not None:
-            extra.append(f"bytes known for {ph['bytes_known_share'] * 100:.1f}% of kernel time")
-        if extra:
-            lines.append("   " + ", ".join(extra))
+        lines += ["", f"== {ph['phase']}: {fmt.phase_headline(ph)}"]
+        rates = fmt.phase_rates(ph, (doc.get("distributed") or {}).get("world_size"))
+        if rates:
+            lines.append("   " + rates)
         for x in ph.get("excluded_steps") or ():
-            lines.append(f"   left out: step {x['step']} ({x['reason']}): {_f(x['step_ms'])} ms, {x['kernels']} kernels,"
-                         f" {_f(x['kernel_ms'])} ms of kernels")
-        lines.append(f"   {'component':<18}{'kernels':>8}{'ms/step':>10}{'share':>8}{'MB/step':>10}{'GB/s':>8}{'gap ms':>9}"
-                     "  evidence")
-        for c in ph["components"]:
-            ev = ",".join(f"{k}:{v}" for k, v in (c.get("evidence") or {}).items())
-            gbs = "n/a!" if c.get("inconsistent") else _f(c.get("achieved_gbs"), "{:.0f}")
-            src = " [model]" if (c.get("bytes_from") or "").startswith("model") else ""
-            mb = _f(c.get("bytes") and c["bytes"] / 1e6, "{:.1f}")
-            if (c.get("estimated_share") or 0) >= 0.5 and mb != "-":   # mostly an estimate (Inductor, model config)
-                mb = "~" + mb
-            if c.get("partial"):     # priced for under half its time: a lower bound, no rate
-                mb, src = ">=" + mb, src + f" [priced {c['bytes_known_share'] * 100:.0f}%]"
-            lines.append(f"   {c['component']:<18}{c['kernels']:>8}{_f(c['ms']):>10}{_f(c['share'] * 100, '{:.1f}%'):>8}"
-                         f"{mb:>10}{gbs:>8}{_f(c.get('gap_ms')):>9}  {ev}{src}")
-        lines.append("   top kernels:")
-        for t in ph["top_kernels"][:5]:
-            lines.append(f"     {_f(t['ms']):>8} ms/step {t['calls']:>5}x  {t['component']:<14} {_short(t['name'])}")
-    lines += ["", f"attributed: {_f(cov['attributed_share'] and cov['attributed_share'] * 100, '{:.1f}')}% of step kernel"
-              f" time; bytes known: {_f(cov['bytes_known_share'] and cov['bytes_known_share'] * 100, '{:.1f}')}%"
-              " of the phases' kernel time"]
+            lines.append(f"   left out: step {x['step']} ({x['reason']}): {fmt.num(x['step_ms'])} ms, {x['kernels']} kernels,"
+                         f" {fmt.num(x['kernel_ms'])} ms of kernels")
+        lines += _grid(fmt.COMPONENT_HEAD, fmt.component_rows(ph))
+        ranked = fmt.bottleneck_rows(ph)
+        if ranked:
+            lines.append("   bottlenecks (recoverable ms/step: roofline gap, GPU idle, findings):")
+            lines += _grid(fmt.BOTTLENECK_HEAD, ranked[: top or None], "     ")
+        lines.append("   top kernels (per step):")
+        lines += _grid(fmt.TOP_HEAD, fmt.top_rows(ph, top, width), "     ")
+    lines += ["", fmt.coverage_line(doc)]
     for n in doc.get("notes", []):
         lines.append(f"note: {n}")
     for f in doc.get("findings", []):
-        ms = f.get("ms_per_step")
-        lines += ["", f"[{f['severity']}] {f['rule']}" + (f" ({ms:.3f} ms/step)" if ms is not None else "") + f": {f['title']}"]
-        ev = f.get("evidence") or {}
-        if isinstance(ev, dict) and ev:
-            lines.append("   evidence: " + ", ".join(f"{k}={_ev(v)}" for k, v in ev.items()))
-        if f.get("remedy"):
-            lines.append(f"   remedy: {f['remedy']}")
+        head, evl, remedy = fmt.finding_lines(f)
+        lines += ["", head]
+        if evl:
+            lines.append(f"   evidence: {evl}")
+        if remedy:
+            lines.append(f"   remedy: {remedy}")
         for ref in f.get("references", [])[:3]:
             lines.append(f"   see: {ref}")
     return "\n".join(lines) + "\n"

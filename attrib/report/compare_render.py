@@ -1,0 +1,109 @@
+"""Renderers of the attrib.compare/1 document: terminal table, markdown, HTML. Print, never compute."""
+
+from __future__ import annotations
+
+from html import escape
+from typing import Any
+
+from attrib.report import fmt
+from attrib.report.html import CSS
+from attrib.report.markdown import esc, table as md_table
+
+HEAD = ("row", "base ms", "cand ms", "delta ms", "delta %", "p", "95% CI of delta (ms)", "verdict", "per token")
+
+
+def _pct(x: Any) -> str:
+    return "-" if x is None else f"{x:+.1f}%"
+
+
+def rows(rs: list[dict[str, Any]]) -> list[tuple[str, ...]]:
+    out = []
+    for r in rs:
+        name = f"step ({r['phase']})" if "phase" in r else r["component"]
+        t = r.get("per_token") or {}
+        tok = f"{fmt.num(t.get('base_ms'), '{:.4f}')}->{fmt.num(t.get('cand_ms'), '{:.4f}')} {_pct(t.get('delta_pct'))}"
+        ci = ("-" if r["ci_low_ms"] is None else f"[{r['ci_low_ms']:+.4f}, {r['ci_high_ms']:+.4f}]")
+        out.append((name, fmt.num(r["base_ms"], "{:.4f}"), fmt.num(r["cand_ms"], "{:.4f}"),
+                    fmt.num(r["delta_ms"], "{:+.4f}"), _pct(r["delta_pct"]), fmt.num(r["p_value"], "{:.3g}"),
+                    ci, r["verdict"], tok))
+    return out
+
+
+def header_lines(doc: dict[str, Any]) -> list[str]:
+    d = doc["provenance_diff"]
+    out = [f"base: {', '.join(doc['base']['traces'])}", f"cand: {', '.join(doc['cand']['traces'])}"]
+    if d["mismatch"]:
+        out.append("NOT A MATCHED BASELINE: " + "; ".join(f"{m['key']}: {fmt.ev(m['base'])} vs {fmt.ev(m['cand'])}"
+                                                         for m in d["mismatch"]))
+    else:
+        out.append("matched baseline (model, arch, dtype, batch, context, speculative mode, KV dtype, tokens/step, env)")
+    if d["unstamped"]:
+        out.append(f"no provenance stamp: {', '.join(d['unstamped'])}")
+    if d["other"]:
+        out.append("other differences: " + "; ".join(f"{o['key']}: {fmt.ev(o['base'])} vs {fmt.ev(o['cand'])}"
+                                                    for o in d["other"]))
+    for w in d["within_side"]:
+        out.append(f"within {w['side']}: {w['key']} differs ({fmt.ev(w['values'])})")
+    out.append(f"run-to-run variance: {doc['run_to_run_variance']}")
+    out.append(f"verdicts: Mann-Whitney U p < {doc['alpha']}, bootstrap 95% CI of the median difference excluding 0 "
+               f"({doc['bootstrap']['resamples']} resamples, seed {doc['bootstrap']['seed']}), |change| >= "
+               f"{doc['min_effect_pct']:g}%")
+    return out
+
+
+def _phase_lines(doc: dict[str, Any], ph: str) -> list[str]:
+    s = doc["summary"][ph]
+    out = [f"steps {s['steps'][0]} vs {s['steps'][1]}, tokens/step {s['tokens_per_step'][0]} vs {s['tokens_per_step'][1]}"]
+    if s.get("cause"):
+        out.append(f"cause: {s['cause']}")
+    return out
+
+
+def _gate_line(doc: dict[str, Any]) -> str | None:
+    g = doc.get("gate")
+    if not g:
+        return None
+    if g["failed_phases"]:
+        return f"gate {g['pct']:g}%: FAILED ({', '.join(g['failed_phases'])} per-token time significantly slower by more)"
+    return f"gate {g['pct']:g}%: passed"
+
+
+def render_table(doc: dict[str, Any]) -> str:
+    lines = header_lines(doc)
+    for ph, rs in doc["phases"].items():
+        lines += ["", f"== {ph}: " + "; ".join(_phase_lines(doc, ph))]
+        body = rows(rs)
+        widths = [max(len(r[i]) for r in [HEAD, *body]) for i in range(len(HEAD))]
+        for r in [HEAD, *body]:
+            lines.append("   " + "  ".join(r[0].ljust(widths[0]) if i == 0 else
+                                           (c.ljust(widths[i]) if i >= 7 else c.rjust(widths[i]))
+                                           for i, c in enumerate(r)).rstrip())
+    lines += [f"note: {n}" for n in doc["notes"]]
+    gate = _gate_line(doc)
+    return "\n".join(lines + ([gate] if gate else [])) + "\n"
+
+
+def render_markdown(doc: dict[str, Any]) -> str:
+    out = ["# attrib compare", ""] + [f"- {esc(x)}" for x in header_lines(doc)]
+    for ph, rs in doc["phases"].items():
+        out += ["", f"## {esc(ph)}", ""] + [f"- {esc(x)}" for x in _phase_lines(doc, ph)] + [""]
+        out += md_table(HEAD, rows(rs))
+    out += [f"- note: {esc(n)}" for n in doc["notes"]]
+    gate = _gate_line(doc)
+    return "\n".join(out + (["", f"**{esc(gate)}**"] if gate else [])) + "\n"
+
+
+def render_html(doc: dict[str, Any]) -> str:
+    def tbl(rs):
+        th = "".join(f"<th>{escape(h)}</th>" for h in HEAD)
+        body = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" if i in (0, 7) else f'<td class="n">{escape(c)}</td>'
+                                        for i, c in enumerate(r)) + "</tr>" for r in rows(rs))
+        return f"<table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
+    gate = _gate_line(doc)
+    body = ("<h1>attrib compare</h1><div class=stamp>" + "".join(f"<div>{escape(x)}</div>" for x in header_lines(doc))
+            + "</div>" + "".join(f"<h2>{escape(ph)}</h2>" + "".join(f"<p>{escape(x)}</p>" for x in _phase_lines(doc, ph))
+                                 + tbl(rs) for ph, rs in doc["phases"].items())
+            + "".join(f"<p class=muted>note: {escape(n)}</p>" for n in doc["notes"])
+            + (f"<p><b>{escape(gate)}</b></p>" if gate else ""))
+    return ("<!DOCTYPE html><html lang=en><head><meta charset=utf-8><title>attrib compare</title>"
+            f"<style>{CSS}</style></head><body><main>{body}</main></body></html>\n")

@@ -1,0 +1,125 @@
+"""The bottleneck report as one self-contained HTML file: inline CSS and inline SVG plots, no script,
+no external resource, so it opens offline. Every string from the trace or the stamp is escaped.
+"""
+
+from __future__ import annotations
+
+from html import escape
+from typing import Any
+
+from attrib.report import fmt
+
+LONG_NAME = 90  # kernel names longer than this fold into <details>: the start shown, the whole on click
+
+CSS = """
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;color:#1d1d1f;margin:0;background:#f6f6f4}
+main{max-width:1180px;margin:0 auto;padding:20px 28px 60px;background:#fff}
+h1{font-size:21px;margin:4px 0 10px;word-break:break-all}h2{font-size:18px;margin:30px 0 8px;border-bottom:2px solid #4e79a7}
+h3{font-size:15px;margin:18px 0 6px}
+.stamp{color:#444;font-size:13px}.stamp div{margin:2px 0}.muted{color:#666}
+table{border-collapse:collapse;width:100%;font-size:12.5px;margin:6px 0 12px}
+th,td{padding:3px 7px;border-bottom:1px solid #e3e3e3;vertical-align:top}th{background:#f0f0ee;text-align:left}
+td.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+code{font:12px ui-monospace,SFMono-Regular,Menlo,monospace;overflow-wrap:anywhere}
+details summary{cursor:pointer}
+.plot svg{max-width:100%;height:auto}
+.sev-high{color:#b3261e;font-weight:600}.sev-medium{color:#a15c00;font-weight:600}.sev-info{color:#555}
+.finding{margin:10px 0;padding:8px 12px;border-left:4px solid #ccc;background:#fafaf8}
+.finding.high{border-color:#b3261e}.finding.medium{border-color:#e59400}
+.kpi{display:flex;gap:10px;flex-wrap:wrap;margin:8px 0}.kpi div{background:#f0f4f8;padding:6px 10px;border-radius:4px}
+"""
+
+
+def _name(name: str) -> str:
+    if len(name) <= LONG_NAME:
+        return f"<code>{escape(name)}</code>"
+    return (f"<details><summary><code>{escape(name[:LONG_NAME])}…</code></summary>"
+            f"<code>{escape(name)}</code></details>")
+
+
+def _table(head: tuple[str, ...], rows: list[tuple[str, ...]], text_cols: tuple[int, ...] = (0,),
+           raw_cols: tuple[int, ...] = ()) -> str:
+    th = "".join(f"<th>{escape(h)}</th>" for h in head)
+    body = []
+    for r in rows:
+        cells = []
+        for i, c in enumerate(r):
+            if i in raw_cols:
+                cells.append(f"<td>{c}</td>")  # already escaped markup
+            else:
+                cells.append(f"<td>{escape(c)}</td>" if i in text_cols else f'<td class="n">{escape(c)}</td>')
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return f"<table><thead><tr>{th}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def _plot(plots: dict[str, str], key: str) -> str:
+    svg = plots.get(key)
+    return f'<div class="plot">{svg}</div>' if svg else ""
+
+
+def _bottlenecks(ph: dict[str, Any], findings: list[dict[str, Any]]) -> str:
+    b = ph.get("bottlenecks") or {}
+    rows = []
+    for r in b.get("ranked", []):
+        links = ", ".join(f'<a href="#finding-{i}">{escape(findings[i]["rule"])}</a>'
+                          for i in r["findings"] if i < len(findings))
+        rows.append((str(r["rank"]), r["component"] or r["kind"], fmt.num(r["ms_per_step"]),
+                     fmt.pct(r["share_of_step"]), r["what"], links or "-"))
+    out = ""
+    if rows:
+        out += ("<h3>Bottlenecks, ranked by recoverable ms per step</h3><p class=muted>Gap to the roofline, GPU "
+                "idle time, and rules' estimates; each place the time goes is counted once.</p>"
+                + _table(fmt.BOTTLENECK_HEAD + ("findings",), rows, text_cols=(1, 4), raw_cols=(5,)))
+    unpriced = b.get("unpriced", [])
+    if unpriced:
+        out += "<ul>" + "".join(f"<li>{escape(u['component'])}: {fmt.num(u['ms_per_step'])} ms/step "
+                                f"({fmt.pct(u['share'])}), {escape(u['why'])}</li>" for u in unpriced) + "</ul>"
+    return out
+
+
+def _finding(i: int, f: dict[str, Any]) -> str:
+    head, evl, remedy = fmt.finding_lines(f)
+    sev = escape(str(f.get("severity")))
+    refs = "".join(f'<li><a href="{escape(r)}">{escape(r)}</a></li>' if str(r).startswith(("https://", "http://"))
+                   else f"<li>{escape(str(r))}</li>" for r in f.get("references", []))
+    return (f'<div class="finding {sev}" id="finding-{i}"><div class="sev-{sev}">{escape(head)}</div>'
+            + (f"<div><b>evidence</b>: {escape(evl)}</div>" if evl else "")
+            + (f"<div><b>remedy</b>: {escape(remedy)}</div>" if remedy else "")
+            + (f"<ul>{refs}</ul>" if refs else "") + "</div>")
+
+
+def _phase(doc: dict[str, Any], ph: dict[str, Any], plots: dict[str, str]) -> str:
+    p = ph["phase"]
+    rates = fmt.phase_rates(ph, (doc.get("distributed") or {}).get("world_size"))
+    kpis = [rates] if rates else []
+    tops = [r[:-1] + (_name(t["name"]),) for r, t in zip(fmt.top_rows(ph, None, None), ph["top_kernels"])]
+    return (f"<h2>{escape(p)}</h2><p>{escape(fmt.phase_headline(ph))}</p>"
+            + "".join(f'<div class="kpi"><div>{escape(k)}</div></div>' for k in kpis)
+            + _bottlenecks(ph, doc.get("findings") or [])
+            + _plot(plots, f"{p}_steps")
+            + "<h3>Components (medians per step)</h3>"
+            + _table(fmt.COMPONENT_HEAD, fmt.component_rows(ph), text_cols=(0, 7, 10))
+            + _plot(plots, f"{p}_roofline")
+            + "<h3>Top kernels (per step)</h3>" + _table(fmt.TOP_HEAD, tops, text_cols=(2,), raw_cols=(5,)))
+
+
+def render(doc: dict[str, Any], plots: dict[str, str] | None = None, plot_note: str | None = None) -> str:
+    """The whole report; plots: plot name -> inline SVG (plots.report_plots); plot_note: why none."""
+    src, plots = doc["source"], plots or {}
+    prov = fmt.provenance(doc.get("provenance") or {})
+    stamp = [f"device: {fmt.device_line(doc['device'])}"] + [x for x in [fmt.distributed_line(doc)] if x] + [
+             f"source: {src['format']}, {src['kernels']} kernels, {src['kernel_ms']:.3f} ms kernel time (total)",
+             f"run: {prov}" if prov else "run: no provenance stamp", fmt.coverage_line(doc)]
+    findings = doc.get("findings") or []
+    body = (f"<h1>attrib report: {escape(src['path'])}</h1><div class=stamp>"
+            + "".join(f"<div>{escape(s)}</div>" for s in stamp) + "</div>"
+            + (f"<p class=muted>{escape(plot_note)}</p>" if plot_note else "")
+            + _plot(plots, "timeline")
+            + "".join(_phase(doc, ph, plots) for ph in doc["phases"])
+            + "<h2>Findings</h2>" + ("".join(_finding(i, f) for i, f in enumerate(findings)) or "<p>No rule fired.</p>")
+            + ("<h2>Notes</h2><ul>" + "".join(f"<li>{escape(n)}</li>" for n in doc["notes"]) + "</ul>"
+               if doc.get("notes") else ""))
+    return ("<!DOCTYPE html><html lang=en><head><meta charset=utf-8>"
+            "<meta name=viewport content='width=device-width,initial-scale=1'>"
+            f"<title>attrib report: {escape(src['path'])}</title><style>{CSS}</style></head>"
+            f"<body><main>{body}</main></body></html>\n")

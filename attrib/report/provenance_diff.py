@@ -1,0 +1,92 @@
+"""Is the baseline matched? The two sides' provenance stamps and devices, diffed.
+
+A difference in what changes the work or the kernels (model, device arch, dtype, quantization, batch,
+context, speculative mode, KV-cache dtype, tokens per step, kernel-relevant environment variables) makes
+the comparison "not a matched baseline". Other stamp differences (versions, runner, attention
+implementation: often the change under test) are listed, not judged. Where both stamps carry the
+model's config (`model_config`, top level or under `extra`), the model is matched on that config
+(less private `_` keys and the library version), and a different free-text `model` label is only listed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+MATCH_KEYS = ("model", "dtype", "quantization", "batch", "context_length", "speculative", "kv_cache_dtype")
+INFO_SKIP = ("env", "versions", "gpu", "model_config", "capture_name", "created_utc", "host", "trace", "steps",
+             "capture", "schema", "param_bytes", "tiny")
+
+
+def _values(docs: list[dict[str, Any]], get) -> list[Any]:
+    return list(dict.fromkeys(repr(get(d)) for d in docs))
+
+
+def _one(docs: list[dict[str, Any]], get) -> Any:
+    vals = {repr(get(d)): get(d) for d in docs}
+    return next(iter(vals.values())) if len(vals) == 1 else sorted(vals)
+
+
+def _config(d: dict[str, Any]) -> dict[str, Any] | None:
+    p = d.get("provenance") or {}
+    cfg = p.get("model_config") or (p.get("extra") or {}).get("model_config")
+    if not isinstance(cfg, dict):
+        return None
+    return {k: v for k, v in sorted(cfg.items()) if not k.startswith("_") and k != "transformers_version"}
+
+
+def _fields(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    """key -> getter over an analysis document, for every field the diff looks at."""
+    def prov(k):
+        return lambda d: (d.get("provenance") or {}).get(k)
+
+    def env(k):
+        return lambda d: ((d.get("provenance") or {}).get("env") or {}).get(k)
+
+    def tokens(d):
+        return {p["phase"]: p.get("tokens_per_step") for p in d["phases"]}
+    fields = {"arch": lambda d: (d.get("device") or {}).get("arch"), "tokens_per_step": tokens}
+    fields |= {k: prov(k) for k in MATCH_KEYS}
+    if all(_config(d) is not None for d in docs):
+        fields["model"] = _config
+    env_keys = sorted({k for d in docs for k in ((d.get("provenance") or {}).get("env") or {})})
+    fields |= {f"env {k}": env(k) for k in env_keys}
+    return fields
+
+
+def _flat(d: dict[str, Any]) -> dict[str, Any]:
+    """Top-level stamp fields and those under `extra`, less bulky or per-run ones."""
+    p = dict(d.get("provenance") or {})
+    extra = p.pop("extra", None) or {}
+    out = {k: v for k, v in p.items() if k not in INFO_SKIP}
+    out |= {k: v for k, v in extra.items() if k not in INFO_SKIP and k not in out}
+    return out
+
+
+def provenance_diff(base: list[dict[str, Any]], cand: list[dict[str, Any]]) -> dict[str, Any]:
+    """{"mismatch": [{key, base, cand}], "other": [...], "within_side": [...], "unstamped": [...]}."""
+    docs = base + cand
+    mismatch, within = [], []
+    for key, get in _fields(docs).items():
+        for side, group in (("base", base), ("cand", cand)):
+            if len(_values(group, get)) > 1:
+                within.append({"side": side, "key": key, "values": _one(group, get)})
+        if _values(base, get) != _values(cand, get):
+            mismatch.append({"key": key, "base": _one(base, get), "cand": _one(cand, get)})
+    matched = {m["key"] for m in mismatch}
+    skip = (set(MATCH_KEYS) - {"model"}) | set(INFO_SKIP)  # a model label differing beside a matched config is listed
+    flat = [_flat(d) for d in docs]
+    keys = sorted({k for f in flat for k in f if k not in skip and k not in matched})
+    other = []
+    for k in keys:
+        vb = list(dict.fromkeys(repr(f.get(k)) for f in flat[: len(base)]))
+        vc = list(dict.fromkeys(repr(f.get(k)) for f in flat[len(base):]))
+        if vb != vc:
+            other.append({"key": k, "base": _one(base, lambda d, k=k: _flat(d).get(k)),
+                          "cand": _one(cand, lambda d, k=k: _flat(d).get(k))})
+    for k in ("torch", "cuda", "hip", "vllm", "sglang", "transformers"):
+        def get(d, k=k):
+            return ((d.get("provenance") or {}).get("versions") or {}).get(k)
+        if _values(base, get) != _values(cand, get):
+            other.append({"key": f"version {k}", "base": _one(base, get), "cand": _one(cand, get)})
+    unstamped = [d["source"]["path"] for d in docs if not d.get("provenance")]
+    return {"mismatch": mismatch, "other": other, "within_side": within, "unstamped": unstamped}

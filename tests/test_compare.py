@@ -1,0 +1,132 @@
+"""`attrib compare`: statistics over steps, verdicts, host-side vs kernel changes, --gate, provenance diff,
+the JSON contract. Candidates with a known change are derived inside the test from a real trace."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import orjson
+import pytest
+
+from attrib.cli import main
+from attrib.report.compare import stats
+
+from conftest import FIXTURES
+
+LLAMA = FIXTURES / "captured" / "hf_llama_cuda_b8_p512.pt.trace.json.gz"
+ROW_KEYS = {"base_ms", "cand_ms", "delta_ms", "delta_pct", "p_value", "ci_low_ms", "ci_high_ms", "verdict"}
+GPU = ("kernel", "gpu_memcpy", "gpu_memset")
+
+
+def _dilated(src, dst, factor, kernels_too):
+    """The real trace with time stretched by `factor` from its first event: every timestamp, and the
+    duration of every event (kernels' only when kernels_too: else only host time grows)."""
+    doc = orjson.loads(gzip.decompress(src.read_bytes()))
+    t0 = min(e["ts"] for e in doc["traceEvents"] if isinstance(e.get("ts"), (int, float)))
+    for e in doc["traceEvents"]:
+        if isinstance(e.get("ts"), (int, float)):
+            e["ts"] = t0 + (e["ts"] - t0) * factor
+        if isinstance(e.get("dur"), (int, float)) and (kernels_too or e.get("cat") not in GPU):
+            e["dur"] = e["dur"] * factor
+    dst.write_bytes(orjson.dumps(doc))
+    for side in src.parent.glob(src.name + ".attrib.json"):  # keep the provenance stamp: same run, same stack
+        (dst.parent / (dst.name + ".attrib.json")).write_bytes(side.read_bytes())
+    return dst
+
+
+@pytest.fixture(scope="module")
+def slow(tmp_path_factory):
+    return _dilated(LLAMA, tmp_path_factory.mktemp("cmp") / "slow.json", 1.25, kernels_too=True)
+
+
+@pytest.fixture(scope="module")
+def host_slow(tmp_path_factory):
+    return _dilated(LLAMA, tmp_path_factory.mktemp("cmp") / "host.json", 1.25, kernels_too=False)
+
+
+def _json(tmp_path, *args):
+    out = tmp_path / "c.json"
+    rc = main(["compare", *map(str, args), "--format", "json", "-o", str(out), "--force"])
+    return rc, json.loads(out.read_text())
+
+
+def _rows(doc, phase):
+    step, *comps = doc["phases"][phase]
+    return step, {r["component"]: r for r in comps}
+
+
+def test_same_trace_twice_no_change_and_gate_passes(tmp_path):
+    rc, doc = _json(tmp_path, LLAMA, LLAMA, "--gate", "15")
+    assert rc == 0 and doc["gate"] == {"pct": 15, "failed_phases": [], "exit_code": 0}
+    assert doc["schema"] == "attrib.compare/1" and doc["matched_baseline"]
+    assert doc["run_to_run_variance"].startswith("unknown: one trace per side")
+    for phase, rows in doc["phases"].items():
+        assert "phase" in rows[0] and all("component" in r for r in rows[1:])
+        for r in rows:
+            assert ROW_KEYS <= set(r) and r["verdict"] == "no significant change" and r["delta_ms"] == 0
+
+
+def test_everything_slower_is_a_significant_kernel_regression(tmp_path, slow):
+    rc, doc = _json(tmp_path, LLAMA, slow, "--gate", "15")
+    step, comps = _rows(doc, "decode")
+    assert rc == 1 and doc["gate"]["failed_phases"] == ["decode"]
+    # every time x1.25: +25 %, Mann-Whitney on 8 vs 8 fully separated steps: p = 2 / C(16, 8) = 1.55e-4
+    assert step["verdict"] == "slower" and step["delta_pct"] == pytest.approx(25, abs=0.5)
+    assert step["p_value"] == pytest.approx(2 / 12870, rel=0.05) and 0 < step["ci_low_ms"] < step["ci_high_ms"]
+    assert step["per_token"]["verdict"] == "slower" and step["cause"].startswith("kernels:")
+    for name in ("mlp_gate_up", "norm", "qkv_proj"):
+        assert comps[name]["verdict"] == "slower" and comps[name]["delta_pct"] == pytest.approx(25, abs=1)
+    # the other direction is faster and passes the gate
+    rc, doc = _json(tmp_path, slow, LLAMA, "--gate", "15")
+    step, _ = _rows(doc, "decode")
+    assert rc == 0 and step["verdict"] == "faster" and doc["gate"]["exit_code"] == 0
+    # a gate above the change passes
+    rc, _ = _json(tmp_path, LLAMA, slow, "--gate", "30")
+    assert rc == 0
+
+
+def test_host_side_change_is_not_a_kernel_regression(tmp_path, host_slow):
+    rc, doc = _json(tmp_path, LLAMA, host_slow)
+    step, comps = _rows(doc, "decode")
+    assert rc == 0 and step["verdict"] == "slower"
+    assert step["kernel_ms"]["verdict"] == "no significant change" and step["cause"].startswith("host-side")
+    assert all(r["verdict"] == "no significant change" for r in comps.values())
+
+
+def test_several_traces_per_side_include_run_to_run_variance(tmp_path, slow):
+    rc, doc = _json(tmp_path, "-b", LLAMA, "-b", LLAMA, "-c", slow, "-c", slow)
+    assert rc == 0 and doc["run_to_run_variance"].startswith("included: 2 base and 2 candidate")
+    step, _ = _rows(doc, "decode")
+    assert step["verdict"] == "slower"
+
+
+def test_mismatched_provenance_is_not_a_matched_baseline(tmp_path, capsys):
+    mi300 = FIXTURES / "torch" / "mi300_hf_qwen1.5-0.5b-chat.json.gz"
+    h100 = FIXTURES / "torch" / "h100_hf_qwen1.5-0.5b-chat.json.gz"
+    assert main(["compare", str(mi300), str(h100)]) == 0
+    out = capsys.readouterr().out
+    assert "NOT A MATCHED BASELINE: arch: gfx942 vs sm_90" in out and "no provenance stamp" in out
+    for fmt in ("md", "html"):
+        path = tmp_path / f"c.{fmt}"
+        assert main(["compare", str(mi300), str(h100), "-o", str(path)]) == 0
+        assert "NOT A MATCHED BASELINE" in path.read_text()
+
+
+def test_compare_usage_errors(capsys):
+    assert main(["compare", str(LLAMA)]) == 2
+    assert main(["compare", str(LLAMA), str(LLAMA), "-b", str(LLAMA)]) == 2
+    assert "not both" in capsys.readouterr().err
+
+
+def test_stats_of_identical_and_shifted_values():
+    base = [[1.0, 1.1, 0.9, 1.05, 0.95, 1.02]]
+    same = stats(base, base)
+    assert same["p_value"] == 1 and same["verdict"] == "no significant change"
+    shifted = stats(base, [[x + 0.5 for x in base[0]]])
+    # medians 1.01 and 1.51: +0.5 ms (+49.5 %), 6 vs 6 fully separated: p = 2 / C(12, 6) = 0.00216
+    assert shifted["delta_ms"] == pytest.approx(0.5) and shifted["p_value"] == pytest.approx(2 / 924, rel=0.01)
+    assert shifted["verdict"] == "slower" and shifted["ci_low_ms"] > 0
+    # a 1 % change is below the default minimum effect: no verdict of change even if consistent
+    tiny = stats(base, [[x * 1.01 for x in base[0]]])
+    assert tiny["verdict"] == "no significant change"
