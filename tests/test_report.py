@@ -16,7 +16,7 @@ import pytest
 
 from attrib.app import analyze_path
 from attrib.cli import main
-from attrib.progress import progress
+from attrib.report.progress import progress
 from attrib.report.bottlenecks import phase_bottlenecks
 
 from conftest import EXAMPLE_TRACE, FIXTURES
@@ -136,6 +136,10 @@ def test_bottlenecks_ranked_by_recoverable_ms(moe_doc):
     # the launch-bound finding (P06, it cites idle time) is attached to the idle row
     p06 = next(i for i, f in enumerate(moe_doc["findings"]) if f["rule"].startswith("P06"))
     assert p06 in ranked[0]["findings"]
+    # the whole-step distance from the floor is the phase's total, not one more row on top
+    total = dec["bottlenecks"]["total"]
+    assert total is not None and moe_doc["findings"][total["finding"]]["rule"] == "decode-below-bandwidth-ceiling"
+    assert all(total["finding"] not in r["findings"] for r in ranked)
 
 
 def test_finding_estimates_join_the_ranking(moe_doc):

@@ -7,7 +7,8 @@ Three sources, never added to each other (one row per place the time goes):
 A finding that names a component (or idle time) is attached to that row (a finding that names
 no phase, to the token-generating phases); the row's recoverable time
 is the larger of the two estimates. Components with no bytes or FLOPs have no roofline: they are
-listed after the ranked rows with their time and "recoverable unknown". Pure function of the
+listed after the ranked rows with their time and "recoverable unknown". A finding that states the
+whole step's distance from its floor (SUMMARY_RULES) is the phase's total, not a row. Pure function of the
 analysis document (its phases and findings); renderers only print what this returns.
 """
 
@@ -16,6 +17,8 @@ from __future__ import annotations
 from typing import Any
 
 MIN_UNPRICED_SHARE = 0.05
+# findings whose estimate is the whole step's distance from its floor: the phase's total, not one more row
+SUMMARY_RULES = ("decode-below-bandwidth-ceiling",)
 TOKEN_PHASES = ("decode", "mixed")  # an unpriced component below this share of the phase is not listed
 
 
@@ -42,8 +45,9 @@ def finding_ms(f: dict[str, Any]) -> float | None:
 
 
 def _about_idle(f: dict[str, Any]) -> bool:
+    """Findings that explain the idle time cite it per step (P06 launch-bound, idle by cause)."""
     ev = f.get("evidence") if isinstance(f.get("evidence"), dict) else {}
-    return any("idle" in k for k in ev)
+    return "idle_ms_per_step" in ev
 
 
 def _row(kind: str, component: str | None, ms: float | None, step_ms: float | None, what: str,
@@ -70,7 +74,8 @@ def _component_rows(ph: dict[str, Any], step_ms: float | None) -> list[dict[str,
 
 
 def phase_bottlenecks(ph: dict[str, Any], findings: list[dict[str, Any]]) -> dict[str, Any]:
-    """{"ranked": rows by recoverable ms/step, "unpriced": components without a roofline}."""
+    """{"ranked": rows by recoverable ms/step, "unpriced": components without a roofline, "total": the
+    finding that states the whole step's distance from its floor, if any}."""
     step_ms = (ph.get("step_ms") or {}).get("median")
     rows = _component_rows(ph, step_ms)
     idle = ph.get("idle_ms")
@@ -81,7 +86,11 @@ def phase_bottlenecks(ph: dict[str, Any], findings: list[dict[str, Any]]) -> dic
     by_comp = {r["component"]: r for r in rows if r["component"]}
     idle_row = next((r for r in rows if r["kind"] == "GPU idle"), None)
     comps = {c["component"] for c in ph["components"]}
+    total = None
     for i, f in enumerate(findings):
+        if f.get("rule") in SUMMARY_RULES and finding_phase(f) == ph["phase"]:
+            total = {"finding": i, "ms_per_step": finding_ms(f), "title": f.get("title")}
+            continue
         if finding_phase(f) not in (None, ph["phase"]) or (finding_phase(f) is None and ph["phase"] not in TOKEN_PHASES):
             continue  # a finding that names no phase is about token generation (what every rule reads)
         named, ms = finding_components(f), finding_ms(f)
@@ -103,7 +112,7 @@ def phase_bottlenecks(ph: dict[str, Any], findings: list[dict[str, Any]]) -> dic
     unpriced = [{"component": c["component"], "ms_per_step": c["ms"], "share": c["share"],
                  "why": "no bytes or FLOPs known: no roofline, recoverable time unknown"}
                 for c in ph["components"] if c.get("roofline_ms") is None and (c.get("share") or 0) >= MIN_UNPRICED_SHARE]
-    return {"ranked": rows, "unpriced": unpriced}
+    return {"ranked": rows, "unpriced": unpriced, "total": total}
 
 
 def add_bottlenecks(doc: dict[str, Any]) -> dict[str, Any]:

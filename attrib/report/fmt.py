@@ -139,3 +139,12 @@ def coverage_line(doc: dict[str, Any]) -> str:
     cov = doc["coverage"]
     return (f"attributed: {pct(cov['attributed_share'])} of step kernel time; bytes known: "
             f"{pct(cov['bytes_known_share'])} of the phases' kernel time")
+
+
+def total_line(ph: dict[str, Any], findings: list[dict[str, Any]]) -> str | None:
+    """The phase's whole distance from its floor, when a rule states it."""
+    t = (ph.get("bottlenecks") or {}).get("total")
+    if not t or t.get("ms_per_step") is None:
+        return None
+    rule = findings[t["finding"]]["rule"] if t["finding"] < len(findings) else "?"
+    return f"in total {t['ms_per_step']:.3f} ms/step above the floor ({rule}: {t['title']})"

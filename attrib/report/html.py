@@ -70,6 +70,9 @@ def _bottlenecks(ph: dict[str, Any], findings: list[dict[str, Any]]) -> str:
         out += ("<h3>Bottlenecks, ranked by recoverable ms per step</h3><p class=muted>Gap to the roofline, GPU "
                 "idle time, and rules' estimates; each place the time goes is counted once.</p>"
                 + _table(fmt.BOTTLENECK_HEAD + ("findings",), rows, text_cols=(1, 4), raw_cols=(5,)))
+    total = fmt.total_line(ph, findings)
+    if total:
+        out += f"<p><b>{escape(total)}</b></p>"
     unpriced = b.get("unpriced", [])
     if unpriced:
         out += "<ul>" + "".join(f"<li>{escape(u['component'])}: {fmt.num(u['ms_per_step'])} ms/step "

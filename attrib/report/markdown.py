@@ -45,6 +45,9 @@ def _bottlenecks(ph: dict[str, Any], findings: list[dict[str, Any]]) -> list[str
         out += ["**Bottlenecks**, ranked by the milliseconds per step a fix could recover (gap to the roofline, "
                 "GPU idle, rules' estimates):", ""]
         out += table(fmt.BOTTLENECK_HEAD + ("findings",), rows)
+    total = fmt.total_line(ph, findings)
+    if total:
+        out += ["", f"_{esc(total)}_"]
     for u in b.get("unpriced", []):
         out += ["", f"- {esc(u['component'])}: {fmt.num(u['ms_per_step'])} ms/step ({fmt.pct(u['share'])}), {esc(u['why'])}"]
     return out

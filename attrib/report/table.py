@@ -50,6 +50,9 @@ def render(doc: dict[str, Any], top: int | None = 5, width: int | None = NAME_WI
         ranked = fmt.bottleneck_rows(ph)
         if ranked:
             lines.append("   bottlenecks (recoverable ms/step: roofline gap, GPU idle, findings):")
+            total = fmt.total_line(ph, doc.get("findings") or [])
+            if total:
+                lines.append("     " + total)
             lines += _grid(fmt.BOTTLENECK_HEAD, ranked[: top or None], "     ")
         lines.append("   top kernels (per step):")
         lines += _grid(fmt.TOP_HEAD, fmt.top_rows(ph, top, width), "     ")

@@ -1,0 +1,62 @@
+"""`attrib export`: the Kineto trace with attrib's attribution in each kernel's args and a track per
+component, nested so the Perfetto UI loads it (checked on the written file, not on attrib's tables)."""
+
+from __future__ import annotations
+
+import gzip
+
+import orjson
+
+from attrib.app import analyze_path
+from attrib.cli import main
+
+from conftest import FIXTURES
+
+LLAMA = FIXTURES / "captured" / "hf_llama_cuda_b8_p512.pt.trace.json.gz"
+
+
+def test_export_annotates_kernels_and_adds_nested_component_tracks(tmp_path, capsys):
+    out = tmp_path / "annotated.json.gz"
+    assert main(["export", str(LLAMA), "-o", str(out)]) == 0
+    assert "ui.perfetto.dev" in capsys.readouterr().out
+    original = orjson.loads(gzip.decompress(LLAMA.read_bytes()))
+    doc = orjson.loads(gzip.decompress(out.read_bytes()))
+    kernels = [e for e in doc["traceEvents"] if e.get("cat") == "kernel"]
+    assert len(kernels) == sum(1 for e in original["traceEvents"] if e.get("cat") == "kernel") == 3152
+    comps = set()
+    for e in kernels:
+        a = e["args"]
+        assert {"component", "phase", "bytes", "gbs", "correlation"} <= set(a)  # added beside Kineto's own args
+        comps.add(a["component"])
+        if a["bytes"] and e["dur"] > 0:  # GB/s = bytes / ns, from the event's own duration (us)
+            assert abs(a["gbs"] - a["bytes"] / (e["dur"] * 1e3)) <= 0.05 + 1e-3 * a["gbs"]
+    assert {"attention", "qkv_proj", "mlp_gate_up", "lm_head"} <= comps
+    pid = next(e["pid"] for e in doc["traceEvents"] if e.get("ph") == "M" and e.get("name") == "process_name"
+               and e["args"]["name"] == "attrib: components")
+    names = {e["tid"]: e["args"]["name"] for e in doc["traceEvents"]
+             if e.get("pid") == pid and e.get("ph") == "M" and e.get("name") == "thread_name"}
+    tracks: dict[int, list] = {}
+    for e in doc["traceEvents"]:
+        if e.get("pid") == pid and e.get("ph") == "X":
+            tracks.setdefault(e["tid"], []).append(e)
+    assert set(tracks) <= set(names) and names[0] == "steps" and len(tracks[0]) == 9  # 1 prefill + 8 decode
+    assert sum(len(v) for t, v in tracks.items() if t != 0) == len(kernels)
+    assert comps <= {n.split(" #")[0] for t, n in names.items() if t != 0}
+    for evs in tracks.values():  # slices on one track never partly overlap (Perfetto needs them nested)
+        evs.sort(key=lambda e: e["ts"])
+        for a, b in zip(evs, evs[1:]):
+            assert b["ts"] >= a["ts"] + a["dur"] - 1e-3
+    # the export is still a trace attrib reads the same way
+    before, after = analyze_path(LLAMA), analyze_path(out)
+    assert after["source"]["kernels"] == before["source"]["kernels"]
+    assert [c["ms"] for c in after["phases"][1]["components"]] == [c["ms"] for c in before["phases"][1]["components"]]
+
+
+def test_export_refuses_what_it_cannot_rewrite(tmp_path, capsys):
+    db = FIXTURES / "rocprof" / "gfx1151_llamacpp_rocprofv3_csv" / "decode_kernel_trace.csv"
+    assert main(["export", str(db), "-o", str(tmp_path / "x.json")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "torch-profiler (Kineto)" in err[0]
+    (tmp_path / "x.json").write_text("{}")
+    assert main(["export", str(LLAMA), "-o", str(tmp_path / "x.json")]) == 2
+    assert "exists; pass --force" in capsys.readouterr().err
