@@ -183,6 +183,11 @@ def _docs(traces: tuple[Path, ...], phase_map: dict[str, str], arch_name: str | 
     return out
 
 
+def _printable(text: str) -> str:
+    """A terminal table with every line safe to print (paths and stamp values come from files)."""
+    return "".join(printable(line) + "\n" for line in text.splitlines())
+
+
 def _dump(doc: dict) -> str:
     return orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n"
 
@@ -223,7 +228,7 @@ def compare(traces: tuple[Path, ...], bases: tuple[Path, ...], cands: tuple[Path
     doc = compare_docs(_docs(bases, pm, arch_name, arch_file), _docs(cands, pm, arch_name, arch_file),
                        min_effect_pct=min_effect, gate_pct=gate)
     text = {"json": _dump, "md": compare_render.render_markdown, "html": compare_render.render_html,
-            "table": compare_render.render_table}[fmt](doc)
+            "table": lambda d: _printable(compare_render.render_table(d))}[fmt](doc)
     _write(text, output)
     if output is not None and fmt != "table" and doc["gate"]:
         click.echo(compare_render.render_table(doc).rstrip().splitlines()[-1])
@@ -248,7 +253,7 @@ def slope(traces: tuple[Path, ...], phase: str, fmt: str, phase_map: tuple[str, 
     if not doc["rows"]:
         raise UsageError(f"no {phase} steps with a known context in two or more traces: nothing to fit "
                          "(" + "; ".join(doc["notes"]) + ")")
-    _write(_dump(doc) if fmt == "json" else slope_render(doc), output)
+    _write(_dump(doc) if fmt == "json" else _printable(slope_render(doc)), output)
 
 
 @cli.command()

@@ -45,9 +45,10 @@ def finding_ms(f: dict[str, Any]) -> float | None:
 
 
 def _about_idle(f: dict[str, Any]) -> bool:
-    """Findings that explain the idle time cite it per step (P06 launch-bound, idle by cause)."""
+    """Findings that explain the idle time cite it per step (P06 launch-bound: idle_ms_per_step; idle by
+    cause: kernel_idle_ms_per_step, gpu_idle_ms_per_step)."""
     ev = f.get("evidence") if isinstance(f.get("evidence"), dict) else {}
-    return "idle_ms_per_step" in ev
+    return any("idle_ms_per_step" in k for k in ev)
 
 
 def _row(kind: str, component: str | None, ms: float | None, step_ms: float | None, what: str,
