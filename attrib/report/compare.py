@@ -52,7 +52,8 @@ def stats(base: list[list[float]], cand: list[list[float]], min_effect_pct: floa
     b = [np.asarray(g, float) for g in base if len(g)]
     c = [np.asarray(g, float) for g in cand if len(g)]
     if not b or not c:
-        return {"base_ms": None, "cand_ms": None, "delta_ms": None, "delta_pct": None, "p_value": None,
+        return {"n_base": sum(len(g) for g in b), "n_cand": sum(len(g) for g in c),
+                "base_ms": None, "cand_ms": None, "delta_ms": None, "delta_pct": None, "p_value": None,
                 "ci_low_ms": None, "ci_high_ms": None, "verdict": "not comparable"}
     mb, mc = _median(b), _median(c)
     pb, pc = np.concatenate(b), np.concatenate(c)
@@ -66,7 +67,8 @@ def stats(base: list[list[float]], cand: list[list[float]], min_effect_pct: floa
     pct = delta / mb * 100 if mb else None
     big = abs(delta) >= MIN_EFFECT_MS and (pct is None or abs(pct) >= min_effect_pct)
     sig = p is not None and p < ALPHA and (lo > 0 or hi < 0) and big
-    return {"base_ms": round(mb, 4), "cand_ms": round(mc, 4), "delta_ms": round(delta, 4),
+    return {"n_base": int(len(pb)), "n_cand": int(len(pc)),
+            "base_ms": round(mb, 4), "cand_ms": round(mc, 4), "delta_ms": round(delta, 4),
             "delta_pct": None if pct is None else round(pct, 2), "p_value": None if p is None else float(f"{p:.4g}"),
             "ci_low_ms": round(lo, 4), "ci_high_ms": round(hi, 4),
             "verdict": SAME if not sig else ("slower" if delta > 0 else "faster")}
@@ -106,6 +108,31 @@ def _cause(step: dict[str, Any], kernels: dict[str, Any], comps: list[dict[str, 
     return "kernels: " + (", ".join(moved) if moved else f"summed kernel time {kernels['verdict']}, no single component")
 
 
+def _gate(phases: dict[str, list[dict[str, Any]]], pct: float, runs_known: bool) -> dict[str, Any]:
+    """Exit 1 when a phase's per-token GPU kernel time, or its per-token step time, is significantly
+    slower by more than pct. A step-time change with the kernel time unchanged (host-side) is gated only
+    when run-to-run variance is known (several traces per side): host time differs widely between two
+    runs of the same stack, so one trace per side cannot tell a host regression from noise."""
+    failed, reasons, not_gated = [], {}, {}
+    for ph, rows in phases.items():
+        step = rows[0]
+        tok, ktok = step["per_token"], step["kernel_ms"]["per_token"]
+        why = []
+        if ktok["verdict"] == "slower" and (ktok["delta_pct"] or 0) > pct:
+            why.append(f"GPU kernel time per token {ktok['delta_pct']:+.1f}%")
+        if tok["verdict"] == "slower" and (tok["delta_pct"] or 0) > pct:
+            if ktok["verdict"] == "slower" or runs_known:
+                why.append(f"step time per token {tok['delta_pct']:+.1f}%")
+            else:
+                not_gated[ph] = (f"step time per token {tok['delta_pct']:+.1f}% with kernel time unchanged (host-side): "
+                                 "not gated, run-to-run variance unknown with one trace per side (pass -b/-c runs)")
+        if why:
+            failed.append(ph)
+            reasons[ph] = why
+    return {"pct": pct, "failed_phases": failed, "reasons": reasons, "not_gated": not_gated,
+            "exit_code": 1 if failed else 0}
+
+
 def compare(base: list[dict[str, Any]], cand: list[dict[str, Any]], min_effect_pct: float = MIN_EFFECT_PCT,
             gate_pct: float | None = None) -> dict[str, Any]:
     """The attrib.compare/1 document of two sides' analysis documents."""
@@ -121,7 +148,8 @@ def compare(base: list[dict[str, Any]], cand: list[dict[str, Any]], min_effect_p
         step = _row({"phase": ph}, b, c, "step_ms", None, min_effect_pct)
         kern = _row({"phase": ph}, b, c, "kernel_ms", None, min_effect_pct)
         rows = [_row({"component": x}, b, c, "", x, min_effect_pct) for x in comps]
-        step["kernel_ms"] = {k: kern[k] for k in ("base_ms", "cand_ms", "delta_ms", "delta_pct", "p_value", "verdict")}
+        step["kernel_ms"] = {k: kern[k] for k in ("base_ms", "cand_ms", "delta_ms", "delta_pct", "p_value", "verdict",
+                                                  "per_token")}
         step["cause"] = _cause(step, kern, rows)
         out_phases[ph] = [step] + sorted(rows, key=lambda r: -abs(r["delta_ms"] or 0))
         summary[ph] = {"steps": [sum(p["steps"] for p in b), sum(p["steps"] for p in c)],
@@ -131,11 +159,7 @@ def compare(base: list[dict[str, Any]], cand: list[dict[str, Any]], min_effect_p
     variance = ("unknown: one trace per side, so the statistics cover step-to-step variation only"
                 if n_b == 1 and n_c == 1 else
                 f"included: {n_b} base and {n_c} candidate traces; the bootstrap resamples traces, then steps")
-    gate = None
-    if gate_pct is not None:
-        failed = [ph for ph, rows in out_phases.items() if rows[0]["per_token"]["verdict"] == "slower"
-                  and (rows[0]["per_token"]["delta_pct"] or 0) > gate_pct]
-        gate = {"pct": gate_pct, "failed_phases": failed, "exit_code": 1 if failed else 0}
+    gate = None if gate_pct is None else _gate(out_phases, gate_pct, n_b > 1 and n_c > 1)
     return {"schema": SCHEMA_ID,
             "base": {"traces": [d["source"]["path"] for d in base]},
             "cand": {"traces": [d["source"]["path"] for d in cand]},

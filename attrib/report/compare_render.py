@@ -23,10 +23,15 @@ def rows(rs: list[dict[str, Any]]) -> list[tuple[str, ...]]:
         t = r.get("per_token") or {}
         tok = f"{fmt.num(t.get('base_ms'), '{:.4f}')}->{fmt.num(t.get('cand_ms'), '{:.4f}')} {_pct(t.get('delta_pct'))}"
         ci = ("-" if r["ci_low_ms"] is None else f"[{r['ci_low_ms']:+.4f}, {r['ci_high_ms']:+.4f}]")
+        verdict = r["verdict"] + (f" ({r.get('n_base')} vs {r.get('n_cand')} steps)" if r["p_value"] is None else "")
         out.append((name, fmt.num(r["base_ms"], "{:.4f}"), fmt.num(r["cand_ms"], "{:.4f}"),
                     fmt.num(r["delta_ms"], "{:+.4f}"), _pct(r["delta_pct"]), fmt.num(r["p_value"], "{:.3g}"),
-                    ci, r["verdict"], tok))
+                    ci, verdict, tok))
     return out
+
+
+def _cut(v: Any, width: int = 70) -> str:
+    return fmt.short(fmt.ev(v), width)
 
 
 def header_lines(doc: dict[str, Any]) -> list[str]:
@@ -40,7 +45,7 @@ def header_lines(doc: dict[str, Any]) -> list[str]:
     if d["unstamped"]:
         out.append(f"no provenance stamp: {', '.join(d['unstamped'])}")
     if d["other"]:
-        out.append("other differences: " + "; ".join(f"{o['key']}: {fmt.ev(o['base'])} vs {fmt.ev(o['cand'])}"
+        out.append("other differences: " + "; ".join(f"{o['key']}: {_cut(o['base'])} vs {_cut(o['cand'])}"
                                                     for o in d["other"]))
     for w in d["within_side"]:
         out.append(f"within {w['side']}: {w['key']} differs ({fmt.ev(w['values'])})")
@@ -53,19 +58,24 @@ def header_lines(doc: dict[str, Any]) -> list[str]:
 
 def _phase_lines(doc: dict[str, Any], ph: str) -> list[str]:
     s = doc["summary"][ph]
-    out = [f"steps {s['steps'][0]} vs {s['steps'][1]}, tokens/step {s['tokens_per_step'][0]} vs {s['tokens_per_step'][1]}"]
+    k = doc["phases"][ph][0]["kernel_ms"]
+    out = [f"steps {s['steps'][0]} vs {s['steps'][1]}, tokens/step {s['tokens_per_step'][0]} vs {s['tokens_per_step'][1]}",
+           f"summed kernel time {fmt.num(k['base_ms'], '{:.4f}')} -> {fmt.num(k['cand_ms'], '{:.4f}')} ms/step "
+           f"({_pct(k['delta_pct'])}, p {fmt.num(k['p_value'], '{:.3g}')}): {k['verdict']}"]
     if s.get("cause"):
         out.append(f"cause: {s['cause']}")
     return out
 
 
-def _gate_line(doc: dict[str, Any]) -> str | None:
+def _gate_lines(doc: dict[str, Any]) -> list[str]:
     g = doc.get("gate")
     if not g:
-        return None
+        return []
+    out = [f"gate {g['pct']:g}%: not gated: {ph}: {why}" for ph, why in g.get("not_gated", {}).items()]
     if g["failed_phases"]:
-        return f"gate {g['pct']:g}%: FAILED ({', '.join(g['failed_phases'])} per-token time significantly slower by more)"
-    return f"gate {g['pct']:g}%: passed"
+        return out + [f"gate {g['pct']:g}%: FAILED: " + "; ".join(f"{ph}: {', '.join(g['reasons'][ph])}"
+                                                                 for ph in g["failed_phases"])]
+    return out + [f"gate {g['pct']:g}%: passed"]
 
 
 def render_table(doc: dict[str, Any]) -> str:
@@ -79,8 +89,7 @@ def render_table(doc: dict[str, Any]) -> str:
                                            (c.ljust(widths[i]) if i >= 7 else c.rjust(widths[i]))
                                            for i, c in enumerate(r)).rstrip())
     lines += [f"note: {n}" for n in doc["notes"]]
-    gate = _gate_line(doc)
-    return "\n".join(lines + ([gate] if gate else [])) + "\n"
+    return "\n".join(lines + _gate_lines(doc)) + "\n"
 
 
 def render_markdown(doc: dict[str, Any]) -> str:
@@ -89,8 +98,7 @@ def render_markdown(doc: dict[str, Any]) -> str:
         out += ["", f"## {esc(ph)}", ""] + [f"- {esc(x)}" for x in _phase_lines(doc, ph)] + [""]
         out += md_table(HEAD, rows(rs))
     out += [f"- note: {esc(n)}" for n in doc["notes"]]
-    gate = _gate_line(doc)
-    return "\n".join(out + (["", f"**{esc(gate)}**"] if gate else [])) + "\n"
+    return "\n".join(out + [x for g in _gate_lines(doc) for x in ("", f"**{esc(g)}**")]) + "\n"
 
 
 def render_html(doc: dict[str, Any]) -> str:
@@ -99,11 +107,10 @@ def render_html(doc: dict[str, Any]) -> str:
         body = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" if i in (0, 7) else f'<td class="n">{escape(c)}</td>'
                                         for i, c in enumerate(r)) + "</tr>" for r in rows(rs))
         return f"<table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
-    gate = _gate_line(doc)
     body = ("<h1>attrib compare</h1><div class=stamp>" + "".join(f"<div>{escape(x)}</div>" for x in header_lines(doc))
             + "</div>" + "".join(f"<h2>{escape(ph)}</h2>" + "".join(f"<p>{escape(x)}</p>" for x in _phase_lines(doc, ph))
                                  + tbl(rs) for ph, rs in doc["phases"].items())
             + "".join(f"<p class=muted>note: {escape(n)}</p>" for n in doc["notes"])
-            + (f"<p><b>{escape(gate)}</b></p>" if gate else ""))
+            + "".join(f"<p><b>{escape(g)}</b></p>" for g in _gate_lines(doc)))
     return ("<!DOCTYPE html><html lang=en><head><meta charset=utf-8><title>attrib compare</title>"
             f"<style>{CSS}</style></head><body><main>{body}</main></body></html>\n")

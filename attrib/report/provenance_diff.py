@@ -46,8 +46,10 @@ def _fields(docs: list[dict[str, Any]]) -> dict[str, Any]:
         return {p["phase"]: p.get("tokens_per_step") for p in d["phases"]}
     fields = {"arch": lambda d: (d.get("device") or {}).get("arch"), "tokens_per_step": tokens}
     fields |= {k: prov(k) for k in MATCH_KEYS}
-    if all(_config(d) is not None for d in docs):
-        fields["model"] = _config
+    if all(_config(d) is not None for d in docs):  # the model by its config, key by key
+        del fields["model"]
+        for k in sorted({k for d in docs for k in _config(d)}):
+            fields[f"model_config.{k}"] = lambda d, k=k: _config(d).get(k)
     env_keys = sorted({k for d in docs for k in ((d.get("provenance") or {}).get("env") or {})})
     fields |= {f"env {k}": env(k) for k in env_keys}
     return fields

@@ -16,6 +16,8 @@ SCHEMA_ID = "attrib.slope/1"
 WEIGHT_BOUND = ("qkv_proj", "o_proj", "mlp_gate_up", "mlp_down", "moe_router", "moe_experts",
                 "moe_shared_expert", "lm_head")
 MIN_CONTEXTS = 2
+# stamp fields that follow the context by construction (a cache sized to the prompt): not a different stack
+CONTEXT_KEYS = ("context_length", "tokens_per_step", "model_config.max_position_embeddings")
 
 
 def _points(phs: list[dict[str, Any]], get) -> tuple[list[float], list[float]]:
@@ -95,7 +97,7 @@ def slope(docs: list[dict[str, Any]], phase: str = "decode") -> dict[str, Any]:
         notes.append("no context known (no attention shapes, vLLM annotation or provenance context_length): "
                      + ", ".join(missing))
     for w in provenance_diff(docs, docs)["within_side"]:
-        if w["side"] == "base" and w["key"] not in ("context_length", "tokens_per_step"):
+        if w["side"] == "base" and w["key"] not in CONTEXT_KEYS:
             notes.append(f"not one stack? the traces differ in {w['key']}: {w['values']}")
     notes.append("steps of one trace are not independent samples: the CIs assume they are")
     return {"schema": SCHEMA_ID, "phase": phase, "traces": traces, "rows": rows,
