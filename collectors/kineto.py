@@ -22,7 +22,7 @@ import polars as pl
 from attrib.errors import TraceError
 from attrib.trace import Meta, Trace
 from collectors import limits, validate
-from collectors.kineto_events import CHUNK, Event, Notes, decode_chunk
+from collectors.kineto_events import CHUNK, DECODE_ERRORS, Event, Notes, decode_chunk
 from collectors.provenance import read_sidecar
 
 
@@ -73,7 +73,7 @@ def _decode_doc(path: Path, text: bytes, warnings: list[str]) -> _Doc:
         return _DOC.decode(text)
     except msgspec.ValidationError as exc:
         raise TraceError(path, f"not a torch-profiler trace ({exc})") from None
-    except msgspec.DecodeError as exc:
+    except DECODE_ERRORS as exc:
         problem = str(exc)
     except RecursionError:
         raise TraceError(path, "JSON nested too deeply (thousands of levels; a profiler event has a few)") from None
@@ -88,7 +88,7 @@ def _decode_doc(path: Path, text: bytes, warnings: list[str]) -> _Doc:
         warnings.append(f"{repaired} event names had unescaped quotes (a Kineto bug); repaired")
         try:
             return _DOC.decode(text)
-        except msgspec.DecodeError as exc:
+        except DECODE_ERRORS as exc:
             problem = str(exc)
     return _lenient(path, text, problem, warnings)
 
@@ -126,7 +126,7 @@ def _salvage(text: bytes, tries: int = 64) -> _Doc | None:
             return None
         try:
             return _DOC.decode(text[: end + 1] + b"]}")
-        except (msgspec.DecodeError, RecursionError):
+        except (*DECODE_ERRORS, RecursionError):
             continue
     return None
 

@@ -95,6 +95,9 @@ class _Loose(msgspec.Struct, gc=False):
     id: Any = None
     args: Any = None
 
+# what invalid JSON raises: msgspec 0.18 (the declared floor) raises UnicodeDecodeError for invalid UTF-8
+# in a string, later versions msgspec.DecodeError
+DECODE_ERRORS = (msgspec.DecodeError, UnicodeDecodeError)
 _EVENTS = msgspec.json.Decoder(list[Event])
 _LOOSE = msgspec.json.Decoder(_Loose)
 _LOOSE_ARGS = msgspec.json.Decoder(_LooseArgs)
@@ -182,7 +185,7 @@ def _one(raw: bytes, index: int, notes: Notes) -> Event | None:
         return _EVENTS.decode(b"[" + raw + b"]")[0]
     except msgspec.ValidationError:
         pass
-    except msgspec.DecodeError:
+    except DECODE_ERRORS:
         fixed = raw.decode("utf-8", "replace").encode()
         if fixed == raw:
             notes.dropped += 1
@@ -203,7 +206,7 @@ def decode_chunk(raws: list[msgspec.Raw], base: int, notes: Notes) -> list[Event
     """The chunk's events (raws[i] is event base + i), typed; bad ones salvaged one by one."""
     try:
         return _EVENTS.decode(b"[" + b",".join(raws) + b"]")
-    except msgspec.DecodeError:  # ValidationError included
+    except DECODE_ERRORS:  # ValidationError included
         pass
     out = []
     for i, r in enumerate(raws):
