@@ -163,7 +163,10 @@ def attribution(path: str | Path, phase_map: dict[str, str] | None = None, captu
     """Load and attribute one trace (with its graph-capture trace when given); warn(path, message) gets
     each warning of the readers."""
     cap = load(capture) if capture is not None else None
-    trace = analyzable(load(path), path)
+    try:
+        trace = analyzable(load(path), path)
+    except MemoryError:
+        raise TraceError(path, "reading it needs more memory than this process may use") from None
     for p, t in ((capture, cap), (path, trace)):
         for w in (t.meta.warnings if t is not None and warn is not None else ()):
             warn(p, w)

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
-import random
 import shutil
 import sqlite3
 import zlib
@@ -20,6 +18,8 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Callable
+
+from files import _fifo, _gz, _loop, _mkdir, _random, _sparse, _write  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "tests" / "fixtures"
@@ -181,18 +181,6 @@ def _v1_swap(lines: list[str]) -> list[str]:
     return out
 
 
-def _fifo(d: Path) -> Path:
-    p = d / "trace.json"
-    os.mkfifo(p)
-    return p
-
-
-def _loop(d: Path) -> Path:
-    (d / "a.json").symlink_to(d / "b.json")
-    (d / "b.json").symlink_to(d / "a.json")
-    return d / "a.json"
-
-
 def _bomb(d: Path) -> Path:
     """A real trace's event list with 96 MB of whitespace inside it, gzip'd to ~100 KB."""
     text = gzip.decompress(TORCH.read_bytes())
@@ -205,13 +193,6 @@ def _bomb(d: Path) -> Path:
     out = d / "bomb.json.gz"
     out.write_bytes(b"".join(parts))
     return out
-
-
-def _write(name: str, data: Callable[[], bytes]) -> Callable[[Path], Path]:
-    def build(d: Path) -> Path:
-        (d / name).write_bytes(data())
-        return d / name
-    return build
 
 
 def _two_torch(d: Path) -> Path:
@@ -270,20 +251,6 @@ def _deep(d: Path) -> Path:
     return d / "deep.json"
 
 
-def _random(n: int, seed: int) -> Callable[[], bytes]:
-    return lambda: random.Random(seed).randbytes(n)
-
-
-def _gz(data: Callable[[], bytes]) -> Callable[[], bytes]:
-    return lambda: gzip.compress(data())
-
-
-def _mkdir(d: Path) -> Path:
-    (d / "nothing").mkdir()
-    (d / "nothing" / "notes.txt").write_text("no trace here\n")
-    return d / "nothing"
-
-
 VARIANTS = [
     # --- crashes seen: recursion, overflow, strings for numbers, unhashable, wrong JSON shapes
     Variant("kineto-deep-nesting", "crash", _deep, "error", "nested"),
@@ -323,6 +290,8 @@ VARIANTS = [
     Variant("csv-duplicate-dispatch-ids", "memory", lambda d: _csv(d, _csv_field("Dispatch_Id", "5", range(1, 145))),
             "salvage", "id"),
     Variant("gzip-bomb-whitespace", "memory", _bomb, "error", "bomb"),
+    Variant("sparse-3GB-json", "memory", lambda d: _sparse(d, gzip.decompress(TORCH.read_bytes())[:4096]),
+            "error", "memory"),
     Variant("event-20MB-name", "memory", lambda d: _raw_torch(d, _name_bytes(3, b"A" * (20 << 20))), "error", "MB"),
     # --- confident nonsense
     Variant("kineto-negative-dur", "nonsense", lambda d: _torch(d, _set("kernel", "dur", -5, every=3)),
