@@ -58,6 +58,26 @@ SCHEMAS: dict[str, dict[str, pl.DataType]] = {
 
 TABLES = tuple(SCHEMAS)
 
+# The runtime call that replays a captured graph (cudaGraphLaunch, hipGraphLaunch).
+GRAPH_LAUNCH = r"(?i)graphlaunch"
+
+
+def mark_graph_replays(kernels: pl.DataFrame, launches: pl.DataFrame | None) -> pl.DataFrame:
+    """`kernels` with `graph` true where a kernel was replayed from a graph: its source marked it, the
+    launch sharing its correlation id is a graph launch, or its correlation id keys more than one kernel
+    (one graph launch issues them all). The one definition; collectors apply it to the tables they build."""
+    if "correlation" not in kernels.columns:
+        return kernels
+    flag = pl.col("graph").fill_null(False) if "graph" in kernels.columns else pl.lit(False)
+    shared = pl.col("correlation").is_not_null() & (pl.len().over("correlation") > 1)
+    graph = flag | shared
+    if launches is not None and {"correlation", "name"} <= set(launches.columns):
+        by_graph = (launches.filter(pl.col("correlation").is_not_null() & pl.col("name").str.contains(GRAPH_LAUNCH))
+                    ["correlation"].unique())
+        graph = graph | pl.col("correlation").is_in(by_graph.implode()).fill_null(False)
+    return kernels.with_columns(graph.alias("graph"))
+
+
 # A step annotation as attrib's capture writes it (a record_function / roctx range around one step):
 # "decode (tokens=8)", or "decode" without a count. `step_name` writes it, STEP_NAME reads it back.
 STEP_NAME = re.compile(r"^(?P<name>.+?) \(tokens=(?P<tokens>\d+)\)$")

@@ -20,7 +20,7 @@ import orjson
 import polars as pl
 
 from attrib.errors import TraceError
-from attrib.trace import Meta, Trace
+from attrib.trace import Meta, Trace, mark_graph_replays
 from collectors import limits, validate
 from collectors.kineto_events import CHUNK, DECODE_ERRORS, Event, Notes, decode_chunk
 from collectors.provenance import read_sidecar
@@ -340,6 +340,8 @@ def read(path: str | Path, **_: Any) -> Trace:
     warnings += notes.warnings()
     tables = validate.tables(tables, warnings)
     tables["kernels"] = _fill_correlation(tables["kernels"], flows)
+    if tables["kernels"] is not None:  # "Dispatch Task" kernels, graph launches, shared correlation ids
+        tables["kernels"] = mark_graph_replays(tables["kernels"], tables["launches"])
     if tables["copies"] is not None:  # "Memcpy HtoD (Pageable -> Device)" -> HtoD
         tables["copies"] = tables["copies"].with_columns(
             pl.col("name").str.extract(r"\b([HDP]to[HDP])\b", 1).alias("direction"))

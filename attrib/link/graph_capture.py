@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from attrib.link.launches import GRAPH_LAUNCH, KERNEL_LAUNCH, link
+from attrib.link.launches import KERNEL_LAUNCH, link
 from attrib.link.nesting import innermost
-from attrib.trace import Trace, conform
+from attrib.trace import GRAPH_LAUNCH, Trace, conform
 
 _BY = ["pid", "tid"]
 _ANNOTATION = r"^capture_(\d+)_(\w+)$"

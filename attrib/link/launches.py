@@ -14,7 +14,6 @@ import polars as pl
 from attrib.link.nesting import innermost, parents
 from attrib.trace import Trace
 
-GRAPH_LAUNCH = r"(?i)graphlaunch"
 KERNEL_LAUNCH = r"(?i)(launchkernel|launchcooperativekernel|graphlaunch|modulelaunchkernel|cuLaunch)"
 _MODULE = r"^nn\.Module: (.+)$"
 _BY = ["pid", "tid"]
@@ -29,8 +28,9 @@ def _launch_of(trace: Trace) -> pl.DataFrame:
                   pl.col("tid").alias("launch_tid"), pl.col("external_id").alias("launch_ext")))
     k = trace.kernels.select("id", "correlation", "external_id", "graph", "launch_id")
     k = k.join(la, on="correlation", how="left")
-    graph = (pl.col("graph").fill_null(False) | pl.col("launch_name").str.contains(GRAPH_LAUNCH).fill_null(False))
-    return k.with_columns(pl.col("launch_id").fill_null(pl.col("launch")).alias("launch_id"), graph.alias("graph"))
+    # graph replays are the contract's fact (attrib.trace.mark_graph_replays, applied by the collectors)
+    return k.with_columns(pl.col("launch_id").fill_null(pl.col("launch")).alias("launch_id"),
+                          pl.col("graph").fill_null(False).alias("graph"))
 
 
 def module_paths(frames: pl.DataFrame) -> pl.DataFrame:

@@ -12,11 +12,14 @@ from typing import Any, Iterator
 import polars as pl
 
 from attrib.errors import TraceError
-from attrib.trace import Meta, Trace
+from attrib.trace import Meta, Trace, mark_graph_replays
 from collectors import limits, validate
 
 GZIP_MAGIC = b"\x1f\x8b"
 SQLITE_MAGIC = b"SQLite format 3\x00"
+# rocprofv3 memory-copy directions (CSV and JSON) -> the contract's copies.direction
+COPY_DIRECTIONS = {"HOST_TO_DEVICE": "HtoD", "DEVICE_TO_HOST": "DtoH", "DEVICE_TO_DEVICE": "DtoD",
+                   "HOST_TO_HOST": "HtoH"}
 
 # Agent keys kept in Meta.devices (rocprofiler / HSA names), in this order.
 AGENT_KEYS = (
@@ -232,17 +235,11 @@ def rocminfo_agents(text: str) -> tuple[dict[str, Any], ...]:
 
 
 def link_launches(kernels: pl.DataFrame, launches: pl.DataFrame | None) -> pl.DataFrame:
-    """kernels.launch_id from the launch sharing its correlation id; graph = shared correlation.
-
-    Kernels replayed from a graph share the correlation id of the one graph launch, so a
-    correlation id that keys more than one dispatch marks graph replays.
-    """
+    """kernels.launch_id from the launch sharing its correlation id; graph replays marked by the
+    contract's one rule (attrib.trace.mark_graph_replays)."""
     if kernels.height == 0 or "correlation" not in kernels.columns:
         return kernels
-    shared = pl.col("correlation").is_not_null() & (pl.len().over("correlation") > 1)
-    kernels = kernels.with_columns(
-        (pl.col("graph").fill_null(False) | shared) if "graph" in kernels.columns
-        else shared.alias("graph"))
+    kernels = mark_graph_replays(kernels, launches)
     if launches is None or launches.height == 0 or "correlation" not in launches.columns:
         return kernels
     ids = (launches.filter(pl.col("correlation").is_not_null())

@@ -17,7 +17,7 @@ import polars as pl
 from attrib.errors import TraceError
 from attrib.trace import Trace
 
-from ._common import (agent_dict, dims, finish, int_col, merge, pick, plain_name, read_csv,
+from ._common import (COPY_DIRECTIONS, agent_dict, dims, finish, int_col, merge, pick, plain_name, read_csv,
                       require, str_col, workgroups)
 
 FORMAT = "rocprofv3-csv"
@@ -26,9 +26,6 @@ KINDS = ("kernel_trace", "hip_api_trace", "marker_api_trace", "memory_copy_trace
          "regions_trace", "hsa_api_trace", "rccl_api_trace", "memory_allocation_trace",
          "scratch_memory_trace", "counter_collection", "counter_collection_trace")
 _KIND_RE = re.compile(r"^(?:(.*)_)?(" + "|".join(KINDS) + r")\.csv$", re.IGNORECASE)
-
-_DIRECTIONS = {"HOST_TO_DEVICE": "HtoD", "DEVICE_TO_HOST": "DtoH", "DEVICE_TO_DEVICE": "DtoD",
-               "HOST_TO_HOST": "HtoH"}
 
 
 def split_name(path: Path) -> tuple[str, str] | None:
@@ -104,7 +101,7 @@ def _copies(df: pl.DataFrame, path: Path) -> pl.DataFrame:
         dur_ns=int_col(df, end) - int_col(df, start), device=int_col(df, "destination_agent_id"),
         stream=int_col(df, "stream_id"), correlation=int_col(df, "correlation_id"),
         bytes=int_col(df, "size", "bytes", "copy_bytes"), kind=pl.lit("memcpy"),
-        direction=direction.replace_strict(_DIRECTIONS, default=None, return_dtype=pl.Utf8),
+        direction=direction.replace_strict(COPY_DIRECTIONS, default=None, return_dtype=pl.Utf8),
     ).sort("start_ns")
 
 

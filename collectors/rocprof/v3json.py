@@ -14,11 +14,10 @@ import polars as pl
 from attrib.errors import TraceError
 from attrib.trace import Trace
 
-from ._common import agent_dict, clean_kernel_name, finish, merge, parse_int, read_bytes, workgroups
+from ._common import (COPY_DIRECTIONS, agent_dict, clean_kernel_name, finish, merge, parse_int, read_bytes,
+                      workgroups)
 
 FORMAT = "rocprofv3-json"
-_DIRECTIONS = {"HOST_TO_DEVICE": "HtoD", "DEVICE_TO_HOST": "DtoH", "DEVICE_TO_DEVICE": "DtoD",
-               "HOST_TO_HOST": "HtoH"}
 
 
 def _dicts(value) -> list[dict]:
@@ -147,7 +146,7 @@ def _copies(path: Path, proc: dict) -> pl.DataFrame | None:
     direction = pl.col("name").str.replace(r"^MEMORY_COPY_", "")
     return df.with_columns(
         kind=pl.lit("memcpy"),
-        direction=direction.replace_strict(_DIRECTIONS, default=None, return_dtype=pl.Utf8),
+        direction=direction.replace_strict(COPY_DIRECTIONS, default=None, return_dtype=pl.Utf8),
     ).drop("operation", "tid")
 
 
