@@ -12,12 +12,12 @@ import pytest
 from attrib.pipeline import attribute
 from attrib.report.document import document
 from attrib.components.classify import TAXONOMY
-from attrib.components.patterns import component_patterns
+from attrib.components.patterns import RUNTIME_HELPERS, component_patterns
 from attrib.link.launches import link
 from attrib.steps.phases import parse_marker, DEFAULT_MAP
 from collectors import load
 
-from conftest import EXAMPLE_TRACE, FIXTURES, ROOT
+from conftest import EXAMPLE_TRACE, FIXTURES, ROOT, raw_events
 
 SCHEMA = json.loads((ROOT / "attrib" / "data" / "attrib.analysis-1.schema.json").read_text())
 TORCH = [EXAMPLE_TRACE, *sorted((FIXTURES / "torch").glob("*.json.gz")),
@@ -35,8 +35,9 @@ def test_moe_steps_tokens_and_totals(moe):
     phases = {p["phase"]: p for p in doc["phases"]}
     assert (phases["prefill"]["steps"], phases["decode"]["steps"]) == (1, 6)
     assert (phases["prefill"]["tokens_per_step"], phases["decode"]["tokens_per_step"]) == (2048, 4)
-    assert doc["source"]["kernels"] == 4977 and doc["source"]["kernels_outside_steps"] == 0
-    assert doc["source"]["kernel_ms"] == pytest.approx(27.298, rel=1e-3)
+    kernels = [e for e in raw_events(EXAMPLE_TRACE) if e.get("cat") == "kernel"]  # Kineto ts/dur in us
+    assert doc["source"]["kernels"] == len(kernels) and doc["source"]["kernels_outside_steps"] == 0
+    assert doc["source"]["kernel_ms"] == pytest.approx(sum(e["dur"] for e in kernels) / 1e3, abs=1e-4)
 
 
 def test_moe_components(moe):
@@ -58,22 +59,36 @@ def test_moe_components(moe):
 
 
 def test_rocm_linking_counts_unlaunched_kernels(fixtures):
-    t = load(fixtures / "torch" / "mi300_hf_qwen1.5-0.5b-chat.json.gz")
+    path = fixtures / "torch" / "mi300_hf_qwen1.5-0.5b-chat.json.gz"
+    # from the raw events: a kernel is launched when a runtime/driver call carries its correlation id
+    events = raw_events(path)
+    calls = {e["args"]["correlation"] for e in events if e.get("cat") in ("cuda_runtime", "cuda_driver")}
+    raw = [e for e in events if e.get("cat") == "kernel"]
+    n_launched = sum(e["args"].get("correlation") in calls for e in raw)
+    assert 0 < n_launched < len(raw)  # the fixture has both kinds (1053 of 1516 as read by hand)
+    t = load(path)
     links = link(t)
     corr = set(t.launches["correlation"].drop_nulls().to_list())
     launched = t.kernels.filter(pl.col("correlation").is_in(list(corr)))["id"]
     got = links.filter(pl.col("id").is_in(launched.to_list()))
-    assert got.height == 1053
+    assert got.height == n_launched
     assert got["launch_id"].null_count() == 0 and got["op_id"].null_count() == 0
     doc = document(attribute(t))
-    assert doc["source"]["kernels_without_launch"] == 463 == 1516 - 1053
+    assert doc["source"]["kernels_without_launch"] == len(raw) - n_launched
 
 
 def test_graph_replay_kernels_use_gpu_spans_and_names(fixtures):
-    doc = document(attribute(load(fixtures / "torch" / "h200_dense_prefill_cudagraph_decode.json.gz")))
+    path = fixtures / "torch" / "h200_dense_prefill_cudagraph_decode.json.gz"
+    a = attribute(load(path))
+    doc = document(a)
     phases = {p["phase"]: p for p in doc["phases"]}
-    assert phases["decode"]["steps"] == 16 and phases["prefill"]["tokens_per_step"] == 8192
+    # fixtures README: batch 8, prompt 1024, 16 decode steps each ONE cudaGraphLaunch
+    graph_calls = {e["args"]["correlation"] for e in raw_events(path) if e.get("name") == "cudaGraphLaunch"}
+    assert phases["decode"]["steps"] == len(graph_calls) == 16 and phases["prefill"]["tokens_per_step"] == 8 * 1024
     assert phases["decode"]["tokens_per_step"] == 8  # one token per sequence of the prefill batch
+    # replayed: exactly the kernels whose correlation id is a graph launch's (from the raw events)
+    replayed = sum(e["args"].get("correlation") in graph_calls for e in raw_events(path) if e.get("cat") == "kernel")
+    assert a.kernels["graph"].sum() == replayed > 0
     comps = {c["component"] for c in phases["decode"]["components"]}
     assert {"attention", "qkv_proj", "o_proj", "mlp_gate_up", "lm_head"} <= comps
     assert doc["source"]["kernels_outside_steps"] == 0
@@ -106,35 +121,39 @@ def test_pattern_table_is_valid():
         re.compile(p)
 
 
-ROCPROF = [
-    ("gfx1201_llamacpp_rocpd_rocm7.2/32432_results.db.gz", 5687),
-    ("gfx1151_llamacpp_rocprofv3_csv", 144),
-    ("gfx1201_llamacpp_legacy_rocprof_v1/results.csv.gz", 1963),
-    ("gfx950_rocprofv3_json/908_results.json.gz", 43915),
-]
+# the readers' kernel counts are proved against the raw files in test_rocprof_readers.py
+ROCPROF = ["gfx1201_llamacpp_rocpd_rocm7.2/32432_results.db.gz", "gfx1151_llamacpp_rocprofv3_csv",
+           "gfx1201_llamacpp_legacy_rocprof_v1/results.csv.gz", "gfx950_rocprofv3_json/908_results.json.gz"]
 
 
-@pytest.mark.parametrize("rel,kernels", ROCPROF, ids=[r[0].split("/")[0] for r in ROCPROF])
-def test_every_rocprof_fixture_gives_a_valid_document(rel, kernels):
-    doc = document(attribute(load(FIXTURES / "rocprof" / rel)))
+@pytest.mark.parametrize("rel", ROCPROF, ids=[r.split("/")[0] for r in ROCPROF])
+def test_every_rocprof_fixture_gives_a_valid_document(rel):
+    t = load(FIXTURES / "rocprof" / rel)
+    doc = document(attribute(t))
     jsonschema.validate(doc, SCHEMA)
-    assert doc["source"]["kernels"] == kernels
+    assert doc["source"]["kernels"] == t.kernels.height > 0
     for ph in doc["phases"]:
         assert {c["component"] for c in ph["components"]} <= set(TAXONOMY)
 
 
 def test_r9700_llama_bench_is_all_decode_split_into_tokens():
-    doc = document(attribute(load(FIXTURES / "rocprof" / ROCPROF[0][0])))
+    doc = document(attribute(load(FIXTURES / "rocprof" / ROCPROF[0])))
     assert doc["device"]["arch"] == "gfx1201" and "R9700" in doc["device"]["name"]
     assert [p["phase"] for p in doc["phases"]] == ["decode"]
-    # llama-bench -n 8 runs one warm-up token, then the 8 measured ones; 104 setup copies/fills before
-    assert doc["phases"][0]["steps"] == 9 and doc["source"]["kernels_outside_steps"] == 104
+    # llama-bench -n 8 runs one warm-up token, then the 8 measured ones; setup copies/fills before
+    names = load(FIXTURES / "rocprof" / ROCPROF[0]).kernels.sort("start_ns")["name"]
+    setup = names.str.contains(RUNTIME_HELPERS).arg_min()  # helper kernels before the first model kernel
+    assert doc["phases"][0]["steps"] == 9 and doc["source"]["kernels_outside_steps"] == setup > 0
 
 
 def test_vllm_mi300_replay_links_every_launched_kernel(fixtures):
-    t = load(fixtures / "torch" / "mi300_vllm_prefilldecode_piecewise" / "graph_execution.json.gz")
+    path = fixtures / "torch" / "mi300_vllm_prefilldecode_piecewise" / "graph_execution.json.gz"
+    kinds = [e["args"].get("kind") for e in raw_events(path) if e.get("cat") == "kernel"]  # ROCm Kineto kernel kinds
+    t = load(path)
     links = link(t)
     eager = links.filter(~pl.col("graph"))
-    assert eager.height == 52 and eager["launch_id"].null_count() == 0 and eager["op_id"].null_count() == 0
+    assert eager.height == kinds.count("Dispatch Kernel") and eager["launch_id"].null_count() == 0
+    assert eager["op_id"].null_count() == 0
     graph = links.filter(pl.col("graph"))
-    assert graph.height == 361 and graph["launch_id"].null_count() == 0 and graph["op_id"].null_count() == 361
+    assert graph.height == kinds.count("Dispatch Task") > 0 and graph["launch_id"].null_count() == 0
+    assert graph["op_id"].null_count() == graph.height  # the launch call site is the graph's, not theirs

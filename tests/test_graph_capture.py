@@ -12,9 +12,21 @@ from attrib.link.launches import link
 from attrib.steps.phases import assign_steps
 from collectors import load
 
-from conftest import FIXTURES
+from conftest import FIXTURES, raw_events
 
 VLLM = FIXTURES / "torch" / "mi300_vllm_prefilldecode_piecewise"
+H200 = FIXTURES / "torch" / "h200_dense_prefill_cudagraph_decode.json.gz"
+
+
+def _raw_counts() -> tuple[int, int, int, int]:
+    """From the raw events (gzip + json): capture segments (hipStreamBeginCapture calls), kernels replayed
+    in the vLLM trace (ROCm kind "Dispatch Task"), the H200 trace's graph launches and their kernels."""
+    begins = sum(e.get("name") == "hipStreamBeginCapture" for e in raw_events(VLLM / "graph_capture_rank_0.pt.trace.json.gz"))
+    tasks = sum(e["args"].get("kind") == "Dispatch Task" for e in raw_events(VLLM / "graph_execution.json.gz")
+                if e.get("cat") == "kernel")
+    graphs = {e["args"]["correlation"] for e in raw_events(H200) if e.get("name") == "cudaGraphLaunch"}
+    h200 = sum(e["args"].get("correlation") in graphs for e in raw_events(H200) if e.get("cat") == "kernel")
+    return begins, tasks, len(graphs), h200
 
 
 @pytest.fixture(scope="module")
@@ -40,20 +52,23 @@ def test_segments_and_groups(traces, merged):
     replay, links, capture = traces
     segs = capture_launches(capture)
     sizes = segs.group_by("seg", maintain_order=True).len()["len"].to_list()
-    assert sizes == [4] + [15] * 23 + [12]
+    begins, tasks, _, _ = _raw_counts()
+    # piecewise capture of gpt-oss: one graph per piece; every replayed kernel has its captured launch
+    assert len(sizes) == begins and sum(sizes) == tasks and sizes == [4] + [15] * 23 + [12]
     assert set(segs["annotation"]) == {"capture_8192_PIECEWISE"} and set(segs["batch_size"]) == {8192}
     report = merged[2]
-    assert report.segments == 25 and report.groups == 25 and report.replayed == 361
-    assert report.captures == {"capture_8192_PIECEWISE": 25}
+    assert report.segments == report.groups == begins and report.replayed == tasks
+    assert report.captures == {"capture_8192_PIECEWISE": begins}
 
 
 def test_all_replayed_kernels_get_op_and_module(traces, merged):
     replay, links, _ = traces
     trace, out, report = merged
-    assert (report.matched, report.unmatched, report.with_op, report.with_module) == (361, 0, 361, 361)
-    assert report.groups_exact == 25 and report.mean_ratio == 1.0 and report.groups_ambiguous == 0
+    _, tasks, _, _ = _raw_counts()
+    assert (report.matched, report.unmatched, report.with_op, report.with_module) == (tasks, 0, tasks, tasks)
+    assert report.groups_exact == report.groups and report.mean_ratio == 1.0 and report.groups_ambiguous == 0
     cap = out.filter(pl.col("link") == "capture")
-    assert cap.height == 361 and cap["graph"].all() and cap["op_id"].null_count() == 0
+    assert cap.height == tasks and cap["graph"].all() and cap["op_id"].null_count() == 0
     # the capture's module scope is torch.compile's graph module under the model
     assert set(cap["module_path"]) == {"GptOssForCausalLM_0/GraphModule_0"}
     # eager kernels untouched; graph launch kept
@@ -136,15 +151,16 @@ def test_batch_size_filter(traces):
 
 def test_unrelated_capture_matches_nothing(traces):
     replay, links, capture = traces
-    h200 = load(FIXTURES / "torch" / "h200_dense_prefill_cudagraph_decode.json.gz")
+    begins, tasks, graphs, h200_replayed = _raw_counts()
+    h200 = load(H200)
     # no capture segments in the H200 trace
     t, out, report = merge(replay, links, h200)
-    assert (report.segments, report.matched, report.unmatched) == (0, 0, 361)
+    assert (report.segments, report.matched, report.unmatched) == (0, 0, tasks)
     assert out.equals(links) and t.ops.equals(replay.ops)
     # CUDA replay groups against the ROCm capture: segments found, no name sequence close enough
     h_links = link(h200)
     t, out, report = merge(h200, h_links, capture)
-    assert report.segments == 25 and report.groups == 16 and report.replayed == 2496
+    assert (report.segments, report.groups, report.replayed) == (begins, graphs, h200_replayed)
     assert report.matched == 0 and report.mean_ratio is None
     assert out.equals(h_links) and t.ops.equals(h200.ops)
 

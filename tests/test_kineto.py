@@ -77,8 +77,10 @@ def test_truncated_gzip_is_salvaged_with_a_warning(tmp_path):
     cut.write_bytes(raw[: len(raw) // 2])
     t = read(cut)
     assert any("gzip" in w for w in t.meta.warnings)
-    # Kineto writes CPU events first: the first half of the stream holds the ops, not the kernels
-    assert t.ops.height == 16185 and t.kernels.height < 4977
+    # Kineto writes CPU events first: the first half of the gzip holds every op and not all kernels
+    events = _events(EXAMPLE_TRACE)
+    assert t.ops.height == sum(e.get("cat") == "cpu_op" for e in events)
+    assert t.kernels.height < sum(e.get("cat") == "kernel" for e in events)
 
 
 def test_flows_fill_a_missing_correlation(tmp_path):

@@ -110,12 +110,14 @@ def test_csv_directory_reads_one_run_and_says_what_it_ignored(fixtures):
 def test_legacy_v1(fixtures, name):
     t = collectors.load(fixtures / LEGACY / name)
     k = t.kernels
-    assert t.meta.format == "rocprof-v1" and k.height == 1963
-    stats = pl.read_csv(fixtures / LEGACY / "results.stats.csv")
-    assert k["dur_ns"].sum() == stats["TotalDurationNs"].sum() == 662_138_329
-    assert k["id"].n_unique() == 1963
+    stats = pl.read_csv(fixtures / LEGACY / "results.stats.csv")  # rocprof's own per-kernel summary
+    calls = dict(zip(stats["Name"].str.replace(r" \[clone \.kd\]$|\.kd$", ""), stats["Calls"]))
+    assert t.meta.format == "rocprof-v1" and k.height == stats["Calls"].sum()
+    assert k["dur_ns"].sum() == stats["TotalDurationNs"].sum()
+    assert k["id"].n_unique() == k.height
     assert not k["name"].str.contains(r"\.kd").any()
-    assert k.filter(pl.col("name").str.starts_with("void mul_mat_q<")).height == 442
+    mmq = [n for n in calls if n.startswith("void mul_mat_q<")]
+    assert k.filter(pl.col("name").str.starts_with("void mul_mat_q<")).height == sum(calls[n] for n in mmq) > 0
     gpu = t.meta.devices[0]
     assert (gpu["name"], gpu["product_name"], gpu["cu_count"]) == ("gfx1201", "AMD Radeon AI PRO R9700", 64)
     assert gpu["wave_front_size"] == 32

@@ -31,7 +31,10 @@ def test_gfx1201_llama_bench_decode(fixtures):
     assert s["start"].is_sorted()
     assert s["ms"][0] > s["ms"][1:].max()  # the warm-up token is the slowest
     before = out.filter(pl.col("step").is_null())
-    assert before.height == 104 and before["name"].str.contains(HELPERS).all()
+    # the setup copies/fills: the runtime helper kernels before the first model kernel, in start order
+    names = k.sort("start_ns")["name"]
+    setup = names.str.contains(HELPERS).arg_min()
+    assert before.height == setup > 0 and before["name"].str.contains(HELPERS).all()
     assert before["start_ns"].max() < s["start"][0]
 
 
