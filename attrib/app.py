@@ -21,7 +21,7 @@ from attrib.report.bottlenecks import add_bottlenecks
 from attrib.report.document import TOP_KERNELS, document
 from attrib.roofline.arch import Arch, load_archs, override
 from attrib.report.export import annotate
-from attrib.trace import Trace
+from attrib.trace import TRUNCATED, Trace
 from collectors import kineto, limits, load, sniff
 
 
@@ -145,7 +145,7 @@ def analyzable(trace: Trace, path: object) -> Trace:
     if trace.kernels.height:
         return trace
     m = trace.meta
-    cut = next((w for w in m.warnings if "truncated" in w), None)
+    cut = next((w for w in m.warnings if w.kind == TRUNCATED), None)
     gpu_run = m.format != "torch-json" or trace.launches.height or m.devices or m.vendor or cut
     if not gpu_run and trace.ops.height:
         return trace

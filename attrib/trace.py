@@ -113,13 +113,29 @@ def conform(table: str, df: pl.DataFrame | None) -> pl.DataFrame:
     return df.select(cols + extra)
 
 
+TRUNCATED = "truncated"  # the kind of a warning that the file was cut short and what preceded the cut was read
+
+
+class TraceWarning(str):
+    """A reader's warning: the message (the string itself) and its `kind`, TRUNCATED or "note", so that
+    what to do about it never depends on searching the text. Plain strings given to Meta are notes."""
+
+    kind: str
+
+    def __new__(cls, message: str, kind: str = "note") -> TraceWarning:
+        w = super().__new__(cls, message)
+        w.kind = getattr(message, "kind", kind) if kind == "note" else kind
+        return w
+
+
 @dataclass(frozen=True)
 class Meta:
     """What is known about the trace as a whole.
 
     device: one dict per visible device, as the source recorded it (torch `deviceProperties`,
     rocprof agent info). vendor: "nvidia" | "amd" | None. provenance: the capture stamp (see
-    collectors.capture), {} when absent. top: other top-level scalars of the source.
+    collectors.capture), {} when absent. top: other top-level scalars of the source. warnings: what the
+    reader salvaged or dropped (TraceWarning: message and kind), printed by the CLI on stderr.
     """
 
     path: str
@@ -131,7 +147,10 @@ class Meta:
     runtime: dict[str, Any] = field(default_factory=dict)
     provenance: dict[str, Any] = field(default_factory=dict)
     top: dict[str, Any] = field(default_factory=dict)
-    warnings: tuple[str, ...] = ()
+    warnings: tuple[TraceWarning, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "warnings", tuple(TraceWarning(w) for w in self.warnings))
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ import orjson
 import polars as pl
 
 from attrib.errors import TraceError
-from attrib.trace import Meta, Trace, mark_graph_replays
+from attrib.trace import TRUNCATED, Meta, Trace, TraceWarning, mark_graph_replays
 from collectors import limits, validate
 from collectors.kineto_events import CHUNK, DECODE_ERRORS, Event, Notes, decode_chunk
 from collectors.provenance import read_sidecar
@@ -64,7 +64,7 @@ def _read_bytes(path: Path) -> tuple[bytes, list[str]]:
     """The file's JSON text (bounded, see collectors.limits); a cut-short gzip yields what was
     decompressed, with a warning."""
     data, cut = limits.read_bytes(path)
-    return data, ["gzip stream is truncated; reading what was decompressed"] if cut else []
+    return data, [TraceWarning("gzip stream is truncated; reading what was decompressed", TRUNCATED)] if cut else []
 
 
 def _decode_doc(path: Path, text: bytes, warnings: list[str]) -> _Doc:
@@ -80,7 +80,8 @@ def _decode_doc(path: Path, text: bytes, warnings: list[str]) -> _Doc:
     if "truncated" in problem or warnings:
         doc = _salvage(text)
         if doc is not None and doc.traceEvents:
-            warnings.append(f"trace is truncated; salvaged {len(doc.traceEvents)} complete events before the cut")
+            warnings.append(TraceWarning(f"trace is truncated; salvaged {len(doc.traceEvents)} complete events before "
+                                         "the cut", TRUNCATED))
             return doc
         raise TraceError(path, "truncated JSON with no complete event before the cut")
     text, repaired = repair_names(text)

@@ -12,7 +12,7 @@ from typing import Any, Iterator
 import polars as pl
 
 from attrib.errors import TraceError
-from attrib.trace import Meta, Trace, mark_graph_replays
+from attrib.trace import TRUNCATED, Meta, Trace, TraceWarning, mark_graph_replays
 from collectors import limits, validate
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -94,7 +94,8 @@ def read_csv(path: Path, warnings: list[str]) -> pl.DataFrame:
         dropped = data[cut + 1:]
         data = data[: cut + 1]
         if dropped.strip():
-            warnings.append(f"{path.name}: file ends mid-row; the incomplete last row was dropped")
+            warnings.append(TraceWarning(f"{path.name}: file ends mid-row; the incomplete last row was dropped",
+                                         TRUNCATED))
     try:
         df = pl.read_csv(data, infer_schema=False, truncate_ragged_lines=True, raise_if_empty=False)
     except pl.exceptions.PolarsError as exc:
