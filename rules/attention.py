@@ -7,18 +7,15 @@ from typing import Any
 
 import polars as pl
 
-from attrib.components.patterns import PAGED_SINGLE_PASS, SPLIT_KV
+from attrib.components.patterns import FP8_KV_CACHE, FUSED_ATTENTION, NAVI_PAGED_ATTENTION, PAGED_SINGLE_PASS, SPLIT_KV
 from attrib.pipeline import Attribution
 from rules.finding import Finding, arch, component, env, kernels_in, phase_doc, r
 from rules.thresholds import Thresholds
 
-NAVI_PAGED = r"paged_attention_ll4mi_QKV|paged_attention_ll4mi_reduce|paged_attention_custom|wmma_paged_attention"
-FP8_KV = r"Fp8KVCacheDataType\)[12]|fp8_e4m3|fp8_e5m2"
 # eager attention in HF: q@k^T (bmm), softmax, attn@v (bmm); SDPA's math fallback is the same in one op
 MATH_SDPA = r"^aten::_scaled_dot_product_attention_math$"
 SOFTMAX_OP = r"^aten::(?:_?softmax|_safe_softmax)$"
 BMM_OP = r"^aten::(?:bmm|matmul|baddbmm)$"
-FUSED_ATTN = r"(?i)flash|_efficient_attention|cudnn_attention|attn_fwd|fmha|unified_attention|paged_attention"
 
 P10_REFS = ("https://github.com/vllm-project/vllm/issues/50264", "https://github.com/vllm-project/vllm/pull/45916",
             "https://github.com/vllm-project/vllm/pull/58156", "https://github.com/vllm-project/vllm/pull/46192",
@@ -56,12 +53,12 @@ def decode_attention_no_split_kv(a: Attribution, doc: dict[str, Any], th: Thresh
 def navi_paged_attention_traps(a: Attribution, doc: dict[str, Any], th: Thresholds) -> list[Finding]:
     """P12: vLLM's custom (ll4mi) paged attention on RDNA with what it does not support: fp8 KV (from the KV-write
     kernel's template or the stamp), a block size other than 16 or ALiBi (from the stamp)."""
-    k = a.kernels.filter(pl.col("name").str.contains(NAVI_PAGED))
+    k = a.kernels.filter(pl.col("name").str.contains(NAVI_PAGED_ATTENTION))
     if not k.height:
         return []
     prov = doc.get("provenance") or {}
     kv = str(prov.get("kv_cache_dtype") or "")
-    fp8 = "fp8" in kv.lower() or a.kernels.filter(pl.col("name").str.contains(FP8_KV)).height > 0
+    fp8 = "fp8" in kv.lower() or a.kernels.filter(pl.col("name").str.contains(FP8_KV_CACHE)).height > 0
     block = prov.get("block_size") or env(doc).get("VLLM_BLOCK_SIZE")
     traps = ([f"fp8 KV cache ({kv or 'from the KV-write kernel'})"] if fp8 else []) + (
         [f"block size {block}"] if block and str(block) != "16" else []) + (["ALiBi"] if prov.get("alibi") else [])
@@ -94,7 +91,7 @@ def unfused_attention(a: Attribution, doc: dict[str, Any], th: Thresholds) -> li
     out = []
     for ph in doc.get("phases", ()):
         k = _op_names(a, ph["phase"])
-        if not k.height or k.filter(pl.col("name").str.contains(FUSED_ATTN)).height:
+        if not k.height or k.filter(pl.col("name").str.contains(FUSED_ATTENTION)).height:
             continue
         attn = pl.col("component") == "attention"
         math = pl.col("op_name").str.contains(MATH_SDPA) | pl.col("parent_name").fill_null("").str.contains(MATH_SDPA)

@@ -7,7 +7,7 @@ from typing import Any
 
 import polars as pl
 
-from attrib.components.patterns import SKINNY_GEMM, TENSILE_TILE
+from attrib.components.patterns import ROCBLAS_TILE, SKINNY_GEMM, TENSILE_TILE
 from attrib.pipeline import Attribution
 from attrib.roofline.model import achieved_gbs
 from rules.finding import DECODE_LIKE, Finding, arch, kernels_in, phase_doc, r, roofline_bw
@@ -92,8 +92,6 @@ def skinny_gemm_gfx1151(a: Attribution, doc: dict[str, Any], th: Thresholds) -> 
     return out
 
 
-# hipBLASLt (TensileLite) kernels carry _UserArgs_ and a 3-field MI token; rocBLAS/legacy Tensile a 4-field one
-ROCBLAS = r"^Cijk_\w*_MI\d+x\d+x\d+x\d+_"
 P03_REFS = ("https://github.com/ROCm/legacy-rocm-build/issues/5643", "https://github.com/ROCm/TheRock/issues/154",
             "https://github.com/ROCm/pytorch/pull/2580", "https://github.com/pytorch/pytorch/issues/138067",
             "https://github.com/ROCm/TheRock/issues/5314")
@@ -105,7 +103,7 @@ def rocblas_fallback(a: Attribution, doc: dict[str, Any], th: Thresholds) -> lis
     cijk = a.kernels.filter(pl.col("name").str.starts_with("Cijk_"))
     if not cijk.height:
         return []
-    legacy = cijk.filter(pl.col("name").str.contains(ROCBLAS) & ~pl.col("name").str.contains("_UserArgs_"))
+    legacy = cijk.filter(pl.col("name").str.contains(ROCBLAS_TILE) & ~pl.col("name").str.contains("_UserArgs_"))
     lt = cijk.filter(pl.col("name").str.contains("_UserArgs_"))
     peak = ((doc.get("device") or {}).get("matrix_tflops") or {}).get("bf16")
     pre = phase_doc(doc, "prefill")

@@ -6,13 +6,12 @@ from typing import Any
 
 import polars as pl
 
+from attrib.components.patterns import LLAMACPP_MMQ, LLAMACPP_MMVQ
 from attrib.pipeline import Attribution
 from rules.finding import Finding, kernels_in, phase_doc, r, roofline_bw
 from rules.gemm import GEMM_COMPONENTS
 from rules.thresholds import Thresholds
 
-MMVQ = r"mul_mat_vec_q<"
-MMQ = r"mul_mat_q<"
 P18_REFS = ("https://github.com/ggml-org/llama.cpp/issues/24438", "https://github.com/ggml-org/llama.cpp/issues/20934",
             "https://github.com/ggml-org/llama.cpp/issues/26679", "https://kyuz0.github.io/amd-strix-halo-toolboxes")
 P19_REFS = ("https://github.com/halo-box/strix-llama.cpp/pull/38", "https://github.com/ggml-org/llama.cpp/pull/16827")
@@ -22,7 +21,7 @@ def mmvq_below_bandwidth(a: Attribution, doc: dict[str, Any], th: Thresholds) ->
     """P18: decode GEMM components served by mul_mat_vec_q move their (quantized) bytes below `p18_bw_fraction`
     of the roofline bandwidth (bytes from shapes or a --model budget)."""
     ph, bw = phase_doc(doc, "decode"), roofline_bw(doc)
-    k = kernels_in(a, "decode").filter(pl.col("name").str.contains(MMVQ))
+    k = kernels_in(a, "decode").filter(pl.col("name").str.contains(LLAMACPP_MMVQ))
     if ph is None or not bw or not k.height:
         return []
     comps = set(k["component"].unique().to_list())
@@ -53,7 +52,7 @@ def mmq_prefill_microbatch(a: Attribution, doc: dict[str, Any], th: Thresholds) 
     the -ub size decides MMQ vs dequant+BLAS routing and is worth a sweep on RDNA."""
     ph = phase_doc(doc, "prefill")
     k = kernels_in(a, "prefill")
-    mmq = k.filter(pl.col("name").str.contains(MMQ))
+    mmq = k.filter(pl.col("name").str.contains(LLAMACPP_MMQ))
     total = k["dur_ns"].sum()
     if ph is None or not mmq.height or not total or mmq["dur_ns"].sum() / total < 0.5:
         return []

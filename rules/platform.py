@@ -8,12 +8,11 @@ from typing import Any
 
 import polars as pl
 
-from attrib.components.patterns import ISA
+from attrib.components.patterns import AITER_CK, ISA
 from attrib.pipeline import Attribution
 from rules.finding import Finding, env, kernels_in, r
 from rules.thresholds import Thresholds
 
-AITER = r"(?i)aiter|ck_tile|_ZN5aiter|\bfmoe|Rmsnorm2dFwd|^ck::|_ZN2ck"
 
 P16_REFS = ("https://github.com/vllm-project/vllm/issues/51136", "https://github.com/vllm-project/vllm/issues/56021",
             "https://github.com/vllm-project/vllm/pull/46822", "https://github.com/vllm-project/vllm/pull/30952",
@@ -27,7 +26,7 @@ P23_REFS = ("https://github.com/ROCm/rocm-systems/issues/3531", "https://github.
 def aiter_on_rdna(a: Attribution, doc: dict[str, Any], th: Thresholds) -> list[Finding]:
     """P16: AITER / Composable Kernel kernels (CDNA-tuned, wave64) running on an RDNA device."""
     k = kernels_in(a)
-    ai = k.filter(pl.col("name").str.contains(AITER))
+    ai = k.filter(pl.col("name").str.contains(AITER_CK))
     if not ai.height:
         return []
     steps = max(ai["step"].n_unique(), 1)

@@ -7,15 +7,12 @@ from typing import Any
 
 import polars as pl
 
+from attrib.components.patterns import FP8_KERNEL, GEMM_LIKE, LOW_BIT_KERNEL, QUANTIZE_KERNEL
 from attrib.pipeline import Attribution
 from rules.finding import Finding, kernels_in, r, roofline_bw
 from rules.thresholds import Thresholds
 
-FP8 = (r"(?i)fp8|float8|e4m3|e5m2|_scaled_mm|w8a8|scaled_mm|^Cijk_\w*_(?:F8F8S|B8F8HS|F8B8|B8B8|F8H|F8S)_")
-QUANT = r"(?i)per_token_group_quant|scaled_fp8_quant|dynamic_\w*quant|quantize|dequant|convert_fp8|to_fp8"
-LOW_BIT = r"(?i)mxfp4|w4a16|awq|gptq|marlin|q_gemm_rdna3|mxfp4_gemm_rdna3|int4|wvSplitK_int4"
 FP8_OP = r"_scaled_mm|fp8|float8|w8a8"
-FP8_GEMM = r"(?i)gemm|_mm|matmul|Cijk_|nvjet|cutlass|qqtst"
 QUANT_OPS = r"^aten::(?:abs|amax|max|clamp|clamp_min|div|reciprocal|copy_|_to_copy|to)$"
 NO_FP8 = ("gfx1100", "gfx1101", "gfx1102", "gfx1103", "gfx1150", "gfx1151", "gfx1152", "gfx1153")
 
@@ -44,9 +41,9 @@ def _fp8(a: Attribution) -> tuple[pl.DataFrame, pl.DataFrame]:
     k = kernels_in(a).sort("start_ns")
     name = pl.col("name").str.replace_all(r"Fp8KVCacheDataType\)0", "")  # vLLM's kAuto KV template is not FP8
     cast = name.str.contains(r"(?i)float8|fp8|e4m3|e5m2")
-    named_quant = name.str.contains(QUANT) & cast | name.str.contains(r"(?i)fp8\w*quant")
-    gemm = ((name.str.contains(FP8) | pl.col("op").fill_null("").str.contains(FP8_OP))
-            & ~(cast & ~name.str.contains(FP8_GEMM)))
+    named_quant = name.str.contains(QUANTIZE_KERNEL) & cast | name.str.contains(r"(?i)fp8\w*quant")
+    gemm = ((name.str.contains(FP8_KERNEL) | pl.col("op").fill_null("").str.contains(FP8_OP))
+            & ~(cast & ~name.str.contains(GEMM_LIKE)))
     # a copy_ between two dtypes is a cast (part of quantizing); a same-dtype copy_ is a layout copy (not)
     types = a.trace.ops.select(pl.col("id").alias("op_id"), pl.col("input_types").str.extract_all(r'"([^"]+)"')
                                .list.eval(pl.element().filter(pl.element().str.contains(r"(?i)float|half|bfloat|int")))
@@ -118,7 +115,7 @@ def low_bit_dequant(a: Attribution, doc: dict[str, Any], th: Thresholds) -> list
     priced bytes move below `p15_bw_fraction` of the roofline bandwidth, or when MXFP4 kernels run at all
     (software dequantization) for more than `quant_share` of kernel time."""
     k = kernels_in(a)
-    lb = k.filter(pl.col("name").str.contains(LOW_BIT) & ~pl.col("name").str.starts_with("void mul_mat"))
+    lb = k.filter(pl.col("name").str.contains(LOW_BIT_KERNEL) & ~pl.col("name").str.starts_with("void mul_mat"))
     if not lb.height:
         return []
     known = lb.filter(pl.col("bytes").is_not_null() & (pl.col("bytes") > 0))

@@ -6,11 +6,11 @@ from typing import Any
 
 import polars as pl
 
+from attrib.components.patterns import SORT_SCAN
 from attrib.pipeline import Attribution
 from rules.finding import DECODE_LIKE, Finding, kernels_in, phase_doc, r
 from rules.thresholds import Thresholds
 
-TORCH_FALLBACK = r"(?i)sort|scan|cumsum|radix"
 REFS = ("https://github.com/vllm-project/vllm/issues/45871", "https://github.com/vllm-project/vllm/pull/46012",
         "https://github.com/vllm-project/vllm/pull/31295", "https://github.com/vllm-project/vllm/pull/51507")
 
@@ -50,7 +50,7 @@ def sampler_share(a: Attribution, doc: dict[str, Any], th: Thresholds) -> list[F
         if share <= th.sampler_share:
             continue
         steps = max(ph["steps"], 1)
-        fallback = k.filter(pl.col("name").str.contains(TORCH_FALLBACK))
+        fallback = k.filter(pl.col("name").str.contains(SORT_SCAN))
         vocab = _vocab(a, k)
         out.append(Finding(
             rule="P08-sampler-share", severity="medium",

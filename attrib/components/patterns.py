@@ -51,6 +51,32 @@ NOT_TRITON = r"^(?:Cijk_|nvjet|_ZN|__amd_rocclr|sm\d+_|ampere_|cutlass|cudnn|ck_
 ISA = r"_ISA([0-9]{2,4}[0-9a-f]?)_"
 ROCPRIM_ARCH = r"target_arch\)?\s*([0-9]{3,4})\b"
 
+# kernel-name families the rules look for
+# vLLM's custom (ll4mi / wmma) paged attention for RDNA
+NAVI_PAGED_ATTENTION = r"paged_attention_ll4mi_QKV|paged_attention_ll4mi_reduce|paged_attention_custom|wmma_paged_attention"
+# an FP8 KV cache in vLLM's attention kernel templates
+FP8_KV_CACHE = r"Fp8KVCacheDataType\)[12]|fp8_e4m3|fp8_e5m2"
+# fused attention kernels (flash, memory-efficient, cuDNN, fmha, vLLM paged/unified)
+FUSED_ATTENTION = r"(?i)flash|_efficient_attention|cudnn_attention|attn_fwd|fmha|unified_attention|paged_attention"
+# rocBLAS / legacy Tensile kernels: a 4-field MI token (hipBLASLt's TensileLite: 3 fields and _UserArgs_)
+ROCBLAS_TILE = r"^Cijk_\w*_MI\d+x\d+x\d+x\d+_"
+# llama.cpp quantized GEMV (decode)
+LLAMACPP_MMVQ = r"mul_mat_vec_q<"
+# llama.cpp quantized GEMM (prefill micro-batches)
+LLAMACPP_MMQ = r"mul_mat_q<"
+# AITER and Composable Kernel kernels (CDNA-tuned)
+AITER_CK = r"(?i)aiter|ck_tile|_ZN5aiter|\bfmoe|Rmsnorm2dFwd|^ck::|_ZN2ck"
+# FP8 kernels: names, scaled-mm, FP8 Tensile data types
+FP8_KERNEL = (r"(?i)fp8|float8|e4m3|e5m2|_scaled_mm|w8a8|scaled_mm|^Cijk_\w*_(?:F8F8S|B8F8HS|F8B8|B8B8|F8H|F8S)_")
+# activation quantize / dequantize kernels
+QUANTIZE_KERNEL = r"(?i)per_token_group_quant|scaled_fp8_quant|dynamic_\w*quant|quantize|dequant|convert_fp8|to_fp8"
+# low-bit weight GEMM kernels (int4, MXFP4, AWQ, GPTQ, Marlin)
+LOW_BIT_KERNEL = r"(?i)mxfp4|w4a16|awq|gptq|marlin|q_gemm_rdna3|mxfp4_gemm_rdna3|int4|wvSplitK_int4"
+# GEMM-shaped kernel names (an FP8 name that is a GEMM, not a cast)
+GEMM_LIKE = r"(?i)gemm|_mm|matmul|Cijk_|nvjet|cutlass|qqtst"
+# torch's sort / scan kernels (the sampler's fallback path)
+SORT_SCAN = r"(?i)sort|scan|cumsum|radix"
+
 
 @lru_cache(maxsize=1)
 def component_patterns() -> pl.DataFrame:
