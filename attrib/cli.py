@@ -31,6 +31,7 @@ from attrib.roofline.arch import arch_table
 from attrib.roofline.template import template
 from collectors import load
 from collectors.rocprof.run import run
+from rules.compare import bimodal_decode
 
 
 def _phase_map(items: tuple[str, ...]) -> dict[str, str]:
@@ -225,8 +226,9 @@ def compare(traces: tuple[Path, ...], bases: tuple[Path, ...], cands: tuple[Path
     fmt = fmt or (_REPORT_SUFFIX.get(output.suffix.lower(), "table") if output else "table")
     check_output(output, force)
     pm = _phase_map(phase_map)
-    doc = compare_docs(_docs(bases, pm, arch_name, arch_file), _docs(cands, pm, arch_name, arch_file),
-                       min_effect_pct=min_effect, gate_pct=gate)
+    base_docs, cand_docs = _docs(bases, pm, arch_name, arch_file), _docs(cands, pm, arch_name, arch_file)
+    doc = compare_docs(base_docs, cand_docs, min_effect_pct=min_effect, gate_pct=gate)
+    doc["findings"] = [f.to_json() for f in bimodal_decode(base_docs[0], cand_docs[0])]  # P22 needs a baseline
     text = {"json": _dump, "md": compare_render.render_markdown, "html": compare_render.render_html,
             "table": lambda d: _printable(compare_render.render_table(d))}[fmt](doc)
     _write(text, output)

@@ -135,3 +135,31 @@ def test_stats_of_identical_and_shifted_values():
     # a 1 % change is below the default minimum effect: no verdict of change even if consistent
     tiny = stats(base, [[x * 1.01 for x in base[0]]])
     assert tiny["verdict"] == "no significant change"
+
+
+def _rocpd_with_kernels_slowed(tmp_path, factor: float):
+    """The real R9700 rocpd database, decompressed, with every kernel's duration multiplied by factor
+    (start kept) inside the test: the uniform slow state P22 describes."""
+    import shutil
+    import sqlite3
+
+    out = tmp_path / f"slow_{factor:g}_results.db"
+    with gzip.open(FIXTURES / "rocprof/gfx1201_llamacpp_rocpd_rocm7.2/32432_results.db.gz") as src, out.open("wb") as dst:
+        shutil.copyfileobj(src, dst)
+    con = sqlite3.connect(out)
+    [table] = [r[0] for r in con.execute("select name from sqlite_master where type='table' "
+                                         "and name like 'rocpd_kernel_dispatch%'")]
+    con.execute(f'update "{table}" set "end" = start + cast(("end" - start) * ? as integer)', (factor,))
+    con.commit()
+    con.close()
+    return out
+
+
+def test_compare_runs_the_baseline_rule_p22_on_a_real_pair(tmp_path, capsys) -> None:
+    base = FIXTURES / "rocprof/gfx1201_llamacpp_rocpd_rocm7.2/32432_results.db.gz"
+    out = tmp_path / "cmp.json"
+    main(["compare", str(base), str(_rocpd_with_kernels_slowed(tmp_path, 1 / 0.65)), "--format", "json", "-o", str(out)])
+    [f] = orjson.loads(out.read_bytes())["findings"]
+    assert f["rule"].startswith("P22") and f["ms_per_step"] > 0
+    assert main(["compare", str(base), str(base)]) == 0
+    assert "finding P22" not in capsys.readouterr().out

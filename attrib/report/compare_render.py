@@ -78,6 +78,13 @@ def _gate_lines(doc: dict[str, Any]) -> list[str]:
     return out + [f"gate {g['pct']:g}%: passed"]
 
 
+def _finding_lines(doc: dict[str, Any]) -> list[str]:
+    """Findings that need a baseline (the rules' compare checks), one line each."""
+    return [f"finding {f['rule']}: {f['title']}"
+            + (f" ({f['ms_per_step']:.3f} ms/step)" if f.get("ms_per_step") is not None else "")
+            + (f"; remedy: {f['remedy']}" if f.get("remedy") else "") for f in doc.get("findings") or []]
+
+
 def render_table(doc: dict[str, Any]) -> str:
     lines = header_lines(doc)
     for ph, rs in doc["phases"].items():
@@ -88,7 +95,7 @@ def render_table(doc: dict[str, Any]) -> str:
             lines.append("   " + "  ".join(r[0].ljust(widths[0]) if i == 0 else
                                            (c.ljust(widths[i]) if i >= 7 else c.rjust(widths[i]))
                                            for i, c in enumerate(r)).rstrip())
-    lines += [f"note: {n}" for n in doc["notes"]]
+    lines += [f"note: {n}" for n in doc["notes"]] + _finding_lines(doc)
     return "\n".join(lines + _gate_lines(doc)) + "\n"
 
 
@@ -97,7 +104,7 @@ def render_markdown(doc: dict[str, Any]) -> str:
     for ph, rs in doc["phases"].items():
         out += ["", f"## {esc(ph)}", ""] + [f"- {esc(x)}" for x in _phase_lines(doc, ph)] + [""]
         out += md_table(HEAD, rows(rs))
-    out += [f"- note: {esc(n)}" for n in doc["notes"]]
+    out += [f"- note: {esc(n)}" for n in doc["notes"]] + [f"- {esc(x)}" for x in _finding_lines(doc)]
     return "\n".join(out + [x for g in _gate_lines(doc) for x in ("", f"**{esc(g)}**")]) + "\n"
 
 
@@ -111,6 +118,7 @@ def render_html(doc: dict[str, Any]) -> str:
             + "</div>" + "".join(f"<h2>{escape(ph)}</h2>" + "".join(f"<p>{escape(x)}</p>" for x in _phase_lines(doc, ph))
                                  + tbl(rs) for ph, rs in doc["phases"].items())
             + "".join(f"<p class=muted>note: {escape(n)}</p>" for n in doc["notes"])
+            + "".join(f"<p>{escape(x)}</p>" for x in _finding_lines(doc))
             + "".join(f"<p><b>{escape(g)}</b></p>" for g in _gate_lines(doc)))
     return ("<!DOCTYPE html><html lang=en><head><meta charset=utf-8><title>attrib compare</title>"
             f"<style>{CSS}</style></head><body><main>{body}</main></body></html>\n")

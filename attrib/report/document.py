@@ -60,7 +60,7 @@ def _phase_doc(phase: str, steps: pl.DataFrame, k: pl.DataFrame, arch: Arch | No
         "estimated_share": _r(r["estimated_ms"] / r["ms"]) if (r["bytes"] is not None and r["ms"]) else None,
         "evidence": {e["evidence"]: e["len"] for e in (r["ev"] or [])},
         "evidence_per_step": {e["evidence"]: _r(e["len"] / max(n, 1), 2) for e in (r["ev"] or [])},
-    } for r in comp.sort("ms", descending=True).iter_rows(named=True)]
+    } for r in comp.sort(["ms", "component"], descending=[True, False]).iter_rows(named=True)]
     known = pl.col("bytes").is_not_null()
     top = (k.group_by("name", "component").agg(
         pl.len().alias("calls"), pl.col("dur_ns").sum().alias("ns"),
