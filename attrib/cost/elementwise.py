@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from math import prod
 
-from attrib.cost.dtypes import (Cost, broadcast, concrete_bool, concrete_dtype, concrete_int, concrete_str,
+from attrib.cost.dtypes import (Cost, Tensor, broadcast, concrete_bool, concrete_dtype, concrete_int, concrete_str,
                                 promote, size_of, tensor, tensors, unknown)
 
 
@@ -68,12 +68,18 @@ def index_put(dims: list, types: list, concrete: list = ()) -> Cost:
 def reshape_and_cache(dims: list, types: list, concrete: list = ()) -> Cost:
     """vLLM reshape_and_cache[_flash](key[T, H, D], value, key_cache, value_cache, slot_mapping[T], ...):
     new K/V read, written into the cache at the cache's element size, slot mapping read."""
-    key, val, kc, slots = tensor(dims, types, 0), tensor(dims, types, 1), tensor(dims, types, 2), tensor(dims, types, 4)
-    if key is None or val is None:
-        return unknown("kv_write", "key/value not recorded")
-    cache_size = kc.size if kc else key.size
-    nbytes = key.nbytes + val.nbytes + (key.numel + val.numel) * cache_size + (slots.nbytes if slots else 0)
-    return Cost(nbytes, 0.0, kc.dtype if kc else key.dtype, "kv_write")
+    return cache_write(tensor(dims, types, 0), tensor(dims, types, 1), tensor(dims, types, 2), tensor(dims, types, 4))
+
+
+def cache_write(a: Tensor | None, b: Tensor | None, cache: Tensor | None, index: Tensor | None,
+                missing: str = "key/value not recorded") -> Cost:
+    """Two new tensors (K and V, or a latent and its rope part) read and written into cache rows at
+    the cache's element size; the row index read."""
+    if a is None or b is None:
+        return unknown("kv_write", missing)
+    out = cache.size if cache else a.size
+    nbytes = a.nbytes + b.nbytes + (a.numel + b.numel) * out + (index.nbytes if index else 0)
+    return Cost(nbytes, 0.0, cache.dtype if cache else a.dtype, "kv_write")
 
 
 COMPARISONS = frozenset({"eq", "ne", "lt", "le", "gt", "ge", "isnan", "isinf", "logical_not",

@@ -54,6 +54,20 @@ PAGED_ATTENTION = (r"^vllm::unified_(?:mla_)?attention|^_rocm_C::paged_attention
                    r"|^_C::paged_attention")
 
 
+_PRICED = {"op_id": pl.Int64, "_fb": pl.Float64, "_ff": pl.Float64, "_fd": pl.Utf8}
+
+
+def _fill(costs: pl.DataFrame, priced: pl.DataFrame) -> pl.DataFrame:
+    """Ops still unpriced take the price in `priced` (op_id, _fb bytes, _ff flops, _fd dtype, _fm model)."""
+    use = pl.col("_ob").is_null() & pl.col("_fb").is_not_null()
+    return costs.join(priced, on="op_id", how="left").with_columns(
+        pl.when(use).then(pl.col("_fb")).otherwise(pl.col("_ob")).alias("_ob"),
+        pl.when(use).then(pl.col("_ff")).otherwise(pl.col("_of")).alias("_of"),
+        pl.when(use).then(pl.col("_fd")).otherwise(pl.col("dtype")).alias("dtype"),
+        pl.when(use).then(pl.col("_fm")).otherwise(pl.col("cost_model")).alias("cost_model")
+    ).drop("_fb", "_ff", "_fd", "_fm")
+
+
 def _paged_attention_costs(trace: Trace, kernels: pl.DataFrame, steps: pl.DataFrame | None,
                            costs: pl.DataFrame) -> pl.DataFrame:
     """Price paged-attention ops (attrib.cost.serving.paged_attention) with their step's sums."""
@@ -76,15 +90,8 @@ def _paged_attention_costs(trace: Trace, kernels: pl.DataFrame, steps: pl.DataFr
                 rows.append((op_id, c.bytes, c.flops, c.dtype))
     if not rows:
         return costs
-    priced = pl.DataFrame(rows, schema={"op_id": pl.Int64, "_pb": pl.Float64, "_pf": pl.Float64, "_pd": pl.Utf8},
-                          orient="row")
-    use = pl.col("_ob").is_null() & pl.col("_pb").is_not_null()
-    return costs.join(priced, on="op_id", how="left").with_columns(
-        pl.when(use).then(pl.col("_pb")).otherwise(pl.col("_ob")).alias("_ob"),
-        pl.when(use).then(pl.col("_pf")).otherwise(pl.col("_of")).alias("_of"),
-        pl.when(use).then(pl.col("_pd")).otherwise(pl.col("dtype")).alias("dtype"),
-        pl.when(use).then(pl.lit("paged attention (vLLM step annotation Σk, Σq·k)"))
-        .otherwise(pl.col("cost_model")).alias("cost_model")).drop("_pb", "_pf", "_pd")
+    return _fill(costs, pl.DataFrame(rows, schema=_PRICED, orient="row").with_columns(
+        pl.lit("paged attention (vLLM step annotation Σk, Σq·k)").alias("_fm")))
 
 
 def _opaque_costs(trace: Trace, costs: pl.DataFrame, budget: Budget | None) -> pl.DataFrame:
@@ -97,15 +104,10 @@ def _opaque_costs(trace: Trace, costs: pl.DataFrame, budget: Budget | None) -> p
         c = opaque.moe_forward(orjson.loads(dims or "[]"), orjson.loads(types or "[]"), budget)
         rows.append((dims, types, c.bytes, c.flops, c.dtype, c.model))
     priced = ops.select(pl.col("id").alias("op_id"), "input_dims", "input_types").join(
-        pl.DataFrame(rows, schema={"input_dims": pl.Utf8, "input_types": pl.Utf8, "_mb": pl.Float64, "_mf": pl.Float64,
-                                   "_md": pl.Utf8, "_mm": pl.Utf8}, orient="row"),
+        pl.DataFrame(rows, schema={"input_dims": pl.Utf8, "input_types": pl.Utf8, "_fb": pl.Float64, "_ff": pl.Float64,
+                                   "_fd": pl.Utf8, "_fm": pl.Utf8}, orient="row"),
         on=["input_dims", "input_types"], how="left", nulls_equal=True).drop("input_dims", "input_types")
-    use = pl.col("_ob").is_null() & pl.col("_mb").is_not_null()
-    return costs.join(priced, on="op_id", how="left").with_columns(
-        pl.when(use).then(pl.col("_mb")).otherwise(pl.col("_ob")).alias("_ob"),
-        pl.when(use).then(pl.col("_mf")).otherwise(pl.col("_of")).alias("_of"),
-        pl.when(use).then(pl.col("_md")).otherwise(pl.col("dtype")).alias("dtype"),
-        pl.when(use).then(pl.col("_mm")).otherwise(pl.col("cost_model")).alias("cost_model")).drop("_mb", "_mf", "_md", "_mm")
+    return _fill(costs, priced)
 
 
 def _collective_costs(trace: Trace, kernels: pl.DataFrame, costs: pl.DataFrame) -> pl.DataFrame:
@@ -128,15 +130,8 @@ def _collective_costs(trace: Trace, kernels: pl.DataFrame, costs: pl.DataFrame) 
             rows.append((op_id, c.bytes, c.flops, c.dtype))
     if not rows:
         return costs
-    priced = pl.DataFrame(rows, schema={"op_id": pl.Int64, "_cb": pl.Float64, "_cf": pl.Float64, "_cd": pl.Utf8},
-                          orient="row")
-    use = pl.col("_ob").is_null() & pl.col("_cb").is_not_null()
-    return costs.join(priced, on="op_id", how="left").with_columns(
-        pl.when(use).then(pl.col("_cb")).otherwise(pl.col("_ob")).alias("_ob"),
-        pl.when(use).then(pl.col("_cf")).otherwise(pl.col("_of")).alias("_of"),
-        pl.when(use).then(pl.col("_cd")).otherwise(pl.col("dtype")).alias("dtype"),
-        pl.when(use).then(pl.lit("collective (bus bytes)")).otherwise(pl.col("cost_model")).alias("cost_model")
-    ).drop("_cb", "_cf", "_cd")
+    return _fill(costs, pl.DataFrame(rows, schema=_PRICED, orient="row").with_columns(
+        pl.lit("collective (bus bytes)").alias("_fm")))
 
 
 def kernel_costs(trace: Trace, kernels: pl.DataFrame, steps: pl.DataFrame | None = None,

@@ -10,29 +10,21 @@ from __future__ import annotations
 from math import prod
 
 from attrib.cost.dtypes import Cost, concrete_bool, concrete_int, tensor, unknown
+from attrib.cost.elementwise import cache_write
 from attrib.cost.matmul import expected_active_experts
 
 
 def store_cache(dims: list, types: list, concrete: list = ()) -> Cost:
     """sglang::store_cache(k[T, Hk*D], v, k_cache, v_cache, indices[T], ...): k/v read, written into
     the cache rows the indices select."""
-    key, val, kc, idx = tensor(dims, types, 0), tensor(dims, types, 1), tensor(dims, types, 2), tensor(dims, types, 4)
-    if key is None or val is None:
-        return unknown("kv_write", "key/value not recorded")
-    out = kc.size if kc else key.size
-    nbytes = key.nbytes + val.nbytes + (key.numel + val.numel) * out + (idx.nbytes if idx else 0)
-    return Cost(nbytes, 0.0, kc.dtype if kc else key.dtype, "kv_write")
+    return cache_write(tensor(dims, types, 0), tensor(dims, types, 1), tensor(dims, types, 2), tensor(dims, types, 4))
 
 
 def concat_and_cache_mla(dims: list, types: list, concrete: list = ()) -> Cost:
     """_C_cache_ops::concat_and_cache_mla(kv_c[T, Rkv], k_pe[T, Rr], kv_cache, slot_mapping[T], ...):
     the latent and rope parts read, one latent row per token written."""
     kv_c, k_pe, cache, slots = (tensor(dims, types, i) for i in range(4))
-    if kv_c is None or k_pe is None:
-        return unknown("kv_write", "latent K/V not recorded")
-    out = cache.size if cache else kv_c.size
-    nbytes = kv_c.nbytes + k_pe.nbytes + (kv_c.numel + k_pe.numel) * out + (slots.nbytes if slots else 0)
-    return Cost(nbytes, 0.0, cache.dtype if cache else kv_c.dtype, "kv_write")
+    return cache_write(kv_c, k_pe, cache, slots, "latent K/V not recorded")
 
 
 def rotary(dims: list, types: list, concrete: list = ()) -> Cost:
