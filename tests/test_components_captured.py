@@ -166,3 +166,16 @@ def test_a_named_kernel_has_the_same_components_in_prefill_and_decode(name):
     both = comps("prefill").join(comps("decode"), on="name")
     assert both.height > 0
     assert both.filter(pl.col("prefill") != pl.col("decode")).height == 0, both.filter(pl.col("prefill") != pl.col("decode"))
+
+
+def test_sampling_after_lm_head_is_the_sampler():
+    """sampler_b1_v152k samples each token in the step (softmax, top-k, top-p sort/cumsum/scatter,
+    multinomial) after the lm_head GEMM: every kernel those ops launch is `sampler`, so the decode's
+    `other` stays small (it was 30% of decode kernel time when they were unnamed)."""
+    a, doc = analysed("sampler_b1_v152k")
+    k = a.kernels.filter(pl.col("phase") == "decode")
+    sampling = k.filter(pl.col("op").is_in(["aten::topk", "aten::sort", "aten::cumsum", "aten::softmax",
+                                             "aten::multinomial", "aten::scatter"]))
+    assert sampling.height >= 4 * _phase(doc, "decode")["steps"]
+    assert set(sampling["component"]) == {"sampler"}
+    assert k.filter(pl.col("component") == "other")["dur_ns"].sum() <= 0.05 * k["dur_ns"].sum()

@@ -238,6 +238,19 @@ def _between(k: pl.DataFrame) -> pl.DataFrame:
                           pl.when(placed).then(pl.lit("position")).otherwise(pl.col("evidence")).alias("evidence")).drop("_run")
 
 
+def _after_lm_head(k: pl.DataFrame) -> pl.DataFrame:
+    """Kernels of a step that start after its lm_head (top-k/top-p sorts and scans, softmax, penalties,
+    the draw) work on the logits: the sampler, placed by position. That covers unnamed kernels and
+    sorts/top-k a name pattern took for MoE routing: no MoE layer runs after the lm_head."""
+    head = (k.filter(pl.col("comp") == "lm_head").group_by("step").agg(pl.col("start_ns").max().alias("_head")))
+    routing_by_name = (pl.col("evidence") == "name") & pl.col("comp").is_in(["moe_dispatch", "moe_router"])
+    todo = ((pl.col("comp").is_null() | routing_by_name.fill_null(False))
+            & (pl.col("start_ns") > pl.col("_head")).fill_null(False))
+    return k.join(head, on="step", how="left").with_columns(
+        pl.when(todo).then(pl.lit("sampler")).otherwise(pl.col("comp")).alias("comp"),
+        pl.when(todo).then(pl.lit("position")).otherwise(pl.col("evidence")).alias("evidence")).drop("_head")
+
+
 def classify(trace: Trace, links: pl.DataFrame, kernel_steps: pl.DataFrame) -> pl.DataFrame:
     """One row per kernel: id, step, component, evidence (module | frame | op | name | position | compile | none)."""
     la = trace.launches.select(pl.col("id").alias("launch_id"), pl.col("start_ns").alias("launch_ns"),
@@ -276,7 +289,7 @@ def classify(trace: Trace, links: pl.DataFrame, kernel_steps: pl.DataFrame) -> p
     gemm = (pl.col("comp").is_null() & (pl.col("name_comp") == "gemm")) | (
         pl.col("comp").is_null() & pl.col("op").is_in(list(GEMM_OPS)).fill_null(False))
     k = k.with_columns(gemm.alias("_gemm"))
-    k = _between(gemm_positions(k))
+    k = _after_lm_head(_between(gemm_positions(k)))
     final = pl.coalesce("comp", pl.lit("other"))
     ev = pl.coalesce("evidence", pl.lit("none"))
     return k.select("id", "step", final.alias("component"), ev.alias("evidence"), "op_id", "op", "module_path")
