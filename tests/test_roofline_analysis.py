@@ -1,5 +1,5 @@
 """Bytes, GB/token and roofline in the analysis document, against analytic figures derived here
-from the model configs in ../shared/fixtures/README.md."""
+from the model configs in tests/fixtures/README.md."""
 
 from __future__ import annotations
 
