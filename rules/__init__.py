@@ -16,8 +16,8 @@ from __future__ import annotations
 from typing import Any
 
 from attrib.pipeline import Attribution
-from attrib.pipeline import Attribution
-from rules import attention, compare, copies, gemm, idle, jit, kvcache, launch, llamacpp, platform, quant, roofline, sampler
+from rules import (attention, compare, copies, gemm, idle, jit, kvcache, launch, linear_attention, llamacpp, platform, quant,
+                   roofline, sampler)
 from rules.finding import RDNA, SEVERITIES, Finding, Rule, arch
 from rules.thresholds import DEFAULT, Thresholds
 
@@ -63,6 +63,8 @@ CATALOG: tuple[Rule, ...] = (
     Rule("P23-hsa-override-gfx-version", platform.hsa_override, "stamp env, or Tensile _ISA tokens in kernel names",
          ("gfx",), platform.P23_REFS),
     Rule("idle-by-cause", idle.idle_by_cause, "kernels, runtime calls, copies and step windows", (), idle.ALL_REFS),
+    Rule("linear-attention-torch-fallback", linear_attention.torch_fallback, "Python frames (with_stack) of "
+         "transformers' torch_*_gated_delta_rule / torch_causal_conv1d_*; kernels", (), linear_attention.REFS),
     Rule("kv-cache-recopied", kvcache.kv_cache_recopy, "aten::cat ops with shapes in kv_cache_write; attention bytes",
          (), kvcache.REFS),
     Rule("decode-below-bandwidth-ceiling", roofline.decode_below_ceiling, "bytes per step (shapes or --model)", ()),

@@ -52,6 +52,8 @@ class Thresholds:
     bimodal_low: float = 0.5
     bimodal_high: float = 0.8
     bimodal_spread: float = 0.15       # max - min of the per-kernel ratios (uniform)
+    # linear attention on the torch fallback: below this many ms per step it is not worth a finding (our proposal)
+    la_fallback_min_ms: float = 0.05
     # KV cache re-copied: cat bytes per step at least this share of attention's bytes
     kv_recopy_vs_attention: float = 0.5
     # decode below the bandwidth ceiling: achieved tok/s below this share of the ceiling

@@ -5,6 +5,7 @@ tables in each test; a what-if device is named in the test."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from functools import cache
 
@@ -101,3 +102,31 @@ def test_idle_names_the_blocking_copy() -> None:
     assert f.evidence["blocking_calls_and_copies"][0]["bytes_per_step"] == 128 * 2**20
     p21 = _fired("blocking_copy_decode")["P21-host-device-copies-decode"]
     assert p21.ms_per_step == pytest.approx(c["dur_ns"].sum() / 1e6 / 8, rel=1e-3)
+
+
+def test_linear_attention_torch_fallback_fires_on_qwen3next_and_not_elsewhere() -> None:
+    """Qwen3-Next captured without flash-linear-attention / causal-conv1d: transformers runs the delta rule and
+    the conv1d in PyTorch. The finding counts the kernels launched inside those frames, derived here from the
+    trace's frames and launches; attention-only models and the same trace without its Python frames stay quiet."""
+    a = _a("qwen3next_decode")
+    found = {f.evidence["phase"]: f for f in run(a, json.loads(_doc("qwen3next_decode", None)))
+             if f.rule == "linear-attention-torch-fallback"}
+    assert set(found) == {"prefill", "decode"}
+    dec = found["decode"]
+    steps = a.steps.filter((pl.col("phase") == "decode") & pl.col("excluded").is_null())
+    lo, hi = steps["window_start"].min(), steps["window_end"].max()
+    fr = a.trace.frames.filter(pl.col("name").str.contains(r"\): torch_recurrent_gated_delta_rule$")
+                               & pl.col("start_ns").is_between(lo, hi))
+    # one recurrent-rule call per Gated DeltaNet layer (3) per decode step
+    assert fr.height == 3 * steps.height
+    la = a.kernels.filter((pl.col("component") == "linear_attention") & pl.col("step").is_in(steps["step"].implode()))
+    per_step = dec.evidence["fallback_kernels_per_step"]
+    assert 3 * 20 <= per_step <= la.height / steps.height  # many small kernels per layer, all linear_attention
+    assert {x["frame"] for x in dec.evidence["frames"]} == {"torch_recurrent_gated_delta_rule", "causal_conv1d_update"}
+    assert dec.ms_per_step > dec.evidence["kernel_ms_per_step"] > 0  # its kernels plus their share of launch gaps
+    assert dec.severity == "high" and found["prefill"].evidence["frames"][0]["frame"] == "torch_chunk_gated_delta_rule"
+    for other in ("sdpa_attn_a", "deepseekv3_decode", "compile_decode"):
+        assert "linear-attention-torch-fallback" not in _fired(other)
+    no_frames = dataclasses.replace(a, trace=a.trace.with_tables(frames=a.trace.frames.clear()))
+    assert not [f for f in run(no_frames, json.loads(_doc("qwen3next_decode", None)))
+                if f.rule == "linear-attention-torch-fallback"]
