@@ -301,19 +301,32 @@ def test_compiled_decode_gb_per_token_matches_the_hand_count(compiled):
     FFN 5632, vocab 32000, batch 8, StaticCache of 526 slots). Per step, by hand:
       weights 100,663,296 (attention) + 276,824,064 (MLP) + 36,864 (norms) + 131,072,000 (lm_head)
               + 8 x 2048 x 2 (embedding rows gathered) = 508,628,992
-      K and V of the static cache: 4 layers x 2 x [8, 8, 526, 128] x 2 B = 68,943,872, which this
-      compiled graph moves three times: the GQA expansion kernel (its launch shows [8,8,526,128] in,
-      [8,16,526,128] out) reads it once and writes it twice over, and cuDNN SDPA reads the expanded
-      [8,16,526,128] K and V: 68,943,872 x (1 + 2 + 2) = 344,719,360
-    = 853,348,352 B / 8 tokens = 0.10667 GB/token (0.0722 by the README's KV-read-once definition;
-    the GQA expansion is what the compiled run really adds). Before Inductor kernels were priced at
-    what they touch, each embedding-fused norm was charged the whole 131 MB table: 0.18 GB/token."""
+      K and V of the static cache: 4 layers x 2 x [8, 8, 526, 128] x 2 B = 68,943,872 (one layer's K or
+      V: 8,617,984). The copies the compiled graph makes, counted from the trace's kernels below: one
+      GQA expansion kernel per layer for K and one for V ([8,8,526,128] in, [8,16,526,128] out: reads
+      it once, writes it twice over), then cuDNN SDPA reads the expanded K and V ([8,16,526,128] each).
+      68,943,872 x (1 read + 2 written + 2 read by SDPA) = 344,719,360
+    = 853,348,352 B / 8 tokens = 0.10667 GB/token as run (0.0722 by the README's K/V-read-once minimal
+    figure). Before Inductor kernels were priced at what they touch, each embedding-fused norm was
+    charged the whole 131 MB table: 0.18 GB/token."""
+    a = attribute(load(CAPTURED / "compile_decode.pt.trace.json.gz"))
+    k = a.kernels.filter((pl.col("phase") == "decode") & (pl.col("evidence") != "compile"))
+    k = k.join(a.trace.ops.select(pl.col("id").alias("op_id"), "input_dims"), on="op_id")
+    steps = k["step"].n_unique()
+    expand = k.filter(pl.col("op").str.starts_with("triton_")
+                      & pl.col("input_dims").str.starts_with("[[8, 8, 526, 128], [8, 16, 526, 128]"))
+    sdpa = k.filter(pl.col("op") == "aten::_cudnn_attention_forward")
+    assert expand.height == 2 * 4 * steps and sdpa.height == 4 * steps
+    assert sdpa["input_dims"].str.contains(r"^\[\[8, 16, 1, 128\], \[8, 16, 526, 128\], \[8, 16, 526, 128\]").all()
+    kv = 4 * 2 * 8 * 8 * 526 * 128 * 2
+    passes = expand.height / steps / 8 * (1 + 2) + 2    # per layer K and V: read + write x2; SDPA reads x2
+    assert kv == 68_943_872 and passes == 5
     ph = compiled["phases"][0]
-    hand = (508_628_992 + 68_943_872 * 5) / 8 / 1e9
+    hand = (508_628_992 + kv * passes) / 8 / 1e9
     assert ph["gb_per_token"] == pytest.approx(hand, rel=0.10)
     assert ph["excluded_steps"] and ph["steps"] == 5          # the compiling call is not a decode step
     rows = {c["component"]: c for c in ph["components"]}
-    assert rows["attention"]["bytes"] == pytest.approx(68_943_872 * 5, rel=0.01)
+    assert rows["attention"]["bytes"] == pytest.approx(kv * passes, rel=0.01)
     assert rows["norm"]["bytes"] < 2e6                        # rows gathered, not the 131 MB table
     assert rows["norm"]["estimated_share"] == 1.0 and rows["mlp_gate_up"]["estimated_share"] == 0.0   # Inductor vs aten::mm
 

@@ -14,6 +14,7 @@ import polars as pl
 
 from attrib.components.patterns import GEMM_OPS, component_patterns
 from attrib.components.position import gemm_positions
+from attrib.components.router import routers
 from attrib.link.launches import launch_points
 from attrib.link.nesting import innermost
 from attrib.steps.excluded import compile_spans, inside
@@ -35,6 +36,10 @@ HINT_FRAMES = (
     (r"(?i)grouped_mm|grouped_linear|experts_forward|fused_moe", "moe_experts"),
     (r"(?i)sampler|_sample\b|logits_process|top_k_top_p|sampling", "sampler"),
 )
+# record_function / roctx annotations (CPU side) that name the work: the frame hints, and activation
+# quantization (an annotation wraps only what it names; a Python frame named for quantization, such as
+# vLLM's quantization/fp8.py apply, also wraps the GEMM, so "quant" is no frame hint)
+HINT_ANNOTATIONS = HINT_FRAMES + ((r"(?i)quant", "quantize"),)
 
 # CPU op names (innermost op of the launch). (regex, component)
 OP_RULES = (
@@ -82,17 +87,30 @@ def by_name(names: pl.Series) -> pl.DataFrame:
                           _first_match(pl.col("name"), fams).alias("name_family"))
 
 
-def _hints(trace: Trace, k: pl.DataFrame) -> pl.DataFrame:
-    """kernel id -> component named by the innermost hint frame around its launch."""
-    f = trace.frames
-    if f.height == 0:
+def _innermost_hint(spans: pl.DataFrame, rules: tuple, k: pl.DataFrame) -> pl.DataFrame:
+    """kernel id -> hint_comp: the component `rules` give the innermost hinted span (id, name, start_ns,
+    dur_ns, pid, tid) around the kernel's launch."""
+    if spans.height == 0:
         return pl.DataFrame(schema={"id": pl.Int64, "hint_comp": pl.Utf8})
-    names = f.select(pl.col("name").unique())  # frame names repeat: the patterns run once per distinct name
-    hinted = names.with_columns(_first_match(pl.col("name"), list(HINT_FRAMES)).alias("hint_comp")).drop_nulls()
-    f = f.join(hinted, on="name", how="inner")
+    names = spans.select(pl.col("name").unique())  # names repeat: the patterns run once per distinct name
+    hinted = names.with_columns(_first_match(pl.col("name"), list(rules)).alias("hint_comp")).drop_nulls()
+    f = spans.join(hinted, on="name", how="inner")
     got = innermost(f.select("id", "start_ns", "dur_ns", "pid", "tid"), launch_points(k), ["pid", "tid"])
     return got.join(f.select(pl.col("id").alias("inner"), "hint_comp"), on="inner", how="left").select(
         pl.col("pid_").alias("id"), "hint_comp")
+
+
+def _hints(trace: Trace, k: pl.DataFrame) -> pl.DataFrame:
+    """kernel id -> component named by the innermost hint frame around its launch, or else by the
+    innermost CPU-side annotation that names the work; hint_src: 'frame' | 'annotation'."""
+    frames = _innermost_hint(trace.frames, HINT_FRAMES, k)
+    m = trace.markers
+    cpu = m.filter(pl.col("side") == "cpu") if "side" in m.columns else m.clear()
+    notes = _innermost_hint(cpu.select("id", "name", "start_ns", "dur_ns", "pid", "tid"), HINT_ANNOTATIONS, k)
+    both = frames.join(notes.rename({"hint_comp": "_note"}), on="id", how="full", coalesce=True)
+    return both.select("id", pl.coalesce("hint_comp", "_note").alias("hint_comp"),
+                       pl.when(pl.col("hint_comp").is_not_null()).then(pl.lit("frame"))
+                       .when(pl.col("_note").is_not_null()).then(pl.lit("annotation")).alias("hint_src"))
 
 
 def _row_gather(ops: pl.DataFrame, k: pl.DataFrame) -> pl.Expr:
@@ -213,7 +231,7 @@ def _split_linears(k: pl.DataFrame) -> pl.DataFrame:
 
 # unnamed glue kernels between two named ones: (before, after) -> component
 _BETWEEN = {("qkv_proj", "attention"): "rope", ("qkv_proj", "kv_cache_write"): "rope",
-            ("mlp_gate_up", "mlp_down"): "activation",
+            ("mlp_gate_up", "mlp_down"): "activation", ("activation", "quantize"): "activation",
             ("activation", "mlp_down"): "activation", ("mlp_gate_up", "activation"): "activation",
             ("moe_router", "moe_experts"): "moe_dispatch", ("moe_experts", "moe_experts"): "moe_experts"}
 
@@ -278,7 +296,7 @@ def classify(trace: Trace, links: pl.DataFrame, kernel_steps: pl.DataFrame) -> p
         pl.when(name_wins).then(pl.col("_name")).otherwise(pl.coalesce(scoped, "_name")).alias("comp"),
         pl.when(name_wins).then(pl.lit("name"))
         .when(pl.col("_mod").is_not_null()).then(pl.lit("module"))
-        .when(pl.col("hint_comp").is_not_null()).then(pl.lit("frame"))
+        .when(pl.col("hint_comp").is_not_null()).then(pl.col("hint_src"))
         .when(pl.col("_op").is_not_null()).then(pl.lit("op"))
         .when(pl.col("_name").is_not_null()).then(pl.lit("name")).alias("evidence"))
     k = _split_linears(k)
@@ -286,6 +304,10 @@ def classify(trace: Trace, links: pl.DataFrame, kernel_steps: pl.DataFrame) -> p
     compiling = inside(k["launch_ns"], compile_spans(trace))
     k = k.with_columns(pl.when(compiling).then(pl.lit("other")).otherwise(pl.col("comp")).alias("comp"),
                        pl.when(compiling).then(pl.lit("compile")).otherwise(pl.col("evidence")).alias("evidence"))
+    # an unnamed GEMM whose output is routed over exactly its N values: the MoE router (by op and shapes)
+    router = pl.col("id").is_in(routers(trace.ops, k).implode())
+    k = k.with_columns(pl.when(router).then(pl.lit("moe_router")).otherwise(pl.col("comp")).alias("comp"),
+                       pl.when(router).then(pl.lit("op")).otherwise(pl.col("evidence")).alias("evidence"))
     gemm = (pl.col("comp").is_null() & (pl.col("name_comp") == "gemm")) | (
         pl.col("comp").is_null() & pl.col("op").is_in(list(GEMM_OPS)).fill_null(False))
     k = k.with_columns(gemm.alias("_gemm"))

@@ -16,8 +16,12 @@ import polars as pl
 # batched GEMMs, whose leading dims are batch x heads, not tokens.
 GEMM_OPS: dict[str, int | None] = {
     "aten::linear": 0, "aten::mm": 0, "aten::matmul": 0, "aten::addmm": 1, "vllm::rocm_unquantized_gemm": 0,
+    "aten::_scaled_mm": 0,
     "aten::bmm": None, "aten::baddbmm": None,
 }
+
+# CPU ops that route tokens to experts from router logits [.., E]: softmax / top-k over the experts
+ROUTING_OPS = r"^aten::(?:_?softmax|topk)$|topk_softmax|grouped_topk"
 
 # torch.compile (dynamo/inductor) and Triton compile/autotune spans, recorded as ops, annotations or Python
 # frames. Not "Torch-Compiled Region": that span wraps every call of compiled code, compiled or not.

@@ -4,7 +4,8 @@ Within a step, in time order, the GEMMs between two attention kernels are: o_pro
 attention), then the MLP (gate/up, then down) or, in a MoE layer, the router GEMM(s) before the
 expert kernels, then the next layer's qkv projection(s). The number of qkv GEMMs per layer is learnt
 from the GEMMs before the step's first attention kernel. After the last attention kernel: o_proj,
-the MLP and finally lm_head.
+the MLP and finally lm_head. A step with no attention kernel at all (a stack of GEMMs: MLP-only
+layers, a quantized-GEMM benchmark) anchors on its norms and activations instead (`_by_norms`).
 """
 
 from __future__ import annotations
@@ -59,7 +60,8 @@ def _softmax_attention(seq: list[tuple[int, str]]) -> tuple[list[tuple[int, str]
 
 def label(seq: list[tuple[int, str]]) -> dict[int, str]:
     """seq: (kernel id, 'G' gemm | 'R' split-K reduce of the GEMM before it | 'A' attention |
-    'S' softmax of a GEMM-softmax-GEMM attention | 'E' MoE expert) in time order -> gemm id -> component."""
+    'S' softmax of a GEMM-softmax-GEMM attention | 'E' MoE expert | 'N' norm | 'F' activation) in time
+    order -> gemm id -> component."""
     seq, att = _softmax_attention(seq)
     owner: dict[int, int] = {}
     prev_g = None
@@ -85,8 +87,8 @@ def _label(seq: list[tuple[int, str]]) -> dict[int, str]:
         else:
             segments[-1].append((kid, kind))
     out: dict[int, str] = {}
-    if len(segments) == 1:  # no attention kernel: nothing to anchor on
-        return out
+    if len(segments) == 1:  # no attention kernel: anchor on norms and activations
+        return _by_norms(seq)
     head = [kid for kid, kind in segments[0] if kind == "G"]
     q = max(len(head), 1)
     for kid in head:
@@ -96,13 +98,46 @@ def _label(seq: list[tuple[int, str]]) -> dict[int, str]:
     return out
 
 
+def _by_norms(seq: list[tuple[int, str]]) -> dict[int, str]:
+    """A pre-norm layer without attention kernels: its GEMMs sit between 'N' norm kernels. A stretch
+    holding an 'F' activation is the MLP (gate/up before it, down after); a stretch without one is the
+    attention half (its last GEMM o_proj, the ones before it qkv_proj); GEMMs after the last norm with
+    no activation are the lm_head. Nothing before the first norm, and nothing at all without both a
+    norm and an activation to anchor on."""
+    kinds = {kind for _, kind in seq}
+    if "N" not in kinds or "F" not in kinds:
+        return {}
+    stretches: list[list[tuple[int, str]]] = []   # what follows each norm (consecutive norm kernels: one)
+    for kid, kind in seq:
+        if kind == "N":
+            if not stretches or stretches[-1]:
+                stretches.append([])
+        elif stretches:
+            stretches[-1].append((kid, kind))
+    out: dict[int, str] = {}
+    last = len(stretches) - 1
+    for i, st in enumerate(stretches):
+        gemms = [kid for kid, kind in st if kind == "G"]
+        act = next((j for j, (_, kind) in enumerate(st) if kind == "F"), None)
+        if act is not None:
+            before = {kid for kid, _ in st[:act]}
+            out.update({g: "mlp_gate_up" if g in before else "mlp_down" for g in gemms})
+        elif i == last:
+            out.update({g: "lm_head" for g in gemms[-1:]})
+        elif len(gemms) > 1:
+            out.update({g: "qkv_proj" for g in gemms[:-1]} | {gemms[-1]: "o_proj"})
+    return out
+
+
 def gemm_positions(k: pl.DataFrame) -> pl.DataFrame:
     """Fill `comp` for rows flagged `_gemm` from their position; evidence 'position'."""
     kind = (pl.when(pl.col("_gemm") & pl.col("name").str.contains(SPLITK_REDUCE)).then(pl.lit("R"))
             .when(pl.col("_gemm")).then(pl.lit("G"))
             .when((pl.col("comp") == "attention") & pl.col("name").str.contains(r"(?i)soft_?max")).then(pl.lit("S"))
             .when(pl.col("comp").is_in(["attention", "linear_attention"])).then(pl.lit("A"))
-            .when(pl.col("comp") == "moe_experts").then(pl.lit("E")))
+            .when(pl.col("comp") == "moe_experts").then(pl.lit("E"))
+            .when((pl.col("comp") == "norm") | (pl.col("comp").is_null() & (pl.col("op") == "aten::rsqrt"))).then(pl.lit("N"))
+            .when(pl.col("comp") == "activation").then(pl.lit("F")))
     todo = k.with_columns(kind.alias("_kind")).filter(pl.col("_kind").is_not_null() & pl.col("step").is_not_null())
     steps = todo.filter(pl.col("_gemm"))["step"].unique().to_list()
     labels: dict[int, str] = {}

@@ -1,0 +1,58 @@
+"""The MoE router GEMM by shape, where no module scope names it (with_stack off).
+
+A router projects the hidden state [T, K] to one logit per expert [T, E] (E < K), and the next thing
+done with its output is routing: a softmax or top-k over exactly E values, before any other GEMM on
+the thread. Other GEMMs with N = E are not routed: Qwen3-Next's `in_proj_ba` (N = 2 x value heads,
+16 there as the expert count) feeds the delta rule (sigmoid, softplus over 8 values), never a top-k.
+"""
+
+from __future__ import annotations
+
+import orjson
+import polars as pl
+
+from attrib.components.patterns import GEMM_OPS, ROUTING_OPS
+
+
+def gemm_nk(name: str, dims: str | None) -> tuple[int, int] | None:
+    """(N, K) of a GEMM op call from its recorded input dims; None when not recorded."""
+    try:
+        d = orjson.loads(dims or "[]")
+        if name in ("aten::linear", "vllm::rocm_unquantized_gemm"):
+            return int(d[1][0]), int(d[1][1])
+        b = d[2] if name == "aten::addmm" else d[1]
+        return int(b[-1]), int(b[-2])
+    except (orjson.JSONDecodeError, IndexError, TypeError, ValueError):
+        return None
+
+
+def _last_dim(dims: str | None) -> int | None:
+    try:
+        d = orjson.loads(dims or "[]")
+        return int(d[0][-1])
+    except (orjson.JSONDecodeError, IndexError, TypeError, ValueError):
+        return None
+
+
+def routers(ops: pl.DataFrame, k: pl.DataFrame) -> pl.Series:
+    """Ids of the kernels in `k` (id, op_id, op, comp) that are an unnamed (comp null) router GEMM."""
+    gemm_k = k.filter(pl.col("op").is_in(list(GEMM_OPS)).fill_null(False))
+    route = ops.filter(pl.col("name").str.contains(ROUTING_OPS))
+    if gemm_k.filter(pl.col("comp").is_null()).height == 0 or route.height == 0:
+        return pl.Series("id", [], pl.Int64)
+    g = (ops.filter(pl.col("id").is_in(gemm_k["op_id"].unique().implode()))
+         .select("id", "name", "input_dims", "start_ns", "pid", "tid").sort("start_ns")
+         .with_columns(pl.col("start_ns").shift(-1).over("pid", "tid").alias("_next")))
+    sig = g.select("name", "input_dims").unique()
+    nk = [gemm_nk(n, d) for n, d in sig.iter_rows()]  # one parse per distinct GEMM signature
+    sig = sig.with_columns(pl.Series("_n", [x[0] if x else None for x in nk], pl.Int64),
+                           pl.Series("_k", [x[1] if x else None for x in nk], pl.Int64))
+    g = g.join(sig, on=["name", "input_dims"], how="left", nulls_equal=True).filter(pl.col("_n") < pl.col("_k"))
+    dims = route.select("input_dims").unique()
+    dims = dims.with_columns(pl.Series("_n", [_last_dim(d) for d in dims["input_dims"]], pl.Int64))
+    r = route.join(dims, on="input_dims", how="left", nulls_equal=True).select(
+        "pid", "tid", "_n", pl.col("start_ns").alias("_r"))
+    hit = g.join(r, on=["pid", "tid", "_n"]).filter(
+        (pl.col("_r") > pl.col("start_ns")) & (pl.col("_next").is_null() | (pl.col("_r") < pl.col("_next"))))
+    ids = hit["id"].unique().implode()
+    return k.filter(pl.col("comp").is_null() & pl.col("op_id").is_in(ids))["id"]
