@@ -137,3 +137,48 @@ def test_decode_other_share_and_no_component_above_the_peak(name):
     counted = [c for c in ph["components"] if c["bytes"] is not None and not c.get("inconsistent")]
     assert ph["bytes_per_step"] == pytest.approx(sum(c["bytes"] for c in counted))
     assert all(c["achieved_gbs"] is None or c["achieved_gbs"] <= peak for c in counted), counted
+
+
+def _kernels(name: str):
+    import polars as pl
+
+    from attrib.pipeline import attribute
+    from collectors import load
+    t = load(CAPTURED / f"{name}.pt.trace.json.gz")
+    a = attribute(t)
+    k = a.kernels.filter(pl.col("phase") == "decode")
+    return k.join(t.ops.select(pl.col("id").alias("op_id"), "input_dims"), on="op_id", how="left")
+
+
+def test_qwen3next_linear_attention_bytes_are_the_fallbacks_passes():
+    """Per Gated DeltaNet layer and decode step, the 7 kernels over the fp32 state [1, 8, 128, 128] carry
+    the 12 S of the hand count (their small operands add < 1%); the depthwise conv over the 5-column window is
+    priced (input 2048 x 5 x 2 + weight 2048 x 4 x 2 + 2 output columns 2048 x 2 x 2 = 45,056; it was
+    unpriced, as was softplus: the row's bytes were known for 94% of its time)."""
+    import polars as pl
+    k = _kernels("qwen3next_decode")
+    steps = k["step"].n_unique()
+    # the state is an input, or (the outer product k x delta) the output of [1, 8, 128, 1] x [1, 8, 1, 128]
+    over_state = pl.col("input_dims").str.contains(r"\[1, 8, 128, 128\]|\[1, 8, 128, 1\], \[1, 8, 1, 128\]")
+    state = k.filter((pl.col("component") == "linear_attention") & over_state)
+    assert state.height == 7 * 3 * steps
+    per_layer = state["bytes"].sum() / steps / 3
+    assert per_layer == pytest.approx(12 * 524_288, rel=0.01)
+    conv = k.filter(pl.col("op") == "aten::_conv_depthwise2d")
+    assert conv.height == 3 * steps and set(conv["bytes"]) == {20_480 + 16_384 + 8_192}
+    rows = {c["component"]: c for c in _decode("qwen3next_decode")[1]["components"]}
+    assert rows["linear_attention"]["bytes_known_share"] == 1.0
+
+
+def test_sampler_sorts_and_scans_are_priced():
+    """sampler_b1_v152k's top-p: sort of the [1, 151936] fp32 logits (read, values and int64 indices
+    written: 2 x 607,744 + 151,936 x 8) and cumsum (read and written: 2 x 607,744); they were unpriced."""
+    import polars as pl
+    k = _kernels("sampler_b1_v152k")
+    big = pl.col("input_dims").str.starts_with("[[1, 151936]")
+    sort = k.filter((pl.col("op") == "aten::sort") & big)
+    assert sort.height and sort.group_by("op_id").agg(pl.col("bytes").sum())["bytes"].to_list() == \
+        [2 * 607_744 + 151_936 * 8] * sort["op_id"].n_unique()
+    scan = k.filter((pl.col("op") == "aten::cumsum") & big)
+    assert scan.height and set(scan.group_by("op_id").agg(pl.col("bytes").sum())["bytes"]) == {2 * 607_744}
+    assert _decode("sampler_b1_v152k")[1]["bytes_known_share"] > 0.98

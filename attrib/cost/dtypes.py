@@ -109,6 +109,15 @@ def concrete_int(concrete: list, i: int) -> int | None:
     return int(s) if s.lstrip("-").isdigit() else None
 
 
+def concrete_ints(concrete: list, i: int) -> list[int] | None:
+    """An int list argument recorded as text ("[1, 1]"); None when absent or not a list of ints."""
+    s = concrete_str(concrete, i).strip()
+    if not (s.startswith("[") and s.endswith("]")):
+        return None
+    parts = [p.strip() for p in s[1:-1].split(",") if p.strip()]
+    return [int(p) for p in parts] if all(p.lstrip("-").isdigit() for p in parts) else None
+
+
 def concrete_bool(concrete: list, i: int) -> bool | None:
     s = concrete_str(concrete, i)
     return {"True": True, "False": False, "1": True, "0": False}.get(s)

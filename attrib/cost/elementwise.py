@@ -222,6 +222,34 @@ def topk(dims: list, types: list, concrete: list = ()) -> Cost:
     return Cost(x.nbytes + rows * k * (x.size + 8), float(x.numel), x.dtype, "topk")
 
 
+def sort(dims: list, types: list, concrete: list = ()) -> Cost:
+    """aten::sort(self, dim, descending): input read once, sorted values and int64 indices written once
+    (the lower bound; a radix sort makes several passes)."""
+    x = tensor(dims, types, 0)
+    if x is None:
+        return unknown("sort", "input not recorded")
+    return Cost(2 * x.nbytes + x.numel * 8, float(x.numel), x.dtype, "sort")
+
+
+def scan(dims: list, types: list, concrete: list = ()) -> Cost:
+    """aten::cumsum / cumprod (self, dim, dtype?): input read, the running result (dtype if given)
+    written."""
+    x = tensor(dims, types, 0)
+    if x is None:
+        return unknown("scan", "input not recorded")
+    out = concrete_dtype(concrete, 2) or x.dtype
+    return Cost(x.nbytes + x.numel * (size_of(out) or x.size), float(x.numel), x.dtype, "scan")
+
+
+def histc(dims: list, types: list, concrete: list = ()) -> Cost:
+    """aten::histc(self, bins, min, max): input read, `bins` counts of its dtype written (MoE routing
+    counts tokens per expert this way)."""
+    x, bins = tensor(dims, types, 0), concrete_int(concrete, 1)
+    if x is None or bins is None:
+        return unknown("histc", "input or bins not recorded")
+    return Cost(x.nbytes + bins * x.size, float(x.numel), x.dtype, "histc")
+
+
 def reduction(dims: list, types: list, concrete: list = (), name: str = "aten::sum") -> Cost:
     """sum / mean / amax / argmax ... (self, dim, keepdim, ...): input read, reduced output written."""
     x = tensor(dims, types, 0)

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from math import prod
 
-from attrib.cost.dtypes import (Cost, Tensor, broadcast, concrete_bool, concrete_dtype, concrete_int, size_of, tensor,
-                                unknown)
+from attrib.cost.dtypes import (Cost, Tensor, broadcast, concrete_bool, concrete_dtype, concrete_int, concrete_ints,
+                                size_of, tensor, unknown)
 
 
 def gemm_cost(m: float, n: float, k: float, a_size: float, b_size: float, out_size: float,
@@ -100,6 +100,27 @@ def scaled_mm(dims: list, types: list, concrete: list = ()) -> Cost:
         return base
     scales = sum(t.nbytes for t in (tensor(dims, types, i) for i in range(2, 6)) if t)
     return base._replace(bytes=base.bytes + scales)
+
+
+def convolution(dims: list, types: list, concrete: list = (), stride: int = 3, bias: int | None = 2) -> Cost:
+    """Convolution (input [N, C_in, *S], weight [C_out, C_in/groups, *k], stride/padding/dilation lists at
+    `stride`, +1, +2): input, weight and bias read once, output written once; 2 FLOPs per multiply-add.
+    Output size per spatial dim: (S + 2p - d(k - 1) - 1) // s + 1. The Gated DeltaNet / Mamba short conv
+    (depthwise, groups = C) is the case seen in traces."""
+    x, w = tensor(dims, types, 0), tensor(dims, types, 1)
+    if x is None or w is None or len(x.shape) != len(w.shape) or len(x.shape) < 3:
+        return unknown("conv", "convolution operands not recorded or inconsistent")
+    nsp = len(x.shape) - 2
+    s, p, d = (concrete_ints(concrete, stride + j) or [v] * nsp for j, v in ((0, 1), (1, 0), (2, 1)))
+    if len(s) == 1:
+        s, p, d = s * nsp, p * nsp, d * nsp
+    out_sp = [(x.shape[2 + i] + 2 * p[i] - d[i] * (w.shape[2 + i] - 1) - 1) // s[i] + 1 for i in range(nsp)]
+    if min(out_sp) <= 0:
+        return unknown("conv", "output size from the recorded arguments is empty")
+    out = x.shape[0] * w.shape[0] * prod(out_sp)
+    b = tensor(dims, types, bias) if bias is not None else None
+    nbytes = x.nbytes + w.nbytes + out * x.size + (b.nbytes if b else 0)
+    return Cost(nbytes, 2.0 * out * prod(w.shape[1:]), x.dtype, "conv")
 
 
 def expected_active_experts(num_experts: int, top_k: int, tokens: float) -> float:

@@ -25,7 +25,7 @@ from attrib.cost.dtypes import Cost, concrete_int, unknown
 
 Formula = Callable[[list, list, list], Cost]
 
-_ACTIVATIONS = ("silu", "gelu", "relu", "sigmoid", "tanh", "mish", "hardswish", "elu", "leaky_relu")
+_ACTIVATIONS = ("silu", "gelu", "relu", "sigmoid", "tanh", "mish", "hardswish", "elu", "leaky_relu", "softplus")
 _ELEMENTWISE = ("add", "sub", "mul", "div", "neg", "exp", "log", "sqrt", "rsqrt", "reciprocal", "pow", "abs",
                 "sin", "cos", "erf", "clamp", "maximum", "minimum", "where", "masked_fill", "floor_divide",
                 "remainder", "eq", "ne", "lt", "le", "gt", "ge", "logical_not", "logical_and", "bitwise_and",
@@ -65,10 +65,14 @@ def _registry() -> dict[str, Formula]:
         "aiter::mha_fwd": partial(mm.attention, layout="blhd", causal_index=5, mask_index=None),
         "aiter::gemm_a16w16": mm.linear, "aiter::fmoe": sv.fmoe, "aiter::fused_moe_": mm.fused_experts,
         "TopK": sv.router_topk, "SortTokens": sv.sort_tokens,
+        "aten::sort": ew.sort, "aten::cumsum": ew.scan, "aten::cumprod": ew.scan, "aten::histc": ew.histc,
+        "aten::_conv_depthwise2d": partial(mm.convolution, stride=4, bias=3),
+        "aten::convolution": mm.convolution, "aten::_convolution": mm.convolution, "aten::conv1d": mm.convolution,
+        "aten::conv2d": mm.convolution,
     }
     for op in ("softmax", "_softmax", "log_softmax", "_log_softmax"):
         reg[f"aten::{op}"] = partial(ew.softmax, name=f"aten::{op}")
-    for op in ("sum", "mean", "amax", "amin", "argmax", "argmin"):
+    for op in ("sum", "mean", "amax", "amin", "argmax", "argmin", "max", "min"):
         reg[f"aten::{op}"] = partial(ew.reduction, name=f"aten::{op}")
     for op in _ACTIVATIONS:
         for n in (f"aten::{op}", f"aten::{op}_"):
