@@ -222,3 +222,16 @@ def test_moe_router_gemm_by_shape_without_module_scope():
     by_step = n16.sort("start_ns").group_by("step", maintain_order=True).agg(pl.col("component"))
     for comps in by_step["component"]:
         assert comps.to_list() == ["qkv_proj", "moe_router"] * 3 + ["moe_router"]
+
+
+def test_inductor_static_cache_writes_are_kv_cache_write():
+    """compile_decode's graph writes each layer's new K (fused with its rotary) and V into the
+    StaticCache with Inductor kernels named for index_copy: kv_cache_write, 2 per layer and step (they
+    were `other` and, for V, `rope` by position), as the eager prefill's index_copy kernels are."""
+    a, doc = analysed("compile_decode")
+    k = a.kernels.filter(pl.col("evidence") != "compile")
+    dec = k.filter((pl.col("phase") == "decode") & pl.col("name").str.contains(r"^triton_\w*fused\w*_index_copy"))
+    assert dec.height == 2 * 4 * _phase(doc, "decode")["steps"] + 2 * 4     # + the left-out compiling call's own
+    assert set(dec["component"]) == {"kv_cache_write"}
+    pre = k.filter((pl.col("phase") == "prefill") & (pl.col("op") == "aten::index_copy_"))
+    assert pre.height == 2 * 4 and set(pre["component"]) == {"kv_cache_write"}

@@ -2,7 +2,7 @@
 
 A router projects the hidden state [T, K] to one logit per expert [T, E] (E < K), and the next thing
 done with its output is routing: a softmax or top-k over exactly E values, before any other GEMM on
-the thread. Other GEMMs with N = E are not routed: Qwen3-Next's `in_proj_ba` (N = 2 x value heads,
+the thread (vLLM's `topk_softmax` / `grouped_topk` take those logits as one of their inputs). Other GEMMs with N = E are not routed: Qwen3-Next's `in_proj_ba` (N = 2 x value heads,
 16 there as the expert count) feeds the delta rule (sigmoid, softplus over 8 values), never a top-k.
 """
 
@@ -26,12 +26,14 @@ def gemm_nk(name: str, dims: str | None) -> tuple[int, int] | None:
         return None
 
 
-def _last_dim(dims: str | None) -> int | None:
+def _last_dims(dims: str | None) -> list[int]:
+    """The last dim of every tensor input (softmax/topk route their one input; vLLM's topk_softmax and
+    grouped_topk take the gating output [T, E] beside [T, k] outputs and the hidden state)."""
     try:
         d = orjson.loads(dims or "[]")
-        return int(d[0][-1])
-    except (orjson.JSONDecodeError, IndexError, TypeError, ValueError):
-        return None
+    except orjson.JSONDecodeError:
+        return []
+    return sorted({int(t[-1]) for t in d if isinstance(t, list) and t and isinstance(t[-1], int)})
 
 
 def routers(ops: pl.DataFrame, k: pl.DataFrame) -> pl.Series:
@@ -49,8 +51,8 @@ def routers(ops: pl.DataFrame, k: pl.DataFrame) -> pl.Series:
                            pl.Series("_k", [x[1] if x else None for x in nk], pl.Int64))
     g = g.join(sig, on=["name", "input_dims"], how="left", nulls_equal=True).filter(pl.col("_n") < pl.col("_k"))
     dims = route.select("input_dims").unique()
-    dims = dims.with_columns(pl.Series("_n", [_last_dim(d) for d in dims["input_dims"]], pl.Int64))
-    r = route.join(dims, on="input_dims", how="left", nulls_equal=True).select(
+    dims = dims.with_columns(pl.Series("_n", [_last_dims(d) for d in dims["input_dims"]], pl.List(pl.Int64))).explode("_n")
+    r = route.join(dims, on="input_dims", how="inner", nulls_equal=True).select(
         "pid", "tid", "_n", pl.col("start_ns").alias("_r"))
     hit = g.join(r, on=["pid", "tid", "_n"]).filter(
         (pl.col("_r") > pl.col("start_ns")) & (pl.col("_next").is_null() | (pl.col("_r") < pl.col("_next"))))
