@@ -1,9 +1,11 @@
 """Kernel -> model component (DESIGN.md taxonomy), with the evidence that decided it.
 
 Evidence, strongest first: the nn.Module scope the kernel was launched from (with_stack traces),
-a Python frame that names the work (apply_rotary_pos_emb, cache update, sdpa forward), the CPU op
-name, the kernel name (the pattern table in data/kernel_patterns.csv), and last the kernel's
-position in the layer (GEMMs between attention kernels: o_proj first, qkv last). Linear layers
+a Python frame that names the work (apply_rotary_pos_emb, cache update, sdpa forward) or a CPU
+annotation that does (record_function("per_token_fp8_quant")), the CPU op name and shapes (an
+unnamed GEMM whose output a softmax/top-k over its N values follows is the MoE router), the kernel
+name (the pattern table in data/kernel_patterns.csv), and last the kernel's position in the layer
+(GEMMs between attention kernels: o_proj first, qkv last; without attention, between norms). Linear layers
 inside an attention module split at the attention kernel into qkv_proj / o_proj; inside an MLP the
 last one is mlp_down.
 """
@@ -270,7 +272,7 @@ def _after_lm_head(k: pl.DataFrame) -> pl.DataFrame:
 
 
 def classify(trace: Trace, links: pl.DataFrame, kernel_steps: pl.DataFrame) -> pl.DataFrame:
-    """One row per kernel: id, step, component, evidence (module | frame | op | name | position | compile | none)."""
+    """One row per kernel: id, step, component, evidence (module | frame | annotation | op | name | position | compile | none)."""
     la = trace.launches.select(pl.col("id").alias("launch_id"), pl.col("start_ns").alias("launch_ns"),
                                pl.col("pid").alias("launch_pid"), pl.col("tid").alias("launch_tid"))
     k = (trace.kernels.select("id", "name", "start_ns", "dur_ns")
