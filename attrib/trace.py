@@ -25,12 +25,13 @@ SCHEMAS: dict[str, dict[str, pl.DataType]] = {
         "correlation": _I64, "external_id": _I64, "grid": _INTS, "block": _INTS,
         "registers": _I64, "lds_bytes": _I64, "launch_id": _I64, "graph": pl.Boolean,
     },
-    # CPU-side ops (aten / custom ops). input_dims/input_types keep the raw JSON text of the
-    # profiler's "Input Dims"/"Input type" (parsed only by the cost model, only where needed).
+    # CPU-side ops (aten / custom ops). input_dims/input_types/input_strides keep the raw JSON text of
+    # the profiler's "Input Dims"/"Input type"/"Input Strides" (parsed only by the cost model, only
+    # where needed).
     "ops": {
         "id": _I64, "name": _STR, "start_ns": _I64, "dur_ns": _I64, "pid": _I64, "tid": _I64,
         "external_id": _I64, "parent": _I64, "input_dims": _STR, "input_types": _STR,
-        "concrete_inputs": _STR,
+        "concrete_inputs": _STR, "input_strides": _STR,
     },
     # Python frames (with_stack): `nn.Module: Cls_N` frames carry module_id; py_id/py_parent
     # build the Python call tree.

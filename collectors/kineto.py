@@ -198,6 +198,7 @@ def _ops(evs: list[Event]) -> dict[str, Any]:
     cols["input_dims"] = _raw([e.args.input_dims for e in evs])
     cols["input_types"] = _raw([e.args.input_types for e in evs])
     cols["concrete_inputs"] = _raw([e.args.concrete for e in evs])
+    cols["input_strides"] = _raw([e.args.input_strides for e in evs])
     return cols
 
 

@@ -44,6 +44,7 @@ class _Args(msgspec.Struct, frozen=True, gc=False):
     input_dims: msgspec.Raw = msgspec.field(name="Input Dims", default=_NONE)
     input_types: msgspec.Raw = msgspec.field(name="Input type", default=_NONE)
     concrete: msgspec.Raw = msgspec.field(name="Concrete Inputs", default=_NONE)
+    input_strides: msgspec.Raw = msgspec.field(name="Input Strides", default=_NONE)
     py_id: _Int | None = msgspec.field(name="Python id", default=None)
     py_parent: _Int | None = msgspec.field(name="Python parent id", default=None)
     module_id: _Int | None = msgspec.field(name="Python module id", default=None)
@@ -79,6 +80,7 @@ class _LooseArgs(msgspec.Struct, frozen=True, gc=False):
     input_dims: msgspec.Raw = msgspec.field(name="Input Dims", default=_NONE)
     input_types: msgspec.Raw = msgspec.field(name="Input type", default=_NONE)
     concrete: msgspec.Raw = msgspec.field(name="Concrete Inputs", default=_NONE)
+    input_strides: msgspec.Raw = msgspec.field(name="Input Strides", default=_NONE)
     py_id: Any = msgspec.field(name="Python id", default=None)
     py_parent: Any = msgspec.field(name="Python parent id", default=None)
     module_id: Any = msgspec.field(name="Python module id", default=None)
@@ -171,7 +173,7 @@ def _loose_event(raw: bytes, index: int, notes: Notes) -> Event:
             kept[name], wrong = _clean(getattr(loose, name), "int|str" if name == "bytes" else "int")
             if wrong:
                 bad.append(name)
-        raws = {n: getattr(loose, n) for n in ("grid", "block", "input_dims", "input_types", "concrete")}
+        raws = {n: getattr(loose, n) for n in ("grid", "block", "input_dims", "input_types", "concrete", "input_strides")}
         args = _Args(kind=loose.kind, kernel=loose.kernel, **kept, **raws)
     for name in bad:
         notes.nulled[name] = notes.nulled.get(name, 0) + 1

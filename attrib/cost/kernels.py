@@ -19,6 +19,7 @@ from attrib.cost import opaque
 from attrib.cost import serving as sv
 from attrib.cost.budget import Budget
 from attrib.cost.ops import op_costs
+from attrib.cost.strides import stored_dims
 from attrib.steps.phases import vllm_sums
 from attrib.trace import Trace
 
@@ -139,7 +140,7 @@ def kernel_costs(trace: Trace, kernels: pl.DataFrame, steps: pl.DataFrame | None
     """`kernels` (id, op_id, step, dur_ns, ...) with bytes, flops, dtype, cost_model added.
 
     budget: a model config (`--model`) that prices ops whose weights the trace does not show."""
-    costs = op_costs(trace.ops).select(
+    costs = op_costs(stored_dims(trace.ops)).select(
         pl.col("id").alias("op_id"), pl.col("bytes").alias("_ob"), pl.col("flops").alias("_of"),
         "dtype", "cost_model")
     costs = _cat_costs(trace, kernels, costs)
