@@ -93,10 +93,13 @@ class _NullCapture:
 
 def _span_ops(torch: Any) -> tuple[Any, Any]:
     """The two ops `torch.profiler.record_function` calls to open and close a span (the same
-    `user_annotation` event in the trace), to be called directly: the wrapper class costs ~25
-    Python calls per span, each one recorded by the Python tracer under with_stack. (None, None)
-    -- use record_function -- when they are missing or when torch's CUPTI monitor, which
-    record_function also notifies, is running."""
+    `user_annotation` event in the trace), as their C++ functions (`OpOverload._op`), called
+    directly: the wrapper class costs ~25 Python calls per span, the ops' Python `__call__`s 11
+    more (the exit, a TorchBind op, scans its argument for fake script objects), each one
+    recorded by the Python tracer under with_stack. The exit is called, as record_function does,
+    under `DisableTorchFunctionSubclass`, without which it is several times slower (~80 us more
+    per decode step on the H200, bench/capture_overhead.py). (None, None) -- use record_function -- when they are missing or when
+    torch's CUPTI monitor, which record_function also notifies, is on."""
     try:
         from torch.autograd import profiler as ap
 
@@ -105,6 +108,7 @@ def _span_ops(torch: Any) -> tuple[Any, Any]:
             return None, None
         enter = torch.ops.profiler._record_function_enter_new.default
         leave = torch.ops.profiler._record_function_exit._RecordFunction
+        enter, leave = getattr(enter, "_op", enter), getattr(leave, "_op", leave)
         leave(enter("attrib.capture.probe", None))   # both callable here, or fall back
         return enter, leave
     except Exception:
@@ -174,6 +178,7 @@ class Capture:
         self._record_function: Any = None   # torch.profiler.record_function once started
         self._span_enter: Any = None   # its enter/exit ops, when they can be called directly
         self._span_exit: Any = None
+        self._no_tf: Any = contextlib.nullcontext   # torch._C.DisableTorchFunctionSubclass
         self._machine: dict[str, Any] | None = None   # provenance.machine_fields, before start
 
     def __enter__(self) -> "Capture":
@@ -211,6 +216,7 @@ class Capture:
                                         on_trace_ready=self._on_ready, **self.options)
                 self._record_function = torch.profiler.record_function
                 self._span_enter, self._span_exit = _span_ops(torch)   # probed before start
+                self._no_tf = getattr(torch._C, "DisableTorchFunctionSubclass", contextlib.nullcontext)
                 with contextlib.suppress(Exception):   # the stamp's slow part, outside the window
                     self._machine = _prov.machine_fields(torch)
                 self._prof.start()
@@ -262,7 +268,8 @@ class Capture:
             try:
                 if span is not None:
                     if self._span_exit is not None:
-                        self._span_exit(span)
+                        with self._no_tf():   # as record_function does: without it the exit
+                            self._span_exit(span)   # took ~80 us more per decode step
                     else:
                         span.__exit__(None, None, None)
                 if self._roctx is not None:

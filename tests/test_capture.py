@@ -346,6 +346,49 @@ def test_step_costs_few_python_calls_and_leaves_no_probe_span(tmp_path):
     assert len(own) / len(mid) <= 7, Counter(own)
 
 
+def _per_step_events(path: Path) -> tuple[Counter, int]:
+    """Events inside the whole steps of a trace (not the first two nor the last two), by
+    category and name (object addresses dropped), and the number of those steps."""
+    import re
+
+    ev = _events(path)
+    steps = sorted((e for e in ev if e.get("name", "").startswith("ProfilerStep#")),
+                   key=lambda e: e["ts"])[2:-2]
+    lo, hi = steps[0]["ts"], steps[-1]["ts"] + steps[-1]["dur"]
+    return Counter((e.get("cat"), re.sub(r" at 0x[0-9a-f]+", "", e["name"])) for e in ev
+                   if e.get("ph") == "X" and lo <= e["ts"] < hi
+                   and not e["name"].startswith("ProfilerStep#")), len(steps)
+
+
+def test_step_adds_few_events_over_a_bare_profiler(tmp_path):
+    """What a capture step records beyond torch.profiler alone with the same options (the
+    per-step cost under with_stack is about proportional to it): the span, the capture's own
+    frames and a few builtins; the span ops are called as C++ functions, so none of torch's
+    op-dispatch Python (`torch/_ops.py`, 10 events a step before) is traced, and the span closes
+    under DisableTorchFunctionSubclass as record_function's does (without it the close cost ~80 us
+    more per decode step on the H200: README, "Capture overhead")."""
+    from torch import profiler as tp
+
+    with collectors.capture(tmp_path, steps=None, name="cap", with_stack=True) as cap:
+        for _ in range(10):
+            with cap.phase("decode", tokens=8):
+                _work(3)
+    with tp.profile(activities=[tp.ProfilerActivity.CPU], record_shapes=True, with_stack=True,
+                    schedule=lambda s: tp.ProfilerAction.RECORD) as prof:
+        for _ in range(10):
+            _work(3)
+            prof.step()
+    prof.export_chrome_trace(str(tmp_path / "bare.json"))
+    raw = (tmp_path / "bare.json").read_bytes()
+    (tmp_path / "bare.json.gz").write_bytes(gzip.compress(raw))
+    (c, nc), (b, nb) = _per_step_events(cap.result.path), _per_step_events(tmp_path / "bare.json.gz")
+    extra = {k: c[k] / nc - b[k] / nb for k in c.keys() | b.keys() if c[k] / nc != b[k] / nb}
+    assert extra[("user_annotation", "decode (tokens=8)")] == 1
+    assert not any("torch/_ops.py" in name for _, name in extra), extra
+    assert [v for (_, name), v in extra.items() if "DisableTorchFunctionSubclass" in name] == [1], extra
+    assert 0 < sum(extra.values()) <= 12, extra
+
+
 def test_machine_fields_collected_once_and_reused(tmp_path, monkeypatch):
     """The stamp's slow part (versions, GPU, env) is collected before the window opens."""
     from collectors import provenance

@@ -1,0 +1,24 @@
+#!/bin/sh
+# Build the device's copy of the capture and its bench: /work/main/.dev/overhead (git-ignored; the
+# device tool carries it with carry=[".dev"]). The device has torch but no polars, so the package
+# roots are the capture-only stubs: collectors/__init__.py is collectors_init_stub.py, and
+# attrib/trace.py is attrib.trace's step_name alone, cut from the real file (no polars import).
+# usage: sh examples/device/sync_overhead.sh [WORKTREE]   (default: the checkout this script is in)
+set -e
+W=${1:-$(cd "$(dirname "$0")/../.." && pwd)}; D=/work/main/.dev/overhead
+rm -rf $D; mkdir -p $D/collectors/rocprof $D/attrib $D/bench
+cp $W/examples/device/collectors_init_stub.py $D/collectors/__init__.py
+cp $W/collectors/torch_capture.py $W/collectors/provenance.py $W/collectors/limits.py $D/collectors/
+cp $W/collectors/rocprof/roctx.py $D/collectors/rocprof/
+: > $D/collectors/rocprof/__init__.py
+cp $W/attrib/__init__.py $W/attrib/errors.py $D/attrib/
+python3 - "$W/attrib/trace.py" "$D/attrib/trace.py" <<'PY'
+import ast, sys
+src = open(sys.argv[1]).read()
+fn = next(n for n in ast.parse(src).body if isinstance(n, ast.FunctionDef) and n.name == "step_name")
+open(sys.argv[2], "w").write('"""attrib.trace.step_name alone (device stub)."""\nfrom __future__ import annotations\n\n\n'
+                             + ast.get_source_segment(src, fn) + "\n")
+PY
+cp $W/bench/capture_overhead.py $D/bench/
+cp $W/examples/device/device_overhead.sh $D/run.sh
+echo "synced $W -> $D"
