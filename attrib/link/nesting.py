@@ -26,7 +26,9 @@ def _stream(intervals: pl.DataFrame, points: pl.DataFrame | None, by: list[str])
                                    pl.lit(0).alias("delta"), pl.lit(None, pl.Int64).alias("iid"),
                                    pl.col("pid_")))
     ev = pl.concat(parts, how="vertical_relaxed").sort([*by, "key", "order"])
-    return ev.with_columns(pl.col("delta").cum_sum().over(by).alias("open"))
+    # each group's deltas sum to 0 (every interval starts and ends in its group), so the running sum
+    # over the sorted whole is each group's own: no per-group window needed
+    return ev.with_columns(pl.col("delta").cum_sum().alias("open"))
 
 
 def _levels(ev: pl.DataFrame, by: list[str]) -> pl.DataFrame:
