@@ -10,7 +10,8 @@ Captures (see tests/fixtures/captured/README.md for configs and hand-derived byt
 compile_decode (torch.compile of the decode step, first compiled call inside the window),
 compile_decode_autotune (the same with mode="max-autotune-no-cudagraphs", when time allows),
 qwen3next_decode, deepseekv3_decode, eager_attn, sdpa_attn_a, sdpa_attn_b, slope_ctx1024,
-slope_ctx4096, slope_ctx16384, sampler_b1_v152k, blocking_copy_decode.
+slope_ctx4096, slope_ctx16384, sampler_b1_v152k, blocking_copy_decode, nosplit_ctx2048 and
+nosplit_ctx16384 (SDPA held to its memory-efficient kernel: decode attention without split-KV).
 
 Beside each trace `<name>.pt.trace.json.gz` (+ `.attrib.json` stamp) goes `<name>.model.json`: the
 exact HF config, parameter bytes per part of the model and the cache tensors after the run, from
@@ -81,19 +82,27 @@ CAPTURES: dict[str, dict] = {
                                  kind="blocking_copy", copy_mb=128),
     "compile_decode_autotune": dict(arch="llama", batch=8, prompt=512, steps=6, kind="compile",
                                     compile_mode="max-autotune-no-cudagraphs", stack=False),
+    # decode attention without split-KV: SDPA held to its memory-efficient (cutlass) kernel, which
+    # parallelizes over batch x heads x query blocks only, so a batch-1 decode runs 16 CTAs over the
+    # whole context; MHA (16 KV heads) because that kernel takes no GQA
+    "nosplit_ctx2048": dict(arch="llama", batch=1, prompt=2048, steps=6, attn="sdpa", sdpa="efficient",
+                            config=dict(num_key_value_heads=16)),
+    "nosplit_ctx16384": dict(arch="llama", batch=1, prompt=16384, steps=6, attn="sdpa", sdpa="efficient",
+                             config=dict(num_key_value_heads=16)),
 }
 ORDER = ["compile_decode", "qwen3next_decode", "deepseekv3_decode", "eager_attn", "sdpa_attn_a",
          "sdpa_attn_b", "slope_ctx1024", "slope_ctx4096", "slope_ctx16384", "sampler_b1_v152k",
-         "blocking_copy_decode", "compile_decode_autotune"]
+         "blocking_copy_decode", "compile_decode_autotune", "nosplit_ctx2048", "nosplit_ctx16384"]
 TIMEOUT_S = {"compile_decode": 150, "compile_decode_autotune": 150}
 
 
-def model_config(arch: str, tiny: bool, vocab: int | None, max_len: int, attn: str | None):
+def model_config(arch: str, tiny: bool, vocab: int | None, max_len: int, attn: str | None,
+                 overrides: dict | None = None):
     from transformers import AutoConfig
 
     base = {"llama": (LLAMA, LLAMA_TINY), "qwen3_next": (QWEN3NEXT, QWEN3NEXT_TINY),
             "deepseek_v3": (DEEPSEEKV3, DEEPSEEKV3_TINY)}[arch][int(tiny)]
-    kw = dict(base, max_position_embeddings=max_len)
+    kw = dict(base, max_position_embeddings=max_len, **({} if tiny else overrides or {}))
     if vocab and not tiny:
         kw["vocab_size"] = vocab
     if tiny and arch == "qwen3_next":
@@ -221,7 +230,7 @@ def run_one(name: str, device_name: str, out: Path, tiny: bool) -> int:
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     max_len = prompt + steps + 8
     attn = spec.get("attn")
-    config = model_config(spec["arch"], tiny, spec.get("vocab"), max_len, attn)
+    config = model_config(spec["arch"], tiny, spec.get("vocab"), max_len, attn, spec.get("config"))
     model = build(config, dtype, device, attn)
     pbytes = param_bytes(model)
     dt = str(dtype).removeprefix("torch.")
@@ -254,6 +263,8 @@ def run_one(name: str, device_name: str, out: Path, tiny: bool) -> int:
                           "inside the window, marked decode) + further compiled decode steps")
     if kind == "sample":
         prov["sampler"] = "temperature 0.8, top-k 50, top-p 0.9, softmax, torch.multinomial (fp32)"
+    if spec.get("sdpa"):
+        prov["sdpa_backend"] = spec["sdpa"]
     if kind == "blocking_copy":
         prov["blocking_copy"] = (f"each decode step first copies a {spec['copy_mb']} MB pageable "
                                  "host tensor to the GPU (non_blocking=False)")
@@ -328,8 +339,15 @@ def run_one(name: str, device_name: str, out: Path, tiny: bool) -> int:
         info["decode_step_s"] = times
         info["cache_tensors"] = cache_tensors(cache)
     else:
-        with collectors.capture(out, warmup=warmup_steps, steps=1 + steps, provenance=prov,
-                                with_stack=stack, name=name) as cap:
+        import contextlib
+
+        backend = contextlib.nullcontext()
+        if spec.get("sdpa") and cuda:  # (on CPU that kernel does not exist: the smoke test runs the default)
+            from torch.nn.attention import SDPBackend, sdpa_kernel
+
+            backend = sdpa_kernel({"efficient": SDPBackend.EFFICIENT_ATTENTION}[spec["sdpa"]])
+        with backend, collectors.capture(out, warmup=warmup_steps, steps=1 + steps, provenance=prov,
+                                         with_stack=stack, name=name) as cap:
             for _ in range(gens):
                 cache = generation(cap)
         info["cache_tensors"] = cache_tensors(cache)

@@ -38,7 +38,7 @@ CATALOG: tuple[Rule, ...] = (
     Rule("P08-sampler-share", sampler.sampler_share, "sampler component or kernels after the lm_head in a step; decode tokens/step",
          RDNA, sampler.REFS),
     Rule("P10-decode-attention-no-split-kv", attention.decode_attention_no_split_kv, "attention kernel names; decode "
-         "phase", RDNA, attention.P10_REFS),
+         "attention bytes and query/key shapes (any device; vLLM paged kernels on RDNA)", (), attention.P10_REFS),
     Rule("P12-navi-paged-attention", attention.navi_paged_attention_traps, "kernel names; stamp kv_cache_dtype/"
          "block_size", RDNA, attention.P12_REFS),
     Rule("P13-fp8-emulated-gfx11", quant.fp8_emulated_gfx11, "kernel names or dtypes (FP8)", quant.NO_FP8,

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
 import polars as pl
 
 from attrib.components.patterns import FP8_KV_CACHE, FUSED_ATTENTION, NAVI_PAGED_ATTENTION, PAGED_SINGLE_PASS, SPLIT_KV
 from attrib.pipeline import Attribution
-from rules.finding import Finding, arch, component, env, kernels_in, phase_doc, r
+from rules.finding import Finding, arch, component, env, is_rdna, kernels_in, phase_doc, r, roofline_bw
 from rules.thresholds import Thresholds
 
 # eager attention in HF: q@k^T (bmm), softmax, attn@v (bmm); SDPA's math fallback is the same in one op
@@ -27,26 +28,58 @@ P17_REFS = ("https://github.com/unslothai/unsloth/pull/8821", "https://github.co
             "https://github.com/ROCm/aotriton/issues/16")
 
 
+def decode_keys(a: Attribution, k: pl.DataFrame) -> int | None:
+    """Keys each decode query attends to, from the attention ops' query and key shapes (any layout: the
+    dimension where the query has 1 and the key more is the sequence); None without shapes."""
+    ops = a.trace.ops.filter(pl.col("id").is_in(k["op_id"].drop_nulls().implode())).select("input_dims").unique()
+    best = None
+    for (dims,) in ops.iter_rows():
+        d = orjson.loads(dims) if dims else []
+        if len(d) < 2 or not (isinstance(d[0], list) and isinstance(d[1], list)) or len(d[0]) != len(d[1]):
+            continue
+        seq = [kd for qd, kd in zip(d[0], d[1]) if isinstance(qd, int) and isinstance(kd, int) and qd == 1 and kd > 1]
+        if seq:
+            best = max(best or 0, max(seq))
+    return best
+
+
 def decode_attention_no_split_kv(a: Attribution, doc: dict[str, Any], th: Thresholds) -> list[Finding]:
-    """P10: decode attention kernels are single-pass paged ones, no split-KV partner runs, attention > 30 %."""
+    """P10: decode attention that cannot keep up with the context, no split-KV kernel in the phase, attention
+    above `attention_share` of decode; either (RDNA) vLLM's single-pass paged kernels, or (any device) attention
+    over >= `p10_min_keys` keys reading K/V below `p10_bw_fraction` of the memory roofline."""
     ph = phase_doc(doc, "decode")
     att = component(ph, "attention")
     if att is None or (att.get("share") or 0) <= th.attention_share:
         return []
     k = kernels_in(a, "decode")
-    single = k.filter(pl.col("name").str.contains(PAGED_SINGLE_PASS))
-    if not single.height or k.filter(pl.col("name").str.contains(SPLIT_KV)).height:
+    if k.filter(pl.col("name").str.contains(SPLIT_KV)).height:
         return []
+    attn = k.filter(pl.col("component") == "attention")
+    single = k.filter(pl.col("name").str.contains(PAGED_SINGLE_PASS)) if is_rdna(arch(doc)) else k.clear()
+    keys = decode_keys(a, attn)
+    bw, gbs = roofline_bw(doc), att.get("achieved_gbs")
+    frac = gbs / bw if (gbs and bw) else None
+    slow = keys is not None and keys >= th.p10_min_keys and frac is not None and frac < th.p10_bw_fraction
+    if not single.height and not slow:
+        return []
+    floor = att.get("roofline_ms")
+    names = (single if single.height else attn)["name"].unique().sort().head(4).to_list()
+    what = (f"over up to {keys} keys at {frac:.0%} of the memory roofline ({att['ms'] / floor:.1f}x its K/V-read floor)"
+            if slow and floor else "on single-pass paged kernels")
+    rdna = is_rdna(arch(doc))
     return [Finding(
         rule="P10-decode-attention-no-split-kv", severity="high",
-        title=f"decode attention is {att['share']:.0%} of decode on {arch(doc)} and runs single-pass paged "
-              f"kernels without split-KV: it will grow with context",
-        ms_per_step=att["ms"],
+        title=f"decode attention is {att['share']:.0%} of decode on {arch(doc)} and runs without split-KV {what}: "
+              "it grows with context",
+        ms_per_step=att["ms"] - floor if (slow and floor) else att["ms"],
         evidence={"arch": arch(doc), "attention_share": att["share"], "attention_ms_per_step": att["ms"],
-                  "kernels": single["name"].unique().sort().head(4).to_list(),
+                  "roofline_ms_per_step": floor, "achieved_gbs": gbs, "fraction_of_roofline": r(frac), "keys": keys,
+                  "kernels": [n[:120] for n in names], "split_kv_kernels": 0,
                   "tokens_per_step": ph.get("tokens_per_step")},
-        remedy="Use a split-KV decode path: --attention-backend TRITON_ATTN on gfx11, a vLLM with the Triton "
-               "KV-split decode for RDNA3/4, or on gfx1201 the (experimental, bf16-KV) AITER unified attention.",
+        remedy=("Use a split-KV decode path: --attention-backend TRITON_ATTN on gfx11, a vLLM with the Triton "
+                "KV-split decode for RDNA3/4, or on gfx1201 the (experimental, bf16-KV) AITER unified attention.") if rdna
+        else ("Use a split-KV (flash-decoding) attention kernel for decode: let SDPA pick its flash or cuDNN backend "
+              "(do not pin it to the memory-efficient one), or a FlashAttention/FlashInfer decode with KV splits."),
         references=P10_REFS)]
 
 

@@ -37,6 +37,10 @@ class Thresholds:
     sampler_share: float = 0.10
     # P10 attention share of decode with single-pass paged kernels
     attention_share: float = 0.30
+    # P10 on any device: at >= this many keys, attention reading K/V below this fraction of the roofline
+    # (catalog: per-step attention time > 5x the KV read at sustained bandwidth, at L >= 8K)
+    p10_min_keys: int = 8192
+    p10_bw_fraction: float = 0.20
     # P13/P14 quantize/dequantize share of decode kernel time (catalog: 15 %)
     quant_share: float = 0.15
     # P15 / P18: quantized GEMM achieved GB/s below these fractions of sustained

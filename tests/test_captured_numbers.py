@@ -38,6 +38,12 @@ def _dense(w: float, kv_per_key: float, keys: float, extra_kv: int, tokens: int)
     return w + kv, w + (1 + extra_kv) * kv, tokens
 
 
+def _l4_mha(keys: float, extra_kv: int) -> tuple[float, float, int]:
+    """L4 with 16 KV heads (k/v projections 2048 x 2048: +33,554,432 B) at batch 1; K/V per key:
+    4 layers x 2 x 16 heads x 128 x 2 B."""
+    return _dense(L4 + 33_554_432 + 4096, 32_768, keys, extra_kv, 1)
+
+
 def _l4(batch: int, keys: float, extra_kv: int) -> tuple[float, float, int]:
     """L4 at `batch`; K/V per key: 4 layers x 2 x batch x 8 heads x 128 x 2 B."""
     return _dense(L4 + batch * 4096, 16_384 * batch, keys, extra_kv, batch)
@@ -82,6 +88,7 @@ HAND = {
     "sdpa_attn_a": _l4(8, 2052.5, 2), "sdpa_attn_b": _l4(8, 2052.5, 2),
     "slope_ctx1024": _l4(8, 1027.5, 2), "slope_ctx4096": _l4(8, 4099.5, 2), "slope_ctx16384": _l4(8, 16387.5, 2),
     "blocking_copy_decode": _l4(8, 516.5, 2),
+    "nosplit_ctx2048": _l4_mha(2051.5, 2), "nosplit_ctx16384": _l4_mha(16387.5, 2),
     # eager: + repeat_kv (reads K/V, writes them expanded to 16 heads: +3) and the two bmm read the
     # expanded K and V (+1): 1 + 2 + 3 + 1 passes
     "eager_attn": _l4(8, 2052.5, 6),

@@ -130,3 +130,32 @@ def test_linear_attention_torch_fallback_fires_on_qwen3next_and_not_elsewhere() 
     no_frames = dataclasses.replace(a, trace=a.trace.with_tables(frames=a.trace.frames.clear()))
     assert not [f for f in run(no_frames, json.loads(_doc("qwen3next_decode", None)))
                 if f.rule == "linear-attention-torch-fallback"]
+
+
+def test_p10_single_pass_decode_attention_at_16k_keys_and_quiet_below_8k_or_with_split_kv() -> None:
+    """nosplit_ctx*: SDPA held to its memory-efficient kernel, which splits work over batch x heads x query
+    blocks only: a batch-1 decode runs 16 CTAs over the whole context. At 16k keys it reads K/V at a few % of
+    the H200's 4800 GB/s; the same kernel at 2k keys is under the 8K threshold; cuDNN's decode at 16k
+    (slope_ctx16384) has its split-KV partner (lean_reduction) and runs near the roofline."""
+    f = _fired("nosplit_ctx16384")["P10-decode-attention-no-split-kv"]
+    a = _a("nosplit_ctx16384")
+    att = a.kernels.filter((pl.col("phase") == "decode") & (pl.col("component") == "attention")
+                           & pl.col("step").is_in(a.steps.filter(pl.col("excluded").is_null())["step"].implode()))
+    steps = att["step"].n_unique()
+    assert att["name"].str.starts_with("fmha_cutlassF").all() and att.height == 4 * steps  # one per layer
+    ms = att["dur_ns"].sum() / 1e6 / steps
+    gbs = att["bytes"].sum() / att["dur_ns"].sum()  # bytes per ns = GB/s
+    assert f.evidence["attention_ms_per_step"] == pytest.approx(ms, rel=1e-3)
+    assert f.evidence["achieved_gbs"] == pytest.approx(gbs, rel=1e-2) and gbs < 0.2 * 4800
+    floor = att["bytes"].sum() / steps / 4800e9 * 1e3
+    assert f.ms_per_step == pytest.approx(ms - floor, rel=1e-2) and f.ms_per_step > 10 * floor
+    # keys from the ops' shapes: the prompt plus the decode steps so far (the last step attends to the most)
+    assert 16384 < f.evidence["keys"] <= 16384 + 6 and not f.projection
+    assert "P10-decode-attention-no-split-kv" not in _fired("nosplit_ctx2048")
+    assert "P10-decode-attention-no-split-kv" not in _fired("slope_ctx16384")
+    # on the traced device only: the H200's 237 GB/s is 39% of gfx1201's roofline, not a collapse there
+    assert "P10-decode-attention-no-split-kv" not in _fired("nosplit_ctx16384", "gfx1201")
+    # and it grows with the context: 8x the keys, about 8x the attention time per step
+    short = _a("nosplit_ctx2048").kernels.filter((pl.col("phase") == "decode") & (pl.col("component") == "attention"))
+    ratio = ms / (short["dur_ns"].sum() / 1e6 / short["step"].n_unique())
+    assert 6 < ratio < 9

@@ -47,7 +47,7 @@ TENSILE_TILE = r"^Cijk_\w*?_MT(\d+)x(\d+)x(\d+)_"
 SKINNY_GEMM = r"^(?:void )?(?:wvSplitK\w*|wv_int4\w*|LLGemm1\w*|LLMM1\w*)"
 # paged decode attention in one pass, and the kernels of a split-KV decode
 PAGED_SINGLE_PASS = r"kernel_paged_attention_2d|chunked_prefill_paged_decode|paged_attention_ll4mi_QKV|kernel_unified_attention_2d"
-SPLIT_KV = r"(?i)unified_attention_3d|reduce_segments|splitkv|split_kv|combine"
+SPLIT_KV = r"(?i)unified_attention_3d|reduce_segments|splitkv|split_kv|combine|lean_reduction"  # cuDNN: lean attention
 # plain identifiers are how Triton names its kernels; these prefixes are vendor libraries
 TRITON_NAME = r"^[A-Za-z_]\w*$"
 NOT_TRITON = r"^(?:Cijk_|nvjet|_ZN|__amd_rocclr|sm\d+_|ampere_|cutlass|cudnn|ck_)"
