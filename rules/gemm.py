@@ -7,7 +7,7 @@ from typing import Any
 
 import polars as pl
 
-from attrib.components.patterns import ROCBLAS_TILE, SKINNY_GEMM, TENSILE_TILE
+from attrib.components.patterns import NVJET_TILE, ROCBLAS_TILE, SKINNY_GEMM, TENSILE_TILE
 from attrib.pipeline import Attribution
 from attrib.roofline.model import achieved_gbs
 from rules.finding import DECODE_LIKE, Finding, arch, kernels_in, phase_doc, r, roofline_bw
@@ -26,7 +26,8 @@ def _achieved_gbs(k: pl.DataFrame, doc: dict[str, Any]) -> float | None:
 
 
 def big_tile_decode_gemm(a: Attribution, doc: dict[str, Any], th: Thresholds) -> list[Finding]:
-    """P02: M<=4 decode GEMMs served by Tensile kernels with >= 64x64 macro tiles."""
+    """P02: M<=4 decode GEMMs served by BLAS kernels with >= 64x64 tiles (Tensile macro tiles; cuBLASLt nvjet
+    CTA tiles): the token side of each tile is mostly padding."""
     ph = phase_doc(doc, "decode")
     tokens = ph and ph.get("tokens_per_step")
     if not tokens or tokens > th.max_decode_tokens:
@@ -34,9 +35,10 @@ def big_tile_decode_gemm(a: Attribution, doc: dict[str, Any], th: Thresholds) ->
     k = kernels_in(a, "decode")
     total = k["dur_ns"].sum()
     tiles = (k.filter(pl.col("component").is_in(GEMM_COMPONENTS))
-             .with_columns(pl.col("name").str.extract_groups(TENSILE_TILE).alias("mt"))
-             .with_columns(pl.col("mt").struct.field("1").cast(pl.Int64).alias("mt_m"),
-                           pl.col("mt").struct.field("2").cast(pl.Int64).alias("mt_n"))
+             .with_columns(pl.col("name").str.extract_groups(TENSILE_TILE).alias("mt"),
+                           pl.col("name").str.extract_groups(NVJET_TILE).alias("nv"))
+             .with_columns(pl.coalesce(pl.col("mt").struct.field("1"), pl.col("nv").struct.field("1")).cast(pl.Int64).alias("mt_m"),
+                           pl.coalesce(pl.col("mt").struct.field("2"), pl.col("nv").struct.field("2")).cast(pl.Int64).alias("mt_n"))
              .filter(pl.min_horizontal("mt_m", "mt_n") >= th.big_tile))
     if not tiles.height or not total:
         return []
@@ -47,20 +49,28 @@ def big_tile_decode_gemm(a: Attribution, doc: dict[str, Any], th: Thresholds) ->
     if share <= th.p02_share and not (slow and share >= 0.05):
         return []
     steps = max(ph["steps"], 1)
+    ms = tiles["dur_ns"].sum() / 1e6 / steps
+    priced = tiles["bytes"].sum() if tiles["bytes"].null_count() == 0 else None
+    floor = priced / 1e9 / bw * 1e3 / steps if (priced and bw) else None  # the same bytes at the roofline
+    nvidia = tiles["nv"].struct.field("1").is_not_null().any()
     by_tile = (tiles.group_by("mt_m", "mt_n", "component").agg((pl.col("dur_ns").sum() / 1e6 / steps).alias("ms"))
                .sort("ms", descending=True).head(8))
     return [Finding(
         rule="P02-decode-gemm-big-tile", severity="high" if (share > th.p02_share and slow) else "medium",
         title=f"decode GEMMs with {tokens} token(s) per step run on >= {th.big_tile}x{th.big_tile} BLAS tiles: "
               f"{share:.0%} of decode kernel time",
-        ms_per_step=tiles["dur_ns"].sum() / 1e6 / steps,
-        evidence={"tokens_per_step": tokens, "share_of_decode": r(share),
+        ms_per_step=max(ms - floor, 0.0) if floor is not None else ms,
+        evidence={"tokens_per_step": tokens, "share_of_decode": r(share), "ms_per_step": r(ms, 4),
+                  "roofline_ms_per_step": r(floor, 4),
                   "tile_waste": r(int(tiles.select(pl.min_horizontal("mt_m", "mt_n").min()).item()) / tokens, 1),
                   "achieved_gbs": r(gbs, 1), "roofline_bw_gbs": bw, "fraction_of_roofline": r(frac),
                   "tiles": [{"tile": f"{t['mt_m']}x{t['mt_n']}", "component": t["component"], "ms_per_step": r(t["ms"], 4)}
                             for t in by_tile.iter_rows(named=True)]},
-        remedy="Send M<=4 GEMMs to a GEMV / skinny-GEMM kernel (e.g. a wvSplitK-style path) or tune "
-               "hipBLASLt for the skinny decode shapes so it picks small tiles.",
+        remedy=("cuBLASLt has no small-M tile for these GEMMs (bf16 GEMMs at this M get 64x8-type tiles): route "
+                "M<=4 GEMMs of this dtype to a skinny kernel (CUTLASS/Machete/Marlin-style mixed-input or FP8 GEMV "
+                "kernels, as vLLM does), or run more tokens per step.") if nvidia
+        else ("Send M<=4 GEMMs to a GEMV / skinny-GEMM kernel (e.g. a wvSplitK-style path) or tune "
+              "hipBLASLt for the skinny decode shapes so it picks small tiles."),
         references=P02_REFS)]
 
 

@@ -45,7 +45,7 @@ EXPECTED = {
     "h200_llama_eager": {"P06-launch-bound-decode", "roofline-memory-bound-gap", "idle-by-cause",
                          "decode-below-bandwidth-ceiling", "kv-cache-recopied"},
     "h200_dense_graph": {"P07-graph-opaque-steps", "idle-by-cause"},
-    "h200_fp8_w8a8": {"P06-launch-bound-decode", "roofline-memory-bound-gap", "idle-by-cause",
+    "h200_fp8_w8a8": {"P02-decode-gemm-big-tile", "P06-launch-bound-decode", "roofline-memory-bound-gap", "idle-by-cause",
                       "decode-below-bandwidth-ceiling"},
     "mi300_vllm_replay": {"P07-graph-opaque-steps", "idle-by-cause"},
     # the HF Qwen1.5 pair: busy time counts the kernels left over from the previous ProfilerStep, so
@@ -59,7 +59,7 @@ EXPECTED = {
     "gfx1201_rocprof_v1": {"P19-llamacpp-prefill-microbatch", "idle-by-cause"},
 }
 # no fixture has their kernels (wvSplitK, M<=4 Tensile tiles, ll4mi, rocBLAS-named Tensile kernels): quiet
-# everywhere, also projected onto gfx1151/gfx1201. (P10 fires on a capture: tests/test_rules_captured.py.)
+# everywhere, also projected onto gfx1151/gfx1201. (P02 and P10 fire on captures: tests/test_rules_captured.py.)
 NO_REAL_POSITIVE = ("P01-skinny-gemm-gfx1151", "P02-decode-gemm-big-tile", "P10-decode-attention-no-split-kv",
                     "P12-navi-paged-attention", "P03-rocblas-tensile-fallback")
 
@@ -114,9 +114,10 @@ def test_what_fires_on_each_real_trace(name: str, finding_schema: dict, analysis
 def test_arch_specific_rules_stay_quiet_without_their_kernels(name: str, arch: str) -> None:
     """No fixture has wvSplitK/LLGemm1, M<=4 decode GEMMs on Tensile tiles, RDNA single-pass paged decode
     attention, Navi paged attention or rocBLAS-named kernels: projected onto gfx1151/gfx1201 those rules
-    stay quiet, and every finding says it is a projection."""
+    stay quiet (but where they fire on the traced device: P02 on the H200 FP8 capture's 128x128 nvjet
+    tiles), and every finding says it is a projection."""
     found = fired(name, arch)
-    assert not set(found) & set(NO_REAL_POSITIVE)
+    assert not set(found) & (set(NO_REAL_POSITIVE) - EXPECTED.get(name, set()))
     assert all(f.projection and f.title.startswith("[projection onto ") for f in found.values())
 
 

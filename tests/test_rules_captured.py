@@ -159,3 +159,21 @@ def test_p10_single_pass_decode_attention_at_16k_keys_and_quiet_below_8k_or_with
     short = _a("nosplit_ctx2048").kernels.filter((pl.col("phase") == "decode") & (pl.col("component") == "attention"))
     ratio = ms / (short["dur_ns"].sum() / 1e6 / short["step"].n_unique())
     assert 6 < ratio < 9
+
+
+def test_p02_fp8_decode_gemms_on_128x128_tiles_and_bf16_on_small_tiles_stay_quiet() -> None:
+    """fp8_w8a8_decode: 4 tokens per step, every projection a `_scaled_mm` that cuBLASLt serves with
+    nvjet 128x128 tiles (32x the token count); the bf16 decodes at M <= 4 get 64x8 / 8x64 tiles."""
+    f = _fired("fp8_w8a8_decode")["P02-decode-gemm-big-tile"]
+    a = _a("fp8_w8a8_decode")
+    dec = a.kernels.filter(pl.col("step").is_in(a.steps.filter((pl.col("phase") == "decode")
+                                                                & pl.col("excluded").is_null())["step"].implode()))
+    big = dec.filter(pl.col("name").str.contains(r"^nvjet_sm90_qqtst_128x128_"))
+    steps = dec["step"].n_unique()
+    assert set(big["component"]) == {"qkv_proj", "o_proj", "mlp_gate_up", "mlp_down"}
+    assert f.evidence["share_of_decode"] == pytest.approx(big["dur_ns"].sum() / dec["dur_ns"].sum(), abs=1e-3)
+    assert f.evidence["tile_waste"] == 128 / 4 and not f.projection
+    ms, floor = big["dur_ns"].sum() / 1e6 / steps, big["bytes"].sum() / 4800e9 * 1e3 / steps
+    assert f.ms_per_step == pytest.approx(ms - floor, rel=1e-3) and 0 < f.ms_per_step < ms
+    for quiet in ("sampler_b1_v152k", "qwen3next_decode", "deepseekv3_decode", "sdpa_attn_a"):
+        assert "P02-decode-gemm-big-tile" not in _fired(quiet)

@@ -43,6 +43,8 @@ LLAMACPP_MMVQ_COLS = r"mul_mat_vec_q<\(ggml_type\)\d+, (\d+)[,>]|mul_mat_vec_qIL
 CAT_ELEMENT_BYTES = r"OpaqueType<(\d+)u>"
 # Tensile (rocBLAS / hipBLASLt) macro tile MxNxK
 TENSILE_TILE = r"^Cijk_\w*?_MT(\d+)x(\d+)x(\d+)_"
+# cuBLASLt's nvjet GEMMs (Hopper and later) name their CTA tile: nvjet_sm90_tst_64x8_..., nvjet_sm90_qqtst_128x128_...
+NVJET_TILE = r"^nvjet_sm\d+_[a-z]*tst_(\d+)x(\d+)_"
 # vLLM ROCm skinny-GEMM kernels
 SKINNY_GEMM = r"^(?:void )?(?:wvSplitK\w*|wv_int4\w*|LLGemm1\w*|LLMM1\w*)"
 # paged decode attention in one pass, and the kernels of a split-KV decode
