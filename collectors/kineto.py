@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import re
 import zlib
 from pathlib import Path
@@ -22,7 +23,9 @@ import polars as pl
 from attrib.errors import TraceError
 from attrib.trace import TRUNCATED, Meta, Trace, TraceWarning, mark_graph_replays
 from collectors import limits, validate
-from collectors.kineto_events import CHUNK, DECODE_ERRORS, Event, Notes, decode_chunk
+from collectors.kineto_events import CHUNK, DECODE_ERRORS, Notes, decode_chunk
+from collectors.kineto_tables import TABLES, chunk_frames
+from collectors.kineto_worker import Claims, Others, Worker
 from collectors.provenance import read_sidecar
 
 
@@ -53,6 +56,7 @@ class _Doc(msgspec.Struct):
 _DOC = msgspec.json.Decoder(_Doc)
 _RUNTIME_KEYS = ("cuda_runtime_version", "cuda_driver_version", "cupti_version", "roctracer_version",
                  "hip_runtime_version", "hip_driver_version")
+PARALLEL_BYTES = 64 << 20  # JSON text from which a worker process decodes chunks too (about 170k events)
 _FLAG_KEYS = ("schemaVersion", "record_shapes", "with_stack", "with_modules", "with_flops", "profile_memory",
               "trace_id", "displayTimeUnit", "baseTimeNanoseconds", "traceName")
 
@@ -152,143 +156,52 @@ def _ns(col: str) -> pl.Expr:
     return (pl.col(col).cast(pl.Float64, strict=False) * 1000.0).round(0).cast(pl.Int64, strict=False)
 
 
-def _raw(rs: list[msgspec.Raw]) -> pl.Series:
-    """Raw JSON slices as text (null where absent). Joined at C speed and split as one string (JSON
-    text holds no NUL byte): about 30% faster than a bytes object per slice; one slice at a time where
-    that does not give them back one for one."""
-    try:
-        texts = b"\0".join(rs).decode().split("\0")
-    except UnicodeDecodeError:
-        texts = []
-    if len(texts) != len(rs):
-        return pl.Series([bytes(r) or None for r in rs], dtype=pl.Binary).cast(pl.Utf8)
-    return pl.Series([t or None for t in texts], dtype=pl.Utf8)
-
-
-def _common(evs: list[Event]) -> dict[str, Any]:
-    return {
-        "name": [e.name for e in evs],
-        "ts": [e.ts for e in evs],
-        "dur": [e.dur for e in evs],
-        "pid": [e.pid for e in evs],
-        "tid": [e.tid for e in evs],
-        "external_id": [e.args.external_id for e in evs],
-    }
-
-
-def _gpu(evs: list[Event]) -> dict[str, Any]:
-    cols = _common(evs)
-    cols["device"] = [e.args.device for e in evs]
-    cols["stream"] = [e.args.stream for e in evs]
-    cols["correlation"] = [e.args.correlation for e in evs]
-    return cols
-
-
-def _kernels(evs: list[Event]) -> dict[str, Any]:
-    cols = _gpu(evs)
-    cols["grid"] = _raw([e.args.grid for e in evs])
-    cols["block"] = _raw([e.args.block for e in evs])
-    cols["registers"] = [e.args.registers for e in evs]
-    cols["lds_bytes"] = [e.args.shared_mem for e in evs]
-    cols["graph"] = [e.args.kind == "Dispatch Task" for e in evs]
-    return cols
-
-
-def _copies(evs: list[Event]) -> dict[str, Any]:
-    cols = _gpu(evs)
-    cols["bytes"] = [e.args.bytes for e in evs]
-    cols["kind"] = ["memset" if e.cat == "gpu_memset" else "memcpy" for e in evs]
-    return cols
-
-
-def _ops(evs: list[Event]) -> dict[str, Any]:
-    cols = _common(evs)
-    cols["input_dims"] = _raw([e.args.input_dims for e in evs])
-    cols["input_types"] = _raw([e.args.input_types for e in evs])
-    cols["concrete_inputs"] = _raw([e.args.concrete for e in evs])
-    cols["input_strides"] = _raw([e.args.input_strides for e in evs])
-    return cols
-
-
-def _frames(evs: list[Event]) -> dict[str, Any]:
-    cols = _common(evs)
-    del cols["external_id"]
-    cols["py_id"] = [e.args.py_id for e in evs]
-    cols["py_parent"] = [e.args.py_parent for e in evs]
-    cols["module_id"] = [e.args.module_id for e in evs]
-    return cols
-
-
-def _launches(evs: list[Event]) -> dict[str, Any]:
-    cols = _common(evs)
-    cols["correlation"] = [e.args.correlation for e in evs]
-    cols["kernel_name"] = [e.args.kernel for e in evs]
-    cols["grid"] = _raw([e.args.grid for e in evs])
-    cols["block"] = _raw([e.args.block for e in evs])
-    return cols
-
-
-def _flows(evs: list[Event]) -> dict[str, Any]:
-    """Flow ends (`ac2g` ph f) sit on the GPU event; their id is the correlation."""
-    return {"pid": [e.pid for e in evs], "tid": [e.tid for e in evs], "ts": [e.ts for e in evs],
-            "dur": [0 for _ in evs], "correlation": [e.id for e in evs]}
-
-
-def _markers(evs: list[Event]) -> dict[str, Any]:
-    cols = _common(evs)
-    cols["side"] = ["gpu" if e.cat == "gpu_user_annotation" else "cpu" for e in evs]
-    return cols
-
-
-_TABLE_OF = {
-    "kernel": "kernels", "gpu_memcpy": "copies", "gpu_memset": "copies", "cpu_op": "ops",
-    "python_function": "frames", "cuda_runtime": "launches", "cuda_driver": "launches",
-    "user_annotation": "markers", "gpu_user_annotation": "markers",
-}
-_COLUMNS = {"kernels": _kernels, "copies": _copies, "ops": _ops, "frames": _frames,
-            "launches": _launches, "markers": _markers, "flows": _flows}
-_DTYPES = {"name": pl.Utf8, "ts": pl.Float64, "dur": pl.Float64, "side": pl.Utf8, "kind": pl.Utf8,
-           "kernel_name": pl.Utf8, "graph": pl.Boolean}
-
-
-def _series(name: str, values: list[Any]) -> pl.Series:
-    """A column of its dtype; values of an unexpected type become null (strict=False). The strict
-    conversion is tried first: it is faster, holds for the typed fields, and where it succeeds it
-    gives what the lenient one gives."""
-    dtype = _DTYPES.get(name, pl.Int64)
-    try:
-        return pl.Series(name, values, dtype=dtype)
-    except (TypeError, ValueError, OverflowError, pl.exceptions.PolarsError):
-        return pl.Series(name, values, dtype=dtype, strict=False)
-
-
-def _frame(cols: dict[str, Any]) -> pl.DataFrame:
-    return pl.DataFrame([v.alias(k) if isinstance(v, pl.Series) else _series(k, v) for k, v in cols.items()])
-
-
-def _chunk_tables(path: Path, raws: list[msgspec.Raw], base: int, notes: Notes) -> dict[str, pl.DataFrame]:
+def _check_sizes(path: Path, raws: list[msgspec.Raw], base: int) -> None:
     longest = max(map(len, raws))
     if longest > limits.EVENT_LIMIT:
         at = base + next(i for i, r in enumerate(raws) if len(r) == longest)
         raise TraceError(path, f"event {at} is {longest / 1e6:.0f} MB long (limit {limits.EVENT_LIMIT >> 20} MB): "
                                "not a profiler event")
-    evs = decode_chunk(raws, base, notes)
-    groups: dict[str, list[Event]] = {t: [] for t in _COLUMNS}
-    add = {cat: groups[t].append for cat, t in _TABLE_OF.items()}  # bound appends: the loop runs per event
-    flow = groups["flows"].append
-    for e in evs:
-        a = add.get(e.cat)
-        if a is None:
-            if e.cat == "ac2g" and e.ph == "f":
-                flow(e)
-        elif e.ph == "X":
-            if e.ts is not None:
-                a(e)
-            else:
-                notes.no_ts += 1
-        elif e.ph is None:
-            notes.no_ph += 1
-    return {t: _frame(_COLUMNS[t](g)) for t, g in groups.items() if g}
+
+
+def _chunk_tables(path: Path, raws: list[msgspec.Raw], base: int, notes: Notes) -> dict[str, pl.DataFrame]:
+    _check_sizes(path, raws, base)
+    return chunk_frames(decode_chunk(raws, base, notes), notes)
+
+
+def _serial(path: Path, chunks: list[list[msgspec.Raw]], notes: Notes) -> list[dict[str, pl.DataFrame]]:
+    return [_chunk_tables(path, c, i * CHUNK, notes) for i, c in enumerate(chunks)]
+
+
+def _parallel(path: Path, chunks: list[list[msgspec.Raw]], notes: Notes,
+              worker: Worker) -> list[dict[str, pl.DataFrame]]:
+    """The chunks' frames, the worker decoding from the back while this process decodes from the
+    front (collectors.kineto_worker); chunks it did not answer are decoded here. Notes keep the
+    first event of each kind whatever the order, so frames, notes and errors are the serial path's."""
+    for i, c in enumerate(chunks):  # an oversized event is refused before any decoding, as in the serial path
+        _check_sizes(path, c, i * CHUNK)
+    claims = Claims(len(chunks))
+    out: dict[int, dict[str, pl.DataFrame]] = {}
+    while True:
+        worker.pump(chunks, claims)
+        j = claims.front()
+        if j is None:
+            break
+        out[j] = chunk_frames(decode_chunk(chunks[j], j * CHUNK, notes), notes)
+    for j in worker.take_back():
+        out[j] = chunk_frames(decode_chunk(chunks[j], j * CHUNK, notes), notes)
+    answers = worker.finish()
+    for j in range(len(chunks)):
+        if j in out:
+            continue
+        answer = answers.get(j)
+        if answer is None:
+            out[j] = chunk_frames(decode_chunk(chunks[j], j * CHUNK, notes), notes)
+        else:
+            out[j] = answer[0]
+            notes.no_ph += answer[1]
+            notes.no_ts += answer[2]
+    return [out[j] for j in range(len(chunks))]
 
 
 _DIMS = r"^\[\s*\d{1,15}\s*(,\s*\d{1,15}\s*){0,2}\]$"  # grid/block: up to 3 non-negative ints
@@ -331,25 +244,74 @@ def _devices(doc: _Doc) -> tuple[dict[str, Any], ...]:
     return tuple(p for p in props if isinstance(p, dict)) if isinstance(props, list) else ()
 
 
-def read(path: str | Path, **_: Any) -> Trace:
-    """Read a Kineto trace (`.json`, `.json.gz`, `.pt.trace.json.gz`) into the normalized Trace."""
-    path = Path(path)
-    text, warnings = _read_bytes(path)
-    if not bytes(text[:65536]).strip():
-        raise TraceError(path, "empty file")
-    doc = _decode_doc(path, text, warnings)
-    del text
+def _events(path: Path, doc: _Doc, warnings: list[str],
+            worker: Worker | None) -> tuple[int, dict[str, list[pl.DataFrame]], Notes]:
+    """(events, frames per table in event order, notes) of the document's events, which it then drops
+    (the raw slices hold the whole file)."""
     events = doc.traceEvents
     if not events:
         raise TraceError(path, "no events: traceEvents is missing or empty")
-    parts: dict[str, list[pl.DataFrame]] = {t: [] for t in _COLUMNS}
     notes = Notes()
-    for i in range(0, len(events), CHUNK):
-        for t, df in _chunk_tables(path, events[i:i + CHUNK], i, notes).items():
-            parts[t].append(df)
-    n_events = len(events)
-    del events
-    doc.traceEvents = []  # the raw slices hold the whole file: free it before the tables are finished
+    chunks = [events[i:i + CHUNK] for i in range(0, len(events), CHUNK)]
+    clean = not warnings and len(chunks) > 1  # a salvaged or repaired document is read the one way
+    frames = _parallel(path, chunks, notes, worker) if worker is not None and clean else _serial(path, chunks, notes)
+    doc.traceEvents = []
+    return len(events), {t: [f[t] for f in frames if t in f] for t in TABLES}, notes
+
+
+def _stat(path: Path) -> os.stat_result | None:
+    try:
+        return path.stat()
+    except OSError:
+        return None
+
+
+def _likely_big(path: Path) -> bool:
+    """Whether the file's JSON text will be PARALLEL_BYTES or more, judged from its size on disk."""
+    try:
+        size = path.stat().st_size
+    except OSError:
+        return False
+    return size >= PARALLEL_BYTES // (8 if path.name.lower().endswith(".gz") else 1)
+
+
+def _cpu_free(others: Others, worker: Worker) -> bool:
+    """Whether a CPU was free while the file was read and split: other processes kept less than
+    half a CPU busy and there is one besides this process's (where /proc cannot say: two CPUs)."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    busy = others.cpus(worker)
+    return cpus >= 2 and (busy is None or busy + 1.5 <= cpus)
+
+
+def read(path: str | Path, parallel: bool | None = None, **_: Any) -> Trace:
+    """Read a Kineto trace (`.json`, `.json.gz`, `.pt.trace.json.gz`) into the normalized Trace.
+
+    parallel: decode with a worker process too (collectors.kineto_worker). None (the default): when
+    the JSON text is at least PARALLEL_BYTES and a CPU was free while the file was read and split;
+    either way only for a clean document of several chunks. The result is the same with or without it."""
+    path = Path(path)
+    # the worker starts up while the file is read and split; the kernel counts the RSS of the reader at
+    # that moment in the worker's peak (exec after vfork), so it starts before the text is in memory
+    others = Others()
+    worker = Worker.start(path) if parallel or (parallel is None and _likely_big(path)) else None
+    try:
+        before = _stat(path)
+        text, warnings = _read_bytes(path)
+        if not bytes(text[:65536]).strip():
+            raise TraceError(path, "empty file")
+        if worker is None and parallel is None and len(text) >= PARALLEL_BYTES:
+            worker = Worker.start(path)
+        doc = _decode_doc(path, text, warnings)
+        if worker is not None and before is not None and isinstance(text, bytes) and len(text) == before.st_size:
+            worker.file_text(text, before)  # a plain file read whole: the worker reads its chunks from it
+        del text
+        if worker is not None and parallel is None and not _cpu_free(others, worker):
+            worker.close()
+            worker = None
+        n_events, parts, notes = _events(path, doc, warnings, worker)
+    finally:
+        if worker is not None:
+            worker.close()
     provenance = dict(read_sidecar(path))
     if "warning" in provenance:
         warnings.append(str(provenance.pop("warning")))
