@@ -188,7 +188,7 @@ def _parallel(path: Path, chunks: list[list[msgspec.Raw]], notes: Notes,
         if j is None:
             break
         out[j] = chunk_frames(decode_chunk(chunks[j], j * CHUNK, notes), notes)
-    for j in worker.take_back():
+    for j in worker.take_back(keep=2):
         out[j] = chunk_frames(decode_chunk(chunks[j], j * CHUNK, notes), notes)
     answers = worker.finish()
     for j in range(len(chunks)):

@@ -45,7 +45,8 @@ _EDGE = 4096
 _END = 0xFFFFFFFF
 _ANSWER = struct.Struct("<cIIQQ")  # kind, chunk, tables present (bit mask), events without ph, without ts
 _FRAMES, _FALLBACK, _SKIPPED = b"T", b"F", b"S"  # frames written; fast decode failed; the reader took it back
-IN_FLIGHT = 2  # chunks handed over and not yet answered: one being decoded, one waiting
+IN_FLIGHT = 3  # chunks handed over and not yet answered: one being decoded, two waiting (the reader hands
+# chunks over only between two of its own, and the worker may finish two in that time)
 _PATIENCE_S = 60.0  # no answer for this long: the worker is taken to be stuck and its chunks decoded here
 _ROOT = str(Path(__file__).resolve().parents[1])
 _BOOT = ("import sys; sys.path.insert(0, sys.argv[1]); from collectors.kineto_worker import serve; "
@@ -73,7 +74,7 @@ def _edges(buf: bytes | memoryview) -> int:
 
 
 def _payload(where: Path, source: str, j: int, start: int, length: int, edges: int, mtime_ns: int,
-             ino: int) -> bytes | None:
+             ino: int) -> bytes | bytearray | None:
     """The chunk's JSON array: its region of the trace file (None where the file is not the one the
     reader read: modified since, or another file), or its file in the folder."""
     mine = where / f"{j}.taken"
@@ -82,11 +83,14 @@ def _payload(where: Path, source: str, j: int, start: int, length: int, edges: i
         mine.unlink()
         return payload
     mine.unlink()
+    buf = bytearray(length + 2)  # the region read between its brackets: no copy after the read
+    buf[0], buf[-1] = ord("["), ord("]")
+    data = memoryview(buf)[1:-1]
     with open(source, "rb") as fh:
-        data = os.pread(fh.fileno(), length, start)
+        got = os.preadv(fh.fileno(), [data], start)
         st = os.fstat(fh.fileno())
-    same = (st.st_mtime_ns, st.st_ino) == (mtime_ns, ino) and len(data) == length and _edges(data) == edges
-    return b"[" + data + b"]" if same else None
+    same = (st.st_mtime_ns, st.st_ino) == (mtime_ns, ino) and got == length and _edges(data) == edges
+    return buf if same else None
 
 
 def serve(folder: str, source: str = "", inp: IO[bytes] | None = None, out: IO[bytes] | None = None) -> None:
@@ -255,14 +259,18 @@ class Worker:
                 break
             self.pending.append(j)
 
-    def take_back(self) -> list[int]:
-        """The handed-over chunks the worker has not started, now the reader's (in increasing order)."""
+    def take_back(self, keep: int = 0) -> list[int]:
+        """Handed-over chunks the worker has not started, now the reader's (in increasing order): the
+        latest sent first, leaving it `keep` pending (the one it decodes and the next: the two ends
+        then finish about together)."""
         back = []
-        for j in list(self.pending):
+        for j in reversed(list(self.pending)):
+            if len(self.pending) <= keep:
+                break
             try:
                 _chunk_file(self.folder, j).unlink()
             except FileNotFoundError:
-                continue  # the worker renamed it first: it is decoding it
+                break  # the worker renamed it first: it has started it, and every chunk sent before it
             self.pending.remove(j)
             back.append(j)
         self.taken_back.update(back)
