@@ -223,8 +223,13 @@ class Worker:
         except (OSError, ValueError):
             shutil.rmtree(folder, ignore_errors=True)
             return None
-        os.set_blocking(proc.stdout.fileno(), False)
-        return cls(proc, folder)
+        worker = cls(proc, folder)
+        try:
+            os.set_blocking(proc.stdout.fileno(), False)
+        except OSError:  # not a POSIX pipe
+            worker.close()
+            return None
+        return worker
 
     def file_text(self, text: bytes, stat: os.stat_result) -> None:
         """The reader's text is the trace file's bytes, read whole (`stat` taken before it was read):
