@@ -4,7 +4,8 @@
 
 Each side runs in its own fresh Python process (so peak RSS is its own) and reads the same file:
 the floor reads it, gunzips it if needed and calls orjson.loads on the whole document; attrib runs
-the whole analysis (read, link, phases, components, costs, roofline, rules, JSON document). The two
+the command a user runs, `attrib analyze TRACE --format json` (its imports, read, link, phases,
+components, costs, roofline, rules, the JSON written to stdout), in-process through `attrib.cli.main`. The two
 alternate, N runs each; the medians are printed with the ratios attrib/floor (lower is better; the
 goal is wall <= 0.6 and RSS <= 0.5) and the load average, since on a shared machine wall time
 depends on it. CPU time is user + system of all the process's threads (polars runs several) and of
@@ -38,14 +39,17 @@ print(json.dumps({'wall_s': time.perf_counter() - t, 'cpu_s': ru.ru_utime + ru.r
 """
 
 _ATTRIB = r"""
-import json, resource, sys, time
+import contextlib, io, json, resource, sys, time
 t = time.perf_counter()
-import orjson
-from attrib.app import analyze_path
-doc = analyze_path(sys.argv[1])
-orjson.dumps(doc)
+from attrib.cli import main
+out = io.StringIO()
+with contextlib.redirect_stdout(out):
+    rc = main(["analyze", sys.argv[1], "--format", "json"])
+wall = time.perf_counter() - t
+assert rc == 0, rc
 ru, ch = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-print(json.dumps({'wall_s': time.perf_counter() - t, 'cpu_s': ru.ru_utime + ru.ru_stime + ch.ru_utime + ch.ru_stime,
+doc = json.loads(out.getvalue())
+print(json.dumps({'wall_s': wall, 'cpu_s': ru.ru_utime + ru.ru_stime + ch.ru_utime + ch.ru_stime,
                   'rss_mb': (ru.ru_maxrss + ch.ru_maxrss) / 1024, 'child_rss_mb': ch.ru_maxrss / 1024,
                   'events': doc['source']['events'], 'kernels': doc['source']['kernels']}))
 """

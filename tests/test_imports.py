@@ -5,7 +5,8 @@
 
 A module may import its own layer and earlier ones. `collectors` sit beside the chain: they import
 only the contract, and only app and cli import them. No import inside a function, except of an
-optional heavy dependency (torch, matplotlib) or the one documented lazy `attrib.analyze`.
+optional or slow-to-import dependency (torch, matplotlib; scipy.stats, ~0.5 s, which only compare and
+slope use, so that `attrib analyze` does not pay it) or the one documented lazy `attrib.analyze`.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ CONTRACT = {"attrib", "attrib.trace", "attrib.errors"}
 NAMES = {"attrib.components.patterns"}  # the one home of kernel-name patterns: a leaf every stage reads
 TOP_LEVEL = {"__init__.py", "trace.py", "errors.py", "pipeline.py", "app.py", "cli.py"}
 PACKAGES = {"link", "steps", "components", "cost", "roofline", "report", "data"}
-LAZY_OK = {"torch", "matplotlib"}
+LAZY_OK = {"torch", "matplotlib", "scipy"}
 # attrib/__init__.py resolves `analyze` on first use (module __getattr__, typed under TYPE_CHECKING) so that
 # `import collectors` loads only the contract: the one import of a later layer that is allowed
 EXCEPTIONS = {("attrib/__init__.py", "attrib.app")}

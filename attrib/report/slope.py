@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from scipy.stats import linregress, t as student_t
 
 from attrib.report.provenance_diff import provenance_diff
 
@@ -36,6 +35,8 @@ def fit(xs: list[float], ys: list[float]) -> dict[str, Any] | None:
     """slope (us per 1k context), its 95% CI, intercept (us), r2, n; None below 3 points or 2 contexts."""
     if len(xs) < 3 or len(set(xs)) < MIN_CONTEXTS:
         return None
+    from scipy.stats import linregress, t as student_t  # ~0.5 s to import: only slope pays it
+
     r = linregress(xs, ys)
     half = student_t.ppf(0.975, len(xs) - 2) * r.stderr
     k = 1e3 * 1e3  # ms per token -> us per 1k tokens
