@@ -123,9 +123,10 @@ def unfused_attention(a: Attribution, doc: dict[str, Any], th: Thresholds) -> li
         return []
     out = []
     for ph in doc.get("phases", ()):
+        plain = kernels_in(a, ph["phase"])
+        if not plain.height or plain.filter(pl.col("name").str.contains(FUSED_ATTENTION)).height:
+            continue  # (checked before the joins with the ops table)
         k = _op_names(a, ph["phase"])
-        if not k.height or k.filter(pl.col("name").str.contains(FUSED_ATTENTION)).height:
-            continue
         attn = pl.col("component") == "attention"
         math = pl.col("op_name").str.contains(MATH_SDPA) | pl.col("parent_name").fill_null("").str.contains(MATH_SDPA)
         unf = k.filter(math | (attn & (pl.col("op_name").str.contains(SOFTMAX_OP) | pl.col("op_name").str.contains(BMM_OP)

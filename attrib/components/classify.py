@@ -191,26 +191,28 @@ _MOE_MLP = (r"^(.*?(?:^|/)[^/]*(?:(?i:sparse_?moe|moe_?block|moe_?layer)|MoE)(?:
 def _shared_by_class(k: pl.DataFrame) -> pl.DataFrame:
     """`_shared_cls`: the kernel runs in an MLP module nested directly in an MoE block that holds no
     other MLP (with_stack paths hold classes: .../DeepseekV3MoE_0/DeepseekV3MLP_1/Linear_13). Routed
-    experts written as a list of MLPs give their block many MLP children and are not matched."""
+    experts written as a list of MLPs give their block many MLP children and are not matched.
+    Decided once per distinct (module, module_path), then joined to the kernels."""
+    u = k.select("module", "module_path").unique()
     block = pl.col("module_path").str.extract(_MOE_MLP, 1)
     child = pl.col("module_path").str.extract(_MOE_MLP, 2)
-    k = k.with_columns(block.alias("_moe_block"), child.alias("_moe_child"))
+    u = u.with_columns(block.alias("_moe_block"), child.alias("_moe_child"))
     n = pl.col("_moe_child").drop_nulls().n_unique().over("_moe_block")
-    k = k.with_columns((pl.col("_moe_block").is_not_null() & (n == 1)).fill_null(False).alias("_shared_cls")).drop(
+    u = u.with_columns((pl.col("_moe_block").is_not_null() & (n == 1)).fill_null(False).alias("_shared_cls")).drop(
         "_moe_block", "_moe_child")
     # a plain Linear beside a router module in an MoE block is the shared expert's gate (Qwen2/3-Next)
     parent = pl.col("module_path").str.replace(r"/[^/]+$", "")
-    routers = k.filter(pl.col("module").str.contains(r"Router|TopK").fill_null(False)).select(
+    routers = u.filter(pl.col("module").str.contains(r"Router|TopK").fill_null(False)).select(
         parent.unique().alias("_p"))
     gate = (pl.col("module").str.contains(r"Linear$") & parent.is_in(routers["_p"].implode())
             & parent.str.extract(r"([^/]+)$").str.contains(_MOE_BLOCK)).fill_null(False)
-    return k.with_columns(pl.col("_shared_cls") | gate)
+    u = u.with_columns(pl.col("_shared_cls") | gate)
+    return k.join(u, on=["module", "module_path"], how="left", nulls_equal=True, maintain_order="left")
 
 
 def _split_linears(k: pl.DataFrame) -> pl.DataFrame:
     """@attn_linear -> qkv_proj before the attention kernel / o_proj after; @mlp_linear -> last is mlp_down."""
-    scope = pl.col("module_path").str.replace(r"/[^/]+$", "")
-    k = k.with_columns(scope.alias("_scope"))
+    k = _per_distinct(k, pl.col("module_path").str.replace(r"/[^/]+$", "").alias("_scope"), ["module_path"])
     anchor = (k.filter(pl.col("comp").is_in(["attention", "linear_attention"])).group_by("step", "_scope").agg(pl.col("start_ns").min().alias("_anchor")))
     last_mlp = (k.filter(pl.col("comp") == "@mlp_linear").group_by("step", "_scope").agg(
         pl.col("module_path").sort_by("start_ns").last().alias("_down")))

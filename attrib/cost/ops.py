@@ -168,5 +168,7 @@ def op_costs(ops: pl.DataFrame, top_k: int | Mapping[int, int] | None = None) ->
         rows.append((name, dims, types, conc, c.bytes, c.flops, c.dtype, c.model, c.assumption))
     priced = pl.DataFrame(rows, schema={**{c: pl.Utf8 for c in _KEYS}, **{k: v for k, v in _OUT.items() if k != "id"}},
                           orient="row")
-    out = base.join(priced, on=_KEYS, how="left", maintain_order="left")
+    # the string-keyed join over the ops that have a formula only; every op by its integer id
+    got = named.join(priced, on=_KEYS, how="left").select(list(_OUT))
+    out = ops.select("id").join(got, on="id", how="left", maintain_order="left")
     return out.select(list(_OUT)).cast(_OUT)  # type: ignore[arg-type]

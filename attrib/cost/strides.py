@@ -44,11 +44,12 @@ def stored_dims(ops: pl.DataFrame) -> pl.DataFrame:
         return ops
     hit = (pl.col("name").is_in(COPY_OPS) & pl.col("input_strides").str.contains(HAS_ZERO_STRIDE).fill_null(False)
            & pl.col("input_dims").is_not_null())
-    pairs = ops.filter(hit).select("input_dims", "input_strides").unique()
-    if not pairs.height:
+    rows = ops.filter(hit).select("id", "input_dims", "input_strides")
+    if not rows.height:
         return ops
+    pairs = rows.select("input_dims", "input_strides").unique()
     fixed = pairs.with_columns(pl.Series("_stored", [
         orjson.dumps(_sources(orjson.loads(d), orjson.loads(s))).decode() for d, s in pairs.iter_rows()], dtype=pl.Utf8))
-    return (ops.join(fixed, on=["input_dims", "input_strides"], how="left", maintain_order="left")
-            .with_columns(pl.when(pl.col("name").is_in(COPY_OPS)).then(pl.coalesce("_stored", "input_dims"))
-                          .otherwise(pl.col("input_dims")).alias("input_dims")).drop("_stored"))
+    by_id = rows.join(fixed, on=["input_dims", "input_strides"], how="left").select("id", "_stored")
+    return (ops.join(by_id, on="id", how="left", maintain_order="left")
+            .with_columns(pl.coalesce("_stored", "input_dims").alias("input_dims")).drop("_stored"))
