@@ -191,8 +191,10 @@ def test_sampler_sorts_and_scans_are_priced():
     k = _kernels("sampler_b1_v152k")
     big = pl.col("input_dims").str.starts_with("[[1, 151936]")
     sort = k.filter((pl.col("op") == "aten::sort") & big)
-    assert sort.height and sort.group_by("op_id").agg(pl.col("bytes").sum())["bytes"].to_list() == \
-        [2 * 607_744 + 151_936 * 8] * sort["op_id"].n_unique()
+    # an op's bytes are shared among its kernels by duration: their sum is exact up to float rounding
+    per_op = sort.group_by("op_id").agg(pl.col("bytes").sum())["bytes"].to_list()
+    assert sort.height and per_op == pytest.approx([2 * 607_744 + 151_936 * 8] * len(per_op), rel=1e-12)
     scan = k.filter((pl.col("op") == "aten::cumsum") & big)
-    assert scan.height and set(scan.group_by("op_id").agg(pl.col("bytes").sum())["bytes"]) == {2 * 607_744}
+    per_op = scan.group_by("op_id").agg(pl.col("bytes").sum())["bytes"].to_list()
+    assert scan.height and per_op == pytest.approx([2 * 607_744] * len(per_op), rel=1e-12)
     assert _decode("sampler_b1_v152k")[1]["bytes_known_share"] > 0.98
