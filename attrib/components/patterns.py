@@ -19,6 +19,11 @@ GEMM_OPS: dict[str, int | None] = {
     "aten::_scaled_mm": 0,
     "aten::bmm": None, "aten::baddbmm": None,
 }
+# the same 2-D GEMM ops -> (index of the weight input, its layout): "NK" = [N, K] (linear), "KN" = [K, N]
+GEMM_WEIGHTS: dict[str, tuple[int, str]] = {
+    "aten::linear": (1, "NK"), "vllm::rocm_unquantized_gemm": (1, "NK"), "aten::mm": (1, "KN"),
+    "aten::matmul": (1, "KN"), "aten::addmm": (2, "KN"), "aten::_scaled_mm": (1, "KN"),
+}
 
 # CPU ops that route tokens to experts from router logits [.., E]: softmax / top-k over the experts
 ROUTING_OPS = r"^aten::(?:_?softmax|topk)$|topk_softmax|grouped_topk"

@@ -11,17 +11,19 @@ from __future__ import annotations
 import orjson
 import polars as pl
 
-from attrib.components.patterns import GEMM_OPS, ROUTING_OPS
+from attrib.components.patterns import GEMM_OPS, GEMM_WEIGHTS, ROUTING_OPS
 
 
 def gemm_nk(name: str, dims: str | None) -> tuple[int, int] | None:
-    """(N, K) of a GEMM op call from its recorded input dims; None when not recorded."""
+    """(N, K) of a 2-D GEMM op call from its recorded input dims (the weight's place and layout:
+    patterns.GEMM_WEIGHTS); None when not recorded or not such an op."""
+    if name not in GEMM_WEIGHTS:
+        return None
+    at, layout = GEMM_WEIGHTS[name]
     try:
-        d = orjson.loads(dims or "[]")
-        if name in ("aten::linear", "vllm::rocm_unquantized_gemm"):
-            return int(d[1][0]), int(d[1][1])
-        b = d[2] if name == "aten::addmm" else d[1]
-        return int(b[-1]), int(b[-2])
+        w = orjson.loads(dims or "[]")[at]
+        n, k = (w[0], w[1]) if layout == "NK" else (w[-1], w[-2])
+        return int(n), int(k)
     except (orjson.JSONDecodeError, IndexError, TypeError, ValueError):
         return None
 
