@@ -1,10 +1,15 @@
 """attrib: where an LLM inference step's milliseconds and bytes go, per model component.
 
     import attrib
-    doc = attrib.analyze("trace.json.gz", phase="decode", arch="gfx1201")   # the attrib.analysis/1 document
+    an = attrib.analyze("trace.json.gz", arch="gfx1201")    # an attrib.Analysis (typed, frozen)
+    dec = an.phase("decode")                                 # figures per step, medians over steps
+    dec.components                                           # a polars DataFrame, one row per component
+    an.findings                                              # the rules' findings, by ms per step
+    an.to_dict(), an.to_json()                               # the attrib.analysis/1 document
 
-`attrib.analyze` is `attrib.app.analyze`, resolved on first use: `import collectors` loads only the
-contract modules (attrib.trace, attrib.errors), never the engine.
+`attrib.analyze` is `attrib.app.analyze` and `attrib.Analysis` is `attrib.analysis.Analysis`, resolved
+on first use: `import collectors` loads only the contract modules (attrib.trace, attrib.errors), never
+the engine.
 """
 
 from __future__ import annotations
@@ -12,9 +17,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
-__all__ = ["analyze", "__version__"]
+__all__ = ["Analysis", "analyze", "__version__"]
 
 if TYPE_CHECKING:
+    from attrib.analysis import Analysis
     from attrib.app import analyze
 
 
@@ -23,4 +29,12 @@ def __getattr__(name: str) -> Any:
         from attrib.app import analyze
 
         return analyze
+    if name == "Analysis":
+        from attrib.analysis import Analysis
+
+        return Analysis
     raise AttributeError(f"module 'attrib' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

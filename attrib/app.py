@@ -6,6 +6,7 @@ With attrib.cli, the only modules that import `collectors` and `rules`.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -16,13 +17,18 @@ from attrib.cost.budget import Budget, model_shape
 from attrib.cost.dtypes import KV_BYTES
 from attrib.cost.weights import Bits, from_quantization_config, parse_bits
 from attrib.errors import TraceError, UsageError
+from attrib.analysis.bottlenecks import rank
+from attrib.analysis.build import build
+from attrib.analysis.finding import Finding
+from attrib.analysis.model import Analysis
+from attrib.options import TOP_KERNELS, Options
 from attrib.pipeline import Attribution, attribute
-from attrib.report.bottlenecks import add_bottlenecks
-from attrib.report.document import TOP_KERNELS, document
 from attrib.roofline.arch import Arch, load_archs, override
 from attrib.report.export import annotate
 from attrib.trace import TRUNCATED, Trace
 from collectors import kineto, limits, load, sniff
+
+Warn = Callable[[object, str], None]
 
 
 def resolve_arch(arch: str | Arch | None, arch_file: Path | None = None) -> tuple[Arch | None, str | None]:
@@ -118,27 +124,6 @@ def check_phase(a: Attribution, phase: str | None, path: object) -> None:
         raise UsageError(f"{path}: no {phase!r} phase; phases found: {', '.join(found) or 'none'}")
 
 
-def analyze(path: str | Path, *, phase: str | None = None, phase_map: Mapping[str, str] | None = None,
-            arch: str | Arch | None = None, arch_file: str | Path | None = None,
-            model: str | Path | Mapping[str, Any] | None = None,
-            weight_bits: float | str | Mapping[str, float] | None = None,
-            kv_dtype: str = "bf16", context: int | None = None, capture: str | Path | None = None,
-            capture_batch: int | None = None) -> dict[str, Any]:
-    """Load a trace (any supported format), attribute it, run the rules: the attrib.analysis/1 document.
-
-    phase: only this phase ("prefill", "decode", ...); phase_map: annotation name -> phase;
-    arch: measure against this device instead of the detected one (a what-if: "gfx1201", "h200", ...);
-    arch_file: TOML of extra device entries; model, weight_bits, kv_dtype, context: a HF config to
-    budget decode bytes the trace has no shapes for; capture (+ capture_batch): the graph-capture trace
-    of a replay trace. Bad input raises attrib.errors.TraceError (the file) or UsageError (an argument).
-    """
-    arch_path = Path(arch_file) if arch_file is not None else None
-    dev, dev_from = resolve_arch(arch, arch_path)
-    budget = model_budget(model, weight_bits=weight_bits, kv_dtype=kv_dtype, context=context)
-    return analyze_path(path, phase, dict(phase_map or {}), dev, dev_from, budget, capture, capture_batch,
-                        arch_path)
-
-
 def analyzable(trace: Trace, path: object) -> Trace:
     """The trace if it holds GPU kernels, or is a CPU-only torch trace with ops (steps and phases
     only); else a TraceError saying plainly what was read."""
@@ -157,11 +142,49 @@ def analyzable(trace: Trace, path: object) -> Trace:
     raise TraceError(path, f"no GPU kernels to analyze ({read})")
 
 
-def attribution(path: str | Path, phase_map: dict[str, str] | None = None, capture: str | Path | None = None,
-                capture_batch: int | None = None, warn: Callable[[object, str], None] | None = None,
-                budget: Budget | None = None) -> Attribution:
+def options(*, phase: str | None = None, phase_map: Mapping[str, str] | None = None,
+            arch: str | Arch | None = None, arch_file: str | Path | None = None,
+            model: str | Path | Mapping[str, Any] | None = None,
+            weight_bits: float | str | Mapping[str, float] | None = None, kv_dtype: str = "bf16",
+            context: int | None = None, capture: str | Path | None = None,
+            capture_batch: int | None = None, top: int = TOP_KERNELS) -> Options:
+    """The Options of `analyze`'s arguments: an arch name or entry resolved, a model config read.
+
+    Bad arguments raise UsageError (or TraceError for a bad file) before any trace is read."""
+    arch_path = Path(arch_file) if arch_file is not None else None
+    dev, dev_from = resolve_arch(arch, arch_path)
+    budget = model_budget(model, weight_bits=weight_bits, kv_dtype=kv_dtype, context=context)
+    return Options(phase=phase, phase_map=dict(phase_map or {}), arch=dev, arch_from=dev_from,
+                   arch_file=arch_path, budget=budget,
+                   capture=Path(capture) if capture is not None else None,
+                   capture_batch=capture_batch, top=top)
+
+
+def analyze(path: str | Path, *, phase: str | None = None, phase_map: Mapping[str, str] | None = None,
+            arch: str | Arch | None = None, arch_file: str | Path | None = None,
+            model: str | Path | Mapping[str, Any] | None = None,
+            weight_bits: float | str | Mapping[str, float] | None = None, kv_dtype: str = "bf16",
+            context: int | None = None, capture: str | Path | None = None,
+            capture_batch: int | None = None, top: int = TOP_KERNELS) -> Analysis:
+    """Load a trace (any supported format), attribute it, run the rules: its Analysis.
+
+    phase: only this phase ("prefill", "decode", ...); phase_map: annotation name -> phase;
+    arch: measure against this device instead of the detected one (a what-if: "gfx1201", "h200", ...);
+    arch_file: TOML of extra device entries; model, weight_bits, kv_dtype, context: a HF config to
+    budget decode bytes the trace has no shapes for; capture (+ capture_batch): the graph-capture trace
+    of a replay trace; top: top kernels per phase. `.to_dict()` is the attrib.analysis/1 document.
+    Bad input raises attrib.errors.TraceError (the file) or UsageError (an argument).
+    """
+    opts = options(phase=phase, phase_map=phase_map, arch=arch, arch_file=arch_file, model=model,
+                   weight_bits=weight_bits, kv_dtype=kv_dtype, context=context, capture=capture,
+                   capture_batch=capture_batch, top=top)
+    return analyze_path(path, opts)
+
+
+def attribution(path: str | Path, opts: Options = Options(), warn: Warn | None = None) -> Attribution:
     """Load and attribute one trace (with its graph-capture trace when given); warn(path, message) gets
     each warning of the readers."""
+    capture = opts.capture
     cap = load(capture) if capture is not None else None
     try:
         trace = analyzable(load(path), path)
@@ -170,31 +193,35 @@ def attribution(path: str | Path, phase_map: dict[str, str] | None = None, captu
     for p, t in ((capture, cap), (path, trace)):
         for w in (t.meta.warnings if t is not None and warn is not None else ()):
             warn(p, w)
-    return attribute(trace, phase_map, cap, capture_batch, budget)
+    return attribute(trace, dict(opts.phase_map), cap, opts.capture_batch, opts.budget)
 
 
-def analyze_path(path: str | Path, phase: str | None = None, phase_map: dict[str, str] | None = None,
-                 arch: Arch | None = None, arch_from: str | None = None, budget: Budget | None = None,
-                 capture: str | Path | None = None, capture_batch: int | None = None,
-                 arch_file: Path | None = None, warn: Callable[[object, str], None] | None = None,
-                 top: int = TOP_KERNELS) -> dict[str, Any]:
-    """`analyze` with a resolved Arch and Budget (what the CLI builds from its options).
+def analyze_path(path: str | Path, opts: Options = Options(), warn: Warn | None = None) -> Analysis:
+    """`analyze` with resolved Options (what the CLI builds from its flags).
 
     warn(path, message) is called with each warning of the readers (what they salvaged or dropped)."""
-    a = attribution(path, phase_map, capture, capture_batch, warn, budget)
-    check_phase(a, phase, path)
-    doc = document(a, phase, arch, arch_from, budget, arch_file, top)
-    if not a.trace.kernels.height:
-        doc["notes"].append("no GPU kernels: a CPU-only trace (steps and phases only)")
-    doc["findings"] = [f.to_json() for f in rules.run(a, doc)]
-    return add_bottlenecks(doc)
+    a = attribution(path, opts, warn)
+    check_phase(a, opts.phase, path)
+    return analysis(a, opts)
+
+
+def analysis(a: Attribution, opts: Options = Options()) -> Analysis:
+    """The Analysis of an attribution: its figures, the rules' findings, the ranked bottlenecks."""
+    an = build(a, opts.phase, opts.arch, opts.arch_from, opts.budget, opts.arch_file, opts.top)
+    found = tuple(rules.run(a, an))
+    return replace(an, findings=found, phases=rank(an.phases, found))
+
+
+def baseline_findings(base: Analysis, cand: Analysis) -> list[Finding]:
+    """The findings that need a baseline (P22) of a candidate against it."""
+    return rules.run_pair(base, cand)
 
 
 def export_trace(path: str | Path, phase_map: dict[str, str] | None = None) -> dict[str, Any]:
     """The Kineto trace at `path` with attrib's attribution added (attrib.report.export)."""
     if sniff(path) != "torch-json":
         raise UsageError(f"{path}: export rewrites a torch-profiler (Kineto) trace; this is {sniff(path)}")
-    a = attribution(path, phase_map)
+    a = attribution(path, Options(phase_map=dict(phase_map or {})))
     raw = kineto.read_document(path)
     order = kineto.kernel_event_indices(raw["traceEvents"])
     if len(order) != a.trace.kernels.height:

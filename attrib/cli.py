@@ -13,14 +13,15 @@ import click
 
 import orjson
 
-from attrib.app import analyze_path, catalog, export_trace, model_budget, resolve_arch
+from attrib.analysis.model import Analysis
+from attrib.app import analyze_path, baseline_findings, catalog, export_trace, model_budget, resolve_arch
 from attrib.cost.dtypes import KV_BYTES
 from attrib.errors import TraceError, UsageError
-from attrib.report import compare_render, html, markdown
+from attrib.report import compare_render, renderers
+from attrib.report.renderers import View
 from attrib.report import plots as plots_mod
 from attrib.report.compare import MIN_EFFECT_PCT
 from attrib.report.compare import compare as compare_docs
-from attrib.report.document import TOP_KERNELS
 from attrib.report.export import PROCESS
 from attrib.report.printable import printable
 from attrib.report.progress import progress
@@ -31,7 +32,7 @@ from attrib.roofline.arch import arch_table
 from attrib.roofline.template import template
 from collectors import load
 from collectors.rocprof.run import run
-from rules.compare import bimodal_decode
+from attrib.options import TOP_KERNELS, Options
 
 
 def _phase_map(items: tuple[str, ...]) -> dict[str, str]:
@@ -107,15 +108,20 @@ def _analysis_options(f):
     return f
 
 
-def _analyze(trace: Path, o: dict) -> dict:
-    """Resolve the options of _analysis_options and analyze TRACE (progress on a terminal)."""
+def _options(o: dict) -> Options:
+    """The Options of _analysis_options' flags."""
     arch, arch_from = resolve_arch(o["arch_name"], o["arch_file"])
     budget = model_budget(o["model"], weight_bits=o["weight_bits"], kv_dtype=o["kv_dtype"], context=o["context"])
+    return Options(phase=o["phase"], phase_map=_phase_map(o["phase_map"]), arch=arch, arch_from=arch_from,
+                   arch_file=o["arch_file"], budget=budget, capture=o["capture"],
+                   capture_batch=o["capture_batch"], top=max(o["top"] or TOP_KERNELS, TOP_KERNELS))
+
+
+def _analyze(trace: Path, o: dict) -> Analysis:
+    """Resolve the options of _analysis_options and analyze TRACE (progress on a terminal)."""
+    opts = _options(o)
     with progress(f"analyzing {trace}"):
-        doc = analyze_path(trace, phase=o["phase"], phase_map=_phase_map(o["phase_map"]), arch=arch,
-                           arch_from=arch_from, budget=budget, capture=o["capture"], capture_batch=o["capture_batch"],
-                           arch_file=o["arch_file"], warn=_warn, top=max(o["top"] or TOP_KERNELS, TOP_KERNELS))
-    return doc
+        return analyze_path(trace, opts, warn=_warn)
 
 
 @cli.command()
@@ -125,16 +131,10 @@ def _analyze(trace: Path, o: dict) -> dict:
 def analyze(trace: Path, fmt: str, **o) -> None:
     """Attribute TRACE offline: steps, phases, components, bytes, roofline, top kernels."""
     check_output(o["output"], o["force"])
-    doc = _analyze(trace, o)
-    if fmt == "json":
-        text = orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n"
-    else:
-        text = render(doc, top=o["top"] or (5 if o["output"] is None else TOP_KERNELS),
-                      width=NAME_WIDTH if o["output"] is None else None)
-    _write(text, o["output"])
-
-
-_REPORT_SUFFIX = {".html": "html", ".htm": "html", ".md": "md", ".markdown": "md", ".json": "json"}
+    an = _analyze(trace, o)
+    terminal = o["output"] is None
+    view = View(top=o["top"] or (5 if terminal else TOP_KERNELS), width=NAME_WIDTH if terminal else None)
+    _write(renderers.by_name(fmt).render(an, view), o["output"])
 
 
 def _plot_files(out: Path) -> list[Path]:
@@ -149,38 +149,42 @@ def report(trace: Path, fmt: str | None, **o) -> None:
     """The bottleneck report of TRACE: -o report.html (one self-contained file) or -o report.md (plots as SVG
     files beside it)."""
     out = o["output"]
-    fmt = fmt or (_REPORT_SUFFIX.get(out.suffix.lower()) if out else "md")
-    if fmt is None:
-        raise UsageError(f"{out}: cannot tell the format from the suffix; use .html, .md or .json, or --format")
+    r = renderers.by_name(fmt) if fmt else renderers.by_suffix(out) if out else renderers.by_name("md")
     check_output(out, o["force"])
-    if fmt == "md" and out is not None and not o["force"]:
+    if r.plots == "files" and out is not None and not o["force"]:
         for f in _plot_files(out):
             raise TraceError(f, "exists (a plot of an earlier report); pass --force to overwrite it")
-    doc = _analyze(trace, o)
-    if fmt == "json":
-        return _write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n", out)
+    an = _analyze(trace, o)
+    if r.plots is None:
+        return _write(r.render(an, View()), out)
     with progress("drawing plots"):
-        plots = plots_mod.report_plots(doc) if (out is not None or fmt == "html") else {}
+        plots = plots_mod.report_plots(an) if (out is not None or r.plots == "inline") else {}
     note = None if plots_mod.available() else plots_mod.MISSING
-    if fmt == "md" and out is None and plots_mod.available():
+    if r.plots == "files" and out is None and plots_mod.available():
         note = "plots omitted on stdout: write the report to a file (-o report.md) to get them as SVG files beside it"
-    if fmt == "html":
-        return _write(html.render(doc, plots, note), out)
+    if r.plots == "files" and out is not None:
+        plots = _write_plots(plots, out)
+    _write(r.render(an, View(plots=plots, plot_note=note)), out)
+
+
+def _write_plots(plots: dict[str, str], out: Path) -> dict[str, str]:
+    """Each plot as an SVG file beside `out`: plot name -> file name."""
     names = {}
     for name, svg in plots.items():
         path = out.with_name(f"{out.stem}.{re.sub(r'[^A-Za-z0-9_-]', '_', name)}.svg")
         _write(svg, path)
         names[name] = path.name
-    _write(markdown.render(doc, names, note), out)
+    return names
 
 
-def _docs(traces: tuple[Path, ...], phase_map: dict[str, str], arch_name: str | None, arch_file: Path | None) -> list[dict]:
+def _docs(traces: tuple[Path, ...], phase_map: dict[str, str], arch_name: str | None,
+          arch_file: Path | None) -> list[Analysis]:
     arch, arch_from = resolve_arch(arch_name, arch_file)
+    opts = Options(phase_map=phase_map, arch=arch, arch_from=arch_from, arch_file=arch_file)
     out = []
     for t in traces:
         with progress(f"analyzing {t}"):
-            out.append(analyze_path(t, phase_map=phase_map, arch=arch, arch_from=arch_from, arch_file=arch_file,
-                                    warn=_warn))
+            out.append(analyze_path(t, opts, warn=_warn))
     return out
 
 
@@ -223,12 +227,13 @@ def compare(traces: tuple[Path, ...], bases: tuple[Path, ...], cands: tuple[Path
         bases, cands = (traces[0],), (traces[1],)
     if not bases or not cands:
         raise UsageError("compare needs a baseline and a candidate: attrib compare BASE CAND")
-    fmt = fmt or (_REPORT_SUFFIX.get(output.suffix.lower(), "table") if output else "table")
+    fmt = fmt or (renderers.by_suffix(output, "table").name if output else "table")
     check_output(output, force)
     pm = _phase_map(phase_map)
     base_docs, cand_docs = _docs(bases, pm, arch_name, arch_file), _docs(cands, pm, arch_name, arch_file)
-    doc = compare_docs(base_docs, cand_docs, min_effect_pct=min_effect, gate_pct=gate)
-    doc["findings"] = [f.to_json() for f in bimodal_decode(base_docs[0], cand_docs[0])]  # P22 needs a baseline
+    doc = compare_docs([b.to_dict() for b in base_docs], [c.to_dict() for c in cand_docs],
+                       min_effect_pct=min_effect, gate_pct=gate)
+    doc["findings"] = [f.to_json() for f in baseline_findings(base_docs[0], cand_docs[0])]
     text = {"json": _dump, "md": compare_render.render_markdown, "html": compare_render.render_html,
             "table": lambda d: _printable(compare_render.render_table(d))}[fmt](doc)
     _write(text, output)
@@ -251,7 +256,7 @@ def slope(traces: tuple[Path, ...], phase: str, fmt: str, phase_map: tuple[str, 
     if len(traces) < 2:
         raise UsageError("slope needs traces at two or more context lengths (three or more to trust it)")
     check_output(output, force)
-    doc = slope_doc(_docs(traces, _phase_map(phase_map), None, None), phase)
+    doc = slope_doc([d.to_dict() for d in _docs(traces, _phase_map(phase_map), None, None)], phase)
     if not doc["rows"]:
         raise UsageError(f"no {phase} steps with a known context in two or more traces: nothing to fit "
                          "(" + "; ".join(doc["notes"]) + ")")

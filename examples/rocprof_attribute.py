@@ -11,16 +11,12 @@ gives the bytes the trace cannot (rocprof records no shapes).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 
-from attrib.pipeline import attribute  # noqa: E402
-from attrib.report.document import document  # noqa: E402
-from attrib.cost.budget import Budget  # noqa: E402
-from collectors import load  # noqa: E402
+import attrib  # noqa: E402
 
 DEFAULT = Path(__file__).resolve().parents[1] / "tests/fixtures/rocprof/gfx1201_llamacpp_rocpd_rocm7.2/32432_results.db.gz"
 
@@ -32,21 +28,18 @@ def main() -> int:
     ap.add_argument("--weight-bits", type=float, default=4.5, help="bits per weight incl. scales (Q4_0: 4.5)")
     ap.add_argument("--context", type=int, default=8, help="K/V positions a decode step reads")
     args = ap.parse_args()
-    trace = load(args.trace)                      # rocpd / CSV / JSON / legacy: sniffed
-    a = attribute(trace)                          # steps, phases, components (polars tables)
-    budget = None
-    if args.model:
-        budget = Budget(json.loads(args.model.read_text()), f"model config {args.model.name}", args.context,
-                        weight_bits=args.weight_bits)
-    doc = document(a, budget=budget)
-    print(f"{doc['device']['name']} ({doc['device']['arch']}), {doc['source']['kernels']} kernels")
-    for ph in doc["phases"]:
-        print(f"{ph['phase']}: {ph['steps']} steps, {ph['tokens_per_step']} tokens/step, "
-              f"{ph['achieved_tok_s']} tok/s achieved, ceiling {ph['ceiling_tok_s']} tok/s")
-        for c in ph["components"][:8]:
+    # rocpd / CSV / JSON / legacy: sniffed; steps, phases, components, bytes, rules
+    an = attrib.analyze(args.trace, model=args.model, weight_bits=args.weight_bits if args.model else None,
+                        context=args.context if args.model else None)
+    print(f"{an.device.name} ({an.device.arch}), {an.source.kernels} kernels")
+    for ph in an.phases:
+        print(f"{ph.phase}: {ph.steps} steps, {ph.tokens_per_step} tokens/step, "
+              f"{ph.achieved_tok_s} tok/s achieved, ceiling {ph.ceiling_tok_s} tok/s")
+        top = ph.components.head(8)  # a polars DataFrame, one row per component
+        for c in top.iter_rows(named=True):
             gbs = c["achieved_gbs"]
             print(f"  {c['component']:<14} {c['ms']:7.3f} ms/step  {gbs if gbs is not None else '-':>7} GB/s"
-                  f"  ({', '.join(c['evidence'])})")
+                  f"  ({', '.join(e['key'] for e in c['evidence'])})")
     return 0
 
 

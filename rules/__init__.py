@@ -1,27 +1,27 @@
 """Known pathologies: the catalog of rules, each a small pure function over an attribution and its document.
 
-Each rule is `fn(a: Attribution, doc: dict, th: Thresholds) -> list[Finding]`: it reads `a.kernels`,
-`a.steps`, `a.trace`'s tables and the document (the device comes from `doc["device"]`, never guessed),
+Each rule is `fn(a: Attribution, an: Analysis, th: Thresholds) -> list[Finding]`: it reads `a.kernels`,
+`a.steps`, `a.trace`'s tables and the typed analysis (the device comes from `an.device`, never guessed),
 cites its catalog id (../shared/knowledge/hardware-and-pathologies.md, Part 2) in `Finding.rule`, puts the
-milliseconds per step it explains in `Finding.ms_per_step`, and returns [] when its evidence is absent.
-`run` applies the rules that apply to the document's device, marks findings on a what-if device
+milliseconds per step it explains in `Finding.ms_per_step` (the phase, components or idle/step row it
+accounts for in `phase`, `components`, `explains`), and returns [] when its evidence is absent.
+`run` applies the rules that apply to the analysis' device, marks findings on a what-if device
 (`--arch`) as projections, and sorts them by milliseconds per step.
 
-P22 needs a baseline: `rules.compare.bimodal_decode(base_doc, candidate_doc)` (for `attrib compare`).
+A PairRule (P22) reads a baseline and a candidate analysis: `run_pair` applies those (`attrib compare`).
 Not covered: the crash classes P09, P11, P24, P25 (their signatures live in logs, not traces).
 """
 
 from __future__ import annotations
 
-from typing import Any
-
+from attrib.analysis.model import Analysis
 from attrib.pipeline import Attribution
 from rules import (attention, compare, copies, gemm, idle, jit, kvcache, launch, linear_attention, llamacpp, platform, quant,
                    roofline, sampler)
-from rules.finding import RDNA, SEVERITIES, Finding, Rule, arch
+from rules.finding import RDNA, SEVERITIES, Finding, PairRule, Rule
 from rules.thresholds import DEFAULT, Thresholds
 
-CATALOG: tuple[Rule, ...] = (
+CATALOG: tuple[Rule | PairRule, ...] = (
     Rule("P01-skinny-gemm-gfx1151", gemm.skinny_gemm_gfx1151, "kernel names (wvSplitK/LLGemm1); bytes for GB/s",
          ("gfx1151",), gemm.P01_REFS),
     Rule("P02-decode-gemm-big-tile", gemm.big_tile_decode_gemm, "kernel names (Cijk_ MT tiles); decode tokens/step",
@@ -58,7 +58,7 @@ CATALOG: tuple[Rule, ...] = (
          ("gfx1151", "gfx1150"), platform.P20_REFS),
     Rule("P21-host-device-copies-decode", copies.host_copies_in_decode, "GPU copies with direction; step windows",
          (), copies.REFS),
-    Rule("P22-r9700-bimodal-decode", lambda a, doc, th: [], "two analyses (attrib compare BASE CANDIDATE)",
+    PairRule("P22-r9700-bimodal-decode", compare.bimodal_decode, "two analyses (attrib compare BASE CANDIDATE)",
          ("gfx1201",), compare.REFS),
     Rule("P23-hsa-override-gfx-version", platform.hsa_override, "stamp env, or Tensile _ISA tokens in kernel names",
          ("gfx",), platform.P23_REFS),
@@ -71,20 +71,32 @@ CATALOG: tuple[Rule, ...] = (
     Rule("bytes-model-inconsistent", roofline.bytes_inconsistent, "bytes per component", ()),
     Rule("roofline-memory-bound-gap", roofline.memory_bound_gap, "bytes per component", ()),
 )
-RULES = CATALOG
 
-__all__ = ["CATALOG", "RULES", "DEFAULT", "Finding", "Rule", "Thresholds", "compare", "run"]
+__all__ = ["CATALOG", "DEFAULT", "Finding", "PairRule", "Rule", "Thresholds", "run", "run_pair"]
 
 
 def _key(f: Finding) -> tuple[float, int]:
     return (-(f.ms_per_step if f.ms_per_step is not None else -1.0), SEVERITIES.index(f.severity))
 
 
-def run(a: Attribution, doc: dict[str, Any], rules: tuple[Rule, ...] = CATALOG, thresholds: Thresholds = DEFAULT) -> list[Finding]:
-    """The findings of every rule that applies to the document's device, by milliseconds per step (largest
-    first; findings without an estimate last), each marked a projection when the device is a what-if."""
-    dev = doc.get("device") or {}
-    found = [f for rule in rules if rule.applies(arch(doc)) for f in rule.fn(a, doc, thresholds)]
-    if dev.get("detected_from") == "override":
-        found = [f.projected(f"{dev.get('name')} ({dev.get('arch')})") for f in found]
+def _marked(an: Analysis, found: list[Finding]) -> list[Finding]:
+    """Findings as projections on a what-if device, by ms per step."""
+    dev = an.device
+    if dev.what_if:
+        found = [f.projected(f"{dev.name} ({dev.arch})") for f in found]
     return sorted(found, key=_key)
+
+
+def run(a: Attribution, an: Analysis, rules: tuple[Rule | PairRule, ...] = CATALOG,
+        thresholds: Thresholds = DEFAULT) -> list[Finding]:
+    """The findings of every rule that applies to the analysis' device, by milliseconds per step (largest
+    first; findings without an estimate last), each marked a projection when the device is a what-if."""
+    one = [r for r in rules if isinstance(r, Rule) and r.applies(an.arch)]
+    return _marked(an, [f for rule in one for f in rule.fn(a, an, thresholds)])
+
+
+def run_pair(base: Analysis, cand: Analysis, rules: tuple[Rule | PairRule, ...] = CATALOG,
+             thresholds: Thresholds = DEFAULT) -> list[Finding]:
+    """The findings of the baseline rules that apply to the candidate's device."""
+    pair = [r for r in rules if isinstance(r, PairRule) and r.applies(cand.arch)]
+    return _marked(cand, [f for rule in pair for f in rule.fn(base, cand, thresholds)])

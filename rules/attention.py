@@ -3,14 +3,14 @@ attention / SDPA math fallback (P17)."""
 
 from __future__ import annotations
 
-from typing import Any
 
 import orjson
 import polars as pl
 
 from attrib.components.patterns import FP8_KV_CACHE, FUSED_ATTENTION, NAVI_PAGED_ATTENTION, PAGED_SINGLE_PASS, SPLIT_KV
+from attrib.analysis.model import Analysis
 from attrib.pipeline import Attribution
-from rules.finding import Finding, arch, component, env, is_rdna, kernels_in, phase_doc, r, roofline_bw
+from rules.finding import Finding, is_rdna, kernels_in, ns, num, r
 from rules.thresholds import Thresholds
 
 # eager attention in HF: q@k^T (bmm), softmax, attn@v (bmm); SDPA's math fallback is the same in one op
@@ -43,39 +43,39 @@ def decode_keys(a: Attribution, k: pl.DataFrame) -> int | None:
     return best
 
 
-def decode_attention_no_split_kv(a: Attribution, doc: dict[str, Any], th: Thresholds) -> list[Finding]:
+def decode_attention_no_split_kv(a: Attribution, an: Analysis, th: Thresholds) -> list[Finding]:
     """P10: decode attention that cannot keep up with the context, no split-KV kernel in the phase, attention
     above `attention_share` of decode; either (RDNA) vLLM's single-pass paged kernels, or (any device) attention
     over >= `p10_min_keys` keys reading K/V below `p10_bw_fraction` of the memory roofline."""
-    ph = phase_doc(doc, "decode")
-    att = component(ph, "attention")
-    if att is None or (att.get("share") or 0) <= th.attention_share:
+    ph = an.phase("decode")
+    att = ph.component("attention") if ph else None
+    if ph is None or att is None or att.ms is None or (att.share or 0) <= th.attention_share:
         return []
     k = kernels_in(a, "decode")
     if k.filter(pl.col("name").str.contains(SPLIT_KV)).height:
         return []
     attn = k.filter(pl.col("component") == "attention")
-    single = k.filter(pl.col("name").str.contains(PAGED_SINGLE_PASS)) if is_rdna(arch(doc)) else k.clear()
+    single = k.filter(pl.col("name").str.contains(PAGED_SINGLE_PASS)) if is_rdna(an.arch) else k.clear()
     keys = decode_keys(a, attn)
-    bw, gbs = roofline_bw(doc), att.get("achieved_gbs")
+    bw, gbs = an.device.roofline_bw, att.achieved_gbs
     frac = gbs / bw if (gbs and bw) else None
     slow = keys is not None and keys >= th.p10_min_keys and frac is not None and frac < th.p10_bw_fraction
     if not single.height and not slow:
         return []
-    floor = att.get("roofline_ms")
+    floor = att.roofline_ms
     names = (single if single.height else attn)["name"].unique().sort().head(4).to_list()
-    what = (f"over up to {keys} keys at {frac:.0%} of the memory roofline ({att['ms'] / floor:.1f}x its K/V-read floor)"
+    what = (f"over up to {keys} keys at {frac:.0%} of the memory roofline ({att.ms / floor:.1f}x its K/V-read floor)"
             if slow and floor else "on single-pass paged kernels")
-    rdna = is_rdna(arch(doc))
+    rdna = is_rdna(an.arch)
     return [Finding(
         rule="P10-decode-attention-no-split-kv", severity="high",
-        title=f"decode attention is {att['share']:.0%} of decode on {arch(doc)} and runs without split-KV {what}: "
+        title=f"decode attention is {att.share:.0%} of decode on {an.arch} and runs without split-KV {what}: "
               "it grows with context",
-        ms_per_step=att["ms"] - floor if (slow and floor) else att["ms"],
-        evidence={"arch": arch(doc), "attention_share": att["share"], "attention_ms_per_step": att["ms"],
+        ms_per_step=att.ms - floor if (slow and floor) else att.ms,
+        evidence={"arch": an.arch, "attention_share": att.share, "attention_ms_per_step": att.ms,
                   "roofline_ms_per_step": floor, "achieved_gbs": gbs, "fraction_of_roofline": r(frac), "keys": keys,
                   "kernels": [n[:120] for n in names], "split_kv_kernels": 0,
-                  "tokens_per_step": ph.get("tokens_per_step")},
+                  "tokens_per_step": ph.tokens_per_step},
         remedy=("Use a split-KV decode path: --attention-backend TRITON_ATTN on gfx11, a vLLM with the Triton "
                 "KV-split decode for RDNA3/4, or on gfx1201 the (experimental, bf16-KV) AITER unified attention.") if rdna
         else ("Use a split-KV (flash-decoding) attention kernel for decode: let SDPA pick its flash or cuDNN backend "
@@ -83,24 +83,23 @@ def decode_attention_no_split_kv(a: Attribution, doc: dict[str, Any], th: Thresh
         references=P10_REFS)]
 
 
-def navi_paged_attention_traps(a: Attribution, doc: dict[str, Any], th: Thresholds) -> list[Finding]:
+def navi_paged_attention_traps(a: Attribution, an: Analysis, th: Thresholds) -> list[Finding]:
     """P12: vLLM's custom (ll4mi) paged attention on RDNA with what it does not support: fp8 KV (from the KV-write
     kernel's template or the stamp), a block size other than 16 or ALiBi (from the stamp)."""
     k = a.kernels.filter(pl.col("name").str.contains(NAVI_PAGED_ATTENTION))
     if not k.height:
         return []
-    prov = doc.get("provenance") or {}
-    kv = str(prov.get("kv_cache_dtype") or "")
+    kv = str(an.stamp("kv_cache_dtype") or "")
     fp8 = "fp8" in kv.lower() or a.kernels.filter(pl.col("name").str.contains(FP8_KV_CACHE)).height > 0
-    block = prov.get("block_size") or env(doc).get("VLLM_BLOCK_SIZE")
+    block = an.stamp("block_size") or an.env_var("VLLM_BLOCK_SIZE")
     traps = ([f"fp8 KV cache ({kv or 'from the KV-write kernel'})"] if fp8 else []) + (
-        [f"block size {block}"] if block and str(block) != "16" else []) + (["ALiBi"] if prov.get("alibi") else [])
+        [f"block size {block}"] if block and str(block) != "16" else []) + (["ALiBi"] if an.stamp("alibi") else [])
     steps = max(k["step"].n_unique(), 1)
     return [Finding(
         rule="P12-navi-paged-attention", severity="high" if traps else "info",
         title=("RDNA custom paged attention with " + ", ".join(traps) + ": outside what the kernel supports")
         if traps else "RDNA custom paged attention in use: check logits for NaN at partially written KV tiles",
-        ms_per_step=k["dur_ns"].sum() / 1e6 / steps,
+        ms_per_step=ns(k) / 1e6 / steps,
         evidence={"kernels": k["name"].unique().sort().head(3).to_list(), "calls": k.height, "traps": traps,
                   "kv_cache_dtype": kv or None, "block_size": block},
         remedy="Keep the Navi paged attention to head_size 128, block_size 16, bf16/fp16 KV, no ALiBi; otherwise "
@@ -116,36 +115,36 @@ def _op_names(a: Attribution, phase: str) -> pl.DataFrame:
             .join(parents, on="parent", how="left"))
 
 
-def unfused_attention(a: Attribution, doc: dict[str, Any], th: Thresholds) -> list[Finding]:
+def unfused_attention(a: Attribution, an: Analysis, th: Thresholds) -> list[Finding]:
     """P17: attention computed as matmul + softmax + matmul (eager attention, or SDPA's math fallback) where no
     fused attention kernel runs; the unfused kernels' share of each phase."""
     if not a.trace.ops.height:
         return []
     out = []
-    for ph in doc.get("phases", ()):
-        plain = kernels_in(a, ph["phase"])
+    for ph in an.phases:
+        plain = kernels_in(a, ph.phase)
         if not plain.height or plain.filter(pl.col("name").str.contains(FUSED_ATTENTION)).height:
             continue  # (checked before the joins with the ops table)
-        k = _op_names(a, ph["phase"])
+        k = _op_names(a, ph.phase)
         attn = pl.col("component") == "attention"
         math = pl.col("op_name").str.contains(MATH_SDPA) | pl.col("parent_name").fill_null("").str.contains(MATH_SDPA)
         unf = k.filter(math | (attn & (pl.col("op_name").str.contains(SOFTMAX_OP) | pl.col("op_name").str.contains(BMM_OP)
                                        | pl.col("parent_name").fill_null("").str.contains(SOFTMAX_OP))))
         soft = unf.filter(pl.col("op_name").str.contains(SOFTMAX_OP) | pl.col("parent_name").fill_null("").str.contains(SOFTMAX_OP))
-        total = k["dur_ns"].sum()
+        total = ns(k)
         if not soft.height or not total:
             continue
-        share = unf["dur_ns"].sum() / total
+        share = ns(unf) / total
         if share <= th.unfused_attention_share:
             continue
-        steps = max(ph["steps"], 1)
+        steps = max(ph.steps, 1)
         via = "SDPA math fallback" if unf.filter(math).height else "eager attention (matmul + softmax + matmul)"
         out.append(Finding(
             rule="P17-unfused-attention", severity="high" if share > 0.3 else "medium",
-            title=f"{ph['phase']} attention runs unfused ({via}): {share:.0%} of kernel time, softmax alone "
-                  f"{soft['dur_ns'].sum() / total:.0%}",
-            ms_per_step=unf["dur_ns"].sum() / 1e6 / steps,
-            evidence={"phase": ph["phase"], "share_of_kernel_time": r(share), "softmax_share": r(soft["dur_ns"].sum() / total),
+            title=f"{ph.phase} attention runs unfused ({via}): {share:.0%} of kernel time, softmax alone "
+                  f"{num(soft['dur_ns'].sum()) / total:.0%}",
+            ms_per_step=ns(unf) / 1e6 / steps, phase=ph.phase,
+            evidence={"phase": ph.phase, "share_of_kernel_time": r(share), "softmax_share": r(ns(soft) / total),
                       "kernels_per_step": r(unf.height / steps, 1),
                       "ops": unf.group_by("op_name").agg((pl.col("dur_ns").sum() / 1e6 / steps).alias("ms"))
                       .sort("ms", descending=True).head(4).with_columns(pl.col("ms").round(4)).to_dicts(),

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
 
 import polars as pl
 
+from attrib.analysis.model import Analysis
 from attrib.pipeline import Attribution
-from rules.finding import DECODE_LIKE, Finding, kernels_in, phase_doc, r, steps_in
+from rules.finding import DECODE_LIKE, Finding, kernels_in, ns, num, r, steps_in
 from rules.thresholds import Thresholds
 
 HOST = r"HtoD|DtoH|Host|Pageable|Pinned"
@@ -25,34 +25,34 @@ def _in_windows(a: Attribution, phase: str) -> pl.DataFrame:
             .filter(pl.col("start_ns") < pl.col("window_end")))
 
 
-def host_copies_in_decode(a: Attribution, doc: dict[str, Any], th: Thresholds) -> list[Finding]:
+def host_copies_in_decode(a: Attribution, an: Analysis, th: Thresholds) -> list[Finding]:
     """Host<->device memcpy (copies table; direction from the row or its name) > 5 % of a decode step."""
     out = []
     for phase in DECODE_LIKE:
-        ph = phase_doc(doc, phase)
-        if ph is None or not ph["step_ms"]["median"]:
+        ph = an.phase(phase)
+        if ph is None or not ph.step_ms.median:
             continue
         c = _in_windows(a, phase)
         host = c.filter(pl.coalesce("direction", "name").str.contains(HOST))
         # copy kernels (rocclr blits) have no direction: reported, not counted as host traffic
         blits = kernels_in(a, phase).filter(pl.col("component") == "memcpy")
-        steps = max(ph["steps"], 1)
-        host_ms = host["dur_ns"].sum() / 1e6 / steps
-        share = host_ms / ph["step_ms"]["median"]
+        steps = max(ph.steps, 1)
+        host_ms = ns(host) / 1e6 / steps
+        share = host_ms / ph.step_ms.median
         if share <= th.copy_step_share:
             continue
         out.append(Finding(
             rule="P21-host-device-copies-decode", severity="medium",
             title=f"host<->device copies take {host_ms:.3f} ms of each {phase} step ({share:.0%})",
-            ms_per_step=host_ms,
-            evidence={"phase": phase, "steps": ph["steps"], "host_copy_ms_per_step": r(host_ms, 4),
+            ms_per_step=host_ms, phase=phase,
+            evidence={"phase": phase, "steps": ph.steps, "host_copy_ms_per_step": r(host_ms, 4),
                       "copies": host.group_by("name").agg((pl.col("dur_ns").sum() / 1e6 / steps).round(4).alias("ms_per_step"),
                                                           (pl.col("bytes").sum() / steps).alias("bytes_per_step"))
                       .sort("ms_per_step", descending=True).head(3).to_dicts(),
                       "host_copies_per_step": r(host.height / steps, 1),
-                      "host_bytes_per_step": r((host["bytes"].sum() or 0) / steps, 0), "share_of_step": r(share),
-                      "other_copy_ms_per_step": r((c["dur_ns"].sum() - host["dur_ns"].sum()) / 1e6 / steps, 4),
-                      "copy_kernel_ms_per_step": r(blits["dur_ns"].sum() / 1e6 / steps, 4)},
+                      "host_bytes_per_step": r((num(host["bytes"].sum()) or 0) / steps, 0), "share_of_step": r(share),
+                      "other_copy_ms_per_step": r((ns(c) - ns(host)) / 1e6 / steps, 4),
+                      "copy_kernel_ms_per_step": r(ns(blits) / 1e6 / steps, 4)},
             remedy="Keep hot tensors in device allocations (hipMalloc, not managed/zero-copy memory), use pinned "
                    "memory with async copies, and read back only the sampled tokens once per step.",
             references=REFS))

@@ -3,37 +3,36 @@ BLAS on the rocBLAS/Tensile fallback instead of hipBLASLt (P03)."""
 
 from __future__ import annotations
 
-from typing import Any
 
 import polars as pl
 
-from attrib.components.patterns import NVJET_TILE, ROCBLAS_TILE, SKINNY_GEMM, TENSILE_TILE
+from attrib.components.patterns import HIPBLASLT_TENSILE, NVJET_TILE, ROCBLAS_TILE, SKINNY_GEMM, TENSILE, TENSILE_TILE
+from attrib.analysis.model import Analysis, Component
+from attrib.components.taxonomy import GEMM_COMPONENTS
 from attrib.pipeline import Attribution
 from attrib.roofline.model import achieved_gbs
-from rules.finding import DECODE_LIKE, Finding, arch, kernels_in, phase_doc, r, roofline_bw
+from rules.finding import DECODE_LIKE, Finding, kernels_in, ns, num, r
 from rules.thresholds import Thresholds
 
-GEMM_COMPONENTS = ("qkv_proj", "o_proj", "mlp_gate_up", "mlp_down", "lm_head",
-                   "moe_router", "moe_experts", "moe_shared_expert")
 P01_REFS = ("https://github.com/vllm-project/vllm/pull/51511", "https://github.com/vllm-project/vllm/pull/34709",
             "https://github.com/vllm-project/vllm/pull/40784", "https://github.com/ROCm/vllm/pull/942")
 P02_REFS = ("https://github.com/mudler/vllm.cpp/issues/487", "https://github.com/mudler/vllm.cpp/pull/506")
 
 
-def _achieved_gbs(k: pl.DataFrame, doc: dict[str, Any]) -> float | None:
+def _achieved_gbs(k: pl.DataFrame, an: Analysis) -> float | None:
     """The roofline's achieved GB/s over these kernels' priced time; None above the device's peak."""
-    return achieved_gbs(k, (doc.get("device") or {}).get("peak_bw_gbs"))
+    return achieved_gbs(k, an.device.peak_bw_gbs)
 
 
-def big_tile_decode_gemm(a: Attribution, doc: dict[str, Any], th: Thresholds) -> list[Finding]:
+def big_tile_decode_gemm(a: Attribution, an: Analysis, th: Thresholds) -> list[Finding]:
     """P02: M<=4 decode GEMMs served by BLAS kernels with >= 64x64 tiles (Tensile macro tiles; cuBLASLt nvjet
     CTA tiles): the token side of each tile is mostly padding."""
-    ph = phase_doc(doc, "decode")
-    tokens = ph and ph.get("tokens_per_step")
-    if not tokens or tokens > th.max_decode_tokens:
+    ph = an.phase("decode")
+    tokens = ph.tokens_per_step if ph else None
+    if ph is None or not tokens or tokens > th.max_decode_tokens:
         return []
     k = kernels_in(a, "decode")
-    total = k["dur_ns"].sum()
+    total = ns(k)
     tiles = (k.filter(pl.col("component").is_in(GEMM_COMPONENTS))
              .with_columns(pl.col("name").str.extract_groups(TENSILE_TILE).alias("mt"),
                            pl.col("name").str.extract_groups(NVJET_TILE).alias("nv"))
@@ -42,15 +41,15 @@ def big_tile_decode_gemm(a: Attribution, doc: dict[str, Any], th: Thresholds) ->
              .filter(pl.min_horizontal("mt_m", "mt_n") >= th.big_tile))
     if not tiles.height or not total:
         return []
-    share = tiles["dur_ns"].sum() / total
-    gbs, bw = _achieved_gbs(tiles, doc), roofline_bw(doc)
+    share = ns(tiles) / total
+    gbs, bw = _achieved_gbs(tiles, an), an.device.roofline_bw
     frac = gbs / bw if (gbs is not None and bw) else None
     slow = frac is not None and frac < th.p02_bw_fraction
-    if share <= th.p02_share and not (slow and share >= 0.05):
+    if share <= th.p02_share and not (slow and share >= th.p02_slow_min_share):
         return []
-    steps = max(ph["steps"], 1)
-    ms = tiles["dur_ns"].sum() / 1e6 / steps
-    priced = tiles["bytes"].sum() if tiles["bytes"].null_count() == 0 else None
+    steps = max(ph.steps, 1)
+    ms = ns(tiles) / 1e6 / steps
+    priced = num(tiles["bytes"].sum()) if tiles["bytes"].null_count() == 0 else None
     floor = priced / 1e9 / bw * 1e3 / steps if (priced and bw) else None  # the same bytes at the roofline
     nvidia = tiles["nv"].struct.field("1").is_not_null().any()
     by_tile = (tiles.group_by("mt_m", "mt_n", "component").agg((pl.col("dur_ns").sum() / 1e6 / steps).alias("ms"))
@@ -74,17 +73,17 @@ def big_tile_decode_gemm(a: Attribution, doc: dict[str, Any], th: Thresholds) ->
         references=P02_REFS)]
 
 
-def skinny_gemm_gfx1151(a: Attribution, doc: dict[str, Any], th: Thresholds) -> list[Finding]:
+def skinny_gemm_gfx1151(a: Attribution, an: Analysis, th: Thresholds) -> list[Finding]:
     """P01: vLLM's skinny-GEMM kernels (wvSplitK / LLGemm1) on gfx1151, slow or dominating decode."""
     out = []
     for phase in DECODE_LIKE:
         k = kernels_in(a, phase)
         sk = k.filter(pl.col("name").str.contains(SKINNY_GEMM))
-        total = k["dur_ns"].sum()
+        total = ns(k)
         if not sk.height or not total:
             continue
-        share = sk["dur_ns"].sum() / total
-        gbs, bw = _achieved_gbs(sk, doc), roofline_bw(doc)
+        share = ns(sk) / total
+        gbs, bw = _achieved_gbs(sk, an), an.device.roofline_bw
         frac = gbs / bw if (gbs is not None and bw) else None
         if share <= th.p01_share and not (frac is not None and frac < th.p01_bw_fraction):
             continue
@@ -92,7 +91,7 @@ def skinny_gemm_gfx1151(a: Attribution, doc: dict[str, Any], th: Thresholds) -> 
             rule="P01-skinny-gemm-gfx1151", severity="high",
             title=f"vLLM skinny-GEMM kernels take {share:.0%} of {phase} kernel time on gfx1151"
                   + (f" at {frac:.0%} of the memory roofline" if frac is not None and frac < 0.5 else ""),
-            ms_per_step=sk["dur_ns"].sum() / 1e6 / max(sk["step"].n_unique(), 1),
+            ms_per_step=ns(sk) / 1e6 / max(sk["step"].n_unique(), 1), phase=phase,
             evidence={"phase": phase, "kernels": sk.height, "share": r(share), "achieved_gbs": r(gbs, 1),
                       "roofline_bw_gbs": bw, "fraction_of_roofline": r(frac),
                       "names": sk["name"].unique().sort().head(5).to_list()},
@@ -107,33 +106,35 @@ P03_REFS = ("https://github.com/ROCm/legacy-rocm-build/issues/5643", "https://gi
             "https://github.com/ROCm/TheRock/issues/5314")
 
 
-def rocblas_fallback(a: Attribution, doc: dict[str, Any], th: Thresholds) -> list[Finding]:
+def rocblas_fallback(a: Attribution, an: Analysis, th: Thresholds) -> list[Finding]:
     """P03: GEMMs on rocBLAS/legacy Tensile kernels (no `_UserArgs_`, 4-field MI token) and none on hipBLASLt,
     or prefill GEMMs (>= `p03_min_tokens` tokens) far below the device's matrix peak."""
-    cijk = a.kernels.filter(pl.col("name").str.starts_with("Cijk_"))
+    cijk = a.kernels.filter(pl.col("name").str.contains(TENSILE))
     if not cijk.height:
         return []
-    legacy = cijk.filter(pl.col("name").str.contains(ROCBLAS_TILE) & ~pl.col("name").str.contains("_UserArgs_"))
-    lt = cijk.filter(pl.col("name").str.contains("_UserArgs_"))
-    peak = ((doc.get("device") or {}).get("matrix_tflops") or {}).get("bf16")
-    pre = phase_doc(doc, "prefill")
-    slow = []
-    if pre and (pre.get("tokens_per_step") or 0) >= th.p03_min_tokens and peak:
-        for c in pre["components"]:
-            tf = c.get("achieved_tflops")
-            if c["component"] in GEMM_COMPONENTS and tf is not None and tf < th.p03_tflops_fraction * float(peak):
-                slow.append({"component": c["component"], "achieved_tflops": tf, "ms_per_step": c["ms"]})
+    legacy = cijk.filter(pl.col("name").str.contains(ROCBLAS_TILE) & ~pl.col("name").str.contains(HIPBLASLT_TENSILE))
+    lt = cijk.filter(pl.col("name").str.contains(HIPBLASLT_TENSILE))
+    peak = an.device.matrix_tflops.get("bf16")
+    pre = an.phase("prefill")
+    slow: list[Component] = []
+    if pre and (pre.tokens_per_step or 0) >= th.p03_min_tokens and peak:
+        for c in pre.component_rows:
+            tf = c.achieved_tflops
+            if c.component in GEMM_COMPONENTS and tf is not None and tf < th.p03_tflops_fraction * float(peak):
+                slow.append(c)
     if not (legacy.height and not lt.height) and not slow:
         return []
     steps = max(a.steps.height, 1)
-    ms = (legacy["dur_ns"].sum() / 1e6 / steps) if legacy.height else sum(s["ms_per_step"] or 0 for s in slow)
+    ms = (ns(legacy) / 1e6 / steps) if legacy.height else sum(c.ms or 0 for c in slow)
     return [Finding(
         rule="P03-rocblas-tensile-fallback", severity="high" if slow else "medium",
         title=(f"{legacy.height} GEMM kernels run on rocBLAS/legacy Tensile, none on hipBLASLt" if legacy.height and not lt.height
                else f"prefill GEMMs reach under {th.p03_tflops_fraction:.0%} of the {peak:g} TFLOP/s matrix peak"),
         ms_per_step=ms,
         evidence={"rocblas_kernels": legacy.height, "hipblaslt_kernels": lt.height,
-                  "names": legacy["name"].unique().sort().head(3).to_list(), "slow_prefill_gemms": slow,
+                  "names": legacy["name"].unique().sort().head(3).to_list(), "slow_prefill_gemms": [
+                      {"component": c.component, "achieved_tflops": c.achieved_tflops, "ms_per_step": c.ms}
+                      for c in slow],
                   "matrix_peak_tflops": peak},
         remedy="Use a PyTorch/ROCm build whose hipBLASLt lists this arch and prefer it (TORCH_BLAS_PREFER_HIPBLASLT=1, "
                "ROCBLAS_USE_HIPBLASLT=1); on gfx1151 a newer ROCm/TheRock.",

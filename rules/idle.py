@@ -10,14 +10,15 @@ causes add up to the steps' idle plus the copy time that no kernel overlaps.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypedDict
 
 import numpy as np
 import polars as pl
 
+from attrib.analysis.model import Analysis
 from attrib.pipeline import Attribution
-from rules.finding import Finding, kernels_in, r, steps_in
-from rules.intervals import covered, merge, spans
+from rules.finding import Finding, kernels_in, num, r, steps_in
+from rules.intervals import Spans, covered, merge, spans
 from rules.thresholds import Thresholds
 
 BLOCKING_COPY = r"^(?:cuda|hip|cu)Memcpy(?:2D|3D|Peer|DtoH|HtoD|DtoD|WithStream)?(?:_v2)?$"
@@ -42,7 +43,7 @@ REFS = {"launch_gaps": ("https://github.com/vllm-project/vllm/issues/32180", "ht
 ALL_REFS = tuple(dict.fromkeys(u for refs in REFS.values() for u in refs))
 
 
-def _step_causes(w0: int, w1: int, kern: tuple, copy: tuple, copy_or_sync: tuple) -> dict[str, float]:
+def _step_causes(w0: int, w1: int, kern: Spans, copy: Spans, copy_or_sync: Spans) -> dict[str, float]:
     """Kernel-idle nanoseconds of one step window by cause (see the module docstring); `kern`, `copy` and
     `copy_or_sync` are merged (disjoint, sorted) intervals."""
     gs, ge = kern
@@ -91,7 +92,14 @@ def idle_causes(a: Attribution, phase: str) -> pl.DataFrame:
     return pl.DataFrame(rows, schema=schema)
 
 
-def _named_calls(a: Attribution, phase: str, steps: int) -> list[dict[str, Any]]:
+class NamedCall(TypedDict):
+    name: str
+    ms_per_step: float | None
+    calls_per_step: float | None
+    bytes_per_step: float | None
+
+
+def _named_calls(a: Attribution, phase: str, steps: int) -> list[NamedCall]:
     """The blocking runtime calls and GPU copies inside the phase's step windows, by ms per step."""
     s = steps_in(a, phase).drop_nulls(["window_start", "window_end"]).sort("window_start")
     if not s.height:
@@ -109,44 +117,44 @@ def _named_calls(a: Attribution, phase: str, steps: int) -> list[dict[str, Any]]
              "bytes_per_step": r(x["bytes"], 0) if x["bytes"] else None} for x in g.iter_rows(named=True)]
 
 
-def idle_by_cause(a: Attribution, doc: dict[str, Any], th: Thresholds) -> list[Finding]:
+def idle_by_cause(a: Attribution, an: Analysis, th: Thresholds) -> list[Finding]:
     """Every phase whose steps run no kernel for more than `idle_share` of their time: those milliseconds by
     cause, the largest named in the title."""
     out = []
-    for ph in doc.get("phases", ()):
-        if ph.get("idle_fraction") is None:  # no kernel in any step (a CPU-only trace): no GPU to be idle
+    for ph in an.phases:
+        if ph.idle_fraction is None:  # no kernel in any step (a CPU-only trace): no GPU to be idle
             continue
-        t = idle_causes(a, ph["phase"])
+        t = idle_causes(a, ph.phase)
         if not t.height:
             continue
-        idle_ms, step_ms = float(t["idle_ms"].median()), float(t["step_ms"].median())
+        idle_ms, step_ms = float(num(t["idle_ms"].median())), float(num(t["step_ms"].median()))
         share = idle_ms / step_ms if step_ms else 0.0
         if share <= th.idle_share or idle_ms < th.idle_min_ms:
             continue
-        med = {c: float(t[c].median()) for c in CAUSES}
+        med = {c: num(t[c].median()) for c in CAUSES}
         total = sum(med.values()) or 1.0
         order = sorted(CAUSES, key=lambda c: med[c], reverse=True)
         top = order[0]
-        named = _named_calls(a, ph["phase"], t.height)
+        named = _named_calls(a, ph.phase, t.height)
         sync_named = [n for n in named if "ynchronize" in n["name"]]
         copy_named = [n for n in named if "ynchronize" not in n["name"]]
-        what = {"launch_gaps": f"launch gaps ({t['gaps'].median():.0f} gaps between {t['kernels'].median():.0f} kernels)",
+        what = {"launch_gaps": f"launch gaps ({num(t['gaps'].median()):.0f} gaps between {num(t['kernels'].median()):.0f} kernels)",
                 "blocking_copies": "copies" + (f" ({copy_named[0]['name']})" if copy_named else ""),
                 "synchronization": "host synchronizations" + (f" ({sync_named[0]['name']})" if sync_named else ""),
                 "before_first_kernel": "host work before the first kernel",
                 "after_last_kernel": "host work after the last kernel"}[top]
         out.append(Finding(
             rule="idle-by-cause", severity="high" if share > 0.5 else "medium",
-            title=f"{ph['phase']}: no kernel runs for {idle_ms:.3f} ms of each {step_ms:.3f} ms step ({share:.0%}); "
+            title=f"{ph.phase}: no kernel runs for {idle_ms:.3f} ms of each {step_ms:.3f} ms step ({share:.0%}); "
                   f"most of it is {what}: {med[top]:.3f} ms",
-            ms_per_step=idle_ms,
-            evidence={"phase": ph["phase"], "steps": t.height, "step_ms": r(step_ms, 4),
+            ms_per_step=idle_ms, phase=ph.phase, explains="idle",
+            evidence={"phase": ph.phase, "steps": t.height, "step_ms": r(step_ms, 4),
                       "kernel_idle_ms_per_step": r(idle_ms, 4), "kernel_idle_share": r(share),
-                      "gpu_idle_ms_per_step": ph.get("idle_ms"), "gpu_copy_ms_per_step": r(float(t["gpu_copy_ms"].median()), 4),
+                      "gpu_idle_ms_per_step": ph.idle_ms, "gpu_copy_ms_per_step": r(float(num(t["gpu_copy_ms"].median())), 4),
                       "causes": [{"cause": c, "ms_per_step": r(med[c], 4), "share_of_idle": r(med[c] / total)}
                                  for c in order if med[c] > 0],
-                      "kernels_per_step": r(float(t["kernels"].median()), 1),
-                      "median_launch_gap_us": r(1e3 * med["launch_gaps"] / max(float(t["gaps"].median()), 1), 2),
+                      "kernels_per_step": r(float(num(t["kernels"].median())), 1),
+                      "median_launch_gap_us": r(1e3 * med["launch_gaps"] / max(float(num(t["gaps"].median())), 1), 2),
                       "blocking_calls_and_copies": named},
             remedy=REMEDY[top], references=REFS.get(top, ())))
     return out

@@ -6,6 +6,9 @@ import numpy as np
 import polars as pl
 
 
+Spans = tuple[np.ndarray, np.ndarray]  # merged (disjoint, sorted) starts and ends
+
+
 def merge(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Union of intervals [s, e) as sorted disjoint intervals."""
     if not len(s):
@@ -28,9 +31,11 @@ def covered(a: np.ndarray, b: np.ndarray, ms: np.ndarray, me: np.ndarray) -> np.
         j = np.searchsorted(ms, x, side="right")
         prev = np.clip(j - 1, 0, None)
         part = np.where(j > 0, np.clip(x - ms[prev], 0, me[prev] - ms[prev]), 0)
-        return cum[prev] * (j > 0) + part
+        out: np.ndarray = cum[prev] * (j > 0) + part
+        return out
 
-    return upto(np.asarray(b)) - upto(np.asarray(a))
+    got: np.ndarray = upto(np.asarray(b)) - upto(np.asarray(a))
+    return got
 
 
 def spans(df: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:

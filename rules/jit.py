@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
 
 import numpy as np
 import polars as pl
 
-from attrib.components.patterns import COMPILE_SPANS, NOT_TRITON, TRITON_NAME
+from attrib.components.patterns import COMPILE_SPANS, NOT_TRITON, TENSILE, TRITON_NAME
+from attrib.analysis.model import Analysis
 from attrib.pipeline import Attribution
-from rules.finding import Finding, env, r
+from rules.finding import Finding, ns, num, r
 from rules.intervals import covered, merge, spans, total
 from rules.thresholds import Thresholds
 
@@ -39,14 +39,14 @@ def _per_step_compile(a: Attribution, sp: pl.DataFrame) -> pl.DataFrame:
         pl.Series("compile_ms", np.asarray(cov, dtype=float)))
 
 
-def compile_in_window(a: Attribution, doc: dict[str, Any], th: Thresholds) -> list[Finding]:
+def compile_in_window(a: Attribution, an: Analysis, th: Thresholds) -> list[Finding]:
     """P05: torch.compile/Triton compile or autotune spans inside the window, Triton kernels whose first call
     is `first_call_ratio` x their median, and steps whose kernel count is an outlier of their phase."""
     sp = _compile_spans(a)
     k = a.kernels.filter(pl.col("name").str.contains(TRITON_NAME) & ~pl.col("name").str.contains(NOT_TRITON))
     cold = (k.sort("start_ns").group_by("name", "phase").agg(
         pl.len().alias("calls"), pl.col("dur_ns").first().alias("first"), pl.col("dur_ns").median().alias("median"))
-        .filter((pl.col("calls") >= 3) & (pl.col("first") > th.first_call_ratio * pl.col("median")))
+        .filter((pl.col("calls") >= th.cold_min_calls) & (pl.col("first") > th.first_call_ratio * pl.col("median")))
         .sort("first", descending=True))
     per = _per_step_compile(a, sp) if sp.height else pl.DataFrame()
     med = a.steps.group_by("phase").agg(pl.col("n_kernels").median().alias("med_k"), pl.col("step_ms").median().alias("med_ms"))
@@ -54,8 +54,8 @@ def compile_in_window(a: Attribution, doc: dict[str, Any], th: Thresholds) -> li
         (pl.col("n_kernels") > th.kernel_count_ratio * pl.col("med_k"))
         | (pl.col("n_kernels") * th.kernel_count_ratio < pl.col("med_k")))
         .select("step", "phase", "n_kernels", "med_k", "step_ms", "med_ms").sort("step_ms", descending=True))
-    # a step with an odd kernel count that also takes > 2x its phase's median: warmup or tuning work in it
-    slow_odd = odd.filter(pl.col("step_ms") > 2 * pl.col("med_ms"))
+    # a step with an odd kernel count that is also slow for its phase: warmup or tuning work in it
+    slow_odd = odd.filter(pl.col("step_ms") > th.slow_step_ratio * pl.col("med_ms"))
     if not sp.height and not cold.height and not slow_odd.height:
         return []
     hit = per.filter(pl.col("compile_ms") > 0).sort("compile_ms", descending=True) if per.height else per
@@ -96,28 +96,27 @@ def compile_in_window(a: Attribution, doc: dict[str, Any], th: Thresholds) -> li
         references=P05_REFS)]
 
 
-def tunableop_in_window(a: Attribution, doc: dict[str, Any], th: Thresholds) -> list[Finding]:
+def tunableop_in_window(a: Attribution, an: Analysis, th: Thresholds) -> list[Finding]:
     """P04: TunableOp tuning on in the captured env, or a candidate sweep of Cijk_ kernels for one GEMM shape."""
-    e = env(doc)
-    enabled = e.get("PYTORCH_TUNABLEOP_ENABLED") == "1"
-    tuning = e.get("PYTORCH_TUNABLEOP_TUNING", "1" if enabled else "0") == "1"  # tuning defaults on when enabled
+    enabled = an.env_var("PYTORCH_TUNABLEOP_ENABLED") == "1"
+    tuning = (an.env_var("PYTORCH_TUNABLEOP_TUNING") or ("1" if enabled else "0")) == "1"  # tuning defaults on when enabled
     sweep = pl.DataFrame()
     if a.trace.ops.height:
-        sweep = (a.kernels.filter(pl.col("name").str.starts_with("Cijk_") & pl.col("op_id").is_not_null())
+        sweep = (a.kernels.filter(pl.col("name").str.contains(TENSILE) & pl.col("op_id").is_not_null())
                  .join(a.trace.ops.select(pl.col("id").alias("op_id"), "input_dims"), on="op_id", how="left")
                  .group_by("op", "input_dims").agg(pl.col("name").n_unique().alias("variants"), pl.len().alias("calls"),
                                                    (pl.col("dur_ns").sum() / 1e6).alias("ms"))
                  .filter(pl.col("variants") >= th.tunableop_variants).sort("variants", descending=True))
     if not (enabled and tuning) and not sweep.height:
         return []
-    gemm_ms = a.kernels.filter(pl.col("name").str.starts_with("Cijk_"))["dur_ns"].sum() / 1e6
+    gemm_ms = ns(a.kernels.filter(pl.col("name").str.contains(TENSILE))) / 1e6
     steps = max(a.steps.height, 1)
     return [Finding(
         rule="P04-tunableop-in-window", severity="high" if sweep.height else "medium",
         title="PyTorch TunableOp was tuning GEMMs during the capture: GEMM times include the candidate sweep",
-        ms_per_step=((float(sweep["ms"].sum()) if sweep.height else gemm_ms) / steps) or None,  # no BLAS kernels: unknown
-        evidence={"PYTORCH_TUNABLEOP_ENABLED": e.get("PYTORCH_TUNABLEOP_ENABLED"),
-                  "PYTORCH_TUNABLEOP_TUNING": e.get("PYTORCH_TUNABLEOP_TUNING"),
+        ms_per_step=((float(num(sweep["ms"].sum())) if sweep.height else gemm_ms) / steps) or None,  # no BLAS kernels: unknown
+        evidence={"PYTORCH_TUNABLEOP_ENABLED": an.env_var("PYTORCH_TUNABLEOP_ENABLED"),
+                  "PYTORCH_TUNABLEOP_TUNING": an.env_var("PYTORCH_TUNABLEOP_TUNING"),
                   "tensile_gemm_ms": r(gemm_ms, 3),
                   "swept_shapes": [{"op": s["op"], "variants": s["variants"], "calls": s["calls"]}
                                    for s in sweep.head(5).iter_rows(named=True)]},

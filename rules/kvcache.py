@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
 
 import polars as pl
 
+from attrib.analysis.model import Analysis
 from attrib.pipeline import Attribution
-from rules.finding import DECODE_LIKE, Finding, component, kernels_in, phase_doc, r
+from rules.finding import DECODE_LIKE, Finding, kernels_in, num, r
 from rules.thresholds import Thresholds
 
 CAT = r"^aten::(?:cat|concat|concatenate)$"
@@ -15,36 +15,36 @@ REFS = ("https://huggingface.co/docs/transformers/main/en/kv_cache",
         "https://github.com/huggingface/transformers/blob/main/src/transformers/cache_utils.py")
 
 
-def kv_cache_recopy(a: Attribution, doc: dict[str, Any], th: Thresholds) -> list[Finding]:
+def kv_cache_recopy(a: Attribution, an: Analysis, th: Thresholds) -> list[Finding]:
     """Token steps whose KV-cache writes are `cat` kernels moving at least `kv_recopy_vs_attention` of the bytes
     attention reads: the cache is copied whole each step instead of written in place."""
     out = []
     for phase in DECODE_LIKE:
-        ph = phase_doc(doc, phase)
+        ph = an.phase(phase)
         if ph is None:
             continue
         k = kernels_in(a, phase).filter((pl.col("component") == "kv_cache_write")
                              & pl.col("op").fill_null("").str.contains(CAT))
         if not k.height or k["bytes"].is_null().all():
             continue
-        steps = max(ph["steps"], 1)
+        steps = max(ph.steps, 1)
         per = k.group_by("step").agg(pl.col("bytes").sum(), (pl.col("dur_ns").sum() / 1e6).alias("ms"), pl.len().alias("n")).sort("step")
-        cat_bytes, cat_ms = float(per["bytes"].median()), float(per["ms"].median())
-        att = component(ph, "attention")
-        att_bytes = (att or {}).get("bytes")
+        cat_bytes, cat_ms = float(num(per["bytes"].median())), float(num(per["ms"].median()))
+        att = ph.component("attention")
+        att_bytes = att.bytes if att else None
         ratio = cat_bytes / att_bytes if att_bytes else None
         if ratio is None or ratio < th.kv_recopy_vs_attention:
             continue
-        growth = float(per["bytes"].diff().drop_nulls().median()) if per.height > 1 else None
+        growth = float(num(per["bytes"].diff().drop_nulls().median())) if per.height > 1 else None
         out.append(Finding(
             rule="kv-cache-recopied", severity="high" if ratio >= 1 else "medium",
             title=f"{phase}: the KV cache is re-copied every step (`cat`): {cat_bytes / 1e6:.1f} MB per step, "
                   f"{ratio:.2f}x the bytes attention reads, {cat_ms:.3f} ms",
-            ms_per_step=cat_ms,
-            evidence={"phase": phase, "steps": steps, "cat_kernels_per_step": r(float(per["n"].median()), 1),
-                      "cat_mb_per_step": r(cat_bytes / 1e6, 2), "attention_mb_per_step": r(att_bytes / 1e6, 2),
+            ms_per_step=cat_ms, phase=phase,
+            evidence={"phase": phase, "steps": steps, "cat_kernels_per_step": r(float(num(per["n"].median())), 1),
+                      "cat_mb_per_step": r(cat_bytes / 1e6, 2), "attention_mb_per_step": r((att_bytes or 0.0) / 1e6, 2),
                       "cat_vs_attention_bytes": r(ratio), "cat_ms_per_step": r(cat_ms, 4),
-                      "attention_ms_per_step": (att or {}).get("ms"),
+                      "attention_ms_per_step": att.ms if att else None,
                       "growth_mb_per_step": r(growth / 1e6, 3) if growth is not None else None,
                       "kernels": k["name"].unique().sort().head(2).str.slice(0, 100).to_list()},
             remedy="Write K/V in place into a preallocated cache: HF cache_implementation='static' (StaticCache) or a "

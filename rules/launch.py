@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
 
 import polars as pl
 
+from attrib.analysis.model import Analysis
 from attrib.pipeline import Attribution
-from rules.finding import DECODE_LIKE, Finding, kernels_in, phase_doc, r
+from rules.finding import DECODE_LIKE, Finding, kernels_in, num, r
 from rules.idle import idle_causes
 from rules.thresholds import Thresholds
 
@@ -27,36 +27,36 @@ def _per_step(a: Attribution, phase: str) -> pl.DataFrame:
         pl.col("dur_ns").sum().alias("ns"))
 
 
-def launch_bound_decode(a: Attribution, doc: dict[str, Any], th: Thresholds) -> list[Finding]:
+def launch_bound_decode(a: Attribution, an: Analysis, th: Thresholds) -> list[Finding]:
     """P06: token-generating steps launched kernel by kernel, launch gaps > `launch_gap_share` of each step."""
     out = []
     for phase in DECODE_LIKE:
-        ph = phase_doc(doc, phase)
-        if ph is None or not ph["step_ms"]["median"]:
+        ph = an.phase(phase)
+        if ph is None or not ph.step_ms.median:
             continue
         s = _per_step(a, phase)
-        if s.height == 0 or not s["kernels"].sum():
+        if s.height == 0 or not num(s["kernels"].sum()):
             continue
-        graph_share = float(s["graph_ns"].sum() / max(s["ns"].sum(), 1))
+        graph_share = float(num(s["graph_ns"].sum()) / max(num(s["ns"].sum()), 1))
         if graph_share >= th.graph_majority:
             continue
         idle = idle_causes(a, phase)
-        gap_ms = float(idle["launch_gaps"].median())
-        step_ms, kernel_ms = ph["step_ms"]["median"], ph.get("kernel_ms")
+        gap_ms = float(num(idle["launch_gaps"].median()))
+        step_ms, kernel_ms = ph.step_ms.median, ph.kernel_ms
         share = gap_ms / step_ms
         if share <= th.launch_gap_share:
             continue
-        launches = s["launches"].median() if s["launches"].sum() else None
+        launches = num(s["launches"].median()) if num(s["launches"].sum()) else None
         out.append(Finding(
             rule="P06-launch-bound-decode", severity="high" if share > 0.5 else "medium",
             title=f"{phase} is CPU-launch-bound: launch gaps leave the GPU idle {gap_ms:.3f} ms of each "
-                  f"{step_ms:.3f} ms step ({s['kernels'].median():.0f} kernels launched one by one, no graph replay)",
-            ms_per_step=gap_ms,
-            evidence={"phase": phase, "steps": ph["steps"], "idle_fraction": ph.get("idle_fraction"),
-                      "idle_ms_per_step": ph.get("idle_ms"), "launch_gap_ms_per_step": r(gap_ms, 4),
+                  f"{step_ms:.3f} ms step ({num(s['kernels'].median()):.0f} kernels launched one by one, no graph replay)",
+            ms_per_step=gap_ms, phase=phase, explains="idle",
+            evidence={"phase": phase, "steps": ph.steps, "idle_fraction": ph.idle_fraction,
+                      "idle_ms_per_step": ph.idle_ms, "launch_gap_ms_per_step": r(gap_ms, 4),
                       "launch_gap_share_of_step": r(share), "step_ms": step_ms, "kernel_ms_per_step": kernel_ms,
-                      "kernels_per_step": r(s["kernels"].median(), 1), "launches_per_step": r(launches, 1),
-                      "median_gap_us": r(1e3 * gap_ms / max(float(idle["gaps"].median()), 1), 2),
+                      "kernels_per_step": r(num(s["kernels"].median()), 1), "launches_per_step": r(launches, 1),
+                      "median_gap_us": r(1e3 * gap_ms / max(float(num(idle["gaps"].median())), 1), 2),
                       "graph_replayed_share": r(graph_share),
                       "speedup_if_launch_free": r(step_ms / (step_ms - gap_ms), 2) if step_ms > gap_ms else None},
             remedy="Replay decode from a CUDA/HIP graph (vLLM: drop --enforce-eager, keep the default "
@@ -67,31 +67,31 @@ def launch_bound_decode(a: Attribution, doc: dict[str, Any], th: Thresholds) -> 
     return out
 
 
-def graph_opaque_steps(a: Attribution, doc: dict[str, Any], th: Thresholds) -> list[Finding]:
+def graph_opaque_steps(a: Attribution, an: Analysis, th: Thresholds) -> list[Finding]:
     """P07: token steps replayed from graphs whose kernels carry no CPU op (so no shapes, no bytes)."""
     if a.trace.ops.height == 0:  # the source never records ops (e.g. rocprof): not a graph blind spot
         return []
     out = []
     for phase in DECODE_LIKE:
-        ph = phase_doc(doc, phase)
+        ph = an.phase(phase)
         if ph is None:
             continue
         s = _per_step(a, phase)
-        ns, graph_ns = s["ns"].sum(), s["graph_ns"].sum()
+        ns, graph_ns = num(s["ns"].sum()), num(s["graph_ns"].sum())
         if not ns or graph_ns / ns < th.graph_majority:
             continue
-        op_known = float(s["graph_op_ns"].sum() / graph_ns)
+        op_known = float(num(s["graph_op_ns"].sum()) / graph_ns)
         if op_known >= th.op_known_min:
             continue
-        blind = [c["component"] for c in ph["components"] if c.get("bytes") is None]
-        unknown = 1 - (ph.get("bytes_known_share") or 0)
+        blind = [c.component for c in ph.component_rows if c.bytes is None]
+        unknown = 1 - (ph.bytes_known_share or 0)
         out.append(Finding(
             rule="P07-graph-opaque-steps", severity="info",
             title=f"{phase} steps are graph replays without per-kernel ops: bytes and rooflines are unknown "
                   f"for {unknown:.0%} of their kernel time",
-            ms_per_step=unknown * (ph.get("kernel_ms") or 0),
-            evidence={"phase": phase, "steps": ph["steps"], "graph_replayed_share": r(graph_ns / ns),
-                      "replayed_with_op_share": r(op_known), "bytes_known_share": ph.get("bytes_known_share"),
+            ms_per_step=unknown * (ph.kernel_ms or 0), phase=phase,
+            evidence={"phase": phase, "steps": ph.steps, "graph_replayed_share": r(graph_ns / ns),
+                      "replayed_with_op_share": r(op_known), "bytes_known_share": ph.bytes_known_share,
                       "components_without_bytes": blind},
             remedy="Give the analysis the graph-capture trace (attrib analyze REPLAY --capture CAPTURE; vLLM writes "
                    "it with its capture profiler) so replayed kernels get their ops and shapes, or profile with "

@@ -4,13 +4,13 @@ fp32 state (many kernels, several passes over the state per token) instead of on
 
 from __future__ import annotations
 
-from typing import Any
 
 import polars as pl
 
 from attrib.link.nesting import innermost
+from attrib.analysis.model import Analysis
 from attrib.pipeline import Attribution
-from rules.finding import Finding, component, kernels_in, r
+from rules.finding import Finding, kernels_in, ns, num, r
 from rules.idle import idle_causes
 from rules.thresholds import Thresholds
 
@@ -37,39 +37,39 @@ def _in_fallback(a: Attribution, k: pl.DataFrame) -> pl.DataFrame:
             .join(f.select(pl.col("id").alias("inner"), pl.col("name").alias("frame")), on="inner", how="left"))
 
 
-def torch_fallback(a: Attribution, doc: dict[str, Any], th: Thresholds) -> list[Finding]:
+def torch_fallback(a: Attribution, an: Analysis, th: Thresholds) -> list[Finding]:
     """Per phase: the linear-attention kernels launched from transformers' torch fallback of the delta rule
     or the causal conv1d, when no fused linear-attention kernel runs; explains their kernel time plus their
     share of the step's launch gaps."""
     out = []
-    for ph in doc.get("phases", ()):
-        k = kernels_in(a, ph["phase"])
-        row = component(ph, "linear_attention")
+    for ph in an.phases:
+        k = kernels_in(a, ph.phase)
+        row = ph.component("linear_attention")
         if row is None or not k.height or k.filter(pl.col("name").str.contains(FUSED_KERNEL)).height:
             continue
         fb = _in_fallback(a, k)
         if not fb.height:
             continue
-        steps = max(int(ph.get("steps") or 0), 1)
-        idle = idle_causes(a, ph["phase"])
-        gaps_ms = float(idle["launch_gaps"].median()) if idle.height else 0.0
+        steps = max(int(ph.steps or 0), 1)
+        idle = idle_causes(a, ph.phase)
+        gaps_ms = float(num(idle["launch_gaps"].median())) if idle.height else 0.0
         share_of_kernels = fb.height / k.height
-        kernel_ms = fb["dur_ns"].sum() / 1e6 / steps
+        kernel_ms = ns(fb) / 1e6 / steps
         ms = kernel_ms + share_of_kernels * gaps_ms
         if ms < th.la_fallback_min_ms:
             continue
         frames = (fb.group_by("frame").agg(pl.len().alias("n"), pl.col("dur_ns").sum().alias("ns"))
                   .sort("ns", descending=True))
         out.append(Finding(
-            rule="linear-attention-torch-fallback", severity="high" if ph["phase"] != "prefill" else "medium",
-            title=f"{ph['phase']}: linear attention runs transformers' PyTorch fallback: {fb.height / steps:.0f} "
+            rule="linear-attention-torch-fallback", severity="high" if ph.phase != "prefill" else "medium",
+            title=f"{ph.phase}: linear attention runs transformers' PyTorch fallback: {fb.height / steps:.0f} "
                   f"kernels per step ({share_of_kernels:.0%} of the step's kernels), {ms:.3f} ms per step with "
                   "their launch gaps",
-            ms_per_step=ms,
-            evidence={"phase": ph["phase"], "fallback_kernels_per_step": r(fb.height / steps, 1),
+            ms_per_step=ms, phase=ph.phase,
+            evidence={"phase": ph.phase, "fallback_kernels_per_step": r(fb.height / steps, 1),
                       "share_of_kernels": r(share_of_kernels), "kernel_ms_per_step": r(kernel_ms, 4),
                       "launch_gaps_ms_per_step": r(share_of_kernels * gaps_ms, 4),
-                      "linear_attention_mb_per_step": r(row["bytes"] / 1e6, 2) if row.get("bytes") else None,
+                      "linear_attention_mb_per_step": r(row.bytes / 1e6, 2) if row.bytes else None,
                       "frames": [{"frame": x["frame"].split(": ", 1)[-1], "kernels_per_step": r(x["n"] / steps, 1),
                                   "ms_per_step": r(x["ns"] / 1e6 / steps, 4)} for x in frames.iter_rows(named=True)],
                       "fused_kernels": 0},

@@ -4,13 +4,13 @@ HSA_OVERRIDE_GFX_VERSION (P23)."""
 from __future__ import annotations
 
 import re
-from typing import Any
 
 import polars as pl
 
 from attrib.components.patterns import AITER_CK, ISA
+from attrib.analysis.model import Analysis
 from attrib.pipeline import Attribution
-from rules.finding import Finding, env, kernels_in, r
+from rules.finding import Finding, kernels_in, ns, num, r
 from rules.thresholds import Thresholds
 
 
@@ -23,38 +23,38 @@ P23_REFS = ("https://github.com/ROCm/rocm-systems/issues/3531", "https://github.
             "https://github.com/1bit-MONSTER/1bit-MONSTER/issues/251")
 
 
-def aiter_on_rdna(a: Attribution, doc: dict[str, Any], th: Thresholds) -> list[Finding]:
+def aiter_on_rdna(a: Attribution, an: Analysis, th: Thresholds) -> list[Finding]:
     """P16: AITER / Composable Kernel kernels (CDNA-tuned, wave64) running on an RDNA device."""
     k = kernels_in(a)
     ai = k.filter(pl.col("name").str.contains(AITER_CK))
     if not ai.height:
         return []
     steps = max(ai["step"].n_unique(), 1)
-    total = k["dur_ns"].sum()
+    total = ns(k)
     return [Finding(
         rule="P16-aiter-ck-on-rdna", severity="medium",
-        title=f"AITER/CK kernels run on {(doc.get('device') or {}).get('arch')}: experimental or unsupported on RDNA "
-              f"({ai.height} launches, {ai['dur_ns'].sum() / max(total, 1):.0%} of kernel time)",
-        ms_per_step=ai["dur_ns"].sum() / 1e6 / steps,
-        evidence={"kernels": ai.height, "share_of_kernel_time": r(ai["dur_ns"].sum() / max(total, 1)),
+        title=f"AITER/CK kernels run on {an.arch}: experimental or unsupported on RDNA "
+              f"({ai.height} launches, {num(ai['dur_ns'].sum()) / max(total, 1):.0%} of kernel time)",
+        ms_per_step=ns(ai) / 1e6 / steps,
+        evidence={"kernels": ai.height, "share_of_kernel_time": r(ns(ai) / max(total, 1)),
                   "components": sorted(ai["component"].unique().drop_nulls().to_list()),
                   "names": ai["name"].unique().sort().head(3).str.slice(0, 100).to_list(),
-                  "VLLM_ROCM_USE_AITER": env(doc).get("VLLM_ROCM_USE_AITER")},
+                  "VLLM_ROCM_USE_AITER": an.env_var("VLLM_ROCM_USE_AITER")},
         remedy="AITER is supported on gfx942/gfx950 only: set VLLM_ROCM_USE_AITER=0 on gfx1151; on gfx1201 use it "
                "only for the paths validated there (unified attention, bf16 KV) and watch for the 64 KiB LDS limit.",
         references=P16_REFS)]
 
 
-def _total_mem(a: Attribution, doc: dict[str, Any]) -> int | None:
+def _total_mem(a: Attribution, an: Analysis) -> int | None:
     d = a.trace.meta.devices[0] if a.trace.meta.devices else {}
-    v = d.get("totalGlobalMem") or ((doc.get("provenance") or {}).get("gpu") or {}).get("total_memory_bytes")
-    return int(v) if v else None
+    v = d.get("totalGlobalMem") or an.stamp("gpu", "total_memory_bytes")
+    return int(num(v)) if v else None
 
 
-def gtt_limit(a: Attribution, doc: dict[str, Any], th: Thresholds) -> list[Finding]:
+def gtt_limit(a: Attribution, an: Analysis, th: Thresholds) -> list[Finding]:
     """P20: the GPU sees less than `gtt_fraction` of the host's memory (stamp `host.memory_bytes`) on the APU."""
-    host = ((doc.get("provenance") or {}).get("host") or {}).get("memory_bytes")
-    gpu = _total_mem(a, doc)
+    host = num(an.stamp("host", "memory_bytes"))
+    gpu = _total_mem(a, an)
     if not host or not gpu or gpu >= th.gtt_fraction * float(host):
         return []
     return [Finding(
@@ -73,23 +73,23 @@ def _gfx_from_override(v: str) -> str | None:
     return f"gfx{m[1]}{m[2]}{int(m[3]):x}" if m else None
 
 
-def hsa_override(a: Attribution, doc: dict[str, Any], th: Thresholds) -> list[Finding]:
+def hsa_override(a: Attribution, an: Analysis, th: Thresholds) -> list[Finding]:
     """P23: HSA_OVERRIDE_GFX_VERSION in the stamp's environment, or (on the traced device, not a what-if) Tensile
     ISA tokens in kernel names that differ from the device's arch."""
-    dev = doc.get("device") or {}
-    v = env(doc).get("HSA_OVERRIDE_GFX_VERSION")
+    dev = an.device
+    v = an.env_var("HSA_OVERRIDE_GFX_VERSION")
     isa = (a.kernels.select(pl.col("name").str.extract(ISA).alias("isa")).drop_nulls()["isa"].unique().sort().to_list())
-    own = (dev.get("arch") or "").removeprefix("gfx")
-    other = [f"gfx{i}" for i in isa if own and i != own] if dev.get("detected_from") not in ("override", "kernel_names") else []
+    own = (dev.arch or "").removeprefix("gfx")
+    other = [f"gfx{i}" for i in isa if own and i != own] if dev.detected_from not in ("override", "kernel_names") else []
     if not v and not other:
         return []
     as_gfx = _gfx_from_override(v) if v else None
     return [Finding(
-        rule="P23-hsa-override-gfx-version", severity="high" if (as_gfx and as_gfx != dev.get("arch")) or other else "medium",
-        title=(f"HSA_OVERRIDE_GFX_VERSION={v} in the capture environment" + (f" (runs {as_gfx} code on {dev.get('arch')})"
-                                                                             if as_gfx and as_gfx != dev.get("arch") else ""))
-        if v else f"kernels built for {', '.join(other)} run on {dev.get('arch')}: an override or fallback library is in effect",
-        evidence={"HSA_OVERRIDE_GFX_VERSION": v, "override_as_arch": as_gfx, "device_arch": dev.get("arch"),
+        rule="P23-hsa-override-gfx-version", severity="high" if (as_gfx and as_gfx != dev.arch) or other else "medium",
+        title=(f"HSA_OVERRIDE_GFX_VERSION={v} in the capture environment" + (f" (runs {as_gfx} code on {dev.arch})"
+                                                                             if as_gfx and as_gfx != dev.arch else ""))
+        if v else f"kernels built for {', '.join(other)} run on {dev.arch}: an override or fallback library is in effect",
+        evidence={"HSA_OVERRIDE_GFX_VERSION": v, "override_as_arch": as_gfx, "device_arch": dev.arch,
                   "kernel_isa_tokens": [f"gfx{i}" for i in isa]},
         remedy="Remove the override where the ROCm build supports the GPU natively (gfx1151 on ROCm >= 7); a wrong "
                "override runs code for another ISA, trips library arch filters, and has crashed the driver.",

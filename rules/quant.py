@@ -3,13 +3,13 @@
 
 from __future__ import annotations
 
-from typing import Any
 
 import polars as pl
 
 from attrib.components.patterns import FP8_KERNEL, GEMM_LIKE, LOW_BIT_KERNEL, QUANTIZE_KERNEL
+from attrib.analysis.model import Analysis
 from attrib.pipeline import Attribution
-from rules.finding import Finding, kernels_in, r, roofline_bw
+from rules.finding import Finding, kernels_in, ns, num, r
 from rules.thresholds import Thresholds
 
 FP8_OP = r"_scaled_mm|fp8|float8|w8a8"
@@ -26,12 +26,12 @@ P15_REFS = ("https://github.com/vllm-project/vllm/issues/34579", "https://github
 
 
 def _share(k: pl.DataFrame, sub: pl.DataFrame) -> float:
-    total = k["dur_ns"].sum()
-    return float(sub["dur_ns"].sum() / total) if total else 0.0
+    total = ns(k)
+    return float(ns(sub) / total) if total else 0.0
 
 
 def _ms(sub: pl.DataFrame) -> float:
-    return float(sub["dur_ns"].sum() / 1e6 / max(sub["step"].n_unique(), 1))
+    return float(ns(sub) / 1e6 / max(sub["step"].n_unique(), 1))
 
 
 def _fp8(a: Attribution) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -70,7 +70,7 @@ def _fp8(a: Attribution) -> tuple[pl.DataFrame, pl.DataFrame]:
         quant.drop("_gemm", "_cast", "_named", "_qop", "_run", "_dtypes")
 
 
-def fp8_emulated_gfx11(a: Attribution, doc: dict[str, Any], th: Thresholds) -> list[Finding]:
+def fp8_emulated_gfx11(a: Attribution, an: Analysis, th: Thresholds) -> list[Finding]:
     """P13: FP8 GEMM or FP8 quantize kernels on a gfx11 device, which has no FP8 WMMA: emulated on VALU."""
     gemm, quant = _fp8(a)
     if not gemm.height and not quant.height:
@@ -79,7 +79,7 @@ def fp8_emulated_gfx11(a: Attribution, doc: dict[str, Any], th: Thresholds) -> l
     both = pl.concat([gemm, quant])
     return [Finding(
         rule="P13-fp8-emulated-gfx11", severity="high",
-        title=f"FP8 kernels on {(doc.get('device') or {}).get('arch')}, which has no FP8 matrix unit: "
+        title=f"FP8 kernels on {an.arch}, which has no FP8 matrix unit: "
               f"{_share(k, both):.0%} of kernel time runs emulated",
         ms_per_step=_ms(both),
         evidence={"fp8_kernels": gemm.height, "quant_kernels": quant.height, "share_of_kernel_time": r(_share(k, both)),
@@ -89,7 +89,7 @@ def fp8_emulated_gfx11(a: Attribution, doc: dict[str, Any], th: Thresholds) -> l
         references=P13_REFS)]
 
 
-def fp8_kernel_choice_gfx1201(a: Attribution, doc: dict[str, Any], th: Thresholds) -> list[Finding]:
+def fp8_kernel_choice_gfx1201(a: Attribution, an: Analysis, th: Thresholds) -> list[Finding]:
     """P14: FP8 GEMMs on gfx12 with separate quantize kernels each step above `quant_share` of kernel time."""
     gemm, quant = _fp8(a)
     if not gemm.height:
@@ -110,7 +110,7 @@ def fp8_kernel_choice_gfx1201(a: Attribution, doc: dict[str, Any], th: Threshold
         references=P14_REFS)]
 
 
-def low_bit_dequant(a: Attribution, doc: dict[str, Any], th: Thresholds) -> list[Finding]:
+def low_bit_dequant(a: Attribution, an: Analysis, th: Thresholds) -> list[Finding]:
     """P15: low-bit GEMMs (MXFP4, W4A16, AWQ/GPTQ/Marlin) on RDNA, which has no FP4/FP6 unit: fire when their
     priced bytes move below `p15_bw_fraction` of the roofline bandwidth, or when MXFP4 kernels run at all
     (software dequantization) for more than `quant_share` of kernel time."""
@@ -119,8 +119,8 @@ def low_bit_dequant(a: Attribution, doc: dict[str, Any], th: Thresholds) -> list
     if not lb.height:
         return []
     known = lb.filter(pl.col("bytes").is_not_null() & (pl.col("bytes") > 0))
-    bw = roofline_bw(doc)
-    gbs = float(known["bytes"].sum() / known["dur_ns"].sum()) if known.height and known["dur_ns"].sum() else None
+    bw = an.device.roofline_bw
+    gbs = float(num(known["bytes"].sum()) / ns(known)) if known.height and ns(known) else None
     frac = gbs / bw if (gbs is not None and bw) else None
     mx = lb.filter(pl.col("name").str.contains(r"(?i)mxfp4|fp4"))
     share = _share(k, lb)
@@ -128,7 +128,7 @@ def low_bit_dequant(a: Attribution, doc: dict[str, Any], th: Thresholds) -> list
         return []
     return [Finding(
         rule="P15-low-bit-dequant", severity="high",
-        title=f"low-bit GEMMs take {share:.0%} of kernel time on {(doc.get('device') or {}).get('arch')}"
+        title=f"low-bit GEMMs take {share:.0%} of kernel time on {an.arch}"
               + (f" at {frac:.0%} of the roofline bandwidth" if frac is not None else
                  " with MXFP4 weights and no FP4 unit: dequantized in software"),
         ms_per_step=_ms(lb),

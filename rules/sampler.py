@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
 
 import polars as pl
 
 from attrib.components.patterns import SORT_SCAN
+from attrib.analysis.model import Analysis
 from attrib.pipeline import Attribution
-from rules.finding import DECODE_LIKE, Finding, kernels_in, phase_doc, r
+from rules.finding import DECODE_LIKE, Finding, kernels_in, ns, num, r
 from rules.thresholds import Thresholds
 
 REFS = ("https://github.com/vllm-project/vllm/issues/45871", "https://github.com/vllm-project/vllm/pull/46012",
@@ -22,7 +22,7 @@ def _vocab(a: Attribution, k: pl.DataFrame) -> int | None:
         return None
     dims = (a.trace.ops.filter(pl.col("id").is_in(ids.implode()))["input_dims"].drop_nulls()
             .str.extract_all(r"\d+").explode().drop_nulls().cast(pl.Int64))
-    return int(dims.max()) if dims.len() else None
+    return int(num(dims.max())) if dims.len() else None
 
 
 def _sampling(a: Attribution, phase: str) -> pl.DataFrame:
@@ -36,29 +36,29 @@ def _sampling(a: Attribution, phase: str) -> pl.DataFrame:
                     | (pl.col("_head_end").is_not_null() & (pl.col("start_ns") >= pl.col("_head_end")))).drop("_head_end")
 
 
-def sampler_share(a: Attribution, doc: dict[str, Any], th: Thresholds) -> list[Finding]:
+def sampler_share(a: Attribution, an: Analysis, th: Thresholds) -> list[Finding]:
     """P08: sampling kernels > `sampler_share` of decode kernel time at <= `max_decode_tokens` tokens per step."""
     out = []
     for phase in DECODE_LIKE:
-        ph = phase_doc(doc, phase)
-        tokens = (ph or {}).get("tokens_per_step")
+        ph = an.phase(phase)
+        tokens = ph.tokens_per_step if ph else None
         if ph is None or not tokens or tokens > th.max_decode_tokens:
             continue
         k = _sampling(a, phase)
-        total = kernels_in(a, phase)["dur_ns"].sum()
-        share = k["dur_ns"].sum() / total if total else 0.0
+        total = ns(kernels_in(a, phase))
+        share = ns(k) / total if total else 0.0
         if share <= th.sampler_share:
             continue
-        steps = max(ph["steps"], 1)
+        steps = max(ph.steps, 1)
         fallback = k.filter(pl.col("name").str.contains(SORT_SCAN))
         vocab = _vocab(a, k)
         out.append(Finding(
             rule="P08-sampler-share", severity="medium",
             title=f"{phase}: sampling takes {share:.0%} of kernel time at {tokens} token(s) per step"
                   + (f" over a {vocab:,}-entry vocabulary" if vocab else ""),
-            ms_per_step=k["dur_ns"].sum() / 1e6 / steps,
+            ms_per_step=ns(k) / 1e6 / steps, phase=phase,
             evidence={"phase": phase, "tokens_per_step": tokens, "sampler_share": r(share),
-                      "sampler_ms_per_step": r(k["dur_ns"].sum() / 1e6 / steps, 4), "vocab": vocab,
+                      "sampler_ms_per_step": r(ns(k) / 1e6 / steps, 4), "vocab": vocab,
                       "kernels_per_step": r(k.height / steps, 1),
                       "sort_scan_kernels_per_step": r(fallback.height / steps, 1),
                       "ops": k.group_by("op").agg((pl.col("dur_ns").sum() / 1e6 / steps).round(4).alias("ms"))

@@ -25,12 +25,15 @@ class Thresholds:
     max_decode_tokens: int = 4
     p02_share: float = 0.20
     p02_bw_fraction: float = 0.30
+    p02_slow_min_share: float = 0.05   # P02 below p02_bw_fraction: fires from this share of decode up
     # P03 prefill GEMM TFLOP/s below this fraction of peak (catalog: 15 % of 59.4 TF on gfx1151)
     p03_tflops_fraction: float = 0.15
     p03_min_tokens: int = 512
     # P05: a kernel's first call this many times its median; a step's kernel count off the median by this ratio
     first_call_ratio: float = 20.0
     kernel_count_ratio: float = 1.5
+    cold_min_calls: int = 3            # P05: a kernel needs this many calls for its first to be "cold"
+    slow_step_ratio: float = 2.0       # P05: a step with an odd kernel count and this x its phase median
     # P04: distinct Cijk_ kernels for one (op, shape) that only a candidate sweep produces
     tunableop_variants: int = 4
     # P08 sampler share of decode kernel time at batch <= max_decode_tokens (catalog: 10 %)

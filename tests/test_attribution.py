@@ -10,8 +10,8 @@ import polars as pl
 import pytest
 
 from attrib.pipeline import attribute
-from attrib.report.document import document
-from attrib.components.classify import TAXONOMY
+from attrib.analysis.build import build
+from attrib.components.taxonomy import TAXONOMY
 from attrib.components.patterns import RUNTIME_HELPERS, component_patterns
 from attrib.link.launches import link
 from attrib.steps.phases import parse_marker, DEFAULT_MAP
@@ -27,7 +27,7 @@ TORCH = [EXAMPLE_TRACE, *sorted((FIXTURES / "torch").glob("*.json.gz")),
 @pytest.fixture(scope="module")
 def moe():
     a = attribute(load(EXAMPLE_TRACE))
-    return a, document(a)
+    return a, build(a).to_dict()
 
 
 def test_moe_steps_tokens_and_totals(moe):
@@ -73,14 +73,14 @@ def test_rocm_linking_counts_unlaunched_kernels(fixtures):
     got = links.filter(pl.col("id").is_in(launched.to_list()))
     assert got.height == n_launched
     assert got["launch_id"].null_count() == 0 and got["op_id"].null_count() == 0
-    doc = document(attribute(t))
+    doc = build(attribute(t)).to_dict()
     assert doc["source"]["kernels_without_launch"] == len(raw) - n_launched
 
 
 def test_graph_replay_kernels_use_gpu_spans_and_names(fixtures):
     path = fixtures / "torch" / "h200_dense_prefill_cudagraph_decode.json.gz"
     a = attribute(load(path))
-    doc = document(a)
+    doc = build(a).to_dict()
     phases = {p["phase"]: p for p in doc["phases"]}
     # fixtures README: batch 8, prompt 1024, 16 decode steps each ONE cudaGraphLaunch
     graph_calls = {e["args"]["correlation"] for e in raw_events(path) if e.get("name") == "cudaGraphLaunch"}
@@ -107,7 +107,7 @@ def test_vllm_step_annotation():
 
 @pytest.mark.parametrize("path", TORCH, ids=lambda p: Path(p).name)
 def test_every_torch_fixture_gives_a_valid_document(path):
-    doc = document(attribute(load(path)))
+    doc = build(attribute(load(path))).to_dict()
     jsonschema.validate(doc, SCHEMA)
     for ph in doc["phases"]:
         assert {c["component"] for c in ph["components"]} <= set(TAXONOMY)
@@ -129,7 +129,7 @@ ROCPROF = ["gfx1201_llamacpp_rocpd_rocm7.2/32432_results.db.gz", "gfx1151_llamac
 @pytest.mark.parametrize("rel", ROCPROF, ids=[r.split("/")[0] for r in ROCPROF])
 def test_every_rocprof_fixture_gives_a_valid_document(rel):
     t = load(FIXTURES / "rocprof" / rel)
-    doc = document(attribute(t))
+    doc = build(attribute(t)).to_dict()
     jsonschema.validate(doc, SCHEMA)
     assert doc["source"]["kernels"] == t.kernels.height > 0
     for ph in doc["phases"]:
@@ -137,7 +137,7 @@ def test_every_rocprof_fixture_gives_a_valid_document(rel):
 
 
 def test_r9700_llama_bench_is_all_decode_split_into_tokens():
-    doc = document(attribute(load(FIXTURES / "rocprof" / ROCPROF[0])))
+    doc = build(attribute(load(FIXTURES / "rocprof" / ROCPROF[0]))).to_dict()
     assert doc["device"]["arch"] == "gfx1201" and "R9700" in doc["device"]["name"]
     assert [p["phase"] for p in doc["phases"]] == ["decode"]
     # llama-bench -n 8 runs one warm-up token, then the 8 measured ones; setup copies/fills before

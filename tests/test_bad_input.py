@@ -107,7 +107,7 @@ def test_api_signature_is_typed_and_keyword_only():
     assert params[0].name == "path" and params[0].kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
     names = [p.name for p in params[1:]]
     assert names == ["phase", "phase_map", "arch", "arch_file", "model", "weight_bits", "kv_dtype", "context",
-                     "capture", "capture_batch"]
+                     "capture", "capture_batch", "top"]
     assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in params[1:])
     hints = typing.get_type_hints(attrib.analyze)
     assert set(hints) == {"path", "return", *names}
@@ -126,7 +126,7 @@ def test_api_signature_is_typed_and_keyword_only():
 def test_api_arch_by_name_measures_against_the_r9700():
     db = tomllib.loads((ROOT / "attrib" / "data" / "archs.toml").read_text())
     r9700 = next(v for v in db.values() if isinstance(v, dict) and v.get("name") == "AMD Radeon AI PRO R9700")
-    doc = attrib.analyze(H100, arch="gfx1201")
+    doc = attrib.analyze(H100, arch="gfx1201").to_dict()
     dev = doc["device"]
     assert (dev["arch"], dev["name"], dev["detected_from"]) == ("gfx1201", "AMD Radeon AI PRO R9700", "override")
     assert dev["peak_bw_gbs"] == r9700["peak_bw_gbs"] and dev["roofline_bw_gbs"] == r9700["sustained_bw_gbs"]

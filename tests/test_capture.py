@@ -130,7 +130,7 @@ def test_hf_prefill_decode_trace_and_sidecar(tmp_path, tiny_lm, monkeypatch):
     # attrib analyze splits it into the captured steps and carries the stamp into the analysis JSON
     from attrib import analyze
 
-    doc = analyze(res.path)
+    doc = analyze(res.path).to_dict()
     phases = {p["phase"]: p for p in doc["phases"]}
     assert (phases["prefill"]["steps"], phases["prefill"]["tokens_per_step"]) == (1, BATCH * PROMPT)
     assert (phases["decode"]["steps"], phases["decode"]["tokens_per_step"]) == (DECODE, BATCH)

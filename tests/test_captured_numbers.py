@@ -15,7 +15,7 @@ import orjson
 import polars as pl
 import pytest
 
-from attrib.app import analyze_path
+from attrib.app import analyze
 from attrib.cost.strides import HAS_ZERO_STRIDE
 from attrib.pipeline import attribute
 from collectors import load
@@ -108,7 +108,7 @@ HAND = {
 
 @cache
 def _decode(name: str) -> tuple[dict, dict]:
-    doc = analyze_path(CAPTURED / f"{name}.pt.trace.json.gz", phase="decode")
+    doc = analyze(CAPTURED / f"{name}.pt.trace.json.gz", phase="decode").to_dict()
     return doc, doc["phases"][0]
 
 

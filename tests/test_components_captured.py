@@ -9,7 +9,8 @@ import polars as pl
 import pytest
 
 from attrib.pipeline import Attribution, attribute
-from attrib.report.document import document
+from attrib.analysis import Analysis
+from attrib.analysis.build import build
 from attrib.report.table import render
 from collectors import load
 
@@ -19,9 +20,14 @@ CAPTURED = FIXTURES / "captured"
 
 
 @cache
-def analysed(name: str) -> tuple[Attribution, dict]:
+def analysis_of(name: str) -> tuple[Attribution, Analysis]:
     a = attribute(load(CAPTURED / f"{name}.pt.trace.json.gz"))
-    return a, document(a)
+    return a, build(a)
+
+
+def analysed(name: str) -> tuple[Attribution, dict]:
+    a, an = analysis_of(name)
+    return a, an.to_dict()
 
 
 def _phase(doc: dict, phase: str) -> dict:
@@ -53,7 +59,7 @@ def test_compile_step_is_left_out_and_said(fixtures):
     assert dec["steps"] == 5 and dec["step_ms"]["p90"] < 10
     [x] = dec["excluded_steps"]
     assert x["reason"] == "compile" and x["kernels"] == 3632 and x["step_ms"] > 15000
-    assert "left out: step 1 (compile)" in render(doc)
+    assert "left out: step 1 (compile)" in render(analysis_of("compile_decode")[1])
     # the compile's own kernels (benchmarks, fills) are no model component: never qkv_proj by position
     bench = a.kernels.filter(pl.col("evidence") == "compile")
     assert bench.height == 3632 - 82 and set(bench["component"]) == {"other"}
@@ -117,7 +123,8 @@ def test_tensor_parallel_all_reduce_is_communication():
         assert set(nccl["evidence"]) == {"name"} and nccl["module_path"].str.contains("Linear").all()
         dec = _phase(doc, "decode")
         assert dec["communication_share"] == _comps(doc)["communication"]["share"] > 0.3
-        assert "world size 2" in render(doc) and "communication" in render(doc)
+        text = render(build(a))
+        assert "world size 2" in text and "communication" in text
 
 
 def test_eager_prefill_without_stack_names_its_norm_and_rope_glue():
@@ -143,7 +150,7 @@ def test_warm_up_outlier_without_compile_spans():
     a = attribute(t)
     s = a.steps.sort("step")
     assert s["excluded"].to_list() == [None, "warm-up", None, None, None, None, None]
-    dec = _phase(document(a), "decode")
+    dec = _phase(build(a).to_dict(), "decode")
     assert dec["steps"] == 5 and [x["reason"] for x in dec["excluded_steps"]] == ["warm-up"]
 
 

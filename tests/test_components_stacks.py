@@ -7,7 +7,7 @@ import polars as pl
 import pytest
 
 from attrib.pipeline import attribute
-from attrib.report.document import document
+from attrib.analysis.build import build
 from attrib.report.table import render
 from collectors import load
 
@@ -117,15 +117,16 @@ def test_profiler_step_holding_several_forwards_is_split(fixtures):
 
 def test_world_size_and_communication_share(fixtures):
     # vLLM's trace records its process group (distributedInfo: nccl, world size 1, rank 0)
-    doc = document(attribute(load(VLLM / "graph_execution.json.gz")))
-    assert doc["distributed"] == {"backend": "nccl", "rank": 0, "world_size": 1}
-    assert "distributed: nccl, world size 1, rank 0" in render(doc)
+    an = build(attribute(load(VLLM / "graph_execution.json.gz")))
+    assert an.to_dict()["distributed"] == {"backend": "nccl", "rank": 0, "world_size": 1}
+    assert "distributed: nccl, world size 1, rank 0" in render(an)
     # MI350X training trace: 1,310 ncclDevKernel_Generic_1 calls are communication, a line of the phase
     t = load(fixtures / "rocprof" / "gfx950_rocprofv3_json" / "908_results.json.gz")
     a = attribute(t)
     nccl = a.kernels.filter(pl.col("name").str.starts_with("ncclDevKernel") & pl.col("step").is_not_null())
     assert nccl.height > 0 and set(nccl["component"]) == {"communication"}
-    doc = document(a)
+    an = build(a)
+    doc = an.to_dict()
     for ph in doc["phases"]:
         # the component table's share (per-step medians), and from raw durations the same order
         comm = next(c for c in ph["components"] if c["component"] == "communication")
@@ -133,7 +134,7 @@ def test_world_size_and_communication_share(fixtures):
         k = a.kernels.filter(pl.col("phase") == ph["phase"])
         raw = k.filter(pl.col("component") == "communication")["dur_ns"].sum() / k["dur_ns"].sum()
         assert ph["communication_share"] == pytest.approx(raw, abs=0.1)
-    assert "communication" in render(doc)
+    assert "communication" in render(an)
 
 
 def test_llamacpp_legacy_rocprof_steps_are_forward_passes(fixtures):
@@ -141,7 +142,7 @@ def test_llamacpp_legacy_rocprof_steps_are_forward_passes(fixtures):
     # passes of a 512-token ubatch. Each ends with the Q6_K output GEMV (vocab 32000 rows) after the
     # two get_rows of the output row; each layer runs 7 MMQ GEMMs (the last layer's FFN, on the one
     # output row after get_rows, as 2 MMVQ GEMVs).
-    from attrib.report.document import document
+    from attrib.analysis.build import build
     a = attribute(load(fixtures / "rocprof" / "gfx1201_llamacpp_legacy_rocprof_v1" / "results.csv.gz"))
     steps = a.steps.sort("step")
     assert steps.height == 2 and set(steps["phase"]) == {"prefill"}
@@ -161,7 +162,7 @@ def test_llamacpp_legacy_rocprof_steps_are_forward_passes(fixtures):
         assert att.filter(pl.col("name").str.starts_with("Cijk_")).height == 64
     # per-step component figures agree with the kernels they hold: the GEMM components' ms per step
     # are the median over the two steps of their kernels' time, and hold all of the mul_mat_q time
-    doc = document(a)
+    doc = build(a).to_dict()
     comps = {c["component"]: c for c in doc["phases"][0]["components"]}
     for comp in ("qkv_proj", "o_proj", "mlp_gate_up", "mlp_down"):
         per_step = k.filter(pl.col("component") == comp).group_by("step").agg(pl.col("dur_ns").sum() / 1e6)

@@ -16,7 +16,7 @@ from attrib.cost.component_bytes import component_table
 from attrib.cost.kernels import kernel_costs
 from attrib.link.launches import link
 from attrib.pipeline import attribute
-from attrib.report.document import document
+from attrib.analysis.build import build
 from attrib.report.table import render
 from attrib.roofline.arch import override
 from attrib.roofline.tables import phase_figures, roofline_rows
@@ -66,13 +66,15 @@ def test_each_stage_runs_on_an_empty_trace(name):
 @pytest.mark.parametrize("name", sorted(SOURCES))
 def test_document_and_every_rule_on_an_empty_trace(name, arch):
     a = attribute(_emptied(name, TABLES))
-    doc = document(a) if arch is None else document(a, arch=override(arch), arch_from="override")
+    an = build(a) if arch is None else build(a, arch=override(arch), arch_from="override")
+    doc = an.to_dict()
     assert doc["phases"] == [] and doc["source"]["kernels"] == 0 and doc["source"]["kernel_ms"] == 0
     assert doc["coverage"] == {"attributed_share": None, "bytes_known_share": None}
     for rule in rules.CATALOG:  # each rule's function directly, whatever device it is gated to
-        assert rule.fn(a, doc, rules.DEFAULT) == [], rule.id
-    assert rules.run(a, doc) == []
-    assert "0 kernels" in render(doc)
+        args = (an, an) if isinstance(rule, rules.PairRule) else (a, an)
+        assert rule.fn(*args, rules.DEFAULT) == [], rule.id
+    assert rules.run(a, an) == []
+    assert "0 kernels" in render(an)
 
 
 def test_a_trace_with_cpu_rows_and_no_gpu_rows():
@@ -80,11 +82,13 @@ def test_a_trace_with_cpu_rows_and_no_gpu_rows():
     from the CPU side, no GPU figure, no finding."""
     a = attribute(_emptied("kineto", GPU_TABLES))
     assert a.kernels.height == 0 and a.trace.ops.height == _real("kineto").ops.height
-    doc = document(a)
+    an = build(a)
+    doc = an.to_dict()
     for ph in doc["phases"]:
         assert ph["kernel_ms"] in (0, None) and ph["components"] == [] and ph["gb_per_token"] is None
         assert ph["idle_fraction"] is None  # no GPU to be idle, not 100 %
     assert [p["steps"] for p in doc["phases"]] == [1, 6]  # the annotated steps are still there
     for rule in rules.CATALOG:  # no GPU evidence: nothing to find
-        assert rule.fn(a, doc, rules.DEFAULT) == [], rule.id
+        args = (an, an) if isinstance(rule, rules.PairRule) else (a, an)
+        assert rule.fn(*args, rules.DEFAULT) == [], rule.id
     assert a.steps.filter(pl.col("kernel_ms") > 0).height == 0

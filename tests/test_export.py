@@ -7,7 +7,7 @@ import gzip
 
 import orjson
 
-from attrib.app import analyze_path
+from attrib.app import analyze
 from attrib.cli import main
 
 from conftest import FIXTURES
@@ -47,7 +47,7 @@ def test_export_annotates_kernels_and_adds_nested_component_tracks(tmp_path, cap
         for a, b in zip(evs, evs[1:]):
             assert b["ts"] >= a["ts"] + a["dur"] - 1e-3
     # the export is still a trace attrib reads the same way
-    before, after = analyze_path(LLAMA), analyze_path(out)
+    before, after = analyze(LLAMA).to_dict(), analyze(out).to_dict()
     assert after["source"]["kernels"] == before["source"]["kernels"]
     assert [c["ms"] for c in after["phases"][1]["components"]] == [c["ms"] for c in before["phases"][1]["components"]]
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from attrib.app import analyze_path
+from attrib.app import analyze
 
 TRACE = Path(__file__).parent / "fixtures" / "captured" / "hf_llama_cuda_b8_p512.pt.trace.json.gz"
 
 
 def test_gpu_capture_is_split_and_attributed():
-    doc = analyze_path(TRACE)
+    doc = analyze(TRACE).to_dict()
     phases = {p["phase"]: p for p in doc["phases"]}
     assert (phases["prefill"]["steps"], phases["prefill"]["tokens_per_step"]) == (1, 4096)
     assert (phases["decode"]["steps"], phases["decode"]["tokens_per_step"]) == (8, 8)

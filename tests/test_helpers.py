@@ -8,7 +8,7 @@ import polars as pl
 import pytest
 from conftest import EXAMPLE_TRACE
 
-from attrib.app import analyze_path
+from attrib.app import analyze
 from attrib.components.position import label
 from attrib.link.nesting import innermost, parents
 from attrib.report.table import render
@@ -116,8 +116,9 @@ def test_step_name_refuses_a_count_that_is_not_one():
 
 
 def test_table_renderer_prints_every_component_row_of_the_document():
-    doc = analyze_path(EXAMPLE_TRACE)
-    lines = render(doc).splitlines()
+    an = analyze(EXAMPLE_TRACE)
+    doc = an.to_dict()
+    lines = render(an).splitlines()
     for ph in doc["phases"]:
         head = next(i for i, line in enumerate(lines) if line.startswith(f"== {ph['phase']}: {ph['steps']} steps"))
         rows = lines[head + 3: head + 3 + len(ph["components"])]

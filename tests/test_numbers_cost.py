@@ -8,12 +8,12 @@ import orjson
 import polars as pl
 import pytest
 
-from attrib.app import analyze_path, model_budget, resolve_arch
+from attrib.app import analyze, model_budget, resolve_arch
 from attrib.cli import main
 from attrib.cost.ops import op_cost
 from attrib.cost.weights import bits_for
 from attrib.pipeline import attribute
-from attrib.report.document import document
+from attrib.analysis.build import build
 from attrib.roofline.arch import load_archs
 from attrib.roofline.template import template
 from collectors import load
@@ -32,7 +32,7 @@ def vllm_capture():
 
 @pytest.fixture(scope="module")
 def vllm_doc():
-    return analyze_path(VLLM / "graph_execution.json.gz", capture=VLLM / "graph_capture_rank_0.pt.trace.json.gz")
+    return analyze(VLLM / "graph_execution.json.gz", capture=VLLM / "graph_capture_rank_0.pt.trace.json.gz").to_dict()
 
 
 def _op_bytes(a, op: str) -> float:
@@ -89,8 +89,8 @@ def test_a_component_above_the_peak_is_left_out_of_gb_per_token(tmp_path):
             "compute_major": src.compute_major, "compute_minor": src.compute_minor,
             "peak_bw_gbs": 2000.0, "memory_gb": 141}.items())
         + '\nmatch_names = ["H200"]\n[h200-sxm.matrix_tflops]\nbf16 = 989.4\n')
-    base = analyze_path(EXAMPLE_TRACE)
-    slow = analyze_path(EXAMPLE_TRACE, arch_file=entry)
+    base = analyze(EXAMPLE_TRACE).to_dict()
+    slow = analyze(EXAMPLE_TRACE, arch_file=entry).to_dict()
     b, s = (next(p for p in d["phases"] if p["phase"] == "decode") for d in (base, slow))
     rows = {c["component"]: c for c in s["components"]}
     assert rows["lm_head"]["inconsistent"] and "lm_head" in s["excluded_components"]
@@ -106,7 +106,7 @@ def test_prefill_ceiling_is_held_to_the_flop_floor():
     tokens): its GEMMs alone need 2*T*(4096*6144 + 4096*4096 + 4096*28672 + 14336*4096)*8 = 28.6 TFLOP,
     29 ms at H200's 989.4 bf16 TFLOP/s, so no more than 8192 / 0.0289 = 283k tok/s; the step's bytes
     alone (about 30 GB at 4.8 TB/s) would allow over 1.2M."""
-    doc = analyze_path(DENSE)
+    doc = analyze(DENSE).to_dict()
     ph = next(p for p in doc["phases"] if p["phase"] == "prefill")
     t = 8192
     gemm_flops = 2 * t * (4096 * 6144 + 4096 * 4096 + 4096 * 28672 + 14336 * 4096) * 8
@@ -120,7 +120,7 @@ def test_prefill_ceiling_is_held_to_the_flop_floor():
 def test_what_if_names_the_components_above_the_new_peak():
     """H200 decode times set against gfx1151 (256 GB/s): rows faster than that are a projection out
     of reach, named in the notes, not blamed on the bytes model; their bytes still count."""
-    doc = analyze_path(EXAMPLE_TRACE, arch=resolve_arch("gfx1151")[0], arch_from="override")
+    doc = analyze(EXAMPLE_TRACE, arch=resolve_arch("gfx1151")[0]).to_dict()
     ph = next(p for p in doc["phases"] if p["phase"] == "decode")
     over = sorted(c["component"] for c in ph["components"] if c["inconsistent"])
     assert "lm_head" in over and not ph["excluded_components"]
@@ -202,8 +202,8 @@ def test_vllm_moe_forward_is_priced_from_the_model_config_with_capture(tmp_path)
     the trace; the config prices them at 4.25 bits (its quantization_config), so the row is whole."""
     cfg = tmp_path / "config.json"
     cfg.write_text(orjson.dumps(GPT_OSS).decode())
-    doc = analyze_path(VLLM / "graph_execution.json.gz", capture=VLLM / "graph_capture_rank_0.pt.trace.json.gz",
-                       budget=model_budget(cfg))
+    doc = analyze(VLLM / "graph_execution.json.gz", capture=VLLM / "graph_capture_rank_0.pt.trace.json.gz",
+                       model=cfg).to_dict()
     ph = doc["phases"][0]
     moe = {c["component"]: c for c in ph["components"]}["moe_experts"]
     assert not moe["partial"] and moe["bytes_known_share"] == 1.0 and moe["achieved_gbs"] is not None
@@ -270,7 +270,7 @@ def test_unknown_device_says_so_and_its_template_makes_it_known(tmp_path, capsys
     real = load(FIXTURES / "torch" / "h100_hf_qwen1.5-0.5b-chat.json.gz")
     dev = {**real.meta.devices[0], "name": "NVIDIA RTX PRO 6000 Blackwell", "computeMajor": 12, "numSms": 188}
     trace = real.with_meta(devices=(dev,))
-    doc = document(attribute(trace))
+    doc = build(attribute(trace)).to_dict()
     assert doc["device"]["arch"] is None
     note = next(n for n in doc["notes"] if "not in the database" in n)
     assert "RTX PRO 6000" in note and "attrib archs --template" in note and "--arch-file" in note
@@ -281,7 +281,7 @@ def test_unknown_device_says_so_and_its_template_makes_it_known(tmp_path, capsys
               .replace('"<datasheet URL>"', '"test"').replace("<dense matrix TFLOP/s>", "300").replace("<TFLOP/s>", "40"))
     entry = tmp_path / "rtx.toml"
     entry.write_text(filled)
-    known = document(attribute(trace), arch_file=entry)
+    known = build(attribute(trace), arch_file=entry).to_dict()
     assert known["device"]["name"] == "NVIDIA RTX PRO 6000 Blackwell" and known["device"]["peak_bw_gbs"] == 4000
     assert main(["archs", "--template", "--trace", str(FIXTURES / "torch" / "mi300_hf_qwen1.5-0.5b-chat.json.gz")]) == 0
     assert "num_sms_reported = 304" in capsys.readouterr().out
@@ -293,7 +293,7 @@ CAPTURED = FIXTURES / "captured"
 
 @pytest.fixture(scope="module")
 def compiled():
-    return analyze_path(CAPTURED / "compile_decode.pt.trace.json.gz", phase="decode")
+    return analyze(CAPTURED / "compile_decode.pt.trace.json.gz", phase="decode").to_dict()
 
 
 def test_compiled_decode_gb_per_token_matches_the_hand_count(compiled):
@@ -346,7 +346,7 @@ def test_tensor_parallel_decode_prices_its_all_reduces():
     were unpriced (61% of kernel time: no GB/token). Bus bytes (nccl-tests): 32,768 B x 2(n-1)/n = 32,768
     each. GB/token then follows the rank's weights and KV, as run (HF DynamicCache re-copies K/V):
     (319,885,312 + 3 x 65,536 x 515.5) / 8 = 0.052655 GB/token."""
-    doc = analyze_path(CAPTURED / "tp2_decode_rank0.pt.trace.json.gz", phase="decode")
+    doc = analyze(CAPTURED / "tp2_decode_rank0.pt.trace.json.gz", phase="decode").to_dict()
     ph = doc["phases"][0]
     comm = {c["component"]: c for c in ph["components"]}["communication"]
     assert comm["bytes"] == 8 * 8 * 2048 * 2 * (2 * (2 - 1) / 2)

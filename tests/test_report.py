@@ -14,10 +14,11 @@ import numpy as np
 import orjson
 import pytest
 
-from attrib.app import analyze_path
+from attrib.app import analyze
 from attrib.cli import main
 from attrib.report.progress import progress
-from attrib.report.bottlenecks import phase_bottlenecks
+from attrib.analysis import Finding
+from attrib.analysis.bottlenecks import phase_bottlenecks
 
 from conftest import EXAMPLE_TRACE, FIXTURES
 
@@ -27,7 +28,7 @@ EVIL = "<script>alert('attrib')</script>"
 
 @pytest.fixture(scope="module")
 def moe_doc():
-    return analyze_path(EXAMPLE_TRACE)
+    return analyze(EXAMPLE_TRACE).to_dict()
 
 
 def _phase(doc, name):
@@ -144,22 +145,19 @@ def test_bottlenecks_ranked_by_recoverable_ms(moe_doc):
     assert all(total["finding"] not in r["findings"] for r in ranked)
 
 
-def test_finding_estimates_join_the_ranking(moe_doc):
+def test_finding_estimates_join_the_ranking():
     """A finding's ms_per_step (the rules' estimate) ranks it; one that names a component raises that row."""
-    dec = _phase(moe_doc, "decode")
-    norm = next(c for c in dec["components"] if c["component"] == "norm")
-    findings = [{"rule": "X1", "severity": "medium", "title": "fuse the norms", "evidence": {"phase": "decode",
-                 "component": "norm"}, "remedy": None, "references": [], "ms_per_step": norm["ms"]},
-                {"rule": "X2", "severity": "info", "title": "something else", "evidence": {"phase": "decode"},
-                 "remedy": None, "references": [], "ms_per_step": 0.3},
-                {"rule": "X3", "severity": "info", "title": "prefill only", "evidence": {"phase": "prefill"},
-                 "remedy": None, "references": [], "ms_per_step": 99.0}]
-    b = phase_bottlenecks(dec, findings)["ranked"]
-    row = next(r for r in b if r["component"] == "norm")
-    assert row["ms_per_step"] == norm["ms"] > norm["gap_ms"] and row["findings"] == [0]
-    own = next(r for r in b if r["kind"] == "finding")
-    assert own["ms_per_step"] == 0.3 and own["findings"] == [1] and own["what"] == "something else"
-    assert not any(2 in r["findings"] for r in b)
+    dec = analyze(EXAMPLE_TRACE).phase("decode")
+    norm = dec.component("norm")
+    findings = (Finding("X1", "medium", "fuse the norms", norm.ms, phase="decode", components=("norm",)),
+                Finding("X2", "info", "something else", 0.3, phase="decode"),
+                Finding("X3", "info", "prefill only", 99.0, phase="prefill"))
+    b = phase_bottlenecks(dec, findings).ranked
+    row = next(r for r in b if r.component == "norm")
+    assert row.ms_per_step == norm.ms > norm.gap_ms and row.findings == (0,)
+    own = next(r for r in b if r.kind == "finding")
+    assert own.ms_per_step == 0.3 and own.findings == (1,) and own.what == "something else"
+    assert not any(2 in r.findings for r in b)
 
 
 def test_per_step_series(moe_doc):

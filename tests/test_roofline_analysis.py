@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from attrib.app import analyze_path
+from attrib.app import analyze
 from attrib.roofline.arch import load_archs, override
 from attrib.steps.phases import vllm_sums
 from attrib.cli import main
@@ -38,7 +38,7 @@ ANALYTIC_GB_PER_TOKEN = (QKV_W + O_W + LM_W + EXPERTS_W + ROUTER_W + KV_READ) / 
 
 @pytest.fixture(scope="module")
 def moe():
-    return analyze_path(EXAMPLE_TRACE)
+    return analyze(EXAMPLE_TRACE).to_dict()
 
 
 def _comps(doc, phase):
@@ -71,7 +71,7 @@ def test_what_if_onto_gfx1151_uses_its_sustained_bandwidth(tmp_path):
 
 def test_graph_replayed_decode_has_unknown_bytes_unless_a_model_is_given(tmp_path):
     trace = FIXTURES / "torch" / "h200_dense_prefill_cudagraph_decode.json.gz"
-    doc = analyze_path(trace)
+    doc = analyze(trace).to_dict()
     ph, _ = _comps(doc, "decode")
     assert doc["coverage"]["bytes_known_share"] < 1 and (ph["bytes_known_share"] or 0) < 0.05
     # dense config from the fixture README: hidden 4096, 8 layers, 32 heads, 8 KV heads, FFN 14336,
@@ -101,9 +101,9 @@ TRACED_ON = {"h200_qwen3moe_eager_prefill_decode.json.gz": "h200-sxm", "h100_hf_
 def test_no_achieved_figure_above_the_peak(path):
     """Against the device each trace ran on: detected where the trace says, given where it does not."""
     key = TRACED_ON[Path(path).name]
-    doc = analyze_path(path)
+    doc = analyze(path).to_dict()
     if doc["device"]["arch"] is None:  # the rocprofv3 CSV run carries no agent info
-        doc = analyze_path(path, arch=override(key), arch_from="override")
+        doc = analyze(path, arch=override(key)).to_dict()
     arch = doc["device"]
     assert arch["key"] == key
     peak = arch["peak_bw_gbs"]
@@ -125,7 +125,7 @@ def test_no_achieved_figure_above_the_peak(path):
     (ROCPROF / "gfx1201_llamacpp_rocpd_rocm7.2" / "32432_results.db.gz", "gfx1201"),
 ], ids=lambda p: Path(str(p)).name)
 def test_arch_detected_in_the_document(path, arch):
-    assert analyze_path(path)["device"]["arch"] == arch
+    assert analyze(path).to_dict()["device"]["arch"] == arch
 
 
 def test_budget_is_refused_without_context(tmp_path):
@@ -197,7 +197,7 @@ def test_vllm_paged_attention_is_priced_from_the_step_annotation():
     marker = "execute_8192_context_9(sq8155sk8430sqsq7475785sqsk7671310)_generation_37(sq37sk34489sqsq37sqsk34489)"
     sums = vllm_sums(marker)
     assert sums == {"sq": 8192, "sk": 42919, "sqsq": 7475822, "sqsk": 7705799}
-    doc = analyze_path(FIXTURES / "torch" / "mi300_vllm_prefilldecode_piecewise" / "graph_execution.json.gz")
+    doc = analyze(FIXTURES / "torch" / "mi300_vllm_prefilldecode_piecewise" / "graph_execution.json.gz").to_dict()
     _, c = _comps(doc, "mixed")
     per_layer = 42919 * 2 * 8 * 64 * 2 + 2 * 8192 * 64 * 64 * 2  # K/V read at full context + q read, out written
     assert c["attention"]["bytes"] == pytest.approx(24 * per_layer, rel=1e-9)

@@ -2,7 +2,7 @@
 
 Every trace here is a real capture (tests/fixtures). Arch-specific
 rules are also run on the same attributions measured against another chip
-(`document(a, arch=override(...), arch_from="override")`): a what-if on the document, not a new trace.
+(`build(a, arch=override(...), arch_from="override")`): a what-if on the analysis, not a new trace.
 """
 
 from __future__ import annotations
@@ -18,10 +18,11 @@ from conftest import EXAMPLE_TRACE, FIXTURES, ROOT, raw_steps
 
 import rules
 from attrib.pipeline import Attribution, attribute
-from attrib.report.document import document
+from attrib.analysis import Analysis
+from attrib.analysis.build import build
 from attrib.roofline.arch import override
 from collectors import load
-from rules import RULES, Finding, run
+from rules import CATALOG, Finding, run
 
 TORCH, ROCPROF = FIXTURES / "torch", FIXTURES / "rocprof"
 VLLM = TORCH / "mi300_vllm_prefilldecode_piecewise"
@@ -70,18 +71,17 @@ def attribution(name: str) -> Attribution:
 
 
 @cache
-def _doc(name: str, arch: str | None) -> str:
+def analysis_of(name: str, arch: str | None = None) -> Analysis:
     a = attribution(name)
-    d = document(a) if arch is None else document(a, arch=override(arch), arch_from="override")
-    return json.dumps(d)
+    return build(a) if arch is None else build(a, arch=override(arch), arch_from="override")
 
 
 def doc(name: str, arch: str | None = None) -> dict:
-    return json.loads(_doc(name, arch))
+    return analysis_of(name, arch).to_dict()
 
 
 def fired(name: str, arch: str | None = None) -> dict[str, Finding]:
-    found = run(attribution(name), doc(name, arch))
+    found = run(attribution(name), analysis_of(name, arch))
     return {f.rule: f for f in found}
 
 
@@ -99,7 +99,7 @@ def finding_schema(analysis_schema: dict) -> dict:
 def test_what_fires_on_each_real_trace(name: str, finding_schema: dict, analysis_schema: dict) -> None:
     found = fired(name)
     assert set(found) == EXPECTED.get(name, set())
-    d = doc(name) | {"findings": [f.to_json() for f in run(attribution(name), doc(name))]}
+    d = doc(name) | {"findings": [f.to_json() for f in run(attribution(name), analysis_of(name))]}
     jsonschema.validate(d, analysis_schema)
     for f in found.values():
         jsonschema.validate(f.to_json(), finding_schema)
@@ -157,7 +157,7 @@ def test_p07_graph_replays_without_ops() -> None:
 
 def test_p07_quiet_once_the_capture_trace_is_given() -> None:
     a = attribute(load(VLLM / "graph_execution.json.gz"), capture=load(VLLM / "graph_capture_rank_0.pt.trace.json.gz"))
-    assert "P07-graph-opaque-steps" not in {f.rule for f in run(a, document(a))}
+    assert "P07-graph-opaque-steps" not in {f.rule for f in run(a, build(a))}
 
 
 def test_p07_quiet_on_rocprof_graphs() -> None:
@@ -206,25 +206,25 @@ def test_p04_from_captured_env() -> None:
     prov = dict(tr.meta.provenance)
     prov["env"] = {**prov["env"], "PYTORCH_TUNABLEOP_ENABLED": "1"}
     a = attribute(tr.with_meta(provenance=prov))
-    f = {f.rule: f for f in run(a, document(a))}["P04-tunableop-in-window"]
+    f = {f.rule: f for f in run(a, build(a))}["P04-tunableop-in-window"]
     assert f.severity == "medium" and f.evidence["PYTORCH_TUNABLEOP_ENABLED"] == "1"
     assert f.ms_per_step is None  # no Tensile GEMMs in this CUDA trace: nothing to put a number on
     assert f.evidence["swept_shapes"] == []  # no candidate sweep visible in the kernels
     prov["env"] = {**prov["env"], "PYTORCH_TUNABLEOP_TUNING": "0"}
     a = attribute(tr.with_meta(provenance=prov))
-    assert "P04-tunableop-in-window" not in {f.rule for f in run(a, document(a))}
+    assert "P04-tunableop-in-window" not in {f.rule for f in run(a, build(a))}
     assert "P04-tunableop-in-window" not in fired("h200_llama_eager")
 
 
 def test_run_is_pure_and_sorted_by_milliseconds() -> None:
-    a, d = attribution("h200_moe_eager"), doc("h200_moe_eager")
+    a, d = attribution("h200_moe_eager"), analysis_of("h200_moe_eager")
     before, kernels = copy.deepcopy(d), a.kernels.clone()
     first = run(a, d)
     assert run(a, d) == first and d == before and a.kernels.equals(kernels)
     ms = [f.ms_per_step for f in first]
     assert all(m is not None for m in ms) and ms == sorted(ms, reverse=True)
     assert first[0].rule == "decode-below-bandwidth-ceiling" and first[-1].rule == "kv-cache-recopied"
-    assert len({r.id for r in RULES}) == len(RULES) and sum(r.id.startswith("P") for r in RULES) >= 18
+    assert len({r.id for r in CATALOG}) == len(CATALOG) and sum(r.id.startswith("P") for r in CATALOG) >= 18
 
 
 def test_finding_rejects_unknown_severity() -> None:

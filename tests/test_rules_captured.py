@@ -14,7 +14,8 @@ import pytest
 from conftest import FIXTURES
 
 from attrib.pipeline import Attribution, attribute
-from attrib.report.document import document
+from attrib.analysis import Analysis
+from attrib.analysis.build import build
 from attrib.roofline.arch import override
 from collectors import load
 from rules import run
@@ -28,13 +29,13 @@ def _a(name: str) -> Attribution:
 
 
 @cache
-def _doc(name: str, arch: str | None) -> str:
+def _doc(name: str, arch: str | None) -> Analysis:
     a = _a(name)
-    return json.dumps(document(a) if arch is None else document(a, arch=override(arch), arch_from="override"))
+    return build(a) if arch is None else build(a, arch=override(arch), arch_from="override")
 
 
 def _fired(name: str, arch: str | None = None) -> dict:
-    return {f.rule: f for f in run(_a(name), json.loads(_doc(name, arch)))}
+    return {f.rule: f for f in run(_a(name), _doc(name, arch))}
 
 
 def test_p05_compile_explains_the_compile_step() -> None:
@@ -55,16 +56,16 @@ def test_p05_compile_explains_the_compile_step() -> None:
     assert odd["step"] == step["step"] and odd["kernels"] > 10 * med
     assert "P05-compile-in-window" not in _fired("sdpa_attn_a")  # eager: nothing compiled
     # the steps stage leaves the compile step out of the phase figures; the per-step rules do too
-    idle = [f for f in run(a, json.loads(_doc("compile_decode", None)))
+    idle = [f for f in run(a, _doc("compile_decode", None))
             if f.rule == "idle-by-cause" and f.evidence["phase"] == "decode"][0]
-    assert idle.evidence["steps"] == json.loads(_doc("compile_decode", None))["phases"][1]["steps"] == 5
+    assert idle.evidence["steps"] == _doc("compile_decode", None).to_dict()["phases"][1]["steps"] == 5
     assert idle.evidence["kernels_per_step"] == med
 
 
 def test_p17_eager_attention_fires_and_sdpa_does_not() -> None:
     """Same L4 Llama, batch 8, prompt 2048: attn_implementation="eager" computes q@k^T, softmax, @v with bmm and a
     softmax kernel per layer; "sdpa" runs one fused cuDNN attention kernel."""
-    [f] = [f for f in run(_a("eager_attn"), json.loads(_doc("eager_attn", None)))
+    [f] = [f for f in run(_a("eager_attn"), _doc("eager_attn", None))
            if f.rule == "P17-unfused-attention" and f.evidence["phase"] == "prefill"]
     k = _a("eager_attn").kernels.filter(pl.col("phase") == "prefill")
     soft = k.filter(pl.col("op") == "aten::_softmax")["dur_ns"].sum() / k["dur_ns"].sum()
@@ -91,7 +92,7 @@ def test_p08_sampler_share_at_batch_1_projected_onto_gfx1151() -> None:
 def test_idle_names_the_blocking_copy() -> None:
     """Each decode step first copies 128 MiB of pageable host memory to the GPU (cudaMemcpyAsync from pageable
     memory blocks): the idle finding names that copy, with its milliseconds per step."""
-    f = [f for f in run(_a("blocking_copy_decode"), json.loads(_doc("blocking_copy_decode", None)))
+    f = [f for f in run(_a("blocking_copy_decode"), _doc("blocking_copy_decode", None))
          if f.rule == "idle-by-cause" and f.evidence["phase"] == "decode"][0]
     c = _a("blocking_copy_decode").trace.copies.filter(pl.col("kind") == "memcpy")
     per_step = c["dur_ns"].median() / 1e6
@@ -109,7 +110,7 @@ def test_linear_attention_torch_fallback_fires_on_qwen3next_and_not_elsewhere() 
     the conv1d in PyTorch. The finding counts the kernels launched inside those frames, derived here from the
     trace's frames and launches; attention-only models and the same trace without its Python frames stay quiet."""
     a = _a("qwen3next_decode")
-    found = {f.evidence["phase"]: f for f in run(a, json.loads(_doc("qwen3next_decode", None)))
+    found = {f.evidence["phase"]: f for f in run(a, _doc("qwen3next_decode", None))
              if f.rule == "linear-attention-torch-fallback"}
     assert set(found) == {"prefill", "decode"}
     dec = found["decode"]
@@ -128,7 +129,7 @@ def test_linear_attention_torch_fallback_fires_on_qwen3next_and_not_elsewhere() 
     for other in ("sdpa_attn_a", "deepseekv3_decode", "compile_decode"):
         assert "linear-attention-torch-fallback" not in _fired(other)
     no_frames = dataclasses.replace(a, trace=a.trace.with_tables(frames=a.trace.frames.clear()))
-    assert not [f for f in run(no_frames, json.loads(_doc("qwen3next_decode", None)))
+    assert not [f for f in run(no_frames, _doc("qwen3next_decode", None))
                 if f.rule == "linear-attention-torch-fallback"]
 
 

@@ -12,17 +12,18 @@ from functools import cache
 
 import polars as pl
 import pytest
-from test_rules import TRACES, attribution, doc, fired
+from test_rules import TRACES, analysis_of, attribution, doc, fired
 
 import rules
 from attrib.app import model_budget
 from attrib.cli import main
 from attrib.pipeline import attribute
-from attrib.report.document import document
+from attrib.analysis.build import build
 from attrib.roofline.arch import override
 from collectors import load
 from rules import Thresholds, run
 from rules.compare import bimodal_decode
+from attrib.analysis import Analysis
 from rules.idle import CAUSES, idle_causes
 
 LLAMA2_7B = {"hidden_size": 4096, "intermediate_size": 11008, "num_attention_heads": 32, "num_hidden_layers": 32,
@@ -34,11 +35,11 @@ def _found(a, d, th=rules.DEFAULT) -> dict:
 
 
 @cache
-def _rocpd_doc(bits: float, arch: str | None = None) -> str:
+def _rocpd_doc(bits: float, arch: str | None = None) -> Analysis:
     a = attribution("gfx1201_rocpd")
     b = model_budget(LLAMA2_7B, weight_bits=bits, context=8)
-    d = document(a, budget=b) if arch is None else document(a, arch=override(arch), arch_from="override", budget=b)
-    return json.dumps(d)
+    d = build(a, budget=b) if arch is None else build(a, arch=override(arch), arch_from="override", budget=b)
+    return d
 
 
 def test_idle_causes_add_up_to_the_steps_idle() -> None:
@@ -53,7 +54,7 @@ def test_idle_causes_add_up_to_the_steps_idle() -> None:
 
 
 def test_idle_on_eager_hf_decode_is_launch_gaps_not_copies() -> None:
-    f = [f for f in run(attribution("h200_llama_eager"), doc("h200_llama_eager"))
+    f = [f for f in run(attribution("h200_llama_eager"), analysis_of("h200_llama_eager"))
          if f.rule == "idle-by-cause" and f.evidence["phase"] == "decode"][0]
     causes = {c["cause"]: c["ms_per_step"] for c in f.evidence["causes"]}
     assert f.evidence["causes"][0]["cause"] == "launch_gaps" and "launch gaps" in f.title
@@ -68,7 +69,7 @@ def test_idle_on_the_mi300_hf_prefill_is_not_the_synchronization() -> None:
     busy then with the 463 kernels launched before the step: the step idles 8.6% (quiet at the 20%
     default), and what idle there is is launch gaps, not the synchronization."""
     assert "idle-by-cause" not in fired("mi300_hf")
-    a, d = attribution("mi300_hf"), doc("mi300_hf")
+    a, d = attribution("mi300_hf"), analysis_of("mi300_hf")
     f = _found(a, d, dataclasses.replace(rules.DEFAULT, idle_share=0.05))["idle-by-cause"]
     assert f.evidence["phase"] == "prefill" and f.evidence["causes"][0]["cause"] == "launch_gaps"
     sync = next(c for c in f.evidence["blocking_calls_and_copies"] if c["name"] == "hipDeviceSynchronize")
@@ -78,7 +79,7 @@ def test_idle_on_the_mi300_hf_prefill_is_not_the_synchronization() -> None:
 
 def test_idle_quiet_below_its_threshold_and_the_threshold_is_overridable() -> None:
     """The dense CUDA-graph decode runs no kernel for 21 % of a step: reported at the default 20 %, quiet at 30 %."""
-    a, d = attribution("h200_dense_graph"), doc("h200_dense_graph")
+    a, d = attribution("h200_dense_graph"), analysis_of("h200_dense_graph")
     assert "idle-by-cause" in _found(a, d)
     assert "idle-by-cause" not in _found(a, d, Thresholds(idle_share=0.3))
     assert "idle-by-cause" not in fired("gfx950_rocprofv3_json")
@@ -101,8 +102,8 @@ def test_decode_below_ceiling_and_quiet_near_it() -> None:
     f = fired("h200_moe_eager")["decode-below-bandwidth-ceiling"]
     ph = doc("h200_moe_eager")["phases"][1]
     assert f.ms_per_step == pytest.approx(ph["step_ms"]["median"] - 1e3 * ph["tokens_per_step"] / ph["ceiling_tok_s"], abs=1e-3)
-    d = json.loads(_rocpd_doc(4.5))  # llama.cpp on the R9700 runs at about half its ceiling
-    dec = d["phases"][0]
+    d = _rocpd_doc(4.5)  # llama.cpp on the R9700 runs at about half its ceiling
+    dec = d.to_dict()["phases"][0]
     assert 0.4 < dec["achieved_tok_s"] / dec["ceiling_tok_s"] < 0.6
     assert "decode-below-bandwidth-ceiling" not in _found(attribution("gfx1201_rocpd"), d)
 
@@ -110,18 +111,18 @@ def test_decode_below_ceiling_and_quiet_near_it() -> None:
 def test_bytes_model_inconsistent_with_a_wrong_weight_width() -> None:
     """The real llama-bench Q4_0 decode priced as if weights were 16-bit: the GEMMs would move > 640 GB/s."""
     a = attribution("gfx1201_rocpd")
-    f = _found(a, json.loads(_rocpd_doc(16)))["bytes-model-inconsistent"]
+    f = _found(a, _rocpd_doc(16))["bytes-model-inconsistent"]
     assert {c["component"] for c in f.evidence["components"]} >= {"mlp_gate_up", "qkv_proj"}
     assert all(c["implied_gbs"] > 640 for c in f.evidence["components"])
-    assert "bytes-model-inconsistent" not in _found(a, json.loads(_rocpd_doc(4.5)))
+    assert "bytes-model-inconsistent" not in _found(a, _rocpd_doc(4.5))
 
 
 def test_p18_mmvq_below_bandwidth_projected_onto_a_7900_xtx() -> None:
     """The R9700's MMVQ GEMMs reach ~80 % of its 612 GB/s (quiet); measured against the 960 GB/s of a 7900 XTX
     (what-if) they would be below 75 %: the finding fires and says it is a projection."""
     a = attribution("gfx1201_rocpd")
-    assert "P18-llamacpp-mmvq-bandwidth" not in _found(a, json.loads(_rocpd_doc(4.5)))
-    f = _found(a, json.loads(_rocpd_doc(4.5, "rx-7900-xtx")))["P18-llamacpp-mmvq-bandwidth"]
+    assert "P18-llamacpp-mmvq-bandwidth" not in _found(a, _rocpd_doc(4.5))
+    f = _found(a, _rocpd_doc(4.5, "rx-7900-xtx"))["P18-llamacpp-mmvq-bandwidth"]
     assert f.projection and f.title.startswith("[projection onto ") and f.evidence["fraction"] < 0.75
     assert 450 < f.evidence["achieved_gbs"] < 612
 
@@ -153,7 +154,7 @@ def test_p23_hsa_override_added_to_a_real_stamp() -> None:
     prov = dict(tr.meta.provenance) | {"env": {"HSA_OVERRIDE_GFX_VERSION": "11.0.0"}}
     a = attribution("mi300_hf")
     a = dataclasses.replace(a, trace=tr.with_meta(provenance=prov))
-    f = _found(a, document(a))["P23-hsa-override-gfx-version"]
+    f = _found(a, build(a))["P23-hsa-override-gfx-version"]
     assert f.evidence["override_as_arch"] == "gfx1100" and f.evidence["kernel_isa_tokens"] == ["gfx942"]
     assert f.severity == "high"
 
@@ -162,23 +163,23 @@ def test_p20_gtt_limit_with_host_memory_added_to_a_real_stamp_projected_onto_gfx
     tr = load(TRACES["h200_llama_eager"])
     a = attribution("h200_llama_eager")
     gfx1151 = override("gfx1151")
-    assert "P20-gtt-limit-default" not in _found(a, document(a, arch=gfx1151, arch_from="override"))
+    assert "P20-gtt-limit-default" not in _found(a, build(a, arch=gfx1151, arch_from="override"))
     host = dict(tr.meta.provenance["host"]) | {"memory_bytes": 512 * 2**30}  # the field the stamp now records
     a = dataclasses.replace(a, trace=tr.with_meta(provenance=dict(tr.meta.provenance) | {"host": host}))
-    f = _found(a, document(a, arch=gfx1151, arch_from="override"))["P20-gtt-limit-default"]
+    f = _found(a, build(a, arch=gfx1151, arch_from="override"))["P20-gtt-limit-default"]
     total = tr.meta.devices[0]["totalGlobalMem"]
     assert f.evidence["fraction"] == pytest.approx(total / (512 * 2**30), abs=1e-3) and f.projection
-    assert "P20-gtt-limit-default" not in _found(a, document(a))  # on its own H200 the rule does not apply
+    assert "P20-gtt-limit-default" not in _found(a, build(a))  # on its own H200 the rule does not apply
 
 
 def _scaled(factor: float) -> dict:
     tr = load(TRACES["gfx1201_rocpd"])
     tr = tr.with_tables(kernels=tr.kernels.with_columns((pl.col("dur_ns") * factor).cast(pl.Int64)))
-    return document(attribute(tr))
+    return build(attribute(tr))
 
 
 def test_p22_bimodal_against_the_same_trace_with_kernels_scaled_in_the_test() -> None:
-    base = doc("gfx1201_rocpd")
+    base = analysis_of("gfx1201_rocpd")
     slow = _scaled(1 / 0.65)
     [f] = bimodal_decode(base, slow)
     assert f.evidence["speed_ratio_min"] == pytest.approx(0.65, abs=0.01)

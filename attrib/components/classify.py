@@ -17,15 +17,12 @@ import polars as pl
 from attrib.components.patterns import GEMM_OPS, component_patterns
 from attrib.components.position import gemm_positions
 from attrib.components.router import routers
+from attrib.components.taxonomy import TAXONOMY
 from attrib.link.launches import launch_points
 from attrib.link.nesting import innermost
 from attrib.steps.excluded import compile_spans, inside
 from attrib.trace import Trace
 
-TAXONOMY = ("embedding", "qkv_proj", "attention", "kv_cache_write", "rope", "o_proj", "norm", "mlp_gate_up",
-            "activation", "mlp_down", "moe_router", "moe_dispatch", "moe_experts", "moe_combine",
-            "moe_shared_expert", "linear_attention", "quantize", "lm_head", "sampler", "speculative",
-            "communication", "memcpy", "memset", "other")
 _PSEUDO = ("gemm", "copy", "elementwise")
 
 # Python frames that name the work, innermost wins. (regex on the frame name, component)

@@ -94,3 +94,7 @@ def component_patterns() -> pl.DataFrame:
     """The kernel-name -> component table (priority, component, pattern, family), by priority."""
     text = resources.files("attrib").joinpath("data/kernel_patterns.csv").read_bytes()
     return pl.read_csv(text).sort("priority", maintain_order=True)
+
+# Tensile GEMM kernels (rocBLAS and hipBLASLt); hipBLASLt's TensileLite kernels carry _UserArgs_
+TENSILE = r"^Cijk_"
+HIPBLASLT_TENSILE = r"_UserArgs_"

@@ -5,8 +5,9 @@ no external resource, so it opens offline. Every string from the trace or the st
 from __future__ import annotations
 
 from html import escape
-from typing import Any
 
+from attrib.analysis.finding import Finding
+from attrib.analysis.model import Analysis, Phase
 from attrib.report import fmt
 
 LONG_NAME = 90  # kernel names longer than this fold into <details>: the start shown, the whole on click
@@ -57,14 +58,14 @@ def _plot(plots: dict[str, str], key: str) -> str:
     return f'<div class="plot">{svg}</div>' if svg else ""
 
 
-def _bottlenecks(ph: dict[str, Any], findings: list[dict[str, Any]]) -> str:
-    b = ph.get("bottlenecks") or {}
+def _bottlenecks(ph: Phase, findings: tuple[Finding, ...]) -> str:
+    b = ph.bottlenecks
     rows = []
-    for r in b.get("ranked", []):
-        links = ", ".join(f'<a href="#finding-{i}">{escape(findings[i]["rule"])}</a>'
-                          for i in r["findings"] if i < len(findings))
-        rows.append((str(r["rank"]), r["component"] or r["kind"], fmt.num(r["ms_per_step"]),
-                     fmt.pct(r["share_of_step"]), r["what"], links or "-"))
+    for r in b.ranked:
+        links = ", ".join(f'<a href="#finding-{i}">{escape(findings[i].rule)}</a>'
+                          for i in r.findings if i < len(findings))
+        rows.append((str(r.rank), r.component or r.kind, fmt.num(r.ms_per_step),
+                     fmt.pct(r.share_of_step), r.what, links or "-"))
     out = ""
     if rows:
         out += ("<h3>Bottlenecks, ranked by recoverable ms per step</h3><p class=muted>Gap to the roofline, GPU "
@@ -73,32 +74,31 @@ def _bottlenecks(ph: dict[str, Any], findings: list[dict[str, Any]]) -> str:
     total = fmt.total_line(ph, findings)
     if total:
         out += f"<p><b>{escape(total)}</b></p>"
-    unpriced = b.get("unpriced", [])
-    if unpriced:
-        out += "<ul>" + "".join(f"<li>{escape(u['component'])}: {fmt.num(u['ms_per_step'])} ms/step "
-                                f"({fmt.pct(u['share'])}), {escape(u['why'])}</li>" for u in unpriced) + "</ul>"
+    if b.unpriced:
+        out += "<ul>" + "".join(f"<li>{escape(u.component)}: {fmt.num(u.ms_per_step)} ms/step "
+                                f"({fmt.pct(u.share)}), {escape(u.why)}</li>" for u in b.unpriced) + "</ul>"
     return out
 
 
-def _finding(i: int, f: dict[str, Any]) -> str:
+def _finding(i: int, f: Finding) -> str:
     head, evl, remedy = fmt.finding_lines(f)
-    sev = escape(str(f.get("severity")))
+    sev = escape(f.severity)
     refs = "".join(f'<li><a href="{escape(r)}">{escape(r)}</a></li>' if str(r).startswith(("https://", "http://"))
-                   else f"<li>{escape(str(r))}</li>" for r in f.get("references", []))
+                   else f"<li>{escape(str(r))}</li>" for r in f.references)
     return (f'<div class="finding {sev}" id="finding-{i}"><div class="sev-{sev}">{escape(head)}</div>'
             + (f"<div><b>evidence</b>: {escape(evl)}</div>" if evl else "")
             + (f"<div><b>remedy</b>: {escape(remedy)}</div>" if remedy else "")
             + (f"<ul>{refs}</ul>" if refs else "") + "</div>")
 
 
-def _phase(doc: dict[str, Any], ph: dict[str, Any], plots: dict[str, str]) -> str:
-    p = ph["phase"]
-    rates = fmt.phase_rates(ph, (doc.get("distributed") or {}).get("world_size"))
+def _phase(an: Analysis, ph: Phase, plots: dict[str, str]) -> str:
+    p = ph.phase
+    rates = fmt.phase_rates(ph, fmt.world_size(an))
     kpis = [rates] if rates else []
-    tops = [r[:-1] + (_name(t["name"]),) for r, t in zip(fmt.top_rows(ph, None, None), ph["top_kernels"])]
+    tops = [r[:-1] + (_name(t.name),) for r, t in zip(fmt.top_rows(ph, None, None), ph.kernel_rows)]
     return (f"<h2>{escape(p)}</h2><p>{escape(fmt.phase_headline(ph))}</p>"
             + "".join(f'<div class="kpi"><div>{escape(k)}</div></div>' for k in kpis)
-            + _bottlenecks(ph, doc.get("findings") or [])
+            + _bottlenecks(ph, an.findings)
             + _plot(plots, f"{p}_steps")
             + "<h3>Components (medians per step)</h3>"
             + _table(fmt.COMPONENT_HEAD, fmt.component_rows(ph), text_cols=(0, 7, 10))
@@ -106,23 +106,23 @@ def _phase(doc: dict[str, Any], ph: dict[str, Any], plots: dict[str, str]) -> st
             + "<h3>Top kernels (per step)</h3>" + _table(fmt.TOP_HEAD, tops, text_cols=(2,), raw_cols=(5,)))
 
 
-def render(doc: dict[str, Any], plots: dict[str, str] | None = None, plot_note: str | None = None) -> str:
+def render(an: Analysis, plots: dict[str, str] | None = None, plot_note: str | None = None) -> str:
     """The whole report; plots: plot name -> inline SVG (plots.report_plots); plot_note: why none."""
-    src, plots = doc["source"], plots or {}
-    prov = fmt.provenance(doc.get("provenance") or {})
-    stamp = [f"device: {fmt.device_line(doc['device'])}"] + [x for x in [fmt.distributed_line(doc)] if x] + [
-             f"source: {src['format']}, {src['kernels']} kernels, {src['kernel_ms']:.3f} ms kernel time (total)",
-             f"run: {prov}" if prov else "run: no provenance stamp", fmt.coverage_line(doc)]
-    findings = doc.get("findings") or []
-    body = (f"<h1>attrib report: {escape(src['path'])}</h1><div class=stamp>"
+    src, plots = an.source, plots or {}
+    prov = fmt.provenance(an.provenance)
+    stamp = [f"device: {fmt.device_line(an.device)}"] + [x for x in [fmt.distributed_line(an)] if x] + [
+             f"source: {src.format}, {src.kernels} kernels, {src.kernel_ms:.3f} ms kernel time (total)",
+             f"run: {prov}" if prov else "run: no provenance stamp", fmt.coverage_line(an)]
+    findings = an.findings
+    body = (f"<h1>attrib report: {escape(str(src.path))}</h1><div class=stamp>"
             + "".join(f"<div>{escape(s)}</div>" for s in stamp) + "</div>"
             + (f"<p class=muted>{escape(plot_note)}</p>" if plot_note else "")
             + _plot(plots, "timeline")
-            + "".join(_phase(doc, ph, plots) for ph in doc["phases"])
+            + "".join(_phase(an, ph, plots) for ph in an.phases)
             + "<h2>Findings</h2>" + ("".join(_finding(i, f) for i, f in enumerate(findings)) or "<p>No rule fired.</p>")
-            + ("<h2>Notes</h2><ul>" + "".join(f"<li>{escape(n)}</li>" for n in doc["notes"]) + "</ul>"
-               if doc.get("notes") else ""))
+            + ("<h2>Notes</h2><ul>" + "".join(f"<li>{escape(n)}</li>" for n in an.notes) + "</ul>"
+               if an.notes else ""))
     return ("<!DOCTYPE html><html lang=en><head><meta charset=utf-8>"
             "<meta name=viewport content='width=device-width,initial-scale=1'>"
-            f"<title>attrib report: {escape(src['path'])}</title><style>{CSS}</style></head>"
+            f"<title>attrib report: {escape(str(src.path))}</title><style>{CSS}</style></head>"
             f"<body><main>{body}</main></body></html>\n")

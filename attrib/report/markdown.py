@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from attrib.analysis.finding import Finding
+from attrib.analysis.model import Analysis, Phase
 from attrib.report import fmt
 
 
@@ -21,7 +23,7 @@ def table(head: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
     return out + ["| " + " | ".join(esc(c) for c in r) + " |" for r in rows]
 
 
-def _finding(i: int, f: dict[str, Any]) -> list[str]:
+def _finding(i: int, f: Finding) -> list[str]:
     head, evl, remedy = fmt.finding_lines(f)
     out = [f"- <a id=\"finding-{i}\"></a>**{esc(head)}**"]
     if evl:
@@ -29,17 +31,17 @@ def _finding(i: int, f: dict[str, Any]) -> list[str]:
     if remedy:
         out.append(f"  - remedy: {esc(remedy)}")
     out += [f"  - see: <{r}>" if str(r).startswith(("https://", "http://")) else f"  - see: {esc(r)}"
-            for r in f.get("references", [])]
+            for r in f.references]
     return out
 
 
-def _bottlenecks(ph: dict[str, Any], findings: list[dict[str, Any]]) -> list[str]:
-    b = ph.get("bottlenecks") or {}
+def _bottlenecks(ph: Phase, findings: tuple[Finding, ...]) -> list[str]:
+    b = ph.bottlenecks
     rows = []
-    for r in b.get("ranked", []):
-        refs = ", ".join(findings[i]["rule"] for i in r["findings"] if i < len(findings))
-        rows.append((str(r["rank"]), r["component"] or r["kind"], fmt.num(r["ms_per_step"]),
-                     fmt.pct(r["share_of_step"]), r["what"], refs or "-"))
+    for r in b.ranked:
+        refs = ", ".join(findings[i].rule for i in r.findings if i < len(findings))
+        rows.append((str(r.rank), r.component or r.kind, fmt.num(r.ms_per_step),
+                     fmt.pct(r.share_of_step), r.what, refs or "-"))
     out = []
     if rows:
         out += ["**Bottlenecks**, ranked by the milliseconds per step a fix could recover (gap to the roofline, "
@@ -48,39 +50,39 @@ def _bottlenecks(ph: dict[str, Any], findings: list[dict[str, Any]]) -> list[str
     total = fmt.total_line(ph, findings)
     if total:
         out += ["", f"_{esc(total)}_"]
-    for u in b.get("unpriced", []):
-        out += ["", f"- {esc(u['component'])}: {fmt.num(u['ms_per_step'])} ms/step ({fmt.pct(u['share'])}), {esc(u['why'])}"]
+    for u in b.unpriced:
+        out += ["", f"- {esc(u.component)}: {fmt.num(u.ms_per_step)} ms/step ({fmt.pct(u.share)}), {esc(u.why)}"]
     return out
 
 
-def render(doc: dict[str, Any], plots: dict[str, str] | None = None, plot_note: str | None = None) -> str:
+def render(an: Analysis, plots: dict[str, str] | None = None, plot_note: str | None = None) -> str:
     """The report; plots: plot name -> SVG file name beside the report; plot_note: why there are none."""
-    src, plots = doc["source"], plots or {}
-    out = [f"# attrib report: {esc(src['path'])}", "",
-           f"- device: {esc(fmt.device_line(doc['device']))}"] + [f"- {esc(x)}" for x in [fmt.distributed_line(doc)] if x] + [
-           f"- source: {esc(src['format'])}, {src['kernels']} kernels, {src['kernel_ms']:.3f} ms kernel time (total)"]
-    prov = fmt.provenance(doc.get("provenance") or {})
+    src, plots = an.source, plots or {}
+    out = [f"# attrib report: {esc(src.path)}", "",
+           f"- device: {esc(fmt.device_line(an.device))}"] + [f"- {esc(x)}" for x in [fmt.distributed_line(an)] if x] + [
+           f"- source: {esc(src.format)}, {src.kernels} kernels, {src.kernel_ms:.3f} ms kernel time (total)"]
+    prov = fmt.provenance(an.provenance)
     out.append(f"- run: {esc(prov)}" if prov else "- run: no provenance stamp (capture with collectors.capture to record one)")
-    out.append(f"- coverage: {esc(fmt.coverage_line(doc))}")
+    out.append(f"- coverage: {esc(fmt.coverage_line(an))}")
     if plot_note:
         out += ["", f"_{esc(plot_note)}_"]
     if "timeline" in plots:
         out += ["", f"![step timeline]({plots['timeline']})"]
-    findings = doc.get("findings") or []
-    for ph in doc["phases"]:
-        out += ["", f"## {esc(ph['phase'])}", "", esc(fmt.phase_headline(ph))]
-        rates = fmt.phase_rates(ph, (doc.get("distributed") or {}).get("world_size"))
+    findings = an.findings
+    for ph in an.phases:
+        out += ["", f"## {esc(ph.phase)}", "", esc(fmt.phase_headline(ph))]
+        rates = fmt.phase_rates(ph, fmt.world_size(an))
         if rates:
             out += ["", esc(rates)]
         out += [""] + _bottlenecks(ph, findings)
         out += ["", "**Components** (medians per step):", ""] + table(fmt.COMPONENT_HEAD, fmt.component_rows(ph))
         out += ["", "**Top kernels** (per step):", ""] + table(fmt.TOP_HEAD, fmt.top_rows(ph, None, None))
         for key, title in (("roofline", "roofline"), ("steps", "per-step time by component")):
-            name = plots.get(f"{ph['phase']}_{key}")
+            name = plots.get(f"{ph.phase}_{key}")
             if name:
-                out += ["", f"![{esc(ph['phase'])} {title}]({name})"]
+                out += ["", f"![{esc(ph.phase)} {title}]({name})"]
     out += ["", "## Findings", ""]
     out += [line for i, f in enumerate(findings) for line in _finding(i, f)] or ["No rule fired."]
-    if doc.get("notes"):
-        out += ["", "## Notes", ""] + [f"- {esc(n)}" for n in doc["notes"]]
+    if an.notes:
+        out += ["", "## Notes", ""] + [f"- {esc(n)}" for n in an.notes]
     return "\n".join(out) + "\n"

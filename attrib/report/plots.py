@@ -1,6 +1,6 @@
 """The report's plots as SVG text (matplotlib, the `plot` extra): roofline, per-step stack, timeline.
 
-Each function takes the analysis document (never the trace) and returns SVG markup, or None when the
+Each function takes the typed Analysis or one of its phases (never the trace) and returns SVG markup, or None when the
 document holds nothing to plot. `available()` says whether matplotlib is installed; without it the
 reports say the plots are omitted. Only component and phase names (a fixed vocabulary) are drawn as
 text; kernel names never reach a plot.
@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import io
 import re
-from typing import Any
+
+from attrib.analysis.model import Analysis, Phase
+from attrib.steps.phases import TOKEN_PHASES
 
 MISSING = "plots omitted: matplotlib is not installed (pip install 'attrib[plot]')"
 PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7",
@@ -61,9 +63,9 @@ def _colors(names: list[str]) -> dict[str, str]:
     return {n: PALETTE[i % len(PALETTE)] for i, n in enumerate(names)}
 
 
-def _peak_tflops(doc: dict[str, Any], ph: dict[str, Any]) -> tuple[float | None, str | None]:
-    peaks = (doc.get("device") or {}).get("matrix_tflops") or {}
-    dtypes = [c.get("dtype") for c in ph["components"] if c.get("dtype")]
+def _peak_tflops(an: Analysis, ph: Phase) -> tuple[float | None, str | None]:
+    peaks = an.device.matrix_tflops
+    dtypes = [c.dtype for c in ph.component_rows if c.dtype]
     for d in dtypes + ["bf16", "fp16"]:
         key = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}.get(d, d)
         if peaks.get(key):
@@ -71,16 +73,16 @@ def _peak_tflops(doc: dict[str, Any], ph: dict[str, Any]) -> tuple[float | None,
     return None, None
 
 
-def roofline(doc: dict[str, Any], ph: dict[str, Any]) -> str | None:
+def roofline(an: Analysis, ph: Phase) -> str | None:
     """Arithmetic intensity (FLOP/byte) vs achieved TFLOP/s: one point per component and per top
     kernel, the peak and sustained bandwidth roofs and the matrix peak of the phase's dtype."""
     def pts(rows):
-        return [(r["intensity"], r["achieved_tflops"], r.get("component")) for r in rows
-                if (r.get("intensity") or 0) > 0 and (r.get("achieved_tflops") or 0) > 0]
-    comps, kerns = pts(ph["components"]), pts(ph.get("top_kernels") or [])
+        return [(r.intensity, r.achieved_tflops, r.component) for r in rows
+                if (r.intensity or 0) > 0 and (r.achieved_tflops or 0) > 0]
+    comps, kerns = pts(ph.component_rows), pts(ph.kernel_rows)
     if not comps and not kerns:
         return None
-    dev = doc.get("device") or {}
+    dev = an.device
     xs = [p[0] for p in comps + kerns]
     lo, hi = min(xs) / 3, max(xs) * 3
     fig = _figure(7.2, 4.0)
@@ -88,9 +90,9 @@ def roofline(doc: dict[str, Any], ph: dict[str, Any]) -> str | None:
     ax.set_xscale("log")
     ax.set_yscale("log")
     _plain_log(ax)
-    peak, dt = _peak_tflops(doc, ph)
+    peak, dt = _peak_tflops(an, ph)
     grid = [lo * (hi / lo) ** (i / 64) for i in range(65)]
-    for bw, label, style in ((dev.get("peak_bw_gbs"), "peak", "-"), (dev.get("sustained_bw_gbs"), "sustained", "--")):
+    for bw, label, style in ((dev.peak_bw_gbs, "peak", "-"), (dev.sustained_bw_gbs, "sustained", "--")):
         if bw:
             ys = [bw * x / 1e3 for x in grid]
             ys = [min(y, peak) for y in ys] if peak else ys
@@ -106,25 +108,25 @@ def roofline(doc: dict[str, Any], ph: dict[str, Any]) -> str | None:
                    c=[colors.get(p[2], "#333") for p in kerns], zorder=3, label="top kernels (x)")
     ax.set_xlabel("arithmetic intensity (FLOP/byte)")
     ax.set_ylabel("achieved TFLOP/s")
-    ax.set_title(f"{ph['phase']}: roofline ({dev.get('name') or 'unknown device'})", fontsize=9)
+    ax.set_title(f"{ph.phase}: roofline ({dev.name or 'unknown device'})", fontsize=9)
     ax.legend(fontsize=7, loc="lower right", frameon=False)
     ax.grid(True, which="major", lw=0.3, alpha=0.5)
     return _svg(fig)
 
 
-def step_stack(ph: dict[str, Any], top: int = 8) -> str | None:
+def step_stack(ph: Phase, top: int = 8) -> str | None:
     """Per step: component kernel time stacked (the `top` largest, the rest as "rest"), then idle."""
-    ser = ph.get("per_step") or {}
-    if not ser.get("step"):
+    ser = ph.per_step
+    if not ser.step:
         return None
-    comps = ser["components"]
+    comps = ser.components
     order = sorted(comps, key=lambda c: -sum(comps[c]))
     shown, rest = order[:top], order[top:]
-    n = len(ser["step"])
+    n = len(ser.step)
     layers = [(c, comps[c]) for c in shown]
     if rest:
         layers.append(("rest", [sum(comps[c][i] for c in rest) for i in range(n)]))
-    layers.append(("GPU idle", [x or 0.0 for x in ser["idle_ms"]]))
+    layers.append(("GPU idle", [x or 0.0 for x in ser.idle_ms]))
     colors = _colors(shown) | {"rest": "#8c8c8c", "GPU idle": IDLE}
     fig = _figure(7.2, 3.6, right=0.8, left=0.08)
     ax = fig.add_subplot()
@@ -133,22 +135,22 @@ def step_stack(ph: dict[str, Any], top: int = 8) -> str | None:
     for name, vals in layers:
         ax.bar(x, vals, bottom=base, color=colors[name], label=name, width=0.8, edgecolor="white", lw=0.3)
         base = [b + v for b, v in zip(base, vals)]
-    ax.set_xticks(x, [str(s) for s in ser["step"]], fontsize=7)
+    ax.set_xticks(x, [str(s) for s in ser.step], fontsize=7)
     ax.set_xlabel("step")
     ax.set_ylabel("ms")
-    ax.set_title(f"{ph['phase']}: per-step kernel time by component, plus GPU idle", fontsize=9)
+    ax.set_title(f"{ph.phase}: per-step kernel time by component, plus GPU idle", fontsize=9)
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False)
     return _svg(fig)
 
 
-def timeline(doc: dict[str, Any]) -> str | None:
+def timeline(an: Analysis) -> str | None:
     """Every step of every phase on the trace's time axis: the step window, its kernel time inside."""
-    rows = [(ph["phase"], s, d, k) for ph in doc["phases"] for s, d, k in
-            zip(ph["per_step"]["start_ms"], ph["per_step"]["step_ms"], ph["per_step"]["kernel_ms"])
+    rows = [(ph.phase, s, d, k) for ph in an.phases for s, d, k in
+            zip(ph.per_step.start_ms, ph.per_step.step_ms, ph.per_step.kernel_ms)
             if s is not None and d]
     if not rows:
         return None
-    phases = [ph["phase"] for ph in doc["phases"]]
+    phases = [ph.phase for ph in an.phases]
     colors = _colors(phases)
     h = 0.9 + 0.45 * len(phases)
     fig = _figure(7.2, h, left=0.1, bottom=0.55 / h)
@@ -165,20 +167,20 @@ def timeline(doc: dict[str, Any]) -> str | None:
     return _svg(fig)
 
 
-def report_plots(doc: dict[str, Any]) -> dict[str, str]:
+def report_plots(an: Analysis) -> dict[str, str]:
     """name -> SVG for the report: timeline, then per phase its roofline and (decode-like) step stack."""
     if not available():
         return {}
     out = {}
-    tl = timeline(doc)
+    tl = timeline(an)
     if tl:
         out["timeline"] = tl
-    for ph in doc["phases"]:
-        r = roofline(doc, ph)
+    for ph in an.phases:
+        r = roofline(an, ph)
         if r:
-            out[f"{ph['phase']}_roofline"] = r
-        if ph["phase"] in ("decode", "mixed") or len(ph["per_step"]["step"]) > 1:
+            out[f"{ph.phase}_roofline"] = r
+        if ph.phase in TOKEN_PHASES or len(ph.per_step.step) > 1:
             st = step_stack(ph)
             if st:
-                out[f"{ph['phase']}_steps"] = st
+                out[f"{ph.phase}_steps"] = st
     return out

@@ -9,6 +9,7 @@ characters (C0, DEL, C1, bidirectional overrides) are removed.
 from __future__ import annotations
 
 import re
+from dataclasses import fields, is_dataclass, replace
 from typing import Any
 
 _ESCAPES = re.compile(
@@ -30,11 +31,14 @@ def printable(text: str) -> str:
 
 
 def printable_tree(obj: Any) -> Any:
-    """A JSON-like document (dicts, lists, strings) with every string passed through `printable`."""
+    """A JSON-like document (dicts, lists, strings) or a tree of records (dataclasses: the Analysis)
+    with every string passed through `printable`."""
     if isinstance(obj, str):
         return printable(obj)
+    if is_dataclass(obj) and not isinstance(obj, type):
+        return replace(obj, **{f.name: printable_tree(getattr(obj, f.name)) for f in fields(obj) if f.init})
     if isinstance(obj, dict):
         return {printable(str(k)): printable_tree(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [printable_tree(v) for v in obj]
+        return type(obj)(printable_tree(v) for v in obj) if isinstance(obj, tuple) else [printable_tree(v) for v in obj]
     return obj

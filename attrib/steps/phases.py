@@ -19,6 +19,8 @@ from attrib.components.patterns import GEMM_OPS, LLAMACPP_MMQ, LLAMACPP_MMVQ_COL
 from attrib.steps.periodic import split_tokens
 from attrib.trace import STEP_NAME, Trace
 
+TOKEN_PHASES = ("decode", "mixed")  # phases whose steps generate tokens
+PHASE_ORDER = {"prefill": 0, "mixed": 1, "decode": 2}  # the order phases are reported in
 DEFAULT_MAP = {"prefill": "prefill", "decode": "decode", "mixed": "mixed", "extend": "prefill", "generate": "decode"}
 _VLLM = re.compile(r"^execute_(?:(?P<total>\d+)_)?context_(?P<nctx>\d+)\((?P<cb>[^)]*)\)_generation_(?P<ngen>\d+)\((?P<gb>[^)]*)\)")
 _SGLANG = re.compile(r"^step\[(?P<mode>[A-Z]+)(?:\s+bs=(?P<bs>\d+))?")

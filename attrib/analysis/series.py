@@ -1,4 +1,4 @@
-"""Per-step series of a phase (the document's `per_step`): what compare, slope and the plots read.
+"""Per-step series of a phase (the analysis' `per_step`): what compare, slope and the plots read.
 
 Columnar: one list per figure, one entry per step in time order; component times are per step in ms
 (0 where a step ran no kernel of that component).
@@ -10,16 +10,18 @@ from typing import Any
 
 import polars as pl
 
+from attrib.analysis.model import StepSeries
 
-def _col(df: pl.DataFrame, name: str, nd: int = 4) -> list[Any]:
+
+def _col(df: pl.DataFrame, name: str, nd: int = 4) -> tuple[Any, ...]:
     if name not in df.columns:
-        return [None] * df.height
+        return (None,) * df.height
     s = df[name]
-    return s.round(nd).to_list() if s.dtype.is_float() else s.to_list()
+    return tuple(s.round(nd).to_list() if s.dtype.is_float() else s.to_list())
 
 
 def step_series(steps: pl.DataFrame, k: pl.DataFrame, context: pl.DataFrame, t0_ns: int,
-                components: list[str]) -> dict[str, Any]:
+                components: list[str]) -> StepSeries:
     """steps (one phase), its kernels, step -> context; t0_ns: the trace's first step start."""
     s = steps.sort("window_start").join(context, on="step", how="left")
     per = (k.filter(pl.col("step").is_not_null()).group_by("step", "component")
@@ -27,10 +29,10 @@ def step_series(steps: pl.DataFrame, k: pl.DataFrame, context: pl.DataFrame, t0_
     comp = {}
     for c in components:
         got = s.select("step").join(per.filter(pl.col("component") == c), on="step", how="left")
-        comp[c] = got["ms"].fill_null(0.0).round(4).to_list()
+        comp[c] = tuple(got["ms"].fill_null(0.0).round(4).to_list())
     s = s.with_columns(((pl.col("window_start") - t0_ns) / 1e6).alias("start_ms"))
-    return {
-        "step": s["step"].to_list(), "start_ms": _col(s, "start_ms", 3), "step_ms": _col(s, "step_ms"),
-        "kernel_ms": _col(s, "kernel_ms"), "idle_ms": _col(s, "idle_ms"), "kernels": _col(s, "n_kernels"),
-        "tokens": _col(s, "tokens"), "context": _col(s, "context"), "components": comp,
-    }
+    return StepSeries(
+        step=tuple(s["step"].to_list()), start_ms=_col(s, "start_ms", 3),
+        step_ms=_col(s, "step_ms"), kernel_ms=_col(s, "kernel_ms"),
+        idle_ms=_col(s, "idle_ms"), kernels=_col(s, "n_kernels"),
+        tokens=_col(s, "tokens"), context=_col(s, "context"), components=comp)

@@ -1,0 +1,266 @@
+"""Build the Analysis of an Attribution: per phase its figures, components and top kernels.
+
+Per-step figures are medians over a phase's counted steps; a figure that cannot be known is None and,
+where useful, a note says why. Findings and bottlenecks are added after the rules ran
+(`attrib.analysis.bottlenecks.rank`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, cast
+
+import polars as pl
+
+from attrib.analysis.model import (Analysis, Component, Coverage, Device, Distributed, ExcludedStep, Phase,
+                                   Source, StepMs, TopKernel)
+from attrib.analysis.notes import phase_notes
+from attrib.analysis.series import step_series
+from attrib.cost.budget import Budget
+from attrib.cost.component_bytes import component_table
+from attrib.options import TOP_KERNELS
+from attrib.pipeline import Attribution
+from attrib.roofline.arch import Arch, detect
+from attrib.roofline.model import kernel_roofline
+from attrib.roofline.tables import phase_figures, roofline_rows
+from attrib.roofline.template import unknown_device_note
+from attrib.steps.context import step_context
+from attrib.steps.phases import PHASE_ORDER
+from attrib.trace import Trace
+
+
+
+def _num(x: object) -> float:
+    """A polars scalar (typed as any of its dtypes' values) as the number it is here."""
+    return float(cast(float, x or 0))
+
+
+def _text(x: object) -> str | None:
+    return None if x is None else str(x)
+
+
+def _q(s: pl.Series, q: float) -> float | None:
+    v = s.drop_nulls()
+    return None if v.len() == 0 else _num(v.quantile(q, interpolation="linear"))
+
+
+def _r(x: float | None, nd: int = 4) -> float | None:
+    return None if x is None else round(float(x), nd)
+
+
+def _f(x: float | None) -> float | None:
+    return None if x is None else float(x)
+
+
+def _share(part: float | None, whole: float | None, known: object) -> float | None:
+    return _r(part / whole) if (known is not None and whole and part is not None) else None
+
+
+def _component(r: dict[str, Any], total: float, n: int) -> Component:
+    ev = sorted(r["ev"] or [], key=lambda e: (-e["len"], e["evidence"]))  # a stable order
+    return Component(
+        component=r["component"], kernels=int(round(r["kernels"])), ms=_r(r["ms"]),
+        share=_r(r["ms"] / total), bytes=_f(r["bytes"]), flops=_f(r["flops"]),
+        achieved_gbs=_r(r["achieved_gbs"], 1), achieved_tflops=_r(r["achieved_tflops"], 3),
+        roofline_ms=_r(r["roofline_ms"]), gap_ms=_r(r["gap_ms"]), intensity=_r(r["intensity"], 3),
+        bound=r["bound"], dtype=r["dtype"], bytes_from=r["bytes_from"],
+        bytes_known_share=_share(r["known_ms"], r["ms"], r["bytes"]),
+        inconsistent=r["inconsistent"], partial=bool(r["partial"]),
+        estimated_share=_share(r["estimated_ms"], r["ms"], r["bytes"]),
+        evidence={e["evidence"]: e["len"] for e in ev},
+        evidence_per_step={e["evidence"]: _r(e["len"] / max(n, 1), 2) for e in ev})
+
+
+def _components(k: pl.DataFrame, steps: pl.DataFrame, budget: Budget | None, phase: str,
+                arch: Arch | None, what_if: bool) -> tuple[pl.DataFrame, tuple[Component, ...]]:
+    comp = roofline_rows(component_table(k, steps, budget, phase), arch, what_if)
+    ev = (k.group_by("component", "evidence").len().group_by("component")
+          .agg(pl.struct("evidence", "len").alias("ev")))
+    comp = comp.join(ev, on="component", how="left")
+    total = float(comp["ms"].sum()) or 1.0
+    ordered = comp.sort(["ms", "component"], descending=[True, False])
+    rows = tuple(_component(r, total, steps.height) for r in ordered.iter_rows(named=True))
+    return comp, rows
+
+
+def _top_table(k: pl.DataFrame, arch: Arch | None, what_if: bool, top_n: int) -> pl.DataFrame:
+    known = pl.col("bytes").is_not_null()
+    top = (k.group_by("name", "component").agg(
+        pl.len().alias("calls"), pl.col("dur_ns").sum().alias("ns"),
+        pl.when(known.any()).then(pl.col("bytes").sum()).alias("bytes"),
+        pl.col("flops").sum().alias("flops"),
+        pl.col("dtype").drop_nulls().first().alias("dtype"),
+        pl.col("dur_ns").filter(known).sum().alias("known_ns"))
+        .sort("ns", descending=True).head(top_n)
+        .with_columns((pl.col("known_ns") / 1e6).alias("ms")))
+    if not top.height:
+        return top.with_columns(pl.lit(None, pl.Float64).alias("achieved_gbs"),
+                                pl.lit(None, pl.Float64).alias("achieved_tflops"),
+                                pl.lit(None, pl.Float64).alias("intensity"),
+                                pl.lit(None, pl.Utf8).alias("bound"))
+    return kernel_roofline(top, arch, what_if)
+
+
+def _top_kernels(k: pl.DataFrame, arch: Arch | None, what_if: bool, top_n: int,
+                 n: int) -> tuple[TopKernel, ...]:
+    per = max(n, 1)
+    rows = []
+    for r in _top_table(k, arch, what_if, top_n).iter_rows(named=True):
+        rows.append(TopKernel(
+            name=r["name"], component=r["component"], calls=int(r["calls"]),
+            calls_per_step=_r(r["calls"] / per, 2), ms=_r(r["ns"] / 1e6 / per),
+            bytes=_f(r["bytes"] / per) if r["bytes"] is not None else None,
+            flops=_f(r["flops"] / per) if r["flops"] is not None else None,
+            achieved_gbs=_r(r["achieved_gbs"], 1), achieved_tflops=_r(r["achieved_tflops"], 3),
+            intensity=_r(r["intensity"], 3), bound=r["bound"],
+            bytes_known_share=_r(r["known_ns"] / r["ns"]) if r["ns"] else None))
+    return tuple(rows)
+
+
+def _phase(phase: str, steps: pl.DataFrame, k: pl.DataFrame, arch: Arch | None, budget: Budget | None,
+           what_if: bool, context: pl.DataFrame, t0_ns: int, top_n: int,
+           excluded: tuple[ExcludedStep, ...]) -> Phase:
+    n = steps.height
+    tokens = steps["tokens"].drop_nulls()
+    comp, rows = _components(k, steps, budget, phase, arch, what_if)
+    total = float(comp["ms"].sum()) or 1.0
+    tps = int(_num(tokens.median())) if tokens.len() else None
+    ctx_from = steps.select("step").join(context, on="step")["context_from"].drop_nulls()
+    step_med = _q(steps["step_ms"], 0.5)
+    fig = phase_figures(steps, k, comp, arch, what_if)
+    comm = sum(c.ms or 0 for c in rows if c.component == "communication")
+    rate = _r(tps / (step_med / 1e3), 2) if (tps and step_med) else None
+    return Phase(
+        phase=phase, steps=n, tokens_per_step=tps,
+        tokens_from=_text(steps["tokens_from"].drop_nulls().mode().first()) if tokens.len() else None,
+        step_ms=StepMs(_r(step_med), _r(_q(steps["step_ms"], 0.1)), _r(_q(steps["step_ms"], 0.9))),
+        kernel_ms=_r(_q(steps["kernel_ms"], 0.5)), idle_fraction=_r(_q(steps["idle_fraction"], 0.5)),
+        idle_ms=_r(_q(steps["idle_ms"], 0.5)),
+        bytes_per_step=fig["bytes_per_step"], gb_per_token=_r(fig["gb_per_token"], 6),
+        bytes_known_share=_r(fig["bytes_known_share"]),
+        achieved_tok_s=rate, ceiling_tok_s=_r(fig["ceiling_tok_s"], 2),
+        excluded_components=tuple(fig["excluded"]), communication_share=_r(comm / total),
+        component_rows=rows, kernel_rows=_top_kernels(k, arch, what_if, top_n, n),
+        context_from=_text(ctx_from.mode().first()) if ctx_from.len() else None,
+        per_step=step_series(steps, k, context, t0_ns, [c.component for c in rows]),
+        excluded_steps=excluded, known_ms=fig["known_ms"] * n, total_ms=fig["total_ms"] * n)
+
+
+def _excluded(out: pl.DataFrame) -> tuple[ExcludedStep, ...]:
+    """The steps left out of a phase's figures: step, why (compile | warm-up), ms, kernels."""
+    return tuple(ExcludedStep(step=int(r["step"]), reason=r["excluded"], step_ms=_r(r["step_ms"]),
+                              kernels=int(r["n_kernels"] or 0), kernel_ms=_r(r["kernel_ms"]))
+                 for r in out.sort("step").iter_rows(named=True))
+
+
+def distributed(trace: Trace) -> Distributed | None:
+    """The process group of the traced rank (Kineto `distributedInfo`): backend, rank, world size."""
+    info = trace.meta.top.get("distributedInfo") if trace.meta.top else None
+    if not isinstance(info, dict):
+        return None
+    size = info.get("world_size")
+    return Distributed(backend=info.get("backend"), rank=info.get("rank"),
+                       world_size=int(size) if isinstance(size, int) else None)
+
+
+def device(trace: Trace, arch: Arch | None, detected_from: str) -> Device:
+    """The device record: a database entry, or what the trace says of its GPU."""
+    vendor = trace.meta.vendor
+    if arch is not None:
+        bw, basis = arch.bandwidth()
+        return Device(arch=arch.arch, name=arch.name, key=arch.key, detected_from=detected_from,
+                      peak_bw_gbs=arch.peak_bw_gbs, sustained_bw_gbs=arch.sustained_bw_gbs,
+                      roofline_bw_gbs=bw, roofline_bw_basis=basis,
+                      sustained_source=arch.sustained_source, derived=tuple(arch.derived),
+                      matrix_tflops=dict(arch.matrix_tflops), vendor=vendor, known=True)
+    d = trace.meta.devices[0] if trace.meta.devices else {}
+    name = d.get("product_name") or d.get("name") or None
+    return Device(arch=None, name=name, detected_from="unknown", peak_bw_gbs=None,
+                  sustained_bw_gbs=None, vendor=vendor)
+
+
+def _resolve_device(a: Attribution, arch: Arch | None, arch_from: str | None,
+                    arch_file: Path | None, notes: list[str]) -> tuple[Arch | None, str | None]:
+    t = a.trace
+    if arch is None:
+        names = t.kernels["name"].unique().head(20000).to_list()
+        arch, arch_from = detect(t.meta.devices, t.meta.vendor, names, extra=arch_file)
+        if arch is None:
+            notes.append(unknown_device_note(t.meta.devices))
+    elif arch_from == "override":
+        notes.append(f"what-if: kernel times measured on the traced device, bytes and FLOPs set against "
+                     f"{arch.name} ({arch.arch}): rooflines and the ceiling are a projection")
+    if arch is not None and arch.bandwidth()[1] == "peak":
+        notes.append(f"no sustained bandwidth known for {arch.name}: rooflines use the "
+                     f"{arch.peak_bw_gbs:g} GB/s peak")
+    return arch, arch_from
+
+
+def _phases(a: Attribution, phase: str | None, arch: Arch | None, budget: Budget | None, what_if: bool,
+            top: int, notes: list[str]) -> tuple[Phase, ...]:
+    t, k = a.trace, a.kernels
+    context = step_context(a.steps, t.ops, dict(t.meta.provenance))
+    t0_ns = int(_num(a.steps["window_start"].min())) if a.steps.height else 0
+    out = []
+    found = a.steps["phase"].unique().to_list()
+    for ph in sorted(found, key=lambda p: (PHASE_ORDER.get(p, 3), p)):
+        if phase and ph != phase:
+            continue
+        st = a.steps.filter(pl.col("phase") == ph)
+        left = st.filter(pl.col("excluded").is_not_null()) if "excluded" in st.columns else st.clear()
+        keep = st.join(left.select("step"), on="step", how="anti") if left.height < st.height else st
+        kk = k.filter((pl.col("phase") == ph) & pl.col("step").is_in(keep["step"].implode()))
+        excluded = _excluded(left if keep is not st else left.clear())
+        out.append(_phase(ph, keep, kk, arch, budget, what_if, context, t0_ns, top, excluded))
+        if left.height and keep is st:
+            notes.append(f"{ph}: every step is {left['excluded'][0]}; none left out of the figures")
+    return tuple(out)
+
+
+def _source(a: Attribution) -> Source:
+    t, k = a.trace, a.kernels
+    total_ns = int(t.kernels["dur_ns"].sum() or 0)
+    outside = k.filter(pl.col("step").is_null()).height
+    unlinked = k.filter(pl.col("launch_id").is_null()).height
+    return Source(path=t.meta.path, format=t.meta.format, events=t.meta.events,
+                  kernels=t.kernels.height, kernel_ms=round(total_ns / 1e6, 4),
+                  kernels_without_launch=unlinked, kernels_outside_steps=outside)
+
+
+def _coverage(a: Attribution, phases: tuple[Phase, ...]) -> Coverage:
+    in_steps = a.kernels.filter(pl.col("step").is_not_null())
+    attributed = _num(in_steps.filter(pl.col("component") != "other")["dur_ns"].sum())
+    step_ns = _num(in_steps["dur_ns"].sum())
+    # the same figure as the phase lines: priced time whose bytes count, over the phases' time
+    known_ms = sum(p.known_ms for p in phases)
+    phase_ms = sum(p.total_ms for p in phases)
+    return Coverage(attributed_share=_r(attributed / step_ns) if step_ns else None,
+                    bytes_known_share=_r(known_ms / phase_ms) if phase_ms else None)
+
+
+def build(a: Attribution, phase: str | None = None, arch: Arch | None = None,
+          arch_from: str | None = None, budget: Budget | None = None,
+          arch_file: Path | None = None, top: int = TOP_KERNELS) -> Analysis:
+    """The Analysis of an attribution (optionally one phase only; `top` kernels per phase), without
+    findings: `attrib.app` runs the rules over it and ranks the bottlenecks.
+
+    arch: the device to measure against (detected from the trace when None); arch_from says where a
+    given arch came from ("override" for a what-if projection onto another chip)."""
+    t, k = a.trace, a.kernels
+    notes = list(a.notes) + [str(w) for w in t.meta.warnings]
+    arch, arch_from = _resolve_device(a, arch, arch_from, arch_file, notes)
+    what_if = arch_from == "override"
+    if budget is not None and budget.context is None:
+        notes.append(f"{budget.source} without --context: decode components are not budgeted from it "
+                     "(K/V reads need the context); it prices only ops whose weights the trace does not show")
+    phases = _phases(a, phase, arch, budget, what_if, top, notes)
+    notes += phase_notes(phases, arch.name if arch is not None else None, what_if)
+    outside = k.filter(pl.col("step").is_null())
+    if outside.height:
+        notes.append(f"{outside.height} kernels ({_num(outside['dur_ns'].sum()) / 1e6:.3f} ms) fall outside "
+                     "every step")
+    if not t.kernels.height:
+        notes.append("no GPU kernels: a CPU-only trace (steps and phases only)")
+    return Analysis(source=_source(a), device=device(t, arch, arch_from or "unknown"),
+                    provenance=dict(t.meta.provenance), distributed=distributed(t), phases=phases,
+                    coverage=_coverage(a, phases), notes=tuple(notes))

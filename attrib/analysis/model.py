@@ -1,0 +1,374 @@
+"""The typed, frozen analysis of one trace: what rules, renderers and the Python API read.
+
+Records are dataclasses; tabular rows (components, top kernels, per-step series) are tuples of
+records, each also given as a polars DataFrame. `Analysis.to_dict()` is the only place the
+`attrib.analysis/1` document is built.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Mapping
+
+import orjson
+import polars as pl
+
+from attrib.analysis.finding import JSON, Evidence, Finding
+
+SCHEMA_ID = "attrib.analysis/1"
+
+
+def _record(obj: object) -> dict[str, object]:
+    out: dict[str, object] = asdict(obj)  # type: ignore[call-overload]
+    return out
+
+
+def _row(obj: object) -> dict[str, object]:
+    """A record as a table row: a mapping field becomes a list of {key, value} (one column type)."""
+    out = _record(obj)
+    for k, v in out.items():
+        if isinstance(v, dict):
+            out[k] = [{"key": str(x), "value": y} for x, y in v.items()]
+    return out
+
+
+def _frame(rows: tuple[object, ...], cls: type) -> pl.DataFrame:
+    if rows:
+        return pl.DataFrame([_row(r) for r in rows], infer_schema_length=None)
+    return pl.DataFrame({f.name: [] for f in fields(cls)})
+
+
+@dataclass(frozen=True)
+class Source:
+    path: str | None
+    format: str
+    events: int
+    kernels: int
+    kernel_ms: float
+    kernels_without_launch: int
+    kernels_outside_steps: int
+
+
+@dataclass(frozen=True)
+class Device:
+    """The device the rooflines are drawn for (None fields where unknown)."""
+
+    arch: str | None
+    name: str | None
+    detected_from: str
+    peak_bw_gbs: float | None
+    sustained_bw_gbs: float | None
+    vendor: str | None
+    key: str | None = None
+    roofline_bw_gbs: float | None = None
+    roofline_bw_basis: str | None = None
+    sustained_source: str | None = None
+    derived: tuple[str, ...] = ()
+    matrix_tflops: Mapping[str, float] = field(default_factory=dict)
+    known: bool = False  # an entry of the device database (else only what the trace said)
+
+    @property
+    def roofline_bw(self) -> float | None:
+        """GB/s the rooflines use: sustained where known, else peak."""
+        bw = self.roofline_bw_gbs or self.sustained_bw_gbs or self.peak_bw_gbs
+        return float(bw) if bw else None
+
+    @property
+    def what_if(self) -> bool:
+        return self.detected_from == "override"
+
+    def to_dict(self) -> dict[str, object]:
+        if not self.known:
+            return {"arch": self.arch, "name": self.name,
+                    "detected_from": "unknown",
+                    "peak_bw_gbs": self.peak_bw_gbs,
+                    "sustained_bw_gbs": self.sustained_bw_gbs,
+                    "vendor": self.vendor}
+        return {"arch": self.arch, "name": self.name, "key": self.key,
+                "detected_from": self.detected_from,
+                "peak_bw_gbs": self.peak_bw_gbs,
+                "sustained_bw_gbs": self.sustained_bw_gbs,
+                "roofline_bw_gbs": self.roofline_bw_gbs,
+                "roofline_bw_basis": self.roofline_bw_basis,
+                "sustained_source": self.sustained_source,
+                "derived": list(self.derived),
+                "matrix_tflops": dict(self.matrix_tflops),
+                "vendor": self.vendor}
+
+
+@dataclass(frozen=True)
+class StepMs:
+    median: float | None
+    p10: float | None
+    p90: float | None
+
+
+@dataclass(frozen=True)
+class Component:
+    """One component's row of a phase (per step)."""
+
+    component: str
+    kernels: int
+    ms: float | None
+    share: float | None
+    bytes: float | None
+    flops: float | None
+    achieved_gbs: float | None
+    achieved_tflops: float | None
+    roofline_ms: float | None
+    gap_ms: float | None
+    intensity: float | None
+    bound: str | None
+    dtype: str | None
+    bytes_from: str | None
+    bytes_known_share: float | None
+    inconsistent: str | None
+    partial: bool
+    estimated_share: float | None
+    evidence: dict[str, int]
+    evidence_per_step: dict[str, float | None]
+
+
+@dataclass(frozen=True)
+class TopKernel:
+    """A kernel name's totals in a phase (figures per step)."""
+
+    name: str
+    component: str | None
+    calls: int
+    calls_per_step: float | None
+    ms: float | None
+    bytes: float | None
+    flops: float | None
+    achieved_gbs: float | None
+    achieved_tflops: float | None
+    intensity: float | None
+    bound: str | None
+    bytes_known_share: float | None
+
+
+@dataclass(frozen=True)
+class ExcludedStep:
+    step: int
+    reason: str
+    step_ms: float | None
+    kernels: int
+    kernel_ms: float | None
+
+
+@dataclass(frozen=True)
+class StepSeries:
+    """Per-step figures of a phase in time order (columnar)."""
+
+    step: tuple[int, ...]
+    start_ms: tuple[float | None, ...]
+    step_ms: tuple[float | None, ...]
+    kernel_ms: tuple[float | None, ...]
+    idle_ms: tuple[float | None, ...]
+    kernels: tuple[int | None, ...]
+    tokens: tuple[int | None, ...]
+    context: tuple[int | None, ...]
+    components: Mapping[str, tuple[float, ...]]
+
+    def frame(self) -> pl.DataFrame:
+        """One row per step; a column per component (ms)."""
+        base = {f.name: list(getattr(self, f.name)) for f in fields(self)
+                if f.name != "components"}
+        comps = {c: list(v) for c, v in self.components.items()}
+        return pl.DataFrame(base | comps, strict=False)
+
+    def to_dict(self) -> dict[str, object]:
+        out: dict[str, object] = {f.name: list(getattr(self, f.name)) for f in fields(self)
+                                if f.name != "components"}
+        out["components"] = {c: list(v) for c, v in self.components.items()}
+        return out
+
+
+@dataclass(frozen=True)
+class Bottleneck:
+    """A ranked place the step's time goes: a roofline gap, GPU idle, or a finding's estimate."""
+
+    kind: str
+    component: str | None
+    ms_per_step: float | None
+    share_of_step: float | None
+    what: str
+    evidence: Evidence
+    findings: tuple[int, ...]
+    rank: int = 0
+
+    def to_dict(self) -> dict[str, object]:
+        return {"kind": self.kind, "component": self.component,
+                "ms_per_step": self.ms_per_step,
+                "share_of_step": self.share_of_step, "what": self.what,
+                "evidence": dict(self.evidence),
+                "findings": list(self.findings), "rank": self.rank}
+
+
+@dataclass(frozen=True)
+class Unpriced:
+    component: str
+    ms_per_step: float | None
+    share: float | None
+    why: str
+
+
+@dataclass(frozen=True)
+class Total:
+    """The finding that states the whole step's distance from its floor."""
+
+    finding: int
+    ms_per_step: float | None
+    title: str
+
+
+@dataclass(frozen=True)
+class Bottlenecks:
+    ranked: tuple[Bottleneck, ...] = ()
+    unpriced: tuple[Unpriced, ...] = ()
+    total: Total | None = None
+
+    def to_dict(self) -> dict[str, object]:
+        return {"ranked": [b.to_dict() for b in self.ranked],
+                "unpriced": [_record(u) for u in self.unpriced],
+                "total": None if self.total is None else _record(self.total)}
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One phase's figures (medians over its counted steps; per step unless named a total)."""
+
+    phase: str
+    steps: int
+    tokens_per_step: int | None
+    tokens_from: str | None
+    step_ms: StepMs
+    kernel_ms: float | None
+    idle_fraction: float | None
+    idle_ms: float | None
+    bytes_per_step: float | None
+    gb_per_token: float | None
+    bytes_known_share: float | None
+    achieved_tok_s: float | None
+    ceiling_tok_s: float | None
+    excluded_components: tuple[str, ...]
+    communication_share: float | None
+    component_rows: tuple[Component, ...]
+    kernel_rows: tuple[TopKernel, ...]
+    context_from: str | None
+    per_step: StepSeries
+    excluded_steps: tuple[ExcludedStep, ...]
+    known_ms: float  # priced kernel time whose bytes count, summed over the steps
+    total_ms: float  # kernel time, summed over the steps
+    bottlenecks: Bottlenecks = Bottlenecks()
+
+    @property
+    def components(self) -> pl.DataFrame:
+        """The component table, one row per component."""
+        return _frame(self.component_rows, Component)
+
+    @property
+    def top_kernels(self) -> pl.DataFrame:
+        return _frame(self.kernel_rows, TopKernel)
+
+    def component(self, name: str) -> Component | None:
+        return next((c for c in self.component_rows if c.component == name), None)
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "phase": self.phase, "steps": self.steps,
+            "tokens_per_step": self.tokens_per_step,
+            "tokens_from": self.tokens_from,
+            "step_ms": _record(self.step_ms),
+            "kernel_ms": self.kernel_ms,
+            "idle_fraction": self.idle_fraction, "idle_ms": self.idle_ms,
+            "bytes_per_step": self.bytes_per_step,
+            "gb_per_token": self.gb_per_token,
+            "bytes_known_share": self.bytes_known_share,
+            "achieved_tok_s": self.achieved_tok_s,
+            "ceiling_tok_s": self.ceiling_tok_s,
+            "excluded_components": list(self.excluded_components),
+            "communication_share": self.communication_share,
+            "components": [_record(c) for c in self.component_rows],
+            "top_kernels": [_record(t) for t in self.kernel_rows],
+            "context_from": self.context_from,
+            "per_step": self.per_step.to_dict(),
+            "excluded_steps": [_record(x) for x in self.excluded_steps],
+            "bottlenecks": self.bottlenecks.to_dict(),
+        }
+
+
+@dataclass(frozen=True)
+class Coverage:
+    attributed_share: float | None
+    bytes_known_share: float | None
+
+
+@dataclass(frozen=True)
+class Distributed:
+    backend: str | None
+    rank: int | None
+    world_size: int | None
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """The analysis of one trace: its source, device, capture stamp, phases, findings and notes."""
+
+    source: Source
+    device: Device
+    provenance: Mapping[str, JSON]
+    distributed: Distributed | None
+    phases: tuple[Phase, ...]
+    coverage: Coverage
+    findings: tuple[Finding, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    def phase(self, name: str) -> Phase | None:
+        """The phase called `name`, or None."""
+        return next((p for p in self.phases if p.phase == name), None)
+
+    @property
+    def arch(self) -> str | None:
+        return self.device.arch
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The capture stamp's environment variables (strings); {} without a stamp."""
+        e = self.provenance.get("env")
+        return {str(k): str(v) for k, v in e.items()} if isinstance(e, dict) else {}
+
+    def env_var(self, name: str) -> str | None:
+        """One environment variable of the capture stamp, or None."""
+        return self.env.get(name)
+
+    def stamp(self, *keys: str) -> JSON:
+        """A value of the capture stamp by its path (`stamp("host", "memory_bytes")`), or None."""
+        v: JSON = dict(self.provenance)
+        for key in keys:
+            v = v.get(key) if isinstance(v, dict) else None
+        return v
+
+    def with_findings(self, findings: tuple[Finding, ...],
+                      bottlenecks: Mapping[str, Bottlenecks]) -> Analysis:
+        phases = tuple(replace(p, bottlenecks=bottlenecks[p.phase]) for p in self.phases)
+        return replace(self, findings=findings, phases=phases)
+
+    def to_dict(self) -> dict[str, object]:
+        """The attrib.analysis/1 document."""
+        dist = self.distributed
+        return {
+            "schema": SCHEMA_ID,
+            "source": _record(self.source),
+            "device": self.device.to_dict(),
+            "provenance": dict(self.provenance),
+            "distributed": None if dist is None else _record(dist),
+            "phases": [p.to_dict() for p in self.phases],
+            "coverage": _record(self.coverage),
+            "findings": [f.to_json() for f in self.findings],
+            "notes": list(self.notes),
+        }
+
+    def to_json(self) -> str:
+        """The document as indented JSON text (what `attrib analyze --format json` prints)."""
+        return orjson.dumps(self.to_dict(), option=orjson.OPT_INDENT_2).decode() + "\n"

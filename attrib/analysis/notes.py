@@ -1,0 +1,52 @@
+"""The notes a phase's figures need: bytes known for too little time, components left out, rows
+priced from a sliver of their time, rates above the device's peak."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from attrib.roofline.tables import MIN_KNOWN
+
+if TYPE_CHECKING:
+    from attrib.analysis.model import Phase
+
+
+def _bytes_known(ph: Phase) -> str | None:
+    share = ph.bytes_known_share
+    if share is None:
+        return None
+    if ph.gb_per_token is not None and share < 0.95:
+        return f"{ph.phase}: bytes known for {share:.0%} of kernel time; gb_per_token is a lower bound"
+    if ph.gb_per_token is None and share < MIN_KNOWN:
+        return (f"{ph.phase}: bytes known for {share:.0%} of kernel time, too little for GB/token "
+                "(give --capture with the graph-capture trace, or --model CONFIG)")
+    return None
+
+
+def _left_out(ph: Phase) -> list[str]:
+    out = []
+    if ph.excluded_components:
+        out.append(f"{ph.phase}: {', '.join(ph.excluded_components)} left out of GB/token and the "
+                   "ceiling: achieved rate above the device's peak (their bytes model is wrong or the "
+                   "data cache-resident)")
+    partial = [c.component for c in ph.component_rows if c.partial]
+    if partial:
+        out.append(f"{ph.phase}: {', '.join(partial)} priced for under {MIN_KNOWN:.0%} of their time: "
+                   "their bytes are a lower bound, no GB/s or gap shown")
+    return out
+
+
+def phase_notes(phases: Sequence[Phase], device: str | None, what_if: bool) -> list[str]:
+    """The notes of every phase, in the document's order."""
+    notes = [n for ph in phases if (n := _bytes_known(ph)) is not None]
+    notes += [n for ph in phases for n in _left_out(ph)]
+    rows = [c for ph in phases for c in ph.component_rows if c.inconsistent]
+    if what_if:
+        over = sorted({c.component for c in rows})
+        if over:
+            notes.append(f"what-if: {', '.join(over)} ran faster on the traced device than {device}'s "
+                         "peak allows: the projection is out of reach for them")
+    else:
+        notes += list({c.inconsistent: None for c in rows if c.inconsistent})
+    return notes

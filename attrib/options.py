@@ -1,0 +1,30 @@
+"""The options of one analysis, resolved (what `attrib.app` and the CLI pass along)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from attrib.cost.budget import Budget
+from attrib.roofline.arch import Arch
+
+TOP_KERNELS = 10
+
+
+@dataclass(frozen=True)
+class Options:
+    """phase: only this phase; phase_map: annotation name -> phase; arch (+ arch_from "override"): the
+    device to measure against instead of the detected one; arch_file: extra device entries; budget: a
+    model config's bytes for ops whose weights the trace hides; capture (+ capture_batch): the
+    graph-capture trace of a replay trace; top: top kernels per phase."""
+
+    phase: str | None = None
+    phase_map: Mapping[str, str] = field(default_factory=dict)
+    arch: Arch | None = None
+    arch_from: str | None = None
+    arch_file: Path | None = None
+    budget: Budget | None = None
+    capture: Path | None = None
+    capture_batch: int | None = None
+    top: int = TOP_KERNELS

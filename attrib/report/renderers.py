@@ -1,0 +1,82 @@
+"""The renderers of an Analysis, chosen by name (`--format`) or by the output file's suffix.
+
+A renderer is one module with a `render` function plus one entry here. `plots` says what it does
+with the report's plots: "inline" (SVG inside the text), "files" (SVG files beside the output,
+referenced by name), or None (no plots).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from attrib.analysis.model import Analysis
+from attrib.errors import UsageError
+from attrib.report import html, markdown, table
+
+
+@dataclass(frozen=True)
+class View:
+    """What a renderer may be asked for beyond the analysis: top kernels and name width (None: all,
+    whole), the plots (name -> SVG text, or -> file name for "files"), and why there are none."""
+
+    top: int | None = None
+    width: int | None = None
+    plots: Mapping[str, str] = field(default_factory=dict)
+    plot_note: str | None = None
+
+
+@dataclass(frozen=True)
+class Renderer:
+    name: str
+    suffixes: tuple[str, ...]
+    render: Callable[[Analysis, View], str]
+    plots: str | None = None
+
+
+def _json(an: Analysis, view: View) -> str:
+    return an.to_json()
+
+
+def _table(an: Analysis, view: View) -> str:
+    return table.render(an, top=view.top, width=view.width)
+
+
+def _markdown(an: Analysis, view: View) -> str:
+    return markdown.render(an, dict(view.plots), view.plot_note)
+
+
+def _html(an: Analysis, view: View) -> str:
+    return html.render(an, dict(view.plots), view.plot_note)
+
+
+RENDERERS: tuple[Renderer, ...] = (
+    Renderer("table", (), _table),  # the terminal's; no file suffix is a table
+    Renderer("json", (".json",), _json),
+    Renderer("md", (".md", ".markdown"), _markdown, plots="files"),
+    Renderer("html", (".html", ".htm"), _html, plots="inline"),
+)
+
+
+def names() -> list[str]:
+    return [r.name for r in RENDERERS]
+
+
+def by_name(name: str) -> Renderer:
+    for r in RENDERERS:
+        if r.name == name:
+            return r
+    raise UsageError(f"unknown format {name!r}; known: {', '.join(names())}")
+
+
+def by_suffix(path: Path, default: str | None = None) -> Renderer:
+    """The renderer for `path`'s suffix, else `default`'s; a UsageError when neither is known."""
+    suffix = path.suffix.lower()
+    for r in RENDERERS:
+        if suffix in r.suffixes:
+            return r
+    if default is not None:
+        return by_name(default)
+    known = ", ".join(s for r in RENDERERS for s in r.suffixes)
+    raise UsageError(f"{path}: cannot tell the format from the suffix; use {known}, or --format")
