@@ -4,10 +4,11 @@ no external resource, so it opens offline. Every string from the trace or the st
 
 from __future__ import annotations
 
-from html import escape
+from html import escape as _escape
 from typing import Any
 
 from attrib.report import fmt
+from attrib.report.printable import printable
 
 LONG_NAME = 90  # kernel names longer than this fold into <details>: the start shown, the whole on click
 
@@ -28,6 +29,11 @@ details summary{cursor:pointer}
 .finding.high{border-color:#b3261e}.finding.medium{border-color:#e59400}
 .kpi{display:flex;gap:10px;flex-wrap:wrap;margin:8px 0}.kpi div{background:#f0f4f8;padding:6px 10px;border-radius:4px}
 """
+
+
+def escape(text: str, quote: bool = True) -> str:
+    """`text` as HTML text, without the control characters and terminal escapes a name may carry."""
+    return _escape(printable(text), quote)
 
 
 def _name(name: str) -> str:
