@@ -11,16 +11,12 @@ gives the bytes the trace cannot (rocprof records no shapes).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 
-from attrib.pipeline import attribute  # noqa: E402
-from attrib.report.document import document  # noqa: E402
-from attrib.cost.budget import Budget  # noqa: E402
-from collectors import load  # noqa: E402
+import attrib  # noqa: E402
 
 DEFAULT = Path(__file__).resolve().parents[1] / "tests/fixtures/rocprof/gfx1201_llamacpp_rocpd_rocm7.2/32432_results.db.gz"
 
@@ -32,13 +28,9 @@ def main() -> int:
     ap.add_argument("--weight-bits", type=float, default=4.5, help="bits per weight incl. scales (Q4_0: 4.5)")
     ap.add_argument("--context", type=int, default=8, help="K/V positions a decode step reads")
     args = ap.parse_args()
-    trace = load(args.trace)                      # rocpd / CSV / JSON / legacy: sniffed
-    a = attribute(trace)                          # steps, phases, components (polars tables)
-    budget = None
-    if args.model:
-        budget = Budget(json.loads(args.model.read_text()), f"model config {args.model.name}", args.context,
-                        weight_bits=args.weight_bits)
-    doc = document(a, budget=budget)
+    # rocpd / CSV / JSON / legacy: sniffed; steps, phases, components, bytes (with a model config), rules
+    doc = attrib.analyze(args.trace, model=args.model, weight_bits=args.weight_bits if args.model else None,
+                         context=args.context if args.model else None)
     print(f"{doc['device']['name']} ({doc['device']['arch']}), {doc['source']['kernels']} kernels")
     for ph in doc["phases"]:
         print(f"{ph['phase']}: {ph['steps']} steps, {ph['tokens_per_step']} tokens/step, "
