@@ -9,6 +9,7 @@ import re
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -347,10 +348,10 @@ def _raise_signal(signum: int, frame: object) -> None:
     raise Signalled(signum)
 
 
-def _on_signals() -> dict[int, object]:
+def _on_signals() -> dict[signal.Signals, Any]:
     """Raise Signalled on SIGTERM/SIGHUP where they would kill (left alone under nohup or a parent's
     own handler); the handlers replaced, to restore."""
-    old = {}
+    old: dict[signal.Signals, Any] = {}
     for sig in (signal.SIGTERM, getattr(signal, "SIGHUP", None)):
         if sig is not None and signal.getsignal(sig) is signal.SIG_DFL:
             try:
