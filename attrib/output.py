@@ -113,7 +113,8 @@ def write_files(files: Sequence[tuple[Path, bytes]], force: bool) -> None:
         if isinstance(exc, FileExistsError):
             raise TraceError(path, APPEARED) from None
         if isinstance(exc, OSError):
-            raise TraceError(path, f"cannot write: {exc.strerror or exc}; the file was left as it was") from None
+            kept = "the old file is unchanged" if os.path.lexists(path) else "nothing was written"
+            raise TraceError(path, f"cannot write: {exc.strerror or exc}; {kept}") from None
         raise
 
 
