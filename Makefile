@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 DEMO_TRACE := examples/traces/h200_qwen3moe_eager_prefill_decode.json.gz
 OUT := out
 
-.PHONY: demo test install dev bench floors clean
+.PHONY: demo test typecheck install dev bench floors clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -28,7 +28,11 @@ demo: $(VENV)/.core
 	$(BIN)/attrib analyze $(DEMO_TRACE) --format json -o $(OUT)/demo.analysis.json --force
 	@echo "wrote $(OUT)/demo.analysis.json"
 
-test: $(VENV)/.dev
+# mypy over attrib/, collectors/, rules/ (config: pyproject.toml [tool.mypy]); its cache in the venv
+typecheck: $(VENV)/.dev
+	$(BIN)/python -m mypy --cache-dir $(VENV)/.mypy_cache
+
+test: $(VENV)/.dev typecheck
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 $(OUT)/scaled_1m.json: bench/scale.py $(DEMO_TRACE) | $(VENV)/.core

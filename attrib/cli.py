@@ -6,8 +6,10 @@ import glob
 import gzip
 import os
 import re
+import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -17,6 +19,7 @@ from attrib.analysis.model import Analysis
 from attrib.app import analyze_path, baseline_findings, catalog, export_trace, model_budget, resolve_arch
 from attrib.cost.dtypes import KV_BYTES
 from attrib.errors import TraceError, UsageError
+from attrib.output import write_file, write_files
 from attrib.report import compare_render, renderers
 from attrib.report.renderers import View
 from attrib.report import plots as plots_mod
@@ -62,14 +65,12 @@ def _warn(path: object, message: str) -> None:
     click.echo(printable(f"attrib: warning: {path}: {message}"), err=True)
 
 
-def _write(text: str, out: Path | None) -> None:
+def _write(text: str, out: Path | None, force: bool) -> None:
+    """TEXT on stdout, or as the file OUT (whole or not at all; see attrib.output)."""
     if out is None:
         click.echo(text, nl=False)
-        return
-    try:
-        out.write_text(text)
-    except OSError as exc:
-        raise TraceError(out, f"cannot write: {exc.strerror or exc}") from None
+    else:
+        write_file(out, text, force)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -134,7 +135,7 @@ def analyze(trace: Path, fmt: str, **o) -> None:
     an = _analyze(trace, o)
     terminal = o["output"] is None
     view = View(top=o["top"] or (5 if terminal else TOP_KERNELS), width=NAME_WIDTH if terminal else None)
-    _write(renderers.by_name(fmt).render(an, view), o["output"])
+    _write(renderers.by_name(fmt).render(an, view), o["output"], o["force"])
 
 
 def _plot_files(out: Path) -> list[Path]:
@@ -156,25 +157,21 @@ def report(trace: Path, fmt: str | None, **o) -> None:
             raise TraceError(f, "exists (a plot of an earlier report); pass --force to overwrite it")
     an = _analyze(trace, o)
     if r.plots is None:
-        return _write(r.render(an, View()), out)
+        return _write(r.render(an, View()), out, o["force"])
     with progress("drawing plots"):
         plots = plots_mod.report_plots(an) if (out is not None or r.plots == "inline") else {}
     note = None if plots_mod.available() else plots_mod.MISSING
     if r.plots == "files" and out is None and plots_mod.available():
         note = "plots omitted on stdout: write the report to a file (-o report.md) to get them as SVG files beside it"
-    if r.plots == "files" and out is not None:
-        plots = _write_plots(plots, out)
-    _write(r.render(an, View(plots=plots, plot_note=note)), out)
-
-
-def _write_plots(plots: dict[str, str], out: Path) -> dict[str, str]:
-    """Each plot as an SVG file beside `out`: plot name -> file name."""
-    names = {}
+    if r.plots != "files" or out is None:
+        return _write(r.render(an, View(plots=plots, plot_note=note)), out, o["force"])
+    files, names = [], {}
     for name, svg in plots.items():
         path = out.with_name(f"{out.stem}.{re.sub(r'[^A-Za-z0-9_-]', '_', name)}.svg")
-        _write(svg, path)
+        files.append((path, svg.encode()))
         names[name] = path.name
-    return names
+    text = r.render(an, View(plots=names, plot_note=note))
+    write_files([*files, (out, text.encode())], o["force"])
 
 
 def _docs(traces: tuple[Path, ...], phase_map: dict[str, str], arch_name: str | None,
@@ -236,7 +233,7 @@ def compare(traces: tuple[Path, ...], bases: tuple[Path, ...], cands: tuple[Path
     doc["findings"] = [f.to_json() for f in baseline_findings(base_docs[0], cand_docs[0])]
     text = {"json": _dump, "md": compare_render.render_markdown, "html": compare_render.render_html,
             "table": lambda d: _printable(compare_render.render_table(d))}[fmt](doc)
-    _write(text, output)
+    _write(text, output, force)
     if output is not None and fmt != "table" and doc["gate"]:
         click.echo(compare_render.render_table(doc).rstrip().splitlines()[-1])
     return doc["gate"]["exit_code"] if doc["gate"] else 0
@@ -260,7 +257,7 @@ def slope(traces: tuple[Path, ...], phase: str, fmt: str, phase_map: tuple[str, 
     if not doc["rows"]:
         raise UsageError(f"no {phase} steps with a known context in two or more traces: nothing to fit "
                          "(" + "; ".join(doc["notes"]) + ")")
-    _write(_dump(doc) if fmt == "json" else _printable(slope_render(doc)), output)
+    _write(_dump(doc) if fmt == "json" else _printable(slope_render(doc)), output, force)
 
 
 @cli.command()
@@ -277,10 +274,7 @@ def export(trace: Path, output: Path, phase_map: tuple[str, ...], force: bool) -
         data = orjson.dumps(doc)
         if output.name.endswith(".gz"):
             data = gzip.compress(data, compresslevel=6)
-    try:
-        output.write_bytes(data)
-    except OSError as exc:
-        raise TraceError(output, f"cannot write: {exc.strerror or exc}") from None
+    write_file(output, data, force)
     click.echo(f"wrote {output}: open it in https://ui.perfetto.dev (process '{PROCESS}': one track per component)")
 
 
@@ -340,8 +334,47 @@ def rules_cmd(arch_name: str | None) -> None:
             click.echo(f"    {ref}")
 
 
+class Signalled(BaseException):
+    """SIGTERM or SIGHUP, raised in the main thread as Ctrl-C is, so every cleanup runs (temporary
+    copies of inputs, half-written outputs); not an Exception, so no `except Exception` swallows it."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise_signal(signum: int, frame: object) -> None:
+    raise Signalled(signum)
+
+
+def _on_signals() -> dict[signal.Signals, Any]:
+    """Raise Signalled on SIGTERM/SIGHUP where they would kill (left alone under nohup or a parent's
+    own handler); the handlers replaced, to restore."""
+    old: dict[signal.Signals, Any] = {}
+    for sig in (signal.SIGTERM, getattr(signal, "SIGHUP", None)):
+        if sig is not None and signal.getsignal(sig) is signal.SIG_DFL:
+            try:
+                old[sig] = signal.signal(sig, _raise_signal)
+            except ValueError:  # not the main thread: leave signals to the host program
+                break
+    return old
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console entry point: bad input is one line on stderr and exit code 2, never a traceback."""
+    old = _on_signals()
+    try:
+        return _main(argv)
+    except Signalled as exc:
+        click.echo(f"attrib: stopped by {signal.Signals(exc.signum).name}; nothing was left half-written",
+                   err=True)
+        return 128 + exc.signum
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+
+def _main(argv: list[str] | None) -> int:
     try:
         rv = cli.main(args=argv, prog_name="attrib", standalone_mode=False)
     except (TraceError, UsageError) as exc:

@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, cast
 
 import polars as pl
 
+DType = pl.DataType | type[pl.DataType]  # pl.Int64 or pl.List(pl.Int64): both are column types
 _I64 = pl.Int64
 _STR = pl.Utf8
 _INTS = pl.List(pl.Int64)
 
-SCHEMAS: dict[str, dict[str, pl.DataType]] = {
+SCHEMAS: dict[str, dict[str, DType]] = {
     # GPU kernels. grid/block are in workgroups/work-items per workgroup (CUDA blocks/threads).
     # launch_id: id in `launches` of the runtime call that issued it; graph: replayed from a graph.
     "kernels": {
@@ -111,7 +112,7 @@ def conform(table: str, df: pl.DataFrame | None) -> pl.DataFrame:
         for c, t in schema.items()
     ]
     extra = [c for c in df.columns if c not in schema]
-    return df.select(cols + extra)
+    return df.select(*cols, *extra)
 
 
 TRUNCATED = "truncated"  # the kind of a warning that the file was cut short and what preceded the cut was read
@@ -174,7 +175,7 @@ class Trace:
         return cls(meta=meta, **{t: conform(t, tables.get(t)) for t in TABLES})
 
     def with_tables(self, **tables: pl.DataFrame) -> "Trace":
-        return replace(self, **tables)
+        return replace(self, **cast("dict[str, Any]", tables))
 
     def with_meta(self, **changes: Any) -> "Trace":
         return replace(self, meta=replace(self.meta, **changes))

@@ -23,6 +23,7 @@ from typing import Any
 
 import attrib
 from attrib.errors import TraceError
+from attrib.output import commit, staged
 from collectors import limits
 
 SCHEMA = "attrib.provenance/1"
@@ -185,14 +186,11 @@ def collect(torch: Any, user: dict[str, Any] | None, capture: dict[str, Any],
 
 
 def write_sidecar(trace_path: str | Path, doc: dict[str, Any]) -> Path:
-    """Write the stamp next to the trace (atomically); raises OSError on failure."""
+    """Write the stamp next to the trace, whole or not at all (attrib.output); raises OSError."""
     dest = sidecar_path(trace_path)
-    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(json.dumps(doc, indent=1, sort_keys=False) + "\n", encoding="utf-8")
-        os.replace(tmp, dest)
-    finally:
-        tmp.unlink(missing_ok=True)
+    with staged(dest) as (fh, tmp):
+        fh.write((json.dumps(doc, indent=1, sort_keys=False) + "\n").encode())
+    commit(tmp, dest, force=True)
     return dest
 
 

@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import errno
 import functools
 import gzip
+import itertools
 import json
 import os
 import shutil
@@ -32,11 +34,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from attrib.output import commit, staged
 from attrib.trace import step_name
 from collectors import provenance as _prov
 from collectors.rocprof import roctx
 
 TRACE_SUFFIX = ".pt.trace.json.gz"
+FULL_BYTES = 1 << 20   # less free space than this where torch wrote no trace: the disk was full
 
 
 class CaptureWarning(UserWarning):
@@ -180,6 +184,7 @@ class Capture:
         self._span_exit: Any = None
         self._no_tf: Any = contextlib.nullcontext   # torch._C.DisableTorchFunctionSubclass
         self._machine: dict[str, Any] | None = None   # provenance.machine_fields, before start
+        self._made: list[Path] = []   # the folders start() created, deepest first
 
     def __enter__(self) -> "Capture":
         return self.start()
@@ -197,19 +202,20 @@ class Capture:
                 return self
             self._state = "running"
             try:
+                self._made = _missing_folders(self.out_dir)
                 self.out_dir.mkdir(parents=True, exist_ok=True)
                 if not os.access(self.out_dir, os.W_OK):
                     raise PermissionError("not writable")
             except OSError as exc:
-                return self._fail(f"output directory {self.out_dir} unusable: {exc}", stop=True)
+                return self._not_started(f"output directory {self.out_dir} unusable: {exc}")
             try:
                 import torch
                 from torch import profiler as tp
 
                 self._torch, running = torch, getattr(torch._C._autograd, "_profiler_enabled", None)
                 if running is not None and running():   # a second profiler would clobber it
-                    return self._fail("another torch profiler is already running; not starting a "
-                                      "second one", stop=True)
+                    return self._not_started("another torch profiler is already running; not "
+                                             "starting a second one")
                 acts = self._activities(tp)
                 self._acts = [str(a).rsplit(".", 1)[-1] for a in acts]
                 self._prof = tp.profile(activities=acts, schedule=self._schedule(tp),
@@ -222,7 +228,7 @@ class Capture:
                 self._prof.start()
             except Exception as exc:
                 self._prof = None
-                return self._fail(f"profiler failed to start: {type(exc).__name__}: {exc}", stop=True)
+                return self._not_started(f"profiler failed to start: {type(exc).__name__}: {exc}")
             if getattr(torch.version, "hip", None):   # roctx ranges too (no-ops without a ROCTx library)
                 self._roctx = roctx
         return self
@@ -243,6 +249,8 @@ class Capture:
             self._state = "done"
             if not self.result.steps and not self.result.error:
                 self._fail(f"no steps recorded ({self._seen} run, warmup {self.warmup}); nothing exported")
+            if self.result.path is None:
+                self._unmake()
             return self.result
 
     def phase(self, name: str, tokens: int | None = None) -> "_Step":
@@ -338,20 +346,16 @@ class Capture:
         if not res.steps:
             return
         dest = self.trace_path
-        raw, part = (dest.with_name(f".{self.name}.partial{s}") for s in (".json", ".json.gz"))
+        raw = dest.with_name(f".{self.name}.partial.json")
         t0 = time.perf_counter()
         try:
-            prof.export_chrome_trace(str(raw))   # raw JSON, gzip beside it, then rename
-            with open(raw, "rb") as fin, gzip.open(part, "wb", compresslevel=self.gzip_level) as fout:
-                shutil.copyfileobj(fin, fout, 1 << 20)
-            res.bytes = part.stat().st_size
-            os.replace(part, dest)
+            res.bytes = self._export(prof, raw, dest)
         except Exception as exc:
             res.bytes = None
             self._fail(f"trace export to {dest} failed: {type(exc).__name__}: {exc}")
             return
-        finally:
-            for p in (raw, part):
+        finally:   # torch's own temporary file too (it renames .tmp to raw only when all was written)
+            for p in (raw, raw.with_name(raw.name + ".tmp")):
                 with contextlib.suppress(OSError):
                     p.unlink()
         res.export_s, res.path = time.perf_counter() - t0, dest
@@ -359,6 +363,18 @@ class Capture:
             res.sidecar = _prov.write_sidecar(dest, self._stamp(dest.name))
         except Exception as exc:
             self._fail(f"provenance sidecar for {dest} not written: {type(exc).__name__}: {exc}")
+
+    def _export(self, prof: Any, raw: Path, dest: Path) -> int:
+        """The raw JSON from torch, gzipped into place whole (attrib.output); the gzip's size."""
+        prof.export_chrome_trace(str(raw))
+        if not raw.is_file():   # torch logs its write errors and returns
+            raise _no_trace(raw.parent)
+        with open(raw, "rb") as fin, staged(dest) as (fh, tmp):
+            with gzip.GzipFile(fileobj=fh, mode="wb", compresslevel=self.gzip_level) as fout:
+                shutil.copyfileobj(fin, fout, 1 << 20)
+        size = tmp.stat().st_size
+        commit(tmp, dest, force=True)
+        return size
 
     def _stamp(self, trace_name: str) -> dict[str, Any]:
         res = self.result
@@ -369,11 +385,37 @@ class Capture:
         return _prov.collect(self._torch, self.provenance, cap, res.steps, trace_name,
                              machine=self._machine)
 
+    def _not_started(self, msg: str) -> "Capture":
+        self._unmake()
+        return self._fail(msg, stop=True)
+
+    def _unmake(self) -> None:
+        """Remove the folders start() created, if still empty: a capture that wrote nothing leaves nothing."""
+        for folder in self._made:
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        self._made = []
+
     def _fail(self, msg: str, stop: bool = False) -> "Capture":
         self._state = "done" if stop else self._state
         self.result.error = self.result.error or msg
         _warn(msg)
         return self
+
+
+def _no_trace(folder: Path) -> OSError:
+    """Why torch wrote no trace file: a full disk (its usual cause), else unknown."""
+    with contextlib.suppress(OSError):
+        st = os.statvfs(folder)
+        if st.f_bavail * st.f_frsize < FULL_BYTES:
+            return OSError(errno.ENOSPC, f"{os.strerror(errno.ENOSPC)} in {folder}")
+    return OSError(errno.EIO, "torch wrote no trace file (its log above says why)")
+
+
+def _missing_folders(folder: Path) -> list[Path]:
+    """`folder` and its ancestors that do not exist yet, deepest first."""
+    return list(itertools.takewhile(lambda p: not os.path.lexists(p), (folder, *folder.parents)))
+
 
 def capture(out_dir: str | Path, warmup: int = 0, steps: int | None = None,
             provenance: dict[str, Any] | None = None, record_shapes: bool = True,

@@ -143,26 +143,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def analyze(path: Path) -> None:
-    """Print attrib's analysis when this checkout has it (`attrib.analyze` may not exist yet)."""
-    try:
-        from attrib import analyze as run_analysis
-    except ImportError:
-        print("(attrib.analyze not available in this checkout; run `attrib analyze TRACE` later)")
-        return
-    try:
-        doc = run_analysis(path)
-    except Exception as exc:
-        print(f"(analysis failed: {type(exc).__name__}: {exc})")
-        return
-    try:
-        from attrib.report.table import render
+    """Print attrib's analysis of the capture: the terminal table of `attrib analyze TRACE`."""
+    from attrib.cli import main as attrib_cli
 
-        print(render(doc))
-    except Exception:
-        import json
-
-        print(json.dumps({k: doc.get(k) for k in ("source", "device", "phases", "coverage")},
-                         indent=1, default=str))
+    attrib_cli(["analyze", str(path)])
 
 
 if __name__ == "__main__":

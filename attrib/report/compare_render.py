@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from html import escape
 from typing import Any
 
 from attrib.report import fmt
-from attrib.report.html import CSS
+from attrib.report.html import CSS, escape
 from attrib.report.markdown import esc, table as md_table
 
 HEAD = ("row", "base ms", "cand ms", "delta ms", "delta %", "p", "95% CI of delta (ms)", "verdict", "per token")

@@ -50,7 +50,7 @@ def provenance(p: Mapping[str, JSON]) -> str:
     if isinstance(gpu, dict) and gpu.get("name"):
         parts.append(f"gpu {gpu['name']} ({gpu.get('arch') or '?'})")
     env = p.get("env")
-    if env:
+    if isinstance(env, dict) and env:
         parts.append(f"{len(env)} kernel-relevant env vars (see JSON)")
     return ", ".join(parts)
 
@@ -103,7 +103,7 @@ COMPONENT_HEAD = ("component", "kernels/step", "ms/step", "share", "MB/step", "G
 
 
 def component_rows(ph: Phase) -> list[tuple[str, ...]]:
-    rows = []
+    rows: list[tuple[str, ...]] = []
     for c in ph.component_rows:
         evs: Mapping[str, float | int | None] = c.evidence_per_step or c.evidence
         model = " [model]" if (c.bytes_from or "").startswith("model") else ""

@@ -4,11 +4,13 @@ no external resource, so it opens offline. Every string from the trace or the st
 
 from __future__ import annotations
 
-from html import escape
+from collections.abc import Sequence
+from html import escape as _escape
 
 from attrib.analysis.finding import Finding
 from attrib.analysis.model import Analysis, Phase
 from attrib.report import fmt
+from attrib.report.printable import printable
 
 LONG_NAME = 90  # kernel names longer than this fold into <details>: the start shown, the whole on click
 
@@ -31,6 +33,11 @@ details summary{cursor:pointer}
 """
 
 
+def escape(text: str, quote: bool = True) -> str:
+    """`text` as HTML text, without the control characters and terminal escapes a name may carry."""
+    return _escape(printable(text), quote)
+
+
 def _name(name: str) -> str:
     if len(name) <= LONG_NAME:
         return f"<code>{escape(name)}</code>"
@@ -38,7 +45,7 @@ def _name(name: str) -> str:
             f"<code>{escape(name)}</code></details>")
 
 
-def _table(head: tuple[str, ...], rows: list[tuple[str, ...]], text_cols: tuple[int, ...] = (0,),
+def _table(head: tuple[str, ...], rows: Sequence[tuple[str, ...]], text_cols: tuple[int, ...] = (0,),
            raw_cols: tuple[int, ...] = ()) -> str:
     th = "".join(f"<th>{escape(h)}</th>" for h in head)
     body = []

@@ -5,20 +5,24 @@ is escaped for markdown tables; kernel names are whole.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from attrib.analysis.finding import Finding
 from attrib.analysis.model import Analysis, Phase
 from attrib.report import fmt
+from attrib.report.printable import printable
 
 
 def esc(text: Any) -> str:
-    """Safe inside a GitHub table cell and as text: no HTML, no column breaks, no line breaks."""
-    s = str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    return s.replace("|", "\\|").replace("\r", " ").replace("\n", " ").replace("`", "&#96;")
+    """Safe inside a GitHub table cell and as text: no HTML, no column breaks, no line breaks, no
+    links (`[l](javascript:...)`), no control characters."""
+    s = printable(str(text)).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    s = s.replace("[", "\\[").replace("]", "\\]")
+    return s.replace("|", "\\|").replace("`", "&#96;")
 
 
-def table(head: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
+def table(head: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> list[str]:
     out = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
     return out + ["| " + " | ".join(esc(c) for c in r) + " |" for r in rows]
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import re
+from collections.abc import Sequence
 
 from attrib.analysis.model import Analysis, Phase
 from attrib.steps.phases import TOKEN_PHASES
@@ -123,7 +124,7 @@ def step_stack(ph: Phase, top: int = 8) -> str | None:
     order = sorted(comps, key=lambda c: -sum(comps[c]))
     shown, rest = order[:top], order[top:]
     n = len(ser.step)
-    layers = [(c, comps[c]) for c in shown]
+    layers: list[tuple[str, Sequence[float]]] = [(c, comps[c]) for c in shown]
     if rest:
         layers.append(("rest", [sum(comps[c][i] for c in rest) for i in range(n)]))
     layers.append(("GPU idle", [x or 0.0 for x in ser.idle_ms]))

@@ -22,7 +22,7 @@ from attrib.errors import TraceError
 from attrib.trace import Trace
 
 from . import legacy, pftrace, rocpd, v3csv, v3json
-from ._common import SQLITE_MAGIC, head_bytes, local_file, merge, plain_name  # noqa: F401 (head_bytes)
+from ._common import SQLITE_MAGIC, connect, head_bytes, local_file, merge, plain_name  # noqa: F401 (head_bytes)
 
 __all__ = ["sniff", "read", "FORMATS"]
 
@@ -52,7 +52,7 @@ def _sqlite_format(path: Path, head: bytes) -> str:
         return "rocprof-v1"
     try:
         with local_file(path) as db:
-            con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+            con = connect(db)
             try:
                 names = {r[0] for r in con.execute("SELECT name FROM sqlite_master")}
             finally:

@@ -5,7 +5,10 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
+import sqlite3
 import tempfile
+import urllib.parse
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -51,22 +54,42 @@ def read_bytes(path: Path) -> bytes:
     return bytes(data) if isinstance(data, bytearray) else data
 
 
+# SQLite's journals: a database with one beside it holds changes that only a writable open applies
+JOURNALS = ("-wal", "-journal")
+
+
+def _journals(db: Path) -> list[Path]:
+    side = (db.with_name(db.name + s) for s in JOURNALS)
+    return [p for p in side if p.is_file() and p.stat().st_size > 0]
+
+
 @contextlib.contextmanager
 def local_file(path: Path) -> Iterator[Path]:
-    """`path` itself, or a gunzipped copy in the temp directory (removed afterwards)."""
-    if not is_gzip(path):
+    """`path` itself, or a private copy in the temp directory (removed afterwards, also on Ctrl-C and
+    on the CLI's SIGTERM/SIGHUP): gunzipped, or with the journals beside it (they need a writable
+    open, which must never touch the user's files)."""
+    journals = [] if is_gzip(path) else _journals(path)
+    if not journals and not is_gzip(path):
         yield path
         return
-    data = read_bytes(path)
-    fd, tmp = tempfile.mkstemp(prefix="attrib-rocprof-", suffix=path.name.removesuffix(".gz"))
+    folder = tempfile.mkdtemp(prefix="attrib-rocprof-")
     try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(data)
-        del data
-        yield Path(tmp)
+        copy = Path(folder) / plain_name(path)
+        if journals:
+            for src in (path, *journals):
+                shutil.copyfile(src, copy.with_name(copy.name + src.name[len(path.name):]))
+        else:
+            copy.write_bytes(read_bytes(path))
+        yield copy
     finally:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def connect(db: Path) -> sqlite3.Connection:
+    """A SQLite connection that never writes beside `db`: read-only and immutable (no -wal/-shm
+    files, no locks); a private copy with journals (local_file) is opened writable to apply them."""
+    uri = f"file:{urllib.parse.quote(str(db.resolve()))}"
+    return sqlite3.connect(uri if _journals(db) else uri + "?mode=ro&immutable=1", uri=True)
 
 
 def plain_name(path: Path) -> str:

@@ -19,7 +19,7 @@ import polars as pl
 from attrib.errors import TraceError
 from attrib.trace import Trace
 
-from ._common import (agent_dict, clean_kernel_name, finish, head_bytes, int_col, local_file,
+from ._common import (agent_dict, clean_kernel_name, connect, finish, head_bytes, int_col, local_file,
                       plain_name, read_bytes, read_csv, require, rocminfo_agents, str_col,
                       total_dims)
 
@@ -88,7 +88,7 @@ def read_v1_db(path: Path) -> Trace:
     warnings: list[str] = []
     with local_file(path) as db:
         try:
-            con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+            con = connect(db)
             tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
             if "KERN" not in tables:
                 raise TraceError(path, "rocprof v1 database without a KERN table")

@@ -16,7 +16,7 @@ import polars as pl
 from attrib.errors import TraceError
 from attrib.trace import Trace
 
-from ._common import agent_dict, dims, finish, local_file, parse_int, workgroups
+from ._common import agent_dict, connect, dims, finish, local_file, parse_int, workgroups
 
 FORMAT = "rocpd"
 
@@ -169,7 +169,7 @@ def read(path: Path) -> Trace:
     """One rocpd database (plain or .gz) into the normalized Trace."""
     with local_file(path) as db:
         try:
-            con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+            con = connect(db)
         except sqlite3.Error as exc:
             raise TraceError(path, f"cannot open SQLite database ({exc})") from None
         try:

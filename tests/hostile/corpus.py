@@ -40,6 +40,7 @@ class Variant:
     says: str = ""  # a fragment the stderr line must hold (case-insensitive)
     table: bool = False  # also render the terminal table and check it for control characters
     option: str = ""  # the built file is given to this option of `attrib analyze TORCH` (not as TRACE)
+    report: str = ""  # also write `attrib report -o report.<this>` (md, html) and check it for live links
 
 
 # ------------------------------------------------------------------ sources (read once)
@@ -343,9 +344,31 @@ VARIANTS = [
     Variant("rocm-torch-memcpy-bytes-strings", "reader", lambda d: shutil.copy(ROCM_TORCH, d / "g.json.gz")
             and d / "g.json.gz", "ok"),
     Variant("v1-json-mangled-events", "reader", lambda d: _v1_json(d), "any"),
+    # --- issue 19: inputs untouched, reports without live links or control bytes
+    Variant("rocpd-wal-mode", "untouched", lambda d: _rocpd_wal(d), "ok"),
+    Variant("kineto-markdown-link-in-names", "report", lambda d: _torch(
+        d, _names("[l](javascript:alert(3))")), "ok", report="md"),
+    Variant("kineto-esc-bel-in-names-html", "report", lambda d: _torch(
+        d, _names("\x1b]8;;javascript:alert(1)\x07gemm\x1b[31m\x07")), "ok", report="html"),
     Variant("v3json-names-null", "reader", lambda d: _v3json(d, lambda p: [
         s.update(formatted_kernel_name=None, kernel_name=None) for s in p["kernel_symbols"]]), "salvage", "name"),
 ]
+
+
+def _rocpd_wal(d: Path) -> Path:
+    """The real rocpd database switched to WAL mode (as a crashed or live rocprofv3 leaves it)."""
+    out = _rocpd(d)
+    con = sqlite3.connect(out)
+    assert con.execute("PRAGMA journal_mode=WAL").fetchone() == ("wal",)
+    con.close()
+    return out
+
+
+def _names(name: str) -> Callable[[list[dict]], None]:
+    def edit(evs: list[dict]) -> None:
+        for e in _kernels(evs):
+            e["name"] = name
+    return edit
 
 
 def _sqlite_v1_rename(d: Path) -> Path:

@@ -31,6 +31,8 @@ _CHILD = ("import atexit, resource, sys; resource.setrlimit(resource.RLIMIT_AS, 
           "atexit.register(lambda: open(sys.argv[2], 'w').write(open('/proc/self/status').read())); "
           "from attrib.cli import main; sys.exit(main(sys.argv[3:]))")
 _ESCAPES = ("\x1b", "\r", "\x00", "\x07")
+# a markdown link or image whose brackets are not escaped, or an HTML link to a script
+_LIVE_LINK = re.compile(r"(?<!\\)\[[^\]]*(?<!\\)\]\(\s*javascript:|href=[\"']?\s*javascript:", re.I)
 
 
 @dataclass
@@ -43,6 +45,8 @@ class Result:
     stdout: str
     stderr: str
     table: str = ""
+    report: str = ""  # the text of `attrib report` where the variant asks for one
+    touched: str = ""  # how the input's folder changed during the runs (nothing may be created there)
 
     @property
     def outcome(self) -> str:
@@ -75,12 +79,26 @@ def _attrib(args: list[str]) -> tuple[int, float, float, str, str]:
 def run_one(v: Variant, folder: Path) -> Result:
     folder.mkdir(parents=True, exist_ok=True)
     path = v.build(folder)
+    before = _listing(folder)
     args = [str(TORCH), v.option, str(path)] + ["--context", "8"] * (v.option == "--model") if v.option else [str(path)]
     rc, secs, rss, stdout, stderr = _attrib(["analyze", *args, "--format", "json"])
     res = Result(v, path, rc, secs, rss, stdout, stderr)
     if rc == 0 and v.table:  # the terminal table of the same input: no escape or control character in it
         res.table = _attrib(["analyze", *args])[3]
+    if rc == 0 and v.report:
+        out = folder.with_name(folder.name + "-report") / f"report.{v.report}"
+        out.parent.mkdir()
+        if _attrib(["report", *args, "-o", str(out)])[0] == 0:
+            res.report = out.read_text(encoding="utf-8")
+    after = _listing(folder)
+    res.touched = "" if after == before else f"{sorted(set(after) ^ set(before))} {before} -> {after}"
     return res
+
+
+def _listing(folder: Path) -> dict[str, tuple[int, int]]:
+    """Every entry under `folder`: (size, mtime ns), links not followed."""
+    return {p.relative_to(folder).as_posix(): (p.lstat().st_size, p.lstat().st_mtime_ns)
+            for p in folder.rglob("*")}
 
 
 def run(folder: Path, workers: int = 2, variants: list[Variant] = VARIANTS) -> list[Result]:
@@ -143,6 +161,12 @@ def check(r: Result) -> list[str]:
         bad += absurd(doc)
         if any(c in r.table for c in _ESCAPES) or (r.variant.table and not r.table):
             bad.append("control characters reach the terminal table (or no table)")
+    if r.variant.report and not r.report:
+        bad.append("no report written")
+    if _LIVE_LINK.search(r.report) or any(c in r.report for c in _ESCAPES):
+        bad.append("a live javascript: link or a control character in the report")
+    if r.touched:
+        bad.append(f"the input's folder changed: {r.touched}")
     want = {"error": (2,), "salvage": (0,), "ok": (0,), "any": (0, 2)}[r.variant.expect]
     if r.rc not in want:
         bad.append(f"expected {r.variant.expect}, got {r.outcome}: {r.stderr.strip()[:200]}")

@@ -1,0 +1,133 @@
+"""The one way attrib writes a file: whole or not at all, and never over a file it was not told to replace.
+
+Each output is written to a hidden temporary file in the target's folder, flushed and fsynced, then
+renamed into place: a failure (a full disk, a signal, a crash) leaves the old file as it was and no
+temporary file behind. Without `force` the last step is an exclusive create (a hard link, which fails
+if the name exists): of concurrent runs writing one name, exactly one wins. The collectors write
+their trace and stamp with it too, so it lives in the contract layer (stdlib only).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import secrets
+from pathlib import Path
+from typing import IO, Iterator, Sequence
+
+from attrib.errors import TraceError
+
+APPEARED = "appeared meanwhile (another run wrote it); pass --force to overwrite it"
+_NO_LINK = (errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EXDEV, errno.EMLINK, errno.ENOSYS)
+
+
+def temp_name(path: Path) -> str:
+    """The prefix of the temporary files beside `path` (`.NAME.` + random + `.tmp`)."""
+    return f".{path.name}."
+
+
+def _mktemp(path: Path) -> tuple[int, str]:
+    """A new, empty temporary file beside `path`: its descriptor and name. Mode 0666 less the
+    umask, as a plain open would give (tempfile.mkstemp's 0600 would hide outputs from a group)."""
+    for _ in range(100):
+        tmp = os.path.join(path.parent, f"{temp_name(path)}{secrets.token_hex(4)}.tmp")
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(errno.EEXIST, "no free temporary name", str(path))
+
+
+@contextlib.contextmanager
+def staged(path: Path) -> Iterator[tuple[IO[bytes], Path]]:
+    """A new temporary file beside `path`, open for writing, and its name, for a writer that streams
+    (the capture's gzip); fsynced when the block ends, removed if it raises (KeyboardInterrupt too).
+    Then `commit` it."""
+    fd, tmp = _mktemp(path)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            yield fh, Path(tmp)
+            fh.flush()
+            os.fsync(fh.fileno())
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def commit(tmp: Path, path: Path, force: bool) -> None:
+    """Move the written `tmp` to `path`: replace it (force), else create it exclusively
+    (FileExistsError if the name exists). `tmp` is gone afterwards, whatever happens."""
+    try:
+        if force:
+            os.replace(tmp, path)
+        else:
+            _create(tmp, path)
+        _sync_folder(path.parent)
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+
+
+def _create(tmp: Path, path: Path) -> None:
+    try:
+        os.link(tmp, path)
+    except OSError as exc:
+        if exc.errno not in _NO_LINK:
+            raise
+        # no hard links here (FAT, some FUSE mounts): reserve the name, then replace the placeholder
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+        os.replace(tmp, path)
+
+
+def _sync_folder(folder: Path) -> None:
+    """The rename itself on disk (best effort: not every filesystem lets a folder be fsynced)."""
+    with contextlib.suppress(OSError):
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def write_files(files: Sequence[tuple[Path, bytes]], force: bool) -> None:
+    """Write every (path, data) whole, or leave each path as it was.
+
+    All are staged first, then each is committed. Without `force` a name that appeared since the
+    run began is a TraceError (exit 2) and the files this call already created are removed again.
+    An OSError is a TraceError naming the file and the cause ("No space left on device")."""
+    tmps: list[Path] = []
+    made: list[Path] = []
+    path = files[0][0] if files else Path()
+    try:
+        for path, data in files:
+            _stage(path, data, tmps)
+        for (path, _), tmp in zip(files, tmps):
+            commit(tmp, path, force)
+            made.append(path)
+    except BaseException as exc:
+        for p in tmps + ([] if force else made):
+            with contextlib.suppress(OSError):
+                os.unlink(p)
+        if isinstance(exc, FileExistsError):
+            raise TraceError(path, APPEARED) from None
+        if isinstance(exc, OSError):
+            kept = "the old file is unchanged" if os.path.lexists(path) else "nothing was written"
+            raise TraceError(path, f"cannot write: {exc.strerror or exc}; {kept}") from None
+        raise
+
+
+def _stage(path: Path, data: bytes, tmps: list[Path]) -> None:
+    """`data` in a new temporary file beside `path` (its name appended to `tmps`), fsynced."""
+    fd, tmp = _mktemp(path)
+    tmps.append(Path(tmp))
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def write_file(path: Path, data: bytes | str, force: bool) -> None:
+    """Write one file whole (str as UTF-8); see write_files."""
+    write_files([(path, data.encode() if isinstance(data, str) else data)], force)
