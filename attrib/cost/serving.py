@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from math import prod
 
-from attrib.cost.dtypes import Cost, concrete_bool, concrete_int, tensor, unknown
+from attrib.cost.dtypes import SIZES, Cost, concrete_bool, concrete_int, tensor, unknown
 from attrib.cost.elementwise import cache_write
 from attrib.cost.matmul import expected_active_experts
 
@@ -158,7 +158,9 @@ def paged_attention(name: str, dims: list, types: list, concrete: list, sums: di
 
 # NCCL/RCCL kernel names carry the collective and the element type: ncclDevKernel_AllReduce_Sum_bf16_RING_LL
 COLLECTIVE = r"(?i)(AllReduce|AllGather|ReduceScatter)_(?:\w+?_)?(bf16|f16|half|f32|float|f8e4m3|f8e5m2|i8|u8)_"
-_NCCL_TYPES = {"bf16": 2, "f16": 2, "half": 2, "f32": 4, "float": 4, "f8e4m3": 1, "f8e5m2": 1, "i8": 1, "u8": 1}
+# NCCL's element-type tag -> the canonical dtype (attrib.cost.dtypes), which gives its size
+NCCL_TYPES = {"bf16": "bf16", "f16": "fp16", "half": "fp16", "f32": "fp32", "float": "fp32",
+              "f8e4m3": "fp8_e4m3fn", "f8e5m2": "fp8_e5m2", "i8": "int8", "u8": "uint8"}
 # nccl-tests bus-bandwidth factors: bytes each rank moves over its links, per byte of the buffer
 BUS_FACTOR = {"allreduce": lambda n: 2 * (n - 1) / n, "allgather": lambda n: (n - 1) / n,
               "reducescatter": lambda n: (n - 1) / n}
@@ -170,11 +172,11 @@ def collective(dims: list, coll: str, elt: str, world: int) -> Cost:
     2(n-1)/n, all-gather / reduce-scatter (n-1)/n), what each rank's links carry; FLOPs of the
     reduction n-1 adds per element (all-reduce)."""
     tensors = dims[0] if dims and isinstance(dims[0], list) and dims[0] and isinstance(dims[0][0], list) else []
-    size = _NCCL_TYPES.get(elt.lower())
+    dtype = NCCL_TYPES.get(elt.lower())
+    size = SIZES.get(dtype) if dtype else None
     if not tensors or size is None or world < 2:
         return unknown("collective", "buffer shapes, element type or world size not recorded")
     numel = sum(prod(t) for t in tensors if isinstance(t, list))
     factor = BUS_FACTOR[coll.lower()](world)
     flops = float(numel * (world - 1)) if coll.lower() == "allreduce" else 0.0
-    return Cost(numel * size * factor, flops, {"bf16": "bf16", "f16": "fp16", "half": "fp16"}.get(elt.lower(), "fp32"),
-                "collective", f"bus bytes (nccl-tests): buffer x {factor:g} over {world} ranks, link traffic")
+    return Cost(numel * size * factor, flops, dtype, "collective", f"bus bytes (nccl-tests): buffer x {factor:g} over {world} ranks, link traffic")
