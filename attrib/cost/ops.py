@@ -53,15 +53,24 @@ def op_cost(name: str, dims: list | str | None, types: list | str | None, concre
 
 
 def moe_top_k(ops: pl.DataFrame) -> dict[int, int]:
-    """{num_experts: k}: the most common k of aten::topk calls, keyed by the last dim they select from
-    (the router's expert count). Lets grouped-GEMM pricing use T = rows / k."""
-    rows = ops.filter(pl.col("name") == "aten::topk").select("input_dims", "concrete_inputs").unique()
+    """{num_experts: k}: the router's k of aten::topk calls, keyed by the last dim they select from
+    (the router's expert count). Lets grouped-GEMM pricing use T = rows / k.
+
+    Group-limited routing (DeepSeek-V3) also runs top-k over grouped views of the scores, 3-D
+    [T, groups, E / groups] (with one group, [T, 1, E]); the experts' k is that of the top-k over
+    the 2-D [T, E] scores, so 2-D calls decide when there are any; then the most common k."""
+    rows = (ops.filter(pl.col("name") == "aten::topk")
+            .group_by("input_dims", "concrete_inputs").len())
     votes: dict[int, Counter[int]] = {}
-    for dims, conc in rows.iter_rows():
+    grouped: dict[int, Counter[int]] = {}
+    for dims, conc, n in rows.sort("input_dims", "concrete_inputs").iter_rows():
         d, c = _load(dims), _load(conc)
         k = concrete_int(c, 1)
         if d and isinstance(d[0], list) and d[0] and k:
-            votes.setdefault(int(d[0][-1]), Counter())[k] += 1
+            into = votes if len(d[0]) <= 2 else grouped
+            into.setdefault(int(d[0][-1]), Counter())[k] += n
+    for e, c in grouped.items():
+        votes.setdefault(e, c)
     return {e: c.most_common(1)[0][0] for e, c in votes.items()}
 
 
