@@ -22,7 +22,7 @@ from attrib.cost.budget import Budget
 from attrib.cost.ops import op_costs
 from attrib.cost.registry import CONTEXT, Call, CostModel
 from attrib.cost.strides import stored_dims
-from attrib.steps.phases import vllm_sums
+from attrib.steps.phases import vllm_requests, vllm_sums
 from attrib.trace import Trace
 
 _PRICED = {"op_id": pl.Int64, "_fb": pl.Float64, "_ff": pl.Float64, "_fd": pl.Utf8, "_fm": pl.Utf8}
@@ -49,8 +49,8 @@ def _world(trace: Trace) -> int | None:
 def _step_sums(steps: pl.DataFrame | None) -> dict[int, dict[str, int]]:
     if steps is None or "marker" not in steps.columns:
         return {}
-    pairs = ((s, vllm_sums(m)) for s, m in steps.select("step", "marker").iter_rows())
-    return {s: v for s, v in pairs if v}
+    pairs = ((s, vllm_sums(m), vllm_requests(m)) for s, m in steps.select("step", "marker").iter_rows())
+    return {s: v | {"requests": n or 0} for s, v, n in pairs if v}
 
 
 def _matching(model: CostModel, ops: pl.DataFrame) -> pl.DataFrame:

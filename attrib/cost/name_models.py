@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from attrib.components.patterns import CAT_ELEMENT_BYTES
 from attrib.cost import opaque
 from attrib.cost import serving as sv
+from attrib.cost.budget import Budget, model_shape
 from attrib.cost.dtypes import Cost, unknown
 
 if TYPE_CHECKING:
@@ -37,11 +38,26 @@ def cat_from_kernel(call: Call) -> Cost:
     return Cost(2.0 * numel * size, None, None, "copy")
 
 
+def sliding(budget: Budget | None) -> tuple[float, int] | None:
+    """(share of layers with a sliding window, the window) from a model config, or None."""
+    if budget is None:
+        return None
+    try:
+        m = model_shape(budget.config)
+    except (KeyError, TypeError, ValueError):
+        return None
+    if not (m.sliding_layers and m.sliding_window and m.layers):
+        return None
+    return m.sliding_layers / m.layers, m.sliding_window
+
+
 def paged_attention(call: Call) -> Cost:
-    """A paged-attention call priced with its step's Σk, Σq·k (attrib.cost.serving)."""
+    """A paged-attention call priced with its step's Σk, Σq·k (attrib.cost.serving); with a model
+    config of sliding-window layers, those read at most their window (attrib.cost.serving)."""
     if not call.dims or not call.types or not call.sums:
         return unknown("attention", "paged-attention shapes or step sums not recorded")
-    return sv.paged_attention(call.name, call.dims, call.types, call.concrete, dict(call.sums))
+    return sv.paged_attention(call.name, call.dims, call.types, call.concrete, dict(call.sums),
+                              window=sliding(call.budget))
 
 
 def moe_forward(call: Call) -> Cost:
