@@ -12,7 +12,8 @@ from typing import Any
 import orjson
 
 import rules
-from attrib.cost.budget import Budget, model_shape
+from attrib.cost.budget import Budget, for_world, model_shape
+from attrib.cost.kernels import world_size
 from attrib.cost.dtypes import KV_BYTES
 from attrib.cost.weights import Bits, from_quantization_config, parse_bits
 from attrib.errors import TraceError, UsageError
@@ -182,6 +183,7 @@ def analyze_path(path: str | Path, phase: str | None = None, phase_map: dict[str
 
     warn(path, message) is called with each warning of the readers (what they salvaged or dropped)."""
     a = attribution(path, phase_map, capture, capture_batch, warn, budget)
+    budget = for_world(budget, world_size(a.trace))   # the rank's tensor-parallel shard
     check_phase(a, phase, path)
     doc = document(a, phase, arch, arch_from, budget, arch_file, top)
     if not a.trace.kernels.height:

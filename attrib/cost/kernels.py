@@ -40,7 +40,8 @@ def _fill(costs: pl.DataFrame, priced: pl.DataFrame) -> pl.DataFrame:
     ).drop("_fb", "_ff", "_fd", "_fm")
 
 
-def _world(trace: Trace) -> int | None:
+def world_size(trace: Trace) -> int | None:
+    """The process group's size from the trace's distributedInfo, or None."""
     info = (trace.meta.top or {}).get("distributedInfo") or {}
     world = info.get("world_size") if isinstance(info, dict) else None
     return world if isinstance(world, int) else None
@@ -100,7 +101,7 @@ def _price(model: CostModel, calls: pl.DataFrame, budget: Budget | None, world: 
 def _context_costs(trace: Trace, kernels: pl.DataFrame, steps: pl.DataFrame | None,
                    budget: Budget | None, costs: pl.DataFrame) -> pl.DataFrame:
     """The ops still unpriced, through each model that needs a kernel name or context."""
-    have = {"budget": budget is not None, "world": _world(trace) is not None}
+    have = {"budget": budget is not None, "world": world_size(trace) is not None}
     sums = _step_sums(steps)
     have["step"] = bool(sums)
     for model in CONTEXT:
@@ -112,7 +113,7 @@ def _context_costs(trace: Trace, kernels: pl.DataFrame, steps: pl.DataFrame | No
             continue
         calls = _calls(model, ops, kernels, sums)
         if calls.height:
-            costs = _fill(costs, _price(model, calls, budget, _world(trace), sums))
+            costs = _fill(costs, _price(model, calls, budget, world_size(trace), sums))
     return costs
 
 
