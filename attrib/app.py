@@ -13,7 +13,8 @@ from typing import Any
 import orjson
 
 import rules
-from attrib.cost.budget import Budget, model_shape
+from attrib.cost.budget import Budget, for_world, model_shape
+from attrib.cost.kernels import world_size
 from attrib.cost.dtypes import KV_BYTES
 from attrib.cost.weights import Bits, from_quantization_config, parse_bits
 from attrib.errors import TraceError, UsageError
@@ -207,7 +208,8 @@ def analyze_path(path: str | Path, opts: Options = Options(), warn: Warn | None 
 
 def analysis(a: Attribution, opts: Options = Options()) -> Analysis:
     """The Analysis of an attribution: its figures, the rules' findings, the ranked bottlenecks."""
-    an = build(a, opts.phase, opts.arch, opts.arch_from, opts.budget, opts.arch_file, opts.top)
+    budget = for_world(opts.budget, world_size(a.trace))  # the rank's tensor-parallel shard
+    an = build(a, opts.phase, opts.arch, opts.arch_from, budget, opts.arch_file, opts.top)
     found = tuple(rules.run(a, an))
     return replace(an, findings=found, phases=rank(an.phases, found))
 

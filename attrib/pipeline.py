@@ -11,12 +11,12 @@ from dataclasses import dataclass
 import polars as pl
 
 from attrib.components.classify import classify
-from attrib.cost.budget import Budget
-from attrib.cost.kernels import kernel_costs
+from attrib.cost.budget import Budget, for_world
+from attrib.cost.kernels import kernel_costs, world_size
 from attrib.link.graph_capture import merge
 from attrib.link.launches import link
 from attrib.steps.phases import assign_steps, tokens_from_kernel_names, tokens_from_shapes
-from attrib.steps.tokens import fill_tokens_and_phase, tokens_from_names
+from attrib.steps.tokens import fill_tokens_and_phase, tokens_from_names, with_units
 from attrib.steps.excluded import mark_excluded
 from attrib.steps.windows import windows
 from attrib.trace import Trace
@@ -53,5 +53,6 @@ def attribute(trace: Trace, phase_map: dict[str, str] | None = None, capture: Tr
          .join(links.select("id", "launch_id", "graph"), on="id", how="left"))
     steps = tokens_from_names(steps, tokens_from_kernel_names(k.join(trace.kernels.select("id", "grid"), on="id", how="left")))
     k = k.join(steps.select("step", "phase"), on="step", how="left")
-    steps = mark_excluded(windows(steps, k, trace.copies), trace)
+    steps = with_units(mark_excluded(windows(steps, k, trace.copies), trace), trace.ops)
+    budget = for_world(budget, world_size(trace))   # a tensor-parallel rank reads its shard
     return Attribution(trace=trace, kernels=kernel_costs(trace, k, steps, budget), steps=steps, notes=tuple(notes))

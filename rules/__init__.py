@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from attrib.analysis.model import Analysis
 from attrib.pipeline import Attribution
-from rules import (attention, compare, copies, gemm, idle, jit, kvcache, launch, linear_attention, llamacpp, platform, quant,
+from rules import (attention, compare, constant_cast, copies, gemm, idle, jit, kvcache, launch, linear_attention, llamacpp, platform, quant,
                    roofline, sampler)
 from rules.finding import RDNA, SEVERITIES, Finding, PairRule, Rule
 from rules.thresholds import DEFAULT, Thresholds
@@ -65,6 +65,8 @@ CATALOG: tuple[Rule | PairRule, ...] = (
     Rule("idle-by-cause", idle.idle_by_cause, "kernels, runtime calls, copies and step windows", (), idle.ALL_REFS),
     Rule("linear-attention-torch-fallback", linear_attention.torch_fallback, "Python frames (with_stack) of "
          "transformers' torch_*_gated_delta_rule / torch_causal_conv1d_*; kernels", (), linear_attention.REFS),
+    Rule("constant-table-cast-every-step", constant_cast.constant_casts, "CPU ops with shapes (an fp32 "
+         "[>= 4096, <= 512] table cast to 16 bits in the step) and their kernels", ()),
     Rule("kv-cache-recopied", kvcache.kv_cache_recopy, "aten::cat ops with shapes in kv_cache_write; attention bytes",
          (), kvcache.REFS),
     Rule("decode-below-bandwidth-ceiling", roofline.decode_below_ceiling, "bytes per step (shapes or --model)", ()),

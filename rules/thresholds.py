@@ -63,6 +63,8 @@ class Thresholds:
     la_fallback_min_ms: float = 0.05
     # KV cache re-copied: cat bytes per step at least this share of attention's bytes
     kv_recopy_vs_attention: float = 0.5
+    # a constant table (the rotary cos/sin cache) recast inside the step: reported from this ms/step
+    constant_cast_min_ms: float = 0.01
     # decode below the bandwidth ceiling: achieved tok/s below this share of the ceiling
     ceiling_fraction: float = 0.25
     # roofline gap

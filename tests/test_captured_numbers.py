@@ -21,9 +21,12 @@ from attrib.pipeline import attribute
 from collectors import load
 
 from conftest import FIXTURES
+from test_captured_round2 import HAND as ROUND2
 
 CAPTURED = FIXTURES / "captured"
-ALL = sorted(p.name.removesuffix(".pt.trace.json.gz") for p in CAPTURED.glob("*.pt.trace.json.gz"))
+VISION = {"vit_forward_b8"}   # a forward pass, no decode (tests/test_steps_kind.py)
+ALL = sorted(n for n in (p.name.removesuffix(".pt.trace.json.gz") for p in CAPTURED.glob("*.pt.trace.json.gz"))
+             if n not in VISION)
 
 # L4: hidden 2048, 4 layers, 16 q / 8 KV heads x 128, FFN 5632, vocab 32000, untied lm_head, bf16:
 # attention 100,663,296 + MLP 276,824,064 + norms 36,864 + lm_head 131,072,000; a decode step also
@@ -103,6 +106,7 @@ HAND = {
     "tp2_decode_rank1": _dense(319_885_312, 65_536, 515.5, 2, 8),
     "qwen3next_decode": QWEN3NEXT, "deepseekv3_decode": DEEPSEEKV3,
     "hf_llama_cuda_b8_p512": HF_LLAMA, "fp8_w8a8_decode": FP8,
+    **ROUND2,   # sliding windows, grouped routing (tests/test_captured_round2.py)
 }
 
 

@@ -120,10 +120,13 @@ def test_analysis_with_merge(traces):
     g0, g1 = before.filter(pl.col("graph")), after.filter(pl.col("graph"))
     assert g0["op"].null_count() == 361 and g1["op"].null_count() == 0
     # The module scope is only torch.compile's GraphModule, which decides no component, so the
-    # capture's CPU op is the evidence: by op for 145 kernels (norm, rope, moe), not by module; the
-    # 24 `_finalize_matmul_scatter` kernels under vllm::moe_forward are the combine, by their name.
+    # capture's CPU op is the evidence: by op for 168 kernels (norm, rope, moe, and the 23 casts of the
+    # rotary cos/sin table, attrib.components.rope_table), not by module; the 24
+    # `_finalize_matmul_scatter` kernels under vllm::moe_forward are the combine, by their name.
     ev = dict(g1.group_by("evidence").len().iter_rows())
-    assert ev.get("module", 0) == 0 and ev["op"] == 145
+    assert ev.get("module", 0) == 0 and ev["op"] == 145 + 23
+    table = g1.filter(pl.col("op") == "triton_poi_fused__to_copy_1")
+    assert table.height == 23 and set(table["component"]) == {"rope"} and set(table["evidence"]) == {"op"}
     assert dict(g0.group_by("evidence").len().iter_rows()).get("op", 0) == 0
     moe = g1.filter(pl.col("op") == "vllm::moe_forward")
     assert moe.height == 72

@@ -65,7 +65,7 @@ def _component(r: dict[str, Any], total: float, n: int) -> Component:
         roofline_ms=_r(r["roofline_ms"]), gap_ms=_r(r["gap_ms"]), intensity=_r(r["intensity"], 3),
         bound=r["bound"], dtype=r["dtype"], bytes_from=r["bytes_from"],
         bytes_known_share=_share(r["known_ms"], r["ms"], r["bytes"]),
-        inconsistent=r["inconsistent"], partial=bool(r["partial"]),
+        inconsistent=r["inconsistent"], over_peak=r["over_peak"], partial=bool(r["partial"]),
         estimated_share=_share(r["estimated_ms"], r["ms"], r["bytes"]),
         evidence={e["evidence"]: e["len"] for e in ev},
         evidence_per_step={e["evidence"]: _r(e["len"] / max(n, 1), 2) for e in ev})
@@ -73,7 +73,9 @@ def _component(r: dict[str, Any], total: float, n: int) -> Component:
 
 def _components(k: pl.DataFrame, steps: pl.DataFrame, budget: Budget | None, phase: str,
                 arch: Arch | None, what_if: bool) -> tuple[pl.DataFrame, tuple[Component, ...]]:
-    comp = roofline_rows(component_table(k, steps, budget, phase), arch, what_if)
+    # a kernel above the traced device's peak adds no bytes (under a what-if the times are another chip's)
+    peak = arch.peak_bw_gbs if (arch is not None and not what_if) else None
+    comp = roofline_rows(component_table(k, steps, budget, phase, peak_gbs=peak), arch, what_if)
     ev = (k.group_by("component", "evidence").len().group_by("component")
           .agg(pl.struct("evidence", "len").alias("ev")))
     comp = comp.join(ev, on="component", how="left")

@@ -123,6 +123,7 @@ class Component:
     bytes_from: str | None
     bytes_known_share: float | None
     inconsistent: str | None
+    over_peak: str | None  # kernels above the device's peak: their bytes not counted
     partial: bool
     estimated_share: float | None
     evidence: dict[str, int]

@@ -30,6 +30,10 @@ def _left_out(ph: Phase) -> list[str]:
         out.append(f"{ph.phase}: {', '.join(ph.excluded_components)} left out of GB/token and the "
                    "ceiling: achieved rate above the device's peak (their bytes model is wrong or the "
                    "data cache-resident)")
+    for c in ph.component_rows:
+        if c.over_peak:
+            out.append(f"{ph.phase}: {c.component}: kernels priced above the device's peak, their bytes not "
+                       f"counted (a wrong bytes model or cache-resident data): {c.over_peak}")
     partial = [c.component for c in ph.component_rows if c.partial]
     if partial:
         out.append(f"{ph.phase}: {', '.join(partial)} priced for under {MIN_KNOWN:.0%} of their time: "

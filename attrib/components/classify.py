@@ -16,6 +16,7 @@ import polars as pl
 
 from attrib.components.patterns import GEMM_OPS, component_patterns
 from attrib.components.position import gemm_positions
+from attrib.components.rope_table import rope_table_casts
 from attrib.components.router import routers
 from attrib.components.taxonomy import TAXONOMY
 from attrib.link.launches import launch_points
@@ -35,6 +36,9 @@ HINT_FRAMES = (
     (r"(?i)grouped_mm|grouped_linear|experts_forward|fused_moe", "moe_experts"),
     (r"(?i)sampler|_sample\b|logits_process|top_k_top_p|sampling", "sampler"),
 )
+# a frame of a script run directly: a file name without a package path, `sampler_capture.py(12): `;
+# its name is the user's, not the work's (library frames, `vllm/.../rotary_embedding.py(..)`, keep theirs)
+SCRIPT_FRAME = r"^[^/\\]+\.py\(\d+\): "
 # record_function / roctx annotations (CPU side) that name the work: the frame hints, and activation
 # quantization (an annotation wraps only what it names; a Python frame named for quantization, such as
 # vLLM's quantization/fp8.py apply, also wraps the GEMM, so "quant" is no frame hint)
@@ -86,13 +90,19 @@ def by_name(names: pl.Series) -> pl.DataFrame:
                           _first_match(pl.col("name"), fams).alias("name_family"))
 
 
-def _innermost_hint(spans: pl.DataFrame, rules: tuple, k: pl.DataFrame) -> pl.DataFrame:
+def _innermost_hint(spans: pl.DataFrame, rules: tuple, k: pl.DataFrame, frames: bool = False) -> pl.DataFrame:
     """kernel id -> hint_comp: the component `rules` give the innermost hinted span (id, name, start_ns,
-    dur_ns, pid, tid) around the kernel's launch."""
+    dur_ns, pid, tid) around the kernel's launch. frames: Python frames, where a script's file name
+    never names a component (SCRIPT_FRAME)."""
     if spans.height == 0:
         return pl.DataFrame(schema={"id": pl.Int64, "hint_comp": pl.Utf8})
     names = spans.select(pl.col("name").unique())  # names repeat: the patterns run once per distinct name
-    hinted = names.with_columns(_first_match(pl.col("name"), list(rules)).alias("hint_comp")).drop_nulls()
+    hinted = names.with_columns(_first_match(pl.col("name"), list(rules)).alias("hint_comp"))
+    if frames:   # a script run directly (a bare `file.py(12): func`) is named by its function only
+        script = pl.col("name").str.contains(SCRIPT_FRAME)
+        func = _first_match(pl.col("name").str.replace(SCRIPT_FRAME, ""), list(rules))
+        hinted = hinted.with_columns(pl.when(script).then(func).otherwise(pl.col("hint_comp")).alias("hint_comp"))
+    hinted = hinted.drop_nulls()
     f = spans.join(hinted, on="name", how="inner")
     got = innermost(f.select("id", "start_ns", "dur_ns", "pid", "tid"), launch_points(k), ["pid", "tid"])
     return got.join(f.select(pl.col("id").alias("inner"), "hint_comp"), on="inner", how="left").select(
@@ -102,7 +112,7 @@ def _innermost_hint(spans: pl.DataFrame, rules: tuple, k: pl.DataFrame) -> pl.Da
 def _hints(trace: Trace, k: pl.DataFrame) -> pl.DataFrame:
     """kernel id -> component named by the innermost hint frame around its launch, or else by the
     innermost CPU-side annotation that names the work; hint_src: 'frame' | 'annotation'."""
-    frames = _innermost_hint(trace.frames, HINT_FRAMES, k)
+    frames = _innermost_hint(trace.frames, HINT_FRAMES, k, frames=True)
     m = trace.markers
     cpu = m.filter(pl.col("side") == "cpu") if "side" in m.columns else m.clear()
     notes = _innermost_hint(cpu.select("id", "name", "start_ns", "dur_ns", "pid", "tid"), HINT_ANNOTATIONS, k)
@@ -309,6 +319,10 @@ def classify(trace: Trace, links: pl.DataFrame, kernel_steps: pl.DataFrame) -> p
     router = pl.col("id").is_in(routers(trace.ops, k).implode())
     k = k.with_columns(pl.when(router).then(pl.lit("moe_router")).otherwise(pl.col("comp")).alias("comp"),
                        pl.when(router).then(pl.lit("op")).otherwise(pl.col("evidence")).alias("evidence"))
+    # the rotary cos/sin table cast to 16 bits (a constant recast each step): rope, by op and shapes
+    table = pl.col("comp").is_null() & pl.col("op_id").is_in(rope_table_casts(trace.ops).implode())
+    k = k.with_columns(pl.when(table).then(pl.lit("rope")).otherwise(pl.col("comp")).alias("comp"),
+                       pl.when(table).then(pl.lit("op")).otherwise(pl.col("evidence")).alias("evidence"))
     gemm = (pl.col("comp").is_null() & (pl.col("name_comp") == "gemm")) | (
         pl.col("comp").is_null() & pl.col("op").is_in(list(GEMM_OPS)).fill_null(False))
     k = k.with_columns(gemm.alias("_gemm"))

@@ -10,7 +10,7 @@ sliding-window layers (`layer_types`); MLA and linear-attention layers are refus
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import polars as pl
@@ -43,6 +43,22 @@ class ModelShape:
     tie_word_embeddings: bool = False
     sliding_layers: int = 0
     sliding_window: int = 0
+
+
+SHARDING = ("attention heads split over the ranks (KV heads replicated where fewer than ranks), dense-MLP, "
+            "expert and shared-expert intermediates split, the vocabulary split (embedding, lm_head); "
+            "norms and the router replicated (vLLM / Megatron tensor parallelism)")
+
+
+def shard(m: ModelShape, tp: int) -> ModelShape:
+    """One rank's part of the model under tensor parallelism over `tp` ranks (SHARDING)."""
+    if tp <= 1:
+        return m
+    def part(n: int) -> int:
+        return -(-n // tp) if n else 0
+    return replace(m, heads=part(m.heads), kv_heads=max(1, m.kv_heads // tp),
+                   intermediate=part(m.intermediate), moe_intermediate=part(m.moe_intermediate),
+                   shared_intermediate=part(m.shared_intermediate), vocab=part(m.vocab))
 
 
 def _first(cfg: Mapping[str, Any], *keys: str, default: Any = None) -> Any:
@@ -94,7 +110,7 @@ def _row(component: str, weight: float, kv: float, act: float, flops: float, not
 
 def decode_budget(config: Mapping[str, Any], *, batch: int = 1, context: int, weight_bits: Bits = 16,
                   kv_bytes: float = 2, act_bytes: float = 2, lm_head_bits: float | None = None,
-                  qkv_fused: bool = True, gate_up_fused: bool = True) -> pl.DataFrame:
+                  qkv_fused: bool = True, gate_up_fused: bool = True, tp: int = 1) -> pl.DataFrame:
     """Bytes (weights / KV / activations) and FLOPs of one decode step, one row per component.
 
     batch: sequences, one new token each (tokens per step). context: K/V positions each sequence's
@@ -102,14 +118,16 @@ def decode_budget(config: Mapping[str, Any], *, batch: int = 1, context: int, we
     weight_bits: bits per GEMM weight incl. scales (16 bf16, 8 fp8, 4.25 mxfp4, 4.5 Q4_0), one figure or
     per weight class (attrib.cost.weights: experts, attention, mlp, ..., default); norm and
     router weights stay at act_bytes. qkv_fused / gate_up_fused: one input read instead of 3 / 2.
+    tp: tensor-parallel ranks; the figures are one rank's shard (SHARDING).
     """
-    m = model_shape(config)
+    m = shard(model_shape(config), tp)
     t, h, d, a = batch, m.hidden, m.head_dim, act_bytes
     w = bits_for(weight_bits, "attention") / 8
     lw = (lm_head_bits if lm_head_bits is not None else bits_for(weight_bits, "lm_head")) / 8
     q_dim, kv_dim = m.heads * d, m.kv_heads * d
     dense_layers = m.layers - m.moe_layers
-    rows = [_row("embedding", t * h * bits_for(weight_bits, "embedding") / 8, 0, t * h * a + t * 8, 0, "gathered rows, not the table")]
+    emb_note = "gathered rows, not the table" + (f"; one rank of TP={tp}: {SHARDING}" if tp > 1 else "")
+    rows = [_row("embedding", t * h * bits_for(weight_bits, "embedding") / 8, 0, t * h * a + t * 8, 0, emb_note)]
     qkv_w = h * (q_dim + 2 * kv_dim)
     rows.append(_row("qkv_proj", m.layers * qkv_w * w, 0,
                      m.layers * t * (h * (1 if qkv_fused else 3) + q_dim + 2 * kv_dim) * a,
@@ -182,10 +200,22 @@ class Budget:
     context: int | None
     weight_bits: Bits = 16
     kv_bytes: float = 2
+    tp: int = 1   # tensor-parallel ranks: the budget is one rank's shard (SHARDING)
 
     def table(self, batch: int) -> pl.DataFrame:
         """The decode budget at `batch` tokens per step (needs the context)."""
         if self.context is None:
             raise ValueError("a decode budget needs the context")
         return decode_budget(self.config, batch=batch, context=self.context, weight_bits=self.weight_bits,
-                             kv_bytes=self.kv_bytes)
+                             kv_bytes=self.kv_bytes, tp=self.tp)
+
+    def shape(self) -> ModelShape:
+        """The rank's shard of the model's shape."""
+        return shard(model_shape(self.config), self.tp)
+
+
+def for_world(budget: Budget | None, world: int | None) -> Budget | None:
+    """The budget of one rank of `world` tensor-parallel ranks (the trace's distributedInfo)."""
+    if budget is None or not isinstance(world, int) or world <= 1 or budget.tp == world:
+        return budget
+    return replace(budget, tp=world)

@@ -16,9 +16,26 @@ from attrib.cost.budget import Budget
 ESTIMATES = ("inductor", "inductor_template", "moe (model config)", "collective (bus bytes)")
 
 
-def component_table(k: pl.DataFrame, steps: pl.DataFrame, budget: Budget | None, phase: str) -> pl.DataFrame:
+def over_peak(k: pl.DataFrame, peak_gbs: float | None) -> pl.Expr:
+    """Kernels whose priced bytes over their own duration exceed the device's peak bandwidth: their
+    bytes are wrong (or the kernel read from cache), never a measured rate."""
+    if not peak_gbs or "bytes" not in k.columns:
+        return pl.lit(False)
+    return (pl.col("bytes").is_not_null() & (pl.col("dur_ns") > 0)
+            & (pl.col("bytes") / pl.col("dur_ns") > peak_gbs)).fill_null(False)
+
+
+def component_table(k: pl.DataFrame, steps: pl.DataFrame, budget: Budget | None, phase: str,
+                    peak_gbs: float | None = None) -> pl.DataFrame:
     """Per component, medians over the phase's steps: ms, kernels, bytes, flops, ms of priced kernels,
-    ms of kernels priced by an estimate (ESTIMATES)."""
+    ms of kernels priced by an estimate (ESTIMATES).
+
+    peak_gbs: the device's peak bandwidth. A kernel priced above it adds no bytes (its time counts
+    as unpriced) and its row names it in `over_peak` (kernel names, '; '-joined; null if none)."""
+    hot = over_peak(k, peak_gbs)
+    flagged = (k.filter(hot).group_by("component")
+               .agg(pl.col("name").unique().sort().str.join("; ").alias("over_peak")))
+    k = k.with_columns(*[pl.when(hot).then(None).otherwise(pl.col(c)).alias(c) for c in ("bytes", "flops")])
     known = pl.col("bytes").is_not_null()
     estimated = known & pl.col("cost_model").is_in(ESTIMATES) if "cost_model" in k.columns else pl.lit(False)
     per = k.group_by("step", "component").agg(
@@ -42,7 +59,10 @@ def component_table(k: pl.DataFrame, steps: pl.DataFrame, budget: Budget | None,
     tokens = steps["tokens"].drop_nulls()
     if budget is not None and budget.context is not None and phase == "decode" and tokens.len():
         comp = with_budget(comp, budget, int(tokens.median()))
-    return comp.with_columns(pl.when(pl.col("bytes").is_null()).then(None).otherwise(pl.col("bytes_from")).alias("bytes_from"))
+    comp = comp.with_columns(pl.when(pl.col("bytes").is_null()).then(None).otherwise(pl.col("bytes_from")).alias("bytes_from"))
+    if peak_gbs:
+        comp = comp.join(flagged, on="component", how="left")
+    return comp
 
 
 def with_budget(comp: pl.DataFrame, budget: Budget, tokens_per_step: int) -> pl.DataFrame:

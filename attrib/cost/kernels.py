@@ -5,57 +5,28 @@ aten::mm are all priced, so charging outer ops too would count bytes twice). An 
 several kernels (a GEMM and its split-K reduce, an attention kernel and its combine) has its cost
 shared among them by duration. Kernels with no op (graph replays, rocprof traces) or whose op has no
 formula or no recorded shapes get null bytes: `bytes_known` says which kernels are priced.
+
+Ops are priced by the cost models of attrib.cost.registry: the shape models over each distinct
+signature (attrib.cost.ops), then each model that needs a kernel name or context, over the ops
+still unpriced.
 """
 
 from __future__ import annotations
 
-import math
+from collections.abc import Mapping
 
 import orjson
 import polars as pl
 
-from attrib.components.patterns import CAT_ELEMENT_BYTES
-from attrib.cost import opaque
-from attrib.cost import serving as sv
 from attrib.cost.budget import Budget
 from attrib.cost.ops import op_costs
+from attrib.cost.registry import CONTEXT, Call, CostModel
 from attrib.cost.strides import stored_dims
-from attrib.steps.phases import vllm_sums
+from attrib.steps.phases import vllm_requests, vllm_sums
 from attrib.trace import Trace
 
-
-# aten::cat records its inputs as a TensorList with no element type; the kernel names it
-# (CatArrayBatchedCopy<OpaqueType<2u>, ...>): element bytes from the kernel, counts from the shapes.
-
-
-def _cat_costs(trace: Trace, kernels: pl.DataFrame, costs: pl.DataFrame) -> pl.DataFrame:
-    """Price aten::cat ops the shape model could not, from their kernel's element size."""
-    cat = trace.ops.filter(pl.col("name") == "aten::cat").select(pl.col("id").alias("op_id"), "input_dims")
-    elem = (kernels.filter(pl.col("op_id").is_in(cat["op_id"].implode()))
-            .select("op_id", pl.col("name").str.extract(CAT_ELEMENT_BYTES, 1).cast(pl.Int64).alias("elem"))
-            .drop_nulls().unique("op_id"))
-    if elem.height == 0:
-        return costs
-    rows = []
-    for op_id, dims, size in cat.join(elem, on="op_id").iter_rows():  # one row per distinct cat op
-        tensors = (orjson.loads(dims) or [[]])[0] if dims else []
-        numel = sum(math.prod(t) for t in tensors if isinstance(t, list))
-        rows.append((op_id, 2.0 * numel * size))  # every input element read once, written once
-    priced = pl.DataFrame(rows, schema={"op_id": pl.Int64, "_cat": pl.Float64}, orient="row")
-    use = pl.col("_ob").is_null() & pl.col("_cat").is_not_null()
-    return costs.join(priced, on="op_id", how="left").with_columns(
-        pl.when(use).then(pl.col("_cat")).otherwise(pl.col("_ob")).alias("_ob"),
-        pl.when(use).then(pl.lit("cat (element size from kernel name)")).otherwise(pl.col("cost_model")).alias("cost_model"),
-    ).drop("_cat")
-
-
-# Paged attention ops get the KV cache from the forward context, not as an input: what they read
-# depends on every request's context length, which vLLM's detailed step annotation sums up.
-PAGED_ATTENTION = (r"^vllm::unified_(?:mla_)?attention|^_rocm_C::paged_attention|^aiter::paged_attention"
-                   r"|^_C::paged_attention")
-
-
-_PRICED = {"op_id": pl.Int64, "_fb": pl.Float64, "_ff": pl.Float64, "_fd": pl.Utf8}
+_PRICED = {"op_id": pl.Int64, "_fb": pl.Float64, "_ff": pl.Float64, "_fd": pl.Utf8, "_fm": pl.Utf8}
+_KEYS = ["name", "input_dims", "input_types", "concrete_inputs"]
 
 
 def _fill(costs: pl.DataFrame, priced: pl.DataFrame) -> pl.DataFrame:
@@ -69,70 +40,81 @@ def _fill(costs: pl.DataFrame, priced: pl.DataFrame) -> pl.DataFrame:
     ).drop("_fb", "_ff", "_fd", "_fm")
 
 
-def _paged_attention_costs(trace: Trace, kernels: pl.DataFrame, steps: pl.DataFrame | None,
-                           costs: pl.DataFrame) -> pl.DataFrame:
-    """Price paged-attention ops (attrib.cost.serving.paged_attention) with their step's sums."""
-    if steps is None or "marker" not in steps.columns:
-        return costs
-    sums = {s: v for s, v in ((s, vllm_sums(m)) for s, m in steps.select("step", "marker").iter_rows()) if v}
-    ops = trace.ops.filter(pl.col("name").str.contains(PAGED_ATTENTION))
-    if not sums or ops.height == 0:
-        return costs
-    op_step = (kernels.filter(pl.col("op_id").is_in(ops["id"].implode()) & pl.col("step").is_not_null())
-               .select("op_id", "step").unique("op_id"))
-    rows = []
-    for op_id, step, name, dims, types, conc in op_step.join(
-            ops.select(pl.col("id").alias("op_id"), "name", "input_dims", "input_types", "concrete_inputs"),
-            on="op_id").iter_rows():  # one row per attention call
-        if step in sums and dims and types:
-            c = sv.paged_attention(name, orjson.loads(dims), orjson.loads(types),
-                                   orjson.loads(conc) if conc else [], sums[step])
-            if c.bytes is not None:
-                rows.append((op_id, c.bytes, c.flops, c.dtype))
-    if not rows:
-        return costs
-    return _fill(costs, pl.DataFrame(rows, schema=_PRICED, orient="row").with_columns(
-        pl.lit("paged attention (vLLM step annotation Σk, Σq·k)").alias("_fm")))
-
-
-def _opaque_costs(trace: Trace, costs: pl.DataFrame, budget: Budget | None) -> pl.DataFrame:
-    """Price ops whose weights are not arguments (attrib.cost.opaque) from the model config."""
-    ops = trace.ops.filter(pl.col("name").is_in(opaque.OPAQUE_MOE))
-    if budget is None or ops.height == 0:
-        return costs
-    rows = []
-    for dims, types in ops.select("input_dims", "input_types").unique().iter_rows():
-        c = opaque.moe_forward(orjson.loads(dims or "[]"), orjson.loads(types or "[]"), budget)
-        rows.append((dims, types, c.bytes, c.flops, c.dtype, c.model))
-    priced = ops.select(pl.col("id").alias("op_id"), "input_dims", "input_types").join(
-        pl.DataFrame(rows, schema={"input_dims": pl.Utf8, "input_types": pl.Utf8, "_fb": pl.Float64, "_ff": pl.Float64,
-                                   "_fd": pl.Utf8, "_fm": pl.Utf8}, orient="row"),
-        on=["input_dims", "input_types"], how="left", nulls_equal=True).drop("input_dims", "input_types")
-    return _fill(costs, priced)
-
-
-def _collective_costs(trace: Trace, kernels: pl.DataFrame, costs: pl.DataFrame) -> pl.DataFrame:
-    """Price collectives (attrib.cost.serving.collective) from record_param_comms' shapes, the kernel
-    name's collective and element type, and the process group's world size."""
+def world_size(trace: Trace) -> int | None:
+    """The process group's size from the trace's distributedInfo, or None."""
     info = (trace.meta.top or {}).get("distributedInfo") or {}
     world = info.get("world_size") if isinstance(info, dict) else None
-    ops = trace.ops.filter(pl.col("name") == "record_param_comms")
-    if not isinstance(world, int) or ops.height == 0:
-        return costs
-    k = (kernels.filter(pl.col("op_id").is_in(ops["id"].implode()))
-         .select("op_id", pl.col("name").str.extract_groups(sv.COLLECTIVE).alias("g"))
-         .unnest("g").drop_nulls().unique("op_id"))
-    if k.height == 0:
-        return costs
+    return world if isinstance(world, int) else None
+
+
+def _step_sums(steps: pl.DataFrame | None) -> dict[int, dict[str, int]]:
+    if steps is None or "marker" not in steps.columns:
+        return {}
+    pairs = ((s, vllm_sums(m), vllm_requests(m)) for s, m in steps.select("step", "marker").iter_rows())
+    return {s: v | {"requests": n or 0} for s, v, n in pairs if v}
+
+
+def _matching(model: CostModel, ops: pl.DataFrame) -> pl.DataFrame:
+    hit = pl.col("name").is_in(list(model.ops)) if model.ops else pl.lit(False)
+    if model.prefixes:
+        hit = hit | pl.any_horizontal([pl.col("name").str.starts_with(p) for p in model.prefixes])
+    if model.op_pattern:
+        hit = hit | pl.col("name").str.contains(model.op_pattern)
+    return ops.filter(hit)
+
+
+def _calls(model: CostModel, ops: pl.DataFrame, kernels: pl.DataFrame,
+           sums: Mapping[int, Mapping[str, int]]) -> pl.DataFrame:
+    """The model's ops (op_id and the keys), with the kernel pattern's groups and the step."""
+    calls = ops.select(pl.col("id").alias("op_id"), *_KEYS)
+    mine = kernels.filter(pl.col("op_id").is_in(calls["op_id"].implode()))
+    if model.kernel_pattern:
+        groups = (mine.select("op_id", pl.col("name").str.extract_groups(model.kernel_pattern)
+                              .alias("g")).unnest("g").drop_nulls().unique("op_id"))
+        cols = [c for c in groups.columns if c != "op_id"]
+        groups = groups.select("op_id", pl.struct(cols).alias("_kernel"))
+        calls = calls.join(groups, on="op_id")
+    if "step" in model.needs:
+        step = (mine.filter(pl.col("step").is_not_null()).select("op_id", "step").unique("op_id"))
+        calls = calls.join(step.filter(pl.col("step").is_in(list(sums))), on="op_id")
+    return calls
+
+
+def _price(model: CostModel, calls: pl.DataFrame, budget: Budget | None, world: int | None,
+           sums: Mapping[int, Mapping[str, int]]) -> pl.DataFrame:
+    """(op_id, _fb, _ff, _fd, _fm) of the calls the model prices, each distinct call priced once."""
+    keys = [c for c in calls.columns if c != "op_id"]
     rows = []
-    for op_id, coll, elt, dims in k.join(ops.select(pl.col("id").alias("op_id"), "input_dims"), on="op_id").iter_rows():
-        c = sv.collective(orjson.loads(dims or "[]"), coll, elt, world)
+    for row in calls.select(keys).unique().iter_rows(named=True):
+        c = model.price(Call(
+            row["name"], orjson.loads(row["input_dims"] or "[]"),
+            orjson.loads(row["input_types"] or "[]"), orjson.loads(row["concrete_inputs"] or "[]"),
+            kernel=row.get("_kernel"), sums=sums.get(row["step"]) if "step" in row else None,
+            budget=budget, world=world))
         if c.bytes is not None:
-            rows.append((op_id, c.bytes, c.flops, c.dtype))
-    if not rows:
-        return costs
-    return _fill(costs, pl.DataFrame(rows, schema=_PRICED, orient="row").with_columns(
-        pl.lit("collective (bus bytes)").alias("_fm")))
+            rows.append((*row.values(), c.bytes, c.flops, c.dtype, model.label or c.model))
+    out = {k: calls.schema[k] for k in keys} | {k: v for k, v in _PRICED.items() if k != "op_id"}
+    priced = pl.DataFrame(rows, schema=out, orient="row")
+    return calls.join(priced, on=keys, how="inner", nulls_equal=True).select(list(_PRICED))
+
+
+def _context_costs(trace: Trace, kernels: pl.DataFrame, steps: pl.DataFrame | None,
+                   budget: Budget | None, costs: pl.DataFrame) -> pl.DataFrame:
+    """The ops still unpriced, through each model that needs a kernel name or context."""
+    have = {"budget": budget is not None, "world": world_size(trace) is not None}
+    sums = _step_sums(steps)
+    have["step"] = bool(sums)
+    for model in CONTEXT:
+        if not all(have[n] for n in model.needs):
+            continue
+        unpriced = costs.filter(pl.col("_ob").is_null())["op_id"]
+        ops = _matching(model, trace.ops.filter(pl.col("id").is_in(unpriced.implode())))
+        if ops.height == 0:
+            continue
+        calls = _calls(model, ops, kernels, sums)
+        if calls.height:
+            costs = _fill(costs, _price(model, calls, budget, world_size(trace), sums))
+    return costs
 
 
 def kernel_costs(trace: Trace, kernels: pl.DataFrame, steps: pl.DataFrame | None = None,
@@ -143,12 +125,10 @@ def kernel_costs(trace: Trace, kernels: pl.DataFrame, steps: pl.DataFrame | None
     costs = op_costs(stored_dims(trace.ops)).select(
         pl.col("id").alias("op_id"), pl.col("bytes").alias("_ob"), pl.col("flops").alias("_of"),
         "dtype", "cost_model")
-    costs = _cat_costs(trace, kernels, costs)
-    costs = _paged_attention_costs(trace, kernels, steps, costs)
-    costs = _opaque_costs(trace, costs, budget)
-    costs = _collective_costs(trace, kernels, costs)
+    costs = _context_costs(trace, kernels, steps, budget, costs)
     k = kernels.join(costs, on="op_id", how="left")
-    share = (pl.col("dur_ns").cast(pl.Float64) / pl.col("dur_ns").sum().over("op_id").cast(pl.Float64)).fill_nan(
-        1.0 / pl.len().over("op_id"))
-    share = pl.when(pl.col("dur_ns").sum().over("op_id") > 0).then(share).otherwise(1.0 / pl.len().over("op_id"))
-    return k.with_columns((pl.col("_ob") * share).alias("bytes"), (pl.col("_of") * share).alias("flops")).drop("_ob", "_of")
+    total = pl.col("dur_ns").sum().over("op_id")
+    share = (pl.col("dur_ns").cast(pl.Float64) / total.cast(pl.Float64)).fill_nan(1.0 / pl.len().over("op_id"))
+    share = pl.when(total > 0).then(share).otherwise(1.0 / pl.len().over("op_id"))
+    return k.with_columns((pl.col("_ob") * share).alias("bytes"),
+                          (pl.col("_of") * share).alias("flops")).drop("_ob", "_of")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from math import prod
 
-from attrib.cost.budget import Budget, model_shape
+from attrib.cost.budget import Budget
 from attrib.cost.dtypes import Cost, tensor, unknown
 from attrib.cost.matmul import expected_active_experts
 from attrib.cost.weights import bits_for
@@ -23,7 +23,7 @@ def moe_forward(dims: list, types: list, budget: Budget) -> Cost:
     (model H and I), activations at the traced (possibly padded) hidden H': T*H' read and written plus
     T*k*(3H' + 2I) through gate_up (SwiGLU fused), down and the combine (a convention). FLOPs = 6*T*k*H*I."""
     x, logits = tensor(dims, types, 0), tensor(dims, types, 1)
-    m = model_shape(budget.config)
+    m = budget.shape()   # the rank's shard under tensor parallelism
     if x is None or not m.experts or not m.top_k:
         return unknown("moe", "hidden states not recorded, or the model config has no experts")
     t = prod(x.shape[:-1])
@@ -32,6 +32,7 @@ def moe_forward(dims: list, types: list, budget: Budget) -> Cost:
     active = expected_active_experts(e, k, t)
     hx = x.shape[-1]
     nbytes = active * 3 * h * i * bits / 8 + 2 * t * hx * x.size + t * k * (3 * hx + 2 * i) * x.size
-    why = (f"model config ({budget.source}): E_active = {active:.2f} of {e} (uniform routing, T={t}, k={k}), "
+    tp = f", one rank of TP={budget.tp} (I split)" if budget.tp > 1 else ""
+    why = (f"model config ({budget.source}){tp}: E_active = {active:.2f} of {e} (uniform routing, T={t}, k={k}), "
            f"H={h}, I={i}, {bits:g} bits per expert weight")
     return Cost(nbytes, 6.0 * t * k * h * i, x.dtype, "moe (model config)", why)

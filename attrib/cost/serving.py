@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from math import prod
 
-from attrib.cost.dtypes import Cost, concrete_bool, concrete_int, tensor, unknown
+from attrib.cost.dtypes import SIZES, Cost, concrete_bool, concrete_int, tensor, unknown
 from attrib.cost.elementwise import cache_write
 from attrib.cost.matmul import expected_active_experts
 
@@ -129,11 +129,27 @@ _PAGED_ARGS = {"vllm::unified_attention": (0, 1, None), "_rocm_C::paged_attentio
                "_C::paged_attention_v1": (1, 2, 4)}
 
 
-def paged_attention(name: str, dims: list, types: list, concrete: list, sums: dict[str, int]) -> Cost:
+def windowed(sums: dict[str, int], window: tuple[float, int] | None) -> tuple[float, float, str]:
+    """(Σk, Σq·k, why) with a share f of the layers attending at most `w` keys per query: a sliding
+    layer reads at most Σq + n*w keys of n requests (each request's queries and the w before them)
+    and pairs each query with at most w keys; the call stands for the layers' mean."""
+    sk, sqsk = float(sums["sk"]), float(sums["sqsk"])
+    if window is None:
+        return sk, sqsk, "K/V read at every request's full context (step annotation Σk)"
+    f, w = window
+    n = sums.get("requests") or sums["sq"]
+    sk_w, sqsk_w = min(sk, sums["sq"] + n * w), min(sqsk, sums["sq"] * w)
+    why = (f"K/V read at every request's context (step annotation Σk); {f:.0%} of the layers slide "
+           f"over {w} keys (model config): they read at most Σq + {n} x {w}, the mean over layers")
+    return (1 - f) * sk + f * sk_w, (1 - f) * sqsk + f * sqsk_w, why
+
+
+def paged_attention(name: str, dims: list, types: list, concrete: list, sums: dict[str, int],
+                    window: tuple[float, int] | None = None) -> Cost:
     """One paged-attention call from its q (and k) shapes and the step's Σk and Σq·k (vLLM's detailed
-    step annotation): K/V read at every request's full context (sliding-window layers read less: an
-    upper bound), q read and o written once. FLOPs = 4*Hq*D*Σq·k. MLA (`unified_mla_attention*`:
-    q[T, Hq, Dqk], kv_c[T, Rkv], k_pe[T, 1, Rr]) reads its latent cache once: Σk*(Rkv+Rr) elements."""
+    step annotation): K/V read at every request's context, at most the window in sliding-window
+    layers when a model config gives one (`window`), q read and o written once. FLOPs = 4*Hq*D*Σq·k.
+    MLA (`unified_mla_attention*`: q[T, Hq, Dqk], kv_c[T, Rkv], k_pe[T, 1, Rr]) reads its latent cache once: Σk*(Rkv+Rr) elements."""
     q = tensor(dims, types, 0)
     if "mla_attention" in name:
         kv_c, k_pe = tensor(dims, types, 1), tensor(dims, types, 2)
@@ -151,14 +167,16 @@ def paged_attention(name: str, dims: list, types: list, concrete: list, sums: di
     kv_heads = concrete_int(concrete, kvh_at) if kvh_at is not None else (k.shape[1] if len(k.shape) == 3 else None)
     if not kv_heads:
         return unknown("attention", "KV heads not recorded")
-    nbytes = sums["sk"] * 2 * kv_heads * hd * k.size + 2 * tokens * heads * hd * q.size
-    return Cost(nbytes, 4.0 * sums["sqsk"] * heads * hd, q.dtype, "attention",
-                "K/V read at every request's full context (step annotation Σk)")
+    sk, sqsk, why = windowed(sums, window)
+    nbytes = sk * 2 * kv_heads * hd * k.size + 2 * tokens * heads * hd * q.size
+    return Cost(nbytes, 4.0 * sqsk * heads * hd, q.dtype, "attention", why)
 
 
 # NCCL/RCCL kernel names carry the collective and the element type: ncclDevKernel_AllReduce_Sum_bf16_RING_LL
 COLLECTIVE = r"(?i)(AllReduce|AllGather|ReduceScatter)_(?:\w+?_)?(bf16|f16|half|f32|float|f8e4m3|f8e5m2|i8|u8)_"
-_NCCL_TYPES = {"bf16": 2, "f16": 2, "half": 2, "f32": 4, "float": 4, "f8e4m3": 1, "f8e5m2": 1, "i8": 1, "u8": 1}
+# NCCL's element-type tag -> the canonical dtype (attrib.cost.dtypes), which gives its size
+NCCL_TYPES = {"bf16": "bf16", "f16": "fp16", "half": "fp16", "f32": "fp32", "float": "fp32",
+              "f8e4m3": "fp8_e4m3fn", "f8e5m2": "fp8_e5m2", "i8": "int8", "u8": "uint8"}
 # nccl-tests bus-bandwidth factors: bytes each rank moves over its links, per byte of the buffer
 BUS_FACTOR = {"allreduce": lambda n: 2 * (n - 1) / n, "allgather": lambda n: (n - 1) / n,
               "reducescatter": lambda n: (n - 1) / n}
@@ -170,11 +188,11 @@ def collective(dims: list, coll: str, elt: str, world: int) -> Cost:
     2(n-1)/n, all-gather / reduce-scatter (n-1)/n), what each rank's links carry; FLOPs of the
     reduction n-1 adds per element (all-reduce)."""
     tensors = dims[0] if dims and isinstance(dims[0], list) and dims[0] and isinstance(dims[0][0], list) else []
-    size = _NCCL_TYPES.get(elt.lower())
+    dtype = NCCL_TYPES.get(elt.lower())
+    size = SIZES.get(dtype) if dtype else None
     if not tensors or size is None or world < 2:
         return unknown("collective", "buffer shapes, element type or world size not recorded")
     numel = sum(prod(t) for t in tensors if isinstance(t, list))
     factor = BUS_FACTOR[coll.lower()](world)
     flops = float(numel * (world - 1)) if coll.lower() == "allreduce" else 0.0
-    return Cost(numel * size * factor, flops, {"bf16": "bf16", "f16": "fp16", "half": "fp16"}.get(elt.lower(), "fp32"),
-                "collective", f"bus bytes (nccl-tests): buffer x {factor:g} over {world} ranks, link traffic")
+    return Cost(numel * size * factor, flops, dtype, "collective", f"bus bytes (nccl-tests): buffer x {factor:g} over {world} ranks, link traffic")

@@ -13,11 +13,6 @@ from typing import Any
 from attrib.cost.dtypes import WEIGHT_BITS
 
 CLASSES = ("attention", "mlp", "experts", "shared_experts", "router", "embedding", "lm_head", "default")
-# component of the taxonomy -> the weight class its GEMM weights belong to
-COMPONENT_CLASS = {"qkv_proj": "attention", "o_proj": "attention", "mlp_gate_up": "mlp", "mlp_down": "mlp",
-                   "moe_experts": "experts", "moe_shared_expert": "shared_experts", "moe_router": "router",
-                   "embedding": "embedding", "lm_head": "lm_head"}
-
 Bits = float | Mapping[str, float]
 
 
@@ -84,8 +79,3 @@ def from_quantization_config(config: Mapping[str, Any]) -> dict[str, float] | No
     out["default"] = q
     return out
 
-
-def describe(bits: Bits) -> str:
-    if not isinstance(bits, Mapping):
-        return f"{bits:g} bits per weight"
-    return ", ".join(f"{k}={v:g}" for k, v in bits.items()) + " bits per weight"

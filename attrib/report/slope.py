@@ -17,6 +17,8 @@ WEIGHT_BOUND = ("qkv_proj", "o_proj", "mlp_gate_up", "mlp_down", "moe_router", "
 MIN_CONTEXTS = 2
 # stamp fields that follow the context by construction (a cache sized to the prompt): not a different stack
 CONTEXT_KEYS = ("context_length", "tokens_per_step", "model_config.max_position_embeddings")
+SAME_BYTES = 0.01    # bytes per step this close in every trace: the same work
+DRIFT_SHARE = 0.10   # the same work whose fitted time moves by more than this share of it: drift
 
 
 def _points(phs: list[dict[str, Any]], get) -> tuple[list[float], list[float]]:
@@ -40,9 +42,37 @@ def fit(xs: list[float], ys: list[float]) -> dict[str, Any] | None:
     r = linregress(xs, ys)
     half = student_t.ppf(0.975, len(xs) - 2) * r.stderr
     k = 1e3 * 1e3  # ms per token -> us per 1k tokens
-    return {"slope_us_per_1k": round(r.slope * k, 3), "ci_low": round((r.slope - half) * k, 3),
-            "ci_high": round((r.slope + half) * k, 3), "intercept_us": round(r.intercept * 1e3, 3),
-            "r2": round(r.rvalue ** 2, 4), "n": len(xs)}
+    def num(x: float, nd: int) -> float:   # plain floats: numpy's are not JSON
+        return round(float(x), nd)
+    return {"slope_us_per_1k": num(r.slope * k, 3), "ci_low": num((r.slope - half) * k, 3),
+            "ci_high": num((r.slope + half) * k, 3), "intercept_us": num(r.intercept * 1e3, 3),
+            "r2": num(r.rvalue ** 2, 4), "n": len(xs)}
+
+
+def _same_work(rows: list[dict[str, Any] | None]) -> bool:
+    """The component ran the same kernels moving the same bytes in every trace."""
+    if any(r is None or r.get("bytes") is None for r in rows) or not rows:
+        return False
+    b = [float(r["bytes"]) for r in rows if r is not None]
+    kernels = {r["kernels"] for r in rows if r is not None}
+    return len(kernels) == 1 and max(b) <= (1 + SAME_BYTES) * min(b)
+
+
+def drift(phs: list[dict[str, Any]], fits: dict[str, dict[str, Any]], lo: float, hi: float) -> list[dict[str, Any]]:
+    """Components whose work is the same in every trace (kernels and bytes per step) but whose time
+    moved with the context by more than DRIFT_SHARE of it, significantly: clock or process drift
+    between the traces, not context."""
+    out = []
+    for c, f in fits.items():
+        rows = [next((r for r in p["components"] if r["component"] == c), None) for p in phs]
+        if not _same_work(rows) or f["ci_low"] <= 0 <= f["ci_high"]:
+            continue
+        mean_us = 1e3 * sum(r["ms"] for r in rows if r is not None) / len(rows)
+        moved = f["slope_us_per_1k"] * (hi - lo) / 1e3
+        if mean_us and abs(moved) > DRIFT_SHARE * mean_us:
+            out.append({"component": c, "moved_us": round(moved, 3), "mean_us": round(mean_us, 3),
+                        "kernels": rows[0]["kernels"] if rows[0] else None})
+    return out
 
 
 def _crossover(att: dict[str, Any] | None, weights: dict[str, Any] | None, lo: float, hi: float) -> dict[str, Any]:
@@ -72,6 +102,10 @@ def slope(docs: list[dict[str, Any]], phase: str = "decode") -> dict[str, Any]:
                        "context_min": min(ctx) if ctx else None, "context_max": max(ctx) if ctx else None,
                        "context_from": ph.get("context_from") if ph else None})
     comps = list(dict.fromkeys(c["component"] for p in phs for c in p["components"]))
+    distinct = {tr["context_min"] for tr in traces if tr["context_min"] is not None}
+    if len(distinct) < MIN_CONTEXTS:
+        return _no_slope(phase, traces, f"no slope: the traces share one context ({sorted(distinct)}); "
+                         "a slope needs traces at two or more contexts")
     rows = []
     step_fit = fit(*_points(phs, lambda s, i: s["step_ms"][i]))
     if step_fit:
@@ -90,7 +124,19 @@ def slope(docs: list[dict[str, Any]], phase: str = "decode") -> dict[str, Any]:
                                                  for c in present))) if present else None
     contexts = [x for tr in traces for x in (tr["context_min"], tr["context_max"]) if x is not None]
     notes = []
-    distinct = {tr["context_min"] for tr in traces if tr["context_min"] is not None}
+    lo, hi = min(contexts, default=0), max(contexts, default=0)
+    drifted = drift(phs, fits, lo, hi)
+    for d in drifted:
+        notes.append(f"drift: {d['component']} ran the same {d['kernels']} kernels and bytes per step in every "
+                     f"trace, yet its time moved {d['moved_us']:+.1f} us over the contexts ({d['mean_us']:.1f} us): "
+                     "clock or process drift between traces, not context")
+    batches = sorted({p["tokens_per_step"] for p in phs if p.get("tokens_per_step") is not None})
+    if len(batches) > 1:
+        notes.append(f"not one batch: the traces run {batches} tokens per {phase} step; slopes mix batch and context")
+    wb = [sum(float(r["bytes"] or 0) for r in p["components"] if r["component"] in present) for p in phs]
+    if present and min(wb) > 0 and max(wb) > (1 + SAME_BYTES) * min(wb):
+        notes.append("not one model? the weight-bound components move "
+                     + ", ".join(f"{b / 1e6:.1f}" for b in wb) + " MB per step across the traces")
     if len(distinct) < 3:
         notes.append(f"{len(distinct)} distinct contexts: a slope from fewer than 3 is weakly supported")
     missing = [tr["path"] for tr in traces if tr["context_min"] is None]
@@ -101,10 +147,19 @@ def slope(docs: list[dict[str, Any]], phase: str = "decode") -> dict[str, Any]:
         if w["side"] == "base" and w["key"] not in CONTEXT_KEYS:
             notes.append(f"not one stack? the traces differ in {w['key']}: {w['values']}")
     notes.append("steps of one trace are not independent samples: the CIs assume they are")
+    crossover = _crossover(fits.get("attention"), weights, lo, hi)
+    if any(d["component"] in present for d in drifted):
+        crossover = {"context": None, "why": "the weight-bound components drifted between traces (same kernels, "
+                     "time moved): no crossover claimed"}
     return {"schema": SCHEMA_ID, "phase": phase, "traces": traces, "rows": rows,
             "weight_bound": {"components": present} | (weights or {}),
-            "crossover": _crossover(fits.get("attention"), weights, min(contexts, default=0), max(contexts, default=0)),
-            "notes": notes}
+            "drift": drifted, "crossover": crossover, "notes": notes}
+
+
+def _no_slope(phase: str, traces: list[dict[str, Any]], why: str) -> dict[str, Any]:
+    return {"schema": SCHEMA_ID, "phase": phase, "traces": traces, "rows": [],
+            "weight_bound": {"components": []}, "drift": [],
+            "crossover": {"context": None, "why": why}, "notes": [why]}
 
 
 def render(doc: dict[str, Any]) -> str:

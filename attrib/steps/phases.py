@@ -74,6 +74,12 @@ def vllm_sums(marker: str | None) -> dict[str, int] | None:
     return sums if found else None
 
 
+def vllm_requests(marker: str | None) -> int | None:
+    """Requests in a step (context + generation), from vLLM's detailed step annotation."""
+    m = _VLLM.match(marker or "")
+    return int(m["nctx"]) + int(m["ngen"]) if m else None
+
+
 def _spans(trace: Trace, phase_map: dict[str, str]) -> pl.DataFrame:
     """Step spans from annotations: CPU range paired with its GPU projection (same External id)."""
     mk = trace.markers

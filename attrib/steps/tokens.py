@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import orjson
 import polars as pl
 
 
@@ -39,3 +40,45 @@ def tokens_from_names(steps: pl.DataFrame, named: pl.DataFrame) -> pl.DataFrame:
     return s.with_columns(
         pl.when(use).then(pl.col("name_tokens_from")).otherwise(pl.col("tokens_from")).alias("tokens_from"),
         pl.when(use).then(pl.col("name_tokens")).otherwise(pl.col("tokens")).alias("tokens")).drop("name_tokens", "name_tokens_from")
+
+
+CONVOLUTIONS = ("aten::convolution", "aten::conv2d", "aten::conv3d", "aten::_convolution")
+LLM_PHASES = ("prefill", "decode")
+
+
+def _image_batch(dim_text: str | None) -> int | None:
+    """B of a convolution's input [B, C, H, W] (or [B, C, T, H, W]), else None."""
+    try:
+        dims = orjson.loads(dim_text) if dim_text else None
+    except orjson.JSONDecodeError:
+        return None
+    x = dims[0] if isinstance(dims, list) and dims and isinstance(dims[0], list) else None
+    if x is None or len(x) not in (4, 5) or not all(isinstance(v, int) for v in x):
+        return None
+    return int(x[0])
+
+
+def with_units(steps: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
+    """Add `unit` ("tokens" or "samples") and `samples` per step.
+
+    A step outside the LLM phases (prefill, decode) whose first convolution reads images
+    [B, C, H, W] (a vision or diffusion forward: ViT/OWLv2 patch embedding, a UNet, a ResNet) is
+    a forward pass of B samples: its figures are per sample, and no token figure applies (the
+    token count taken from its GEMM shapes is patches, not tokens)."""
+    conv = (ops.filter(pl.col("name").is_in(CONVOLUTIONS))
+            .select(pl.col("start_ns").alias("t"), "input_dims").sort("t"))
+    spans = steps.select("step", "phase", "cpu_start", "cpu_end").drop_nulls("cpu_start")
+    schema = {"step": pl.Int64, "samples": pl.Int64}
+    rows = []
+    if conv.height and spans.height:
+        hit = (spans.sort("cpu_start")
+               .join_asof(conv, left_on="cpu_start", right_on="t", strategy="forward")
+               .filter(pl.col("t") <= pl.col("cpu_end")))
+        for step, phase, dims in hit.select("step", "phase", "input_dims").iter_rows():
+            b = _image_batch(dims)
+            if phase not in LLM_PHASES and b:
+                rows.append((step, b))
+    per = pl.DataFrame(rows, schema=schema, orient="row")
+    out = steps.join(per, on="step", how="left")
+    unit = pl.when(pl.col("samples").is_not_null()).then(pl.lit("samples")).otherwise(pl.lit("tokens"))
+    return out.with_columns(unit.alias("unit"))
