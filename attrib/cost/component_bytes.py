@@ -60,9 +60,7 @@ def component_table(k: pl.DataFrame, steps: pl.DataFrame, budget: Budget | None,
     if budget is not None and budget.context is not None and phase == "decode" and tokens.len():
         comp = with_budget(comp, budget, int(tokens.median()))
     comp = comp.with_columns(pl.when(pl.col("bytes").is_null()).then(None).otherwise(pl.col("bytes_from")).alias("bytes_from"))
-    if peak_gbs:
-        comp = comp.join(flagged, on="component", how="left")
-    return comp
+    return comp.join(flagged, on="component", how="left")  # over_peak: null without a peak
 
 
 def with_budget(comp: pl.DataFrame, budget: Budget, tokens_per_step: int) -> pl.DataFrame:
