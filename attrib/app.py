@@ -22,7 +22,7 @@ from attrib.report.document import TOP_KERNELS, document
 from attrib.roofline.arch import Arch, load_archs, override
 from attrib.report.export import annotate
 from attrib.trace import TRUNCATED, Trace
-from collectors import kineto, limits, load, sniff
+from collectors import limits, load, reader, resolve
 
 
 def resolve_arch(arch: str | Arch | None, arch_file: Path | None = None) -> tuple[Arch | None, str | None]:
@@ -146,7 +146,7 @@ def analyzable(trace: Trace, path: object) -> Trace:
         return trace
     m = trace.meta
     cut = next((w for w in m.warnings if w.kind == TRUNCATED), None)
-    gpu_run = m.format != "torch-json" or trace.launches.height or m.devices or m.vendor or cut
+    gpu_run = not reader(m.format).cpu_ops or trace.launches.height or m.devices or m.vendor or cut
     if not gpu_run and trace.ops.height:
         return trace
     read = f"read {m.events:,} events ({m.format})"
@@ -191,12 +191,16 @@ def analyze_path(path: str | Path, phase: str | None = None, phase_map: dict[str
 
 
 def export_trace(path: str | Path, phase_map: dict[str, str] | None = None) -> dict[str, Any]:
-    """The Kineto trace at `path` with attrib's attribution added (attrib.report.export)."""
-    if sniff(path) != "torch-json":
-        raise UsageError(f"{path}: export rewrites a torch-profiler (Kineto) trace; this is {sniff(path)}")
+    """The Kineto trace at `path` with attrib's attribution added (attrib.report.export); each
+    kernel is found by its index in traceEvents, which the reader kept (`event`)."""
+    fmt, _ = resolve(path)
+    r = reader(fmt)
+    if r.document is None:
+        raise UsageError(f"{path}: export rewrites a torch-profiler (Kineto) trace; this is {fmt}")
     a = attribution(path, phase_map)
-    raw = kineto.read_document(path)
-    order = kineto.kernel_event_indices(raw["traceEvents"])
-    if len(order) != a.trace.kernels.height:
-        raise TraceError(path, f"{len(order)} kernel events in the document, {a.trace.kernels.height} read: cannot align")
-    return annotate(raw, order, a.kernels, a.steps)
+    raw = r.document(Path(path))
+    kernels = a.kernels.join(a.trace.kernels.select("id", "event"), on="id", how="left")
+    try:
+        return annotate(raw, kernels, a.steps)
+    except ValueError as exc:
+        raise TraceError(path, f"{exc}: cannot align") from None

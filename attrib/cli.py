@@ -280,7 +280,7 @@ def export(trace: Path, output: Path, phase_map: tuple[str, ...], force: bool) -
 
 
 @cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
-@click.option("--rocprof", "use_rocprof", is_flag=True, required=True,
+@click.option("--rocprof", is_flag=True, required=True, expose_value=False,
               help="Run CMD under rocprofv3 (the capture this command does; torch capture is the Python API).")
 @click.option("--hip-trace", is_flag=True, help="Also trace HIP API calls.")
 @click.option("--memory-copy-trace", is_flag=True, help="Also trace memory copies.")
@@ -290,7 +290,7 @@ def export(trace: Path, output: Path, phase_map: tuple[str, ...], force: bool) -
 @click.option("--rocprofv3", default="rocprofv3", show_default=True, help="Path to rocprofv3 (non-standard installs).")
 @click.option("--analyze/--no-analyze", default=True, show_default=True, help="Analyze what was captured.")
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
-def capture(use_rocprof: bool, hip_trace: bool, memory_copy_trace: bool, fmt: str, out_dir: Path, rocprofv3: str,
+def capture(hip_trace: bool, memory_copy_trace: bool, fmt: str, out_dir: Path, rocprofv3: str,
             analyze: bool, cmd: tuple[str, ...]) -> None:
     """Run CMD under rocprofv3 and analyze its trace: attrib capture --rocprof -- CMD ARGS..."""
     res = run(list(cmd), out_dir, hip_trace=hip_trace, memory_copy_trace=memory_copy_trace, fmt=fmt,

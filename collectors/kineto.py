@@ -166,7 +166,7 @@ def _check_sizes(path: Path, raws: list[msgspec.Raw], base: int) -> None:
 
 def _chunk_tables(path: Path, raws: list[msgspec.Raw], base: int, notes: Notes) -> dict[str, pl.DataFrame]:
     _check_sizes(path, raws, base)
-    return chunk_frames(decode_chunk(raws, base, notes), notes)
+    return chunk_frames(decode_chunk(raws, base, notes), notes, base)
 
 
 def _serial(path: Path, chunks: list[list[msgspec.Raw]], notes: Notes) -> list[dict[str, pl.DataFrame]]:
@@ -187,16 +187,16 @@ def _parallel(path: Path, chunks: list[list[msgspec.Raw]], notes: Notes,
         j = claims.front()
         if j is None:
             break
-        out[j] = chunk_frames(decode_chunk(chunks[j], j * CHUNK, notes), notes)
+        out[j] = chunk_frames(decode_chunk(chunks[j], j * CHUNK, notes), notes, j * CHUNK)
     for j in worker.take_back(keep=2):
-        out[j] = chunk_frames(decode_chunk(chunks[j], j * CHUNK, notes), notes)
+        out[j] = chunk_frames(decode_chunk(chunks[j], j * CHUNK, notes), notes, j * CHUNK)
     answers = worker.finish()
     for j in range(len(chunks)):
         if j in out:
             continue
         answer = answers.get(j)
         if answer is None:
-            out[j] = chunk_frames(decode_chunk(chunks[j], j * CHUNK, notes), notes)
+            out[j] = chunk_frames(decode_chunk(chunks[j], j * CHUNK, notes), notes, j * CHUNK)
         else:
             out[j] = answer[0]
             notes.no_ph += answer[1]
@@ -283,7 +283,13 @@ def _cpu_free(others: Others, worker: Worker) -> bool:
     return cpus >= 2 and (busy is None or busy + 1.5 <= cpus)
 
 
-def read(path: str | Path, parallel: bool | None = None, **_: Any) -> Trace:
+def sniff(path: Path, head: bytes) -> bool:
+    """A JSON document that names a torch-profiler key in its first bytes."""
+    return head.lstrip()[:1] in (b"{", b"[") and (
+        b'"traceEvents"' in head or b'"schemaVersion"' in head or b'"deviceProperties"' in head)
+
+
+def read(path: str | Path, parallel: bool | None = None) -> Trace:
     """Read a Kineto trace (`.json`, `.json.gz`, `.pt.trace.json.gz`) into the normalized Trace.
 
     parallel: decode with a worker process too (collectors.kineto_worker). None (the default): when
@@ -369,13 +375,3 @@ def read_document(path: str | Path) -> dict[str, Any]:
     if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
         raise TraceError(path, "not a torch-profiler trace (no traceEvents list)")
     return doc
-
-
-def kernel_event_indices(events: list[Any]) -> list[int]:
-    """Indices into `traceEvents` of the kernel events, in the order of `read`'s kernel ids (the
-    same selection and the same stable sort on the same integer-nanosecond start)."""
-    idx = [i for i, e in enumerate(events)
-           if isinstance(e, dict) and e.get("cat") == "kernel" and e.get("ph") == "X" and e.get("ts") is not None]
-    ts = pl.Series("ts", [events[i]["ts"] for i in idx], dtype=pl.Float64, strict=False)
-    df = pl.DataFrame({"i": pl.Series(idx, dtype=pl.Int64), "ts": ts}).with_columns(_ns("ts").alias("start_ns"))
-    return df.sort("start_ns", maintain_order=True)["i"].to_list()

@@ -21,8 +21,8 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
-import attrib
 from attrib.errors import TraceError
+from attrib.version import __version__
 from collectors import limits
 
 SCHEMA = "attrib.provenance/1"
@@ -93,7 +93,7 @@ def _attrib_version() -> str | None:
     try:
         return version("attrib")
     except Exception:
-        return attrib.__version__
+        return __version__
 
 
 def _host_memory() -> int | None:

@@ -5,9 +5,10 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import sqlite3
 import tempfile
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import polars as pl
 
@@ -72,6 +73,60 @@ def local_file(path: Path) -> Iterator[Path]:
 def plain_name(path: Path) -> str:
     """The file name without a trailing .gz."""
     return path.name.removesuffix(".gz")
+
+
+# --------------------------------------------------------------------------------------------
+# sniffing: each reader claims files of one container kind by their head (collectors.registry)
+
+
+def container(path: Path, head: bytes) -> str | None:
+    """"sqlite", "json", "pftrace" (by name, content neither), "csv" (by name or a comma in the
+    first line), or None: the kind of file `head` (its first bytes, decompressed) starts."""
+    if head.startswith(SQLITE_MAGIC):
+        return "sqlite"
+    if head.lstrip()[:1] in (b"{", b"["):
+        return "json"
+    name = plain_name(path).lower()
+    if name.endswith((".pftrace", ".perfetto-trace")):
+        return "pftrace"
+    if name.endswith(".csv") or b"," in head.split(b"\n", 1)[0]:
+        return "csv"
+    return None
+
+
+def csv_columns(path: Path, head: bytes) -> set[str]:
+    """The lower-case column names of a CSV's header line (empty if not a CSV)."""
+    if container(path, head) != "csv":
+        return set()
+    line = head.split(b"\n", 1)[0].decode("utf-8", "replace").lower()
+    return {c.strip().strip('"').strip() for c in line.split(",")}
+
+
+def sqlite_format(path: Path, head: bytes) -> str | None:
+    """"rocpd" or "rocprof-v1" (tblextr KERN table) for a SQLite file, None for other files;
+    unidentified SQLite is left to the rocpd reader."""
+    if not head.startswith(SQLITE_MAGIC):
+        return None
+    if b"rocpd_" in head:
+        return "rocpd"
+    if b"CREATE TABLE KERN" in head:
+        return "rocprof-v1"
+    try:
+        with local_file(path) as db:
+            con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+            try:
+                names = {r[0] for r in con.execute("SELECT name FROM sqlite_master")}
+            finally:
+                con.close()
+    except (sqlite3.Error, TraceError):
+        return "rocpd"
+    v1 = "KERN" in names and not any(n.startswith("rocpd") for n in names)
+    return "rocprof-v1" if v1 else "rocpd"
+
+
+def merging(fmt: str, read: Callable[[Path], Trace]) -> Callable[[Path, list[Path]], Trace]:
+    """A folder reader: every file read, stacked as one run (`merge`)."""
+    return lambda folder, files: merge(folder, fmt, [read(p) for p in files])
 
 
 # --------------------------------------------------------------------------------------------
@@ -144,21 +199,6 @@ def int_col(df: pl.DataFrame, *names: str) -> pl.Expr:
     if col is None:
         return pl.lit(None, dtype=pl.Int64)
     return parse_int(pl.col(col), df.schema[col])
-
-
-def as_ints(df: pl.DataFrame, cols, what: str, warnings: list[str]) -> pl.DataFrame:
-    """`cols` of df (those present) as Int64; values that are not integers (text, 1e5, past 64 bits)
-    become null, counted in one warning."""
-    cols = [c for c in cols if c in df.columns and df.schema[c] != pl.Int64]
-    if not cols or df.height == 0:
-        return df
-    parsed = df.with_columns([parse_int(pl.col(c), df.schema[c]).alias(c) for c in cols])
-    lost = df.select([(pl.col(c).is_not_null() & parsed[c].is_null()).sum().alias(c) for c in cols]).row(0, named=True)
-    bad = {c: n for c, n in lost.items() if n}
-    if bad:
-        warnings.append(f"{what}: values that are not integers set to null: "
-                        + ", ".join(f"{c} x{n}" for c, n in bad.items()))
-    return parsed
 
 
 def str_col(df: pl.DataFrame, *names: str) -> pl.Expr:

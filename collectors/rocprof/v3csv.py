@@ -17,8 +17,8 @@ import polars as pl
 from attrib.errors import TraceError
 from attrib.trace import Trace
 
-from ._common import (COPY_DIRECTIONS, agent_dict, dims, finish, int_col, merge, pick, plain_name, read_csv,
-                      require, str_col, workgroups)
+from ._common import (COPY_DIRECTIONS, agent_dict, container, csv_columns, dims, finish, int_col, merge, pick,
+                      plain_name, read_csv, require, str_col, workgroups)
 
 FORMAT = "rocprofv3-csv"
 
@@ -172,3 +172,17 @@ def read(path: Path) -> Trace:
     siblings = groups(path.parent).get(prefix, {kind: path})
     siblings[kind] = path
     return read_group(path, siblings)
+
+
+def sniff(path: Path, head: bytes) -> bool:
+    """rocprofv3's CSV columns; a rocprofv3 file name (`*_kernel_trace.csv`) is read as such (its
+    reader names a missing column)."""
+    cols = csv_columns(path, head)
+    return bool(("start_timestamp" in cols and cols & {"kernel_name", "function", "direction"})
+                or {"node_id", "agent_type"} <= cols or {"counter_name", "dispatch_id"} <= cols
+                or (container(path, head) == "csv" and split_name(path)))
+
+
+def read_folder(folder: Path, files: list[Path]) -> Trace:
+    """Every prefix with a kernel trace in the folder (see `read`)."""
+    return read(folder)

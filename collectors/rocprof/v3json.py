@@ -14,8 +14,8 @@ import polars as pl
 from attrib.errors import TraceError
 from attrib.trace import Trace
 
-from ._common import (COPY_DIRECTIONS, agent_dict, clean_kernel_name, finish, merge, parse_int, read_bytes,
-                      workgroups)
+from ._common import (COPY_DIRECTIONS, agent_dict, clean_kernel_name, container, finish, merge, parse_int,
+                      read_bytes, workgroups)
 
 FORMAT = "rocprofv3-json"
 
@@ -191,3 +191,7 @@ def read(path: Path) -> Trace:
         what = type(procs).__name__ if not isinstance(procs, list) else "list holding non-objects"
         raise TraceError(path, f"'rocprofiler-sdk-tool' is a JSON {what}, expected a list of process records")
     return merge(path, FORMAT, [_process(path, p) for p in procs])
+
+
+def sniff(path: Path, head: bytes) -> bool:
+    return container(path, head) == "json" and b'"rocprofiler-sdk-tool"' in head
