@@ -190,14 +190,16 @@ def analyze_path(path: str | Path, phase: str | None = None, phase_map: dict[str
     return add_bottlenecks(doc)
 
 
-def export_trace(path: str | Path, phase_map: dict[str, str] | None = None) -> dict[str, Any]:
+def export_trace(path: str | Path, phase_map: dict[str, str] | None = None, capture: str | Path | None = None,
+                 capture_batch: int | None = None, budget: Budget | None = None) -> dict[str, Any]:
     """The Kineto trace at `path` with attrib's attribution added (attrib.report.export); each
-    kernel is found by its index in traceEvents, which the reader kept (`event`)."""
+    kernel is found by its index in traceEvents, which the reader kept (`event`). capture,
+    capture_batch, budget: as for `attribution` (a replay's bytes come from its capture or a model)."""
     fmt, _ = resolve(path)
     r = reader(fmt)
     if r.document is None:
         raise UsageError(f"{path}: export rewrites a torch-profiler (Kineto) trace; this is {fmt}")
-    a = attribution(path, phase_map)
+    a = attribution(path, phase_map, capture, capture_batch, budget=budget)
     raw = r.document(Path(path))
     kernels = a.kernels.join(a.trace.kernels.select("id", "event"), on="id", how="left")
     try:

@@ -79,8 +79,9 @@ def _resolve(path: str | Path) -> tuple[Reader, Path, list[Path]]:
     head = limits.head(p)
     if not head:
         with limits.open_file(p) as fh:
-            if fh.read(2) == limits.GZIP_MAGIC:
-                raise TraceError(p, "corrupt gzip data (not a gzip stream attrib can read)")
+            kind = limits.compression(fh.read(8))
+        if kind is not None:
+            raise TraceError(p, f"corrupt {kind} data (not a {kind} stream attrib can read)")
         raise TraceError(p, "empty file")
     r = claim(p, head)
     if r is None:

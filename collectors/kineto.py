@@ -68,7 +68,11 @@ def _read_bytes(path: Path) -> tuple[bytes, list[str]]:
     """The file's JSON text (bounded, see collectors.limits); a cut-short gzip yields what was
     decompressed, with a warning."""
     data, cut = limits.read_bytes(path)
-    return data, [TraceWarning("gzip stream is truncated; reading what was decompressed", TRUNCATED)] if cut else []
+    if not cut:
+        return data, []
+    with limits.open_file(path) as fh:
+        kind = limits.compression(fh.read(8)) or "compressed"
+    return data, [TraceWarning(f"{kind} stream is truncated; reading what was decompressed", TRUNCATED)]
 
 
 def _decode_doc(path: Path, text: bytes, warnings: list[str]) -> _Doc:
@@ -266,13 +270,16 @@ def _stat(path: Path) -> os.stat_result | None:
         return None
 
 
+_COMPRESSED = (".gz", ".xz", ".zst")
+
+
 def _likely_big(path: Path) -> bool:
     """Whether the file's JSON text will be PARALLEL_BYTES or more, judged from its size on disk."""
     try:
         size = path.stat().st_size
     except OSError:
         return False
-    return size >= PARALLEL_BYTES // (8 if path.name.lower().endswith(".gz") else 1)
+    return size >= PARALLEL_BYTES // (8 if path.name.lower().endswith(_COMPRESSED) else 1)
 
 
 def _cpu_free(others: Others, worker: Worker) -> bool:
@@ -290,7 +297,8 @@ def sniff(path: Path, head: bytes) -> bool:
 
 
 def read(path: str | Path, parallel: bool | None = None) -> Trace:
-    """Read a Kineto trace (`.json`, `.json.gz`, `.pt.trace.json.gz`) into the normalized Trace.
+    """Read a Kineto trace (`.json`, `.json.gz`, `.pt.trace.json.gz`, `.json.xz`, `.json.zst`) into the
+    normalized Trace.
 
     parallel: decode with a worker process too (collectors.kineto_worker). None (the default): when
     the JSON text is at least PARALLEL_BYTES and a CPU was free while the file was read and split;

@@ -13,7 +13,7 @@ from collectors.rocprof import legacy, pftrace, rocpd, v3csv, v3json
 from collectors.rocprof._common import merging
 
 _ROC = (".db", ".csv", ".json", ".pftrace", ".perfetto-trace", ".gz")
-_TORCH = (".json", ".json.gz")
+_TORCH = (".json", ".json.gz", ".json.xz", ".json.zst")
 
 READERS: tuple[Reader, ...] = (
     Reader("rocpd", rocpd.sniff, rocpd.read, _ROC, merging("rocpd", rocpd.read)),

@@ -71,8 +71,8 @@ def local_file(path: Path) -> Iterator[Path]:
 
 
 def plain_name(path: Path) -> str:
-    """The file name without a trailing .gz."""
-    return path.name.removesuffix(".gz")
+    """The file name without a trailing .gz, .xz or .zst."""
+    return path.name.removesuffix(".gz").removesuffix(".xz").removesuffix(".zst")
 
 
 # --------------------------------------------------------------------------------------------
