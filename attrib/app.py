@@ -5,6 +5,7 @@ With attrib.cli, the only modules that import `collectors` and `rules`.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -142,9 +143,12 @@ def analyze(path: str | Path, *, phase: str | None = None, phase_map: Mapping[st
 def analyzable(trace: Trace, path: object) -> Trace:
     """The trace if it holds GPU kernels, or is a CPU-only torch trace with ops (steps and phases
     only); else a TraceError saying plainly what was read."""
-    if trace.kernels.height:
-        return trace
     m = trace.meta
+    if trace.kernels.height:
+        if trace.kernels["dur_ns"].max() == 0:
+            raise TraceError(path, f"every kernel has a duration of 0 ({trace.kernels.height:,} kernels): "
+                                   "no GPU time to attribute")
+        return trace
     cut = next((w for w in m.warnings if w.kind == TRUNCATED), None)
     gpu_run = not reader(m.format).cpu_ops or trace.launches.height or m.devices or m.vendor or cut
     if not gpu_run and trace.ops.height:
@@ -152,8 +156,9 @@ def analyzable(trace: Trace, path: object) -> Trace:
     read = f"read {m.events:,} events ({m.format})"
     if cut:
         read += f"; {cut}: no GPU kernel before the cut (a torch trace lists GPU events after the CPU ones)"
-    elif m.warnings:
-        read += f"; {m.warnings[-1]}"
+    elif m.warnings:  # what removed the kernels, if a check did; else the last warning
+        dropped = [w for w in m.warnings if re.match(r"\d+ kernels dropped", w)]
+        read += f"; {(dropped or m.warnings)[-1]}"
     raise TraceError(path, f"no GPU kernels to analyze ({read})")
 
 

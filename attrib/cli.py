@@ -353,6 +353,9 @@ def main(argv: list[str] | None = None) -> int:
     except click.exceptions.Abort:
         click.echo("attrib: aborted", err=True)
         return 130
+    except click.UsageError as exc:  # a bad argument or path: one line, not click's usage text
+        click.echo(printable(f"attrib: error: {exc.format_message()}"), err=True)
+        return 2
     except click.ClickException as exc:
         exc.show()
         return exc.exit_code

@@ -7,6 +7,7 @@ input they cannot read.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from attrib.errors import TraceError
@@ -14,7 +15,7 @@ from attrib.trace import Trace
 from collectors import limits
 from collectors.reader import Reader
 from collectors.registry import READERS, reader
-from collectors.rocprof._common import head_bytes
+from collectors.rocprof._common import head_bytes, is_utf16, utf16_error
 from collectors.torch_capture import capture, wrap
 
 __all__ = ["load", "sniff", "resolve", "reader", "Reader", "READERS", "capture", "wrap"]
@@ -32,7 +33,11 @@ def _folder_files(directory: Path) -> dict[str, list[Path]]:
     found: dict[str, list[Path]] = {}
     for p in sorted(directory.iterdir()):
         name = p.name.lower()
-        if not name.endswith(suffixes) or not p.is_file():
+        if not name.endswith(suffixes):
+            continue
+        if p.is_symlink():
+            limits.check_path(p)  # a loop or a broken link is named, not skipped
+        if not p.is_file():
             continue
         r = claim(p, head_bytes(p))
         if r is not None and name.endswith(r.suffixes):
@@ -55,20 +60,51 @@ def _folder(p: Path) -> tuple[Reader, Path, list[Path]]:
                         f"one trace at a time: pass one of them, e.g. attrib analyze {files[0]}")
 
 
+_HEADER_FIELD = re.compile(r'^\s*"?[A-Za-z_][\w .()/%-]*"?\s*$')  # a CSV column name
+
+
+def _depth(head: bytes) -> int:
+    """How deep JSON brackets nest in `head` (strings not parsed: a bound, for the error message)."""
+    depth = top = 0
+    for c in head.translate(None, b"\" \t\r\n:,0123456789"):  # brackets (and other text) only
+        depth += (c in b"[{") - (c in b"]}")
+        top = max(top, depth)
+    return top
+
+
+def _text(head: bytes) -> str | None:
+    """`head` as text, or None for binary data (a NUL byte, or not UTF-8 before its last 3 bytes)."""
+    if b"\0" in head:
+        return None
+    try:
+        return head[: len(head) - 3 if len(head) > 3 else None].decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
 def _unknown(p: Path, head: bytes) -> TraceError:
     """The error for a file no reader claims, as exact as the head allows."""
     stripped = head.lstrip()
     if stripped[:1] in (b"{", b"["):
+        deep = _depth(head[:65536])
+        if deep > 1000:
+            return TraceError(p, f"JSON nested {deep:,}+ levels deep in its first 64 kB (a profiler trace "
+                                 "nests a few): not a trace attrib can read")
         return TraceError(p, "JSON, but not a torch-profiler or rocprof trace (no traceEvents)")
-    line = head.split(b"\n", 1)[0][:300].decode("utf-8", "replace").strip()
-    if not line.isprintable():
+    if is_utf16(head):
+        return utf16_error(p)
+    text = _text(head)
+    if text is None:
         return TraceError(p, "binary data, not a trace attrib can read (expected torch-profiler JSON or rocprof output)")
-    if p.name.lower().removesuffix(".gz").endswith(".csv") or "," in line or ";" in line or "\t" in line:
-        sep = next((c for c in ";\t|" if c in line and "," not in line), None)
-        hint = f" (separated by {sep!r}; rocprof writes ',')" if sep else ""
+    line = text.removeprefix("\ufeff").split("\n", 1)[0][:300].strip()
+    sep = next((c for c in ",;\t|" if c in line), None)
+    header = sep is not None and all(_HEADER_FIELD.match(f) for f in line.split(sep))
+    if header or (p.name.lower().removesuffix(".gz").endswith(".csv") and sep is not None):
+        hint = f" (separated by {sep!r}; rocprof writes ',')" if sep != "," else ""
         return TraceError(p, f"CSV header{hint} has no known rocprof columns (rocprofv3: Kernel_Name, "
                              f"Start_Timestamp, End_Timestamp; rocprof v1: Index, KernelName): {line[:120]!r}")
-    return TraceError(p, "not a trace attrib can read (expected torch-profiler JSON or rocprof output)")
+    return TraceError(p, "not a trace attrib can read: text that is neither JSON nor a CSV with a header "
+                         "(expected torch-profiler JSON or rocprof output)")
 
 
 def _resolve(path: str | Path) -> tuple[Reader, Path, list[Path]]:

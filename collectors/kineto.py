@@ -102,15 +102,18 @@ def _decode_doc(path: Path, text: bytes, warnings: list[str]) -> _Doc:
     return _lenient(path, text, problem, warnings)
 
 
-# One field per line, as Kineto writes events: `    "name": "<value>",`
-_NAME_LINE = re.compile(rb'^(\s*"name": ")(.*)("\s*,?\s*)$', re.M)
+# A name value on its line, as Kineto writes events (`"ph": "X", "cat": "...", "name": "<value>", "pid": ...`
+# or `"name": "<value>",` alone): the value ends at the first quote followed by `, "key":` or the line's end,
+# so a valid name (`"name": "Iteration Start: PyTorch Profiler", "ph": "i", "s": "g",`) is left as it is
+_NAME_LINE = re.compile(rb'("name": ")(.*?)((?<!\\)"(?=\s*,\s*"[^"\n]+"\s*:|\s*,?\s*$))', re.M)
 _RAW_QUOTE = re.compile(rb'(?<!\\)"')
 
 
 def repair_names(text: bytes) -> tuple[bytes, int]:
     """Escape raw double quotes inside `"name": "..."` values. Kineto before its quote-escaping fix
     wrote names such as `torch/profiler/_cupti_monitor.py(0): "warmup"` as they are, which makes the
-    whole file invalid JSON. Returns the text and how many names were repaired."""
+    whole file invalid JSON. Only a value with a raw quote inside changes. Returns the text and how
+    many names were repaired."""
     count = 0
 
     def fix(m: re.Match) -> bytes:
@@ -316,6 +319,10 @@ def read(path: str | Path, parallel: bool | None = None) -> Trace:
         if worker is None and parallel is None and len(text) >= PARALLEL_BYTES:
             worker = Worker.start(path)
         doc = _decode_doc(path, text, warnings)
+        keys = text.count(b'"traceEvents"')  # C speed; a name holding it has its quotes escaped
+        if keys > 1:
+            warnings.append(f"the document holds the key 'traceEvents' {keys} times (a duplicated key); the "
+                            f"last list is read ({len(doc.traceEvents):,} events), the others are ignored")
         if worker is not None and before is not None and isinstance(text, bytes) and len(text) == before.st_size:
             worker.file_text(text, before)  # a plain file read whole: the worker reads its chunks from it
         del text
@@ -334,7 +341,7 @@ def read(path: str | Path, parallel: bool | None = None) -> Trace:
     tables = {t: _finish(p, notes) for t, p in parts.items()}
     flows = tables.pop("flows")
     warnings += notes.warnings()
-    tables = validate.tables(tables, warnings)
+    tables = validate.tables(tables, warnings, path)
     tables["kernels"] = _fill_correlation(tables["kernels"], flows)
     if tables["kernels"] is not None:  # "Dispatch Task" kernels, graph launches, shared correlation ids
         tables["kernels"] = mark_graph_replays(tables["kernels"], tables["launches"])

@@ -108,9 +108,13 @@ def head(path: Path, n: int = 65536) -> bytes:
         return raw[:n]
     if kind == "gzip":
         try:
-            return zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(raw, n)
+            out = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(raw, n)
         except zlib.error:
             return b""
+        if out.strip() or len(out) < n:
+            return out
+        with open_file(path) as fh:  # blanks only: the whole (compressed) file, to pass them
+            return _past_space(path, fh.read(), n)
     if kind == "zstd" and zstandard is None:
         raise _no_zstd(path)
     out = b""
@@ -121,6 +125,32 @@ def head(path: Path, n: int = 65536) -> bytes:
     except _STREAM_ERRORS:
         pass  # the first 64 kB of a whole file: a cut here is the end of what there is
     return out
+
+
+def _past_space(path: Path, raw: bytes, n: int) -> bytes:
+    """Up to n bytes of a gzip's content from its first non-blank byte (blanks streamed and
+    dropped, every member in turn), under `inflate_limit`: the head of a trace behind GBs of
+    whitespace, or a decompression bomb named as one."""
+    limit, seen, out, pos = inflate_limit(len(raw)), 0, b"", 0
+    while pos < len(raw) and len(out) < n:
+        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        buf = memoryview(raw)[pos:]
+        try:
+            while buf and not d.eof and len(out) < n:
+                part = d.decompress(buf, _STEP)
+                buf = d.unconsumed_tail
+                seen += len(part)
+                out += part if out else part.lstrip()
+                if seen > limit:
+                    ratio = f"{RATIO_LIMIT}x its {len(raw) / 1e6:.1f} MB"
+                    raise TraceError(path, f"gzip expands past {limit >> 20} MB ({ratio}) of blanks before "
+                                           "any content: refused as a decompression bomb")
+        except zlib.error:
+            break
+        if not d.eof or d.unused_data[:2] != GZIP_MAGIC:
+            break
+        pos = len(raw) - len(d.unused_data)
+    return out[:n]
 
 
 def inflate_limit(compressed: int) -> int:

@@ -98,7 +98,7 @@ def csv_columns(path: Path, head: bytes) -> set[str]:
     """The lower-case column names of a CSV's header line (empty if not a CSV)."""
     if container(path, head) != "csv":
         return set()
-    line = head.split(b"\n", 1)[0].decode("utf-8", "replace").lower()
+    line = head.removeprefix(UTF8_BOM).split(b"\n", 1)[0].decode("utf-8", "replace").lower()
     return {c.strip().strip('"').strip() for c in line.split(",")}
 
 
@@ -133,13 +133,30 @@ def merging(fmt: str, read: Callable[[Path], Trace]) -> Callable[[Path, list[Pat
 # CSV
 
 
+UTF8_BOM = b"\xef\xbb\xbf"
+
+
+def is_utf16(head: bytes) -> bool:
+    """UTF-16 text: its byte-order mark, or a NUL in every other byte of ASCII text."""
+    return head[:2] in (b"\xff\xfe", b"\xfe\xff") or max(head[0:80:2].count(0), head[1:80:2].count(0)) > 30
+
+
+def utf16_error(path: Path) -> TraceError:
+    return TraceError(path, "UTF-16 text; attrib reads UTF-8 (rocprof writes it): convert it, e.g. "
+                            f"iconv -f UTF-16 -t UTF-8 {path.name} > utf8-{path.name}")
+
+
 def read_csv(path: Path, warnings: list[str]) -> pl.DataFrame:
     """A rocprof CSV as all-string columns with lower-case names.
 
-    Quoted or bare values both work. A file cut mid-row keeps its complete rows and records a
-    warning; blank lines (rocprofv2 writes one after the header) are skipped.
+    Quoted or bare values both work; a UTF-8 byte-order mark is skipped. A file cut mid-row keeps
+    its complete rows and records a warning; blank lines (rocprofv2 writes one after the header)
+    are skipped.
     """
     data = read_bytes(path)
+    if is_utf16(data[:80]):
+        raise utf16_error(path)
+    data = data.removeprefix(UTF8_BOM)
     if not data.strip():
         raise TraceError(path, "empty CSV file")
     if not data.endswith(b"\n"):
@@ -199,6 +216,33 @@ def int_col(df: pl.DataFrame, *names: str) -> pl.Expr:
     if col is None:
         return pl.lit(None, dtype=pl.Int64)
     return parse_int(pl.col(col), df.schema[col])
+
+
+_NS_TEXT = r"^\d{1,19}$"  # a timestamp in a CSV: integer ns, nothing else (not 1e5, -0, 0x10, " 12 ")
+
+
+def strict_times(df: pl.DataFrame, path: Path, cols: list[str], warnings: list[str]) -> pl.DataFrame:
+    """Timestamp columns (text, as read) with every value that is not integer ns set to null (its
+    row is then dropped by validation), said in one warning per column naming the first row; a
+    column without one integer is a TraceError."""
+    for c in cols:
+        if df.schema[c] != pl.Utf8:
+            continue
+        bad = df.select(pl.col(c).is_not_null() & ~pl.col(c).str.contains(_NS_TEXT)).to_series()
+        n = int(bad.sum())
+        if not n:
+            continue
+        row = int(bad.arg_max())
+        value = df[c][row]
+        col = _SPELLING.get(c, c)
+        where = f"{col} row {row + 2} ({value!r})"  # row 1 is the header
+        kind = "written in E-notation" if re.fullmatch(r"\s*-?[\d.]+[eE][-+]?\d+\s*", value) else "not integer ns"
+        if n == df[c].drop_nulls().len():
+            raise TraceError(path, f"every {col} value is {kind}, first {where}: rocprof writes integer "
+                                   "nanoseconds (re-export the CSV without reformatting its numbers)")
+        warnings.append(f"{path.name}: {n} {col} values are {kind} (first: {where}); their rows are dropped")
+        df = df.with_columns(pl.when(bad).then(None).otherwise(pl.col(c)).alias(c))
+    return df
 
 
 def str_col(df: pl.DataFrame, *names: str) -> pl.Expr:
@@ -301,7 +345,7 @@ def finish(path: Path, fmt: str, *, devices=(), vendor_from: str, warnings=(), t
     """The Trace with AMD vendor metadata; events defaults to the rows read. Tables pass the
     reader-boundary checks (collectors.validate) before kernels are linked to their launches."""
     warnings = list(warnings)
-    tables = validate.tables({k: with_ids(v) for k, v in tables.items()}, warnings)
+    tables = validate.tables({k: with_ids(v) for k, v in tables.items()}, warnings, path)
     if "kernels" in tables and tables["kernels"] is not None:
         tables["kernels"] = link_launches(tables["kernels"], tables.get("launches"))
     if events is None:
@@ -334,11 +378,29 @@ def _shifted(traces: list[Trace], name: str) -> pl.DataFrame | None:
     return pl.concat(parts, how="diagonal_relaxed") if parts else None
 
 
-def merge(path: Path, fmt: str, traces: list[Trace]) -> Trace:
-    """One Trace from several (one per process / file): tables stacked with their keys kept apart,
-    rows that are exact copies across files dropped (collectors.validate), devices de-duplicated."""
+def _one_session(path: Path, traces: list[Trace], names: list[str]) -> None:
+    """Files of one run overlap in time (processes run together); a file whose kernels all start
+    after the others' have ended is another session: refused, naming both."""
+    spans = sorted((t.kernels["start_ns"].min(), (t.kernels["start_ns"] + t.kernels["dur_ns"]).max(), n)
+                   for t, n in zip(traces, names) if t.kernels.height)
+    if not spans:
+        return
+    end, last = spans[0][1], spans[0][2]
+    for start, stop, name in spans[1:]:
+        if start > end:
+            raise TraceError(path, f"holds two profiling sessions: {name} starts {(start - end) / 1e9:.1f} s after "
+                                   f"{last} ends (the files of one run overlap in time); pass one of them")
+        if stop > end:
+            end, last = stop, name
+
+
+def merge(path: Path, fmt: str, traces: list[Trace], names: list[str] | None = None) -> Trace:
+    """One Trace from several (one per process / file, `names` saying which): tables stacked with
+    their keys kept apart, rows that are exact copies across files dropped (collectors.validate),
+    devices de-duplicated; files that do not overlap in time are two sessions, a TraceError."""
     if len(traces) == 1:
         return traces[0].with_meta(path=str(path))
+    _one_session(path, traces, names or [Path(t.meta.path).name for t in traces])
     warnings = [w for t in traces for w in t.meta.warnings]
     tables = {name: _shifted(traces, name) for name in ("kernels", "ops", "frames", "launches", "markers", "copies")}
     tables = validate.tables({k: with_ids(v) for k, v in tables.items()}, warnings)

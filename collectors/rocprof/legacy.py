@@ -21,7 +21,7 @@ from attrib.trace import Trace
 
 from ._common import (agent_dict, clean_kernel_name, container, csv_columns, finish, head_bytes, int_col,
                       local_file, merge, plain_name, read_bytes, read_csv, require, rocminfo_agents,
-                      sqlite_format, str_col, total_dims)
+                      sqlite_format, str_col, strict_times, total_dims)
 
 V1, V2 = "rocprof-v1", "rocprof-v2"
 
@@ -32,6 +32,7 @@ def _v1_kernels(df: pl.DataFrame, path: Path, warnings: list[str], source: str =
     name = require(df, path, what, "kernelname", "kernel_name")
     begin = require(df, path, what, "beginns", "start_timestamp")
     end = require(df, path, what, "endns", "end_timestamp")
+    df = strict_times(df, path, [begin, end], warnings) if source == "CSV" else df
     grid, block = total_dims(int_col(df, "grd", "grid_size"), int_col(df, "wgr", "workgroup_size"))
     out = df.select(
         id=int_col(df, "index", "dispatch_id"), name=clean_kernel_name(pl.col(name).cast(pl.Utf8)),

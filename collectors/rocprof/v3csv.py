@@ -18,7 +18,7 @@ from attrib.errors import TraceError
 from attrib.trace import Trace
 
 from ._common import (COPY_DIRECTIONS, agent_dict, container, csv_columns, dims, finish, int_col, merge, pick,
-                      plain_name, read_csv, require, str_col, workgroups)
+                      plain_name, read_csv, require, str_col, strict_times, workgroups)
 
 FORMAT = "rocprofv3-csv"
 
@@ -48,6 +48,7 @@ def _kernels(df: pl.DataFrame, path: Path, warnings: list[str]) -> pl.DataFrame:
     name = require(df, path, "kernel trace CSV", "kernel_name")
     start = require(df, path, "kernel trace CSV", "start_timestamp")
     end = require(df, path, "kernel trace CSV", "end_timestamp")
+    df = strict_times(df, path, [start, end], warnings)
     wg = [int_col(df, f"workgroup_size_{a}") for a in "xyz"]
     grid = [int_col(df, f"grid_size_{a}") for a in "xyz"]
     if pick(df, "dispatch_id") is None:
@@ -160,7 +161,8 @@ def read(path: Path) -> Trace:
             raise TraceError(path, "no *_kernel_trace.csv in this directory")
         traces = [read_group(path, files) for _, files in sorted(chosen.items())]
         ignored = sorted(p.name for k, v in found.items() if k not in chosen for p in v.values())
-        trace = merge(path, FORMAT, traces)
+        names = [files["kernel_trace"].name for _, files in sorted(chosen.items())]
+        trace = merge(path, FORMAT, traces, names)
         if ignored:
             trace = trace.with_meta(warnings=trace.meta.warnings + (
                 f"ignored (no kernel trace with the same prefix): {', '.join(ignored)}",))

@@ -176,12 +176,25 @@ def _process(path: Path, proc: dict) -> Trace:
                   markers=_markers(path, proc), copies=_copies(path, proc))
 
 
+def _invalid(data: bytes, exc: orjson.JSONDecodeError) -> str:
+    """What is wrong where orjson stopped: a NaN/Infinity literal, the end of the data, or the error."""
+    at = data[exc.pos:exc.pos + 9]
+    literal = next((w for w in ("NaN", "-Infinity", "Infinity") if at.startswith(w.encode())), None)
+    if literal:
+        return (f"invalid JSON: a {literal} literal at byte {exc.pos} (JSON has no {literal}; the writer "
+                "emitted a bare float)")
+    if not data[exc.pos:].strip():
+        return f"invalid JSON: it ends at byte {exc.pos} inside a value (file cut short?)"
+    return f"invalid JSON ({exc.msg} at byte {exc.pos})"
+
+
 def read(path: Path) -> Trace:
     """A rocprofv3 JSON file (plain or .gz); several processes in one file are stacked."""
+    data = read_bytes(path)
     try:
-        doc = orjson.loads(read_bytes(path))
+        doc = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
-        raise TraceError(path, f"invalid JSON ({exc.msg} at byte {exc.pos}; file cut short?)") from None
+        raise TraceError(path, _invalid(data, exc)) from None
     procs = doc.get("rocprofiler-sdk-tool") if isinstance(doc, dict) else None
     if isinstance(procs, dict):
         procs = [procs]
