@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from attrib.version import __version__
+
 __all__ = ["Analysis", "analyze", "__version__"]
 
 if TYPE_CHECKING:

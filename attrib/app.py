@@ -5,6 +5,7 @@ With attrib.cli, the only modules that import `collectors` and `rules`.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -27,7 +28,7 @@ from attrib.pipeline import Attribution, attribute
 from attrib.roofline.arch import Arch, load_archs, override
 from attrib.report.export import annotate
 from attrib.trace import TRUNCATED, Trace
-from collectors import kineto, limits, load, sniff
+from collectors import limits, load, reader, resolve
 
 Warn = Callable[[object, str], None]
 
@@ -128,18 +129,22 @@ def check_phase(a: Attribution, phase: str | None, path: object) -> None:
 def analyzable(trace: Trace, path: object) -> Trace:
     """The trace if it holds GPU kernels, or is a CPU-only torch trace with ops (steps and phases
     only); else a TraceError saying plainly what was read."""
-    if trace.kernels.height:
-        return trace
     m = trace.meta
+    if trace.kernels.height:
+        if trace.kernels["dur_ns"].max() == 0:
+            raise TraceError(path, f"every kernel has a duration of 0 ({trace.kernels.height:,} kernels): "
+                                   "no GPU time to attribute")
+        return trace
     cut = next((w for w in m.warnings if w.kind == TRUNCATED), None)
-    gpu_run = m.format != "torch-json" or trace.launches.height or m.devices or m.vendor or cut
+    gpu_run = not reader(m.format).cpu_ops or trace.launches.height or m.devices or m.vendor or cut
     if not gpu_run and trace.ops.height:
         return trace
     read = f"read {m.events:,} events ({m.format})"
     if cut:
         read += f"; {cut}: no GPU kernel before the cut (a torch trace lists GPU events after the CPU ones)"
-    elif m.warnings:
-        read += f"; {m.warnings[-1]}"
+    elif m.warnings:  # what removed the kernels, if a check did; else the last warning
+        dropped = [w for w in m.warnings if re.match(r"\d+ kernels dropped", w)]
+        read += f"; {(dropped or m.warnings)[-1]}"
     raise TraceError(path, f"no GPU kernels to analyze ({read})")
 
 
@@ -219,13 +224,18 @@ def baseline_findings(base: Analysis, cand: Analysis) -> list[Finding]:
     return rules.run_pair(base, cand)
 
 
-def export_trace(path: str | Path, phase_map: dict[str, str] | None = None) -> dict[str, Any]:
-    """The Kineto trace at `path` with attrib's attribution added (attrib.report.export)."""
-    if sniff(path) != "torch-json":
-        raise UsageError(f"{path}: export rewrites a torch-profiler (Kineto) trace; this is {sniff(path)}")
-    a = attribution(path, Options(phase_map=dict(phase_map or {})))
-    raw = kineto.read_document(path)
-    order = kineto.kernel_event_indices(raw["traceEvents"])
-    if len(order) != a.trace.kernels.height:
-        raise TraceError(path, f"{len(order)} kernel events in the document, {a.trace.kernels.height} read: cannot align")
-    return annotate(raw, order, a.kernels, a.steps)
+def export_trace(path: str | Path, opts: Options = Options()) -> dict[str, Any]:
+    """The Kineto trace at `path` with attrib's attribution added (attrib.report.export); each
+    kernel is found by its index in traceEvents, which the reader kept (`event`). opts: the phase
+    map, and the capture trace or model budget that price a replay's kernels."""
+    fmt, _ = resolve(path)
+    r = reader(fmt)
+    if r.document is None:
+        raise UsageError(f"{path}: export rewrites a torch-profiler (Kineto) trace; this is {fmt}")
+    a = attribution(path, opts)
+    raw = r.document(Path(path))
+    kernels = a.kernels.join(a.trace.kernels.select("id", "event"), on="id", how="left")
+    try:
+        return annotate(raw, kernels, a.steps)
+    except ValueError as exc:
+        raise TraceError(path, f"{exc}: cannot align") from None

@@ -266,11 +266,21 @@ def slope(traces: tuple[Path, ...], phase: str, fmt: str, phase_map: tuple[str, 
               help="The annotated trace (.json or .json.gz) to open in the Perfetto UI.")
 @click.option("--phase-map", multiple=True, metavar="NAME=PHASE", help="Treat annotation NAME as PHASE (repeatable).")
 @click.option("--force", is_flag=True, help="Overwrite FILE if it exists.")
-def export(trace: Path, output: Path, phase_map: tuple[str, ...], force: bool) -> None:
+@click.option("--capture", type=click.Path(path_type=Path), help="The graph-capture trace of this replay trace: "
+              "replayed kernels get their ops, shapes and bytes.")
+@click.option("--capture-batch", type=int, help="With --capture: the captured batch size to align with.")
+@click.option("--model", type=click.Path(path_type=Path), help="HF config.json: bytes for kernels the trace has no "
+              "shapes for.")
+@click.option("--context", type=int, help="With --model: K/V positions each decode step reads.")
+def export(trace: Path, output: Path, phase_map: tuple[str, ...], force: bool, capture: Path | None,
+           capture_batch: int | None, model: Path | None, context: int | None) -> None:
     """TRACE with each kernel's component, phase, bytes and GB/s in its args and a track per component."""
     check_output(output, force)
+    budget = model_budget(model, context=context)
     with progress(f"annotating {trace}"):
-        doc = export_trace(trace, _phase_map(phase_map))
+        opts = Options(phase_map=_phase_map(phase_map), capture=capture, capture_batch=capture_batch,
+                       budget=budget)
+        doc = export_trace(trace, opts)
         data = orjson.dumps(doc)
         if output.name.endswith(".gz"):
             data = gzip.compress(data, compresslevel=6)
@@ -279,7 +289,7 @@ def export(trace: Path, output: Path, phase_map: tuple[str, ...], force: bool) -
 
 
 @cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
-@click.option("--rocprof", "use_rocprof", is_flag=True, required=True,
+@click.option("--rocprof", is_flag=True, required=True, expose_value=False,
               help="Run CMD under rocprofv3 (the capture this command does; torch capture is the Python API).")
 @click.option("--hip-trace", is_flag=True, help="Also trace HIP API calls.")
 @click.option("--memory-copy-trace", is_flag=True, help="Also trace memory copies.")
@@ -289,7 +299,7 @@ def export(trace: Path, output: Path, phase_map: tuple[str, ...], force: bool) -
 @click.option("--rocprofv3", default="rocprofv3", show_default=True, help="Path to rocprofv3 (non-standard installs).")
 @click.option("--analyze/--no-analyze", default=True, show_default=True, help="Analyze what was captured.")
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
-def capture(use_rocprof: bool, hip_trace: bool, memory_copy_trace: bool, fmt: str, out_dir: Path, rocprofv3: str,
+def capture(hip_trace: bool, memory_copy_trace: bool, fmt: str, out_dir: Path, rocprofv3: str,
             analyze: bool, cmd: tuple[str, ...]) -> None:
     """Run CMD under rocprofv3 and analyze its trace: attrib capture --rocprof -- CMD ARGS..."""
     res = run(list(cmd), out_dir, hip_trace=hip_trace, memory_copy_trace=memory_copy_trace, fmt=fmt,
@@ -383,6 +393,9 @@ def _main(argv: list[str] | None) -> int:
     except click.exceptions.Abort:
         click.echo("attrib: aborted", err=True)
         return 130
+    except click.UsageError as exc:  # a bad argument or path: one line, not click's usage text
+        click.echo(printable(f"attrib: error: {exc.format_message()}"), err=True)
+        return 2
     except click.ClickException as exc:
         exc.show()
         return exc.exit_code

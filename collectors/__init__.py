@@ -1,87 +1,134 @@
 """Collectors: everything that turns a run into a normalized `attrib.trace.Trace`.
 
-`load(path)` sniffs the format (a file or a directory of profiler outputs) and calls the reader.
-Readers raise `attrib.errors.TraceError` for input they cannot read.
+`load(path)` sniffs the format (a file or a directory of profiler outputs) with the readers of
+collectors.registry and calls the one that claims it. Readers raise `attrib.errors.TraceError` for
+input they cannot read.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from attrib.errors import TraceError
 from attrib.trace import Trace
-from collectors import limits, rocprof
-from collectors.kineto import read as read_kineto
+from collectors import limits
+from collectors.reader import Reader
+from collectors.registry import READERS, reader
+from collectors.rocprof._common import head_bytes, is_utf16, utf16_error
 from collectors.torch_capture import capture, wrap
 
-__all__ = ["load", "sniff", "capture", "wrap"]
+__all__ = ["load", "sniff", "resolve", "reader", "Reader", "READERS", "capture", "wrap"]
 
 
-def _torch_json(head: bytes) -> bool:
-    stripped = head.lstrip()
-    return stripped[:1] in (b"{", b"[") and (b'"traceEvents"' in head or b'"schemaVersion"' in head
-                                             or b'"deviceProperties"' in head)
+def claim(path: Path, head: bytes) -> Reader | None:
+    """The first reader whose sniff claims the file."""
+    return next((r for r in READERS if r.sniff(path, head)), None)
 
 
-def _torch_files(directory: Path) -> list[Path]:
-    """The torch-profiler traces directly inside a directory."""
-    out = []
+def _folder_files(directory: Path) -> dict[str, list[Path]]:
+    """{format: files} of the profiler outputs directly inside a directory, each file named as
+    its reader reads them (a torch trace `.json`/`.json.gz`; rocprof `.db`, `.csv`, ...)."""
+    suffixes = tuple({s for r in READERS for s in r.suffixes})
+    found: dict[str, list[Path]] = {}
     for p in sorted(directory.iterdir()):
-        if p.name.lower().endswith((".json", ".json.gz")) and p.is_file():
-            head = rocprof.head_bytes(p)
-            if _torch_json(head) and not rocprof.sniff(p, head):
-                out.append(p)
-    return out
+        name = p.name.lower()
+        if not name.endswith(suffixes):
+            continue
+        if p.is_symlink():
+            limits.check_path(p)  # a loop or a broken link is named, not skipped
+        if not p.is_file():
+            continue
+        r = claim(p, head_bytes(p))
+        if r is not None and name.endswith(r.suffixes):
+            found.setdefault(r.name, []).append(p)
+    return found
 
 
-def _sniff_dir(p: Path) -> tuple[str, Path]:
-    fmt = rocprof.sniff(p, b"")
-    if fmt:
-        return fmt, p
-    found = _torch_files(p)
-    if len(found) == 1:
-        return "torch-json", found[0]
-    if found:
-        names = ", ".join(f.name for f in found[:4]) + (", ..." if len(found) > 4 else "")
-        raise TraceError(p, f"is a directory holding {len(found)} torch-profiler traces ({names}); attrib "
-                            f"analyzes one trace at a time: pass one of them, e.g. attrib analyze {found[0]}")
-    raise TraceError(p, "is a directory with no profiler output attrib can read")
+def _folder(p: Path) -> tuple[Reader, Path, list[Path]]:
+    found = _folder_files(p)
+    r = next((r for r in READERS if r.name in found), None)
+    if r is None:
+        raise TraceError(p, "is a directory with no profiler output attrib can read")
+    files = found[r.name]
+    if r.read_folder is not None:
+        return r, p, files
+    if len(files) == 1:
+        return r, files[0], files
+    names = ", ".join(f.name for f in files[:4]) + (", ..." if len(files) > 4 else "")
+    raise TraceError(p, f"is a directory holding {len(files)} {r.title} ({names}); attrib analyzes "
+                        f"one trace at a time: pass one of them, e.g. attrib analyze {files[0]}")
+
+
+_HEADER_FIELD = re.compile(r'^\s*"?[A-Za-z_][\w .()/%-]*"?\s*$')  # a CSV column name
+
+
+def _depth(head: bytes) -> int:
+    """How deep JSON brackets nest in `head` (strings not parsed: a bound, for the error message)."""
+    depth = top = 0
+    for c in head.translate(None, b"\" \t\r\n:,0123456789"):  # brackets (and other text) only
+        depth += (c in b"[{") - (c in b"]}")
+        top = max(top, depth)
+    return top
+
+
+def _text(head: bytes) -> str | None:
+    """`head` as text, or None for binary data (a NUL byte, or not UTF-8 before its last 3 bytes)."""
+    if b"\0" in head:
+        return None
+    try:
+        return head[: len(head) - 3 if len(head) > 3 else None].decode("utf-8")
+    except UnicodeDecodeError:
+        return None
 
 
 def _unknown(p: Path, head: bytes) -> TraceError:
     """The error for a file no reader claims, as exact as the head allows."""
     stripped = head.lstrip()
     if stripped[:1] in (b"{", b"["):
+        deep = _depth(head[:65536])
+        if deep > 1000:
+            return TraceError(p, f"JSON nested {deep:,}+ levels deep in its first 64 kB (a profiler trace "
+                                 "nests a few): not a trace attrib can read")
         return TraceError(p, "JSON, but not a torch-profiler or rocprof trace (no traceEvents)")
-    line = head.split(b"\n", 1)[0][:300].decode("utf-8", "replace").strip()
-    if not line.isprintable():
+    if is_utf16(head):
+        return utf16_error(p)
+    text = _text(head)
+    if text is None:
         return TraceError(p, "binary data, not a trace attrib can read (expected torch-profiler JSON or rocprof output)")
-    if p.name.lower().removesuffix(".gz").endswith(".csv") or "," in line or ";" in line or "\t" in line:
-        sep = next((c for c in ";\t|" if c in line and "," not in line), None)
-        hint = f" (separated by {sep!r}; rocprof writes ',')" if sep else ""
+    line = text.removeprefix("\ufeff").split("\n", 1)[0][:300].strip()
+    sep = next((c for c in ",;\t|" if c in line), None)
+    header = sep is not None and all(_HEADER_FIELD.match(f) for f in line.split(sep))
+    if header or (p.name.lower().removesuffix(".gz").endswith(".csv") and sep is not None):
+        hint = f" (separated by {sep!r}; rocprof writes ',')" if sep != "," else ""
         return TraceError(p, f"CSV header{hint} has no known rocprof columns (rocprofv3: Kernel_Name, "
                              f"Start_Timestamp, End_Timestamp; rocprof v1: Index, KernelName): {line[:120]!r}")
-    return TraceError(p, "not a trace attrib can read (expected torch-profiler JSON or rocprof output)")
+    return TraceError(p, "not a trace attrib can read: text that is neither JSON nor a CSV with a header "
+                         "(expected torch-profiler JSON or rocprof output)")
+
+
+def _resolve(path: str | Path) -> tuple[Reader, Path, list[Path]]:
+    p = Path(path)
+    limits.check_path(p)
+    if p.is_dir():
+        return _folder(p)
+    head = limits.head(p)
+    if not head:
+        with limits.open_file(p) as fh:
+            kind = limits.compression(fh.read(8))
+        if kind is not None:
+            raise TraceError(p, f"corrupt {kind} data (not a {kind} stream attrib can read)")
+        raise TraceError(p, "empty file")
+    r = claim(p, head)
+    if r is None:
+        raise _unknown(p, head)
+    return r, p, [p]
 
 
 def resolve(path: str | Path) -> tuple[str, Path]:
     """(format name, the file or directory to read) for `path` (see the analysis JSON's `source.format`)."""
-    p = Path(path)
-    limits.check_path(p)
-    if p.is_dir():
-        return _sniff_dir(p)
-    head = limits.head(p)
-    if not head:
-        with limits.open_file(p) as fh:
-            if fh.read(2) == limits.GZIP_MAGIC:
-                raise TraceError(p, "corrupt gzip data (not a gzip stream attrib can read)")
-        raise TraceError(p, "empty file")
-    fmt = rocprof.sniff(p, head)
-    if fmt:
-        return fmt, p
-    if _torch_json(head):
-        return "torch-json", p
-    raise _unknown(p, head)
+    r, p, _ = _resolve(path)
+    return r.name, p
 
 
 def sniff(path: str | Path) -> str:
@@ -89,9 +136,9 @@ def sniff(path: str | Path) -> str:
     return resolve(path)[0]
 
 
-def load(path: str | Path, **options) -> Trace:
+def load(path: str | Path) -> Trace:
     """Read any supported trace into the normalized Trace."""
-    fmt, p = resolve(path)
-    if fmt == "torch-json":
-        return read_kineto(p, **options)
-    return rocprof.read(p, fmt, **options)
+    r, p, files = _resolve(path)
+    if p.is_dir() and r.read_folder is not None:
+        return r.read_folder(p, files)
+    return r.read(p)

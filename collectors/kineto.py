@@ -68,7 +68,11 @@ def _read_bytes(path: Path) -> tuple[bytes, list[str]]:
     """The file's JSON text (bounded, see collectors.limits); a cut-short gzip yields what was
     decompressed, with a warning."""
     data, cut = limits.read_bytes(path)
-    return data, [TraceWarning("gzip stream is truncated; reading what was decompressed", TRUNCATED)] if cut else []
+    if not cut:
+        return data, []
+    with limits.open_file(path) as fh:
+        kind = limits.compression(fh.read(8)) or "compressed"
+    return data, [TraceWarning(f"{kind} stream is truncated; reading what was decompressed", TRUNCATED)]
 
 
 def _decode_doc(path: Path, text: bytes, warnings: list[str]) -> _Doc:
@@ -98,15 +102,18 @@ def _decode_doc(path: Path, text: bytes, warnings: list[str]) -> _Doc:
     return _lenient(path, text, problem, warnings)
 
 
-# One field per line, as Kineto writes events: `    "name": "<value>",`
-_NAME_LINE = re.compile(rb'^(\s*"name": ")(.*)("\s*,?\s*)$', re.M)
+# A name value on its line, as Kineto writes events (`"ph": "X", "cat": "...", "name": "<value>", "pid": ...`
+# or `"name": "<value>",` alone): the value ends at the first quote followed by `, "key":` or the line's end,
+# so a valid name (`"name": "Iteration Start: PyTorch Profiler", "ph": "i", "s": "g",`) is left as it is
+_NAME_LINE = re.compile(rb'("name": ")(.*?)((?<!\\)"(?=\s*,\s*"[^"\n]+"\s*:|\s*,?\s*$))', re.M)
 _RAW_QUOTE = re.compile(rb'(?<!\\)"')
 
 
 def repair_names(text: bytes) -> tuple[bytes, int]:
     """Escape raw double quotes inside `"name": "..."` values. Kineto before its quote-escaping fix
     wrote names such as `torch/profiler/_cupti_monitor.py(0): "warmup"` as they are, which makes the
-    whole file invalid JSON. Returns the text and how many names were repaired."""
+    whole file invalid JSON. Only a value with a raw quote inside changes. Returns the text and how
+    many names were repaired."""
     count = 0
 
     def fix(m: re.Match) -> bytes:
@@ -166,7 +173,7 @@ def _check_sizes(path: Path, raws: list[msgspec.Raw], base: int) -> None:
 
 def _chunk_tables(path: Path, raws: list[msgspec.Raw], base: int, notes: Notes) -> dict[str, pl.DataFrame]:
     _check_sizes(path, raws, base)
-    return chunk_frames(decode_chunk(raws, base, notes), notes)
+    return chunk_frames(decode_chunk(raws, base, notes), notes, base)
 
 
 def _serial(path: Path, chunks: list[list[msgspec.Raw]], notes: Notes) -> list[dict[str, pl.DataFrame]]:
@@ -187,16 +194,16 @@ def _parallel(path: Path, chunks: list[list[msgspec.Raw]], notes: Notes,
         j = claims.front()
         if j is None:
             break
-        out[j] = chunk_frames(decode_chunk(chunks[j], j * CHUNK, notes), notes)
+        out[j] = chunk_frames(decode_chunk(chunks[j], j * CHUNK, notes), notes, j * CHUNK)
     for j in worker.take_back(keep=2):
-        out[j] = chunk_frames(decode_chunk(chunks[j], j * CHUNK, notes), notes)
+        out[j] = chunk_frames(decode_chunk(chunks[j], j * CHUNK, notes), notes, j * CHUNK)
     answers = worker.finish()
     for j in range(len(chunks)):
         if j in out:
             continue
         answer = answers.get(j)
         if answer is None:
-            out[j] = chunk_frames(decode_chunk(chunks[j], j * CHUNK, notes), notes)
+            out[j] = chunk_frames(decode_chunk(chunks[j], j * CHUNK, notes), notes, j * CHUNK)
         else:
             out[j] = answer[0]
             notes.no_ph += answer[1]
@@ -266,13 +273,16 @@ def _stat(path: Path) -> os.stat_result | None:
         return None
 
 
+_COMPRESSED = (".gz", ".xz", ".zst")
+
+
 def _likely_big(path: Path) -> bool:
     """Whether the file's JSON text will be PARALLEL_BYTES or more, judged from its size on disk."""
     try:
         size = path.stat().st_size
     except OSError:
         return False
-    return size >= PARALLEL_BYTES // (8 if path.name.lower().endswith(".gz") else 1)
+    return size >= PARALLEL_BYTES // (8 if path.name.lower().endswith(_COMPRESSED) else 1)
 
 
 def _cpu_free(others: Others, worker: Worker) -> bool:
@@ -283,8 +293,15 @@ def _cpu_free(others: Others, worker: Worker) -> bool:
     return cpus >= 2 and (busy is None or busy + 1.5 <= cpus)
 
 
-def read(path: str | Path, parallel: bool | None = None, **_: Any) -> Trace:
-    """Read a Kineto trace (`.json`, `.json.gz`, `.pt.trace.json.gz`) into the normalized Trace.
+def sniff(path: Path, head: bytes) -> bool:
+    """A JSON document that names a torch-profiler key in its first bytes."""
+    return head.lstrip()[:1] in (b"{", b"[") and (
+        b'"traceEvents"' in head or b'"schemaVersion"' in head or b'"deviceProperties"' in head)
+
+
+def read(path: str | Path, parallel: bool | None = None) -> Trace:
+    """Read a Kineto trace (`.json`, `.json.gz`, `.pt.trace.json.gz`, `.json.xz`, `.json.zst`) into the
+    normalized Trace.
 
     parallel: decode with a worker process too (collectors.kineto_worker). None (the default): when
     the JSON text is at least PARALLEL_BYTES and a CPU was free while the file was read and split;
@@ -302,6 +319,10 @@ def read(path: str | Path, parallel: bool | None = None, **_: Any) -> Trace:
         if worker is None and parallel is None and len(text) >= PARALLEL_BYTES:
             worker = Worker.start(path)
         doc = _decode_doc(path, text, warnings)
+        keys = text.count(b'"traceEvents"')  # C speed; a name holding it has its quotes escaped
+        if keys > 1:
+            warnings.append(f"the document holds the key 'traceEvents' {keys} times (a duplicated key); the "
+                            f"last list is read ({len(doc.traceEvents):,} events), the others are ignored")
         if worker is not None and before is not None and isinstance(text, bytes) and len(text) == before.st_size:
             worker.file_text(text, before)  # a plain file read whole: the worker reads its chunks from it
         del text
@@ -320,7 +341,7 @@ def read(path: str | Path, parallel: bool | None = None, **_: Any) -> Trace:
     tables = {t: _finish(p, notes) for t, p in parts.items()}
     flows = tables.pop("flows")
     warnings += notes.warnings()
-    tables = validate.tables(tables, warnings)
+    tables = validate.tables(tables, warnings, path)
     tables["kernels"] = _fill_correlation(tables["kernels"], flows)
     if tables["kernels"] is not None:  # "Dispatch Task" kernels, graph launches, shared correlation ids
         tables["kernels"] = mark_graph_replays(tables["kernels"], tables["launches"])
@@ -369,13 +390,3 @@ def read_document(path: str | Path) -> dict[str, Any]:
     if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
         raise TraceError(path, "not a torch-profiler trace (no traceEvents list)")
     return doc
-
-
-def kernel_event_indices(events: list[Any]) -> list[int]:
-    """Indices into `traceEvents` of the kernel events, in the order of `read`'s kernel ids (the
-    same selection and the same stable sort on the same integer-nanosecond start)."""
-    idx = [i for i, e in enumerate(events)
-           if isinstance(e, dict) and e.get("cat") == "kernel" and e.get("ph") == "X" and e.get("ts") is not None]
-    ts = pl.Series("ts", [events[i]["ts"] for i in idx], dtype=pl.Float64, strict=False)
-    df = pl.DataFrame({"i": pl.Series(idx, dtype=pl.Int64), "ts": ts}).with_columns(_ns("ts").alias("start_ns"))
-    return df.sort("start_ns", maintain_order=True)["i"].to_list()

@@ -97,6 +97,8 @@ class _Loose(msgspec.Struct, gc=False):
     id: Any = None
     args: Any = None
 
+DROPPED = Event(cat=None)  # the place of an event that could not be read
+
 # what invalid JSON raises: msgspec 0.18 (the declared floor) raises UnicodeDecodeError for invalid UTF-8
 # in a string, later versions msgspec.DecodeError
 DECODE_ERRORS = (msgspec.DecodeError, UnicodeDecodeError)
@@ -217,14 +219,10 @@ def decode_fast(text: bytes) -> list[Event]:
 
 
 def decode_chunk(raws: list[msgspec.Raw], base: int, notes: Notes) -> list[Event]:
-    """The chunk's events (raws[i] is event base + i), typed; bad ones salvaged one by one."""
+    """The chunk's events (raws[i] is event base + i, and so is the i-th event returned), typed;
+    bad ones salvaged one by one, one that cannot be read is DROPPED (no category: in no table)."""
     try:
         return _EVENTS.decode(json_array(raws))
     except DECODE_ERRORS:  # ValidationError included
         pass
-    out = []
-    for i, r in enumerate(raws):
-        ev = _one(bytes(r), base + i, notes)
-        if ev is not None:
-            out.append(ev)
-    return out
+    return [_one(bytes(r), base + i, notes) or DROPPED for i, r in enumerate(raws)]

@@ -46,8 +46,9 @@ def _gpu(evs: list[Event]) -> dict[str, Any]:
     return cols
 
 
-def _kernels(evs: list[Event]) -> dict[str, Any]:
+def _kernels(evs: list[Event], events: list[int]) -> dict[str, Any]:
     cols = _gpu(evs)
+    cols["event"] = events
     cols["grid"] = _raw([e.args.grid for e in evs])
     cols["block"] = _raw([e.args.block for e in evs])
     cols["registers"] = [e.args.registers for e in evs]
@@ -107,7 +108,7 @@ _TABLE_OF = {
     "python_function": "frames", "cuda_runtime": "launches", "cuda_driver": "launches",
     "user_annotation": "markers", "gpu_user_annotation": "markers",
 }
-_COLUMNS = {"kernels": _kernels, "copies": _copies, "ops": _ops, "frames": _frames,
+_COLUMNS = {"copies": _copies, "ops": _ops, "frames": _frames,
             "launches": _launches, "markers": _markers, "flows": _flows}
 _DTYPES = {"name": pl.Utf8, "ts": pl.Float64, "dur": pl.Float64, "side": pl.Utf8, "kind": pl.Utf8,
            "kernel_name": pl.Utf8, "graph": pl.Boolean}
@@ -126,17 +127,20 @@ def _series(name: str, values: list[Any]) -> pl.Series:
 
 def _frame(cols: dict[str, Any]) -> pl.DataFrame:
     return pl.DataFrame([v.alias(k) if isinstance(v, pl.Series) else _series(k, v) for k, v in cols.items()])
-TABLES = tuple(_COLUMNS)
+TABLES = ("kernels", *_COLUMNS)
 
 
-def chunk_frames(evs: list[Event], notes: Notes) -> dict[str, pl.DataFrame]:
-    """One chunk's events as a frame per table (tables without events left out): complete events
-    (`ph` X) with a start time go to their category's table, flow ends (`ac2g` f) to `flows`; profiler
-    events without `ph` or `ts` are counted in `notes`."""
-    groups: dict[str, list[Event]] = {t: [] for t in _COLUMNS}
+def chunk_frames(evs: list[Event], notes: Notes, base: int) -> dict[str, pl.DataFrame]:
+    """One chunk's events (evs[i] is traceEvents[base + i]) as a frame per table (tables without
+    events left out): complete events (`ph` X) with a start time go to their category's table, flow
+    ends (`ac2g` f) to `flows`; profiler events without `ph` or `ts` are counted in `notes`. Kernels
+    keep their index in traceEvents (`event`), which export aligns by."""
+    groups: dict[str, list[Event]] = {t: [] for t in TABLES}
     add = {cat: groups[t].append for cat, t in _TABLE_OF.items()}  # bound appends: the loop runs per event
     flow = groups["flows"].append
-    for e in evs:
+    kernel = add["kernel"]
+    at: list[int] = []
+    for i, e in enumerate(evs, base):
         a = add.get(e.cat)
         if a is None:
             if e.cat == "ac2g" and e.ph == "f":
@@ -144,8 +148,11 @@ def chunk_frames(evs: list[Event], notes: Notes) -> dict[str, pl.DataFrame]:
         elif e.ph == "X":
             if e.ts is not None:
                 a(e)
+                if a is kernel:
+                    at.append(i)
             else:
                 notes.no_ts += 1
         elif e.ph is None:
             notes.no_ph += 1
-    return {t: _frame(_COLUMNS[t](g)) for t, g in groups.items() if g}
+    out = {"kernels": _frame(_kernels(groups["kernels"], at))} if at else {}
+    return out | {t: _frame(_COLUMNS[t](groups[t])) for t in _COLUMNS if groups[t]}

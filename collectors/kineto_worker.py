@@ -34,7 +34,7 @@ import msgspec
 import numpy as np
 import polars as pl
 
-from collectors.kineto_events import DECODE_ERRORS, Notes, decode_fast, json_array
+from collectors.kineto_events import CHUNK, DECODE_ERRORS, Notes, decode_fast, json_array
 from collectors.kineto_tables import TABLES, chunk_frames
 
 # a request: chunk number; its offset and length in the trace file, the CRC-32 of the region's first and
@@ -119,7 +119,7 @@ def serve(folder: str, source: str = "", inp: IO[bytes] | None = None, out: IO[b
             continue
         del payload
         notes = Notes()
-        frames = chunk_frames(evs, notes)
+        frames = chunk_frames(evs, notes, j * CHUNK)
         del evs
         mask = 0
         for t, df in frames.items():

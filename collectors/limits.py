@@ -1,27 +1,39 @@
 """Bounded input: which paths a reader may open and how much it may read from them.
 
 Every reader opens its file through here, so a FIFO never blocks, a symbolic-link loop is named
-as one, and a gzip is streamed with a bound on what it may expand to (a small file of a few MB
-that inflates to GBs of whitespace is refused, not read).
+as one, and a compressed file (gzip; xz; zstd where `zstandard` is installed) is streamed with a
+bound on what it may expand to (a small file of a few MB that inflates to GBs of whitespace is
+refused, not read).
 """
 
 from __future__ import annotations
 
 import errno
+import io
+import lzma
 import os
 import stat
 import zlib
 from pathlib import Path
+from typing import Any
 
 from attrib.errors import TraceError
 
+try:
+    import zstandard
+except ImportError:  # optional: .zst traces need it
+    zstandard = None
+
 GZIP_MAGIC = b"\x1f\x8b"
+XZ_MAGIC = b"\xfd7zXZ\x00"
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 # A gzip may expand to RATIO_LIMIT times its size once past INFLATE_FLOOR (real traces: 9-27x).
 RATIO_LIMIT = 200
 INFLATE_FLOOR = 64 << 20
 # One trace event (one JSON object of the event list), or one string field, at most this long.
 EVENT_LIMIT = 16 << 20
 _STEP = 16 << 20
+_STREAM_STEP = 1 << 16
 
 _KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
           (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
@@ -61,16 +73,84 @@ def open_file(path: Path):
     return os.fdopen(fd, "rb")
 
 
+def compression(raw: bytes) -> str | None:
+    """"gzip", "xz" or "zstd" from a file's magic bytes; None for an uncompressed file."""
+    if raw[:2] == GZIP_MAGIC:
+        return "gzip"
+    if raw[:6] == XZ_MAGIC:
+        return "xz"
+    if raw[:4] == ZSTD_MAGIC:
+        return "zstd"
+    return None
+
+
+def _stream(kind: str, raw: bytes) -> Any:
+    """A file object that decompresses `raw` (xz or zstd) as it is read."""
+    if kind == "xz":
+        return lzma.LZMAFile(io.BytesIO(raw))
+    return zstandard.ZstdDecompressor().stream_reader(io.BytesIO(raw), read_across_frames=True)
+
+
+_STREAM_ERRORS = (lzma.LZMAError, EOFError, OSError) + ((zstandard.ZstdError,) if zstandard else ())
+
+
+def _no_zstd(path: Path) -> TraceError:
+    return TraceError(path, "zstd-compressed: install the zstandard package (pip install 'attrib[zstd]') "
+                            "or decompress it (zstd -d)")
+
+
 def head(path: Path, n: int = 65536) -> bytes:
-    """Up to n leading bytes, gunzipped if gzip (b"" when a gzip's first block is unreadable)."""
+    """Up to n leading bytes, decompressed if compressed (b"" when the first block is unreadable)."""
     with open_file(path) as fh:
         raw = fh.read(max(n, 1 << 16))
-    if raw[:2] != GZIP_MAGIC:
+    kind = compression(raw)
+    if kind is None:
         return raw[:n]
+    if kind == "gzip":
+        try:
+            out = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(raw, n)
+        except zlib.error:
+            return b""
+        if out.strip() or len(out) < n:
+            return out
+        with open_file(path) as fh:  # blanks only: the whole (compressed) file, to pass them
+            return _past_space(path, fh.read(), n)
+    if kind == "zstd" and zstandard is None:
+        raise _no_zstd(path)
+    out = b""
     try:
-        return zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(raw, n)
-    except zlib.error:
-        return b""
+        with _stream(kind, raw) as f:
+            while len(out) < n and (part := f.read(n - len(out))):
+                out += part
+    except _STREAM_ERRORS:
+        pass  # the first 64 kB of a whole file: a cut here is the end of what there is
+    return out
+
+
+def _past_space(path: Path, raw: bytes, n: int) -> bytes:
+    """Up to n bytes of a gzip's content from its first non-blank byte (blanks streamed and
+    dropped, every member in turn), under `inflate_limit`: the head of a trace behind GBs of
+    whitespace, or a decompression bomb named as one."""
+    limit, seen, out, pos = inflate_limit(len(raw)), 0, b"", 0
+    while pos < len(raw) and len(out) < n:
+        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        buf = memoryview(raw)[pos:]
+        try:
+            while buf and not d.eof and len(out) < n:
+                part = d.decompress(buf, _STEP)
+                buf = d.unconsumed_tail
+                seen += len(part)
+                out += part if out else part.lstrip()
+                if seen > limit:
+                    ratio = f"{RATIO_LIMIT}x its {len(raw) / 1e6:.1f} MB"
+                    raise TraceError(path, f"gzip expands past {limit >> 20} MB ({ratio}) of blanks before "
+                                           "any content: refused as a decompression bomb")
+        except zlib.error:
+            break
+        if not d.eof or d.unused_data[:2] != GZIP_MAGIC:
+            break
+        pos = len(raw) - len(d.unused_data)
+    return out[:n]
 
 
 def inflate_limit(compressed: int) -> int:
@@ -111,13 +191,38 @@ def gunzip(path: Path, raw: bytes) -> tuple[bytearray, bool]:
     return out, False
 
 
+def unpack(path: Path, kind: str, raw: bytes) -> tuple[bytearray, bool]:
+    """(data, cut) of an xz or zstd file, as `gunzip` does for gzip: streamed, refused past
+    `inflate_limit`; corrupt data, or a cut with nothing before it, is a TraceError."""
+    if kind == "zstd" and zstandard is None:
+        raise _no_zstd(path)
+    limit = inflate_limit(len(raw))
+    out = bytearray()
+    try:
+        with _stream(kind, raw) as f:  # small reads: a stream cut short keeps what came before
+            while part := f.read(_STREAM_STEP):
+                out += part
+                if len(out) > limit:
+                    raise TraceError(path, f"{kind} expands past {limit >> 20} MB ({RATIO_LIMIT}x its "
+                                           f"{len(raw) / 1e6:.1f} MB): refused as a decompression bomb")
+    except _STREAM_ERRORS as exc:
+        if not out:
+            raise TraceError(path, f"corrupt or truncated {kind} data ({exc})") from None
+        return out, True
+    return out, False
+
+
 def read_bytes(path: Path) -> tuple[bytes | bytearray, bool]:
-    """(content, cut): the whole file, gunzipped with bounds if gzip; `cut` for a gzip cut short."""
+    """(content, cut): the whole file, decompressed with bounds if compressed; `cut` for a
+    compressed stream cut short."""
     with open_file(path) as fh:
         try:
             raw = fh.read()
         except OSError as exc:
             raise TraceError(path, f"cannot read: {exc.strerror or exc}") from None
-    if raw[:2] != GZIP_MAGIC:
+    kind = compression(raw)
+    if kind is None:
         return raw, False
-    return gunzip(path, raw)
+    if kind == "gzip":
+        return gunzip(path, raw)
+    return unpack(path, kind, raw)

@@ -21,9 +21,9 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
-import attrib
 from attrib.errors import TraceError
 from attrib.output import commit, staged
+from attrib.version import __version__
 from collectors import limits
 
 SCHEMA = "attrib.provenance/1"
@@ -94,7 +94,7 @@ def _attrib_version() -> str | None:
     try:
         return version("attrib")
     except Exception:
-        return attrib.__version__
+        return __version__
 
 
 def _host_memory() -> int | None:

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import polars as pl
 
+from attrib.errors import TraceError
+
 # Events further than this from the table's median time (or 10x its central 80% span, if larger)
 # are not from this run.
 WINDOW_NS = 3600 * 10**9
@@ -34,7 +36,7 @@ def _times(df: pl.DataFrame, label: str, warnings: list[str]) -> pl.DataFrame:
     """Drop rows without a start or duration, with a negative duration, or outside the run's span."""
     start, dur = pl.col("start_ns"), pl.col("dur_ns")
     missing = start.is_null() | dur.is_null()
-    negative = dur < 0
+    negative = (dur < 0) | (start < 0)  # no profiler clock runs before 0
     s = df["start_ns"].drop_nulls().sort()  # readers sort by start: no work then
     if s.len():
         n = s.len() - 1
@@ -48,7 +50,8 @@ def _times(df: pl.DataFrame, label: str, warnings: list[str]) -> pl.DataFrame:
     if not any(flags):
         return df
     m, n, o = flags
-    what = [f"{m} without a usable start time or duration (missing, not a number, or out of range)"] * bool(m) + [f"{n} with a negative duration"] * bool(n) \
+    what = [f"{m} without a usable start time or duration (missing, not a number, or out of range)"] * bool(m) \
+        + [f"{n} with a negative duration or start time"] * bool(n) \
         + [f"{o} timed hours away from the rest of the trace"] * bool(o)
     warnings.append(f"{sum(flags)} {label} dropped: {', '.join(what)}")
     return df.filter(~missing & ~negative.fill_null(False) & ~outside.fill_null(False))
@@ -85,10 +88,12 @@ def _ids(df: pl.DataFrame, label: str, warnings: list[str]) -> pl.DataFrame:
 def _names(df: pl.DataFrame, label: str, warnings: list[str]) -> pl.DataFrame:
     if "name" not in df.columns or df.schema["name"] != pl.Utf8:
         return df
-    nulls, longest = df.select(pl.col("name").null_count().alias("n"), pl.col("name").str.len_bytes().max().alias("l")).row(0)
+    nameless = pl.col("name").is_null() | (pl.col("name") == "")  # a missing "name" key is read as ""
+    nulls, longest = df.select(nameless.sum().alias("n"), pl.col("name").str.len_bytes().max().alias("l")).row(0)
     if nulls:
-        warnings.append(f"{nulls} {label} have no name; shown as '?'")
-        df = df.with_columns(pl.col("name").fill_null("?"))
+        every = "every one of the " if nulls == df.height else ""
+        warnings.append(f"{every}{nulls} {label} have no name; shown as '?'")
+        df = df.with_columns(pl.when(nameless).then(pl.lit("?")).otherwise(pl.col("name")).alias("name"))
     if (longest or 0) > NAME_LIMIT:
         n = df.select((pl.col("name").str.len_bytes() > NAME_LIMIT).sum()).item()
         warnings.append(f"{n} {label} have names over {NAME_LIMIT} bytes; cut to {NAME_LIMIT} characters")
@@ -125,6 +130,71 @@ def table(name: str, df: pl.DataFrame | None, warnings: list[str]) -> pl.DataFra
     return df
 
 
-def tables(tabs: dict[str, pl.DataFrame | None], warnings: list[str]) -> dict[str, pl.DataFrame | None]:
-    """Every table through `table()`; warnings are appended to `warnings`."""
+# Two clocks a factor of about 1e3 or 1e6 apart: us beside ns, or s beside us (drift and run length widen it)
+_UNIT_RATIOS = ((200, 5_000, "1e3"), (200_000, 5_000_000, "1e6"))
+
+
+def _unit(ratio: float) -> str | None:
+    return next((u for lo, hi, u in _UNIT_RATIOS if lo <= ratio <= hi), None)
+
+
+def unit_break(tabs: dict[str, pl.DataFrame | None]) -> str | None:
+    """Where timestamps change unit, said plainly; None if they agree. Within a table: its start
+    times fall into two groups with a gap of 100x or more whose medians are ~1e3 or ~1e6 apart
+    (some kernels in s); across tables: kernels and CPU-side rows (ops, runtime calls) whose
+    medians are that far apart (one side in ns)."""
+    medians: dict[str, float] = {}
+    for name in _TIMED:
+        df = tabs.get(name)
+        if df is None or "start_ns" not in df.columns:
+            continue
+        s = df["start_ns"].drop_nulls().filter(df["start_ns"].drop_nulls() > 0).sort()
+        if s.len() < 2:
+            continue
+        medians[name] = float(s[s.len() // 2])
+        ratio = s.slice(1) / s.slice(0, s.len() - 1)
+        k = int(ratio.arg_max())
+        low, high = s.slice(0, k + 1), s.slice(k + 1)
+        if ratio[k] >= 100 and min(low.len(), high.len()) >= max(2, s.len() // 100):
+            unit = _unit(float(high.median()) / float(low.median()))
+            if unit:
+                return (f"{_ROWS[name]} change time unit: {low.len():,} start near {low.median() / 1e9:.3g} s and "
+                        f"{high.len():,} near {high.median() / 1e9:.3g} s, {unit}x apart (some written in "
+                        "another unit)")
+    for cpu in ("ops", "launches"):
+        if "kernels" in medians and cpu in medians:
+            a, b = medians["kernels"], medians[cpu]
+            unit = _unit(max(a, b) / min(a, b))
+            if unit:
+                return (f"kernels start near {a / 1e9:.3g} s and {_ROWS[cpu]} near {b / 1e9:.3g} s, {unit}x "
+                        "apart: one side's timestamps are in another unit")
+    return None
+
+
+def two_sessions(launches: pl.DataFrame | None) -> str | None:
+    """Half or more of the runtime calls repeat their correlation id exactly once, the repeat the same
+    time later: two sessions in one trace (one merged with a shifted copy of itself)."""
+    if launches is None or launches.height < 20 or "correlation" not in launches.columns:
+        return None
+    pairs = (launches.filter(pl.col("correlation").is_not_null()).group_by("correlation")
+             .agg(pl.len().alias("n"), (pl.col("start_ns").max() - pl.col("start_ns").min()).alias("shift"))
+             .filter(pl.col("n") == 2))
+    if 2 * pairs.height * 2 < launches.height:
+        return None
+    shift = float(pairs["shift"].median())
+    same = pairs.filter((pl.col("shift") - shift).abs() <= 0.01 * shift + 1000).height
+    if shift <= 0 or same < 0.9 * pairs.height:
+        return None
+    return (f"{2 * pairs.height:,} runtime calls repeat their correlation id once, each {shift / 1e9:.3f} s later: "
+            "two profiling sessions in one trace (merged with a shifted copy?); analyze each session's trace "
+            "on its own")
+
+
+def tables(tabs: dict[str, pl.DataFrame | None], warnings: list[str],
+           path: object = None) -> dict[str, pl.DataFrame | None]:
+    """Every table through `table()`; warnings are appended to `warnings`. Timestamps in two units,
+    or two sessions in one trace, are a TraceError naming `path` (before anything is dropped)."""
+    problem = unit_break(tabs) or two_sessions(tabs.get("launches"))
+    if problem and path is not None:
+        raise TraceError(path, problem)
     return {k: table(k, v, warnings) for k, v in tabs.items()}

@@ -9,9 +9,9 @@ import polars as pl
 import pytest
 
 from collectors import load
-from collectors.kineto import read
+from collectors.kineto import read, repair_names
 
-from conftest import EXAMPLE_TRACE
+from conftest import EXAMPLE_TRACE, FIXTURES
 
 TORCH = "torch"
 
@@ -138,3 +138,19 @@ def test_unescaped_quotes_in_a_name_are_repaired(tmp_path):
     assert any("unescaped quotes" in w for w in t.meta.warnings)
     assert t.kernels.height == 4977
     assert t.frames.filter(pl.col("name") == frame["name"] + ': "warmup"').height == 1
+
+
+def test_repair_changes_only_the_name_that_failed_to_parse():
+    """Kineto writes `"name": "Iteration Start: PyTorch Profiler", "ph": "i", "s": "g",` on one line
+    (valid JSON): the quote repair must leave it, and fix a kernel name given raw quotes in the
+    real trace's own layout (`"ph": "X", "cat": "kernel", "name": "...", "pid": 0, "tid": 7,`)."""
+    src = FIXTURES / "torch" / "h200_dense_prefill_cudagraph_decode.json.gz"
+    text = gzip.decompress(src.read_bytes())
+    assert text.count(b'"name": "Iteration Start: PyTorch Profiler", "ph": "i", "s": "g",') == 1
+    at = text.index(b'"cat": "kernel", "name": "') + len(b'"cat": "kernel", "name": "')
+    bad = text[:at] + b'warmup "a" ' + text[at:]
+    fixed, n = repair_names(bad)
+    assert n == 1 and fixed.replace(b'warmup \\"a\\" ', b"") == text
+    names = [e["name"] for e in orjson.loads(fixed)["traceEvents"]]
+    assert names.count("Iteration Start: PyTorch Profiler") == 1
+    assert sum(x.startswith('warmup "a" void') for x in names) == 1

@@ -58,7 +58,7 @@ def test_worker_answers_every_chunk_with_the_serial_frames():
     assert sorted(answers) == list(range(len(chunks)))
     for j, c in enumerate(chunks):
         notes = Notes()
-        want = chunk_frames(decode_chunk(c, j * CHUNK, notes), notes)
+        want = chunk_frames(decode_chunk(c, j * CHUNK, notes), notes, j * CHUNK)
         got = answers[j][0]
         assert list(got) == list(want)
         assert all(got[t].equals(want[t]) for t in want)
@@ -172,7 +172,7 @@ def test_a_plain_file_is_read_by_the_worker_from_the_file_itself(tmp_path):
     answers = _answers(worker, chunks)
     assert sorted(answers) == list(range(len(chunks)))
     for j, c in enumerate(chunks):
-        want = chunk_frames(decode_chunk(c, j * CHUNK, Notes()), Notes())
+        want = chunk_frames(decode_chunk(c, j * CHUNK, Notes()), Notes(), j * CHUNK)
         assert all(answers[j][0][t].equals(want[t]) for t in want)
     _same(kineto.read(p, parallel=True), kineto.read(p, parallel=False))
 

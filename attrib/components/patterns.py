@@ -39,10 +39,12 @@ RUNTIME_HELPERS = r"^__amd_rocclr_|^__amd_|copyBuffer|fillBuffer"
 # GEMV-shaped (one token per sequence: decode) and GEMM-shaped (prefill) kernel families
 GEMV_NAMES = r"mul_mat_vec|gemv"
 GEMM_NAMES = r"mul_mat_q\b|mul_mat_f\b|Cijk_|gemm"
-# llama.cpp MMVQ template argument: columns (tokens) of the right-hand side
-# llama.cpp quantized GEMM (prefill) and its RMS norm, which runs one workgroup per row (token)
+# llama.cpp quantized GEMM (prefill micro-batches): `mul_mat_q<(ggml_type)12, 128, false>(...)`
+# demangled, `_Z9mul_mat_qIL9ggml_type12ELi128ELb0EEv...` mangled (not its stream-k fixup)
 LLAMACPP_MMQ = r"\bmul_mat_q\b|mul_mat_qIL9ggml_type"
+# llama.cpp's RMS norm, which runs one workgroup per row (token)
 LLAMACPP_NORM_ROWS = r"\brms_norm_f32\b|rms_norm_f32I"
+# llama.cpp MMVQ template argument: columns (tokens) of the right-hand side
 LLAMACPP_MMVQ_COLS = r"mul_mat_vec_q<\(ggml_type\)\d+, (\d+)[,>]|mul_mat_vec_qIL9ggml_type\d+ELi(\d+)E"
 # torch's cat kernel names its element size (CatArrayBatchedCopy<OpaqueType<2u>, ...>)
 CAT_ELEMENT_BYTES = r"OpaqueType<(\d+)u>"
@@ -73,8 +75,6 @@ FUSED_ATTENTION = r"(?i)flash|_efficient_attention|cudnn_attention|attn_fwd|fmha
 ROCBLAS_TILE = r"^Cijk_\w*_MI\d+x\d+x\d+x\d+_"
 # llama.cpp quantized GEMV (decode)
 LLAMACPP_MMVQ = r"mul_mat_vec_q<"
-# llama.cpp quantized GEMM (prefill micro-batches)
-LLAMACPP_MMQ = r"mul_mat_q<"
 # AITER and Composable Kernel kernels (CDNA-tuned)
 AITER_CK = r"(?i)aiter|ck_tile|_ZN5aiter|\bfmoe|Rmsnorm2dFwd|^ck::|_ZN2ck"
 # FP8 kernels: names, scaled-mm, FP8 Tensile data types

@@ -43,19 +43,28 @@ def _meta(pid: int, tid: int | None, kind: str, name: str | int) -> dict[str, An
     return ev
 
 
-def annotate(doc: dict[str, Any], order: list[int], kernels: pl.DataFrame, steps: pl.DataFrame) -> dict[str, Any]:
-    """Add attrib's args to `doc`'s kernel events (order[id] = index of kernel id in traceEvents) and
-    the component and step tracks; returns doc (changed in place)."""
+def _kernel_event(events: list[Any], at: int | None) -> dict[str, Any] | None:
+    ev = events[at] if at is not None and 0 <= at < len(events) else None
+    return ev if isinstance(ev, dict) and ev.get("cat") == "kernel" else None
+
+
+def annotate(doc: dict[str, Any], kernels: pl.DataFrame, steps: pl.DataFrame) -> dict[str, Any]:
+    """Add attrib's args to `doc`'s kernel events (`kernels.event`: each kernel's index in
+    traceEvents, as the reader kept it) and the component and step tracks; returns doc (changed in
+    place). A kernel whose index is not a kernel event of `doc` is a ValueError."""
     events = doc["traceEvents"]
-    k = kernels.select("id", "component", "phase", "step", "bytes", "dur_ns").with_columns(
+    k = kernels.select("event", "component", "phase", "step", "bytes", "dur_ns").with_columns(
         pl.when((pl.col("dur_ns") > 0) & pl.col("bytes").is_not_null())
-        .then((pl.col("bytes") / pl.col("dur_ns")).round(1)).alias("gbs")).sort("id")
+        .then((pl.col("bytes") / pl.col("dur_ns")).round(1)).alias("gbs")).sort("event")
     pid = _pid(events)
     added: list[dict[str, Any]] = [_meta(pid, None, "process_name", PROCESS), _meta(pid, None, "process_sort_index", -1)]
     per_comp: dict[str, list[dict[str, Any]]] = {}
-    for kid, comp, phase, step, nbytes, _, gbs in k.iter_rows():
-        ev = events[order[kid]]
-        args = ev.get("args") if isinstance(ev.get("args"), dict) else {}
+    for at, comp, phase, step, nbytes, _, gbs in k.iter_rows():
+        ev = _kernel_event(events, at)
+        if ev is None:
+            raise ValueError(f"kernel at traceEvents[{at}] is not a kernel event of the document")
+        old = ev.get("args")
+        args: dict[str, Any] = old if isinstance(old, dict) else {}
         args.update(component=comp, phase=phase, step=step, bytes=None if nbytes is None else round(nbytes), gbs=gbs)
         ev["args"] = args
         per_comp.setdefault(comp or "unattributed", []).append(ev)

@@ -10,7 +10,7 @@ import sqlite3
 import tempfile
 import urllib.parse
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import polars as pl
 
@@ -93,21 +93,92 @@ def connect(db: Path) -> sqlite3.Connection:
 
 
 def plain_name(path: Path) -> str:
-    """The file name without a trailing .gz."""
-    return path.name.removesuffix(".gz")
+    """The file name without a trailing .gz, .xz or .zst."""
+    return path.name.removesuffix(".gz").removesuffix(".xz").removesuffix(".zst")
+
+
+# --------------------------------------------------------------------------------------------
+# sniffing: each reader claims files of one container kind by their head (collectors.registry)
+
+
+def container(path: Path, head: bytes) -> str | None:
+    """"sqlite", "json", "pftrace" (by name, content neither), "csv" (by name or a comma in the
+    first line), or None: the kind of file `head` (its first bytes, decompressed) starts."""
+    if head.startswith(SQLITE_MAGIC):
+        return "sqlite"
+    if head.lstrip()[:1] in (b"{", b"["):
+        return "json"
+    name = plain_name(path).lower()
+    if name.endswith((".pftrace", ".perfetto-trace")):
+        return "pftrace"
+    if name.endswith(".csv") or b"," in head.split(b"\n", 1)[0]:
+        return "csv"
+    return None
+
+
+def csv_columns(path: Path, head: bytes) -> set[str]:
+    """The lower-case column names of a CSV's header line (empty if not a CSV)."""
+    if container(path, head) != "csv":
+        return set()
+    line = head.removeprefix(UTF8_BOM).split(b"\n", 1)[0].decode("utf-8", "replace").lower()
+    return {c.strip().strip('"').strip() for c in line.split(",")}
+
+
+def sqlite_format(path: Path, head: bytes) -> str | None:
+    """"rocpd" or "rocprof-v1" (tblextr KERN table) for a SQLite file, None for other files;
+    unidentified SQLite is left to the rocpd reader."""
+    if not head.startswith(SQLITE_MAGIC):
+        return None
+    if b"rocpd_" in head:
+        return "rocpd"
+    if b"CREATE TABLE KERN" in head:
+        return "rocprof-v1"
+    try:
+        with local_file(path) as db:
+            con = connect(db)
+            try:
+                names = {r[0] for r in con.execute("SELECT name FROM sqlite_master")}
+            finally:
+                con.close()
+    except (sqlite3.Error, TraceError):
+        return "rocpd"
+    v1 = "KERN" in names and not any(n.startswith("rocpd") for n in names)
+    return "rocprof-v1" if v1 else "rocpd"
+
+
+def merging(fmt: str, read: Callable[[Path], Trace]) -> Callable[[Path, list[Path]], Trace]:
+    """A folder reader: every file read, stacked as one run (`merge`)."""
+    return lambda folder, files: merge(folder, fmt, [read(p) for p in files])
 
 
 # --------------------------------------------------------------------------------------------
 # CSV
 
 
+UTF8_BOM = b"\xef\xbb\xbf"
+
+
+def is_utf16(head: bytes) -> bool:
+    """UTF-16 text: its byte-order mark, or a NUL in every other byte of ASCII text."""
+    return head[:2] in (b"\xff\xfe", b"\xfe\xff") or max(head[0:80:2].count(0), head[1:80:2].count(0)) > 30
+
+
+def utf16_error(path: Path) -> TraceError:
+    return TraceError(path, "UTF-16 text; attrib reads UTF-8 (rocprof writes it): convert it, e.g. "
+                            f"iconv -f UTF-16 -t UTF-8 {path.name} > utf8-{path.name}")
+
+
 def read_csv(path: Path, warnings: list[str]) -> pl.DataFrame:
     """A rocprof CSV as all-string columns with lower-case names.
 
-    Quoted or bare values both work. A file cut mid-row keeps its complete rows and records a
-    warning; blank lines (rocprofv2 writes one after the header) are skipped.
+    Quoted or bare values both work; a UTF-8 byte-order mark is skipped. A file cut mid-row keeps
+    its complete rows and records a warning; blank lines (rocprofv2 writes one after the header)
+    are skipped.
     """
     data = read_bytes(path)
+    if is_utf16(data[:80]):
+        raise utf16_error(path)
+    data = data.removeprefix(UTF8_BOM)
     if not data.strip():
         raise TraceError(path, "empty CSV file")
     if not data.endswith(b"\n"):
@@ -169,19 +240,31 @@ def int_col(df: pl.DataFrame, *names: str) -> pl.Expr:
     return parse_int(pl.col(col), df.schema[col])
 
 
-def as_ints(df: pl.DataFrame, cols, what: str, warnings: list[str]) -> pl.DataFrame:
-    """`cols` of df (those present) as Int64; values that are not integers (text, 1e5, past 64 bits)
-    become null, counted in one warning."""
-    cols = [c for c in cols if c in df.columns and df.schema[c] != pl.Int64]
-    if not cols or df.height == 0:
-        return df
-    parsed = df.with_columns([parse_int(pl.col(c), df.schema[c]).alias(c) for c in cols])
-    lost = df.select([(pl.col(c).is_not_null() & parsed[c].is_null()).sum().alias(c) for c in cols]).row(0, named=True)
-    bad = {c: n for c, n in lost.items() if n}
-    if bad:
-        warnings.append(f"{what}: values that are not integers set to null: "
-                        + ", ".join(f"{c} x{n}" for c, n in bad.items()))
-    return parsed
+_NS_TEXT = r"^\d{1,19}$"  # a timestamp in a CSV: integer ns, nothing else (not 1e5, -0, 0x10, " 12 ")
+
+
+def strict_times(df: pl.DataFrame, path: Path, cols: list[str], warnings: list[str]) -> pl.DataFrame:
+    """Timestamp columns (text, as read) with every value that is not integer ns set to null (its
+    row is then dropped by validation), said in one warning per column naming the first row; a
+    column without one integer is a TraceError."""
+    for c in cols:
+        if df.schema[c] != pl.Utf8:
+            continue
+        bad = df.select(pl.col(c).is_not_null() & ~pl.col(c).str.contains(_NS_TEXT)).to_series()
+        n = int(bad.sum())
+        if not n:
+            continue
+        row = int(bad.arg_max())
+        value = df[c][row]
+        col = _SPELLING.get(c, c)
+        where = f"{col} row {row + 2} ({value!r})"  # row 1 is the header
+        kind = "written in E-notation" if re.fullmatch(r"\s*-?[\d.]+[eE][-+]?\d+\s*", value) else "not integer ns"
+        if n == df[c].drop_nulls().len():
+            raise TraceError(path, f"every {col} value is {kind}, first {where}: rocprof writes integer "
+                                   "nanoseconds (re-export the CSV without reformatting its numbers)")
+        warnings.append(f"{path.name}: {n} {col} values are {kind} (first: {where}); their rows are dropped")
+        df = df.with_columns(pl.when(bad).then(None).otherwise(pl.col(c)).alias(c))
+    return df
 
 
 def str_col(df: pl.DataFrame, *names: str) -> pl.Expr:
@@ -284,7 +367,7 @@ def finish(path: Path, fmt: str, *, devices=(), vendor_from: str, warnings=(), t
     """The Trace with AMD vendor metadata; events defaults to the rows read. Tables pass the
     reader-boundary checks (collectors.validate) before kernels are linked to their launches."""
     warnings = list(warnings)
-    tables = validate.tables({k: with_ids(v) for k, v in tables.items()}, warnings)
+    tables = validate.tables({k: with_ids(v) for k, v in tables.items()}, warnings, path)
     if "kernels" in tables and tables["kernels"] is not None:
         tables["kernels"] = link_launches(tables["kernels"], tables.get("launches"))
     if events is None:
@@ -317,11 +400,29 @@ def _shifted(traces: list[Trace], name: str) -> pl.DataFrame | None:
     return pl.concat(parts, how="diagonal_relaxed") if parts else None
 
 
-def merge(path: Path, fmt: str, traces: list[Trace]) -> Trace:
-    """One Trace from several (one per process / file): tables stacked with their keys kept apart,
-    rows that are exact copies across files dropped (collectors.validate), devices de-duplicated."""
+def _one_session(path: Path, traces: list[Trace], names: list[str]) -> None:
+    """Files of one run overlap in time (processes run together); a file whose kernels all start
+    after the others' have ended is another session: refused, naming both."""
+    spans = sorted((t.kernels["start_ns"].min(), (t.kernels["start_ns"] + t.kernels["dur_ns"]).max(), n)
+                   for t, n in zip(traces, names) if t.kernels.height)
+    if not spans:
+        return
+    end, last = spans[0][1], spans[0][2]
+    for start, stop, name in spans[1:]:
+        if start > end:
+            raise TraceError(path, f"holds two profiling sessions: {name} starts {(start - end) / 1e9:.1f} s after "
+                                   f"{last} ends (the files of one run overlap in time); pass one of them")
+        if stop > end:
+            end, last = stop, name
+
+
+def merge(path: Path, fmt: str, traces: list[Trace], names: list[str] | None = None) -> Trace:
+    """One Trace from several (one per process / file, `names` saying which): tables stacked with
+    their keys kept apart, rows that are exact copies across files dropped (collectors.validate),
+    devices de-duplicated; files that do not overlap in time are two sessions, a TraceError."""
     if len(traces) == 1:
         return traces[0].with_meta(path=str(path))
+    _one_session(path, traces, names or [Path(t.meta.path).name for t in traces])
     warnings = [w for t in traces for w in t.meta.warnings]
     tables = {name: _shifted(traces, name) for name in ("kernels", "ops", "frames", "launches", "markers", "copies")}
     tables = validate.tables({k: with_ids(v) for k, v in tables.items()}, warnings)

@@ -19,9 +19,9 @@ import polars as pl
 from attrib.errors import TraceError
 from attrib.trace import Trace
 
-from ._common import (agent_dict, clean_kernel_name, connect, finish, head_bytes, int_col, local_file,
-                      plain_name, read_bytes, read_csv, require, rocminfo_agents, str_col,
-                      total_dims)
+from ._common import (agent_dict, clean_kernel_name, connect, container, csv_columns, finish,
+                      head_bytes, int_col, local_file, merge, plain_name, read_bytes, read_csv, require,
+                      rocminfo_agents, sqlite_format, str_col, strict_times, total_dims)
 
 V1, V2 = "rocprof-v1", "rocprof-v2"
 
@@ -32,6 +32,7 @@ def _v1_kernels(df: pl.DataFrame, path: Path, warnings: list[str], source: str =
     name = require(df, path, what, "kernelname", "kernel_name")
     begin = require(df, path, what, "beginns", "start_timestamp")
     end = require(df, path, what, "endns", "end_timestamp")
+    df = strict_times(df, path, [begin, end], warnings) if source == "CSV" else df
     grid, block = total_dims(int_col(df, "grd", "grid_size"), int_col(df, "wgr", "workgroup_size"))
     out = df.select(
         id=int_col(df, "index", "dispatch_id"), name=clean_kernel_name(pl.col(name).cast(pl.Utf8)),
@@ -164,3 +165,35 @@ def read(path: Path, fmt: str) -> Trace:
     if head.lstrip()[:1] in (b"{", b"["):
         return read_v1_json(path)
     return read_v1_csv(path)
+
+
+def sniff_v1(path: Path, head: bytes) -> bool:
+    """`results.db` (a KERN table), `results.csv` (Index, KernelName), or `results.json`: a Chrome
+    trace with quoted `ts` strings, or named results.* without torch-profiler keys."""
+    kind = container(path, head)
+    if kind == "sqlite":
+        return sqlite_format(path, head) == V1
+    if kind == "csv":
+        return {"index", "kernelname"} <= csv_columns(path, head)
+    if kind != "json" or b'"traceEvents"' not in head or b'"rocprofiler-sdk-tool"' in head:
+        return False
+    quoted_ts = re.search(rb'"ts"\s*:\s*"\d', head) is not None
+    torch_like = b'"schemaVersion"' in head or b'"deviceProperties"' in head
+    return quoted_ts or (plain_name(path).lower().split(".")[0] == "results" and not torch_like)
+
+
+def sniff_v2(path: Path, head: bytes) -> bool:
+    return {"dispatch_id", "gpu_id", "kernel_name", "grid_size"} <= csv_columns(path, head)
+
+
+def read_v1(path: Path) -> Trace:
+    return read(path, V1)
+
+
+_V1_ORDER = {".csv": 0, ".db": 1, ".json": 2}
+
+
+def read_v1_folder(folder: Path, files: list[Path]) -> Trace:
+    """results.csv / .db / .json hold the same dispatches: the first of them is read."""
+    first = min(files, key=lambda p: _V1_ORDER.get(Path(plain_name(p)).suffix, 3))
+    return merge(folder, V1, [read(first, V1)])

@@ -25,7 +25,7 @@ import polars as pl
 from attrib.errors import TraceError
 from attrib.trace import Trace
 
-from ._common import finish, read_bytes, total_dims
+from ._common import container, finish, read_bytes, total_dims
 
 FORMAT = "pftrace"
 _SLICE_BEGIN, _SLICE_END, _INSTANT = 1, 2, 3
@@ -238,3 +238,8 @@ def read(path: Path) -> Trace:
     return finish(path, FORMAT, vendor_from="rocprofv3 pftrace", warnings=warnings,
                   runtime={"profiler": "rocprofv3"}, events=len(rows), kernels=kernels,
                   launches=launches, markers=markers, copies=copies)
+
+
+def sniff(path: Path, head: bytes) -> bool:
+    """By name (`.pftrace`, `.perfetto-trace`), once the content is neither JSON nor SQLite."""
+    return container(path, head) == "pftrace"

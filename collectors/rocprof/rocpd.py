@@ -16,7 +16,8 @@ import polars as pl
 from attrib.errors import TraceError
 from attrib.trace import Trace
 
-from ._common import agent_dict, connect, dims, finish, local_file, parse_int, workgroups
+from ._common import (agent_dict, connect, dims, finish, local_file, parse_int, sqlite_format,
+                      workgroups)
 
 FORMAT = "rocpd"
 
@@ -203,3 +204,8 @@ def _read(path: Path, con: sqlite3.Connection) -> Trace:
     return finish(path, FORMAT, devices=_devices(con), vendor_from="rocpd agent table",
                   warnings=warnings, top=top, runtime={"profiler": "rocprofv3"},
                   kernels=kernels, launches=launches, markers=markers, copies=_copies(con, objs))
+
+
+def sniff(path: Path, head: bytes) -> bool:
+    """A SQLite file that is not a rocprof v1 database."""
+    return sqlite_format(path, head) == FORMAT

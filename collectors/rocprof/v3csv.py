@@ -17,8 +17,8 @@ import polars as pl
 from attrib.errors import TraceError
 from attrib.trace import Trace
 
-from ._common import (COPY_DIRECTIONS, agent_dict, dims, finish, int_col, merge, pick, plain_name, read_csv,
-                      require, str_col, workgroups)
+from ._common import (COPY_DIRECTIONS, agent_dict, container, csv_columns, dims, finish, int_col, merge, pick,
+                      plain_name, read_csv, require, str_col, strict_times, workgroups)
 
 FORMAT = "rocprofv3-csv"
 
@@ -48,6 +48,7 @@ def _kernels(df: pl.DataFrame, path: Path, warnings: list[str]) -> pl.DataFrame:
     name = require(df, path, "kernel trace CSV", "kernel_name")
     start = require(df, path, "kernel trace CSV", "start_timestamp")
     end = require(df, path, "kernel trace CSV", "end_timestamp")
+    df = strict_times(df, path, [start, end], warnings)
     wg = [int_col(df, f"workgroup_size_{a}") for a in "xyz"]
     grid = [int_col(df, f"grid_size_{a}") for a in "xyz"]
     if pick(df, "dispatch_id") is None:
@@ -160,7 +161,8 @@ def read(path: Path) -> Trace:
             raise TraceError(path, "no *_kernel_trace.csv in this directory")
         traces = [read_group(path, files) for _, files in sorted(chosen.items())]
         ignored = sorted(p.name for k, v in found.items() if k not in chosen for p in v.values())
-        trace = merge(path, FORMAT, traces)
+        names = [files["kernel_trace"].name for _, files in sorted(chosen.items())]
+        trace = merge(path, FORMAT, traces, names)
         if ignored:
             trace = trace.with_meta(warnings=trace.meta.warnings + (
                 f"ignored (no kernel trace with the same prefix): {', '.join(ignored)}",))
@@ -172,3 +174,17 @@ def read(path: Path) -> Trace:
     siblings = groups(path.parent).get(prefix, {kind: path})
     siblings[kind] = path
     return read_group(path, siblings)
+
+
+def sniff(path: Path, head: bytes) -> bool:
+    """rocprofv3's CSV columns; a rocprofv3 file name (`*_kernel_trace.csv`) is read as such (its
+    reader names a missing column)."""
+    cols = csv_columns(path, head)
+    return bool(("start_timestamp" in cols and cols & {"kernel_name", "function", "direction"})
+                or {"node_id", "agent_type"} <= cols or {"counter_name", "dispatch_id"} <= cols
+                or (container(path, head) == "csv" and split_name(path)))
+
+
+def read_folder(folder: Path, files: list[Path]) -> Trace:
+    """Every prefix with a kernel trace in the folder (see `read`)."""
+    return read(folder)

@@ -14,8 +14,8 @@ import polars as pl
 from attrib.errors import TraceError
 from attrib.trace import Trace
 
-from ._common import (COPY_DIRECTIONS, agent_dict, clean_kernel_name, finish, merge, parse_int, read_bytes,
-                      workgroups)
+from ._common import (COPY_DIRECTIONS, agent_dict, clean_kernel_name, container, finish, merge, parse_int,
+                      read_bytes, workgroups)
 
 FORMAT = "rocprofv3-json"
 
@@ -176,12 +176,25 @@ def _process(path: Path, proc: dict) -> Trace:
                   markers=_markers(path, proc), copies=_copies(path, proc))
 
 
+def _invalid(data: bytes, exc: orjson.JSONDecodeError) -> str:
+    """What is wrong where orjson stopped: a NaN/Infinity literal, the end of the data, or the error."""
+    at = data[exc.pos:exc.pos + 9]
+    literal = next((w for w in ("NaN", "-Infinity", "Infinity") if at.startswith(w.encode())), None)
+    if literal:
+        return (f"invalid JSON: a {literal} literal at byte {exc.pos} (JSON has no {literal}; the writer "
+                "emitted a bare float)")
+    if not data[exc.pos:].strip():
+        return f"invalid JSON: it ends at byte {exc.pos} inside a value (file cut short?)"
+    return f"invalid JSON ({exc.msg} at byte {exc.pos})"
+
+
 def read(path: Path) -> Trace:
     """A rocprofv3 JSON file (plain or .gz); several processes in one file are stacked."""
+    data = read_bytes(path)
     try:
-        doc = orjson.loads(read_bytes(path))
+        doc = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
-        raise TraceError(path, f"invalid JSON ({exc.msg} at byte {exc.pos}; file cut short?)") from None
+        raise TraceError(path, _invalid(data, exc)) from None
     procs = doc.get("rocprofiler-sdk-tool") if isinstance(doc, dict) else None
     if isinstance(procs, dict):
         procs = [procs]
@@ -191,3 +204,7 @@ def read(path: Path) -> Trace:
         what = type(procs).__name__ if not isinstance(procs, list) else "list holding non-objects"
         raise TraceError(path, f"'rocprofiler-sdk-tool' is a JSON {what}, expected a list of process records")
     return merge(path, FORMAT, [_process(path, p) for p in procs])
+
+
+def sniff(path: Path, head: bytes) -> bool:
+    return container(path, head) == "json" and b'"rocprofiler-sdk-tool"' in head

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import random
 import shutil
 import sqlite3
 import zlib
@@ -391,3 +392,156 @@ def _v1_json(d: Path) -> Path:
     out = d / "results.json"
     out.write_text(json.dumps(doc))
     return out
+
+
+# ------------------------------------------------------------------ issue 19 (each from a real fixture)
+
+
+def _scale(cat: str, factor: float, every: int = 1):
+    """ts and dur of every `every`-th event of `cat` multiplied by `factor` (1e-6: us -> s)."""
+    def edit(evs: list[dict]) -> None:
+        for i, e in enumerate(x for x in evs if x.get("cat") == cat):
+            if i % every == 0:
+                e["ts"], e["dur"] = e["ts"] * factor, e.get("dur", 0) * factor
+    return edit
+
+
+def _negate(evs: list[dict]) -> None:
+    for e in evs:
+        if isinstance(e.get("ts"), (int, float)):
+            e["ts"] = -e["ts"]
+
+
+def _shifted_copy(evs: list[dict]) -> None:
+    """The trace merged with its copy shifted by 1 s (1e6 us)."""
+    copy = json.loads(json.dumps(evs))
+    for e in copy:
+        if isinstance(e.get("ts"), (int, float)):
+            e["ts"] += 1e6
+    evs.extend(copy)
+
+
+def _dup_key(d: Path) -> Path:
+    """`"traceEvents"` twice: its first 2000 events, then the whole list under the same key."""
+    text = gzip.decompress(TORCH.read_bytes())
+    head = json.dumps(torch_doc()["traceEvents"][:2000]).encode()
+    at = text.index(b"{") + 1
+    (d / "dup.json").write_bytes(text[:at] + b'"traceEvents": ' + head + b", " + text[at:])
+    return d / "dup.json"
+
+
+def _instants(d: Path) -> Path:
+    """The real trace (its instant events as Kineto writes them: `"name": "Iteration Start: PyTorch
+    Profiler", "ph": "i", "s": "g",` on one line) with one kernel name given raw quotes, the Kineto
+    bug the repair is for: only that name is repaired."""
+    (d / "inst.json").write_bytes(_name_bytes(5, b'warmup "a" ')(gzip.decompress(TORCH.read_bytes())))
+    return d / "inst.json"
+
+
+def _spaces_gz(d: Path) -> Path:
+    """4 GiB of spaces, then the real trace: 256 gzip members of 16 MiB of spaces (one compressed
+    once, repeated: ~4 MB on disk, nothing large written), then the trace's own gzip member."""
+    member = gzip.compress(b" " * (16 << 20), 9)
+    out = d / "spaces.json.gz"
+    with out.open("wb") as fh:
+        for _ in range(256):
+            fh.write(member)
+        fh.write(TORCH.read_bytes())
+    return out
+
+
+def _deep_top(d: Path) -> Path:
+    text = gzip.decompress(TORCH.read_bytes())
+    at = text.index(b"{") + 1
+    (d / "deep.json").write_bytes(text[:at] + b'"x": ' + b"[" * 100_000 + b"]" * 100_000 + b", " + text[at:])
+    return d / "deep.json"
+
+
+def _shuffled_gz(d: Path) -> Path:
+    data = bytearray(gzip.decompress(TORCH.read_bytes())[:300_000])
+    random.Random(4).shuffle(data)
+    (d / "s.json.gz").write_bytes(gzip.compress(bytes(data)))
+    return d / "s.json.gz"
+
+
+def _v3json_nan(d: Path) -> Path:
+    doc = json.loads(json.dumps(v3json_small()))
+    rec = doc["rocprofiler-sdk-tool"][0]["buffer_records"]["kernel_dispatch"]
+    rec[3]["start_timestamp"] = float("nan")  # json.dumps writes the bare literal NaN
+    out = d / "908_results.json"
+    out.write_text(json.dumps(doc))
+    return out
+
+
+def _dir_with_loop(d: Path) -> Path:
+    shutil.copy(CSV_DIR / "decode_kernel_trace.csv", d / "decode_kernel_trace.csv")
+    (d / "a_kernel_trace.csv").symlink_to(d / "b_kernel_trace.csv")
+    (d / "b_kernel_trace.csv").symlink_to(d / "a_kernel_trace.csv")
+    return d
+
+
+def _utf16_csv(d: Path) -> Path:
+    out = d / "decode_kernel_trace.csv"
+    out.write_bytes((CSV_DIR / "decode_kernel_trace.csv").read_text().encode("utf-16"))
+    return out
+
+
+def _bom_v1(d: Path) -> Path:
+    out = d / "results.csv"
+    out.write_bytes(b"\xef\xbb\xbf" + gzip.decompress((V1 / "results.csv.gz").read_bytes()))
+    return out
+
+
+def _csv_times(fn: Callable[[str], str]) -> Callable[[list[str]], list[str]]:
+    """Every Start_Timestamp and End_Timestamp cell of the CSV rewritten by `fn`."""
+    def edit(lines: list[str]) -> list[str]:
+        header = [h.strip('"') for h in lines[0].strip().split(",")]
+        cols = [header.index("Start_Timestamp"), header.index("End_Timestamp")]
+        for i in range(1, len(lines)):
+            cells = lines[i].rstrip("\n").split('","')
+            for j in cols:
+                cells[j] = fn(cells[j])
+            lines[i] = '","'.join(cells) + "\n"
+        return lines
+    return edit
+
+
+def _two_csv_runs(d: Path) -> Path:
+    """One rocprofv3 CSV run and the same run again 60 s later under another prefix (two sessions)."""
+    _csv(d, lambda ls: ls, name="run1_kernel_trace.csv")
+    _csv(d, _csv_times(lambda v: str(int(v) + 60 * 10**9)), name="run2_kernel_trace.csv")
+    return d
+
+
+VARIANTS += [
+    # --- issue 19: silent nonsense
+    Variant("kineto-kernels-in-seconds", "nonsense", lambda d: _torch(d, _scale("kernel", 1e-6, every=2)),
+            "error", "unit"),
+    Variant("kineto-cpu-ops-in-ns", "nonsense", lambda d: _torch(d, _scale("cpu_op", 1e3)), "error", "unit"),
+    Variant("csv-ts-minus-zero", "nonsense", lambda d: _csv(d, _csv_field("Start_Timestamp", "-0")), "salvage",
+            "row"),
+    Variant("csv-two-runs-in-folder", "nonsense", _two_csv_runs, "error", "session"),
+    Variant("kineto-merged-with-shifted-copy", "nonsense", lambda d: _torch(d, _shifted_copy), "error", "session"),
+    Variant("kineto-timestamps-negated", "nonsense", lambda d: _torch(d, _negate), "error", "negative"),
+    Variant("kineto-every-dur-zero", "nonsense", lambda d: _torch(d, _set("kernel", "dur", 0)), "error", "duration"),
+    Variant("kineto-kernels-without-name", "nonsense", lambda d: _torch(d, lambda evs: [
+        e.pop("name") for e in _kernels(evs)]), "salvage", "no name"),
+    Variant("kineto-duplicated-traceEvents-key", "nonsense", _dup_key, "salvage", "traceEvents"),
+    Variant("kineto-instant-events-and-a-raw-quote", "reader", _instants, "salvage", "1 event names"),
+    # --- issue 19: messages that named the wrong cause
+    Variant("gzip-of-shuffled-bytes", "message", _shuffled_gz, "error", "not a trace"),
+    Variant("gzip-4GiB-spaces-before-trace", "memory", _spaces_gz, "error", "bomb"),
+    Variant("kineto-deep-value-first", "message", _deep_top, "error", "nested"),
+    Variant("kineto-every-kernel-without-dur", "message", lambda d: _torch(d, lambda evs: [
+        e.pop("dur") for e in _kernels(evs)]), "error", "duration"),
+    Variant("v3json-nan-literal", "message", _v3json_nan, "error", "NaN literal"),
+    Variant("dir-with-symlink-loop", "message", _dir_with_loop, "error", "loop"),
+    Variant("csv-utf16", "message", _utf16_csv, "error", "UTF-16"),
+    # every timestamp in E-notation, as a spreadsheet re-saves it
+    Variant("csv-e-notation-timestamps", "message", lambda d: _csv(d, _csv_times(lambda v: f"{float(v):.6e}")), "error",
+            "written in E-notation"),
+    Variant("v1-csv-utf8-bom", "message", _bom_v1, "ok"),
+    Variant("arch-file-missing", "message", lambda d: d / "archs.toml", "error", "does not exist",
+            option="--arch-file"),
+]
+
