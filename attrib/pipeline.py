@@ -18,6 +18,7 @@ from attrib.link.launches import link
 from attrib.steps.phases import assign_steps, tokens_from_kernel_names, tokens_from_shapes
 from attrib.steps.tokens import fill_tokens_and_phase, tokens_from_names
 from attrib.steps.excluded import mark_excluded
+from attrib.steps.ledger import Ledger, ledger
 from attrib.steps.windows import windows
 from attrib.trace import Trace
 
@@ -31,6 +32,7 @@ class Attribution:
     #                        module_path, launch_id, graph, bytes, flops, dtype, cost_model
     steps: pl.DataFrame  # step, phase, tokens, tokens_from, window_start, window_end, ...
     notes: tuple[str, ...]
+    ledger: Ledger | None = None  # per step: disjoint (cause, what, ns) rows summing to its window
 
 
 def attribute(trace: Trace, phase_map: dict[str, str] | None = None, capture: Trace | None = None,
@@ -53,5 +55,7 @@ def attribute(trace: Trace, phase_map: dict[str, str] | None = None, capture: Tr
          .join(links.select("id", "launch_id", "graph"), on="id", how="left"))
     steps = tokens_from_names(steps, tokens_from_kernel_names(k.join(trace.kernels.select("id", "grid"), on="id", how="left")))
     k = k.join(steps.select("step", "phase"), on="step", how="left")
-    steps = mark_excluded(windows(steps, k, trace.copies), trace)
-    return Attribution(trace=trace, kernels=kernel_costs(trace, k, steps, budget), steps=steps, notes=tuple(notes))
+    steps = mark_excluded(windows(steps, k, trace.copies, trace.launches), trace)
+    led = ledger(steps, k, trace.copies, trace.launches, trace.ops, trace.frames)
+    return Attribution(trace=trace, kernels=kernel_costs(trace, k, steps, budget), steps=steps, notes=tuple(notes),
+                       ledger=led)

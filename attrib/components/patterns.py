@@ -94,3 +94,9 @@ def component_patterns() -> pl.DataFrame:
     """The kernel-name -> component table (priority, component, pattern, family), by priority."""
     text = resources.files("attrib").joinpath("data/kernel_patterns.csv").read_bytes()
     return pl.read_csv(text).sort("priority", maintain_order=True)
+
+# Runtime calls that block the host until GPU work is done: a synchronize, or a copy that is not
+# async (cudaMemcpy, hipMemcpyWithStream). And the call that makes a stream wait on an event.
+BLOCKING_COPY = r"^(?:cuda|hip|cu)Memcpy(?:2D|3D|Peer|DtoH|HtoD|DtoD|WithStream)?(?:_v2)?$"
+SYNC = r"^(?:cuda|hip|cu)(?:Stream|Device|Event|Ctx)Synchronize$"
+STREAM_WAIT = r"^(?:cuda|hip|cu)StreamWaitEvent(?:_v2)?$"
