@@ -167,10 +167,12 @@ def attribution(path: str | Path, phase_map: dict[str, str] | None = None, captu
         trace = analyzable(load(path), path)
     except MemoryError:
         raise TraceError(path, "reading it needs more memory than this process may use") from None
-    for p, t in ((capture, cap), (path, trace)):
+    a = attribute(trace, phase_map, cap, capture_batch, budget)
+    # the attributed trace's warnings: the steps stage adds to a truncation warning what it dropped
+    for p, t in ((capture, cap), (path, a.trace)):
         for w in (t.meta.warnings if t is not None and warn is not None else ()):
             warn(p, w)
-    return attribute(trace, phase_map, cap, capture_batch, budget)
+    return a
 
 
 def analyze_path(path: str | Path, phase: str | None = None, phase_map: dict[str, str] | None = None,

@@ -8,6 +8,7 @@ on every fixture each step's rows sum to its window and no two windows overlap.
 
 from __future__ import annotations
 
+import gzip
 import statistics
 from functools import cache
 from pathlib import Path
@@ -15,6 +16,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from attrib.app import attribution
 from attrib.pipeline import Attribution, attribute
 from attrib.steps.ledger import phase_ledger
 from collectors import load
@@ -191,11 +193,23 @@ def test_generate_under_one_annotation_is_one_prefill_and_n_decode_steps() -> No
     assert 4 / _counted(a, "decode")["step_ms"].mean() == pytest.approx(4 / truth_ms, rel=0.10)
 
 
-def test_assisted_generate_steps_are_its_forward_passes() -> None:
-    """Capture (e): generate(assistant_model=draft): one step per forward pass of either model."""
+def test_assisted_generate_steps_are_its_forward_passes_marked_draft_and_verify() -> None:
+    """Capture (e): generate(assistant_model=a 1-layer draft) under one annotation: one step per forward
+    pass of either model. From the raw frames: a forward pass of the draft holds 1 decoder layer, of the
+    4-layer main model 4. Each model's passes after its first (its prefill) are draft / verify."""
     path = CAP / "ledger_assisted.json.gz"
+    frames = _x(path, "python_function")
+    roots = [f for f in frames if f["name"].startswith("nn.Module: LlamaForCausalLM_")]
+    layers = [f["ts"] for f in frames if f["name"].startswith("nn.Module: LlamaDecoderLayer_")]
+    size = [sum(r["ts"] <= t < r["ts"] + r["dur"] for t in layers) for r in roots]
+    assert sorted(set(size)) == [1, 4]
     emb = [e for e in _x(path, "cpu_op") if e["name"] == "aten::embedding"]
-    assert attributed(path).steps.height == len(emb) > 8
+    a = attributed(path)
+    assert a.steps.height == len(emb) == len(roots)
+    roles = a.steps["role"].value_counts()
+    assert dict(roles.iter_rows()) == {None: 2, "draft": size.count(1) - 1, "verify": size.count(4) - 1}
+    assert set(a.steps.filter(pl.col("role") == "draft")["phase"]) == {"draft"}
+    assert set(a.steps.filter(pl.col("role") == "verify")["phase"]) == {"decode"}
 
 
 def test_sglang_decode_waits_on_work_outside_the_window() -> None:
@@ -229,3 +243,23 @@ def test_vllm_replay_with_the_host_ahead_is_its_gpu_span() -> None:
     idle = phase_ledger(a.ledger, a.steps, "mixed").filter(~pl.col("cause").is_in(["kernels", "copy"]))
     assert idle["ms_per_step"].sum() == pytest.approx(gaps / 1e3, rel=0.15)
     assert _top_idle(a, "mixed")["cause"] == "launch"
+
+
+def test_salvaged_trace_keeps_no_step_without_gpu_work(tmp_path: Path) -> None:
+    """#19 item 8. The Qwen3-MoE trace cut at 80% of its JSON (Kineto writes the GPU events after the
+    CPU ones): every annotation survives, the kernels of the last decode steps do not. Those steps are
+    dropped and counted in the truncation warning; the decode figures come from steps with kernels."""
+    src = TORCH / "h200_qwen3moe_eager_prefill_decode.json.gz"
+    text = gzip.decompress(src.read_bytes())
+    cut = tmp_path / "cut.json"
+    cut.write_bytes(text[: len(text) * 8 // 10])
+    anns = [e for e in raw_events(src) if e.get("cat") == "user_annotation" and e["name"] in ("prefill", "decode")]
+    kernel_cat = b'"cat": "kernel"'
+    kept = text[: len(text) * 8 // 10].count(kernel_cat)
+    assert 0 < kept < text.count(kernel_cat)
+    said: list[str] = []
+    a = attribution(cut, warn=lambda p, w: said.append(str(w)))
+    assert len(anns) == 7 and a.steps.height < 7
+    assert (a.steps["n_kernels"] > 0).all() and (a.steps["kernel_ms"] > 0).all()
+    dropped = 7 - a.steps.height
+    assert any("truncated" in w and f"dropped {dropped} step(s) with no GPU work" in w for w in said)

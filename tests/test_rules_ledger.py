@@ -26,7 +26,7 @@ CAP = FIXTURES / "captured"
 TORCH = FIXTURES / "torch"
 SGLANG = TORCH / "mi300_sglang_qwen3-8b_decode" / "sglang_Qwen3-8B_decode.json.gz"
 VLLM = TORCH / "mi300_vllm_prefilldecode_piecewise"
-RESNET = TORCH / "mi300_resnet_act_checkpoint.json.gz"
+RESNET = TORCH / "mi300_resnet_act_checkpoint" / "mi300_resnet_act_checkpoint.json.gz"
 TH = Thresholds()
 
 

@@ -16,8 +16,11 @@ import orjson
 import polars as pl
 
 from attrib.components.patterns import GEMM_OPS, LLAMACPP_MMQ, LLAMACPP_MMVQ_COLS, LLAMACPP_NORM_ROWS
+from attrib.link.launches import KERNEL_LAUNCH
+from attrib.link.nesting import innermost
 from attrib.steps.excluded import compile_spans, inside
 from attrib.steps.periodic import split_tokens
+from attrib.steps.speculative import mark_roles
 from attrib.trace import STEP_NAME, Trace
 
 DEFAULT_MAP = {"prefill": "prefill", "decode": "decode", "mixed": "mixed", "extend": "prefill", "generate": "decode"}
@@ -127,6 +130,19 @@ def _forward_spans(trace: Trace) -> pl.DataFrame:
         .cast(STEP_COLS))
 
 
+def _launching_embeddings(trace: Trace) -> pl.DataFrame:
+    """t: start of each embedding op that is a forward pass: not traced by a compile (fake tensors),
+    and, in a trace with GPU launches, one that launched GPU work (its gather kernel)."""
+    ops = trace.ops.filter(pl.col("name") == "aten::embedding")
+    ops = ops.filter(~inside(ops["start_ns"], compile_spans(trace)))
+    calls = trace.launches.filter(pl.col("name").str.contains(KERNEL_LAUNCH))
+    if calls.height:
+        pts = calls.select(pl.col("id").alias("pid_"), pl.col("start_ns").alias("t_ns"), "pid", "tid")
+        hit = innermost(ops.select("id", "start_ns", "dur_ns", "pid", "tid"), pts, ["pid", "tid"])
+        ops = ops.join(hit.drop_nulls("inner").select(pl.col("inner").alias("id")).unique(), on="id", how="semi")
+    return ops.select(pl.col("start_ns").alias("t")).sort("t")
+
+
 def _split_forwards(spans: pl.DataFrame, trace: Trace) -> pl.DataFrame:
     """Step spans (ProfilerStep or user annotations, not a serving engine's own step annotation) that
     hold several forward passes (several embedding ops: one prof.step() or record_function around a
@@ -134,9 +150,7 @@ def _split_forwards(spans: pl.DataFrame, trace: Trace) -> pl.DataFrame:
     from its embedding op to the next (the first from the span's start, the last to its end), so the
     host time between forward passes stays in the piece it follows. A piece's phase and tokens come
     from its shapes (one new token per sequence is decode); `annotated_phase` keeps the span's."""
-    emb = trace.ops.filter(pl.col("name") == "aten::embedding").select(pl.col("start_ns").alias("t")).sort("t")
-    # an embedding op traced by a compile (fake tensors) is no forward pass
-    emb = emb.filter(~inside(emb["t"], compile_spans(trace)))
+    emb = _launching_embeddings(trace)
     if spans.height == 0 or emb.height <= 1:
         return spans
     engine = pl.col("marker").str.contains(_VLLM.pattern) | pl.col("marker").str.contains(_SGLANG.pattern)
@@ -190,9 +204,9 @@ def assign_steps(trace: Trace, links: pl.DataFrame, phase_map: dict[str, str] | 
                  ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(steps table, kernel id -> step). Kernels outside every step get no row."""
     pmap = DEFAULT_MAP | (phase_map or {})
-    spans = _split_forwards(_spans(trace, pmap), trace)
+    spans = mark_roles(_split_forwards(_spans(trace, pmap), trace), trace.frames)
     if spans.height == 0:
-        spans = _forward_spans(trace)
+        spans = _forward_spans(trace).with_columns(pl.lit(None, pl.Utf8).alias("role"))
     if spans.height == 0 and trace.ops.height == 0:
         return _periodic(trace)
     k = trace.kernels.select("id", "start_ns").join(
