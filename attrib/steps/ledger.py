@@ -105,11 +105,13 @@ def _gpu_ops(k: pl.DataFrame, copies: pl.DataFrame, launches: pl.DataFrame) -> p
     """Every kernel and copy: start_ns, end_ns, graph, launch_id and its launch call's start, end and
     thread (launch_ns, launch_end, pid, tid)."""
     end = (pl.col("start_ns") + pl.col("dur_ns").fill_null(0)).alias("launch_end")
-    la = launches.select(pl.col("id").alias("launch_id"), pl.col("start_ns").alias("launch_ns"), end, "pid", "tid")
+    la = launches.select(pl.col("id").alias("launch_id"), pl.col("start_ns").alias("launch_ns"), end,
+                         "pid", "tid")
     kk = k.select("start_ns", (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"), "launch_id",
                   pl.col("graph").fill_null(False)).join(la, on="launch_id", how="left")
+    call = (pl.col("id").alias("launch_id"), pl.col("start_ns").alias("launch_ns"), end, "pid", "tid")
     by_corr = (launches.filter(pl.col("correlation").is_not_null()).unique("correlation")
-               .select("correlation", pl.col("id").alias("launch_id"), pl.col("start_ns").alias("launch_ns"), end, "pid", "tid"))
+               .select("correlation", *call))
     cc = copies.select("start_ns", "dur_ns", "correlation").drop_nulls(["start_ns", "dur_ns"])
     cc = cc.join(by_corr, on="correlation", how="left").select(
         "start_ns", (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"), "launch_id",
@@ -137,7 +139,8 @@ def _neighbours(gaps: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
                                     pl.col("launch_id").alias("p_lid"))
     g = gaps.sort("b").join_asof(nxt.sort("b"), on="b", strategy="forward")
     g = g.sort("a").join_asof(prv, on="a", strategy="backward")
-    same = pl.col("n_graph").fill_null(False) & pl.col("p_graph").fill_null(False) & (pl.col("n_lid") == pl.col("p_lid"))
+    graphs = pl.col("n_graph").fill_null(False) & pl.col("p_graph").fill_null(False)
+    same = graphs & (pl.col("n_lid") == pl.col("p_lid"))
     return g.with_columns(same.fill_null(False).alias("in_graph")).sort("step", "a")
 
 
@@ -148,7 +151,8 @@ class _Host:
         fr = frames.filter(~pl.col("name").str.starts_with("<built-in"))
         iv = pl.concat([ops.select("id", "name", "start_ns", "dur_ns", *_BY),
                         fr.select((pl.col("id") + (1 << 40)).alias("id"), "name", "start_ns", "dur_ns", *_BY)])
-        iv = iv.drop_nulls(["start_ns", "dur_ns"]).join(parents(iv.drop_nulls(["start_ns", "dur_ns"]), _BY), on="id")
+        iv = iv.drop_nulls(["start_ns", "dur_ns"])
+        iv = iv.join(parents(iv, _BY), on="id")
         self.iv = {key: df.sort("start_ns") for key, df in iv.partition_by(_BY, as_dict=True).items()}
         sync = launches.filter(pl.col("name").str.contains(SYNC) | pl.col("name").str.contains(BLOCKING_COPY))
         self.sync = {key: df.sort("start_ns") for key, df in sync.partition_by(_BY, as_dict=True).items()}
@@ -189,7 +193,8 @@ def _waits(launches: pl.DataFrame) -> pl.DataFrame:
 def _outside_what(waits: pl.DataFrame, key: tuple, launch: int, w0: int) -> str:
     """Why launched work waited: a stream wait on an event made in the window before its launch, or
     work the trace does not show."""
-    w = waits.filter((pl.col("pid") == key[0]) & (pl.col("tid") == key[1]) & (pl.col("t") >= w0) & (pl.col("t") <= launch))
+    mine = (pl.col("pid") == key[0]) & (pl.col("tid") == key[1])
+    w = waits.filter(mine & (pl.col("t") >= w0) & (pl.col("t") <= launch))
     if w.height:
         return "queued behind a stream wait on an event recorded before the window"
     return "queued behind GPU work not in the trace"
@@ -210,7 +215,8 @@ def _idle_rows(g: pl.DataFrame, host: _Host, waits: pl.DataFrame, main: tuple, w
         if h <= a:
             continue
         if h - a <= LAUNCH_GAP_NS:
-            rows.append((step, "launch", "inside graph replays" if r["in_graph"] else "between launches", a, h, h - a))
+            what = "inside graph replays" if r["in_graph"] else "between launches"
+            rows.append((step, "launch", what, a, h, h - a))
             continue
         synced = host.syncs(key, a, h)
         for what, ns in synced:
@@ -227,7 +233,8 @@ def _event_times(trace_tables: tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame], 
     ops, frames, launches = trace_tables
     def on(df: pl.DataFrame) -> np.ndarray:
         return np.sort(df.join(threads, on=_BY, how="semi")["start_ns"].drop_nulls().to_numpy())
-    return on(pl.concat([ops.select("start_ns", *_BY), launches.select("start_ns", *_BY)])), on(frames.select("start_ns", *_BY))
+    calls = pl.concat([ops.select("start_ns", *_BY), launches.select("start_ns", *_BY)])
+    return on(calls), on(frames.select("start_ns", *_BY))
 
 
 def _profiler(rows: pl.DataFrame, events: tuple[np.ndarray, np.ndarray]) -> pl.DataFrame:
@@ -237,7 +244,8 @@ def _profiler(rows: pl.DataFrame, events: tuple[np.ndarray, np.ndarray]) -> pl.D
     n_op = np.searchsorted(events[0], b) - np.searchsorted(events[0], a)
     n_fr = np.searchsorted(events[1], b) - np.searchsorted(events[1], a)
     carve = (rows["cause"].is_in(["host", "launch"])).to_numpy()
-    est = np.where(carve, np.minimum(n_op * PROFILER_NS["op"] + n_fr * PROFILER_NS["frame"], rows["ns"].to_numpy()), 0)
+    cost = n_op * PROFILER_NS["op"] + n_fr * PROFILER_NS["frame"]
+    est = np.where(carve, np.minimum(cost, rows["ns"].to_numpy()), 0)
     kept = rows.with_columns((pl.col("ns") - est).alias("ns"))
     prof = rows.select("step", pl.lit("profiler").alias("cause"),
                        pl.lit("estimate: CPU events x measured cost per event").alias("what"),
@@ -261,8 +269,8 @@ def ledger(steps: pl.DataFrame, k: pl.DataFrame, copies: pl.DataFrame, launches:
     threads = ops_all.select(_BY).drop_nulls().group_by(_BY).len().sort("len", descending=True)
     main = tuple(threads.row(0)[:2]) if threads.height else (None, None)
     g = _neighbours(_gaps(w0, w1, ids, busy), ops_all)
-    idle = pl.DataFrame(_idle_rows(g, _Host(ops, frames, launches), _waits(launches), main, dict(zip(ids, w0))),
-                        schema={**INTERVALS, "ns": pl.Int64}, orient="row")
+    pieces = _idle_rows(g, _Host(ops, frames, launches), _waits(launches), main, dict(zip(ids, w0)))
+    idle = pl.DataFrame(pieces, schema={**INTERVALS, "ns": pl.Int64}, orient="row")
     idle = _profiler(idle, _event_times((ops, frames, launches), threads.select(_BY)))
     gap_rows = idle.group_by("step", "cause", "what").agg(pl.col("ns").sum(), pl.len().cast(pl.Int64).alias("n"))
     per_step = pl.concat([*krows, *crows, gap_rows.select(list(STEP_LEDGER))]).cast(STEP_LEDGER)
