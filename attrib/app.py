@@ -196,10 +196,12 @@ def attribution(path: str | Path, opts: Options = Options(), warn: Warn | None =
         trace = analyzable(load(path), path)
     except MemoryError:
         raise TraceError(path, "reading it needs more memory than this process may use") from None
-    for p, t in ((capture, cap), (path, trace)):
+    a = attribute(trace, dict(opts.phase_map), cap, opts.capture_batch, opts.budget)
+    # the attributed trace's warnings: the steps stage adds to a truncation warning what it dropped
+    for p, t in ((capture, cap), (path, a.trace)):
         for w in (t.meta.warnings if t is not None and warn is not None else ()):
             warn(p, w)
-    return attribute(trace, dict(opts.phase_map), cap, opts.capture_batch, opts.budget)
+    return a
 
 
 def analyze_path(path: str | Path, opts: Options = Options(), warn: Warn | None = None) -> Analysis:

@@ -18,6 +18,9 @@ from attrib.link.launches import link
 from attrib.steps.phases import assign_steps, tokens_from_kernel_names, tokens_from_shapes
 from attrib.steps.tokens import fill_tokens_and_phase, tokens_from_names, with_units
 from attrib.steps.excluded import mark_excluded
+from attrib.steps.ledger import Ledger, ledger
+from attrib.steps.salvage import drop_empty_steps
+from attrib.steps.speculative import apply_roles
 from attrib.steps.windows import windows
 from attrib.trace import Trace
 
@@ -31,6 +34,7 @@ class Attribution:
     #                        module_path, launch_id, graph, bytes, flops, dtype, cost_model
     steps: pl.DataFrame  # step, phase, tokens, tokens_from, window_start, window_end, ...
     notes: tuple[str, ...]
+    ledger: Ledger | None = None  # per step: disjoint (cause, what, ns) rows summing to its window
 
 
 def attribute(trace: Trace, phase_map: dict[str, str] | None = None, capture: Trace | None = None,
@@ -47,12 +51,16 @@ def attribute(trace: Trace, phase_map: dict[str, str] | None = None, capture: Tr
         notes.append(report.note())
     spans, kernel_steps = assign_steps(trace, links, phase_map)
     comp = classify(trace, links, kernel_steps)
-    steps = fill_tokens_and_phase(spans, tokens_from_shapes(trace, spans), notes)
+    steps = apply_roles(fill_tokens_and_phase(spans, tokens_from_shapes(trace, spans), notes))
     k = (trace.kernels.select("id", "name", "start_ns", "dur_ns")
          .join(comp, on="id", how="left")
          .join(links.select("id", "launch_id", "graph"), on="id", how="left"))
     steps = tokens_from_names(steps, tokens_from_kernel_names(k.join(trace.kernels.select("id", "grid"), on="id", how="left")))
     k = k.join(steps.select("step", "phase"), on="step", how="left")
-    steps = with_units(mark_excluded(windows(steps, k, trace.copies), trace), trace.ops)
+    steps = mark_excluded(windows(steps, k, trace.copies, trace.launches), trace)
+    steps, trace = drop_empty_steps(steps, trace)  # a salvaged trace: steps cut before their kernels
+    steps = with_units(steps, trace.ops)
     budget = for_world(budget, world_size(trace))   # a tensor-parallel rank reads its shard
-    return Attribution(trace=trace, kernels=kernel_costs(trace, k, steps, budget), steps=steps, notes=tuple(notes))
+    led = ledger(steps, k, trace.copies, trace.launches, trace.ops, trace.frames)
+    return Attribution(trace=trace, kernels=kernel_costs(trace, k, steps, budget), steps=steps, notes=tuple(notes),
+                       ledger=led)

@@ -107,8 +107,9 @@ P03_REFS = ("https://github.com/ROCm/legacy-rocm-build/issues/5643", "https://gi
 
 
 def rocblas_fallback(a: Attribution, an: Analysis, th: Thresholds) -> list[Finding]:
-    """P03: GEMMs on rocBLAS/legacy Tensile kernels (no `_UserArgs_`, 4-field MI token) and none on hipBLASLt,
-    or prefill GEMMs (>= `p03_min_tokens` tokens) far below the device's matrix peak."""
+    """P03: GEMMs on rocBLAS/legacy Tensile kernels (no `_UserArgs_`, 4-field MI token), none on hipBLASLt
+    or most of the GEMM time (`p03_rocblas_share`), or prefill GEMMs (>= `p03_min_tokens` tokens) far below
+    the device's matrix peak."""
     cijk = a.kernels.filter(pl.col("name").str.contains(TENSILE))
     if not cijk.height:
         return []
@@ -122,16 +123,20 @@ def rocblas_fallback(a: Attribution, an: Analysis, th: Thresholds) -> list[Findi
             tf = c.achieved_tflops
             if c.component in GEMM_COMPONENTS and tf is not None and tf < th.p03_tflops_fraction * float(peak):
                 slow.append(c)
-    if not (legacy.height and not lt.height) and not slow:
+    # rocBLAS-only, or rocBLAS beside hipBLASLt for most of the GEMM time (shapes hipBLASLt did not take)
+    legacy_share = ns(legacy) / max(ns(cijk), 1.0)
+    fallback = legacy.height > 0 and (not lt.height or legacy_share >= th.p03_rocblas_share)
+    if not fallback and not slow:
         return []
     steps = max(a.steps.height, 1)
     ms = (ns(legacy) / 1e6 / steps) if legacy.height else sum(c.ms or 0 for c in slow)
     return [Finding(
         rule="P03-rocblas-tensile-fallback", severity="high" if slow else "medium",
         title=(f"{legacy.height} GEMM kernels run on rocBLAS/legacy Tensile, none on hipBLASLt" if legacy.height and not lt.height
-               else f"prefill GEMMs reach under {th.p03_tflops_fraction:.0%} of the {peak:g} TFLOP/s matrix peak"),
+               else f"{legacy.height} GEMM kernels ({legacy_share:.0%} of GEMM time) run on rocBLAS/legacy Tensile, "
+               f"{lt.height} on hipBLASLt" if fallback else f"prefill GEMMs reach under {th.p03_tflops_fraction:.0%} of the {peak:g} TFLOP/s matrix peak"),
         ms_per_step=ms,
-        evidence={"rocblas_kernels": legacy.height, "hipblaslt_kernels": lt.height,
+        evidence={"rocblas_kernels": legacy.height, "hipblaslt_kernels": lt.height, "rocblas_share": r(legacy_share),
                   "names": legacy["name"].unique().sort().head(3).to_list(), "slow_prefill_gemms": [
                       {"component": c.component, "achieved_tflops": c.achieved_tflops, "ms_per_step": c.ms}
                       for c in slow],

@@ -16,13 +16,12 @@ import numpy as np
 import polars as pl
 
 from attrib.analysis.model import Analysis
+from attrib.components.patterns import BLOCKING_COPY, SYNC
 from attrib.pipeline import Attribution
 from rules.finding import Finding, kernels_in, num, r, steps_in
 from rules.intervals import Spans, covered, merge, spans
 from rules.thresholds import Thresholds
 
-BLOCKING_COPY = r"^(?:cuda|hip|cu)Memcpy(?:2D|3D|Peer|DtoH|HtoD|DtoD|WithStream)?(?:_v2)?$"
-SYNC = r"^(?:cuda|hip|cu)(?:Stream|Device|Event|Ctx)Synchronize$"
 CAUSES = ("blocking_copies", "synchronization", "before_first_kernel", "after_last_kernel", "launch_gaps")
 REMEDY = {
     "blocking_copies": "Make the copy asynchronous from pinned memory (non_blocking=True on a pinned tensor), move it "

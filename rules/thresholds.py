@@ -29,6 +29,7 @@ class Thresholds:
     # P03 prefill GEMM TFLOP/s below this fraction of peak (catalog: 15 % of 59.4 TF on gfx1151)
     p03_tflops_fraction: float = 0.15
     p03_min_tokens: int = 512
+    p03_rocblas_share: float = 0.5     # P03 also beside hipBLASLt: rocBLAS kernels' share of Cijk_ GEMM time
     # P05: a kernel's first call this many times its median; a step's kernel count off the median by this ratio
     first_call_ratio: float = 20.0
     kernel_count_ratio: float = 1.5

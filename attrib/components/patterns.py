@@ -29,8 +29,11 @@ GEMM_WEIGHTS: dict[str, tuple[int, str]] = {
 ROUTING_OPS = r"^aten::(?:_?softmax|topk)$|topk_softmax|grouped_topk"
 
 # torch.compile (dynamo/inductor) and Triton compile/autotune spans, recorded as ops, annotations or Python
-# frames. Not "Torch-Compiled Region": that span wraps every call of compiled code, compiled or not.
-COMPILE_SPANS = (r"entire_frame_compile|inductor_compile|compile_fx|_compile\.compile_inner|CachingAutotuner\.benchmark_all_configs"
+# frames. Not "Torch-Compiled Region": that span wraps every call of compiled code, compiled or not; not
+# `compile_fx.py(N): wrapper`, the runtime wrapper that runs a cached compiled graph (vLLM).
+COMPILE_SPANS = (r"entire_frame_compile|inductor_compile|compile_fx_inner|compile_fx\.<locals>"
+                 r"|compile_fx\.py\(\d+\): (?:compile_fx|_?compile_fx_inner|fx_codegen_and_compile|fw_compiler)"
+                 r"|_compile\.compile_inner|CachingAutotuner\.benchmark_all_configs"
                  r"|benchmark_all_configs|async_compile|AsyncCompile|autotune_select_algorithm|triton/runtime/autotuner\.py"
                  r"|do_bench|triton/compiler/compiler\.py\(\d+\): (?:compile|_compile)\b")
 
@@ -98,3 +101,8 @@ def component_patterns() -> pl.DataFrame:
 # Tensile GEMM kernels (rocBLAS and hipBLASLt); hipBLASLt's TensileLite kernels carry _UserArgs_
 TENSILE = r"^Cijk_"
 HIPBLASLT_TENSILE = r"_UserArgs_"
+# Runtime calls that block the host until GPU work is done: a synchronize, or a copy that is not
+# async (cudaMemcpy, hipMemcpyWithStream). And the call that makes a stream wait on an event.
+BLOCKING_COPY = r"^(?:cuda|hip|cu)Memcpy(?:2D|3D|Peer|DtoH|HtoD|DtoD|WithStream)?(?:_v2)?$"
+SYNC = r"^(?:cuda|hip|cu)(?:Stream|Device|Event|Ctx)Synchronize$"
+STREAM_WAIT = r"^(?:cuda|hip|cu)StreamWaitEvent(?:_v2)?$"

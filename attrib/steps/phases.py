@@ -16,7 +16,11 @@ import orjson
 import polars as pl
 
 from attrib.components.patterns import GEMM_OPS, LLAMACPP_MMQ, LLAMACPP_MMVQ_COLS, LLAMACPP_NORM_ROWS
+from attrib.link.launches import KERNEL_LAUNCH
+from attrib.link.nesting import innermost
+from attrib.steps.excluded import compile_spans, inside
 from attrib.steps.periodic import split_tokens
+from attrib.steps.speculative import mark_roles
 from attrib.trace import STEP_NAME, Trace
 
 TOKEN_PHASES = ("decode", "mixed")  # phases whose steps generate tokens
@@ -123,7 +127,9 @@ def _forward_spans(trace: Trace) -> pl.DataFrame:
     emb = trace.ops.filter(pl.col("name") == "aten::embedding").sort("start_ns")
     if emb.height == 0:
         return pl.DataFrame(schema=STEP_COLS)
-    nxt = pl.col("start_ns").shift(-1).fill_null(pl.lit(2**62))
+    # the last forward pass runs to the end of the host's last op, not to the end of time
+    last = int((trace.ops["start_ns"] + trace.ops["dur_ns"].fill_null(0)).max())
+    nxt = pl.col("start_ns").shift(-1).fill_null(pl.lit(last))
     return (emb.with_row_index("step").select(
         "step", pl.lit("unknown").alias("phase"), pl.lit(None, pl.Int64).alias("tokens"),
         pl.lit(None, pl.Utf8).alias("tokens_from"), pl.lit("forward (embedding op)").alias("marker"),
@@ -132,25 +138,42 @@ def _forward_spans(trace: Trace) -> pl.DataFrame:
         .cast(STEP_COLS))
 
 
+def _launching_embeddings(trace: Trace) -> pl.DataFrame:
+    """t: start of each embedding op that is a forward pass: not traced by a compile (fake tensors),
+    and, in a trace with GPU launches, one that launched GPU work (its gather kernel)."""
+    ops = trace.ops.filter(pl.col("name") == "aten::embedding")
+    ops = ops.filter(~inside(ops["start_ns"], compile_spans(trace)))
+    calls = trace.launches.filter(pl.col("name").str.contains(KERNEL_LAUNCH))
+    if calls.height:
+        pts = calls.select(pl.col("id").alias("pid_"), pl.col("start_ns").alias("t_ns"), "pid", "tid")
+        hit = innermost(ops.select("id", "start_ns", "dur_ns", "pid", "tid"), pts, ["pid", "tid"])
+        ops = ops.join(hit.drop_nulls("inner").select(pl.col("inner").alias("id")).unique(), on="id", how="semi")
+    return ops.select(pl.col("start_ns").alias("t")).sort("t")
+
+
 def _split_forwards(spans: pl.DataFrame, trace: Trace) -> pl.DataFrame:
-    """ProfilerStep spans that hold several forward passes (several embedding ops: one prof.step()
-    around a whole generate call) become one step per forward pass, each from its embedding op to
-    the next (the first from the span's start)."""
-    if spans.height == 0 or not spans["marker"].str.starts_with("ProfilerStep#").all():
+    """Step spans (ProfilerStep or user annotations, not a serving engine's own step annotation) that
+    hold several forward passes (several embedding ops: one prof.step() or record_function around a
+    whole generate() call) become one step per forward pass. The pieces tile the span: each runs
+    from its embedding op to the next (the first from the span's start, the last to its end), so the
+    host time between forward passes stays in the piece it follows. A piece's phase and tokens come
+    from its shapes (one new token per sequence is decode); `annotated_phase` keeps the span's."""
+    emb = _launching_embeddings(trace)
+    if spans.height == 0 or emb.height <= 1:
         return spans
-    emb = trace.ops.filter(pl.col("name") == "aten::embedding").select(pl.col("start_ns").alias("t")).sort("t")
-    if emb.height <= spans.height:
-        return spans
+    engine = pl.col("marker").str.contains(_VLLM.pattern) | pl.col("marker").str.contains(_SGLANG.pattern)
     rows = []
-    for r in spans.iter_rows(named=True):
-        c0, c1 = r["cpu_start"], r["cpu_end"]
-        ts = emb.filter((pl.col("t") >= c0) & (pl.col("t") < c1))["t"].to_list()
+    for r in spans.with_columns(engine.alias("_engine")).iter_rows(named=True):
+        engine, c0, c1 = r.pop("_engine"), r["cpu_start"], r["cpu_end"]
+        ts = [] if engine else emb.filter((pl.col("t") >= c0) & (pl.col("t") < c1))["t"].to_list()
         if len(ts) < 2:
             rows.append(r)
             continue
         cuts = [c0, *ts[1:], c1]
+        phase = "unknown" if r["phase"] in ("unknown", "decode") else r["phase"]
         for i in range(len(cuts) - 1):
             rows.append(r | {"cpu_start": cuts[i], "cpu_end": cuts[i + 1], "marker": f"{r['marker']} forward {i}",
+                             "phase": phase, "tokens": None, "tokens_from": None,
                              "gpu_start": r["gpu_start"] if i == 0 else None,
                              "gpu_end": r["gpu_end"] if i == len(cuts) - 2 else None})
     out = pl.DataFrame(rows, schema=STEP_COLS, orient="row").sort("cpu_start")
@@ -189,9 +212,9 @@ def assign_steps(trace: Trace, links: pl.DataFrame, phase_map: dict[str, str] | 
                  ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(steps table, kernel id -> step). Kernels outside every step get no row."""
     pmap = DEFAULT_MAP | (phase_map or {})
-    spans = _split_forwards(_spans(trace, pmap), trace)
+    spans = mark_roles(_split_forwards(_spans(trace, pmap), trace), trace.frames)
     if spans.height == 0:
-        spans = _forward_spans(trace)
+        spans = _forward_spans(trace).with_columns(pl.lit(None, pl.Utf8).alias("role"))
     if spans.height == 0 and trace.ops.height == 0:
         return _periodic(trace)
     k = trace.kernels.select("id", "start_ns").join(
@@ -200,10 +223,10 @@ def assign_steps(trace: Trace, links: pl.DataFrame, phase_map: dict[str, str] | 
         on="launch_id", how="left")
     if spans.height == 0:
         return spans, pl.DataFrame(schema={"id": pl.Int64, "step": pl.Int64})
-    # Launched kernels go by their launch time in the CPU range; graph-replayed and unlaunched
-    # kernels by their own start in the GPU range (or, without one, until the next step starts).
-    by_launch = k.filter(pl.col("launch_ns").is_not_null() & ~pl.col("graph").fill_null(False)).select(
-        "id", pl.col("launch_ns").alias("t"))
+    # Launched kernels (graph replays too: by their graph launch) go by their launch time in the CPU
+    # range, so a host that runs ahead still gives each step its own kernels; unlaunched kernels by
+    # their own start in the GPU range (or, without one, until the next step starts).
+    by_launch = k.filter(pl.col("launch_ns").is_not_null()).select("id", pl.col("launch_ns").alias("t"))
     rest = k.join(by_launch.select("id"), on="id", how="anti").select("id", pl.col("start_ns").alias("t"))
     gpu_or_next = spans.with_columns(
         pl.coalesce("gpu_start", "cpu_start").alias("g0"),

@@ -1,61 +1,108 @@
-"""Step windows: start and end, kernel time, GPU-busy time and idle per step."""
+"""Step windows: start and end, kernel time, GPU-busy time and idle per step.
+
+Windows never overlap. A step starts at its CPU range (or its first GPU work) and ends when the
+later of its host range and its GPU work ends; a step that starts before the previous one ended
+starts where that one ended. When the host runs ahead (graph replays without a per-step sync) a
+step's first GPU op waits in the queue behind earlier work: the step then starts at that op, so
+its time is its GPU span and the host time hidden under earlier GPU work is no cost.
+"""
 
 from __future__ import annotations
 
 import numpy as np
 import polars as pl
 
+from attrib.steps.spans import covered, merge
 
-def _covered(intervals: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The union of (start_ns, dur_ns) intervals as sorted disjoint segments (starts, ends) and the
-    busy time before each segment."""
-    iv = intervals.select("start_ns", (pl.col("start_ns") + pl.col("dur_ns")).alias("end")).drop_nulls().sort("start_ns")
-    if iv.height == 0:
-        empty = np.zeros(0, dtype=np.int64)
-        return empty, empty, empty
-    iv = iv.with_columns(pl.col("end").cum_max().shift(1).alias("_prev"))
-    iv = iv.with_columns((pl.col("_prev").is_null() | (pl.col("start_ns") > pl.col("_prev"))).cum_sum().alias("_seg"))
-    seg = iv.group_by("_seg").agg(pl.col("start_ns").min().alias("s"), pl.col("end").max().alias("e")).sort("s")
-    starts, ends = seg["s"].to_numpy(), seg["e"].to_numpy()
-    before = np.concatenate([[0], np.cumsum(ends - starts)[:-1]])
-    return starts, ends, before
+# a step's first GPU op that starts this long after its launch call waited behind earlier GPU work
+QUEUED_NS = 100_000
 
 
-def _busy_until(t: np.ndarray, starts: np.ndarray, ends: np.ndarray, before: np.ndarray) -> np.ndarray:
-    """GPU-busy nanoseconds from the start of the trace up to each time in t."""
-    if len(starts) == 0:
-        return np.zeros(len(t))
-    j = np.searchsorted(starts, t, side="right") - 1
-    jj = np.clip(j, 0, None)
-    inside = np.clip(np.minimum(t, ends[jj]) - starts[jj], 0, None)
-    return np.where(j < 0, 0, before[jj] + inside)
+def _covered(intervals: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    iv = intervals.select("start_ns", (pl.col("start_ns") + pl.col("dur_ns")).alias("end")).drop_nulls()
+    s, e = iv["start_ns"].to_numpy().astype(np.int64), iv["end"].to_numpy().astype(np.int64)
+    return merge(s, e)
 
 
 def busy_ns(steps: pl.DataFrame, gpu: pl.DataFrame) -> pl.Series:
     """Per step window: nanoseconds in which any kernel, memcpy or memset of `gpu` (start_ns, dur_ns)
     ran, overlaps counted once, whichever step launched it (a kernel left over from the previous
     step keeps the GPU busy in this one)."""
-    seg = _covered(gpu)
+    ms, me = _covered(gpu)
     w0, w1 = steps["window_start"].to_numpy(), steps["window_end"].to_numpy()
-    return pl.Series("busy_ns", _busy_until(w1, *seg) - _busy_until(w0, *seg), dtype=pl.Int64)
+    return pl.Series("busy_ns", covered(w0, w1, ms, me).astype(np.int64), dtype=pl.Int64)
 
 
-def windows(steps: pl.DataFrame, k: pl.DataFrame, copies: pl.DataFrame | None = None) -> pl.DataFrame:
+def own_gpu_work(steps: pl.DataFrame, k: pl.DataFrame, copies: pl.DataFrame | None,
+                 launches: pl.DataFrame | None) -> pl.DataFrame:
+    """step, start_ns, end_ns, launch_ns of each step's GPU work: its kernels, and the copies
+    whose runtime call (same correlation id) was made in its CPU range."""
+    la = (launches if launches is not None else pl.DataFrame(schema={"id": pl.Int64, "start_ns": pl.Int64,
+                                                                     "correlation": pl.Int64}))
+    if "launch_id" not in k.columns:
+        k = k.with_columns(pl.lit(None, pl.Int64).alias("launch_id"))
+    kl = k.filter(pl.col("step").is_not_null()).join(
+        la.select(pl.col("id").alias("launch_id"), pl.col("start_ns").alias("launch_ns")), on="launch_id", how="left")
+    parts = [kl.select("step", "start_ns", (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"),
+                       pl.col("launch_ns").cast(pl.Int64))]
+    if copies is not None and copies.height and la.height:
+        calls = la.filter(pl.col("correlation").is_not_null()).unique("correlation").select(
+            "correlation", pl.col("start_ns").alias("launch_ns"))
+        c = copies.join(calls, on="correlation", how="inner").drop_nulls(["start_ns", "dur_ns"]).sort("launch_ns")
+        win = steps.filter(pl.col("cpu_start").is_not_null()).select(
+            "step", pl.col("cpu_start").alias("launch_ns"), "cpu_end").sort("launch_ns")
+        c = c.join_asof(win, on="launch_ns", strategy="backward").filter(pl.col("launch_ns") < pl.col("cpu_end"))
+        parts.append(c.select("step", "start_ns", (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"), "launch_ns"))
+    return pl.concat(parts).cast({"step": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64})
+
+
+def _bounds(steps: pl.DataFrame, own: pl.DataFrame) -> pl.DataFrame:
+    """Per step: its unclamped start and end (see the module docstring)."""
+    first = own.sort("start_ns").group_by("step").agg(
+        pl.col("start_ns").first().alias("g0"), pl.col("launch_ns").first().alias("_l0"),
+        pl.col("end_ns").max().alias("g1"))
+    s = steps.join(first, on="step", how="left")
+    queued = (pl.col("g0") - pl.col("_l0") > QUEUED_NS).fill_null(False)
+    start = pl.when(queued).then(pl.min_horizontal("gpu_start", "g0")).otherwise(
+        pl.min_horizontal("cpu_start", "gpu_start", "g0"))
+    return s.with_columns(start.alias("_s"), pl.max_horizontal("cpu_end", "gpu_end", "g1").alias("_e"))
+
+
+def _clamp(starts: list, ends: list) -> tuple[list, list]:
+    """Sequential windows: each starts no earlier than the previous one ends."""
+    w0, w1, last = [], [], None
+    for s, e in zip(starts, ends):
+        if s is None:
+            w0.append(None)
+            w1.append(None)
+            continue
+        s = s if last is None else max(s, last)
+        e = max(e if e is not None else s, s)
+        w0.append(s)
+        w1.append(e)
+        last = e
+    return w0, w1
+
+
+def windows(steps: pl.DataFrame, k: pl.DataFrame, copies: pl.DataFrame | None = None,
+            launches: pl.DataFrame | None = None) -> pl.DataFrame:
     """Per step: window_start/end, step_ms, kernel_ms (its own kernels), idle_ms and idle_fraction
     (the window less the time any kernel or copy ran in it)."""
     ks = k.filter(pl.col("step").is_not_null())
-    agg = ks.group_by("step").agg(pl.col("start_ns").min().alias("k0"), (pl.col("start_ns") + pl.col("dur_ns")).max().alias("k1"),
-                                  pl.col("dur_ns").sum().alias("kernel_ns"), pl.len().alias("n_kernels"))
-    s = steps.join(agg, on="step", how="left")
-    s = s.with_columns(pl.min_horizontal("cpu_start", "gpu_start", "k0").alias("window_start"),
-                       pl.max_horizontal("cpu_end", "gpu_end", "k1").alias("window_end"))
+    agg = ks.group_by("step").agg(pl.col("dur_ns").sum().alias("kernel_ns"), pl.len().alias("n_kernels"))
+    s = _bounds(steps, own_gpu_work(steps, k, copies, launches)).join(agg, on="step", how="left")
+    s = s.sort("_s", "step", nulls_last=True)
+    w0, w1 = _clamp(s["_s"].to_list(), s["_e"].to_list())
+    s = s.with_columns(pl.Series("window_start", w0, dtype=pl.Int64), pl.Series("window_end", w1, dtype=pl.Int64))
+    s = s.drop("g0", "_l0", "g1", "_s", "_e").sort("step")
     gpu = pl.concat([k.select("start_ns", "dur_ns")] + ([copies.select("start_ns", "dur_ns")] if copies is not None else []))
-    s = s.with_columns(pl.when(pl.col("n_kernels").is_not_null()).then(busy_ns(s, gpu)).alias("busy_ns"))
+    s = s.with_columns(pl.when(pl.col("n_kernels").is_not_null() & pl.col("window_start").is_not_null())
+                       .then(busy_ns(s, gpu)).alias("busy_ns"))
+    span = pl.col("window_end") - pl.col("window_start")
     return s.with_columns(
-        ((pl.col("window_end") - pl.col("window_start")) / 1e6).alias("step_ms"),
+        (span / 1e6).alias("step_ms"),
         (pl.col("kernel_ns").fill_null(0) / 1e6).alias("kernel_ms"),
-        pl.when(pl.col("busy_ns").is_not_null()).then(
-            ((pl.col("window_end") - pl.col("window_start") - pl.col("busy_ns")) / 1e6).clip(0)).alias("idle_ms"),
+        pl.when(pl.col("busy_ns").is_not_null()).then(((span - pl.col("busy_ns")) / 1e6).clip(0)).alias("idle_ms"),
         # a step without kernels (a CPU-only trace) has no GPU to be idle: null, not 100 %
-        pl.when(pl.col("busy_ns").is_not_null()).then(
-            (1 - pl.col("busy_ns") / (pl.col("window_end") - pl.col("window_start"))).clip(0, 1)).alias("idle_fraction"))
+        pl.when(pl.col("busy_ns").is_not_null() & (span > 0)).then(
+            (1 - pl.col("busy_ns") / span).clip(0, 1)).alias("idle_fraction"))

@@ -1,0 +1,300 @@
+"""The step-time ledger: every nanosecond of every step window once, with one cause.
+
+A window is cut into disjoint stretches, in this order:
+- `kernels` (what = component): time some kernel runs, the union over streams. Where kernels of
+  several components overlap, the time goes to one component: the component with the most kernel
+  time in the trace first, `communication` last (compute hides it).
+- `copy` (what = memcpy direction or memset): a GPU copy runs and no kernel does.
+- The rest is GPU idle. A stretch of it that ends at GPU work launched at least `OUTSIDE_MIN_NS`
+  before the end of the stretch is `outside`: the work was in the queue and waited on something
+  the trace does not show running (a stream wait on an event recorded before the window, or work
+  from before the profile). The rest of each idle stretch is host-side:
+  - `launch` (what = between launches | inside graph replays): stretches up to `LAUNCH_GAP_NS`;
+  - `sync` (what = the call and the op that made it): longer stretches, while the launching thread
+    is inside a synchronizing call (stream/event/device synchronize, a blocking copy);
+  - `host` (what = the innermost op or Python frame that holds at least half of the stretch);
+  - `profiler`: an estimate of the profiler's own cost, carved out of the host and launch rows: the
+    CPU events that start in the stretch times a per-event cost measured on an H200 (PROFILER_NS).
+
+`Ledger.steps` sums, per step, to its window exactly; `phase_ledger` is the mean over a phase's
+counted steps and sums to the mean step time.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from attrib.components.patterns import BLOCKING_COPY, STREAM_WAIT, SYNC
+from attrib.link.nesting import parents
+from attrib.steps.spans import complement, covered, merge
+
+CAUSES = ("kernels", "copy", "outside", "sync", "host", "launch", "profiler")
+LAUNCH_GAP_NS = 100_000
+OUTSIDE_MIN_NS = 100_000
+HOLD_SHARE = 0.5
+# host nanoseconds the torch profiler adds per recorded event, measured on the H200 (torch 2.11,
+# bench/ledger_capture.py `m`, tests/fixtures/captured/ledger_measure.json): 40 eager decode steps
+# take 95.4 ms bare, 136.4 ms with record_shapes (+41.0 ms over 19,852 ops and runtime/driver
+# calls: 2.07 us each), 179.2 ms with with_stack too (+42.8 ms over 32,256 Python frames: 1.33 us)
+PROFILER_NS = {"op": 2_070, "frame": 1_330}
+_FRAME = re.compile(r"^(?P<path>.+?)\((?P<line>\d+)\): (?P<fn>.+)$")
+_BY = ["pid", "tid"]
+STEP_LEDGER = {"step": pl.Int64, "cause": pl.Utf8, "what": pl.Utf8, "ns": pl.Int64, "n": pl.Int64}
+INTERVALS = {"step": pl.Int64, "cause": pl.Utf8, "what": pl.Utf8, "start_ns": pl.Int64, "end_ns": pl.Int64}
+
+
+@dataclass(frozen=True)
+class Ledger:
+    """steps: step, cause, what, ns, n (rows of one step sum to its window). intervals: the idle
+    stretches behind the outside/sync/host/launch rows (step, cause, what, start_ns, end_ns), before
+    the profiler estimate is carved out: the per-gap statistics (count, median) come from them."""
+
+    steps: pl.DataFrame
+    intervals: pl.DataFrame
+
+
+def frame_label(name: str) -> str:
+    """`path/serve.py(42): sample_top_p` -> `sample_top_p (serve.py:42)`; other names unchanged."""
+    m = _FRAME.match(name)
+    return f"{m['fn']} ({m['path'].rsplit('/', 1)[-1]}:{m['line']})" if m else name
+
+
+def _ends(df: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    s = df["start_ns"].to_numpy().astype(np.int64)
+    return s, s + df["dur_ns"].fill_null(0).to_numpy().astype(np.int64)
+
+
+def _busy_rows(w0: np.ndarray, w1: np.ndarray, steps: np.ndarray, groups: list[tuple[str, str, pl.DataFrame]],
+               base: tuple[np.ndarray, np.ndarray]) -> tuple[list[pl.DataFrame], tuple[np.ndarray, np.ndarray]]:
+    """Rows of busy time per (cause, what) group, each group given what the union of the earlier
+    ones leaves: covered(union up to it) - covered(union before it)."""
+    rows, (cs, ce) = [], base
+    prev = covered(w0, w1, cs, ce)
+    for cause, what, df in groups:
+        s, e = _ends(df)
+        cs, ce = merge(np.concatenate([cs, s]), np.concatenate([ce, e]))
+        cov = covered(w0, w1, cs, ce)
+        starts = np.sort(s)
+        n = np.searchsorted(starts, w1) - np.searchsorted(starts, w0)
+        rows.append(pl.DataFrame({"step": steps, "cause": cause, "what": what,
+                                  "ns": np.rint(cov - prev).astype(np.int64), "n": n.astype(np.int64)}))
+        prev = cov
+    return rows, (cs, ce)
+
+
+def _kernel_groups(k: pl.DataFrame) -> list[tuple[str, str, pl.DataFrame]]:
+    comp = k.with_columns(pl.col("component").fill_null("other"))
+    tot = comp.group_by("component").agg(pl.col("dur_ns").sum()).with_columns(
+        (pl.col("component") == "communication").alias("_last")).sort(["_last", "dur_ns", "component"],
+                                                                      descending=[False, True, False])
+    return [("kernels", c, comp.filter(pl.col("component") == c)) for c in tot["component"]]
+
+
+def _copy_groups(copies: pl.DataFrame) -> list[tuple[str, str, pl.DataFrame]]:
+    c = copies.drop_nulls(["start_ns", "dur_ns"]).with_columns(
+        pl.concat_str([pl.col("kind").fill_null("copy"), pl.col("direction")], separator=" ", ignore_nulls=True)
+        .alias("_what"))
+    return [("copy", w, c.filter(pl.col("_what") == w)) for w in sorted(c["_what"].unique())]
+
+
+def _gpu_ops(k: pl.DataFrame, copies: pl.DataFrame, launches: pl.DataFrame) -> pl.DataFrame:
+    """Every kernel and copy: start_ns, end_ns, graph, launch_id and its launch call's start, end and
+    thread (launch_ns, launch_end, pid, tid)."""
+    end = (pl.col("start_ns") + pl.col("dur_ns").fill_null(0)).alias("launch_end")
+    la = launches.select(pl.col("id").alias("launch_id"), pl.col("start_ns").alias("launch_ns"), end,
+                         "pid", "tid")
+    kk = k.select("start_ns", (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"), "launch_id",
+                  pl.col("graph").fill_null(False)).join(la, on="launch_id", how="left")
+    call = (pl.col("id").alias("launch_id"), pl.col("start_ns").alias("launch_ns"), end, "pid", "tid")
+    by_corr = (launches.filter(pl.col("correlation").is_not_null()).unique("correlation")
+               .select("correlation", *call))
+    cc = copies.select("start_ns", "dur_ns", "correlation").drop_nulls(["start_ns", "dur_ns"])
+    cc = cc.join(by_corr, on="correlation", how="left").select(
+        "start_ns", (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"), "launch_id",
+        pl.lit(False).alias("graph"), "launch_ns", "launch_end", "pid", "tid")
+    cols = {"start_ns": pl.Int64, "end_ns": pl.Int64, "launch_id": pl.Int64, "graph": pl.Boolean,
+            "launch_ns": pl.Int64, "launch_end": pl.Int64, "pid": pl.Int64, "tid": pl.Int64}
+    return pl.concat([kk.select(list(cols)).cast(cols), cc.select(list(cols)).cast(cols)]).sort("start_ns")
+
+
+def _gaps(w0: np.ndarray, w1: np.ndarray, steps: np.ndarray, busy: tuple[np.ndarray, np.ndarray]) -> pl.DataFrame:
+    parts = []
+    for step, a, b in zip(steps, w0, w1):
+        ga, gb = complement(int(a), int(b), *busy)
+        parts.append(pl.DataFrame({"step": np.full(len(ga), step, dtype=np.int64), "a": ga, "b": gb}))
+    return pl.concat(parts) if parts else pl.DataFrame(schema={"step": pl.Int64, "a": pl.Int64, "b": pl.Int64})
+
+
+def _neighbours(gaps: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
+    """Each gap with the GPU op that ends it (`n_*`: the first op starting at or after its end) and
+    whether the op before it belongs to the same graph launch (an intra-graph gap)."""
+    nxt = ops.select(pl.col("start_ns").alias("b"), pl.col("launch_ns").alias("n_launch"),
+                     pl.col("launch_end").alias("n_launch_end"), pl.col("pid").alias("n_pid"),
+                     pl.col("tid").alias("n_tid"), pl.col("graph").alias("n_graph"), pl.col("launch_id").alias("n_lid"))
+    prv = ops.sort("end_ns").select(pl.col("end_ns").alias("a"), pl.col("graph").alias("p_graph"),
+                                    pl.col("launch_id").alias("p_lid"))
+    g = gaps.sort("b").join_asof(nxt.sort("b"), on="b", strategy="forward")
+    g = g.sort("a").join_asof(prv, on="a", strategy="backward")
+    graphs = pl.col("n_graph").fill_null(False) & pl.col("p_graph").fill_null(False)
+    same = graphs & (pl.col("n_lid") == pl.col("p_lid"))
+    return g.with_columns(same.fill_null(False).alias("in_graph")).sort("step", "a")
+
+
+class _Host:
+    """What a host thread was doing: its ops and frames with depth, its synchronizing calls."""
+
+    def __init__(self, ops: pl.DataFrame, frames: pl.DataFrame, launches: pl.DataFrame) -> None:
+        fr = frames.filter(~pl.col("name").str.starts_with("<built-in"))
+        iv = pl.concat([ops.select("id", "name", "start_ns", "dur_ns", *_BY),
+                        fr.select((pl.col("id") + (1 << 40)).alias("id"), "name", "start_ns", "dur_ns", *_BY)])
+        iv = iv.drop_nulls(["start_ns", "dur_ns"])
+        iv = iv.join(parents(iv, _BY), on="id")
+        self.iv = {key: df.sort("start_ns") for key, df in iv.partition_by(_BY, as_dict=True).items()}
+        sync = launches.filter(pl.col("name").str.contains(SYNC) | pl.col("name").str.contains(BLOCKING_COPY))
+        self.sync = {key: df.sort("start_ns") for key, df in sync.partition_by(_BY, as_dict=True).items()}
+
+    def holder(self, key: tuple, a: int, b: int) -> str:
+        """The innermost op or frame of the thread that holds at least HOLD_SHARE of [a, b)."""
+        iv = self.iv.get(key)
+        if iv is None:
+            return "untraced host time"
+        s, e = _ends(iv)
+        ov = np.minimum(e, b) - np.maximum(s, a)
+        ok = ov >= HOLD_SHARE * (b - a)
+        if not ok.any():
+            return "untraced host time"
+        depth = iv["depth"].to_numpy()
+        i = np.flatnonzero(ok)[np.argmax(depth[ok])]
+        return frame_label(iv["name"][int(i)])
+
+    def syncs(self, key: tuple, a: int, b: int) -> list[tuple[str, int]]:
+        """(what, ns) of the synchronizing calls of the thread overlapping [a, b)."""
+        calls = self.sync.get(key)
+        if calls is None:
+            return []
+        s, e = _ends(calls)
+        ov = np.minimum(e, b) - np.maximum(s, a)
+        out = []
+        for i in np.flatnonzero(ov > 0):
+            name = calls["name"][int(i)]
+            out.append((f"{name} in {self.holder(key, int(s[i]), int(e[i]))}", int(ov[i])))
+        return out
+
+
+def _waits(launches: pl.DataFrame) -> pl.DataFrame:
+    return launches.filter(pl.col("name").str.contains(STREAM_WAIT)).select(
+        pl.col("start_ns").alias("t"), *_BY).sort("t")
+
+
+def _outside_what(waits: pl.DataFrame, key: tuple, launch: int, w0: int) -> str:
+    """Why launched work waited: a stream wait on an event made in the window before its launch, or
+    work the trace does not show."""
+    mine = (pl.col("pid") == key[0]) & (pl.col("tid") == key[1])
+    w = waits.filter(mine & (pl.col("t") >= w0) & (pl.col("t") <= launch))
+    if w.height:
+        return "queued behind a stream wait on an event recorded before the window"
+    return "queued behind GPU work not in the trace"
+
+
+def _idle_rows(g: pl.DataFrame, host: _Host, waits: pl.DataFrame, main: tuple, w0s: dict) -> list[tuple]:
+    """(step, cause, what, start, end, ns) per idle piece of each gap."""
+    rows = []
+    for r in g.iter_rows(named=True):
+        a, b, step = r["a"], r["b"], r["step"]
+        key = (r["n_pid"], r["n_tid"]) if r["n_pid"] is not None else main
+        h, sent = b, r["n_launch_end"]
+        # launched work waiting in the queue (not a graph's own dependencies between its kernels)
+        if sent is not None and not r["in_graph"] and b - max(a, sent) > OUTSIDE_MIN_NS:
+            h = max(a, sent)
+            what = _outside_what(waits, key, r["n_launch"], w0s[step])
+            rows.append((step, "outside", what, h, b, b - h))
+        if h <= a:
+            continue
+        if h - a <= LAUNCH_GAP_NS:
+            what = "inside graph replays" if r["in_graph"] else "between launches"
+            rows.append((step, "launch", what, a, h, h - a))
+            continue
+        synced = host.syncs(key, a, h)
+        for what, ns in synced:
+            rows.append((step, "sync", what, a, h, ns))
+        rest = (h - a) - sum(ns for _, ns in synced)
+        if rest > 0:
+            rows.append((step, "host", host.holder(key, a, h), a, h, rest))
+    return rows
+
+
+def _event_times(trace_tables: tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame], threads: pl.DataFrame
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted start times of the CPU events (ops and runtime calls; Python frames) on the launching threads."""
+    ops, frames, launches = trace_tables
+    def on(df: pl.DataFrame) -> np.ndarray:
+        return np.sort(df.join(threads, on=_BY, how="semi")["start_ns"].drop_nulls().to_numpy())
+    calls = pl.concat([ops.select("start_ns", *_BY), launches.select("start_ns", *_BY)])
+    return on(calls), on(frames.select("start_ns", *_BY))
+
+
+def _profiler(rows: pl.DataFrame, events: tuple[np.ndarray, np.ndarray]) -> pl.DataFrame:
+    """Carve the profiler estimate out of host and launch rows: events starting in the row's stretch
+    times PROFILER_NS, at most the row's own ns."""
+    a, b = rows["start_ns"].to_numpy(), rows["end_ns"].to_numpy()
+    n_op = np.searchsorted(events[0], b) - np.searchsorted(events[0], a)
+    n_fr = np.searchsorted(events[1], b) - np.searchsorted(events[1], a)
+    carve = (rows["cause"].is_in(["host", "launch"])).to_numpy()
+    cost = n_op * PROFILER_NS["op"] + n_fr * PROFILER_NS["frame"]
+    est = np.where(carve, np.minimum(cost, rows["ns"].to_numpy()), 0)
+    kept = rows.with_columns((pl.col("ns") - est).alias("ns"))
+    prof = rows.select("step", pl.lit("profiler").alias("cause"),
+                       pl.lit("estimate: CPU events x measured cost per event").alias("what"),
+                       "start_ns", "end_ns", pl.Series("ns", est, dtype=pl.Int64)).filter(pl.col("ns") > 0)
+    return pl.concat([kept, prof])
+
+
+def ledger(steps: pl.DataFrame, k: pl.DataFrame, copies: pl.DataFrame, launches: pl.DataFrame,
+           ops: pl.DataFrame, frames: pl.DataFrame) -> Ledger:
+    """The ledger of every step with a window (see the module docstring). k: kernels with start_ns,
+    dur_ns, component, launch_id, graph."""
+    st = steps.drop_nulls(["window_start", "window_end"]).sort("window_start")
+    if st.height == 0:
+        return Ledger(pl.DataFrame(schema=STEP_LEDGER), pl.DataFrame(schema=INTERVALS))
+    w0, w1, ids = (st["window_start"].to_numpy(), st["window_end"].to_numpy(), st["step"].to_numpy())
+    kk = k.drop_nulls(["start_ns", "dur_ns"])
+    empty = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+    krows, kbusy = _busy_rows(w0, w1, ids, _kernel_groups(kk), empty)
+    crows, busy = _busy_rows(w0, w1, ids, _copy_groups(copies), kbusy)
+    ops_all = _gpu_ops(kk, copies, launches)
+    threads = ops_all.select(_BY).drop_nulls().group_by(_BY).len().sort("len", descending=True)
+    main = tuple(threads.row(0)[:2]) if threads.height else (None, None)
+    g = _neighbours(_gaps(w0, w1, ids, busy), ops_all)
+    pieces = _idle_rows(g, _Host(ops, frames, launches), _waits(launches), main, dict(zip(ids, w0)))
+    idle = pl.DataFrame(pieces, schema={**INTERVALS, "ns": pl.Int64}, orient="row")
+    idle = _profiler(idle, _event_times((ops, frames, launches), threads.select(_BY)))
+    gap_rows = idle.group_by("step", "cause", "what").agg(pl.col("ns").sum(), pl.len().cast(pl.Int64).alias("n"))
+    per_step = pl.concat([*krows, *crows, gap_rows.select(list(STEP_LEDGER))]).cast(STEP_LEDGER)
+    per_step = per_step.filter(pl.col("ns") > 0).sort("step", "ns", descending=[False, True])
+    return Ledger(per_step, idle.filter(pl.col("cause") != "profiler").select(list(INTERVALS)))
+
+
+def phase_ledger(led: Ledger, steps: pl.DataFrame, phase: str) -> pl.DataFrame:
+    """The mean step of `phase` (its counted steps: not excluded): cause, what, ms_per_step, share of
+    the mean step, n_per_step (intervals or kernels), median_us (of the idle intervals behind the row;
+    null for kernels, copies and the profiler estimate). The rows sum to the mean step time."""
+    counted = steps.filter((pl.col("phase") == phase) & pl.col("excluded").is_null()
+                           & pl.col("window_start").is_not_null())
+    n = counted.height
+    schema = {"cause": pl.Utf8, "what": pl.Utf8, "ms_per_step": pl.Float64, "share": pl.Float64,
+              "n_per_step": pl.Float64, "median_us": pl.Float64}
+    if n == 0:
+        return pl.DataFrame(schema=schema)
+    mean_ms = float((counted["window_end"] - counted["window_start"]).sum()) / n / 1e6
+    mine = counted.select("step")
+    rows = led.steps.join(mine, on="step", how="semi").group_by("cause", "what").agg(
+        (pl.col("ns").sum() / n / 1e6).alias("ms_per_step"), (pl.col("n").sum() / n).alias("n_per_step"))
+    med = (led.intervals.join(mine, on="step", how="semi")
+           .group_by("cause", "what").agg(((pl.col("end_ns") - pl.col("start_ns")).median() / 1e3).alias("median_us")))
+    out = rows.join(med, on=["cause", "what"], how="left").with_columns(
+        (pl.col("ms_per_step") / mean_ms if mean_ms else pl.lit(None, pl.Float64)).alias("share"))
+    return out.select(list(schema)).cast(schema).sort("ms_per_step", descending=True)

@@ -1,0 +1,152 @@
+"""Findings that read the step-time ledger (attrib.steps.ledger): one per cause of a phase's mean step.
+
+Each cause that is not kernel time (copy, outside, sync, host, launch, profiler) with at least
+`MIN_SHARE` of the mean step gives one finding, ranked by its ms per step; its severity follows its
+share of the step (`HIGH`, `MEDIUM`). Remedies fit the evidence: the host stall of a known op names
+the op's fixes, a sync names the call, launch gaps inside graph replays get no graph advice, and
+where host-side rows dominate the profiler's own cost is named as a caveat.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import polars as pl
+
+from attrib.pipeline import Attribution
+from attrib.steps.ledger import PROFILER_NS, phase_ledger
+from rules.finding import Finding, r, steps_in
+
+MIN_SHARE = 0.05
+HIGH, MEDIUM = 0.5, 0.2
+HOST_SIDE = ("host", "launch", "sync", "profiler")
+CUDNN_SDPA = ("cuDNN builds an execution plan for every new attention shape, so each decode step's new "
+              "KV length stalls the host in this op: warm the decode shapes before timing, pad the KV "
+              "length to a few buckets so plans are reused, or pick another SDPA backend "
+              "(torch.nn.attention.sdpa_kernel(SDPBackend.FLASH_ATTENTION or EFFICIENT_ATTENTION)).")
+# host ops with known fixes: (regex on the op name, remedy)
+KNOWN_OPS = ((r"cudnn_attention|_scaled_dot_product_cudnn", CUDNN_SDPA),)
+_FRAME = re.compile(r"^.+ \(.+\.py:\d+\)$")
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What the findings need beside the phase ledger: the phase, its counted steps, their mean step
+    time (the ledger's rows sum to it) and the share of its kernel time replayed from graphs."""
+
+    phase: str
+    steps: int
+    step_ms: float
+    graph_replayed_share: float
+
+
+def facts(a: Attribution, phase: str) -> Facts:
+    """The Facts of `phase` from an attribution."""
+    st = steps_in(a, phase).drop_nulls("window_start")
+    k = a.kernels.filter(pl.col("step").is_in(st["step"].implode()))
+    total = float(k["dur_ns"].sum() or 0)
+    graph = float(k.filter(pl.col("graph").fill_null(False))["dur_ns"].sum() or 0)
+    return Facts(phase, st.height, float(st["step_ms"].mean() or 0.0), graph / total if total else 0.0)
+
+
+def _severity(share: float) -> str:
+    return "high" if share > HIGH else "medium" if share > MEDIUM else "info"
+
+
+def _host_remedy(what: str, ms: float) -> str:
+    for pattern, fix in KNOWN_OPS:
+        if re.search(pattern, what):
+            return fix
+    if what == "untraced host time":
+        return ("The host holds the GPU idle outside any recorded op or frame: profile with with_stack=True "
+                "to name the Python code, then move it off the step or overlap it with GPU work.")
+    if _FRAME.match(what):
+        return (f"Python code in {what} runs while the GPU waits ({ms:.3f} ms a step): do it on the GPU "
+                "(e.g. sampling with torch ops on device tensors), overlap it with the next step's GPU "
+                "work, or move it off the per-step path.")
+    return (f"The host is inside {what} while the GPU waits ({ms:.3f} ms a step): look for CPU work in "
+            "this op (shape-dependent setup, allocation, a host-side fallback) and make it once per shape.")
+
+
+def _launch_remedy(what: str, graphed: bool, median_us: float | None) -> str:
+    gap = f" (median gap {median_us:.1f} us)" if median_us is not None else ""
+    if what == "inside graph replays":
+        return (f"The steps are already replayed from graphs; these are the gaps between graph nodes{gap}: "
+                "fewer, fused kernels shorten them. Graph capture would not help.")
+    if graphed:
+        return (f"The step is mostly replayed from graphs; these gaps{gap} are around the eager kernels "
+                "launched beside the graph: capture them into it (a full graph of the step) or fuse them.")
+    return (f"Kernels are launched one by one and the GPU waits for each launch{gap}: replay the step from a "
+            "CUDA/HIP graph (vLLM: the default cudagraph mode, not --enforce-eager; HF: a static cache with "
+            "torch.compile mode='reduce-overhead') or fuse kernels with torch.compile.")
+
+
+def _remedy(cause: str, top: dict, f: Facts) -> str:
+    what, ms = top["what"], top["ms_per_step"]
+    if cause == "host":
+        return _host_remedy(what, ms)
+    if cause == "launch":
+        return _launch_remedy(what, f.graph_replayed_share >= 0.5, top.get("median_us"))
+    if cause == "sync":
+        return (f"The host blocks in {what} with the GPU idle: remove per-step synchronizations (.item(), "
+                ".cpu(), .tolist(), torch.cuda.synchronize) or defer them until after the next step's "
+                "launches; read back only the sampled tokens, with non_blocking copies into pinned memory.")
+    if cause == "outside":
+        return (f"The GPU sits {ms:.3f} ms a step with launched work {what}: this is not the step's own work. "
+                "Find what it waits on (an event of another stream, e.g. an overlapped scheduler's previous "
+                "batch, or work before the profile) and profile a window that holds it.")
+    if cause == "copy":
+        return (f"GPU copies ({what}) that no kernel overlaps: copy from pinned memory with non_blocking=True "
+                "on a side stream, keep the data on the device, or move the copy off the step.")
+    per_op, per_frame = PROFILER_NS["op"] / 1e3, PROFILER_NS["frame"] / 1e3
+    return (f"An estimate of the profiler's own host cost ({per_op:.2f} us per op or runtime call, "
+            f"{per_frame:.2f} us per Python frame, measured on an H200): host-side rows read high under the "
+            "profiler. Time the step without it (or without with_stack) before acting on them.")
+
+
+def _title(cause: str, top: dict, ms: float, f: Facts) -> str:
+    """The largest row of the cause with its ms, and the cause's total where other rows add to it."""
+    lead = {"host": f"host stall in {top['what']}", "sync": f"host blocked in {top['what']}",
+            "launch": f"launch gaps {top['what']}", "outside": f"GPU waits on work outside the step ({top['what']})",
+            "copy": f"GPU copies ({top['what']})", "profiler": "profiler overhead (estimate)"}[cause]
+    own = top["ms_per_step"]
+    rest = f"; {cause} rows in all {ms:.3f} ms" if ms > own * 1.01 else ""
+    return f"{f.phase}: {lead}: {own:.3f} ms of each {f.step_ms:.3f} ms step ({own / f.step_ms:.0%}{rest})"
+
+
+def ledger_findings(ledger: pl.DataFrame, f: Facts) -> list[Finding]:
+    """One finding per non-kernel cause of the phase ledger (`attrib.steps.ledger.phase_ledger`: cause,
+    what, ms_per_step, share, n_per_step, median_us), largest first. The profiler caveat is given
+    where the host-side rows are most of the step."""
+    if not f.step_ms or ledger.height == 0:
+        return []
+    out = []
+    idle = ledger.filter(~pl.col("cause").is_in(["kernels"]))
+    host_share = float(idle.filter(pl.col("cause").is_in(HOST_SIDE))["ms_per_step"].sum()) / f.step_ms
+    by_cause = idle.group_by("cause").agg(pl.col("ms_per_step").sum()).sort("ms_per_step", descending=True)
+    for cause, ms in by_cause.iter_rows():
+        share = ms / f.step_ms
+        caveat = cause == "profiler" and host_share > HIGH
+        if share < MIN_SHARE and not caveat:
+            continue
+        rows = idle.filter(pl.col("cause") == cause).sort("ms_per_step", descending=True)
+        top = rows.row(0, named=True)
+        out.append(Finding(
+            rule=f"ledger-{cause}", severity="info" if cause == "profiler" else _severity(share),
+            title=_title(cause, top, ms, f), ms_per_step=ms,
+            evidence={"phase": f.phase, "steps": f.steps, "step_ms": r(f.step_ms, 4), "ms_per_step": r(ms, 4),
+                      "share_of_step": r(share), "graph_replayed_share": r(f.graph_replayed_share),
+                      "host_side_share": r(host_share),
+                      "rows": [{"what": x["what"], "ms_per_step": r(x["ms_per_step"], 4),
+                                "per_step": r(x["n_per_step"], 2), "median_us": r(x["median_us"], 2)}
+                               for x in rows.head(3).iter_rows(named=True)]},
+            remedy=_remedy(cause, top, f)))
+    return out
+
+
+def findings_of(a: Attribution, phase: str) -> list[Finding]:
+    """ledger_findings of one phase of an attribution (its phase ledger and facts)."""
+    if a.ledger is None:
+        return []
+    return ledger_findings(phase_ledger(a.ledger, a.steps, phase), facts(a, phase))
