@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from attrib.analysis.model import Analysis
 from attrib.pipeline import Attribution
-from rules import (attention, compare, constant_cast, copies, gemm, idle, jit, kvcache, launch, linear_attention, llamacpp, platform, quant,
+from rules import (attention, compare, constant_cast, copies, gemm, idle, jit, kvcache, launch, ledger, linear_attention,
+                   llamacpp, platform, quant,
                    roofline, sampler)
 from rules.finding import RDNA, SEVERITIES, Finding, PairRule, Rule
 from rules.thresholds import DEFAULT, Thresholds
@@ -62,7 +63,8 @@ CATALOG: tuple[Rule | PairRule, ...] = (
          ("gfx1201",), compare.REFS),
     Rule("P23-hsa-override-gfx-version", platform.hsa_override, "stamp env, or Tensile _ISA tokens in kernel names",
          ("gfx",), platform.P23_REFS),
-    Rule("idle-by-cause", idle.idle_by_cause, "kernels, runtime calls, copies and step windows", (), idle.ALL_REFS),
+    Rule("step-time-ledger", ledger.step_ledger, "kernels, copies, runtime calls, CPU ops and Python frames in "
+         "each step window (attrib.steps.ledger)", (), idle.ALL_REFS),
     Rule("linear-attention-torch-fallback", linear_attention.torch_fallback, "Python frames (with_stack) of "
          "transformers' torch_*_gated_delta_rule / torch_causal_conv1d_*; kernels", (), linear_attention.REFS),
     Rule("constant-table-cast-every-step", constant_cast.constant_casts, "CPU ops with shapes (an fp32 "

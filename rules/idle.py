@@ -16,6 +16,7 @@ import numpy as np
 import polars as pl
 
 from attrib.analysis.model import Analysis
+from attrib.steps.ledger import median_gap_us
 from attrib.components.patterns import BLOCKING_COPY, SYNC
 from attrib.pipeline import Attribution
 from rules.finding import Finding, kernels_in, num, r, steps_in
@@ -153,7 +154,7 @@ def idle_by_cause(a: Attribution, an: Analysis, th: Thresholds) -> list[Finding]
                       "causes": [{"cause": c, "ms_per_step": r(med[c], 4), "share_of_idle": r(med[c] / total)}
                                  for c in order if med[c] > 0],
                       "kernels_per_step": r(float(num(t["kernels"].median())), 1),
-                      "median_launch_gap_us": r(1e3 * med["launch_gaps"] / max(float(num(t["gaps"].median())), 1), 2),
+                      "median_launch_gap_us": median_gap_us(a.ledger, a.steps, ph.phase),
                       "blocking_calls_and_copies": named},
             remedy=REMEDY[top], references=REFS.get(top, ())))
     return out

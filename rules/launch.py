@@ -7,6 +7,7 @@ import polars as pl
 
 from attrib.analysis.model import Analysis
 from attrib.pipeline import Attribution
+from attrib.steps.ledger import median_gap_us
 from rules.finding import DECODE_LIKE, Finding, kernels_in, num, r
 from rules.idle import idle_causes
 from rules.thresholds import Thresholds
@@ -56,7 +57,7 @@ def launch_bound_decode(a: Attribution, an: Analysis, th: Thresholds) -> list[Fi
                       "idle_ms_per_step": ph.idle_ms, "launch_gap_ms_per_step": r(gap_ms, 4),
                       "launch_gap_share_of_step": r(share), "step_ms": step_ms, "kernel_ms_per_step": kernel_ms,
                       "kernels_per_step": r(num(s["kernels"].median()), 1), "launches_per_step": r(launches, 1),
-                      "median_gap_us": r(1e3 * gap_ms / max(float(num(idle["gaps"].median())), 1), 2),
+                      "median_gap_us": median_gap_us(a.ledger, a.steps, phase),
                       "graph_replayed_share": r(graph_share),
                       "speedup_if_launch_free": r(step_ms / (step_ms - gap_ms), 2) if step_ms > gap_ms else None},
             remedy="Replay decode from a CUDA/HIP graph (vLLM: drop --enforce-eager, keep the default "

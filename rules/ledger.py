@@ -14,9 +14,13 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from dataclasses import replace as _with
+
+from attrib.analysis.model import Analysis, LedgerRow
 from attrib.pipeline import Attribution
 from attrib.steps.ledger import PROFILER_NS, phase_ledger
-from rules.finding import Finding, r, steps_in
+from rules.finding import DECODE_LIKE, Finding, num, r, steps_in
+from rules.thresholds import Thresholds
 
 MIN_SHARE = 0.05
 HIGH, MEDIUM = 0.5, 0.2
@@ -45,9 +49,9 @@ def facts(a: Attribution, phase: str) -> Facts:
     """The Facts of `phase` from an attribution."""
     st = steps_in(a, phase).drop_nulls("window_start")
     k = a.kernels.filter(pl.col("step").is_in(st["step"].implode()))
-    total = float(k["dur_ns"].sum() or 0)
-    graph = float(k.filter(pl.col("graph").fill_null(False))["dur_ns"].sum() or 0)
-    return Facts(phase, st.height, float(st["step_ms"].mean() or 0.0), graph / total if total else 0.0)
+    total = num(k["dur_ns"].sum())
+    graph = num(k.filter(pl.col("graph").fill_null(False))["dur_ns"].sum())
+    return Facts(phase, st.height, num(st["step_ms"].mean()), graph / total if total else 0.0)
 
 
 def _severity(share: float) -> str:
@@ -82,12 +86,12 @@ def _launch_remedy(what: str, graphed: bool, median_us: float | None) -> str:
             "torch.compile mode='reduce-overhead') or fuse kernels with torch.compile.")
 
 
-def _remedy(cause: str, top: dict, f: Facts) -> str:
-    what, ms = top["what"], top["ms_per_step"]
+def _remedy(cause: str, top: LedgerRow, f: Facts) -> str:
+    what, ms = top.what, top.ms_per_step
     if cause == "host":
         return _host_remedy(what, ms)
     if cause == "launch":
-        return _launch_remedy(what, f.graph_replayed_share >= 0.5, top.get("median_us"))
+        return _launch_remedy(what, f.graph_replayed_share >= 0.5, top.median_us)
     if cause == "sync":
         return (f"The host blocks in {what} with the GPU idle: remove per-step synchronizations (.item(), "
                 ".cpu(), .tolist(), torch.cuda.synchronize) or defer them until after the next step's "
@@ -105,12 +109,12 @@ def _remedy(cause: str, top: dict, f: Facts) -> str:
             "profiler. Time the step without it (or without with_stack) before acting on them.")
 
 
-def _title(cause: str, top: dict, ms: float, f: Facts) -> str:
+def _title(cause: str, top: LedgerRow, ms: float, f: Facts) -> str:
     """The largest row of the cause with its ms, and the cause's total where other rows add to it."""
-    lead = {"host": f"host stall in {top['what']}", "sync": f"host blocked in {top['what']}",
-            "launch": f"launch gaps {top['what']}", "outside": f"GPU waits on work outside the step ({top['what']})",
-            "copy": f"GPU copies ({top['what']})", "profiler": "profiler overhead (estimate)"}[cause]
-    own = top["ms_per_step"]
+    lead = {"host": f"host stall in {top.what}", "sync": f"host blocked in {top.what}",
+            "launch": f"launch gaps {top.what}", "outside": f"GPU waits on work outside the step ({top.what})",
+            "copy": f"GPU copies ({top.what})", "profiler": "profiler overhead (estimate)"}[cause]
+    own = top.ms_per_step
     rest = f"; {cause} rows in all {ms:.3f} ms" if ms > own * 1.01 else ""
     return f"{f.phase}: {lead}: {own:.3f} ms of each {f.step_ms:.3f} ms step ({own / f.step_ms:.0%}{rest})"
 
@@ -123,7 +127,7 @@ def ledger_findings(ledger: pl.DataFrame, f: Facts) -> list[Finding]:
         return []
     out = []
     idle = ledger.filter(~pl.col("cause").is_in(["kernels"]))
-    host_share = float(idle.filter(pl.col("cause").is_in(HOST_SIDE))["ms_per_step"].sum()) / f.step_ms
+    host_share = num(idle.filter(pl.col("cause").is_in(HOST_SIDE))["ms_per_step"].sum()) / f.step_ms
     by_cause = idle.group_by("cause").agg(pl.col("ms_per_step").sum()).sort("ms_per_step", descending=True)
     for cause, ms in by_cause.iter_rows():
         share = ms / f.step_ms
@@ -131,7 +135,7 @@ def ledger_findings(ledger: pl.DataFrame, f: Facts) -> list[Finding]:
         if share < MIN_SHARE and not caveat:
             continue
         rows = idle.filter(pl.col("cause") == cause).sort("ms_per_step", descending=True)
-        top = rows.row(0, named=True)
+        top = LedgerRow(**rows.row(0, named=True))
         out.append(Finding(
             rule=f"ledger-{cause}", severity="info" if cause == "profiler" else _severity(share),
             title=_title(cause, top, ms, f), ms_per_step=ms,
@@ -150,3 +154,17 @@ def findings_of(a: Attribution, phase: str) -> list[Finding]:
     if a.ledger is None:
         return []
     return ledger_findings(phase_ledger(a.ledger, a.steps, phase), facts(a, phase))
+
+
+def step_ledger(a: Attribution, an: Analysis, th: Thresholds) -> list[Finding]:
+    """The catalog entry: the ledger's findings of every phase, each accounting for GPU idle time.
+    Launch gaps of kernel-by-kernel token steps are P06's (launch-bound decode), not said twice."""
+    out = []
+    for ph in an.phases:
+        f = facts(a, ph.phase)
+        p06 = ph.phase in DECODE_LIKE and f.graph_replayed_share < th.graph_majority
+        for x in findings_of(a, ph.phase):
+            if p06 and x.rule == "ledger-launch" and (x.ms_per_step or 0) > th.launch_gap_share * f.step_ms:
+                continue
+            out.append(_with(x, phase=ph.phase, explains="idle"))
+    return out

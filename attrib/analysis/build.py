@@ -7,13 +7,14 @@ where useful, a note says why. Findings and bottlenecks are added after the rule
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, cast
 
 import polars as pl
 
-from attrib.analysis.model import (Analysis, Component, Coverage, Device, Distributed, ExcludedStep, Phase,
-                                   Source, StepMs, TopKernel)
+from attrib.analysis.model import (Analysis, Component, Coverage, Device, Distributed, ExcludedStep,
+                                   LedgerRow, Phase, Source, StepMs, TopKernel)
 from attrib.analysis.notes import phase_notes
 from attrib.analysis.series import step_series
 from attrib.cost.budget import Budget
@@ -25,6 +26,7 @@ from attrib.roofline.model import kernel_roofline
 from attrib.roofline.tables import phase_figures, roofline_rows
 from attrib.roofline.template import unknown_device_note
 from attrib.steps.context import step_context
+from attrib.steps.ledger import Ledger, phase_ledger
 from attrib.steps.phases import PHASE_ORDER
 from attrib.trace import Trace
 
@@ -119,9 +121,33 @@ def _top_kernels(k: pl.DataFrame, arch: Arch | None, what_if: bool, top_n: int,
     return tuple(rows)
 
 
+def _ledger_rows(led: Ledger | None, all_steps: pl.DataFrame, phase: str) -> tuple[LedgerRow, ...]:
+    """The phase's ledger of its mean counted step, largest row first."""
+    if led is None:
+        return ()
+    rows = phase_ledger(led, all_steps, phase)
+    return tuple(LedgerRow(cause=r["cause"], what=r["what"], ms_per_step=r["ms_per_step"], share=r["share"],
+                           n_per_step=r["n_per_step"], median_us=r["median_us"])
+                 for r in rows.iter_rows(named=True))
+
+
+def _step_ledgers(led: Ledger | None, steps: pl.DataFrame) -> tuple[tuple[LedgerRow, ...], ...]:
+    """Per step of `steps` in window order (the per-step series' order): its rows, largest first."""
+    if led is None:
+        return ()
+    order = steps.sort("window_start").select("step", (pl.col("window_end") - pl.col("window_start")).alias("w"))
+    rows = led.steps.join(order, on="step").sort("step", "ns", descending=[False, True])
+    by_step: dict[int, list[LedgerRow]] = {}
+    for r in rows.iter_rows(named=True):
+        share = r["ns"] / r["w"] if r["w"] else None
+        by_step.setdefault(r["step"], []).append(LedgerRow(r["cause"], r["what"], r["ns"] / 1e6, share, r["n"]))
+    return tuple(tuple(by_step.get(s, ())) for s in order["step"].to_list())
+
+
 def _phase(phase: str, steps: pl.DataFrame, k: pl.DataFrame, arch: Arch | None, budget: Budget | None,
            what_if: bool, context: pl.DataFrame, t0_ns: int, top_n: int,
-           excluded: tuple[ExcludedStep, ...]) -> Phase:
+           excluded: tuple[ExcludedStep, ...], led: Ledger | None = None,
+           all_steps: pl.DataFrame | None = None) -> Phase:
     n = steps.height
     tokens = steps["tokens"].drop_nulls()
     comp, rows = _components(k, steps, budget, phase, arch, what_if)
@@ -144,8 +170,10 @@ def _phase(phase: str, steps: pl.DataFrame, k: pl.DataFrame, arch: Arch | None, 
         excluded_components=tuple(fig["excluded"]), communication_share=_r(comm / total),
         component_rows=rows, kernel_rows=_top_kernels(k, arch, what_if, top_n, n),
         context_from=_text(ctx_from.mode().first()) if ctx_from.len() else None,
-        per_step=step_series(steps, k, context, t0_ns, [c.component for c in rows]),
-        excluded_steps=excluded, known_ms=fig["known_ms"] * n, total_ms=fig["total_ms"] * n)
+        per_step=replace(step_series(steps, k, context, t0_ns, [c.component for c in rows]),
+                         ledger=_step_ledgers(led, steps)),
+        excluded_steps=excluded, known_ms=fig["known_ms"] * n, total_ms=fig["total_ms"] * n,
+        ledger_rows=_ledger_rows(led, all_steps if all_steps is not None else steps, phase))
 
 
 def _excluded(out: pl.DataFrame) -> tuple[ExcludedStep, ...]:
@@ -213,7 +241,8 @@ def _phases(a: Attribution, phase: str | None, arch: Arch | None, budget: Budget
         keep = st.join(left.select("step"), on="step", how="anti") if left.height < st.height else st
         kk = k.filter((pl.col("phase") == ph) & pl.col("step").is_in(keep["step"].implode()))
         excluded = _excluded(left if keep is not st else left.clear())
-        out.append(_phase(ph, keep, kk, arch, budget, what_if, context, t0_ns, top, excluded))
+        out.append(_phase(ph, keep, kk, arch, budget, what_if, context, t0_ns, top, excluded,
+                          a.ledger, a.steps))
         if left.height and keep is st:
             notes.append(f"{ph}: every step is {left['excluded'][0]}; none left out of the figures")
     return tuple(out)

@@ -32,6 +32,13 @@ def _row(obj: object) -> dict[str, object]:
     return out
 
 
+def _ledger_row(r: LedgerRow) -> dict[str, object]:
+    return {"cause": r.cause, "what": r.what, "ms_per_step": round(r.ms_per_step, 4),
+            "share": None if r.share is None else round(r.share, 4),
+            "n_per_step": None if r.n_per_step is None else round(r.n_per_step, 2),
+            "median_us": None if r.median_us is None else round(r.median_us, 2)}
+
+
 def _frame(rows: tuple[object, ...], cls: type) -> pl.DataFrame:
     if rows:
         return pl.DataFrame([_row(r) for r in rows], infer_schema_length=None)
@@ -158,6 +165,20 @@ class ExcludedStep:
 
 
 @dataclass(frozen=True)
+class LedgerRow:
+    """Where a step's time goes: one cause (kernels, copy, outside, sync, host, launch, profiler),
+    what holds it (a component, an op or frame, a call), ms per step and its share of the step;
+    n_per_step: intervals (or kernels) behind it; median_us: the median interval (idle rows)."""
+
+    cause: str
+    what: str
+    ms_per_step: float
+    share: float | None
+    n_per_step: float | None = None
+    median_us: float | None = None
+
+
+@dataclass(frozen=True)
 class StepSeries:
     """Per-step figures of a phase in time order (columnar)."""
 
@@ -170,18 +191,20 @@ class StepSeries:
     tokens: tuple[int | None, ...]
     context: tuple[int | None, ...]
     components: Mapping[str, tuple[float, ...]]
+    ledger: tuple[tuple[LedgerRow, ...], ...] = ()  # per step, its window's rows
 
     def frame(self) -> pl.DataFrame:
         """One row per step; a column per component (ms)."""
         base = {f.name: list(getattr(self, f.name)) for f in fields(self)
-                if f.name != "components"}
+                if f.name not in ("components", "ledger")}
         comps = {c: list(v) for c, v in self.components.items()}
         return pl.DataFrame(base | comps, strict=False)
 
     def to_dict(self) -> dict[str, object]:
         out: dict[str, object] = {f.name: list(getattr(self, f.name)) for f in fields(self)
-                                if f.name != "components"}
+                                  if f.name not in ("components", "ledger")}
         out["components"] = {c: list(v) for c, v in self.components.items()}
+        out["ledger"] = [[_ledger_row(r) for r in rows] for rows in self.ledger]
         return out
 
 
@@ -261,12 +284,18 @@ class Phase:
     excluded_steps: tuple[ExcludedStep, ...]
     known_ms: float  # priced kernel time whose bytes count, summed over the steps
     total_ms: float  # kernel time, summed over the steps
+    ledger_rows: tuple[LedgerRow, ...] = ()  # the mean counted step, by cause; sums to its time
     bottlenecks: Bottlenecks = Bottlenecks()
 
     @property
     def components(self) -> pl.DataFrame:
         """The component table, one row per component."""
         return _frame(self.component_rows, Component)
+
+    @property
+    def ledger(self) -> pl.DataFrame:
+        """The step-time ledger of the mean step: cause, what, ms_per_step, share, ..."""
+        return _frame(self.ledger_rows, LedgerRow)
 
     @property
     def top_kernels(self) -> pl.DataFrame:
@@ -293,6 +322,7 @@ class Phase:
             "components": [_record(c) for c in self.component_rows],
             "top_kernels": [_record(t) for t in self.kernel_rows],
             "context_from": self.context_from,
+            "ledger": [_ledger_row(r) for r in self.ledger_rows],
             "per_step": self.per_step.to_dict(),
             "excluded_steps": [_record(x) for x in self.excluded_steps],
             "bottlenecks": self.bottlenecks.to_dict(),

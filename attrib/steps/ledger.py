@@ -298,3 +298,12 @@ def phase_ledger(led: Ledger, steps: pl.DataFrame, phase: str) -> pl.DataFrame:
     out = rows.join(med, on=["cause", "what"], how="left").with_columns(
         (pl.col("ms_per_step") / mean_ms if mean_ms else pl.lit(None, pl.Float64)).alias("share"))
     return out.select(list(schema)).cast(schema).sort("ms_per_step", descending=True)
+
+
+def median_gap_us(led: Ledger | None, steps: pl.DataFrame, phase: str) -> float | None:
+    """The median of a phase's gaps between launches (the ledger's intervals), in us; None without."""
+    if led is None:
+        return None
+    rows = phase_ledger(led, steps, phase).filter(pl.col("what") == "between launches")
+    v = rows["median_us"][0] if rows.height else None
+    return None if v is None else round(float(v), 2)

@@ -68,9 +68,11 @@ def _bounds(steps: pl.DataFrame, own: pl.DataFrame) -> pl.DataFrame:
     return s.with_columns(start.alias("_s"), pl.max_horizontal("cpu_end", "gpu_end", "g1").alias("_e"))
 
 
-def _clamp(starts: list, ends: list) -> tuple[list, list]:
+def _clamp(starts: list[int | None], ends: list[int | None]) -> tuple[list[int | None], list[int | None]]:
     """Sequential windows: each starts no earlier than the previous one ends."""
-    w0, w1, last = [], [], None
+    w0: list[int | None] = []
+    w1: list[int | None] = []
+    last = None
     for s, e in zip(starts, ends):
         if s is None:
             w0.append(None)
