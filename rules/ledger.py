@@ -1,7 +1,8 @@
-"""Findings that read the step-time ledger (attrib.steps.ledger): one per cause of a phase's mean step.
+"""Findings that read the step-time ledger (attrib.steps.ledger): one per cause of a phase's typical
+(median) step, the basis of the phase figures (`typical_ledger`: each row's median over the steps).
 
 Each cause that is not kernel time (copy, outside, sync, host, launch, profiler) with at least
-`MIN_SHARE` of the mean step gives one finding, ranked by its ms per step; its severity follows its
+`MIN_SHARE` of the median step gives one finding, ranked by its ms per step; its severity follows its
 share of the step (`HIGH`, `MEDIUM`). Remedies fit the evidence: the host stall of a known op names
 the op's fixes, a sync names the call, launch gaps inside graph replays get no graph advice, and
 where host-side rows dominate the profiler's own cost is named as a caveat.
@@ -18,7 +19,7 @@ from dataclasses import replace as _with
 
 from attrib.analysis.model import Analysis, LedgerRow
 from attrib.pipeline import Attribution
-from attrib.steps.ledger import PROFILER_NS, phase_ledger
+from attrib.steps.ledger import PROFILER_NS, typical_ledger
 from rules.finding import DECODE_LIKE, Finding, num, r, steps_in
 from rules.thresholds import Thresholds
 
@@ -36,8 +37,8 @@ _FRAME = re.compile(r"^.+ \(.+\.py:\d+\)$")
 
 @dataclass(frozen=True)
 class Facts:
-    """What the findings need beside the phase ledger: the phase, its counted steps, their mean step
-    time (the ledger's rows sum to it) and the share of its kernel time replayed from graphs."""
+    """What the findings need beside the phase ledger: the phase, its counted steps, their median step
+    time and the share of its kernel time replayed from graphs."""
 
     phase: str
     steps: int
@@ -51,7 +52,7 @@ def facts(a: Attribution, phase: str) -> Facts:
     k = a.kernels.filter(pl.col("step").is_in(st["step"].implode()))
     total = num(k["dur_ns"].sum())
     graph = num(k.filter(pl.col("graph").fill_null(False))["dur_ns"].sum())
-    return Facts(phase, st.height, num(st["step_ms"].mean()), graph / total if total else 0.0)
+    return Facts(phase, st.height, num(st["step_ms"].median()), graph / total if total else 0.0)
 
 
 def _severity(share: float) -> str:
@@ -120,7 +121,7 @@ def _title(cause: str, top: LedgerRow, ms: float, f: Facts) -> str:
 
 
 def ledger_findings(ledger: pl.DataFrame, f: Facts) -> list[Finding]:
-    """One finding per non-kernel cause of the phase ledger (`attrib.steps.ledger.phase_ledger`: cause,
+    """One finding per non-kernel cause of a phase ledger (`attrib.steps.ledger.typical_ledger`: cause,
     what, ms_per_step, share, n_per_step, median_us), largest first. The profiler caveat is given
     where the host-side rows are most of the step."""
     if not f.step_ms or ledger.height == 0:
@@ -153,7 +154,7 @@ def findings_of(a: Attribution, phase: str) -> list[Finding]:
     """ledger_findings of one phase of an attribution (its phase ledger and facts)."""
     if a.ledger is None:
         return []
-    return ledger_findings(phase_ledger(a.ledger, a.steps, phase), facts(a, phase))
+    return ledger_findings(typical_ledger(a.ledger, a.steps, phase), facts(a, phase))
 
 
 def step_ledger(a: Attribution, an: Analysis, th: Thresholds) -> list[Finding]:

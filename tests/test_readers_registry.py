@@ -17,7 +17,7 @@ from attrib.app import attribution, export_trace
 from attrib.components.patterns import LLAMACPP_MMQ
 from attrib.errors import TraceError, UsageError
 from attrib.pipeline import attribute
-from attrib.report.document import document
+from attrib.analysis.build import build
 from collectors import READERS, reader
 from collectors.registry import FORMATS
 
@@ -107,5 +107,5 @@ def test_mmq_pattern_matches_the_mangled_symbol_and_p19_fires_the_same():
     assert not re.search(LLAMACPP_MMQ, "_Z13mul_mat_vec_qIL9ggml_type12ELi1EEvPKvS1_Pfiiiii")
     for trace in (t, mangled):
         a = attribute(trace)
-        found = {f.rule: f for f in rules.run(a, document(a))}
+        found = {f.rule: f for f in rules.run(a, build(a))}
         assert found["P19-llamacpp-prefill-microbatch"].evidence["mmq_launches"] == 442

@@ -3,8 +3,7 @@ on real MI300 kernels projected onto RDNA/Strix devices (--arch), all on real fi
 
 from __future__ import annotations
 
-import copy
-import json
+import dataclasses
 from functools import cache
 from pathlib import Path
 
@@ -12,7 +11,8 @@ import polars as pl
 
 from attrib.components.patterns import COMPILE_SPANS
 from attrib.pipeline import Attribution, attribute
-from attrib.report.document import document
+from attrib.analysis import Analysis
+from attrib.analysis.build import build
 from attrib.roofline.arch import override
 from collectors import load
 from rules.attention import navi_paged_attention_traps
@@ -20,7 +20,7 @@ from rules.gemm import rocblas_fallback
 from rules.jit import compile_in_window
 from rules.ledger import findings_of
 from rules.thresholds import Thresholds
-from tests.conftest import FIXTURES
+from conftest import FIXTURES
 
 CAP = FIXTURES / "captured"
 TORCH = FIXTURES / "torch"
@@ -36,13 +36,9 @@ def attributed(path: Path) -> Attribution:
 
 
 @cache
-def _doc(path: Path, arch: str | None) -> str:
+def doc(path: Path, arch: str | None = None) -> Analysis:
     a = attributed(path)
-    return json.dumps(document(a) if arch is None else document(a, arch=override(arch), arch_from="override"))
-
-
-def doc(path: Path, arch: str | None = None) -> dict:
-    return json.loads(_doc(path, arch))
+    return build(a) if arch is None else build(a, arch=override(arch), arch_from="override")
 
 
 def test_cudnn_stall_finding_names_the_op_its_ms_and_its_fixes() -> None:
@@ -51,7 +47,9 @@ def test_cudnn_stall_finding_names_the_op_its_ms_and_its_fixes() -> None:
     assert top.rule == "ledger-host" and top.severity == "high"
     assert "aten::_cudnn_attention_forward" in top.title
     assert top.evidence["rows"][0]["what"] == "aten::_cudnn_attention_forward"
-    assert top.evidence["rows"][0]["ms_per_step"] > 100  # 133 ms a step (tests/test_ledger.py derives it)
+    # the median step's stall: 55-58 ms after the first step's 514 ms (133 ms as a mean, which
+    # tests/test_ledger.py derives); the findings cite the typical step, as the phase figures do
+    assert 50 < top.evidence["rows"][0]["ms_per_step"] < 60
     assert all(w in top.remedy for w in ("warm the decode shapes", "pad the KV", "SDPA backend"))
     assert "graph" not in top.remedy.lower()
     assert [x.ms_per_step for x in f] == sorted((x.ms_per_step for x in f), reverse=True)
@@ -131,7 +129,6 @@ def test_p12_on_real_ll4mi_paged_attention_projected_onto_gfx1201() -> None:
     assert len(f) == 1 and f[0].severity == "info"
     assert f[0].evidence["calls"] == 72 and f[0].evidence["traps"] == []
     assert any("paged_attention_ll4mi_QKV" in n for n in f[0].evidence["kernels"])
-    bad = copy.deepcopy(d)
-    bad["provenance"] = {"kv_cache_dtype": "fp8_e4m3", "block_size": 32}
+    bad = dataclasses.replace(d, provenance={"kv_cache_dtype": "fp8_e4m3", "block_size": 32})
     g = navi_paged_attention_traps(a, bad, TH)[0]
     assert g.severity == "high" and len(g.evidence["traps"]) == 2

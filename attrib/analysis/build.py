@@ -259,7 +259,10 @@ def _source(a: Attribution) -> Source:
 
 
 def _coverage(a: Attribution, phases: tuple[Phase, ...]) -> Coverage:
-    in_steps = a.kernels.filter(pl.col("step").is_not_null())
+    # the counted steps' kernels (a compile or warm-up step left out of the figures is left out here)
+    st = a.steps
+    counted = st.filter(pl.col("excluded").is_null()) if "excluded" in st.columns else st
+    in_steps = a.kernels.filter(pl.col("step").is_in(counted["step"].implode()))
     attributed = _num(in_steps.filter(pl.col("component") != "other")["dur_ns"].sum())
     step_ns = _num(in_steps["dur_ns"].sum())
     # the same figure as the phase lines: priced time whose bytes count, over the phases' time

@@ -102,6 +102,19 @@ COMPONENT_HEAD = ("component", "kernels/step", "ms/step", "share", "MB/step", "G
                   "bytes known", "gap ms/step", "evidence (kernels/step)")
 
 
+LEDGER_ROWS = 4  # the ledger rows under a phase's headline
+
+
+def ledger_line(ph: Phase, top: int = LEDGER_ROWS) -> str | None:
+    """Where the mean step's time goes: its largest ledger rows, ms and share."""
+    rows = ph.ledger_rows[:top]
+    if not rows:
+        return None
+    parts = [f"{r.cause} {r.what} {r.ms_per_step:.3f} ms ({pct(r.share, 0)})" for r in rows]
+    total = sum(r.ms_per_step for r in ph.ledger_rows)
+    return f"mean step {total:.3f} ms: " + "; ".join(parts)
+
+
 def component_rows(ph: Phase) -> list[tuple[str, ...]]:
     rows: list[tuple[str, ...]] = []
     for c in ph.component_rows:

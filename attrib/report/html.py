@@ -101,7 +101,8 @@ def _finding(i: int, f: Finding) -> str:
 def _phase(an: Analysis, ph: Phase, plots: dict[str, str]) -> str:
     p = ph.phase
     rates = fmt.phase_rates(ph, fmt.world_size(an))
-    kpis = [rates] if rates else []
+    where = fmt.ledger_line(ph)
+    kpis = [x for x in (rates, where) if x]
     tops = [r[:-1] + (_name(t.name),) for r, t in zip(fmt.top_rows(ph, None, None), ph.kernel_rows)]
     return (f"<h2>{escape(p)}</h2><p>{escape(fmt.phase_headline(ph))}</p>"
             + "".join(f'<div class="kpi"><div>{escape(k)}</div></div>' for k in kpis)

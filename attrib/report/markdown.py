@@ -78,6 +78,9 @@ def render(an: Analysis, plots: dict[str, str] | None = None, plot_note: str | N
         rates = fmt.phase_rates(ph, fmt.world_size(an))
         if rates:
             out += ["", esc(rates)]
+        where = fmt.ledger_line(ph)
+        if where:
+            out += ["", esc(where)]
         out += [""] + _bottlenecks(ph, findings)
         out += ["", "**Components** (medians per step):", ""] + table(fmt.COMPONENT_HEAD, fmt.component_rows(ph))
         out += ["", "**Top kernels** (per step):", ""] + table(fmt.TOP_HEAD, fmt.top_rows(ph, None, None))

@@ -42,6 +42,9 @@ def render(an: Analysis, top: int | None = 5, width: int | None = NAME_WIDTH) ->
         rates = fmt.phase_rates(ph, fmt.world_size(an))
         if rates:
             lines.append("   " + rates)
+        where = fmt.ledger_line(ph)
+        if where:
+            lines.append("   " + where)
         for x in ph.excluded_steps:
             lines.append(f"   left out: step {x.step} ({x.reason}): {fmt.num(x.step_ms)} ms, {x.kernels} kernels,"
                          f" {fmt.num(x.kernel_ms)} ms of kernels")

@@ -307,3 +307,27 @@ def median_gap_us(led: Ledger | None, steps: pl.DataFrame, phase: str) -> float 
     rows = phase_ledger(led, steps, phase).filter(pl.col("what") == "between launches")
     v = rows["median_us"][0] if rows.height else None
     return None if v is None else round(float(v), 2)
+
+
+def typical_ledger(led: Ledger, steps: pl.DataFrame, phase: str) -> pl.DataFrame:
+    """`phase_ledger`'s rows for the typical step: each row's median over the phase's counted steps
+    (0 in a step without it), share of the median step. What findings cite beside the phase figures
+    (medians): one slow first step does not set every step's cost."""
+    mean = phase_ledger(led, steps, phase)
+    counted = steps.filter((pl.col("phase") == phase) & pl.col("excluded").is_null()
+                           & pl.col("window_start").is_not_null())
+    if not counted.height or not mean.height:
+        return mean
+    grid = (counted.select("step").join(mean.select("cause", "what"), how="cross")
+            .join(led.steps, on=["step", "cause", "what"], how="left")
+            .with_columns(pl.col("ns").fill_null(0), pl.col("n").fill_null(0)))
+    med = grid.group_by("cause", "what").agg((pl.col("ns").median() / 1e6).alias("ms_per_step"),
+                                             pl.col("n").median().cast(pl.Float64).alias("n_per_step"))
+    step_ms = float(num_or_zero((counted["window_end"] - counted["window_start"]).median())) / 1e6
+    out = med.join(mean.select("cause", "what", "median_us"), on=["cause", "what"], how="left").with_columns(
+        (pl.col("ms_per_step") / step_ms if step_ms else pl.lit(None, pl.Float64)).alias("share"))
+    return out.select(mean.columns).sort("ms_per_step", descending=True)
+
+
+def num_or_zero(x: object) -> float:
+    return float(x) if isinstance(x, (int, float)) else 0.0
