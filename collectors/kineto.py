@@ -8,11 +8,9 @@ per-event object outlives its chunk. Timestamps (float microseconds) become inte
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
 import re
-import zlib
 from pathlib import Path
 from typing import Any
 

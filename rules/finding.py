@@ -22,6 +22,11 @@ DECODE_LIKE = TOKEN_PHASES
 RuleFn = Callable[[Attribution, Analysis, Thresholds], list[Finding]]
 
 
+def _applies(archs: tuple[str, ...], arch_name: str | None) -> bool:
+    """Whether a rule gated to `archs` (prefixes; empty = every device) applies to `arch_name`."""
+    return not archs or (arch_name is not None and arch_name.startswith(archs))
+
+
 @dataclass(frozen=True)
 class Rule:
     """A catalog entry: id, the function, the archs it applies to (prefixes; empty = every device),
@@ -34,7 +39,7 @@ class Rule:
     references: tuple[str, ...] = ()
 
     def applies(self, arch_name: str | None) -> bool:
-        return not self.archs or (arch_name is not None and arch_name.startswith(self.archs))
+        return _applies(self.archs, arch_name)
 
 
 PairFn = Callable[[Analysis, Analysis, Thresholds], list[Finding]]
@@ -51,7 +56,7 @@ class PairRule:
     references: tuple[str, ...] = ()
 
     def applies(self, arch_name: str | None) -> bool:
-        return not self.archs or (arch_name is not None and arch_name.startswith(self.archs))
+        return _applies(self.archs, arch_name)
 
 
 def steps_in(a: Attribution, phase: str | None = None) -> pl.DataFrame:

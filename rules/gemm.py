@@ -115,7 +115,7 @@ def rocblas_fallback(a: Attribution, an: Analysis, th: Thresholds) -> list[Findi
         return []
     legacy = cijk.filter(pl.col("name").str.contains(ROCBLAS_TILE) & ~pl.col("name").str.contains(HIPBLASLT_TENSILE))
     lt = cijk.filter(pl.col("name").str.contains(HIPBLASLT_TENSILE))
-    peak = an.device.matrix_tflops.get("bf16")
+    peak = an.device.matrix_peak("bf16")
     pre = an.phase("prefill")
     slow: list[Component] = []
     if pre and (pre.tokens_per_step or 0) >= th.p03_min_tokens and peak:

@@ -162,6 +162,8 @@ def step_ledger(a: Attribution, an: Analysis, th: Thresholds) -> list[Finding]:
     Launch gaps of kernel-by-kernel token steps are P06's (launch-bound decode), not said twice."""
     out = []
     for ph in an.phases:
+        if ph.idle_fraction is None:  # no kernel in any step (a CPU-only trace): no GPU to be idle
+            continue
         f = facts(a, ph.phase)
         p06 = ph.phase in DECODE_LIKE and f.graph_replayed_share < th.graph_majority
         for x in findings_of(a, ph.phase):

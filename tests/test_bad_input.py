@@ -10,7 +10,7 @@ from collections.abc import Mapping
 import pydoc
 import tomllib
 import typing
-from pathlib import Path
+
 
 import pytest
 

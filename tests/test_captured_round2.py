@@ -11,7 +11,7 @@ import orjson
 import polars as pl
 import pytest
 
-from attrib.app import analyze_path
+from attrib.app import analyze
 from attrib.cost.ops import moe_top_k, op_costs
 from attrib.pipeline import attribute
 from collectors import load
@@ -53,7 +53,7 @@ HAND = {
 
 @cache
 def _decode(name: str) -> dict:
-    return analyze_path(CAPTURED / f"{name}.pt.trace.json.gz", phase="decode")["phases"][0]
+    return analyze(CAPTURED / f"{name}.pt.trace.json.gz", phase="decode").to_dict()["phases"][0]
 
 
 @pytest.mark.parametrize("name", sorted(HAND))

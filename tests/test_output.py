@@ -12,7 +12,6 @@ import json
 import os
 import resource
 import shutil
-import signal
 import sqlite3
 import subprocess
 import sys
@@ -72,7 +71,7 @@ def small_disk(folder: Path, kb: int):
 
 
 def _old_analysis(folder: Path) -> bytes:
-    """A valid analysis JSON of TRACE (51 KB) as a user's earlier output, written to `folder`."""
+    """A valid analysis JSON of TRACE (131 KB) as a user's earlier output, written to `folder`."""
     old = folder / "old.json"
     r = _attrib(["analyze", TRACE, "--format", "json", "-o", old])
     assert r.returncode == 0, r.stderr
@@ -83,7 +82,7 @@ def _old_analysis(folder: Path) -> bytes:
 
 
 def test_force_on_a_full_disk_keeps_the_old_file(tmp_path):
-    with small_disk(tmp_path / "disk", 80) as disk:  # room for the old file, not for a second copy
+    with small_disk(tmp_path / "disk", 180) as disk:  # room for the old file (131 KB), not for a second copy
         if disk is not None:
             old = _old_analysis(disk)
             r = _attrib(["analyze", TRACE, "--format", "json", "-o", disk / "old.json", "--force"])

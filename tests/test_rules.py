@@ -16,7 +16,6 @@ import jsonschema
 import pytest
 from conftest import EXAMPLE_TRACE, FIXTURES, ROOT, raw_steps
 
-import rules
 from attrib.pipeline import Attribution, attribute
 from attrib.analysis import Analysis
 from attrib.analysis.build import build
@@ -41,13 +40,15 @@ TRACES = {
 }
 # what fires on each trace as traced (its own detected device)
 EXPECTED = {
-    "h200_moe_eager": {"P06-launch-bound-decode", "roofline-memory-bound-gap", "idle-by-cause",
+    # the step-time ledger names each cause once (ledger-<cause>); the eager MoE decode's idle is a host
+    # stall in cuDNN SDPA, not launch gaps (P06 quiet; the prefill's launch gaps are the ledger's)
+    "h200_moe_eager": {"roofline-memory-bound-gap", "ledger-host", "ledger-launch", "ledger-profiler",
                        "decode-below-bandwidth-ceiling", "kv-cache-recopied"},
-    "h200_llama_eager": {"P06-launch-bound-decode", "roofline-memory-bound-gap", "idle-by-cause",
-                         "decode-below-bandwidth-ceiling", "kv-cache-recopied"},
-    "h200_dense_graph": {"P07-graph-opaque-steps", "idle-by-cause"},
-    "h200_fp8_w8a8": {"P02-decode-gemm-big-tile", "P06-launch-bound-decode", "roofline-memory-bound-gap", "idle-by-cause",
-                      "decode-below-bandwidth-ceiling"},
+    "h200_llama_eager": {"P06-launch-bound-decode", "roofline-memory-bound-gap", "ledger-host", "ledger-launch",
+                         "ledger-profiler", "decode-below-bandwidth-ceiling", "kv-cache-recopied"},
+    "h200_dense_graph": {"P07-graph-opaque-steps", "ledger-host", "ledger-launch"},
+    "h200_fp8_w8a8": {"P02-decode-gemm-big-tile", "P06-launch-bound-decode", "roofline-memory-bound-gap", "ledger-host",
+                      "ledger-profiler", "decode-below-bandwidth-ceiling"},
     # the host runs 151 ms ahead of the GPU: the step is its GPU span (156.5 ms, 0.24% idle), not the
     # host's 26 ms annotation plus the queue wait (#23): no idle left to explain
     "mi300_vllm_replay": {"P07-graph-opaque-steps"},
@@ -55,11 +56,12 @@ EXPECTED = {
     # the GPU idles 8.6% (MI300) / 8.1% (H100) of the step, below the idle threshold
     "mi300_hf": set(),
     "h100_hf": set(),
-    "gfx1201_rocpd": {"idle-by-cause"},
-    "gfx1151_rocprofv3_csv": {"idle-by-cause"},
+    "gfx1201_rocpd": {"ledger-launch"},
+    "gfx1151_rocprofv3_csv": {"ledger-launch"},
     # two 512-token forward passes; the first (llama-bench's warm-up) waits 312 + 231 ms on the first
     # calls of two Tensile kernels (code objects loaded lazily): 32% idle
-    "gfx1201_rocprof_v1": {"P19-llamacpp-prefill-microbatch", "idle-by-cause"},
+    "gfx1201_rocprof_v1": {"P19-llamacpp-prefill-microbatch", "ledger-host"},
+    "gfx950_rocprofv3_json": {"ledger-host"},
 }
 # none of these traces has their kernels (wvSplitK, M<=4 Tensile tiles, ll4mi, rocBLAS-named Tensile kernels): quiet
 # on them, also projected onto gfx1151/gfx1201. (P02, P10 fire on captures: tests/test_rules_captured.py;
@@ -108,7 +110,7 @@ def test_what_fires_on_each_real_trace(name: str, finding_schema: dict, analysis
         jsonschema.validate(f.to_json(), finding_schema)
         assert json.loads(json.dumps(f.to_json())) == f.to_json()  # plain JSON evidence
         assert f.references or f.rule in ("roofline-memory-bound-gap", "decode-below-bandwidth-ceiling",
-                                           "bytes-model-inconsistent", "idle-by-cause")
+                                           "bytes-model-inconsistent") or f.rule.startswith("ledger-")
         assert f.ms_per_step is not None and f.ms_per_step >= 0 and not f.projection
 
 
@@ -124,18 +126,19 @@ def test_arch_specific_rules_stay_quiet_without_their_kernels(name: str, arch: s
     assert all(f.projection and f.title.startswith("[projection onto ") for f in found.values())
 
 
-def test_p06_eager_moe_decode_is_launch_bound() -> None:
-    f = fired("h200_moe_eager")["P06-launch-bound-decode"]
-    ev = f.evidence
-    assert f.severity == "high" and ev["phase"] == "decode" and ev["steps"] == 6
+def test_p06_quiet_on_the_eager_moe_decode_whose_idle_is_a_cudnn_host_stall() -> None:
+    """Issue 23, class 1: the eager MoE decode idles 95 of 98 ms a step, but not between launches:
+    the host sits inside aten::_cudnn_attention_forward (a cuDNN plan per new KV length). P06 used to
+    call the 94.86 ms between the first and last kernel "launch gaps"; the ledger's short gaps are
+    under 30% of the step, so P06 is quiet and the ledger's host finding names the op."""
+    found = fired("h200_moe_eager")
+    assert "P06-launch-bound-decode" not in found
+    host = [f for f in run(attribution("h200_moe_eager"), analysis_of("h200_moe_eager"))
+            if f.rule == "ledger-host" and f.phase == "decode"][0]
+    assert host.evidence["rows"][0]["what"] == "aten::_cudnn_attention_forward" and host.severity == "high"
+    assert "warm the decode shapes" in (host.remedy or "")
     raw = raw_steps(EXAMPLE_TRACE, "decode")  # (kernels, idle fraction, idle ms) per step from the raw events
-    assert len(raw) == 6 and ev["idle_fraction"] == pytest.approx(statistics.median(s[1] for s in raw), abs=1e-4)
-    assert ev["idle_ms_per_step"] == pytest.approx(statistics.median(s[2] for s in raw), abs=1e-3)
-    assert ev["kernels_per_step"] == ev["launches_per_step"] == statistics.median(s[0] for s in raw)  # one launch each
-    assert ev["graph_replayed_share"] == 0.0
-    # launch gaps: the idle between the first and last kernel, regression pin (94.86 of 95.32 ms idle)
-    assert f.ms_per_step == pytest.approx(94.86, abs=0.1) and ev["launch_gap_ms_per_step"] <= ev["idle_ms_per_step"]
-    assert ev["speedup_if_launch_free"] > 20
+    assert len(raw) == 6 and statistics.median(s[1] for s in raw) > 0.9  # the GPU idles, but for the op
 
 
 def test_p06_llama_eager_decode_and_not_the_graph_replay() -> None:

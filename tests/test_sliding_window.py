@@ -7,6 +7,7 @@ import orjson
 import pytest
 
 from attrib.app import analyze_path, model_budget
+from attrib.options import Options
 from attrib.cost.serving import windowed
 from test_numbers_cost import GPT_OSS
 
@@ -18,7 +19,7 @@ SK, SQ, REQ, SQSK = 42_919, 8_192, 46, 7_705_799
 
 
 def _attention(budget=None) -> dict:
-    doc = analyze_path(VLLM / "graph_execution.json.gz", budget=budget)
+    doc = analyze_path(VLLM / "graph_execution.json.gz", Options(budget=budget)).to_dict()
     return {c["component"]: c for c in doc["phases"][0]["components"]}["attention"]
 
 

@@ -7,7 +7,7 @@ import copy
 import json
 from functools import cache
 
-from attrib.app import analyze_path
+from attrib.app import analyze
 from attrib.cli import main
 from attrib.report.slope import WEIGHT_BOUND, slope
 
@@ -18,7 +18,7 @@ CAP = FIXTURES / "captured"
 
 @cache
 def _doc(name: str) -> dict:
-    return analyze_path(CAP / f"{name}.pt.trace.json.gz")
+    return analyze(CAP / f"{name}.pt.trace.json.gz").to_dict()
 
 
 def test_slope_json_is_written(tmp_path, capsys):

@@ -80,6 +80,11 @@ class Device:
         bw = self.roofline_bw_gbs or self.sustained_bw_gbs or self.peak_bw_gbs
         return float(bw) if bw else None
 
+    def matrix_peak(self, dtype: str) -> float | None:
+        """Peak matrix TFLOP/s of a dtype ("bf16", "fp8", ...), None where unknown."""
+        v = self.matrix_tflops.get(dtype)
+        return float(v) if v else None
+
     @property
     def what_if(self) -> bool:
         return self.detected_from == "override"

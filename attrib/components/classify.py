@@ -18,7 +18,6 @@ from attrib.components.patterns import GEMM_OPS, component_patterns
 from attrib.components.position import gemm_positions
 from attrib.components.rope_table import rope_table_casts
 from attrib.components.router import routers
-from attrib.components.taxonomy import TAXONOMY
 from attrib.link.launches import launch_points
 from attrib.link.nesting import innermost
 from attrib.steps.excluded import compile_spans, inside

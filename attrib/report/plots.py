@@ -19,6 +19,9 @@ MISSING = "plots omitted: matplotlib is not installed (pip install 'attrib[plot]
 PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7",
            "#9c755f", "#bab0ac", "#86bcb6", "#d37295")
 IDLE = "#d9d9d9"
+# the ledger's causes of a step's non-kernel time, in greys and browns apart from the components' palette
+CAUSE_COLORS = {"copy": "#6b6b6b", "outside": "#3d3d3d", "sync": "#a0522d", "host": "#c9a27e",
+                "launch": "#d9d9d9", "profiler": "#efe6d8"}
 RC = {"svg.fonttype": "none", "svg.hashsalt": "attrib", "font.size": 9, "axes.spines.top": False,
       "axes.spines.right": False, "svg.image_inline": True}
 
@@ -127,8 +130,15 @@ def step_stack(ph: Phase, top: int = 8) -> str | None:
     layers: list[tuple[str, Sequence[float]]] = [(c, comps[c]) for c in shown]
     if rest:
         layers.append(("rest", [sum(comps[c][i] for c in rest) for i in range(n)]))
-    layers.append(("GPU idle", [x or 0.0 for x in ser.idle_ms]))
     colors = _colors(shown) | {"rest": "#8c8c8c", "GPU idle": IDLE}
+    if ser.ledger:  # the step's non-kernel time by cause (the step-time ledger)
+        for cause, color in CAUSE_COLORS.items():
+            per_step = [sum(r.ms_per_step for r in rows if r.cause == cause) for rows in ser.ledger]
+            if any(per_step):
+                layers.append((cause, per_step))
+                colors[cause] = color
+    else:
+        layers.append(("GPU idle", [x or 0.0 for x in ser.idle_ms]))
     fig = _figure(7.2, 3.6, right=0.8, left=0.08)
     ax = fig.add_subplot()
     x = list(range(n))
@@ -139,7 +149,7 @@ def step_stack(ph: Phase, top: int = 8) -> str | None:
     ax.set_xticks(x, [str(s) for s in ser.step], fontsize=7)
     ax.set_xlabel("step")
     ax.set_ylabel("ms")
-    ax.set_title(f"{ph.phase}: per-step kernel time by component, plus GPU idle", fontsize=9)
+    ax.set_title(f"{ph.phase}: each step's time: kernels by component, then idle by cause", fontsize=9)
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False)
     return _svg(fig)
 
