@@ -75,6 +75,14 @@ def is_rdna(arch_name: str | None) -> bool:
     return arch_name is not None and arch_name.startswith(RDNA)
 
 
+HIGH_SHARE, MEDIUM_SHARE = 0.5, 0.2  # of the step: a finding's severity from the time it explains
+
+
+def severity_of(share: float) -> str:
+    """high above half the step, medium above a fifth, else info."""
+    return "high" if share > HIGH_SHARE else "medium" if share > MEDIUM_SHARE else "info"
+
+
 def num(x: object) -> float:
     """A polars scalar (typed as any of its dtypes' values) as the number it is here; null as 0."""
     return float(cast(float, x or 0))

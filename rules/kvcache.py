@@ -7,7 +7,7 @@ import polars as pl
 
 from attrib.analysis.model import Analysis
 from attrib.pipeline import Attribution
-from rules.finding import DECODE_LIKE, Finding, kernels_in, num, r
+from rules.finding import DECODE_LIKE, Finding, kernels_in, num, r, severity_of
 from rules.thresholds import Thresholds
 
 CAT = r"^aten::(?:cat|concat|concatenate)$"
@@ -37,7 +37,7 @@ def kv_cache_recopy(a: Attribution, an: Analysis, th: Thresholds) -> list[Findin
             continue
         growth = float(num(per["bytes"].diff().drop_nulls().median())) if per.height > 1 else None
         out.append(Finding(
-            rule="kv-cache-recopied", severity="high" if ratio >= 1 else "medium",
+            rule="kv-cache-recopied", severity=severity_of(cat_ms / (ph.step_ms.median or cat_ms or 1.0)),
             title=f"{phase}: the KV cache is re-copied every step (`cat`): {cat_bytes / 1e6:.1f} MB per step, "
                   f"{ratio:.2f}x the bytes attention reads, {cat_ms:.3f} ms",
             ms_per_step=cat_ms, phase=phase,

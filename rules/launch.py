@@ -98,9 +98,10 @@ def graph_opaque_steps(a: Attribution, an: Analysis, th: Thresholds) -> list[Fin
             rule="P07-graph-opaque-steps", severity="info",
             title=f"{phase} steps are graph replays without per-kernel ops: bytes and rooflines are unknown "
                   f"for {unknown:.0%} of their kernel time",
-            ms_per_step=unknown * (ph.kernel_ms or 0), phase=phase,
+            ms_per_step=None, phase=phase,  # bytes unknown: a blind spot, no time a fix recovers
             evidence={"phase": phase, "steps": ph.steps, "graph_replayed_share": r(graph_ns / ns),
                       "replayed_with_op_share": r(op_known), "bytes_known_share": ph.bytes_known_share,
+                      "kernel_ms_without_bytes": r(unknown * (ph.kernel_ms or 0), 4),
                       "components_without_bytes": blind},
             remedy="Give the analysis the graph-capture trace (attrib analyze REPLAY --capture CAPTURE; vLLM writes "
                    "it with its capture profiler) so replayed kernels get their ops and shapes, or profile with "

@@ -3,7 +3,7 @@
 
 Each cause that is not kernel time (copy, outside, sync, host, launch, profiler) with at least
 `MIN_SHARE` of the median step gives one finding, ranked by its ms per step; its severity follows its
-share of the step (`HIGH`, `MEDIUM`). Remedies fit the evidence: the host stall of a known op names
+share of the step (rules.finding.severity_of). Remedies fit the evidence: the host stall of a known op names
 the op's fixes, a sync names the call, launch gaps inside graph replays get no graph advice, and
 where host-side rows dominate the profiler's own cost is named as a caveat.
 """
@@ -20,11 +20,10 @@ from dataclasses import replace as _with
 from attrib.analysis.model import Analysis, LedgerRow
 from attrib.pipeline import Attribution
 from attrib.steps.ledger import PROFILER_NS, typical_ledger
-from rules.finding import DECODE_LIKE, Finding, num, r, steps_in
+from rules.finding import DECODE_LIKE, HIGH_SHARE, Finding, num, r, severity_of, steps_in
 from rules.thresholds import Thresholds
 
 MIN_SHARE = 0.05
-HIGH, MEDIUM = 0.5, 0.2
 HOST_SIDE = ("host", "launch", "sync", "profiler")
 CUDNN_SDPA = ("cuDNN builds an execution plan for every new attention shape, so each decode step's new "
               "KV length stalls the host in this op: warm the decode shapes before timing, pad the KV "
@@ -53,10 +52,6 @@ def facts(a: Attribution, phase: str) -> Facts:
     total = num(k["dur_ns"].sum())
     graph = num(k.filter(pl.col("graph").fill_null(False))["dur_ns"].sum())
     return Facts(phase, st.height, num(st["step_ms"].median()), graph / total if total else 0.0)
-
-
-def _severity(share: float) -> str:
-    return "high" if share > HIGH else "medium" if share > MEDIUM else "info"
 
 
 def _host_remedy(what: str, ms: float) -> str:
@@ -132,13 +127,13 @@ def ledger_findings(ledger: pl.DataFrame, f: Facts) -> list[Finding]:
     by_cause = idle.group_by("cause").agg(pl.col("ms_per_step").sum()).sort("ms_per_step", descending=True)
     for cause, ms in by_cause.iter_rows():
         share = ms / f.step_ms
-        caveat = cause == "profiler" and host_share > HIGH
+        caveat = cause == "profiler" and host_share > HIGH_SHARE
         if share < MIN_SHARE and not caveat:
             continue
         rows = idle.filter(pl.col("cause") == cause).sort("ms_per_step", descending=True)
         top = LedgerRow(**rows.row(0, named=True))
         out.append(Finding(
-            rule=f"ledger-{cause}", severity="info" if cause == "profiler" else _severity(share),
+            rule=f"ledger-{cause}", severity="info" if cause == "profiler" else severity_of(share),
             title=_title(cause, top, ms, f), ms_per_step=ms,
             evidence={"phase": f.phase, "steps": f.steps, "step_ms": r(f.step_ms, 4), "ms_per_step": r(ms, 4),
                       "share_of_step": r(share), "graph_replayed_share": r(f.graph_replayed_share),

@@ -92,6 +92,7 @@ def _attach(rows: list[_Row], i: int, f: Finding, idle: _Row | None) -> None:
         target.findings.append(i)
     if ms is not None and len(targets) == 1 and (targets[0].ms is None or ms > targets[0].ms):
         targets[0].ms = round(ms, 4)
+        targets[0].what = f.title  # the row says what the larger estimate is, not the figure it replaced
 
 
 def phase_bottlenecks(ph: Phase, findings: tuple[Finding, ...]) -> Bottlenecks:
