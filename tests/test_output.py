@@ -17,6 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import orjson
 import pytest
 
 from attrib.cli import check_output
@@ -227,6 +228,63 @@ def test_a_database_with_a_live_wal_is_read_whole_from_a_private_copy(tmp_path):
     got = load(user / "1_results.db").kernels.height
     assert got == want < n, (got, want, n)  # the deletion held only in the -wal was seen
     assert {p.name: p.read_bytes() for p in user.iterdir()} == before
+
+
+@contextlib.contextmanager
+def read_only_view(folder: Path, view: Path):
+    """`folder` bind-mounted read-only at `view` (root here); None where mounting is not allowed."""
+    view.mkdir()
+    try:
+        subprocess.run(["mount", "--bind", str(folder), str(view)], check=True, capture_output=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        yield None
+        return
+    try:
+        subprocess.run(["mount", "-o", "remount,ro,bind", str(view)], check=True, capture_output=True, timeout=10)
+        yield view
+    finally:
+        subprocess.run(["umount", str(view)], capture_output=True, timeout=10)
+
+
+def _journalled(tmp_path: Path, mode: str) -> Path:
+    """A copy of the real rocpd database as a crashed writer leaves it: changes held in its journal
+    (`mode` WAL: a -wal; DELETE: a hot rollback -journal of an open transaction)."""
+    work, user = tmp_path / "work", tmp_path / "user"
+    work.mkdir()
+    user.mkdir()
+    db = work / "1_results.db"
+    db.write_bytes(gzip.decompress(ROCPD.read_bytes()))
+    con = sqlite3.connect(db, isolation_level=None)
+    con.execute(f"PRAGMA journal_mode={mode}")
+    con.execute("PRAGMA wal_autocheckpoint=0")
+    table = _dispatch_table(con)
+    con.execute("BEGIN")
+    con.execute(f"DELETE FROM {table} WHERE rowid % 2 = 0")
+    if mode == "WAL":
+        con.execute("COMMIT")
+    else:
+        con.execute("PRAGMA cache_size=1")  # spill the change into the database file, journal hot
+        con.execute(f"DELETE FROM {table} WHERE rowid % 3 = 0")
+    for f in work.iterdir():  # copied while the writer holds it open
+        shutil.copyfile(f, user / f.name)
+    con.close()
+    return user / db.name
+
+
+@pytest.mark.parametrize("mode, journal", [("WAL", "-wal"), ("DELETE", "-journal")])
+def test_a_journalled_database_in_a_read_only_folder_is_read(tmp_path, mode, journal):
+    """Issue 19: a WAL database in a read-only folder, or one with a hot journal, read (from a private
+    copy) instead of 'attempt to write a readonly database'; the folder is not touched."""
+    db = _journalled(tmp_path, mode)
+    assert (db.parent / (db.name + journal)).stat().st_size > 0
+    with read_only_view(db.parent, tmp_path / "ro") as view:
+        if view is None:
+            pytest.skip("bind mounts are not allowed here")
+        before = _listing(view)
+        r = _attrib(["analyze", view / db.name, "--format", "json"])
+        assert r.returncode == 0, r.stderr
+        assert "readonly" not in r.stderr and _listing(view) == before
+        assert orjson.loads(r.stdout)["source"]["kernels"] > 0
 
 
 # ------------------------------------------------------------------ the capture: full disk, never started
