@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
+from attrib.app import analyze
 from attrib.pipeline import attribute
+from attrib.report.table import render
 from collectors import load
 
 from conftest import FIXTURES, raw_events
@@ -25,3 +29,17 @@ def test_vision_forward_steps_count_samples_not_tokens():
 def test_llm_steps_count_tokens():
     steps = attribute(load(CAPTURED / "mistral_swa_b4.pt.trace.json.gz")).steps
     assert set(steps["unit"].to_list()) == {"tokens"} and steps["samples"].null_count() == steps.height
+
+
+def test_vision_forward_is_reported_per_sample():
+    """Issue 20 item 4: the ViT forward is reported per sample (8 images a forward), no token figure:
+    the analysis nulls GB/token and tok/s and gives samples/s and GB per sample instead."""
+    an = analyze(VIT)
+    (ph,) = an.phases
+    assert ph.samples_per_step == 8 and ph.tokens_per_step is None
+    assert ph.gb_per_token is None and ph.achieved_tok_s is None and ph.ceiling_tok_s is None
+    assert ph.achieved_samples_s == pytest.approx(8 / (ph.step_ms.median / 1e3), rel=1e-3)
+    assert ph.bytes_per_step and ph.gb_per_sample == pytest.approx(ph.bytes_per_step / 8 / 1e9, rel=1e-3)
+    assert "8 samples/step" in render(an) and "GB/token" not in render(an)
+    llm = analyze(CAPTURED / "mistral_swa_b4.pt.trace.json.gz").phase("decode")
+    assert llm is not None and llm.samples_per_step is None and llm.gb_per_token is not None

@@ -158,7 +158,7 @@ def _phase(phase: str, steps: pl.DataFrame, k: pl.DataFrame, arch: Arch | None, 
     fig = phase_figures(steps, k, comp, arch, what_if)
     comm = sum(c.ms or 0 for c in rows if c.component == "communication")
     rate = _r(tps / (step_med / 1e3), 2) if (tps and step_med) else None
-    return Phase(
+    ph = Phase(
         phase=phase, steps=n, tokens_per_step=tps,
         tokens_from=_text(steps["tokens_from"].drop_nulls().mode().first()) if tokens.len() else None,
         step_ms=StepMs(_r(step_med), _r(_q(steps["step_ms"], 0.1)), _r(_q(steps["step_ms"], 0.9))),
@@ -174,6 +174,20 @@ def _phase(phase: str, steps: pl.DataFrame, k: pl.DataFrame, arch: Arch | None, 
                          ledger=_step_ledgers(led, steps)),
         excluded_steps=excluded, known_ms=fig["known_ms"] * n, total_ms=fig["total_ms"] * n,
         ledger_rows=_ledger_rows(led, all_steps if all_steps is not None else steps, phase))
+    return _per_sample(ph, steps)
+
+
+def _per_sample(ph: Phase, steps: pl.DataFrame) -> Phase:
+    """A phase of vision/diffusion forwards (every step's unit "samples"): its figures per sample,
+    no token figure (its GEMMs' "tokens" are patches or pixels)."""
+    if "unit" not in steps.columns or not steps.height or (steps["unit"] != "samples").any():
+        return ph
+    samples = int(_num(steps["samples"].median()))
+    step_ms, gb = ph.step_ms.median, ph.bytes_per_step
+    return replace(ph, tokens_per_step=None, tokens_from=None, gb_per_token=None, ceiling_tok_s=None,
+                   achieved_tok_s=None, samples_per_step=samples,
+                   achieved_samples_s=_r(samples / (step_ms / 1e3), 2) if step_ms else None,
+                   gb_per_sample=_r(gb / samples / 1e9, 6) if gb else None)
 
 
 def _excluded(out: pl.DataFrame) -> tuple[ExcludedStep, ...]:

@@ -290,6 +290,9 @@ class Phase:
     known_ms: float  # priced kernel time whose bytes count, summed over the steps
     total_ms: float  # kernel time, summed over the steps
     ledger_rows: tuple[LedgerRow, ...] = ()  # the mean counted step, by cause; sums to its time
+    samples_per_step: int | None = None  # a vision/diffusion forward: samples (images) per step
+    achieved_samples_s: float | None = None
+    gb_per_sample: float | None = None
     bottlenecks: Bottlenecks = Bottlenecks()
 
     @property
@@ -328,6 +331,9 @@ class Phase:
             "top_kernels": [_record(t) for t in self.kernel_rows],
             "context_from": self.context_from,
             "ledger": [_ledger_row(r) for r in self.ledger_rows],
+            **({"unit": "samples", "samples_per_step": self.samples_per_step,
+                "achieved_samples_s": self.achieved_samples_s, "gb_per_sample": self.gb_per_sample}
+               if self.samples_per_step else {}),
             "per_step": self.per_step.to_dict(),
             "excluded_steps": [_record(x) for x in self.excluded_steps],
             "bottlenecks": self.bottlenecks.to_dict(),

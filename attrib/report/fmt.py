@@ -65,8 +65,10 @@ def device_line(dev: Device) -> str:
 
 def phase_headline(ph: Phase) -> str:
     sm = ph.step_ms
-    return (f"{ph.steps} steps, {num(ph.tokens_per_step, '{}')} tokens/step"
-            f" ({ph.tokens_from or 'unknown source'}); step {num(sm.median)} ms"
+    per = (f"{ph.samples_per_step} samples/step (a vision/diffusion forward: no token figure applies)"
+           if ph.samples_per_step else
+           f"{num(ph.tokens_per_step, '{}')} tokens/step ({ph.tokens_from or 'unknown source'})")
+    return (f"{ph.steps} steps, {per}; step {num(sm.median)} ms"
             f" (p10 {num(sm.p10)}, p90 {num(sm.p90)}); kernels {num(ph.kernel_ms)} ms/step;"
             f" GPU idle {pct(ph.idle_fraction)} ({num(ph.idle_ms)} ms/step)")
 
@@ -85,6 +87,10 @@ def distributed_line(an: Analysis) -> str | None:
 
 def phase_rates(ph: Phase, world: int | None = None) -> str:
     out = []
+    if ph.gb_per_sample is not None:
+        out.append(f"{ph.gb_per_sample:.3f} GB/sample")
+    if ph.achieved_samples_s is not None:
+        out.append(f"{ph.achieved_samples_s:.1f} samples/s achieved")
     if ph.gb_per_token is not None:
         out.append(f"{ph.gb_per_token:.3f} GB/token")
     if ph.achieved_tok_s is not None:
