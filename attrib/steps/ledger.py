@@ -145,7 +145,8 @@ def _neighbours(gaps: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
 
 
 class _Host:
-    """What a host thread was doing: its ops and frames with depth, its synchronizing calls."""
+    """What a host thread was doing: its ops and frames with depth, its synchronizing calls (as numpy
+    arrays per thread, built once: every idle stretch asks)."""
 
     def __init__(self, ops: pl.DataFrame, frames: pl.DataFrame, launches: pl.DataFrame) -> None:
         fr = frames.filter(~pl.col("name").str.starts_with("<built-in"))
@@ -153,36 +154,43 @@ class _Host:
                         fr.select((pl.col("id") + (1 << 40)).alias("id"), "name", "start_ns", "dur_ns", *_BY)])
         iv = iv.drop_nulls(["start_ns", "dur_ns"])
         iv = iv.join(parents(iv, _BY), on="id")
-        self.iv = {key: df.sort("start_ns") for key, df in iv.partition_by(_BY, as_dict=True).items()}
+        self.iv = {key: _arrays(df.sort("start_ns"), depth=True)
+                   for key, df in iv.partition_by(_BY, as_dict=True).items()}
         sync = launches.filter(pl.col("name").str.contains(SYNC) | pl.col("name").str.contains(BLOCKING_COPY))
-        self.sync = {key: df.sort("start_ns") for key, df in sync.partition_by(_BY, as_dict=True).items()}
+        self.sync = {key: _arrays(df.sort("start_ns"))
+                     for key, df in sync.partition_by(_BY, as_dict=True).items()}
 
     def holder(self, key: tuple, a: int, b: int) -> str:
         """The innermost op or frame of the thread that holds at least HOLD_SHARE of [a, b)."""
         iv = self.iv.get(key)
         if iv is None:
             return "untraced host time"
-        s, e = _ends(iv)
+        s, e, depth, names = iv
         ov = np.minimum(e, b) - np.maximum(s, a)
         ok = ov >= HOLD_SHARE * (b - a)
         if not ok.any():
             return "untraced host time"
-        depth = iv["depth"].to_numpy()
         i = np.flatnonzero(ok)[np.argmax(depth[ok])]
-        return frame_label(iv["name"][int(i)])
+        return frame_label(names[int(i)])
 
     def syncs(self, key: tuple, a: int, b: int) -> list[tuple[str, int]]:
         """(what, ns) of the synchronizing calls of the thread overlapping [a, b)."""
         calls = self.sync.get(key)
         if calls is None:
             return []
-        s, e = _ends(calls)
+        s, e, _, names = calls
         ov = np.minimum(e, b) - np.maximum(s, a)
         out = []
         for i in np.flatnonzero(ov > 0):
-            name = calls["name"][int(i)]
-            out.append((f"{name} in {self.holder(key, int(s[i]), int(e[i]))}", int(ov[i])))
+            out.append((f"{names[int(i)]} in {self.holder(key, int(s[i]), int(e[i]))}", int(ov[i])))
         return out
+
+
+def _arrays(df: pl.DataFrame, depth: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
+    """start, end, depth (zeros without) and names of a thread's intervals."""
+    s, e = _ends(df)
+    d = df["depth"].to_numpy() if depth else np.zeros(len(s), dtype=np.int64)
+    return s, e, d, df["name"].to_list()
 
 
 def _waits(launches: pl.DataFrame) -> pl.DataFrame:
