@@ -165,12 +165,13 @@ class _Host:
         iv = self.iv.get(key)
         if iv is None:
             return "untraced host time"
-        s, e, depth, names = iv
-        ov = np.minimum(e, b) - np.maximum(s, a)
+        s, e, depth, names, long_idx = iv
+        cand = _candidates(s, long_idx, a, b)
+        ov = np.minimum(e[cand], b) - np.maximum(s[cand], a)
         ok = ov >= HOLD_SHARE * (b - a)
         if not ok.any():
             return "untraced host time"
-        i = np.flatnonzero(ok)[np.argmax(depth[ok])]
+        i = cand[np.flatnonzero(ok)[np.argmax(depth[cand][ok])]]
         return frame_label(names[int(i)])
 
     def syncs(self, key: tuple, a: int, b: int) -> list[tuple[str, int]]:
@@ -178,7 +179,7 @@ class _Host:
         calls = self.sync.get(key)
         if calls is None:
             return []
-        s, e, _, names = calls
+        s, e, _, names, _ = calls
         ov = np.minimum(e, b) - np.maximum(s, a)
         out = []
         for i in np.flatnonzero(ov > 0):
@@ -186,11 +187,25 @@ class _Host:
         return out
 
 
-def _arrays(df: pl.DataFrame, depth: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
-    """start, end, depth (zeros without) and names of a thread's intervals."""
+SHORT_NS = 1_000_000  # intervals up to this long overlap [a, b) only if they start after a - SHORT_NS
+
+
+def _candidates(s: np.ndarray, long_idx: np.ndarray, a: int, b: int) -> np.ndarray:
+    """Indices (ascending) of the intervals (sorted by start) that can overlap [a, b): the short ones
+    starting in [a - SHORT_NS, b), and the long ones starting before b. Not a scan of every interval:
+    one per idle stretch was quadratic on a long trace."""
+    lo, hi = np.searchsorted(s, a - SHORT_NS, "left"), np.searchsorted(s, b, "left")
+    near = np.arange(lo, hi)
+    early = long_idx[: np.searchsorted(long_idx, lo)]
+    return np.concatenate([early, near]) if early.size else near
+
+
+def _arrays(df: pl.DataFrame, depth: bool = False
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str], np.ndarray]:
+    """start, end, depth (zeros without), names of a thread's intervals, and which are long."""
     s, e = _ends(df)
     d = df["depth"].to_numpy() if depth else np.zeros(len(s), dtype=np.int64)
-    return s, e, d, df["name"].to_list()
+    return s, e, d, df["name"].to_list(), np.flatnonzero((e - s) > SHORT_NS)
 
 
 def _waits(launches: pl.DataFrame) -> pl.DataFrame:
