@@ -266,11 +266,12 @@ def slope(traces: tuple[Path, ...], phase: str, fmt: str, phase_map: tuple[str, 
               help="The annotated trace (.json or .json.gz) to open in the Perfetto UI.")
 @click.option("--phase-map", multiple=True, metavar="NAME=PHASE", help="Treat annotation NAME as PHASE (repeatable).")
 @click.option("--force", is_flag=True, help="Overwrite FILE if it exists.")
-@click.option("--capture", type=click.Path(path_type=Path), help="The graph-capture trace of this replay trace: "
-              "replayed kernels get their ops, shapes and bytes.")
+@click.option("--capture", type=click.Path(path_type=Path),
+              help="The graph-capture trace of this replay trace: replayed kernels get their ops, shapes "
+                   "and bytes.")
 @click.option("--capture-batch", type=int, help="With --capture: the captured batch size to align with.")
-@click.option("--model", type=click.Path(path_type=Path), help="HF config.json: bytes for kernels the trace has no "
-              "shapes for.")
+@click.option("--model", type=click.Path(path_type=Path),
+              help="HF config.json: bytes for kernels the trace has no shapes for.")
 @click.option("--context", type=int, help="With --model: K/V positions each decode step reads.")
 def export(trace: Path, output: Path, phase_map: tuple[str, ...], force: bool, capture: Path | None,
            capture_batch: int | None, model: Path | None, context: int | None) -> None:

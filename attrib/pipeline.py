@@ -62,5 +62,10 @@ def attribute(trace: Trace, phase_map: dict[str, str] | None = None, capture: Tr
     steps = with_units(steps, trace.ops)
     budget = for_world(budget, world_size(trace))   # a tensor-parallel rank reads its shard
     led = ledger(steps, k, trace.copies, trace.launches, trace.ops, trace.frames)
-    return Attribution(trace=trace, kernels=kernel_costs(trace, k, steps, budget), steps=steps, notes=tuple(notes),
-                       ledger=led)
+    return Attribution(
+        trace=trace,
+        kernels=kernel_costs(trace, k, steps, budget),
+        steps=steps,
+        notes=tuple(notes),
+        ledger=led,
+    )

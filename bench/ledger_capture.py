@@ -171,7 +171,10 @@ def cap_graph(out, dev, steps=24, batch=8, ctx=2048):
             t1 = time.perf_counter()
             sync(dev)
             t2 = time.perf_counter()
-    log(f"  graph_ahead: host enqueued {steps} steps in {1e3 * (t1 - t0):.2f} ms, GPU done after {1e3 * (t2 - t0):.2f} ms")
+    log(
+        f"  graph_ahead: host enqueued {steps} steps in {1e3 * (t1 - t0):.2f} ms, GPU done after "
+        f"{1e3 * (t2 - t0):.2f} ms"
+    )
     save(prof, out, "ledger_graph_ahead")
 
 

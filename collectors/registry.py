@@ -19,11 +19,24 @@ READERS: tuple[Reader, ...] = (
     Reader("rocpd", rocpd.sniff, rocpd.read, _ROC, merging("rocpd", rocpd.read)),
     Reader("rocprofv3-json", v3json.sniff, v3json.read, _ROC, merging("rocprofv3-json", v3json.read)),
     Reader("rocprof-v1", legacy.sniff_v1, legacy.read_v1, _ROC, legacy.read_v1_folder),
-    Reader("rocprof-v2", legacy.sniff_v2, legacy.read_v2_csv, _ROC, merging("rocprof-v2", legacy.read_v2_csv)),
+    Reader(
+        "rocprof-v2",
+        legacy.sniff_v2,
+        legacy.read_v2_csv,
+        _ROC,
+        merging("rocprof-v2", legacy.read_v2_csv),
+    ),
     Reader("rocprofv3-csv", v3csv.sniff, v3csv.read, _ROC, v3csv.read_folder),
     Reader("pftrace", pftrace.sniff, pftrace.read, _ROC, merging("pftrace", pftrace.read)),
-    Reader("torch-json", kineto.sniff, kineto.read, _TORCH, title="torch-profiler traces", cpu_ops=True,
-           document=kineto.read_document),
+    Reader(
+        "torch-json",
+        kineto.sniff,
+        kineto.read,
+        _TORCH,
+        title="torch-profiler traces",
+        cpu_ops=True,
+        document=kineto.read_document,
+    ),
 )
 FORMATS = tuple(r.name for r in READERS)
 

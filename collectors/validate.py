@@ -50,9 +50,12 @@ def _times(df: pl.DataFrame, label: str, warnings: list[str]) -> pl.DataFrame:
     if not any(flags):
         return df
     m, n, o = flags
-    what = [f"{m} without a usable start time or duration (missing, not a number, or out of range)"] * bool(m) \
-        + [f"{n} with a negative duration or start time"] * bool(n) \
+    what = (
+        [f"{m} without a usable start time or duration (missing, not a number, or out of range)"]
+        * bool(m)
+        + [f"{n} with a negative duration or start time"] * bool(n)
         + [f"{o} timed hours away from the rest of the trace"] * bool(o)
+    )
     warnings.append(f"{sum(flags)} {label} dropped: {', '.join(what)}")
     return df.filter(~missing & ~negative.fill_null(False) & ~outside.fill_null(False))
 
@@ -89,7 +92,9 @@ def _names(df: pl.DataFrame, label: str, warnings: list[str]) -> pl.DataFrame:
     if "name" not in df.columns or df.schema["name"] != pl.Utf8:
         return df
     nameless = pl.col("name").is_null() | (pl.col("name") == "")  # a missing "name" key is read as ""
-    nulls, longest = df.select(nameless.sum().alias("n"), pl.col("name").str.len_bytes().max().alias("l")).row(0)
+    nulls, longest = df.select(
+        nameless.sum().alias("n"), pl.col("name").str.len_bytes().max().alias("l")
+    ).row(0)
     if nulls:
         every = "every one of the " if nulls == df.height else ""
         warnings.append(f"{every}{nulls} {label} have no name; shown as '?'")
@@ -158,9 +163,12 @@ def unit_break(tabs: dict[str, pl.DataFrame | None]) -> str | None:
         if ratio[k] >= 100 and min(low.len(), high.len()) >= max(2, s.len() // 100):
             unit = _unit(float(high.median()) / float(low.median()))
             if unit:
-                return (f"{_ROWS[name]} change time unit: {low.len():,} start near {low.median() / 1e9:.3g} s and "
-                        f"{high.len():,} near {high.median() / 1e9:.3g} s, {unit}x apart (some written in "
-                        "another unit)")
+                return (
+                    f"{_ROWS[name]} change time unit: {low.len():,} start near "
+                    f"{low.median() / 1e9:.3g} s and "
+                    f"{high.len():,} near {high.median() / 1e9:.3g} s, {unit}x apart (some written in "
+                    "another unit)"
+                )
     for cpu in ("ops", "launches"):
         if "kernels" in medians and cpu in medians:
             a, b = medians["kernels"], medians[cpu]
@@ -185,9 +193,12 @@ def two_sessions(launches: pl.DataFrame | None) -> str | None:
     same = pairs.filter((pl.col("shift") - shift).abs() <= 0.01 * shift + 1000).height
     if shift <= 0 or same < 0.9 * pairs.height:
         return None
-    return (f"{2 * pairs.height:,} runtime calls repeat their correlation id once, each {shift / 1e9:.3f} s later: "
-            "two profiling sessions in one trace (merged with a shifted copy?); analyze each session's trace "
-            "on its own")
+    return (
+        f"{2 * pairs.height:,} runtime calls repeat their correlation id once, each {shift / 1e9:.3f} "
+        f"s later: "
+        "two profiling sessions in one trace (merged with a shifted copy?); analyze each session's trace "
+        "on its own"
+    )
 
 
 def tables(tabs: dict[str, pl.DataFrame | None], warnings: list[str],

@@ -64,8 +64,12 @@ def decode_attention_no_split_kv(a: Attribution, an: Analysis, th: Thresholds) -
         return []
     floor = att.roofline_ms
     names = (single if single.height else attn)["name"].unique().sort().head(4).to_list()
-    what = (f"over up to {keys} keys at {frac:.0%} of the memory roofline ({att.ms / floor:.1f}x its K/V-read floor)"
-            if slow and floor else "on single-pass paged kernels")
+    what = (
+        f"over up to {keys} keys at {frac:.0%} of the memory roofline ({att.ms / floor:.1f}x its "
+        f"K/V-read floor)"
+        if slow and floor
+        else "on single-pass paged kernels"
+    )
     rdna = is_rdna(an.arch)
     return [Finding(
         rule="P10-decode-attention-no-split-kv", severity="high",
@@ -76,10 +80,12 @@ def decode_attention_no_split_kv(a: Attribution, an: Analysis, th: Thresholds) -
                   "roofline_ms_per_step": floor, "achieved_gbs": gbs, "fraction_of_roofline": r(frac), "keys": keys,
                   "kernels": [n[:120] for n in names], "split_kv_kernels": 0,
                   "tokens_per_step": ph.tokens_per_step},
-        remedy=("Use a split-KV decode path: --attention-backend TRITON_ATTN on gfx11, a vLLM with the Triton "
-                "KV-split decode for RDNA3/4, or on gfx1201 the (experimental, bf16-KV) AITER unified attention.") if rdna
-        else ("Use a split-KV (flash-decoding) attention kernel for decode: let SDPA pick its flash or cuDNN backend "
-              "(do not pin it to the memory-efficient one), or a FlashAttention/FlashInfer decode with KV splits."),
+        remedy=("Use a split-KV decode path: --attention-backend TRITON_ATTN on gfx11, a vLLM with the "
+                "Triton KV-split decode for RDNA3/4, or on gfx1201 the (experimental, bf16-KV) AITER "
+                "unified attention.") if rdna
+        else ("Use a split-KV (flash-decoding) attention kernel for decode: let SDPA pick its flash or "
+              "cuDNN backend (do not pin it to the memory-efficient one), or a "
+              "FlashAttention/FlashInfer decode with KV splits."),
         references=P10_REFS)]
 
 
@@ -92,8 +98,11 @@ def navi_paged_attention_traps(a: Attribution, an: Analysis, th: Thresholds) -> 
     kv = str(an.stamp("kv_cache_dtype") or "")
     fp8 = "fp8" in kv.lower() or a.kernels.filter(pl.col("name").str.contains(FP8_KV_CACHE)).height > 0
     block = an.stamp("block_size") or an.env_var("VLLM_BLOCK_SIZE")
-    traps = ([f"fp8 KV cache ({kv or 'from the KV-write kernel'})"] if fp8 else []) + (
-        [f"block size {block}"] if block and str(block) != "16" else []) + (["ALiBi"] if an.stamp("alibi") else [])
+    traps = (
+        ([f"fp8 KV cache ({kv or 'from the KV-write kernel'})"] if fp8 else [])
+        + ([f"block size {block}"] if block and str(block) != "16" else [])
+        + (["ALiBi"] if an.stamp("alibi") else [])
+    )
     steps = max(k["step"].n_unique(), 1)
     return [Finding(
         rule="P12-navi-paged-attention", severity="high" if traps else "info",
@@ -102,8 +111,8 @@ def navi_paged_attention_traps(a: Attribution, an: Analysis, th: Thresholds) -> 
         ms_per_step=ns(k) / 1e6 / steps,
         evidence={"kernels": k["name"].unique().sort().head(3).to_list(), "calls": k.height, "traps": traps,
                   "kv_cache_dtype": kv or None, "block_size": block},
-        remedy="Keep the Navi paged attention to head_size 128, block_size 16, bf16/fp16 KV, no ALiBi; otherwise "
-               "select TRITON_ATTN. Check logits for NaN when the context ends mid-tile.",
+        remedy="Keep the Navi paged attention to head_size 128, block_size 16, bf16/fp16 KV, no ALiBi; "
+               "otherwise select TRITON_ATTN. Check logits for NaN when the context ends mid-tile.",
         references=P12_REFS)]
 
 
@@ -139,19 +148,36 @@ def unfused_attention(a: Attribution, an: Analysis, th: Thresholds) -> list[Find
             continue
         steps = max(ph.steps, 1)
         via = "SDPA math fallback" if unf.filter(math).height else "eager attention (matmul + softmax + matmul)"
-        out.append(Finding(
-            rule="P17-unfused-attention", severity="high" if share > 0.3 else "medium",
-            title=f"{ph.phase} attention runs unfused ({via}): {share:.0%} of kernel time, softmax alone "
-                  f"{num(soft['dur_ns'].sum()) / total:.0%}",
-            ms_per_step=ns(unf) / 1e6 / steps, phase=ph.phase,
-            evidence={"phase": ph.phase, "share_of_kernel_time": r(share), "softmax_share": r(ns(soft) / total),
-                      "kernels_per_step": r(unf.height / steps, 1),
-                      "ops": unf.group_by("op_name").agg((pl.col("dur_ns").sum() / 1e6 / steps).alias("ms"))
-                      .sort("ms", descending=True).head(4).with_columns(pl.col("ms").round(4)).to_dicts(),
-                      "top_kernels": unf.group_by("name").agg((pl.col("dur_ns").sum() / 1e6 / steps).alias("ms"))
-                      .sort("ms", descending=True).head(3).with_columns(pl.col("ms").round(4),
-                                                                         pl.col("name").str.slice(0, 100)).to_dicts()},
-            remedy="Use a fused attention kernel: attn_implementation='sdpa' (or flash_attention_2) in HF; on ROCm RDNA "
-                   "set TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL=1 so SDPA does not fall through to MATH.",
-            references=P17_REFS))
+        out.append(
+            Finding(
+                rule="P17-unfused-attention",
+                severity="high" if share > 0.3 else "medium",
+                title=f"{ph.phase} attention runs unfused ({via}): {share:.0%} of kernel time, softmax alone "
+                      f"{num(soft['dur_ns'].sum()) / total:.0%}",
+                ms_per_step=ns(unf) / 1e6 / steps,
+                phase=ph.phase,
+                evidence={
+                    "phase": ph.phase,
+                    "share_of_kernel_time": r(share),
+                    "softmax_share": r(ns(soft) / total),
+                    "kernels_per_step": r(unf.height / steps, 1),
+                    "ops": unf.group_by("op_name")
+                    .agg((pl.col("dur_ns").sum() / 1e6 / steps).alias("ms"))
+                    .sort("ms", descending=True)
+                    .head(4)
+                    .with_columns(pl.col("ms").round(4))
+                    .to_dicts(),
+                    "top_kernels": unf.group_by("name")
+                    .agg((pl.col("dur_ns").sum() / 1e6 / steps).alias("ms"))
+                    .sort("ms", descending=True)
+                    .head(3)
+                    .with_columns(pl.col("ms").round(4), pl.col("name").str.slice(0, 100))
+                    .to_dicts(),
+                },
+                remedy="Use a fused attention kernel: attn_implementation='sdpa' (or "
+                       "flash_attention_2) in HF; on ROCm RDNA "
+                       "set TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL=1 so SDPA does not fall through to MATH.",
+                references=P17_REFS,
+            )
+        )
     return out

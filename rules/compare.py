@@ -34,15 +34,28 @@ def bimodal_decode(base: Analysis, cand: Analysis, th: Thresholds = DEFAULT) -> 
     if lo < th.bimodal_low or hi > th.bimodal_high or hi - lo > th.bimodal_spread:
         return []
     extra = sum(_ms(c[n]) - _ms(b[n]) for n in common)
-    return [Finding(
-        rule="P22-r9700-bimodal-decode", severity="high",
-        title=f"every shared decode kernel runs {lo:.2f}-{hi:.2f}x as fast as in the baseline: a slow-state "
-              f"process (R9700 bimodal decode), {extra:.3f} ms per step",
-        ms_per_step=extra,
-        evidence={"kernels_compared": len(common), "speed_ratio_min": r(lo), "speed_ratio_max": r(hi),
-                  "baseline": base.source.path, "candidate": cand.source.path,
-                  "kernels": [{"name": n[:100], "base_ms": b[n].ms, "candidate_ms": c[n].ms, "ratio": r(ratios[n])}
-                              for n in sorted(common, key=lambda n: -_ms(c[n]))[:5]]},
-        remedy="Restart the serving process (the state is fixed at spawn) and compare again; GPU_MAX_HW_QUEUES=1 is a "
-               "partial mitigation.",
-        references=REFS)]
+    return [
+        Finding(
+            rule="P22-r9700-bimodal-decode",
+            severity="high",
+            title=f"every shared decode kernel runs {lo:.2f}-{hi:.2f}x as fast as in the baseline: a "
+                  f"slow-state "
+                  f"process (R9700 bimodal decode), {extra:.3f} ms per step",
+            ms_per_step=extra,
+            evidence={
+                "kernels_compared": len(common),
+                "speed_ratio_min": r(lo),
+                "speed_ratio_max": r(hi),
+                "baseline": base.source.path,
+                "candidate": cand.source.path,
+                "kernels": [
+                    {"name": n[:100], "base_ms": b[n].ms, "candidate_ms": c[n].ms, "ratio": r(ratios[n])}
+                    for n in sorted(common, key=lambda n: -_ms(c[n]))[:5]
+                ],
+            },
+            remedy="Restart the serving process (the state is fixed at spawn) and compare again; "
+                   "GPU_MAX_HW_QUEUES=1 is a "
+                   "partial mitigation.",
+            references=REFS,
+        )
+    ]

@@ -41,19 +41,35 @@ def host_copies_in_decode(a: Attribution, an: Analysis, th: Thresholds) -> list[
         share = host_ms / ph.step_ms.median
         if share <= th.copy_step_share:
             continue
-        out.append(Finding(
-            rule="P21-host-device-copies-decode", severity="medium",
-            title=f"host<->device copies take {host_ms:.3f} ms of each {phase} step ({share:.0%})",
-            ms_per_step=host_ms, phase=phase,
-            evidence={"phase": phase, "steps": ph.steps, "host_copy_ms_per_step": r(host_ms, 4),
-                      "copies": host.group_by("name").agg((pl.col("dur_ns").sum() / 1e6 / steps).round(4).alias("ms_per_step"),
-                                                          (pl.col("bytes").sum() / steps).alias("bytes_per_step"))
-                      .sort("ms_per_step", descending=True).head(3).to_dicts(),
-                      "host_copies_per_step": r(host.height / steps, 1),
-                      "host_bytes_per_step": r((num(host["bytes"].sum()) or 0) / steps, 0), "share_of_step": r(share),
-                      "other_copy_ms_per_step": r((ns(c) - ns(host)) / 1e6 / steps, 4),
-                      "copy_kernel_ms_per_step": r(ns(blits) / 1e6 / steps, 4)},
-            remedy="Keep hot tensors in device allocations (hipMalloc, not managed/zero-copy memory), use pinned "
-                   "memory with async copies, and read back only the sampled tokens once per step.",
-            references=REFS))
+        out.append(
+            Finding(
+                rule="P21-host-device-copies-decode",
+                severity="medium",
+                title=f"host<->device copies take {host_ms:.3f} ms of each {phase} step ({share:.0%})",
+                ms_per_step=host_ms,
+                phase=phase,
+                evidence={
+                    "phase": phase,
+                    "steps": ph.steps,
+                    "host_copy_ms_per_step": r(host_ms, 4),
+                    "copies": host.group_by("name")
+                    .agg(
+                        (pl.col("dur_ns").sum() / 1e6 / steps).round(4).alias("ms_per_step"),
+                        (pl.col("bytes").sum() / steps).alias("bytes_per_step"),
+                    )
+                    .sort("ms_per_step", descending=True)
+                    .head(3)
+                    .to_dicts(),
+                    "host_copies_per_step": r(host.height / steps, 1),
+                    "host_bytes_per_step": r((num(host["bytes"].sum()) or 0) / steps, 0),
+                    "share_of_step": r(share),
+                    "other_copy_ms_per_step": r((ns(c) - ns(host)) / 1e6 / steps, 4),
+                    "copy_kernel_ms_per_step": r(ns(blits) / 1e6 / steps, 4),
+                },
+                remedy="Keep hot tensors in device allocations (hipMalloc, not managed/zero-copy "
+                       "memory), use pinned "
+                       "memory with async copies, and read back only the sampled tokens once per step.",
+                references=REFS,
+            )
+        )
     return out

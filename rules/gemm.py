@@ -6,7 +6,14 @@ from __future__ import annotations
 
 import polars as pl
 
-from attrib.components.patterns import HIPBLASLT_TENSILE, NVJET_TILE, ROCBLAS_TILE, SKINNY_GEMM, TENSILE, TENSILE_TILE
+from attrib.components.patterns import (
+    HIPBLASLT_TENSILE,
+    NVJET_TILE,
+    ROCBLAS_TILE,
+    SKINNY_GEMM,
+    TENSILE,
+    TENSILE_TILE,
+)
 from attrib.analysis.model import Analysis, Component
 from attrib.components.taxonomy import GEMM_COMPONENTS
 from attrib.pipeline import Attribution
@@ -56,8 +63,8 @@ def big_tile_decode_gemm(a: Attribution, an: Analysis, th: Thresholds) -> list[F
                .sort("ms", descending=True).head(8))
     return [Finding(
         rule="P02-decode-gemm-big-tile", severity="high" if (share > th.p02_share and slow) else "medium",
-        title=f"decode GEMMs with {tokens} token(s) per step run on >= {th.big_tile}x{th.big_tile} BLAS tiles: "
-              f"{share:.0%} of decode kernel time",
+        title=f"decode GEMMs with {tokens} token(s) per step run on >= {th.big_tile}x{th.big_tile} BLAS "
+              f"tiles: {share:.0%} of decode kernel time",
         ms_per_step=max(ms - floor, 0.0) if floor is not None else ms,
         evidence={"tokens_per_step": tokens, "share_of_decode": r(share), "ms_per_step": r(ms, 4),
                   "roofline_ms_per_step": r(floor, 4),
@@ -65,9 +72,10 @@ def big_tile_decode_gemm(a: Attribution, an: Analysis, th: Thresholds) -> list[F
                   "achieved_gbs": r(gbs, 1), "roofline_bw_gbs": bw, "fraction_of_roofline": r(frac),
                   "tiles": [{"tile": f"{t['mt_m']}x{t['mt_n']}", "component": t["component"], "ms_per_step": r(t["ms"], 4)}
                             for t in by_tile.iter_rows(named=True)]},
-        remedy=("cuBLASLt has no small-M tile for these GEMMs (bf16 GEMMs at this M get 64x8-type tiles): route "
-                "M<=4 GEMMs of this dtype to a skinny kernel (CUTLASS/Machete/Marlin-style mixed-input or FP8 GEMV "
-                "kernels, as vLLM does), or run more tokens per step.") if nvidia
+        remedy=("cuBLASLt has no small-M tile for these GEMMs (bf16 GEMMs at this M get 64x8-type "
+                "tiles): route M<=4 GEMMs of this dtype to a skinny kernel "
+                "(CUTLASS/Machete/Marlin-style mixed-input or FP8 GEMV kernels, as vLLM does), or run "
+                "more tokens per step.") if nvidia
         else ("Send M<=4 GEMMs to a GEMV / skinny-GEMM kernel (e.g. a wvSplitK-style path) or tune "
               "hipBLASLt for the skinny decode shapes so it picks small tiles."),
         references=P02_REFS)]
@@ -95,8 +103,9 @@ def skinny_gemm_gfx1151(a: Attribution, an: Analysis, th: Thresholds) -> list[Fi
             evidence={"phase": phase, "kernels": sk.height, "share": r(share), "achieved_gbs": r(gbs, 1),
                       "roofline_bw_gbs": bw, "fraction_of_roofline": r(frac),
                       "names": sk["name"].unique().sort().head(5).to_list()},
-            remedy="On gfx1151 set VLLM_ROCM_USE_SKINNY_GEMM=0 (GEMMs go to hipBLASLt) or use a vLLM with the "
-                   "per-arch skinny-GEMM selector; do not disable it blindly on gfx1201, where it helps.",
+            remedy="On gfx1151 set VLLM_ROCM_USE_SKINNY_GEMM=0 (GEMMs go to hipBLASLt) or use a vLLM "
+                   "with the per-arch skinny-GEMM selector; do not disable it blindly on gfx1201, where "
+                   "it helps.",
             references=P01_REFS))
     return out
 
@@ -113,7 +122,9 @@ def rocblas_fallback(a: Attribution, an: Analysis, th: Thresholds) -> list[Findi
     cijk = a.kernels.filter(pl.col("name").str.contains(TENSILE))
     if not cijk.height:
         return []
-    legacy = cijk.filter(pl.col("name").str.contains(ROCBLAS_TILE) & ~pl.col("name").str.contains(HIPBLASLT_TENSILE))
+    legacy = cijk.filter(
+        pl.col("name").str.contains(ROCBLAS_TILE) & ~pl.col("name").str.contains(HIPBLASLT_TENSILE)
+    )
     lt = cijk.filter(pl.col("name").str.contains(HIPBLASLT_TENSILE))
     peak = an.device.matrix_peak("bf16")
     pre = an.phase("prefill")
@@ -121,7 +132,11 @@ def rocblas_fallback(a: Attribution, an: Analysis, th: Thresholds) -> list[Findi
     if pre and (pre.tokens_per_step or 0) >= th.p03_min_tokens and peak:
         for c in pre.component_rows:
             tf = c.achieved_tflops
-            if c.component in GEMM_COMPONENTS and tf is not None and tf < th.p03_tflops_fraction * float(peak):
+            if (
+                c.component in GEMM_COMPONENTS
+                and tf is not None
+                and tf < th.p03_tflops_fraction * float(peak)
+            ):
                 slow.append(c)
     # rocBLAS-only, or rocBLAS beside hipBLASLt for most of the GEMM time (shapes hipBLASLt did not take)
     legacy_share = ns(legacy) / max(ns(cijk), 1.0)
@@ -130,17 +145,37 @@ def rocblas_fallback(a: Attribution, an: Analysis, th: Thresholds) -> list[Findi
         return []
     steps = max(a.steps.height, 1)
     ms = (ns(legacy) / 1e6 / steps) if legacy.height else sum(c.ms or 0 for c in slow)
-    return [Finding(
-        rule="P03-rocblas-tensile-fallback", severity="high" if slow else "medium",
-        title=(f"{legacy.height} GEMM kernels run on rocBLAS/legacy Tensile, none on hipBLASLt" if legacy.height and not lt.height
-               else f"{legacy.height} GEMM kernels ({legacy_share:.0%} of GEMM time) run on rocBLAS/legacy Tensile, "
-               f"{lt.height} on hipBLASLt" if fallback else f"prefill GEMMs reach under {th.p03_tflops_fraction:.0%} of the {peak:g} TFLOP/s matrix peak"),
-        ms_per_step=ms,
-        evidence={"rocblas_kernels": legacy.height, "hipblaslt_kernels": lt.height, "rocblas_share": r(legacy_share),
-                  "names": legacy["name"].unique().sort().head(3).to_list(), "slow_prefill_gemms": [
-                      {"component": c.component, "achieved_tflops": c.achieved_tflops, "ms_per_step": c.ms}
-                      for c in slow],
-                  "matrix_peak_tflops": peak},
-        remedy="Use a PyTorch/ROCm build whose hipBLASLt lists this arch and prefer it (TORCH_BLAS_PREFER_HIPBLASLT=1, "
-               "ROCBLAS_USE_HIPBLASLT=1); on gfx1151 a newer ROCm/TheRock.",
-        references=P03_REFS)]
+    return [
+        Finding(
+            rule="P03-rocblas-tensile-fallback",
+            severity="high" if slow else "medium",
+            title=(
+                f"{legacy.height} GEMM kernels run on rocBLAS/legacy Tensile, none on hipBLASLt"
+                if legacy.height and not lt.height
+                else (
+                    f"{legacy.height} GEMM kernels ({legacy_share:.0%} of GEMM time) run on "
+                    f"rocBLAS/legacy Tensile, "
+                    f"{lt.height} on hipBLASLt"
+                    if fallback
+                    else f"prefill GEMMs reach under {th.p03_tflops_fraction:.0%} of the {peak:g} "
+                         f"TFLOP/s matrix peak"
+                )
+            ),
+            ms_per_step=ms,
+            evidence={
+                "rocblas_kernels": legacy.height,
+                "hipblaslt_kernels": lt.height,
+                "rocblas_share": r(legacy_share),
+                "names": legacy["name"].unique().sort().head(3).to_list(),
+                "slow_prefill_gemms": [
+                    {"component": c.component, "achieved_tflops": c.achieved_tflops, "ms_per_step": c.ms}
+                    for c in slow
+                ],
+                "matrix_peak_tflops": peak,
+            },
+            remedy="Use a PyTorch/ROCm build whose hipBLASLt lists this arch and prefer it "
+                   "(TORCH_BLAS_PREFER_HIPBLASLT=1, "
+                   "ROCBLAS_USE_HIPBLASLT=1); on gfx1151 a newer ROCm/TheRock.",
+            references=P03_REFS,
+        )
+    ]

@@ -44,10 +44,20 @@ def compile_in_window(a: Attribution, an: Analysis, th: Thresholds) -> list[Find
     is `first_call_ratio` x their median, and steps whose kernel count is an outlier of their phase."""
     sp = _compile_spans(a)
     k = a.kernels.filter(pl.col("name").str.contains(TRITON_NAME) & ~pl.col("name").str.contains(NOT_TRITON))
-    cold = (k.sort("start_ns").group_by("name", "phase").agg(
-        pl.len().alias("calls"), pl.col("dur_ns").first().alias("first"), pl.col("dur_ns").median().alias("median"))
-        .filter((pl.col("calls") >= th.cold_min_calls) & (pl.col("first") > th.first_call_ratio * pl.col("median")))
-        .sort("first", descending=True))
+    cold = (
+        k.sort("start_ns")
+        .group_by("name", "phase")
+        .agg(
+            pl.len().alias("calls"),
+            pl.col("dur_ns").first().alias("first"),
+            pl.col("dur_ns").median().alias("median"),
+        )
+        .filter(
+            (pl.col("calls") >= th.cold_min_calls)
+            & (pl.col("first") > th.first_call_ratio * pl.col("median"))
+        )
+        .sort("first", descending=True)
+    )
     per = _per_step_compile(a, sp) if sp.height else pl.DataFrame()
     med = a.steps.group_by("phase").agg(pl.col("n_kernels").median().alias("med_k"), pl.col("step_ms").median().alias("med_ms"))
     odd = (a.steps.join(med, on="phase").filter(
@@ -64,16 +74,18 @@ def compile_in_window(a: Attribution, an: Analysis, th: Thresholds) -> list[Find
     by_name = (sp.group_by("name").agg((pl.col("dur_ns").sum() / 1e6).alias("ms"), pl.len().alias("n"))
                .sort("ms", descending=True).head(6)) if sp.height else pl.DataFrame()
     if worst:
-        title = (f"compilation/autotuning inside the profiled window: {worst['compile_ms']:.1f} ms of the "
-                 f"{worst['step_ms']:.1f} ms {worst['phase']} step {worst['step']} ({worst['compile_ms'] / worst['step_ms']:.0%})")
+        title = (f"compilation/autotuning inside the profiled window: {worst['compile_ms']:.1f} ms of "
+                 f"the {worst['step_ms']:.1f} ms {worst['phase']} step {worst['step']} "
+                 f"({worst['compile_ms'] / worst['step_ms']:.0%})")
     elif sp.height:
         title = f"compilation/autotuning inside the profiled window ({total_ms:.1f} ms, outside the steps)"
     elif cold.height:
         title = "Triton kernels' first calls are far slower than the rest: JIT or autotune inside the window"
     else:
         o = slow_odd.row(0, named=True)
-        title = (f"{o['phase']} step {o['step']} runs {o['n_kernels']} kernels (phase median {o['med_k']:.0f}) and takes "
-                 f"{o['step_ms']:.1f} ms ({o['med_ms']:.1f} ms median): warmup, compile or tuning inside the window")
+        title = (f"{o['phase']} step {o['step']} runs {o['n_kernels']} kernels (phase median "
+                 f"{o['med_k']:.0f}) and takes {o['step_ms']:.1f} ms ({o['med_ms']:.1f} ms median): "
+                 "warmup, compile or tuning inside the window")
     return [Finding(
         rule="P05-compile-in-window", severity="high" if worst else "medium", title=title,
         ms_per_step=worst["compile_ms"] if worst else (total_ms or (float(slow_odd["step_ms"][0] - slow_odd["med_ms"][0])
@@ -89,17 +101,19 @@ def compile_in_window(a: Attribution, an: Analysis, th: Thresholds) -> list[Find
                   "kernel_count_outlier_steps": [{"step": o["step"], "phase": o["phase"], "kernels": o["n_kernels"],
                                                   "phase_median": o["med_k"], "step_ms": r(o["step_ms"], 2),
                                                   "phase_median_ms": r(o["med_ms"], 2)} for o in odd.head(5).iter_rows(named=True)]},
-        remedy="Compile and autotune before the measured window: warm up every shape (more warmup steps in the "
-               "capture, vLLM's warmup), keep the compile/autotune caches (TORCHINDUCTOR_CACHE_DIR, "
-               "TRITON_CACHE_AUTOTUNING=1), ship tuned Triton configs for this device; leave compile steps out "
-               "of step figures.",
+        remedy="Compile and autotune before the measured window: warm up every shape (more warmup steps "
+               "in the capture, vLLM's warmup), keep the compile/autotune caches "
+               "(TORCHINDUCTOR_CACHE_DIR, TRITON_CACHE_AUTOTUNING=1), ship tuned Triton configs for "
+               "this device; leave compile steps out of step figures.",
         references=P05_REFS)]
 
 
 def tunableop_in_window(a: Attribution, an: Analysis, th: Thresholds) -> list[Finding]:
     """P04: TunableOp tuning on in the captured env, or a candidate sweep of Cijk_ kernels for one GEMM shape."""
     enabled = an.env_var("PYTORCH_TUNABLEOP_ENABLED") == "1"
-    tuning = (an.env_var("PYTORCH_TUNABLEOP_TUNING") or ("1" if enabled else "0")) == "1"  # tuning defaults on when enabled
+    tuning = (
+        an.env_var("PYTORCH_TUNABLEOP_TUNING") or ("1" if enabled else "0")
+    ) == "1"  # tuning defaults on when enabled
     sweep = pl.DataFrame()
     if a.trace.ops.height:
         sweep = (a.kernels.filter(pl.col("name").str.contains(TENSILE) & pl.col("op_id").is_not_null())
@@ -111,15 +125,25 @@ def tunableop_in_window(a: Attribution, an: Analysis, th: Thresholds) -> list[Fi
         return []
     gemm_ms = ns(a.kernels.filter(pl.col("name").str.contains(TENSILE))) / 1e6
     steps = max(a.steps.height, 1)
-    return [Finding(
-        rule="P04-tunableop-in-window", severity="high" if sweep.height else "medium",
-        title="PyTorch TunableOp was tuning GEMMs during the capture: GEMM times include the candidate sweep",
-        ms_per_step=((float(num(sweep["ms"].sum())) if sweep.height else gemm_ms) / steps) or None,  # no BLAS kernels: unknown
-        evidence={"PYTORCH_TUNABLEOP_ENABLED": an.env_var("PYTORCH_TUNABLEOP_ENABLED"),
-                  "PYTORCH_TUNABLEOP_TUNING": an.env_var("PYTORCH_TUNABLEOP_TUNING"),
-                  "tensile_gemm_ms": r(gemm_ms, 3),
-                  "swept_shapes": [{"op": s["op"], "variants": s["variants"], "calls": s["calls"]}
-                                   for s in sweep.head(5).iter_rows(named=True)]},
-        remedy="Tune offline, then profile with PYTORCH_TUNABLEOP_TUNING=0 and the saved results file "
-               "(PYTORCH_TUNABLEOP_FILENAME).",
-        references=P04_REFS)]
+    return [
+        Finding(
+            rule="P04-tunableop-in-window",
+            severity="high" if sweep.height else "medium",
+            title="PyTorch TunableOp was tuning GEMMs during the capture: GEMM times include the "
+                  "candidate sweep",
+            ms_per_step=((float(num(sweep["ms"].sum())) if sweep.height else gemm_ms) / steps)
+            or None,  # no BLAS kernels: unknown
+            evidence={
+                "PYTORCH_TUNABLEOP_ENABLED": an.env_var("PYTORCH_TUNABLEOP_ENABLED"),
+                "PYTORCH_TUNABLEOP_TUNING": an.env_var("PYTORCH_TUNABLEOP_TUNING"),
+                "tensile_gemm_ms": r(gemm_ms, 3),
+                "swept_shapes": [
+                    {"op": s["op"], "variants": s["variants"], "calls": s["calls"]}
+                    for s in sweep.head(5).iter_rows(named=True)
+                ],
+            },
+            remedy="Tune offline, then profile with PYTORCH_TUNABLEOP_TUNING=0 and the saved results file "
+                   "(PYTORCH_TUNABLEOP_FILENAME).",
+            references=P04_REFS,
+        )
+    ]

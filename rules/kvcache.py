@@ -36,18 +36,32 @@ def kv_cache_recopy(a: Attribution, an: Analysis, th: Thresholds) -> list[Findin
         if ratio is None or ratio < th.kv_recopy_vs_attention:
             continue
         growth = float(num(per["bytes"].diff().drop_nulls().median())) if per.height > 1 else None
-        out.append(Finding(
-            rule="kv-cache-recopied", severity=severity_of(cat_ms / (ph.step_ms.median or cat_ms or 1.0)),
-            title=f"{phase}: the KV cache is re-copied every step (`cat`): {cat_bytes / 1e6:.1f} MB per step, "
-                  f"{ratio:.2f}x the bytes attention reads, {cat_ms:.3f} ms",
-            ms_per_step=cat_ms, phase=phase,
-            evidence={"phase": phase, "steps": steps, "cat_kernels_per_step": r(float(num(per["n"].median())), 1),
-                      "cat_mb_per_step": r(cat_bytes / 1e6, 2), "attention_mb_per_step": r((att_bytes or 0.0) / 1e6, 2),
-                      "cat_vs_attention_bytes": r(ratio), "cat_ms_per_step": r(cat_ms, 4),
-                      "attention_ms_per_step": att.ms if att else None,
-                      "growth_mb_per_step": r(growth / 1e6, 3) if growth is not None else None,
-                      "kernels": k["name"].unique().sort().head(2).str.slice(0, 100).to_list()},
-            remedy="Write K/V in place into a preallocated cache: HF cache_implementation='static' (StaticCache) or a "
-                   "paged cache (vLLM/SGLang); then each step writes one position instead of copying the whole cache.",
-            references=REFS))
+        out.append(
+            Finding(
+                rule="kv-cache-recopied",
+                severity=severity_of(cat_ms / (ph.step_ms.median or cat_ms or 1.0)),
+                title=f"{phase}: the KV cache is re-copied every step (`cat`): {cat_bytes / 1e6:.1f} "
+                      f"MB per step, "
+                      f"{ratio:.2f}x the bytes attention reads, {cat_ms:.3f} ms",
+                ms_per_step=cat_ms,
+                phase=phase,
+                evidence={
+                    "phase": phase,
+                    "steps": steps,
+                    "cat_kernels_per_step": r(float(num(per["n"].median())), 1),
+                    "cat_mb_per_step": r(cat_bytes / 1e6, 2),
+                    "attention_mb_per_step": r((att_bytes or 0.0) / 1e6, 2),
+                    "cat_vs_attention_bytes": r(ratio),
+                    "cat_ms_per_step": r(cat_ms, 4),
+                    "attention_ms_per_step": att.ms if att else None,
+                    "growth_mb_per_step": r(growth / 1e6, 3) if growth is not None else None,
+                    "kernels": k["name"].unique().sort().head(2).str.slice(0, 100).to_list(),
+                },
+                remedy="Write K/V in place into a preallocated cache: HF cache_implementation='static' "
+                       "(StaticCache) or a "
+                       "paged cache (vLLM/SGLang); then each step writes one position instead of copying the "
+                       "whole cache.",
+                references=REFS,
+            )
+        )
     return out

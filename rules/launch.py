@@ -56,23 +56,41 @@ def launch_bound_decode(a: Attribution, an: Analysis, th: Thresholds) -> list[Fi
         if share <= th.launch_gap_share:
             continue
         launches = num(s["launches"].median()) if num(s["launches"].sum()) else None
-        out.append(Finding(
-            rule="P06-launch-bound-decode", severity="high" if share > 0.5 else "medium",
-            title=f"{phase} is CPU-launch-bound: launch gaps leave the GPU idle {gap_ms:.3f} ms of each "
-                  f"{step_ms:.3f} ms step ({num(s['kernels'].median()):.0f} kernels launched one by one, no graph replay)",
-            ms_per_step=gap_ms, phase=phase, explains="idle",
-            evidence={"phase": phase, "steps": ph.steps, "idle_fraction": ph.idle_fraction,
-                      "idle_ms_per_step": ph.idle_ms, "launch_gap_ms_per_step": r(gap_ms, 4),
-                      "launch_gap_share_of_step": r(share), "step_ms": step_ms, "kernel_ms_per_step": kernel_ms,
-                      "kernels_per_step": r(num(s["kernels"].median()), 1), "launches_per_step": r(launches, 1),
-                      "median_gap_us": median_gap_us(a.ledger, a.steps, phase),
-                      "graph_replayed_share": r(graph_share),
-                      "speedup_if_launch_free": r(step_ms / (step_ms - gap_ms), 2) if step_ms > gap_ms else None},
-            remedy="Replay decode from a CUDA/HIP graph (vLLM: drop --enforce-eager, keep the default "
-                   "FULL_AND_PIECEWISE cudagraph mode; HF: a static cache with torch.compile mode='reduce-overhead'), "
-                   "or cut the kernel count with fused kernels. On gfx1151, if graph capture times out, update "
-                   "the kernel/firmware rather than running eager.",
-            references=P06_REFS))
+        out.append(
+            Finding(
+                rule="P06-launch-bound-decode",
+                severity="high" if share > 0.5 else "medium",
+                title=f"{phase} is CPU-launch-bound: launch gaps leave the GPU idle {gap_ms:.3f} ms of each "
+                      f"{step_ms:.3f} ms step ({num(s['kernels'].median()):.0f} kernels launched one by one, "
+                      f"no graph replay)",
+                ms_per_step=gap_ms,
+                phase=phase,
+                explains="idle",
+                evidence={
+                    "phase": phase,
+                    "steps": ph.steps,
+                    "idle_fraction": ph.idle_fraction,
+                    "idle_ms_per_step": ph.idle_ms,
+                    "launch_gap_ms_per_step": r(gap_ms, 4),
+                    "launch_gap_share_of_step": r(share),
+                    "step_ms": step_ms,
+                    "kernel_ms_per_step": kernel_ms,
+                    "kernels_per_step": r(num(s["kernels"].median()), 1),
+                    "launches_per_step": r(launches, 1),
+                    "median_gap_us": median_gap_us(a.ledger, a.steps, phase),
+                    "graph_replayed_share": r(graph_share),
+                    "speedup_if_launch_free": (
+                        r(step_ms / (step_ms - gap_ms), 2) if step_ms > gap_ms else None
+                    ),
+                },
+                remedy="Replay decode from a CUDA/HIP graph (vLLM: drop --enforce-eager, keep the "
+                       "default FULL_AND_PIECEWISE cudagraph mode; HF: a static cache with "
+                       "torch.compile mode='reduce-overhead'), or cut the kernel count with fused "
+                       "kernels. On gfx1151, if graph capture times out, update the kernel/firmware "
+                       "rather than running eager.",
+                references=P06_REFS,
+            )
+        )
     return out
 
 
@@ -103,8 +121,9 @@ def graph_opaque_steps(a: Attribution, an: Analysis, th: Thresholds) -> list[Fin
                       "replayed_with_op_share": r(op_known), "bytes_known_share": ph.bytes_known_share,
                       "kernel_ms_without_bytes": r(unknown * (ph.kernel_ms or 0), 4),
                       "components_without_bytes": blind},
-            remedy="Give the analysis the graph-capture trace (attrib analyze REPLAY --capture CAPTURE; vLLM writes "
-                   "it with its capture profiler) so replayed kernels get their ops and shapes, or profile with "
-                   "rocprofv3 --kernel-trace / an eager run for attribution. Keep the capture traces.",
+            remedy="Give the analysis the graph-capture trace (attrib analyze REPLAY --capture CAPTURE; "
+                   "vLLM writes it with its capture profiler) so replayed kernels get their ops and "
+                   "shapes, or profile with rocprofv3 --kernel-trace / an eager run for attribution. "
+                   "Keep the capture traces.",
             references=P07_REFS))
     return out

@@ -93,12 +93,16 @@ def _remedy(cause: str, top: LedgerRow, f: Facts) -> str:
                 ".cpu(), .tolist(), torch.cuda.synchronize) or defer them until after the next step's "
                 "launches; read back only the sampled tokens, with non_blocking copies into pinned memory.")
     if cause == "outside":
-        return (f"The GPU sits {ms:.3f} ms a step with launched work {what}: this is not the step's own work. "
-                "Find what it waits on (an event of another stream, e.g. an overlapped scheduler's previous "
-                "batch, or work before the profile) and profile a window that holds it.")
+        return (
+            f"The GPU sits {ms:.3f} ms a step with launched work {what}: this is not the step's own work. "
+            "Find what it waits on (an event of another stream, e.g. an overlapped scheduler's previous "
+            "batch, or work before the profile) and profile a window that holds it."
+        )
     if cause == "copy":
-        return (f"GPU copies ({what}) that no kernel overlaps: copy from pinned memory with non_blocking=True "
-                "on a side stream, keep the data on the device, or move the copy off the step.")
+        return (
+            f"GPU copies ({what}) that no kernel overlaps: copy from pinned memory with non_blocking=True "
+            "on a side stream, keep the data on the device, or move the copy off the step."
+        )
     per_op, per_frame = PROFILER_NS["op"] / 1e3, PROFILER_NS["frame"] / 1e3
     return (f"An estimate of the profiler's own host cost ({per_op:.2f} us per op or runtime call, "
             f"{per_frame:.2f} us per Python frame, measured on an H200): host-side rows read high under the "
@@ -107,9 +111,14 @@ def _remedy(cause: str, top: LedgerRow, f: Facts) -> str:
 
 def _title(cause: str, top: LedgerRow, ms: float, f: Facts) -> str:
     """The largest row of the cause with its ms, and the cause's total where other rows add to it."""
-    lead = {"host": f"host stall in {top.what}", "sync": f"host blocked in {top.what}",
-            "launch": f"launch gaps {top.what}", "outside": f"GPU waits on work outside the step ({top.what})",
-            "copy": f"GPU copies ({top.what})", "profiler": "profiler overhead (estimate)"}[cause]
+    lead = {
+        "host": f"host stall in {top.what}",
+        "sync": f"host blocked in {top.what}",
+        "launch": f"launch gaps {top.what}",
+        "outside": f"GPU waits on work outside the step ({top.what})",
+        "copy": f"GPU copies ({top.what})",
+        "profiler": "profiler overhead (estimate)",
+    }[cause]
     own = top.ms_per_step
     rest = f"; {cause} rows in all {ms:.3f} ms" if ms > own * 1.01 else ""
     return f"{f.phase}: {lead}: {own:.3f} ms of each {f.step_ms:.3f} ms step ({own / f.step_ms:.0%}{rest})"

@@ -60,21 +60,38 @@ def torch_fallback(a: Attribution, an: Analysis, th: Thresholds) -> list[Finding
             continue
         frames = (fb.group_by("frame").agg(pl.len().alias("n"), pl.col("dur_ns").sum().alias("ns"))
                   .sort("ns", descending=True))
-        out.append(Finding(
-            rule="linear-attention-torch-fallback", severity="high" if ph.phase != "prefill" else "medium",
-            title=f"{ph.phase}: linear attention runs transformers' PyTorch fallback: {fb.height / steps:.0f} "
-                  f"kernels per step ({share_of_kernels:.0%} of the step's kernels), {ms:.3f} ms per step with "
-                  "their launch gaps",
-            ms_per_step=ms, phase=ph.phase,
-            evidence={"phase": ph.phase, "fallback_kernels_per_step": r(fb.height / steps, 1),
-                      "share_of_kernels": r(share_of_kernels), "kernel_ms_per_step": r(kernel_ms, 4),
-                      "launch_gaps_ms_per_step": r(share_of_kernels * gaps_ms, 4),
-                      "linear_attention_mb_per_step": r(row.bytes / 1e6, 2) if row.bytes else None,
-                      "frames": [{"frame": x["frame"].split(": ", 1)[-1], "kernels_per_step": r(x["n"] / steps, 1),
-                                  "ms_per_step": r(x["ns"] / 1e6 / steps, 4)} for x in frames.iter_rows(named=True)],
-                      "fused_kernels": 0},
-            remedy="Install flash-linear-attention (Triton kernels; runs on ROCm too) and causal-conv1d so transformers "
-                   "takes its fast path (is_fast_path_available), or serve the model with vLLM/SGLang, whose Gated "
-                   "DeltaNet kernels are fused.",
-            references=REFS))
+        out.append(
+            Finding(
+                rule="linear-attention-torch-fallback",
+                severity="high" if ph.phase != "prefill" else "medium",
+                title=f"{ph.phase}: linear attention runs transformers' PyTorch fallback: "
+                      f"{fb.height / steps:.0f} kernels per step ({share_of_kernels:.0%} of the step's "
+                      f"kernels), {ms:.3f} ms per step with their launch gaps",
+                ms_per_step=ms,
+                phase=ph.phase,
+                evidence={
+                    "phase": ph.phase,
+                    "fallback_kernels_per_step": r(fb.height / steps, 1),
+                    "share_of_kernels": r(share_of_kernels),
+                    "kernel_ms_per_step": r(kernel_ms, 4),
+                    "launch_gaps_ms_per_step": r(share_of_kernels * gaps_ms, 4),
+                    "linear_attention_mb_per_step": r(row.bytes / 1e6, 2) if row.bytes else None,
+                    "frames": [
+                        {
+                            "frame": x["frame"].split(": ", 1)[-1],
+                            "kernels_per_step": r(x["n"] / steps, 1),
+                            "ms_per_step": r(x["ns"] / 1e6 / steps, 4),
+                        }
+                        for x in frames.iter_rows(named=True)
+                    ],
+                    "fused_kernels": 0,
+                },
+                remedy="Install flash-linear-attention (Triton kernels; runs on ROCm too) and "
+                       "causal-conv1d so transformers "
+                       "takes its fast path (is_fast_path_available), or serve the model with vLLM/SGLang, "
+                       "whose Gated "
+                       "DeltaNet kernels are fused.",
+                references=REFS,
+            )
+        )
     return out

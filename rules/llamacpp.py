@@ -35,17 +35,32 @@ def mmvq_below_bandwidth(a: Attribution, an: Analysis, th: Thresholds) -> list[F
     if gbs >= th.p18_bw_fraction * bw:
         return []
     floor = nbytes / (bw * 1e6)
-    return [Finding(
-        rule="P18-llamacpp-mmvq-bandwidth", severity="medium",
-        title=f"llama.cpp MMVQ decode GEMMs move {gbs:.0f} GB/s, {gbs / bw:.0%} of the {bw:g} GB/s roofline "
-              f"(healthy HIP MMVQ reaches >= {th.p18_bw_fraction:.0%})",
-        ms_per_step=ms - floor, components=tuple(c.component for c in rows),
-        evidence={"achieved_gbs": r(gbs, 1), "roofline_bw_gbs": bw, "fraction": r(gbs / bw), "mmvq_ms_per_step": r(ms, 4),
-                  "floor_ms": r(floor, 4), "bytes_from": sorted({c.bytes_from or "" for c in rows}),
-                  "components": [{"component": c.component, "achieved_gbs": c.achieved_gbs, "ms": c.ms} for c in rows]},
-        remedy="Compare with the Vulkan backend on the same model (often faster for decode on RDNA), update llama.cpp "
-               "(MMVQ tuning for RDNA3.5/4), and check the quant type's MMVQ path.",
-        references=P18_REFS)]
+    return [
+        Finding(
+            rule="P18-llamacpp-mmvq-bandwidth",
+            severity="medium",
+            title=f"llama.cpp MMVQ decode GEMMs move {gbs:.0f} GB/s, {gbs / bw:.0%} of the {bw:g} GB/s "
+                  f"roofline "
+                  f"(healthy HIP MMVQ reaches >= {th.p18_bw_fraction:.0%})",
+            ms_per_step=ms - floor,
+            components=tuple(c.component for c in rows),
+            evidence={
+                "achieved_gbs": r(gbs, 1),
+                "roofline_bw_gbs": bw,
+                "fraction": r(gbs / bw),
+                "mmvq_ms_per_step": r(ms, 4),
+                "floor_ms": r(floor, 4),
+                "bytes_from": sorted({c.bytes_from or "" for c in rows}),
+                "components": [
+                    {"component": c.component, "achieved_gbs": c.achieved_gbs, "ms": c.ms} for c in rows
+                ],
+            },
+            remedy="Compare with the Vulkan backend on the same model (often faster for decode on "
+                   "RDNA), update llama.cpp "
+                   "(MMVQ tuning for RDNA3.5/4), and check the quant type's MMVQ path.",
+            references=P18_REFS,
+        )
+    ]
 
 
 def mmq_prefill_microbatch(a: Attribution, an: Analysis, th: Thresholds) -> list[Finding]:
@@ -59,14 +74,24 @@ def mmq_prefill_microbatch(a: Attribution, an: Analysis, th: Thresholds) -> list
         return []
     blas = k.filter(pl.col("name").str.contains(TENSILE) | pl.col("name").str.contains(r"dequantize_block"))
     steps = max(ph.steps, 1)
-    return [Finding(
-        rule="P19-llamacpp-prefill-microbatch", severity="info",
-        title=f"llama.cpp prefill GEMMs run as MMQ micro-batches: {num(mmq['dur_ns'].sum()) / total:.0%} of prefill kernel "
-              f"time in {mmq.height} mul_mat_q launches; the -ub size changes their routing and speed",
-        ms_per_step=ns(mmq) / 1e6 / steps,
-        evidence={"mmq_launches": mmq.height, "mmq_share": r(ns(mmq) / total),
-                  "mmq_mean_us": r(num(mmq["dur_ns"].mean()) / 1e3, 1), "blas_or_dequant_launches": blas.height,
-                  "names": mmq["name"].unique().sort().head(2).str.slice(0, 80).to_list()},
-        remedy="Sweep -ub (and -b) for this model and quant on this GPU (e.g. 256..2048); on gfx1151 non-monotonic "
-               "results are known, and large -ub (2048) is common for long prompts.",
-        references=P19_REFS)]
+    return [
+        Finding(
+            rule="P19-llamacpp-prefill-microbatch",
+            severity="info",
+            title="llama.cpp prefill GEMMs run as MMQ micro-batches: "
+                  f"{num(mmq['dur_ns'].sum()) / total:.0%} of prefill kernel "
+                  f"time in {mmq.height} mul_mat_q launches; the -ub size changes their routing and speed",
+            ms_per_step=ns(mmq) / 1e6 / steps,
+            evidence={
+                "mmq_launches": mmq.height,
+                "mmq_share": r(ns(mmq) / total),
+                "mmq_mean_us": r(num(mmq["dur_ns"].mean()) / 1e3, 1),
+                "blas_or_dequant_launches": blas.height,
+                "names": mmq["name"].unique().sort().head(2).str.slice(0, 80).to_list(),
+            },
+            remedy="Sweep -ub (and -b) for this model and quant on this GPU (e.g. 256..2048); on "
+                   "gfx1151 non-monotonic "
+                   "results are known, and large -ub (2048) is common for long prompts.",
+            references=P19_REFS,
+        )
+    ]

@@ -40,8 +40,9 @@ def aiter_on_rdna(a: Attribution, an: Analysis, th: Thresholds) -> list[Finding]
                   "components": sorted(ai["component"].unique().drop_nulls().to_list()),
                   "names": ai["name"].unique().sort().head(3).str.slice(0, 100).to_list(),
                   "VLLM_ROCM_USE_AITER": an.env_var("VLLM_ROCM_USE_AITER")},
-        remedy="AITER is supported on gfx942/gfx950 only: set VLLM_ROCM_USE_AITER=0 on gfx1151; on gfx1201 use it "
-               "only for the paths validated there (unified attention, bf16 KV) and watch for the 64 KiB LDS limit.",
+        remedy="AITER is supported on gfx942/gfx950 only: set VLLM_ROCM_USE_AITER=0 on gfx1151; on "
+               "gfx1201 use it only for the paths validated there (unified attention, bf16 KV) and "
+               "watch for the 64 KiB LDS limit.",
         references=P16_REFS)]
 
 
@@ -59,12 +60,12 @@ def gtt_limit(a: Attribution, an: Analysis, th: Thresholds) -> list[Finding]:
         return []
     return [Finding(
         rule="P20-gtt-limit-default", severity="medium",
-        title=f"the GPU can allocate {gpu / 2**30:.0f} GiB of the host's {float(host) / 2**30:.0f} GiB: the GTT/TTM "
-              f"limit looks like its default",
+        title=f"the GPU can allocate {gpu / 2**30:.0f} GiB of the host's {float(host) / 2**30:.0f} GiB: "
+              "the GTT/TTM limit looks like its default",
         evidence={"total_global_mem_gib": r(gpu / 2**30, 1), "host_memory_gib": r(float(host) / 2**30, 1),
                   "fraction": r(gpu / float(host))},
-        remedy="Raise the TTM limit (amd-ttm --set <GB>, or ttm.pages_limit with amdgpu.gttsize together) and keep a "
-               "small BIOS carve-out; then the KV cache and larger models fit.",
+        remedy="Raise the TTM limit (amd-ttm --set <GB>, or ttm.pages_limit with amdgpu.gttsize "
+               "together) and keep a small BIOS carve-out; then the KV cache and larger models fit.",
         references=P20_REFS)]
 
 
@@ -80,17 +81,36 @@ def hsa_override(a: Attribution, an: Analysis, th: Thresholds) -> list[Finding]:
     v = an.env_var("HSA_OVERRIDE_GFX_VERSION")
     isa = (a.kernels.select(pl.col("name").str.extract(ISA).alias("isa")).drop_nulls()["isa"].unique().sort().to_list())
     own = (dev.arch or "").removeprefix("gfx")
-    other = [f"gfx{i}" for i in isa if own and i != own] if dev.detected_from not in ("override", "kernel_names") else []
+    other = (
+        [f"gfx{i}" for i in isa if own and i != own]
+        if dev.detected_from not in ("override", "kernel_names")
+        else []
+    )
     if not v and not other:
         return []
     as_gfx = _gfx_from_override(v) if v else None
-    return [Finding(
-        rule="P23-hsa-override-gfx-version", severity="high" if (as_gfx and as_gfx != dev.arch) or other else "medium",
-        title=(f"HSA_OVERRIDE_GFX_VERSION={v} in the capture environment" + (f" (runs {as_gfx} code on {dev.arch})"
-                                                                             if as_gfx and as_gfx != dev.arch else ""))
-        if v else f"kernels built for {', '.join(other)} run on {dev.arch}: an override or fallback library is in effect",
-        evidence={"HSA_OVERRIDE_GFX_VERSION": v, "override_as_arch": as_gfx, "device_arch": dev.arch,
-                  "kernel_isa_tokens": [f"gfx{i}" for i in isa]},
-        remedy="Remove the override where the ROCm build supports the GPU natively (gfx1151 on ROCm >= 7); a wrong "
-               "override runs code for another ISA, trips library arch filters, and has crashed the driver.",
-        references=P23_REFS)]
+    return [
+        Finding(
+            rule="P23-hsa-override-gfx-version",
+            severity="high" if (as_gfx and as_gfx != dev.arch) or other else "medium",
+            title=(
+                (
+                    f"HSA_OVERRIDE_GFX_VERSION={v} in the capture environment"
+                    + (f" (runs {as_gfx} code on {dev.arch})" if as_gfx and as_gfx != dev.arch else "")
+                )
+                if v
+                else f"kernels built for {', '.join(other)} run on {dev.arch}: an override or fallback "
+                     f"library is in effect"
+            ),
+            evidence={
+                "HSA_OVERRIDE_GFX_VERSION": v,
+                "override_as_arch": as_gfx,
+                "device_arch": dev.arch,
+                "kernel_isa_tokens": [f"gfx{i}" for i in isa],
+            },
+            remedy="Remove the override where the ROCm build supports the GPU natively (gfx1151 on ROCm "
+                   ">= 7); a wrong override runs code for another ISA, trips library arch filters, and "
+                   "has crashed the driver.",
+            references=P23_REFS,
+        )
+    ]

@@ -84,8 +84,8 @@ def fp8_emulated_gfx11(a: Attribution, an: Analysis, th: Thresholds) -> list[Fin
         ms_per_step=_ms(both),
         evidence={"fp8_kernels": gemm.height, "quant_kernels": quant.height, "share_of_kernel_time": r(_share(k, both)),
                   "quant_share": r(_share(k, quant)), "names": both["name"].unique().sort().head(4).str.slice(0, 100).to_list()},
-        remedy="Serve a BF16 or W4A16/W8A16 (AWQ, GPTQ, compressed-tensors) checkpoint on gfx11; FP8 is native only "
-               "on gfx12 among RDNA.",
+        remedy="Serve a BF16 or W4A16/W8A16 (AWQ, GPTQ, compressed-tensors) checkpoint on gfx11; FP8 is "
+               "native only on gfx12 among RDNA.",
         references=P13_REFS)]
 
 
@@ -105,8 +105,9 @@ def fp8_kernel_choice_gfx1201(a: Attribution, an: Analysis, th: Thresholds) -> l
         evidence={"fp8_gemm_kernels": gemm.height, "quant_kernels": quant.height, "quant_share": r(qs),
                   "gemm_names": gemm["name"].unique().sort().head(3).str.slice(0, 100).to_list(),
                   "quant_names": quant["name"].unique().sort().head(3).str.slice(0, 100).to_list()},
-        remedy="Check which FP8 linear kernel the engine selected (vLLM >= 0.28 picks RowWiseTorchFP8ScaledMMLinearKernel "
-               "on RDNA4: 5-24 % decode loss); prefer a fused-quant path or the ChannelWise kernel.",
+        remedy="Check which FP8 linear kernel the engine selected (vLLM >= 0.28 picks "
+               "RowWiseTorchFP8ScaledMMLinearKernel on RDNA4: 5-24 % decode loss); prefer a fused-quant "
+               "path or the ChannelWise kernel.",
         references=P14_REFS)]
 
 
@@ -135,6 +136,7 @@ def low_bit_dequant(a: Attribution, an: Analysis, th: Thresholds) -> list[Findin
         evidence={"kernels": lb.height, "share_of_kernel_time": r(share), "achieved_gbs": r(gbs, 1),
                   "roofline_bw_gbs": bw, "fraction_of_roofline": r(frac), "bytes_known_kernels": known.height,
                   "names": lb["name"].unique().sort().head(4).str.slice(0, 100).to_list()},
-        remedy="On gfx1151 use a W4A16 path built for it (vLLM PR #46186; HybridW4A16LinearKernel, PR #40977) or "
-               "llama.cpp for MXFP4 MoE models; the generic Triton W4A16 kernel runs below half the bandwidth.",
+        remedy="On gfx1151 use a W4A16 path built for it (vLLM PR #46186; HybridW4A16LinearKernel, PR "
+               "#40977) or llama.cpp for MXFP4 MoE models; the generic Triton W4A16 kernel runs below "
+               "half the bandwidth.",
         references=P15_REFS)]

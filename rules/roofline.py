@@ -35,9 +35,9 @@ def memory_bound_gap(a: Attribution, an: Analysis, th: Thresholds) -> list[Findi
                   "components": [{"component": c.component, "share": c.share, "achieved_gbs": c.achieved_gbs,
                                   "fraction_of_roofline": r((c.achieved_gbs or 0.0) / bw), "gap_ms": c.gap_ms}
                                  for c in slow]},
-        remedy="Look at these components' kernels first: small elementwise/norm kernels at low GB/s want fusion "
-               "(fewer passes over the activations), GEMV-shaped GEMMs want a skinny/GEMV kernel or a tuned tile; "
-               "the gap_ms of each is the most its fix can save per step.",
+        remedy="Look at these components' kernels first: small elementwise/norm kernels at low GB/s "
+               "want fusion (fewer passes over the activations), GEMV-shaped GEMMs want a skinny/GEMV "
+               "kernel or a tuned tile; the gap_ms of each is the most its fix can save per step.",
         references=())]
 
 
@@ -54,18 +54,35 @@ def decode_below_ceiling(a: Attribution, an: Analysis, th: Thresholds) -> list[F
         if not got or not ceil or got >= th.ceiling_fraction * ceil or step is None or not tokens:
             continue
         floor = 1e3 * tokens / ceil
-        out.append(Finding(
-            rule="decode-below-bandwidth-ceiling", severity="high",
-            title=f"{phase} runs at {got:g} tok/s, {got / ceil:.1%} of the {ceil:g} tok/s its bytes allow at "
-                  f"{an.device.roofline_bw:g} GB/s: {step - floor:.3f} ms per step above the memory floor",
-            ms_per_step=step - floor, phase=phase, explains="step",
-            evidence={"phase": phase, "achieved_tok_s": got, "ceiling_tok_s": ceil, "fraction": r(got / ceil, 4),
-                      "step_ms": step, "floor_ms": r(floor, 4), "idle_ms": ph.idle_ms, "kernel_ms": ph.kernel_ms,
-                      "gb_per_token": ph.gb_per_token, "bytes_known_share": ph.bytes_known_share,
-                      "roofline_bw_gbs": an.device.roofline_bw},
-            remedy="Look at the idle and kernel findings: idle time (launch gaps, copies, syncs) and kernels below "
-                   "their roofline are what separates the step from its floor.",
-            references=()))
+        out.append(
+            Finding(
+                rule="decode-below-bandwidth-ceiling",
+                severity="high",
+                title=f"{phase} runs at {got:g} tok/s, {got / ceil:.1%} of the {ceil:g} tok/s its bytes "
+                      f"allow at {an.device.roofline_bw:g} GB/s: {step - floor:.3f} ms per step above "
+                      "the memory floor",
+                ms_per_step=step - floor,
+                phase=phase,
+                explains="step",
+                evidence={
+                    "phase": phase,
+                    "achieved_tok_s": got,
+                    "ceiling_tok_s": ceil,
+                    "fraction": r(got / ceil, 4),
+                    "step_ms": step,
+                    "floor_ms": r(floor, 4),
+                    "idle_ms": ph.idle_ms,
+                    "kernel_ms": ph.kernel_ms,
+                    "gb_per_token": ph.gb_per_token,
+                    "bytes_known_share": ph.bytes_known_share,
+                    "roofline_bw_gbs": an.device.roofline_bw,
+                },
+                remedy="Look at the idle and kernel findings: idle time (launch gaps, copies, syncs) "
+                       "and kernels below "
+                       "their roofline are what separates the step from its floor.",
+                references=(),
+            )
+        )
     return out
 
 
@@ -91,8 +108,8 @@ def bytes_inconsistent(a: Attribution, an: Analysis, th: Thresholds) -> list[Fin
                 {"component": c.component, "ms": c.ms, "bytes": c.bytes, "bytes_from": c.bytes_from,
                  "implied_gbs": r(c.bytes / (c.ms * 1e6), 1) if c.bytes and c.ms else None,
                  "why": c.inconsistent} for c in bad], "peak_bw_gbs": an.device.peak_bw_gbs},
-            remedy="Check the shapes and dtypes behind these components (quantized weights priced as bf16, "
-                   "expected active experts, a cache-resident working set); a what-if onto a slower device makes "
-                   "every time measured on a faster one look impossible.",
+            remedy="Check the shapes and dtypes behind these components (quantized weights priced as "
+                   "bf16, expected active experts, a cache-resident working set); a what-if onto a "
+                   "slower device makes every time measured on a faster one look impossible.",
             references=()))
     return out

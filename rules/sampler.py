@@ -63,7 +63,8 @@ def sampler_share(a: Attribution, an: Analysis, th: Thresholds) -> list[Finding]
                       "sort_scan_kernels_per_step": r(fallback.height / steps, 1),
                       "ops": k.group_by("op").agg((pl.col("dur_ns").sum() / 1e6 / steps).round(4).alias("ms"))
                       .sort("ms", descending=True).head(5).to_dicts()},
-            remedy="Use the engine's fused top-k/top-p sampler built for wave32 (vLLM PR #46012 on ROCm), avoid a full "
-                   "sort of the vocabulary per step, or decode greedily where acceptable.",
+            remedy="Use the engine's fused top-k/top-p sampler built for wave32 (vLLM PR #46012 on "
+                   "ROCm), avoid a full sort of the vocabulary per step, or decode greedily where "
+                   "acceptable.",
             references=REFS))
     return out

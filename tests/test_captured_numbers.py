@@ -25,8 +25,11 @@ from test_captured_round2 import HAND as ROUND2
 
 CAPTURED = FIXTURES / "captured"
 VISION = {"vit_forward_b8"}   # a forward pass, no decode (tests/test_steps_kind.py)
-ALL = sorted(n for n in (p.name.removesuffix(".pt.trace.json.gz") for p in CAPTURED.glob("*.pt.trace.json.gz"))
-             if n not in VISION)
+ALL = sorted(
+    n
+    for n in (p.name.removesuffix(".pt.trace.json.gz") for p in CAPTURED.glob("*.pt.trace.json.gz"))
+    if n not in VISION
+)
 
 # L4: hidden 2048, 4 layers, 16 q / 8 KV heads x 128, FFN 5632, vocab 32000, untied lm_head, bf16:
 # attention 100,663,296 + MLP 276,824,064 + norms 36,864 + lm_head 131,072,000; a decode step also

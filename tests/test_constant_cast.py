@@ -24,7 +24,11 @@ def _attribution():
 
 def test_raw_events_show_the_table_cast():
     ev = json.loads(gzip.decompress((VLLM / "graph_capture_rank_0.pt.trace.json.gz").read_bytes()))
-    ops = [e for e in ev["traceEvents"] if e.get("cat") == "cpu_op" and e["name"] == "triton_poi_fused__to_copy_1"]
+    ops = [
+        e
+        for e in ev["traceEvents"]
+        if e.get("cat") == "cpu_op" and e["name"] == "triton_poi_fused__to_copy_1"
+    ]
     assert len(ops) == 23
     assert {json.dumps(e["args"]["Input Dims"]) for e in ops} == {"[[131072, 64], [131072, 64], []]"}
     assert {tuple(e["args"]["Input type"][:2]) for e in ops} == {("float", "c10::BFloat16")}

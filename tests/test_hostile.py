@@ -23,7 +23,13 @@ def test_corpus_no_crash_hang_blowup_or_nonsense(tmp_path):
     assert not failures, failures
     t = totals(results)
     # every class of issue 13 has cases, and the corpus is as large as promised
-    assert t["variants"] >= 79 and {v.cls for v in VARIANTS} >= {"crash", "hang", "memory", "nonsense", "message"}
+    assert t["variants"] >= 79 and {v.cls for v in VARIANTS} >= {
+        "crash",
+        "hang",
+        "memory",
+        "nonsense",
+        "message",
+    }
     assert t["clean error"] + t["salvaged with a warning"] + t.get("accepted", 0) == t["variants"]
 
 

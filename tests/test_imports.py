@@ -21,13 +21,36 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-ORDER = ("contract", "names", "link", "steps", "components", "cost", "roofline", "pipeline", "options", "analysis",
-         "rules", "report", "app", "cli")
+ORDER = (
+    "contract",
+    "names",
+    "link",
+    "steps",
+    "components",
+    "cost",
+    "roofline",
+    "pipeline",
+    "options",
+    "analysis",
+    "rules",
+    "report",
+    "app",
+    "cli",
+)
 RANK = {name: i for i, name in enumerate(ORDER)}
 CONTRACT = {"attrib", "attrib.trace", "attrib.errors", "attrib.output", "attrib.version"}
 NAMES = {"attrib.components.patterns"}  # the one home of kernel-name patterns: a leaf every stage reads
-TOP_LEVEL = {"__init__.py", "trace.py", "errors.py", "output.py", "version.py", "pipeline.py", "options.py", "app.py",
-             "cli.py"}
+TOP_LEVEL = {
+    "__init__.py",
+    "trace.py",
+    "errors.py",
+    "output.py",
+    "version.py",
+    "pipeline.py",
+    "options.py",
+    "app.py",
+    "cli.py",
+}
 PACKAGES = {"link", "steps", "components", "cost", "roofline", "analysis", "report", "data"}
 LAZY_OK = {"torch", "matplotlib", "scipy"}
 # the public API: attrib.analyze and __version__, the errors it raises, the CLI's main, the collectors'
@@ -173,7 +196,9 @@ def user_violations(path: Path, source: str) -> list[str]:
             continue
         for name in names:
             if name == COMPUTED or (name.split(".")[0] in FIRST_PARTY and name not in PUBLIC):
-                bad.append(f"{rel}:{node.lineno}: imports {name}: not the public API ({', '.join(sorted(PUBLIC))})")
+                bad.append(
+                    f"{rel}:{node.lineno}: imports {name}: not the public API ({', '.join(sorted(PUBLIC))})"
+                )
     return bad
 
 
@@ -226,27 +251,70 @@ def test_attrib_top_level_holds_contract_pipeline_app_cli_and_stage_packages():
 
 
 # The checker itself must fail on each kind of breach: real modules with one line added.
-@pytest.mark.parametrize("rel, line, reason", [
-    ("attrib/link/launches.py", "from attrib.cost.kernels import kernel_costs", "back edge (link -> cost"),
-    ("attrib/roofline/model.py", "from attrib.analysis.build import build", "back edge (roofline -> analysis"),
-    ("attrib/pipeline.py", "import rules", "back edge (pipeline -> rules"),
-    ("attrib/cost/kernels.py", "from collectors import load", "only attrib.app and attrib.cli import collectors"),
-    ("rules/gemm.py", "from attrib.app import analyze", "back edge (rules -> app"),
-    ("collectors/kineto.py", "from attrib.pipeline import attribute", "collectors import only attrib.trace"),
-    ("collectors/provenance.py", "import attrib", "never import the attrib package root"),
-    ("collectors/provenance.py", "from attrib import __version__", "never import the attrib package root"),
-    ("attrib/steps/phases.py", "def f():\n    import polars", "inside a function"),
-    ("attrib/components/patterns.py", "from attrib.link.nesting import innermost", "back edge (names -> link"),
-    ("collectors/kineto.py", "import attrib", "never import the attrib package root"),
-    ("collectors/limits.py", "from attrib import __version__", "never import the attrib package root"),
-    ("attrib/cost/kernels.py", "def f():\n    importlib.import_module('attrib.cost.ops')", "inside a function"),
-    ("attrib/link/launches.py", "import_module('attrib.cost.kernels')", "back edge (link -> cost"),
-    ("collectors/kineto.py", "importlib.import_module(name)", "computed module name"),
-    ("examples/rocprof_attribute.py", "from attrib.pipeline import attribute", "imports attrib.pipeline: not the public"),
-    ("bench/load.py", "import rules", "imports rules: not the public"),
-    ("bench/scale.py", "import importlib\nimportlib.import_module('attrib.report.table')", "attrib.report.table"),
-    ("examples/hf_capture.py", "__import__(name)", "imports <computed>"),
-])
+@pytest.mark.parametrize(
+    "rel, line, reason",
+    [
+        (
+            "attrib/link/launches.py",
+            "from attrib.cost.kernels import kernel_costs",
+            "back edge (link -> cost",
+        ),
+        (
+            "attrib/roofline/model.py",
+            "from attrib.analysis.build import build",
+            "back edge (roofline -> analysis",
+        ),
+        ("attrib/pipeline.py", "import rules", "back edge (pipeline -> rules"),
+        (
+            "attrib/cost/kernels.py",
+            "from collectors import load",
+            "only attrib.app and attrib.cli import collectors",
+        ),
+        ("rules/gemm.py", "from attrib.app import analyze", "back edge (rules -> app"),
+        (
+            "collectors/kineto.py",
+            "from attrib.pipeline import attribute",
+            "collectors import only attrib.trace",
+        ),
+        ("collectors/provenance.py", "import attrib", "never import the attrib package root"),
+        (
+            "collectors/provenance.py",
+            "from attrib import __version__",
+            "never import the attrib package root",
+        ),
+        ("attrib/steps/phases.py", "def f():\n    import polars", "inside a function"),
+        (
+            "attrib/components/patterns.py",
+            "from attrib.link.nesting import innermost",
+            "back edge (names -> link",
+        ),
+        ("collectors/kineto.py", "import attrib", "never import the attrib package root"),
+        (
+            "collectors/limits.py",
+            "from attrib import __version__",
+            "never import the attrib package root",
+        ),
+        (
+            "attrib/cost/kernels.py",
+            "def f():\n    importlib.import_module('attrib.cost.ops')",
+            "inside a function",
+        ),
+        ("attrib/link/launches.py", "import_module('attrib.cost.kernels')", "back edge (link -> cost"),
+        ("collectors/kineto.py", "importlib.import_module(name)", "computed module name"),
+        (
+            "examples/rocprof_attribute.py",
+            "from attrib.pipeline import attribute",
+            "imports attrib.pipeline: not the public",
+        ),
+        ("bench/load.py", "import rules", "imports rules: not the public"),
+        (
+            "bench/scale.py",
+            "import importlib\nimportlib.import_module('attrib.report.table')",
+            "attrib.report.table",
+        ),
+        ("examples/hf_capture.py", "__import__(name)", "imports <computed>"),
+    ],
+)
 def test_checker_catches_a_breach(rel, line, reason):
     path = ROOT / rel
     source = path.read_text(encoding="utf-8")

@@ -65,7 +65,9 @@ def _op_stall_ms(path: Path, op: str, t0: float, t1: float) -> float:
 
 
 def _annotations(path: Path, prefix: str) -> list[dict]:
-    return sorted((e for e in _x(path, "user_annotation") if e["name"].startswith(prefix)), key=lambda e: e["ts"])
+    return sorted(
+        (e for e in _x(path, "user_annotation") if e["name"].startswith(prefix)), key=lambda e: e["ts"]
+    )
 
 
 def _counted(a: Attribution, phase: str) -> pl.DataFrame:
@@ -82,7 +84,9 @@ def test_every_step_ledger_sums_to_its_window_and_windows_never_overlap(path: Pa
     assert (s["window_end"] >= s["window_start"]).all()
     assert (s["window_start"].shift(-1).drop_nulls() >= s["window_end"].head(s.height - 1)).all()
     sums = a.ledger.steps.group_by("step").agg(pl.col("ns").sum().alias("rows"))
-    chk = s.select("step", (pl.col("window_end") - pl.col("window_start")).alias("w")).join(sums, on="step", how="left")
+    chk = s.select("step", (pl.col("window_end") - pl.col("window_start")).alias("w")).join(
+        sums, on="step", how="left"
+    )
     off = chk.filter((pl.col("rows").fill_null(0) - pl.col("w")).abs() > 0.001 * pl.col("w"))
     assert off.height == 0, off
     assert (a.ledger.steps["ns"] > 0).all()
@@ -100,7 +104,9 @@ def test_cudnn_decode_without_warmup_is_a_host_stall_in_the_cudnn_op() -> None:
     path = CAP / "ledger_cudnn_decode.json.gz"
     a = attributed(path)
     anns = _annotations(path, "decode")
-    truth = statistics.mean(_op_stall_ms(path, "aten::_cudnn_attention_forward", e["ts"], e["ts"] + e["dur"]) for e in anns)
+    truth = statistics.mean(
+        _op_stall_ms(path, "aten::_cudnn_attention_forward", e["ts"], e["ts"] + e["dur"]) for e in anns
+    )
     top = _top_idle(a, "decode")
     assert (top["cause"], top["what"]) == ("host", "aten::_cudnn_attention_forward")
     assert top["ms_per_step"] == pytest.approx(truth, rel=0.15)
@@ -114,7 +120,9 @@ def test_cudnn_stall_on_the_qwen3moe_fixture() -> None:
     """The shared H200 Qwen3-MoE eager decode shows the same stall from its third decode step on."""
     path = TORCH / "h200_qwen3moe_eager_prefill_decode.json.gz"
     anns = _annotations(path, "decode")
-    truth = statistics.mean(_op_stall_ms(path, "aten::_cudnn_attention_forward", e["ts"], e["ts"] + e["dur"]) for e in anns)
+    truth = statistics.mean(
+        _op_stall_ms(path, "aten::_cudnn_attention_forward", e["ts"], e["ts"] + e["dur"]) for e in anns
+    )
     top = _top_idle(attributed(path), "decode")
     assert (top["cause"], top["what"]) == ("host", "aten::_cudnn_attention_forward")
     assert top["ms_per_step"] == pytest.approx(truth, rel=0.15)
@@ -162,7 +170,9 @@ def test_graph_decode_with_the_host_ahead_is_its_gpu_span() -> None:
     dec = _counted(a, "decode")
     assert dec.height == 24
     assert 8 / (dec["step_ms"].median() / 1e3) == pytest.approx(8 / ((last - first) / 24 / 1e6), rel=0.10)
-    host_ms = max(e["ts"] + e["dur"] for e in _annotations(path, "decode")) - min(e["ts"] for e in _annotations(path, "decode"))
+    host_ms = max(e["ts"] + e["dur"] for e in _annotations(path, "decode")) - min(
+        e["ts"] for e in _annotations(path, "decode")
+    )
     assert host_ms < (last - first) / 2  # the host did run ahead
     intra = 0.0
     for ks in by_launch.values():
@@ -218,7 +228,9 @@ def test_sglang_decode_waits_on_work_outside_the_window() -> None:
     Truth: the copy's start less its call's start."""
     a = attributed(SGLANG)
     call = next(e for e in _x(SGLANG, "cuda_runtime") if e["name"] == "hipMemcpyWithStream")
-    copy = next(e for e in _x(SGLANG, "gpu_memcpy") if e["args"]["correlation"] == call["args"]["correlation"])
+    copy = next(
+        e for e in _x(SGLANG, "gpu_memcpy") if e["args"]["correlation"] == call["args"]["correlation"]
+    )
     top = _top_idle(a, "decode")
     assert top["cause"] == "outside" and "stream wait" in top["what"]
     assert top["ms_per_step"] == pytest.approx((copy["ts"] - call["ts"]) / 1e3, rel=0.15)
@@ -253,7 +265,11 @@ def test_salvaged_trace_keeps_no_step_without_gpu_work(tmp_path: Path) -> None:
     text = gzip.decompress(src.read_bytes())
     cut = tmp_path / "cut.json"
     cut.write_bytes(text[: len(text) * 8 // 10])
-    anns = [e for e in raw_events(src) if e.get("cat") == "user_annotation" and e["name"] in ("prefill", "decode")]
+    anns = [
+        e
+        for e in raw_events(src)
+        if e.get("cat") == "user_annotation" and e["name"] in ("prefill", "decode")
+    ]
     kernel_cat = b'"cat": "kernel"'
     kept = text[: len(text) * 8 // 10].count(kernel_cat)
     assert 0 < kept < text.count(kernel_cat)

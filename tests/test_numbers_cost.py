@@ -32,7 +32,9 @@ def vllm_capture():
 
 @pytest.fixture(scope="module")
 def vllm_doc():
-    return analyze(VLLM / "graph_execution.json.gz", capture=VLLM / "graph_capture_rank_0.pt.trace.json.gz").to_dict()
+    return analyze(
+        VLLM / "graph_execution.json.gz", capture=VLLM / "graph_capture_rank_0.pt.trace.json.gz"
+    ).to_dict()
 
 
 def _op_bytes(a, op: str) -> float:

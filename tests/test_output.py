@@ -45,9 +45,15 @@ _MAIN = "\nimport sys\nfrom attrib.cli import main\nsys.exit(main(sys.argv[1:]))
 
 
 def _attrib(args: list[str], prelude: str = "", env: dict | None = None, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", prelude + _MAIN, *map(str, args)], capture_output=True,
-                          text=True, timeout=120, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
-                          **kw)
+    return subprocess.run(
+        [sys.executable, "-c", prelude + _MAIN, *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
+        **kw,
+    )
 
 
 def _first_line(stderr: str) -> str:
@@ -107,24 +113,35 @@ def test_report_on_a_full_disk_leaves_no_plot_without_its_report(tmp_path):
         if disk is None:
             pytest.skip("tmpfs cannot be mounted here")
         r = _attrib(["report", TRACE, "-o", disk / "r.md"])
-        assert r.returncode == 2 and _first_line(r.stderr).endswith(": cannot write: No space left on device; "
-                                                                  "nothing was written"), r.stderr
+        assert r.returncode == 2 and _first_line(r.stderr).endswith(
+            ": cannot write: No space left on device; " "nothing was written"
+        ), r.stderr
         assert os.listdir(disk) == []
 
 
-# ------------------------------------------------------------------ item 2: the final step is an exclusive create
+# ---------------------------------------------- item 2: the final step is an exclusive create
 
 
 def test_concurrent_runs_without_force_one_wins(tmp_path):
     out = tmp_path / "same.json"
-    procs = [subprocess.Popen([sys.executable, "-c", _MAIN, "analyze", str(TRACE), "--format", "json", "-o", str(out)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT,
-                              env={**os.environ, "PYTHONPATH": str(ROOT)}) for _ in range(6)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _MAIN, "analyze", str(TRACE), "--format", "json", "-o", str(out)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
+        for _ in range(6)
+    ]
     results = [(p.wait(timeout=120), p.stderr.read()) for p in procs]
     assert sorted(rc for rc, _ in results) == [0, 2, 2, 2, 2, 2], results
     for rc, err in results:  # a loser says so: the name appeared meanwhile (or already at its start)
-        assert rc == 0 or _first_line(err) in (f"attrib: error: {out}: {APPEARED}",
-                                               f"attrib: error: {out}: exists; pass --force to overwrite it"), err
+        assert rc == 0 or _first_line(err) in (
+            f"attrib: error: {out}: {APPEARED}",
+            f"attrib: error: {out}: exists; pass --force to overwrite it",
+        ), err
     assert json.loads(out.read_bytes())["schema"] and os.listdir(tmp_path) == ["same.json"]
 
 
@@ -146,7 +163,7 @@ def test_a_batch_is_undone_when_one_name_appeared(tmp_path):
     assert os.listdir(tmp_path) == ["r.md"] and (tmp_path / "r.md").read_text() == "the user's report\n"
 
 
-# ------------------------------------------------------------------ kill tests: signals during a write and a read
+# ---------------------------------------------- kill tests: signals during a write and a read
 
 
 @pytest.mark.parametrize("sig", sorted(SIGNALS))
@@ -235,12 +252,16 @@ def read_only_view(folder: Path, view: Path):
     """`folder` bind-mounted read-only at `view` (root here); None where mounting is not allowed."""
     view.mkdir()
     try:
-        subprocess.run(["mount", "--bind", str(folder), str(view)], check=True, capture_output=True, timeout=10)
+        subprocess.run(
+            ["mount", "--bind", str(folder), str(view)], check=True, capture_output=True, timeout=10
+        )
     except (OSError, subprocess.SubprocessError):
         yield None
         return
     try:
-        subprocess.run(["mount", "-o", "remount,ro,bind", str(view)], check=True, capture_output=True, timeout=10)
+        subprocess.run(
+            ["mount", "-o", "remount,ro,bind", str(view)], check=True, capture_output=True, timeout=10
+        )
         yield view
     finally:
         subprocess.run(["umount", str(view)], capture_output=True, timeout=10)

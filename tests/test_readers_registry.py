@@ -28,7 +28,11 @@ LEGACY = FIXTURES / "rocprof" / "gfx1201_llamacpp_legacy_rocprof_v1"
 
 def test_every_format_has_one_reader_and_only_torch_records_cpu_ops_and_exports():
     assert len(set(FORMATS)) == len(READERS) == 7
-    assert {r.name for r in READERS if r.cpu_ops} == {r.name for r in READERS if r.exportable} == {"torch-json"}
+    assert (
+        {r.name for r in READERS if r.cpu_ops}
+        == {r.name for r in READERS if r.exportable}
+        == {"torch-json"}
+    )
     with pytest.raises(KeyError, match="known: rocpd"):
         reader("nvtx")
 
@@ -103,7 +107,9 @@ def test_mmq_pattern_matches_the_mangled_symbol_and_p19_fires_the_same():
     assert names.str.starts_with("_Z9mul_mat_qIL9ggml_type2ELi128ELb0EE").sum() > 400
     assert not names.str.contains(r"^void mul_mat_q<").any()
     assert names.str.contains(LLAMACPP_MMQ).sum() == t.kernels["name"].str.contains(LLAMACPP_MMQ).sum() == 442
-    assert not re.search(LLAMACPP_MMQ, "_Z24mul_mat_q_stream_k_fixupIL9ggml_type12ELi128ELb0EEvPKiS2_PfS3_iiii")
+    assert not re.search(
+        LLAMACPP_MMQ, "_Z24mul_mat_q_stream_k_fixupIL9ggml_type12ELi128ELb0EEvPKiS2_PfS3_iiii"
+    )
     assert not re.search(LLAMACPP_MMQ, "_Z13mul_mat_vec_qIL9ggml_type12ELi1EEvPKvS1_Pfiiiii")
     for trace in (t, mangled):
         a = attribute(trace)

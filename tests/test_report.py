@@ -136,7 +136,8 @@ def test_bottlenecks_ranked_by_recoverable_ms(moe_doc):
     assert idle["kind"] == "GPU idle" and idle["ms_per_step"] == max([dec["idle_ms"], *attached])
     gaps = {c["component"]: c["gap_ms"] for c in dec["components"] if (c.get("gap_ms") or 0) > 0}
     assert {r["component"]: r["ms_per_step"] for r in ranked if r["kind"] == "roofline gap"} == gaps
-    # the ledger's host-stall finding (it accounts for idle time: the cuDNN SDPA op) is attached to the idle row
+    # the ledger's host-stall finding (it accounts for idle time: the cuDNN SDPA op) is attached to
+    # the idle row
     host = next(i for i, f in enumerate(moe_doc["findings"])
                 if f["rule"] == "ledger-host" and f["evidence"]["phase"] == "decode")
     assert host in ranked[0]["findings"]

@@ -197,7 +197,9 @@ def test_vllm_paged_attention_is_priced_from_the_step_annotation():
     marker = "execute_8192_context_9(sq8155sk8430sqsq7475785sqsk7671310)_generation_37(sq37sk34489sqsq37sqsk34489)"
     sums = vllm_sums(marker)
     assert sums == {"sq": 8192, "sk": 42919, "sqsq": 7475822, "sqsk": 7705799}
-    doc = analyze(FIXTURES / "torch" / "mi300_vllm_prefilldecode_piecewise" / "graph_execution.json.gz").to_dict()
+    doc = analyze(
+        FIXTURES / "torch" / "mi300_vllm_prefilldecode_piecewise" / "graph_execution.json.gz"
+    ).to_dict()
     _, c = _comps(doc, "mixed")
     per_layer = 42919 * 2 * 8 * 64 * 2 + 2 * 8192 * 64 * 64 * 2  # K/V read at full context + q read, out written
     assert c["attention"]["bytes"] == pytest.approx(24 * per_layer, rel=1e-9)

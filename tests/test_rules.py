@@ -42,13 +42,32 @@ TRACES = {
 EXPECTED = {
     # the step-time ledger names each cause once (ledger-<cause>); the eager MoE decode's idle is a host
     # stall in cuDNN SDPA, not launch gaps (P06 quiet; the prefill's launch gaps are the ledger's)
-    "h200_moe_eager": {"roofline-memory-bound-gap", "ledger-host", "ledger-launch", "ledger-profiler",
-                       "decode-below-bandwidth-ceiling", "kv-cache-recopied"},
-    "h200_llama_eager": {"P06-launch-bound-decode", "roofline-memory-bound-gap", "ledger-host", "ledger-launch",
-                         "ledger-profiler", "decode-below-bandwidth-ceiling", "kv-cache-recopied"},
+    "h200_moe_eager": {
+        "roofline-memory-bound-gap",
+        "ledger-host",
+        "ledger-launch",
+        "ledger-profiler",
+        "decode-below-bandwidth-ceiling",
+        "kv-cache-recopied",
+    },
+    "h200_llama_eager": {
+        "P06-launch-bound-decode",
+        "roofline-memory-bound-gap",
+        "ledger-host",
+        "ledger-launch",
+        "ledger-profiler",
+        "decode-below-bandwidth-ceiling",
+        "kv-cache-recopied",
+    },
     "h200_dense_graph": {"P07-graph-opaque-steps", "ledger-host", "ledger-launch"},
-    "h200_fp8_w8a8": {"P02-decode-gemm-big-tile", "P06-launch-bound-decode", "roofline-memory-bound-gap", "ledger-host",
-                      "ledger-profiler", "decode-below-bandwidth-ceiling"},
+    "h200_fp8_w8a8": {
+        "P02-decode-gemm-big-tile",
+        "P06-launch-bound-decode",
+        "roofline-memory-bound-gap",
+        "ledger-host",
+        "ledger-profiler",
+        "decode-below-bandwidth-ceiling",
+    },
     # the host runs 151 ms ahead of the GPU: the step is its GPU span (156.5 ms, 0.24% idle), not the
     # host's 26 ms annotation plus the queue wait (#23): no idle left to explain
     "mi300_vllm_replay": {"P07-graph-opaque-steps"},
@@ -63,7 +82,8 @@ EXPECTED = {
     "gfx1201_rocprof_v1": {"P19-llamacpp-prefill-microbatch", "ledger-host"},
     "gfx950_rocprofv3_json": {"ledger-host"},
 }
-# none of these traces has their kernels (wvSplitK, M<=4 Tensile tiles, ll4mi, rocBLAS-named Tensile kernels): quiet
+# none of these traces has their kernels (wvSplitK, M<=4 Tensile tiles, ll4mi, rocBLAS-named Tensile
+# kernels): quiet
 # on them, also projected onto gfx1151/gfx1201. (P02, P10 fire on captures: tests/test_rules_captured.py;
 # P03, P12 on the MI300 ResNet/SGLang traces: tests/test_rules_ledger.py.)
 NO_REAL_POSITIVE = ("P01-skinny-gemm-gfx1151", "P02-decode-gemm-big-tile", "P10-decode-attention-no-split-kv",

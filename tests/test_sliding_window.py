@@ -34,7 +34,9 @@ def test_paged_attention_reads_the_window_on_sliding_layers(tmp_path):
     # 12 sliding layers read at most Σq + 46 x 128 = 14,080 keys, the 12 full ones Σk = 42,919
     sliding_keys = min(SK, SQ + REQ * 128)
     assert sliding_keys == 14_080
-    assert windowed_row["bytes"] == pytest.approx(12 * (SK * kv + q_o) + 12 * (sliding_keys * kv + q_o), rel=1e-9)
+    assert windowed_row["bytes"] == pytest.approx(
+        12 * (SK * kv + q_o) + 12 * (sliding_keys * kv + q_o), rel=1e-9
+    )
     assert windowed_row["flops"] == pytest.approx(12 * 4 * 64 * 64 * (SQSK + min(SQSK, SQ * 128)), rel=1e-9)
 
 

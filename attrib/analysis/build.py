@@ -135,12 +135,16 @@ def _step_ledgers(led: Ledger | None, steps: pl.DataFrame) -> tuple[tuple[Ledger
     """Per step of `steps` in window order (the per-step series' order): its rows, largest first."""
     if led is None:
         return ()
-    order = steps.sort("window_start").select("step", (pl.col("window_end") - pl.col("window_start")).alias("w"))
+    order = steps.sort("window_start").select(
+        "step", (pl.col("window_end") - pl.col("window_start")).alias("w")
+    )
     rows = led.steps.join(order, on="step").sort("step", "ns", descending=[False, True])
     by_step: dict[int, list[LedgerRow]] = {}
     for r in rows.iter_rows(named=True):
         share = r["ns"] / r["w"] if r["w"] else None
-        by_step.setdefault(r["step"], []).append(LedgerRow(r["cause"], r["what"], r["ns"] / 1e6, share, r["n"]))
+        by_step.setdefault(r["step"], []).append(
+            LedgerRow(r["cause"], r["what"], r["ns"] / 1e6, share, r["n"])
+        )
     return tuple(tuple(by_step.get(s, ())) for s in order["step"].to_list())
 
 

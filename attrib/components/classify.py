@@ -100,7 +100,9 @@ def _innermost_hint(spans: pl.DataFrame, rules: tuple, k: pl.DataFrame, frames: 
     if frames:   # a script run directly (a bare `file.py(12): func`) is named by its function only
         script = pl.col("name").str.contains(SCRIPT_FRAME)
         func = _first_match(pl.col("name").str.replace(SCRIPT_FRAME, ""), list(rules))
-        hinted = hinted.with_columns(pl.when(script).then(func).otherwise(pl.col("hint_comp")).alias("hint_comp"))
+        hinted = hinted.with_columns(
+            pl.when(script).then(func).otherwise(pl.col("hint_comp")).alias("hint_comp")
+        )
     hinted = hinted.drop_nulls()
     f = spans.join(hinted, on="name", how="inner")
     got = innermost(f.select("id", "start_ns", "dur_ns", "pid", "tid"), launch_points(k), ["pid", "tid"])

@@ -31,11 +31,14 @@ ROUTING_OPS = r"^aten::(?:_?softmax|topk)$|topk_softmax|grouped_topk"
 # torch.compile (dynamo/inductor) and Triton compile/autotune spans, recorded as ops, annotations or Python
 # frames. Not "Torch-Compiled Region": that span wraps every call of compiled code, compiled or not; not
 # `compile_fx.py(N): wrapper`, the runtime wrapper that runs a cached compiled graph (vLLM).
-COMPILE_SPANS = (r"entire_frame_compile|inductor_compile|compile_fx_inner|compile_fx\.<locals>"
-                 r"|compile_fx\.py\(\d+\): (?:compile_fx|_?compile_fx_inner|fx_codegen_and_compile|fw_compiler)"
-                 r"|_compile\.compile_inner|CachingAutotuner\.benchmark_all_configs"
-                 r"|benchmark_all_configs|async_compile|AsyncCompile|autotune_select_algorithm|triton/runtime/autotuner\.py"
-                 r"|do_bench|triton/compiler/compiler\.py\(\d+\): (?:compile|_compile)\b")
+COMPILE_SPANS = (
+    r"entire_frame_compile|inductor_compile|compile_fx_inner|compile_fx\.<locals>"
+    r"|compile_fx\.py\(\d+\): (?:compile_fx|_?compile_fx_inner|fx_codegen_and_compile|fw_compiler)"
+    r"|_compile\.compile_inner|CachingAutotuner\.benchmark_all_configs"
+    r"|benchmark_all_configs|async_compile|AsyncCompile|autotune_select_algorithm"
+    r"|triton/runtime/autotuner\.py"
+    r"|do_bench|triton/compiler/compiler\.py\(\d+\): (?:compile|_compile)\b"
+)
 
 # ROCm runtime helper kernels (blits, fills) that are no model work
 RUNTIME_HELPERS = r"^__amd_rocclr_|^__amd_|copyBuffer|fillBuffer"

@@ -127,7 +127,16 @@ def decode_budget(config: Mapping[str, Any], *, batch: int = 1, context: int, we
     q_dim, kv_dim = m.heads * d, m.kv_heads * d
     dense_layers = m.layers - m.moe_layers
     emb_note = "gathered rows, not the table" + (f"; one rank of TP={tp}: {SHARDING}" if tp > 1 else "")
-    rows = [_row("embedding", t * h * bits_for(weight_bits, "embedding") / 8, 0, t * h * a + t * 8, 0, emb_note)]
+    rows = [
+        _row(
+            "embedding",
+            t * h * bits_for(weight_bits, "embedding") / 8,
+            0,
+            t * h * a + t * 8,
+            0,
+            emb_note,
+        )
+    ]
     qkv_w = h * (q_dim + 2 * kv_dim)
     rows.append(_row("qkv_proj", m.layers * qkv_w * w, 0,
                      m.layers * t * (h * (1 if qkv_fused else 3) + q_dim + 2 * kv_dim) * a,

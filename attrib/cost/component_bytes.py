@@ -59,7 +59,9 @@ def component_table(k: pl.DataFrame, steps: pl.DataFrame, budget: Budget | None,
     tokens = steps["tokens"].drop_nulls()
     if budget is not None and budget.context is not None and phase == "decode" and tokens.len():
         comp = with_budget(comp, budget, int(tokens.median()))
-    comp = comp.with_columns(pl.when(pl.col("bytes").is_null()).then(None).otherwise(pl.col("bytes_from")).alias("bytes_from"))
+    comp = comp.with_columns(
+        pl.when(pl.col("bytes").is_null()).then(None).otherwise(pl.col("bytes_from")).alias("bytes_from")
+    )
     return comp.join(flagged, on="component", how="left")  # over_peak: null without a peak
 
 

@@ -128,7 +128,9 @@ def kernel_costs(trace: Trace, kernels: pl.DataFrame, steps: pl.DataFrame | None
     costs = _context_costs(trace, kernels, steps, budget, costs)
     k = kernels.join(costs, on="op_id", how="left")
     total = pl.col("dur_ns").sum().over("op_id")
-    share = (pl.col("dur_ns").cast(pl.Float64) / total.cast(pl.Float64)).fill_nan(1.0 / pl.len().over("op_id"))
+    share = (pl.col("dur_ns").cast(pl.Float64) / total.cast(pl.Float64)).fill_nan(
+        1.0 / pl.len().over("op_id")
+    )
     share = pl.when(total > 0).then(share).otherwise(1.0 / pl.len().over("op_id"))
     return k.with_columns((pl.col("_ob") * share).alias("bytes"),
                           (pl.col("_of") * share).alias("flops")).drop("_ob", "_of")

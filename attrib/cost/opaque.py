@@ -33,6 +33,9 @@ def moe_forward(dims: list, types: list, budget: Budget) -> Cost:
     hx = x.shape[-1]
     nbytes = active * 3 * h * i * bits / 8 + 2 * t * hx * x.size + t * k * (3 * hx + 2 * i) * x.size
     tp = f", one rank of TP={budget.tp} (I split)" if budget.tp > 1 else ""
-    why = (f"model config ({budget.source}){tp}: E_active = {active:.2f} of {e} (uniform routing, T={t}, k={k}), "
-           f"H={h}, I={i}, {bits:g} bits per expert weight")
+    why = (
+        f"model config ({budget.source}){tp}: E_active = {active:.2f} of {e} (uniform routing, T={t}, "
+        f"k={k}), "
+        f"H={h}, I={i}, {bits:g} bits per expert weight"
+    )
     return Cost(nbytes, 6.0 * t * k * h * i, x.dtype, "moe (model config)", why)

@@ -149,7 +149,8 @@ def paged_attention(name: str, dims: list, types: list, concrete: list, sums: di
     """One paged-attention call from its q (and k) shapes and the step's Σk and Σq·k (vLLM's detailed
     step annotation): K/V read at every request's context, at most the window in sliding-window
     layers when a model config gives one (`window`), q read and o written once. FLOPs = 4*Hq*D*Σq·k.
-    MLA (`unified_mla_attention*`: q[T, Hq, Dqk], kv_c[T, Rkv], k_pe[T, 1, Rr]) reads its latent cache once: Σk*(Rkv+Rr) elements."""
+    MLA (`unified_mla_attention*`: q[T, Hq, Dqk], kv_c[T, Rkv], k_pe[T, 1, Rr]) reads its latent
+    cache once: Σk*(Rkv+Rr) elements."""
     q = tensor(dims, types, 0)
     if "mla_attention" in name:
         kv_c, k_pe = tensor(dims, types, 1), tensor(dims, types, 2)
@@ -195,4 +196,10 @@ def collective(dims: list, coll: str, elt: str, world: int) -> Cost:
     numel = sum(prod(t) for t in tensors if isinstance(t, list))
     factor = BUS_FACTOR[coll.lower()](world)
     flops = float(numel * (world - 1)) if coll.lower() == "allreduce" else 0.0
-    return Cost(numel * size * factor, flops, dtype, "collective", f"bus bytes (nccl-tests): buffer x {factor:g} over {world} ranks, link traffic")
+    return Cost(
+        numel * size * factor,
+        flops,
+        dtype,
+        "collective",
+        f"bus bytes (nccl-tests): buffer x {factor:g} over {world} ranks, link traffic",
+    )

@@ -55,16 +55,23 @@ def _bottlenecks(ph: Phase, findings: tuple[Finding, ...]) -> list[str]:
     if total:
         out += ["", f"_{esc(total)}_"]
     for u in b.unpriced:
-        out += ["", f"- {esc(u.component)}: {fmt.num(u.ms_per_step)} ms/step ({fmt.pct(u.share)}), {esc(u.why)}"]
+        out += [
+            "",
+            f"- {esc(u.component)}: {fmt.num(u.ms_per_step)} ms/step ({fmt.pct(u.share)}), {esc(u.why)}",
+        ]
     return out
 
 
 def render(an: Analysis, plots: dict[str, str] | None = None, plot_note: str | None = None) -> str:
     """The report; plots: plot name -> SVG file name beside the report; plot_note: why there are none."""
     src, plots = an.source, plots or {}
-    out = [f"# attrib report: {esc(src.path)}", "",
-           f"- device: {esc(fmt.device_line(an.device))}"] + [f"- {esc(x)}" for x in [fmt.distributed_line(an)] if x] + [
-           f"- source: {esc(src.format)}, {src.kernels} kernels, {src.kernel_ms:.3f} ms kernel time (total)"]
+    out = (
+        [f"# attrib report: {esc(src.path)}", "", f"- device: {esc(fmt.device_line(an.device))}"]
+        + [f"- {esc(x)}" for x in [fmt.distributed_line(an)] if x]
+        + [
+            f"- source: {esc(src.format)}, {src.kernels} kernels, {src.kernel_ms:.3f} ms kernel time (total)"
+        ]
+    )
     prov = fmt.provenance(an.provenance)
     out.append(f"- run: {esc(prov)}" if prov else "- run: no provenance stamp (capture with collectors.capture to record one)")
     out.append(f"- coverage: {esc(fmt.coverage_line(an))}")

@@ -1,6 +1,7 @@
 """The report's plots as SVG text (matplotlib, the `plot` extra): roofline, per-step stack, timeline.
 
-Each function takes the typed Analysis or one of its phases (never the trace) and returns SVG markup, or None when the
+Each function takes the typed Analysis or one of its phases (never the trace) and returns SVG
+markup, or None when the
 document holds nothing to plot. `available()` says whether matplotlib is installed; without it the
 reports say the plots are omitted. Only component and phase names (a fixed vocabulary) are drawn as
 text; kernel names never reach a plot.

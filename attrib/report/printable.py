@@ -40,5 +40,9 @@ def printable_tree(obj: Any) -> Any:
     if isinstance(obj, dict):
         return {printable(str(k)): printable_tree(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return type(obj)(printable_tree(v) for v in obj) if isinstance(obj, tuple) else [printable_tree(v) for v in obj]
+        return (
+            type(obj)(printable_tree(v) for v in obj)
+            if isinstance(obj, tuple)
+            else [printable_tree(v) for v in obj]
+        )
     return obj

@@ -58,7 +58,8 @@ def _same_work(rows: list[dict[str, Any] | None]) -> bool:
     return len(kernels) == 1 and max(b) <= (1 + SAME_BYTES) * min(b)
 
 
-def drift(phs: list[dict[str, Any]], fits: dict[str, dict[str, Any]], lo: float, hi: float) -> list[dict[str, Any]]:
+def drift(phs: list[dict[str, Any]], fits: dict[str, dict[str, Any]], lo: float,
+          hi: float) -> list[dict[str, Any]]:
     """Components whose work is the same in every trace (kernels and bytes per step) but whose time
     moved with the context by more than DRIFT_SHARE of it, significantly: clock or process drift
     between the traces, not context."""
@@ -127,12 +128,13 @@ def slope(docs: list[dict[str, Any]], phase: str = "decode") -> dict[str, Any]:
     lo, hi = min(contexts, default=0), max(contexts, default=0)
     drifted = drift(phs, fits, lo, hi)
     for d in drifted:
-        notes.append(f"drift: {d['component']} ran the same {d['kernels']} kernels and bytes per step in every "
-                     f"trace, yet its time moved {d['moved_us']:+.1f} us over the contexts ({d['mean_us']:.1f} us): "
-                     "clock or process drift between traces, not context")
+        notes.append(f"drift: {d['component']} ran the same {d['kernels']} kernels and bytes per step in "
+                     f"every trace, yet its time moved {d['moved_us']:+.1f} us over the contexts "
+                     f"({d['mean_us']:.1f} us): clock or process drift between traces, not context")
     batches = sorted({p["tokens_per_step"] for p in phs if p.get("tokens_per_step") is not None})
     if len(batches) > 1:
-        notes.append(f"not one batch: the traces run {batches} tokens per {phase} step; slopes mix batch and context")
+        notes.append(f"not one batch: the traces run {batches} tokens per {phase} step; "
+                     "slopes mix batch and context")
     wb = [sum(float(r["bytes"] or 0) for r in p["components"] if r["component"] in present) for p in phs]
     if present and min(wb) > 0 and max(wb) > (1 + SAME_BYTES) * min(wb):
         notes.append("not one model? the weight-bound components move "
@@ -149,8 +151,8 @@ def slope(docs: list[dict[str, Any]], phase: str = "decode") -> dict[str, Any]:
     notes.append("steps of one trace are not independent samples: the CIs assume they are")
     crossover = _crossover(fits.get("attention"), weights, lo, hi)
     if any(d["component"] in present for d in drifted):
-        crossover = {"context": None, "why": "the weight-bound components drifted between traces (same kernels, "
-                     "time moved): no crossover claimed"}
+        crossover = {"context": None, "why": "the weight-bound components drifted between traces (same "
+                                             "kernels, time moved): no crossover claimed"}
     return {"schema": SCHEMA_ID, "phase": phase, "traces": traces, "rows": rows,
             "weight_bound": {"components": present} | (weights or {}),
             "drift": drifted, "crossover": crossover, "notes": notes}
@@ -174,8 +176,8 @@ def render(doc: dict[str, Any]) -> str:
               for r in [head, *body]]
     w, x = doc["weight_bound"], doc["crossover"]
     if w.get("components"):
-        lines.append(f"weight-bound ({', '.join(w['components'])}): {w.get('slope_us_per_1k', '-')} us/1k ctx, "
-                     f"intercept {w.get('intercept_us', '-')} us")
+        lines.append(f"weight-bound ({', '.join(w['components'])}): {w.get('slope_us_per_1k', '-')} "
+                     f"us/1k ctx, intercept {w.get('intercept_us', '-')} us")
     lines.append(f"attention overtakes them at context: {x['context'] if x['context'] is not None else '-'} ({x['why']})")
     lines += [f"note: {n}" for n in doc["notes"]]
     return "\n".join(lines) + "\n"

@@ -46,8 +46,10 @@ def render(an: Analysis, top: int | None = 5, width: int | None = NAME_WIDTH) ->
         if where:
             lines.append("   " + where)
         for x in ph.excluded_steps:
-            lines.append(f"   left out: step {x.step} ({x.reason}): {fmt.num(x.step_ms)} ms, {x.kernels} kernels,"
-                         f" {fmt.num(x.kernel_ms)} ms of kernels")
+            lines.append(
+                f"   left out: step {x.step} ({x.reason}): {fmt.num(x.step_ms)} ms, {x.kernels} kernels,"
+                f" {fmt.num(x.kernel_ms)} ms of kernels"
+            )
         lines += _grid(fmt.COMPONENT_HEAD, fmt.component_rows(ph))
         ranked = fmt.bottleneck_rows(ph)
         if ranked:

@@ -68,8 +68,13 @@ def _ends(df: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     return s, s + df["dur_ns"].fill_null(0).to_numpy().astype(np.int64)
 
 
-def _busy_rows(w0: np.ndarray, w1: np.ndarray, steps: np.ndarray, groups: list[tuple[str, str, pl.DataFrame]],
-               base: tuple[np.ndarray, np.ndarray]) -> tuple[list[pl.DataFrame], tuple[np.ndarray, np.ndarray]]:
+def _busy_rows(
+    w0: np.ndarray,
+    w1: np.ndarray,
+    steps: np.ndarray,
+    groups: list[tuple[str, str, pl.DataFrame]],
+    base: tuple[np.ndarray, np.ndarray],
+) -> tuple[list[pl.DataFrame], tuple[np.ndarray, np.ndarray]]:
     """Rows of busy time per (cause, what) group, each group given what the union of the earlier
     ones leaves: covered(union up to it) - covered(union before it)."""
     rows, (cs, ce) = [], base
@@ -96,8 +101,10 @@ def _kernel_groups(k: pl.DataFrame) -> list[tuple[str, str, pl.DataFrame]]:
 
 def _copy_groups(copies: pl.DataFrame) -> list[tuple[str, str, pl.DataFrame]]:
     c = copies.drop_nulls(["start_ns", "dur_ns"]).with_columns(
-        pl.concat_str([pl.col("kind").fill_null("copy"), pl.col("direction")], separator=" ", ignore_nulls=True)
-        .alias("_what"))
+        pl.concat_str(
+            [pl.col("kind").fill_null("copy"), pl.col("direction")], separator=" ", ignore_nulls=True
+        ).alias("_what")
+    )
     return [("copy", w, c.filter(pl.col("_what") == w)) for w in sorted(c["_what"].unique())]
 
 
@@ -121,20 +128,32 @@ def _gpu_ops(k: pl.DataFrame, copies: pl.DataFrame, launches: pl.DataFrame) -> p
     return pl.concat([kk.select(list(cols)).cast(cols), cc.select(list(cols)).cast(cols)]).sort("start_ns")
 
 
-def _gaps(w0: np.ndarray, w1: np.ndarray, steps: np.ndarray, busy: tuple[np.ndarray, np.ndarray]) -> pl.DataFrame:
+def _gaps(
+    w0: np.ndarray, w1: np.ndarray, steps: np.ndarray, busy: tuple[np.ndarray, np.ndarray]
+) -> pl.DataFrame:
     parts = []
     for step, a, b in zip(steps, w0, w1):
         ga, gb = complement(int(a), int(b), *busy)
         parts.append(pl.DataFrame({"step": np.full(len(ga), step, dtype=np.int64), "a": ga, "b": gb}))
-    return pl.concat(parts) if parts else pl.DataFrame(schema={"step": pl.Int64, "a": pl.Int64, "b": pl.Int64})
+    return (
+        pl.concat(parts)
+        if parts
+        else pl.DataFrame(schema={"step": pl.Int64, "a": pl.Int64, "b": pl.Int64})
+    )
 
 
 def _neighbours(gaps: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
     """Each gap with the GPU op that ends it (`n_*`: the first op starting at or after its end) and
     whether the op before it belongs to the same graph launch (an intra-graph gap)."""
-    nxt = ops.select(pl.col("start_ns").alias("b"), pl.col("launch_ns").alias("n_launch"),
-                     pl.col("launch_end").alias("n_launch_end"), pl.col("pid").alias("n_pid"),
-                     pl.col("tid").alias("n_tid"), pl.col("graph").alias("n_graph"), pl.col("launch_id").alias("n_lid"))
+    nxt = ops.select(
+        pl.col("start_ns").alias("b"),
+        pl.col("launch_ns").alias("n_launch"),
+        pl.col("launch_end").alias("n_launch_end"),
+        pl.col("pid").alias("n_pid"),
+        pl.col("tid").alias("n_tid"),
+        pl.col("graph").alias("n_graph"),
+        pl.col("launch_id").alias("n_lid"),
+    )
     prv = ops.sort("end_ns").select(pl.col("end_ns").alias("a"), pl.col("graph").alias("p_graph"),
                                     pl.col("launch_id").alias("p_lid"))
     g = gaps.sort("b").join_asof(nxt.sort("b"), on="b", strategy="forward")
@@ -150,8 +169,12 @@ class _Host:
 
     def __init__(self, ops: pl.DataFrame, frames: pl.DataFrame, launches: pl.DataFrame) -> None:
         fr = frames.filter(~pl.col("name").str.starts_with("<built-in"))
-        iv = pl.concat([ops.select("id", "name", "start_ns", "dur_ns", *_BY),
-                        fr.select((pl.col("id") + (1 << 40)).alias("id"), "name", "start_ns", "dur_ns", *_BY)])
+        iv = pl.concat(
+            [
+                ops.select("id", "name", "start_ns", "dur_ns", *_BY),
+                fr.select((pl.col("id") + (1 << 40)).alias("id"), "name", "start_ns", "dur_ns", *_BY),
+            ]
+        )
         iv = iv.drop_nulls(["start_ns", "dur_ns"])
         iv = iv.join(parents(iv, _BY), on="id")
         self.iv = {key: _arrays(df.sort("start_ns"), depth=True)
@@ -252,7 +275,8 @@ def _idle_rows(g: pl.DataFrame, host: _Host, waits: pl.DataFrame, main: tuple, w
 
 def _event_times(trace_tables: tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame], threads: pl.DataFrame
                  ) -> tuple[np.ndarray, np.ndarray]:
-    """Sorted start times of the CPU events (ops and runtime calls; Python frames) on the launching threads."""
+    """Sorted start times of the CPU events (ops and runtime calls; Python frames) on the
+    launching threads."""
     ops, frames, launches = trace_tables
     def on(df: pl.DataFrame) -> np.ndarray:
         return np.sort(df.join(threads, on=_BY, how="semi")["start_ns"].drop_nulls().to_numpy())
@@ -295,7 +319,9 @@ def ledger(steps: pl.DataFrame, k: pl.DataFrame, copies: pl.DataFrame, launches:
     pieces = _idle_rows(g, _Host(ops, frames, launches), _waits(launches), main, dict(zip(ids, w0)))
     idle = pl.DataFrame(pieces, schema={**INTERVALS, "ns": pl.Int64}, orient="row")
     idle = _profiler(idle, _event_times((ops, frames, launches), threads.select(_BY)))
-    gap_rows = idle.group_by("step", "cause", "what").agg(pl.col("ns").sum(), pl.len().cast(pl.Int64).alias("n"))
+    gap_rows = idle.group_by("step", "cause", "what").agg(
+        pl.col("ns").sum(), pl.len().cast(pl.Int64).alias("n")
+    )
     per_step = pl.concat([*krows, *crows, gap_rows.select(list(STEP_LEDGER))]).cast(STEP_LEDGER)
     per_step = per_step.filter(pl.col("ns") > 0).sort("step", "ns", descending=[False, True])
     return Ledger(per_step, idle.filter(pl.col("cause") != "profiler").select(list(INTERVALS)))
@@ -316,8 +342,11 @@ def phase_ledger(led: Ledger, steps: pl.DataFrame, phase: str) -> pl.DataFrame:
     mine = counted.select("step")
     rows = led.steps.join(mine, on="step", how="semi").group_by("cause", "what").agg(
         (pl.col("ns").sum() / n / 1e6).alias("ms_per_step"), (pl.col("n").sum() / n).alias("n_per_step"))
-    med = (led.intervals.join(mine, on="step", how="semi")
-           .group_by("cause", "what").agg(((pl.col("end_ns") - pl.col("start_ns")).median() / 1e3).alias("median_us")))
+    med = (
+        led.intervals.join(mine, on="step", how="semi")
+        .group_by("cause", "what")
+        .agg(((pl.col("end_ns") - pl.col("start_ns")).median() / 1e3).alias("median_us"))
+    )
     out = rows.join(med, on=["cause", "what"], how="left").with_columns(
         (pl.col("ms_per_step") / mean_ms if mean_ms else pl.lit(None, pl.Float64)).alias("share"))
     return out.select(list(schema)).cast(schema).sort("ms_per_step", descending=True)

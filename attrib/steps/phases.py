@@ -147,7 +147,9 @@ def _launching_embeddings(trace: Trace) -> pl.DataFrame:
     if calls.height:
         pts = calls.select(pl.col("id").alias("pid_"), pl.col("start_ns").alias("t_ns"), "pid", "tid")
         hit = innermost(ops.select("id", "start_ns", "dur_ns", "pid", "tid"), pts, ["pid", "tid"])
-        ops = ops.join(hit.drop_nulls("inner").select(pl.col("inner").alias("id")).unique(), on="id", how="semi")
+        ops = ops.join(
+            hit.drop_nulls("inner").select(pl.col("inner").alias("id")).unique(), on="id", how="semi"
+        )
     return ops.select(pl.col("start_ns").alias("t")).sort("t")
 
 

@@ -19,6 +19,6 @@ def drop_empty_steps(steps: pl.DataFrame, trace: Trace) -> tuple[pl.DataFrame, T
     if empty.height == 0:
         return steps, trace
     phases = ", ".join(f"{n} {p}" for p, n in sorted(empty.group_by("phase").len().iter_rows()))
-    note = (f"; dropped {empty.height} step(s) with no GPU work ({phases}): the cut came before their kernels")
+    note = f"; dropped {empty.height} step(s) with no GPU work ({phases}): the cut came before their kernels"
     warnings = tuple(TraceWarning(w + note, TRUNCATED) if w is cut[0] else w for w in trace.meta.warnings)
     return steps.filter(pl.col("n_kernels").fill_null(0) > 0), trace.with_meta(warnings=warnings)

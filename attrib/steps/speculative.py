@@ -2,9 +2,9 @@
 
 When one annotation split into forward passes (`phases._split_forwards`, markers `NAME forward i`)
 holds the forward passes of two model instances (their outermost `nn.Module:` frames, with_stack
-traces), the smaller one (fewer nn.Module frames in a forward pass) is the draft model: its passes get role `draft`, the
-other model's `verify`; each model's first pass (its prefill) gets no role. `apply_roles` then puts
-draft passes in phase `draft` and verify passes in `decode`.
+traces), the smaller one (fewer nn.Module frames in a forward pass) is the draft model: its
+passes get role `draft`, the other model's `verify`; each model's first pass (its prefill) gets no
+role. `apply_roles` then puts draft passes in phase `draft` and verify passes in `decode`.
 """
 
 from __future__ import annotations
@@ -45,12 +45,23 @@ def mark_roles(spans: pl.DataFrame, frames: pl.DataFrame) -> pl.DataFrame:
             continue
         draft = size["model"][0]
         g = g.sort("cpu_start").with_columns(pl.int_range(pl.len()).over("model").alias("_i"))
-        roles.append(g.filter(pl.col("_i") > 0).select(
-            "step", pl.when(pl.col("model") == draft).then(pl.lit("draft")).otherwise(pl.lit("verify")).alias("_r")))
+        roles.append(
+            g.filter(pl.col("_i") > 0).select(
+                "step",
+                pl.when(pl.col("model") == draft)
+                .then(pl.lit("draft"))
+                .otherwise(pl.lit("verify"))
+                .alias("_r"),
+            )
+        )
     if not roles:
         return out
     got = pl.concat(roles)
-    return out.join(got, on="step", how="left").with_columns(pl.coalesce("_r", "role").alias("role")).drop("_r")
+    return (
+        out.join(got, on="step", how="left")
+        .with_columns(pl.coalesce("_r", "role").alias("role"))
+        .drop("_r")
+    )
 
 
 def apply_roles(steps: pl.DataFrame) -> pl.DataFrame:

@@ -42,17 +42,30 @@ def own_gpu_work(steps: pl.DataFrame, k: pl.DataFrame, copies: pl.DataFrame | No
     if "launch_id" not in k.columns:
         k = k.with_columns(pl.lit(None, pl.Int64).alias("launch_id"))
     kl = k.filter(pl.col("step").is_not_null()).join(
-        la.select(pl.col("id").alias("launch_id"), pl.col("start_ns").alias("launch_ns")), on="launch_id", how="left")
+        la.select(pl.col("id").alias("launch_id"), pl.col("start_ns").alias("launch_ns")),
+        on="launch_id",
+        how="left",
+    )
     parts = [kl.select("step", "start_ns", (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"),
                        pl.col("launch_ns").cast(pl.Int64))]
     if copies is not None and copies.height and la.height:
         calls = la.filter(pl.col("correlation").is_not_null()).unique("correlation").select(
             "correlation", pl.col("start_ns").alias("launch_ns"))
-        c = copies.join(calls, on="correlation", how="inner").drop_nulls(["start_ns", "dur_ns"]).sort("launch_ns")
+        c = (
+            copies.join(calls, on="correlation", how="inner")
+            .drop_nulls(["start_ns", "dur_ns"])
+            .sort("launch_ns")
+        )
         win = steps.filter(pl.col("cpu_start").is_not_null()).select(
             "step", pl.col("cpu_start").alias("launch_ns"), "cpu_end").sort("launch_ns")
-        c = c.join_asof(win, on="launch_ns", strategy="backward").filter(pl.col("launch_ns") < pl.col("cpu_end"))
-        parts.append(c.select("step", "start_ns", (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"), "launch_ns"))
+        c = c.join_asof(win, on="launch_ns", strategy="backward").filter(
+            pl.col("launch_ns") < pl.col("cpu_end")
+        )
+        parts.append(
+            c.select(
+                "step", "start_ns", (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"), "launch_ns"
+            )
+        )
     return pl.concat(parts).cast({"step": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64})
 
 
@@ -95,7 +108,9 @@ def windows(steps: pl.DataFrame, k: pl.DataFrame, copies: pl.DataFrame | None = 
     s = _bounds(steps, own_gpu_work(steps, k, copies, launches)).join(agg, on="step", how="left")
     s = s.sort("_s", "step", nulls_last=True)
     w0, w1 = _clamp(s["_s"].to_list(), s["_e"].to_list())
-    s = s.with_columns(pl.Series("window_start", w0, dtype=pl.Int64), pl.Series("window_end", w1, dtype=pl.Int64))
+    s = s.with_columns(
+        pl.Series("window_start", w0, dtype=pl.Int64), pl.Series("window_end", w1, dtype=pl.Int64)
+    )
     s = s.drop("g0", "_l0", "g1", "_s", "_e").sort("step")
     gpu = pl.concat([k.select("start_ns", "dur_ns")] + ([copies.select("start_ns", "dur_ns")] if copies is not None else []))
     s = s.with_columns(pl.when(pl.col("n_kernels").is_not_null() & pl.col("window_start").is_not_null())
@@ -104,7 +119,11 @@ def windows(steps: pl.DataFrame, k: pl.DataFrame, copies: pl.DataFrame | None = 
     return s.with_columns(
         (span / 1e6).alias("step_ms"),
         (pl.col("kernel_ns").fill_null(0) / 1e6).alias("kernel_ms"),
-        pl.when(pl.col("busy_ns").is_not_null()).then(((span - pl.col("busy_ns")) / 1e6).clip(0)).alias("idle_ms"),
+        pl.when(pl.col("busy_ns").is_not_null())
+        .then(((span - pl.col("busy_ns")) / 1e6).clip(0))
+        .alias("idle_ms"),
         # a step without kernels (a CPU-only trace) has no GPU to be idle: null, not 100 %
-        pl.when(pl.col("busy_ns").is_not_null() & (span > 0)).then(
-            (1 - pl.col("busy_ns") / span).clip(0, 1)).alias("idle_fraction"))
+        pl.when(pl.col("busy_ns").is_not_null() & (span > 0))
+        .then((1 - pl.col("busy_ns") / span).clip(0, 1))
+        .alias("idle_fraction"),
+    )

@@ -257,7 +257,11 @@ def strict_times(df: pl.DataFrame, path: Path, cols: list[str], warnings: list[s
         value = df[c][row]
         col = _SPELLING.get(c, c)
         where = f"{col} row {row + 2} ({value!r})"  # row 1 is the header
-        kind = "written in E-notation" if re.fullmatch(r"\s*-?[\d.]+[eE][-+]?\d+\s*", value) else "not integer ns"
+        kind = (
+            "written in E-notation"
+            if re.fullmatch(r"\s*-?[\d.]+[eE][-+]?\d+\s*", value)
+            else "not integer ns"
+        )
         if n == df[c].drop_nulls().len():
             raise TraceError(path, f"every {col} value is {kind}, first {where}: rocprof writes integer "
                                    "nanoseconds (re-export the CSV without reformatting its numbers)")
@@ -409,8 +413,11 @@ def _one_session(path: Path, traces: list[Trace], names: list[str]) -> None:
     end, last = spans[0][1], spans[0][2]
     for start, stop, name in spans[1:]:
         if start > end:
-            raise TraceError(path, f"holds two profiling sessions: {name} starts {(start - end) / 1e9:.1f} s after "
-                                   f"{last} ends (the files of one run overlap in time); pass one of them")
+            raise TraceError(
+                path,
+                f"holds two profiling sessions: {name} starts {(start - end) / 1e9:.1f} s after "
+                f"{last} ends (the files of one run overlap in time); pass one of them",
+            )
         if stop > end:
             end, last = stop, name
 

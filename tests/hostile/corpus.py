@@ -515,33 +515,77 @@ def _two_csv_runs(d: Path) -> Path:
 
 VARIANTS += [
     # --- issue 19: silent nonsense
-    Variant("kineto-kernels-in-seconds", "nonsense", lambda d: _torch(d, _scale("kernel", 1e-6, every=2)),
-            "error", "unit"),
-    Variant("kineto-cpu-ops-in-ns", "nonsense", lambda d: _torch(d, _scale("cpu_op", 1e3)), "error", "unit"),
-    Variant("csv-ts-minus-zero", "nonsense", lambda d: _csv(d, _csv_field("Start_Timestamp", "-0")), "salvage",
-            "row"),
+    Variant(
+        "kineto-kernels-in-seconds",
+        "nonsense",
+        lambda d: _torch(d, _scale("kernel", 1e-6, every=2)),
+        "error",
+        "unit",
+    ),
+    Variant(
+        "kineto-cpu-ops-in-ns", "nonsense", lambda d: _torch(d, _scale("cpu_op", 1e3)), "error", "unit"
+    ),
+    Variant(
+        "csv-ts-minus-zero",
+        "nonsense",
+        lambda d: _csv(d, _csv_field("Start_Timestamp", "-0")),
+        "salvage",
+        "row",
+    ),
     Variant("csv-two-runs-in-folder", "nonsense", _two_csv_runs, "error", "session"),
-    Variant("kineto-merged-with-shifted-copy", "nonsense", lambda d: _torch(d, _shifted_copy), "error", "session"),
+    Variant(
+        "kineto-merged-with-shifted-copy",
+        "nonsense",
+        lambda d: _torch(d, _shifted_copy),
+        "error",
+        "session",
+    ),
     Variant("kineto-timestamps-negated", "nonsense", lambda d: _torch(d, _negate), "error", "negative"),
-    Variant("kineto-every-dur-zero", "nonsense", lambda d: _torch(d, _set("kernel", "dur", 0)), "error", "duration"),
-    Variant("kineto-kernels-without-name", "nonsense", lambda d: _torch(d, lambda evs: [
-        e.pop("name") for e in _kernels(evs)]), "salvage", "no name"),
+    Variant(
+        "kineto-every-dur-zero",
+        "nonsense",
+        lambda d: _torch(d, _set("kernel", "dur", 0)),
+        "error",
+        "duration",
+    ),
+    Variant(
+        "kineto-kernels-without-name",
+        "nonsense",
+        lambda d: _torch(d, lambda evs: [e.pop("name") for e in _kernels(evs)]),
+        "salvage",
+        "no name",
+    ),
     Variant("kineto-duplicated-traceEvents-key", "nonsense", _dup_key, "salvage", "traceEvents"),
     Variant("kineto-instant-events-and-a-raw-quote", "reader", _instants, "salvage", "1 event names"),
     # --- issue 19: messages that named the wrong cause
     Variant("gzip-of-shuffled-bytes", "message", _shuffled_gz, "error", "not a trace"),
     Variant("gzip-4GiB-spaces-before-trace", "memory", _spaces_gz, "error", "bomb"),
     Variant("kineto-deep-value-first", "message", _deep_top, "error", "nested"),
-    Variant("kineto-every-kernel-without-dur", "message", lambda d: _torch(d, lambda evs: [
-        e.pop("dur") for e in _kernels(evs)]), "error", "duration"),
+    Variant(
+        "kineto-every-kernel-without-dur",
+        "message",
+        lambda d: _torch(d, lambda evs: [e.pop("dur") for e in _kernels(evs)]),
+        "error",
+        "duration",
+    ),
     Variant("v3json-nan-literal", "message", _v3json_nan, "error", "NaN literal"),
     Variant("dir-with-symlink-loop", "message", _dir_with_loop, "error", "loop"),
     Variant("csv-utf16", "message", _utf16_csv, "error", "UTF-16"),
     # every timestamp in E-notation, as a spreadsheet re-saves it
-    Variant("csv-e-notation-timestamps", "message", lambda d: _csv(d, _csv_times(lambda v: f"{float(v):.6e}")), "error",
-            "written in E-notation"),
+    Variant(
+        "csv-e-notation-timestamps",
+        "message",
+        lambda d: _csv(d, _csv_times(lambda v: f"{float(v):.6e}")),
+        "error",
+        "written in E-notation",
+    ),
     Variant("v1-csv-utf8-bom", "message", _bom_v1, "ok"),
-    Variant("arch-file-missing", "message", lambda d: d / "archs.toml", "error", "does not exist",
-            option="--arch-file"),
+    Variant(
+        "arch-file-missing",
+        "message",
+        lambda d: d / "archs.toml",
+        "error",
+        "does not exist",
+        option="--arch-file",
+    ),
 ]
-
