@@ -5,8 +5,8 @@ A window is cut into disjoint stretches, in this order:
   several components overlap, the time goes to one component: the component with the most kernel
   time in the trace first, `communication` last (compute hides it).
 - `copy` (what = memcpy direction or memset): a GPU copy runs and no kernel does.
-- The rest is GPU idle. A stretch of it that ends at GPU work launched at least `OUTSIDE_MIN_NS`
-  before the end of the stretch is `outside`: the work was in the queue and waited on something
+- The rest is GPU idle (cut in attrib.steps.idle). A stretch of it that ends at GPU work launched
+  at least `OUTSIDE_MIN_NS` before the end of the stretch is `outside`: the work was in the queue and waited on something
   the trace does not show running (a stream wait on an event recorded before the window, or work
   from before the profile). The rest of each idle stretch is host-side:
   - `launch` (what = between launches | inside graph replays): stretches up to `LAUNCH_GAP_NS`;
@@ -22,26 +22,20 @@ counted steps and sums to the mean step time.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
 
-from attrib.components.patterns import BLOCKING_COPY, STREAM_WAIT, SYNC
-from attrib.link.nesting import parents
+from attrib.steps.idle import idle_rows
 from attrib.steps.spans import complement, covered, merge
 
 CAUSES = ("kernels", "copy", "outside", "sync", "host", "launch", "profiler")
-LAUNCH_GAP_NS = 100_000
-OUTSIDE_MIN_NS = 100_000
-HOLD_SHARE = 0.5
 # host nanoseconds the torch profiler adds per recorded event, measured on the H200 (torch 2.11,
 # bench/ledger_capture.py `m`, tests/fixtures/captured/ledger_measure.json): 40 eager decode steps
 # take 95.4 ms bare, 136.4 ms with record_shapes (+41.0 ms over 19,852 ops and runtime/driver
 # calls: 2.07 us each), 179.2 ms with with_stack too (+42.8 ms over 32,256 Python frames: 1.33 us)
 PROFILER_NS = {"op": 2_070, "frame": 1_330}
-_FRAME = re.compile(r"^(?P<path>.+?)\((?P<line>\d+)\): (?P<fn>.+)$")
 _BY = ["pid", "tid"]
 STEP_LEDGER = {"step": pl.Int64, "cause": pl.Utf8, "what": pl.Utf8, "ns": pl.Int64, "n": pl.Int64}
 INTERVALS = {"step": pl.Int64, "cause": pl.Utf8, "what": pl.Utf8, "start_ns": pl.Int64, "end_ns": pl.Int64}
@@ -55,12 +49,6 @@ class Ledger:
 
     steps: pl.DataFrame
     intervals: pl.DataFrame
-
-
-def frame_label(name: str) -> str:
-    """`path/serve.py(42): sample_top_p` -> `sample_top_p (serve.py:42)`; other names unchanged."""
-    m = _FRAME.match(name)
-    return f"{m['fn']} ({m['path'].rsplit('/', 1)[-1]}:{m['line']})" if m else name
 
 
 def _ends(df: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
@@ -163,116 +151,6 @@ def _neighbours(gaps: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
     return g.with_columns(same.fill_null(False).alias("in_graph")).sort("step", "a")
 
 
-class _Host:
-    """What a host thread was doing: its ops and frames with depth, its synchronizing calls (as numpy
-    arrays per thread, built once: every idle stretch asks)."""
-
-    def __init__(self, ops: pl.DataFrame, frames: pl.DataFrame, launches: pl.DataFrame) -> None:
-        fr = frames.filter(~pl.col("name").str.starts_with("<built-in"))
-        iv = pl.concat(
-            [
-                ops.select("id", "name", "start_ns", "dur_ns", *_BY),
-                fr.select((pl.col("id") + (1 << 40)).alias("id"), "name", "start_ns", "dur_ns", *_BY),
-            ]
-        )
-        iv = iv.drop_nulls(["start_ns", "dur_ns"])
-        iv = iv.join(parents(iv, _BY), on="id")
-        self.iv = {key: _arrays(df.sort("start_ns"), depth=True)
-                   for key, df in iv.partition_by(_BY, as_dict=True).items()}
-        sync = launches.filter(pl.col("name").str.contains(SYNC) | pl.col("name").str.contains(BLOCKING_COPY))
-        self.sync = {key: _arrays(df.sort("start_ns"))
-                     for key, df in sync.partition_by(_BY, as_dict=True).items()}
-
-    def holder(self, key: tuple, a: int, b: int) -> str:
-        """The innermost op or frame of the thread that holds at least HOLD_SHARE of [a, b)."""
-        iv = self.iv.get(key)
-        if iv is None:
-            return "untraced host time"
-        s, e, depth, names, long_idx = iv
-        cand = _candidates(s, long_idx, a, b)
-        ov = np.minimum(e[cand], b) - np.maximum(s[cand], a)
-        ok = ov >= HOLD_SHARE * (b - a)
-        if not ok.any():
-            return "untraced host time"
-        i = cand[np.flatnonzero(ok)[np.argmax(depth[cand][ok])]]
-        return frame_label(names[int(i)])
-
-    def syncs(self, key: tuple, a: int, b: int) -> list[tuple[str, int]]:
-        """(what, ns) of the synchronizing calls of the thread overlapping [a, b)."""
-        calls = self.sync.get(key)
-        if calls is None:
-            return []
-        s, e, _, names, _ = calls
-        ov = np.minimum(e, b) - np.maximum(s, a)
-        out = []
-        for i in np.flatnonzero(ov > 0):
-            out.append((f"{names[int(i)]} in {self.holder(key, int(s[i]), int(e[i]))}", int(ov[i])))
-        return out
-
-
-SHORT_NS = 1_000_000  # intervals up to this long overlap [a, b) only if they start after a - SHORT_NS
-
-
-def _candidates(s: np.ndarray, long_idx: np.ndarray, a: int, b: int) -> np.ndarray:
-    """Indices (ascending) of the intervals (sorted by start) that can overlap [a, b): the short ones
-    starting in [a - SHORT_NS, b), and the long ones starting before b. Not a scan of every interval:
-    one per idle stretch was quadratic on a long trace."""
-    lo, hi = np.searchsorted(s, a - SHORT_NS, "left"), np.searchsorted(s, b, "left")
-    near = np.arange(lo, hi)
-    early = long_idx[: np.searchsorted(long_idx, lo)]
-    return np.concatenate([early, near]) if early.size else near
-
-
-def _arrays(df: pl.DataFrame, depth: bool = False
-            ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str], np.ndarray]:
-    """start, end, depth (zeros without), names of a thread's intervals, and which are long."""
-    s, e = _ends(df)
-    d = df["depth"].to_numpy() if depth else np.zeros(len(s), dtype=np.int64)
-    return s, e, d, df["name"].to_list(), np.flatnonzero((e - s) > SHORT_NS)
-
-
-def _waits(launches: pl.DataFrame) -> pl.DataFrame:
-    return launches.filter(pl.col("name").str.contains(STREAM_WAIT)).select(
-        pl.col("start_ns").alias("t"), *_BY).sort("t")
-
-
-def _outside_what(waits: pl.DataFrame, key: tuple, launch: int, w0: int) -> str:
-    """Why launched work waited: a stream wait on an event made in the window before its launch, or
-    work the trace does not show."""
-    mine = (pl.col("pid") == key[0]) & (pl.col("tid") == key[1])
-    w = waits.filter(mine & (pl.col("t") >= w0) & (pl.col("t") <= launch))
-    if w.height:
-        return "queued behind a stream wait on an event recorded before the window"
-    return "queued behind GPU work not in the trace"
-
-
-def _idle_rows(g: pl.DataFrame, host: _Host, waits: pl.DataFrame, main: tuple, w0s: dict) -> list[tuple]:
-    """(step, cause, what, start, end, ns) per idle piece of each gap."""
-    rows = []
-    for r in g.iter_rows(named=True):
-        a, b, step = r["a"], r["b"], r["step"]
-        key = (r["n_pid"], r["n_tid"]) if r["n_pid"] is not None else main
-        h, sent = b, r["n_launch_end"]
-        # launched work waiting in the queue (not a graph's own dependencies between its kernels)
-        if sent is not None and not r["in_graph"] and b - max(a, sent) > OUTSIDE_MIN_NS:
-            h = max(a, sent)
-            what = _outside_what(waits, key, r["n_launch"], w0s[step])
-            rows.append((step, "outside", what, h, b, b - h))
-        if h <= a:
-            continue
-        if h - a <= LAUNCH_GAP_NS:
-            what = "inside graph replays" if r["in_graph"] else "between launches"
-            rows.append((step, "launch", what, a, h, h - a))
-            continue
-        synced = host.syncs(key, a, h)
-        for what, ns in synced:
-            rows.append((step, "sync", what, a, h, ns))
-        rest = (h - a) - sum(ns for _, ns in synced)
-        if rest > 0:
-            rows.append((step, "host", host.holder(key, a, h), a, h, rest))
-    return rows
-
-
 def _event_times(trace_tables: tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame], threads: pl.DataFrame
                  ) -> tuple[np.ndarray, np.ndarray]:
     """Sorted start times of the CPU events (ops and runtime calls; Python frames) on the
@@ -316,8 +194,8 @@ def ledger(steps: pl.DataFrame, k: pl.DataFrame, copies: pl.DataFrame, launches:
     threads = ops_all.select(_BY).drop_nulls().group_by(_BY).len().sort("len", descending=True)
     main = tuple(threads.row(0)[:2]) if threads.height else (None, None)
     g = _neighbours(_gaps(w0, w1, ids, busy), ops_all)
-    pieces = _idle_rows(g, _Host(ops, frames, launches), _waits(launches), main, dict(zip(ids, w0)))
-    idle = pl.DataFrame(pieces, schema={**INTERVALS, "ns": pl.Int64}, orient="row")
+    starts = pl.DataFrame({"step": ids, "w0": w0}).cast(pl.Int64)
+    idle = idle_rows(g, ops, frames, launches, main, starts).sort("step", "start_ns", "cause", "what")
     idle = _profiler(idle, _event_times((ops, frames, launches), threads.select(_BY)))
     gap_rows = idle.group_by("step", "cause", "what").agg(
         pl.col("ns").sum(), pl.len().cast(pl.Int64).alias("n")

@@ -1,0 +1,166 @@
+"""The idle stretches of step windows, cut by cause (outside, launch, sync, host): see
+attrib.steps.ledger's docstring for the causes. All stretches of a trace at once, as polars joins:
+no Python loop per stretch (a long trace has thousands).
+
+The holder of a stretch [a, b) is the innermost host op or Python frame of the launching thread
+that overlaps at least HOLD_SHARE of it. With HOLD_SHARE = 1/2 such an interval contains the
+stretch's midpoint, so the candidates are the intervals that contain it: an inequality join.
+"""
+
+from __future__ import annotations
+
+import re
+
+import polars as pl
+
+from attrib.components.patterns import BLOCKING_COPY, STREAM_WAIT, SYNC
+from attrib.link.nesting import parents
+
+LAUNCH_GAP_NS = 100_000
+OUTSIDE_MIN_NS = 100_000
+HOLD_SHARE = 0.5  # the midpoint argument above needs it >= 1/2
+UNTRACED = "untraced host time"
+IDLE = pl.Schema({"step": pl.Int64, "cause": pl.Utf8, "what": pl.Utf8,
+                  "start_ns": pl.Int64, "end_ns": pl.Int64, "ns": pl.Int64})
+_BY = ["pid", "tid"]
+_FRAME = re.compile(r"^(?P<path>.+?)\((?P<line>\d+)\): (?P<fn>.+)$")
+
+
+def frame_label(name: str) -> str:
+    """`path/serve.py(42): sample_top_p` -> `sample_top_p (serve.py:42)`; other names unchanged."""
+    m = _FRAME.match(name)
+    return f"{m['fn']} ({m['path'].rsplit('/', 1)[-1]}:{m['line']})" if m else name
+
+
+def host_intervals(ops: pl.DataFrame, frames: pl.DataFrame) -> pl.DataFrame:
+    """The host threads' ops and Python frames: pid, tid, s, e, depth, idx (order of start within
+    the thread), name."""
+    fr = frames.filter(~pl.col("name").str.starts_with("<built-in"))
+    frame_id = (pl.col("id") + (1 << 40)).alias("id")
+    iv = pl.concat([
+        ops.select("id", "name", "start_ns", "dur_ns", *_BY),
+        fr.select(frame_id, "name", "start_ns", "dur_ns", *_BY),
+    ]).drop_nulls(["start_ns", "dur_ns"])
+    iv = iv.join(parents(iv, _BY), on="id")
+    s = pl.col("start_ns").cast(pl.Int64)
+    e = s + pl.col("dur_ns").cast(pl.Int64)
+    iv = iv.sort([*_BY, "start_ns"], maintain_order=True).with_row_index("idx")
+    return iv.select(*_BY, s.alias("s"), e.alias("e"), "depth",
+                     pl.col("idx").cast(pl.Int64), "name")
+
+
+def _stabbing(q: pl.DataFrame, iv: pl.DataFrame, inside: list[pl.Expr]) -> pl.DataFrame:
+    """Pairs of q rows and iv rows of the same thread meeting the `inside` predicates."""
+    parts = []
+    ivs = iv.partition_by(_BY, as_dict=True)
+    for key, qq in q.partition_by(_BY, as_dict=True).items():
+        ii = ivs.get(key)
+        if ii is not None:
+            parts.append(qq.join_where(ii.drop(_BY), *inside))
+    return pl.concat(parts) if parts else pl.DataFrame()
+
+
+def holders(iv: pl.DataFrame, q: pl.DataFrame) -> pl.Series:
+    """For queries (qid, pid, tid, a, b): the label of each one's holder, in q's order."""
+    mid = pl.col("a") + pl.col("b")
+    pairs = _stabbing(q.with_columns(mid.alias("m2")), iv,
+                      [pl.col("s") * 2 <= pl.col("m2"), pl.col("e") * 2 >= pl.col("m2")])
+    if pairs.height:
+        ov = pl.min_horizontal("e", "b") - pl.max_horizontal("s", "a")
+        held = ov >= HOLD_SHARE * (pl.col("b") - pl.col("a"))
+        pairs = (pairs.filter(held).sort(["qid", "depth", "idx"], descending=[False, True, False])
+                 .unique("qid", keep="first", maintain_order=True))
+        labels = {n: frame_label(n) for n in pairs["name"].unique().to_list()}
+        pairs = pairs.select("qid", pl.col("name").replace_strict(labels).alias("holder"))
+    else:
+        pairs = pl.DataFrame(schema={"qid": pl.Int64, "holder": pl.Utf8})
+    out = q.select(pl.col("qid").cast(pl.Int64)).join(pairs, on="qid", how="left")
+    return out["holder"].fill_null(UNTRACED)
+
+
+def sync_calls(launches: pl.DataFrame) -> pl.DataFrame:
+    """The synchronizing runtime calls (and blocking copies): pid, tid, s, e, name."""
+    is_sync = pl.col("name").str.contains(SYNC) | pl.col("name").str.contains(BLOCKING_COPY)
+    s = pl.col("start_ns").cast(pl.Int64)
+    e = s + pl.col("dur_ns").fill_null(0).cast(pl.Int64)
+    return launches.filter(is_sync).drop_nulls("start_ns").select(*_BY, s.alias("s"), e.alias("e"),
+                                                                 "name")
+
+
+def _with_waits(rows: pl.DataFrame, launches: pl.DataFrame) -> pl.DataFrame:
+    """rows (pid, tid, n_launch, w0) with `what` of an outside stretch: a stream wait on an event
+    made in the window before its launch, or work the trace does not show."""
+    waits = launches.filter(pl.col("name").str.contains(STREAM_WAIT)).select(
+        pl.col("start_ns").cast(pl.Int64).alias("t"), *_BY).drop_nulls().sort("t")
+    left = rows.with_columns(pl.col("n_launch").cast(pl.Int64).alias("t")).sort("t")
+    hit = left.join_asof(waits.with_columns(pl.col("t").alias("wait")), on="t", by=_BY,
+                         strategy="backward", check_sortedness=False)
+    seen = pl.col("wait").is_not_null() & (pl.col("wait") >= pl.col("w0"))
+    what = (pl.when(seen)
+            .then(pl.lit("queued behind a stream wait on an event recorded before the window"))
+            .otherwise(pl.lit("queued behind GPU work not in the trace")))
+    return hit.with_columns(what.alias("what")).drop("t", "wait")
+
+
+def idle_rows(g: pl.DataFrame, ops: pl.DataFrame, frames: pl.DataFrame, launches: pl.DataFrame,
+              main: tuple, w0: pl.DataFrame) -> pl.DataFrame:
+    """(step, cause, what, start_ns, end_ns, ns) per idle piece of each gap. g: the gaps (step,
+    a, b) with the GPU op that ends each (n_launch, n_launch_end, n_pid, n_tid) and in_graph;
+    main: the thread that launches most; w0: step, w0 (its window's start)."""
+    untraced = pl.col("n_pid").is_null()
+    g = g.with_columns(
+        pl.when(untraced).then(pl.lit(main[0], pl.Int64)).otherwise(pl.col("n_pid")).alias("pid"),
+        pl.when(untraced).then(pl.lit(main[1], pl.Int64)).otherwise(pl.col("n_tid")).alias("tid"),
+        pl.col("in_graph").fill_null(False),
+    ).join(w0, on="step", how="left")
+    sent = pl.col("n_launch_end")
+    queued = (sent.is_not_null() & ~pl.col("in_graph")
+              & (pl.col("b") - pl.max_horizontal("a", sent) > OUTSIDE_MIN_NS)).fill_null(False)
+    g = g.with_columns(pl.when(queued).then(pl.max_horizontal("a", sent))
+                       .otherwise(pl.col("b")).alias("h"), queued.alias("queued"))
+    outside = _with_waits(g.filter("queued"), launches).select(
+        "step", pl.lit("outside").alias("cause"), "what", pl.col("h").alias("start_ns"),
+        pl.col("b").alias("end_ns"), (pl.col("b") - pl.col("h")).alias("ns"))
+    host_side = g.filter(pl.col("h") > pl.col("a"))
+    short = (pl.col("h") - pl.col("a")) <= LAUNCH_GAP_NS
+    in_graph = pl.when("in_graph").then(pl.lit("inside graph replays"))
+    launch = host_side.filter(short).select(
+        "step", pl.lit("launch").alias("cause"),
+        in_graph.otherwise(pl.lit("between launches")).alias("what"),
+        pl.col("a").alias("start_ns"), pl.col("h").alias("end_ns"),
+        (pl.col("h") - pl.col("a")).alias("ns"))
+    longs = host_side.filter(~short).with_row_index("qid").select(
+        pl.col("qid").cast(pl.Int64), "step", *_BY, "a", pl.col("h").alias("b"))
+    parts = [outside, launch, *_held(longs, host_intervals(ops, frames), sync_calls(launches))]
+    return pl.concat([p.select(list(IDLE)).cast(IDLE) for p in parts])
+
+
+def _held(longs: pl.DataFrame, iv: pl.DataFrame, sync: pl.DataFrame) -> list[pl.DataFrame]:
+    """The sync and host rows of the long host-side stretches (qid, step, pid, tid, a, b)."""
+    overlap = [pl.col("s") < pl.col("b"), pl.col("e") > pl.col("a")]
+    calls = _stabbing(longs, sync, overlap)
+    if not calls.height:
+        calls = pl.DataFrame(schema={"qid": pl.Int64, "step": pl.Int64, "pid": pl.Int64,
+                                     "tid": pl.Int64, "a": pl.Int64, "b": pl.Int64, "s": pl.Int64,
+                                     "e": pl.Int64, "name": pl.Utf8})
+    calls = calls.sort("qid", "s").with_columns(
+        (pl.min_horizontal("e", "b") - pl.max_horizontal("s", "a")).alias("ov"))
+    n = longs.height
+    asks = pl.concat([
+        longs.select("qid", *_BY, "a", "b"),
+        calls.with_row_index("i").select((pl.col("i").cast(pl.Int64) + n).alias("qid"), *_BY,
+                                         pl.col("s").alias("a"), pl.col("e").alias("b")),
+    ])
+    who = holders(iv, asks)
+    sync_rows = calls.with_columns(who.slice(n).alias("in")).select(
+        "step", pl.lit("sync").alias("cause"),
+        pl.concat_str([pl.col("name"), pl.col("in")], separator=" in ").alias("what"),
+        pl.col("a").alias("start_ns"), pl.col("b").alias("end_ns"), pl.col("ov").alias("ns"))
+    synced = calls.group_by("qid").agg(pl.col("ov").sum().alias("synced"))
+    rest = (pl.col("b") - pl.col("a") - pl.col("synced").fill_null(0)).alias("ns")
+    host_rows = (longs.with_columns(who.slice(0, n).alias("what"))
+                 .join(synced, on="qid", how="left")
+                 .select("step", pl.lit("host").alias("cause"), "what",
+                         pl.col("a").alias("start_ns"), pl.col("b").alias("end_ns"), rest)
+                 .filter(pl.col("ns") > 0))
+    return [sync_rows, host_rows]
