@@ -32,8 +32,9 @@ demo: $(VENV)/.core
 typecheck: $(VENV)/.dev
 	$(BIN)/python -m mypy --cache-dir $(VENV)/.mypy_cache
 
+# one worker per core (CI: 2); a test module stays on one worker, so its cached analyses are shared
 test: $(VENV)/.dev typecheck
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n auto --dist loadfile
 
 $(OUT)/scaled_1m.json: bench/scale.py $(DEMO_TRACE) | $(VENV)/.core
 	@mkdir -p $(OUT)

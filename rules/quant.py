@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from attrib.components.patterns import FP8_KERNEL, GEMM_LIKE, LOW_BIT_KERNEL, QUANTIZE_KERNEL
+from attrib.components.patterns import FP8_KERNEL, FP8_NAME, GEMM_LIKE, LOW_BIT_KERNEL, QUANTIZE_KERNEL
 from attrib.analysis.model import Analysis
 from attrib.pipeline import Attribution
 from rules.finding import Finding, kernels_in, ns, num, r
@@ -40,7 +40,7 @@ def _fp8(a: Attribution) -> tuple[pl.DataFrame, pl.DataFrame]:
     float8 cast (torch-native per-token quantization, e.g. vLLM's RowWiseTorchFP8ScaledMMLinearKernel)."""
     k = kernels_in(a).sort("start_ns")
     name = pl.col("name").str.replace_all(r"Fp8KVCacheDataType\)0", "")  # vLLM's kAuto KV template is not FP8
-    cast = name.str.contains(r"(?i)float8|fp8|e4m3|e5m2")
+    cast = name.str.contains(FP8_NAME)
     named_quant = name.str.contains(QUANTIZE_KERNEL) & cast | name.str.contains(r"(?i)fp8\w*quant")
     gemm = ((name.str.contains(FP8_KERNEL) | pl.col("op").fill_null("").str.contains(FP8_OP))
             & ~(cast & ~name.str.contains(GEMM_LIKE)))

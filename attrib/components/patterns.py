@@ -83,8 +83,10 @@ ROCBLAS_TILE = r"^Cijk_\w*_MI\d+x\d+x\d+x\d+_"
 LLAMACPP_MMVQ = r"mul_mat_vec_q<"
 # AITER and Composable Kernel kernels (CDNA-tuned)
 AITER_CK = r"(?i)aiter|ck_tile|_ZN5aiter|\bfmoe|Rmsnorm2dFwd|^ck::|_ZN2ck"
+# a name that says FP8 (a dtype, a cast, a kernel's template argument)
+FP8_NAME = r"(?i)float8|fp8|e4m3|e5m2"
 # FP8 kernels: names, scaled-mm, FP8 Tensile data types
-FP8_KERNEL = (r"(?i)fp8|float8|e4m3|e5m2|_scaled_mm|w8a8|scaled_mm|^Cijk_\w*_(?:F8F8S|B8F8HS|F8B8|B8B8|F8H|F8S)_")
+FP8_KERNEL = FP8_NAME + r"|(?i:scaled_mm|w8a8|^Cijk_\w*_(?:F8F8S|B8F8HS|F8B8|B8B8|F8H|F8S)_)"
 # activation quantize / dequantize kernels
 QUANTIZE_KERNEL = r"(?i)per_token_group_quant|scaled_fp8_quant|dynamic_\w*quant|quantize|dequant|convert_fp8|to_fp8"
 # low-bit weight GEMM kernels (int4, MXFP4, AWQ, GPTQ, Marlin)

@@ -37,8 +37,10 @@ CAUSES = ("kernels", "copy", "outside", "sync", "host", "launch", "profiler")
 # calls: 2.07 us each), 179.2 ms with with_stack too (+42.8 ms over 32,256 Python frames: 1.33 us)
 PROFILER_NS = {"op": 2_070, "frame": 1_330}
 _BY = ["pid", "tid"]
-STEP_LEDGER = {"step": pl.Int64, "cause": pl.Utf8, "what": pl.Utf8, "ns": pl.Int64, "n": pl.Int64}
-INTERVALS = {"step": pl.Int64, "cause": pl.Utf8, "what": pl.Utf8, "start_ns": pl.Int64, "end_ns": pl.Int64}
+STEP_LEDGER = pl.Schema({"step": pl.Int64, "cause": pl.Utf8, "what": pl.Utf8, "ns": pl.Int64,
+                         "n": pl.Int64})
+INTERVALS = pl.Schema({"step": pl.Int64, "cause": pl.Utf8, "what": pl.Utf8, "start_ns": pl.Int64,
+                       "end_ns": pl.Int64})
 
 
 @dataclass(frozen=True)
@@ -111,8 +113,9 @@ def _gpu_ops(k: pl.DataFrame, copies: pl.DataFrame, launches: pl.DataFrame) -> p
     cc = cc.join(by_corr, on="correlation", how="left").select(
         "start_ns", (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"), "launch_id",
         pl.lit(False).alias("graph"), "launch_ns", "launch_end", "pid", "tid")
-    cols = {"start_ns": pl.Int64, "end_ns": pl.Int64, "launch_id": pl.Int64, "graph": pl.Boolean,
-            "launch_ns": pl.Int64, "launch_end": pl.Int64, "pid": pl.Int64, "tid": pl.Int64}
+    cols = pl.Schema({"start_ns": pl.Int64, "end_ns": pl.Int64, "launch_id": pl.Int64,
+                      "graph": pl.Boolean, "launch_ns": pl.Int64, "launch_end": pl.Int64,
+                      "pid": pl.Int64, "tid": pl.Int64})
     return pl.concat([kk.select(list(cols)).cast(cols), cc.select(list(cols)).cast(cols)]).sort("start_ns")
 
 
@@ -212,8 +215,8 @@ def phase_ledger(led: Ledger, steps: pl.DataFrame, phase: str) -> pl.DataFrame:
     counted = steps.filter((pl.col("phase") == phase) & pl.col("excluded").is_null()
                            & pl.col("window_start").is_not_null())
     n = counted.height
-    schema = {"cause": pl.Utf8, "what": pl.Utf8, "ms_per_step": pl.Float64, "share": pl.Float64,
-              "n_per_step": pl.Float64, "median_us": pl.Float64}
+    schema = pl.Schema({"cause": pl.Utf8, "what": pl.Utf8, "ms_per_step": pl.Float64, "share": pl.Float64,
+              "n_per_step": pl.Float64, "median_us": pl.Float64})
     if n == 0:
         return pl.DataFrame(schema=schema)
     mean_ms = float((counted["window_end"] - counted["window_start"]).sum()) / n / 1e6
