@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import polars as pl
 
 import rules
 from attrib.cost.budget import Budget, for_world, model_shape
@@ -25,8 +26,10 @@ from attrib.analysis.finding import Finding
 from attrib.analysis.model import Analysis
 from attrib.options import TOP_KERNELS, Options
 from attrib.pipeline import Attribution, attribute
-from attrib.roofline.arch import Arch, load_archs, override
+from attrib.roofline.arch import Arch, detect, load_archs, override
+from attrib.report import ranks as ranks_report
 from attrib.report.export import annotate
+from attrib.steps import ranks as rk
 from attrib.trace import TRUNCATED, Trace
 from collectors import limits, load, reader, resolve
 
@@ -241,3 +244,70 @@ def export_trace(path: str | Path, opts: Options = Options()) -> dict[str, Any]:
         return annotate(raw, kernels, a.steps)
     except ValueError as exc:
         raise TraceError(path, f"{exc}: cannot align") from None
+
+
+CLOCK = ("Kineto baseTimeNanoseconds + ts: each rank's host wall clock (one node: the same clock; "
+         "across nodes only as close as their clock sync)")
+
+
+def _offset(trace: Trace) -> int:
+    base = (trace.meta.top or {}).get("baseTimeNanoseconds")
+    return int(base) if isinstance(base, int) else 0
+
+
+def _rank_of(a: Attribution, path: Path) -> tuple[int, int | None]:
+    info = (a.trace.meta.top or {}).get("distributedInfo")
+    rank = info.get("rank") if isinstance(info, dict) else None
+    if not isinstance(rank, int):
+        raise TraceError(path, "no distributedInfo.rank: not a rank of a distributed run")
+    return rank, world_size(a.trace)
+
+
+def _link(a: Attribution, opts: Options, link_gbs: float | None) -> dict[str, Any]:
+    if link_gbs is not None:
+        return {"gbs": link_gbs, "from": "--link-gbs", "source": None}
+    dev = opts.arch
+    if dev is None:
+        names = a.trace.kernels["name"].unique().head(20000).to_list()
+        dev, _ = detect(a.trace.meta.devices, a.trace.meta.vendor, names, extra=opts.arch_file)
+    if dev is None or not dev.link_gbs:
+        return {"gbs": None, "from": dev.key if dev else None, "source": None}
+    return {"gbs": dev.link_gbs, "from": f"{dev.name} ({dev.key})", "source": dev.link_source}
+
+
+def merge_ranks(paths: list[Path], opts: Options = Options(), link_gbs: float | None = None,
+                warn: Warn | None = None) -> dict[str, Any]:
+    """The attrib.ranks/1 document of the per-rank traces of one run (attrib.steps.ranks):
+    per-rank step times side by side, the slowest rank, collectives split into wait, transfer
+    (bus bytes at the device's link bandwidth, or link_gbs) and latency, step-start skew."""
+    runs: dict[int, tuple[Path, Attribution, int | None]] = {}
+    for path in paths:
+        a = attribution(path, opts, warn)
+        rank, world = _rank_of(a, path)
+        if rank in runs:
+            raise TraceError(path, f"rank {rank} given twice (also {runs[rank][0]})")
+        runs[rank] = (path, a, world)
+    if len(runs) < 2:
+        raise UsageError(f"ranks needs the traces of two or more ranks, got {len(runs)}")
+    worlds = {w for _, _, w in runs.values()}
+    notes = [] if worlds == {len(runs)} else [
+        f"world size {sorted(w for w in worlds if w)} in the traces, {len(runs)} ranks given: "
+        "the figures are over the ranks given"]
+    steps: list[pl.DataFrame] = []
+    colls: list[pl.DataFrame] = []
+    info: list[dict[str, Any]] = []
+    for rank in sorted(runs):
+        path, a, _ = runs[rank]
+        off = _offset(a.trace)
+        st, co = rk.step_times(a.steps, rank, off), rk.collectives(a.kernels, rank, off)
+        steps.append(st)
+        colls.append(co)
+        info.append({"rank": rank, "path": str(path), "steps": st.height, "collectives": co.height})
+    counts = {int(r["collectives"]) for r in info}
+    if len(counts) > 1:
+        notes.append(f"ranks issued {sorted(counts)} collectives: only the first "
+                     f"{min(counts)} of each are matched")
+    link = _link(runs[min(runs)][1], opts, link_gbs)
+    split = rk.split(pl.concat(colls), link["gbs"])
+    table = rk.by_step(pl.concat(steps), split)
+    return ranks_report.document(info, table, rk.by_phase(table), split, link, CLOCK, notes)

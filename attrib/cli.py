@@ -16,11 +16,12 @@ import click
 import orjson
 
 from attrib.analysis.model import Analysis
-from attrib.app import analyze_path, baseline_findings, catalog, export_trace, model_budget, resolve_arch
+from attrib.app import analyze_path, baseline_findings, catalog, export_trace, merge_ranks, model_budget, resolve_arch
 from attrib.cost.dtypes import KV_BYTES
 from attrib.errors import TraceError, UsageError
 from attrib.output import write_file, write_files
 from attrib.report import compare_render, renderers
+from attrib.report import ranks as ranks_render
 from attrib.report.renderers import View
 from attrib.report import plots as plots_mod
 from attrib.report.compare import MIN_EFFECT_PCT
@@ -258,6 +259,49 @@ def slope(traces: tuple[Path, ...], phase: str, fmt: str, phase_map: tuple[str, 
         raise UsageError(f"no {phase} steps with a known context in two or more traces: nothing to fit "
                          "(" + "; ".join(doc["notes"]) + ")")
     _write(_dump(doc) if fmt == "json" else _printable(slope_render(doc)), output, force)
+
+
+def _rank_traces(items: tuple[Path, ...]) -> list[Path]:
+    """TRACES as given; a folder stands for its trace files (*.json, *.json.gz; stamps and
+    .model.json sidecars left out)."""
+    out: list[Path] = []
+    for p in items:
+        if not p.is_dir():
+            out.append(p)
+            continue
+        found = sorted(f for f in p.iterdir() if f.is_file() and f.name.endswith((".json", ".json.gz"))
+                       and not f.name.endswith((".attrib.json", ".model.json")))
+        if not found:
+            raise TraceError(p, "holds no trace files (*.json, *.json.gz)")
+        out += found
+    return out
+
+
+@cli.command("ranks")
+@click.argument("traces", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "md"]), default=None,
+              help="Default: from the output's suffix, else table.")
+@click.option("--link-gbs", type=click.FloatRange(min=0, min_open=True), metavar="GB/S",
+              help="Interconnect bandwidth per direction (default: the device's, `attrib archs`).")
+@click.option("--phase-map", multiple=True, metavar="NAME=PHASE", help="Treat annotation NAME as PHASE (repeatable).")
+@click.option("--arch", "arch_name", metavar="NAME", help="Take the link bandwidth of this device.")
+@click.option("--arch-file", type=click.Path(path_type=Path, exists=True, dir_okay=False))
+@click.option("-o", "--output", type=click.Path(path_type=Path), help="Write to FILE instead of stdout.")
+@click.option("--force", is_flag=True, help="Overwrite FILE if it exists.")
+def ranks_cmd(traces: tuple[Path, ...], fmt: str | None, link_gbs: float | None, phase_map: tuple[str, ...],
+              arch_name: str | None, arch_file: Path | None, output: Path | None, force: bool) -> None:
+    """The ranks of one run merged (a folder of per-rank traces, or the traces): step times side by
+    side, the slowest rank, collectives split into wait, transfer and latency, step-start skew."""
+    fmt = fmt or (renderers.by_suffix(output, "table").name if output else "table")
+    check_output(output, force)
+    arch, arch_from = resolve_arch(arch_name, arch_file)
+    opts = Options(phase_map=_phase_map(phase_map), arch=arch, arch_from=arch_from, arch_file=arch_file)
+    paths = _rank_traces(traces)
+    with progress(f"analyzing {len(paths)} ranks"):
+        doc = merge_ranks(paths, opts, link_gbs, warn=_warn)
+    text = {"json": _dump, "md": ranks_render.render_markdown,
+            "table": lambda d: _printable(ranks_render.render_table(d))}[fmt](doc)
+    _write(text, output, force)
 
 
 @cli.command()
