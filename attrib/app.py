@@ -18,10 +18,11 @@ import rules
 from attrib.cost.budget import Budget, for_world, model_shape
 from attrib.cost.kernels import world_size
 from attrib.cost.dtypes import KV_BYTES
-from attrib.cost.weights import Bits, from_quantization_config, parse_bits
+from attrib.cost.weights import Bits, Formats, from_quantization_config, parse_bits, parse_formats
 from attrib.errors import TraceError, UsageError
 from attrib.analysis.bottlenecks import rank
 from attrib.analysis.build import build
+from attrib.analysis.reprice import project
 from attrib.analysis.finding import Finding
 from attrib.analysis.model import Analysis
 from attrib.options import TOP_KERNELS, Options
@@ -156,7 +157,8 @@ def options(*, phase: str | None = None, phase_map: Mapping[str, str] | None = N
             model: str | Path | Mapping[str, Any] | None = None,
             weight_bits: float | str | Mapping[str, float] | None = None, kv_dtype: str = "bf16",
             context: int | None = None, capture: str | Path | None = None,
-            capture_batch: int | None = None, top: int = TOP_KERNELS) -> Options:
+            capture_batch: int | None = None, top: int = TOP_KERNELS,
+            what_if: str | None = None) -> Options:
     """The Options of `analyze`'s arguments: an arch name or entry resolved, a model config read.
 
     Bad arguments raise UsageError (or TraceError for a bad file) before any trace is read."""
@@ -166,7 +168,7 @@ def options(*, phase: str | None = None, phase_map: Mapping[str, str] | None = N
     return Options(phase=phase, phase_map=dict(phase_map or {}), arch=dev, arch_from=dev_from,
                    arch_file=arch_path, budget=budget,
                    capture=Path(capture) if capture is not None else None,
-                   capture_batch=capture_batch, top=top)
+                   capture_batch=capture_batch, top=top, what_if=parse_what_if(what_if, budget))
 
 
 def analyze(path: str | Path, *, phase: str | None = None, phase_map: Mapping[str, str] | None = None,
@@ -174,19 +176,21 @@ def analyze(path: str | Path, *, phase: str | None = None, phase_map: Mapping[st
             model: str | Path | Mapping[str, Any] | None = None,
             weight_bits: float | str | Mapping[str, float] | None = None, kv_dtype: str = "bf16",
             context: int | None = None, capture: str | Path | None = None,
-            capture_batch: int | None = None, top: int = TOP_KERNELS) -> Analysis:
+            capture_batch: int | None = None, top: int = TOP_KERNELS,
+            what_if: str | None = None) -> Analysis:
     """Load a trace (any supported format), attribute it, run the rules: its Analysis.
 
     phase: only this phase ("prefill", "decode", ...); phase_map: annotation name -> phase;
     arch: measure against this device instead of the detected one (a what-if: "gfx1201", "h200", ...);
     arch_file: TOML of extra device entries; model, weight_bits, kv_dtype, context: a HF config to
     budget decode bytes the trace has no shapes for; capture (+ capture_batch): the graph-capture trace
-    of a replay trace; top: top kernels per phase. `.to_dict()` is the attrib.analysis/1 document.
+    of a replay trace; top: top kernels per phase; what_if: formats to project decode at
+    (`weights=int4,kv=fp8`, needs model). `.to_dict()` is the attrib.analysis/1 document.
     Bad input raises attrib.errors.TraceError (the file) or UsageError (an argument).
     """
     opts = options(phase=phase, phase_map=phase_map, arch=arch, arch_file=arch_file, model=model,
                    weight_bits=weight_bits, kv_dtype=kv_dtype, context=context, capture=capture,
-                   capture_batch=capture_batch, top=top)
+                   capture_batch=capture_batch, top=top, what_if=what_if)
     return analyze_path(path, opts)
 
 
@@ -220,8 +224,35 @@ def analysis(a: Attribution, opts: Options = Options()) -> Analysis:
     """The Analysis of an attribution: its figures, the rules' findings, the ranked bottlenecks."""
     budget = for_world(opts.budget, world_size(a.trace))  # the rank's tensor-parallel shard
     an = build(a, opts.phase, opts.arch, opts.arch_from, budget, opts.arch_file, opts.top)
+    an = with_what_if(an, budget, opts.what_if)
     found = tuple(rules.run(a, an))
     return replace(an, findings=found, phases=rank(an.phases, found))
+
+
+def with_what_if(an: Analysis, budget: Budget | None, formats: Formats | None) -> Analysis:
+    """The analysis with its decode phase projected at `formats` (a note says why not)."""
+    if formats is None or budget is None:
+        return an
+    dec = an.phase("decode")
+    wi = project(dec, budget, formats, an.device) if dec is not None else None
+    if wi is not None:
+        return replace(an, what_if=wi)
+    why = "no decode phase" if dec is None else "the decode phase has no tokens, bytes or context"
+    return replace(an, notes=(*an.notes, f"--what-if {formats.label()}: not projected ({why})"))
+
+
+def parse_what_if(text: str | None, budget: Budget | None) -> Formats | None:
+    """--what-if's formats; a UsageError when malformed or without a model config."""
+    if text is None:
+        return None
+    try:
+        formats = parse_formats(text)
+    except ValueError as exc:
+        raise UsageError(f"--what-if: {exc}") from None
+    if budget is None:
+        raise UsageError("--what-if needs --model: each component's weight and K/V bytes come from "
+                         "the model config")
+    return formats
 
 
 def baseline_findings(base: Analysis, cand: Analysis) -> list[Finding]:

@@ -16,7 +16,8 @@ import click
 import orjson
 
 from attrib.analysis.model import Analysis
-from attrib.app import analyze_path, baseline_findings, catalog, export_trace, merge_ranks, model_budget, resolve_arch
+from attrib.app import (analyze_path, baseline_findings, catalog, export_trace, merge_ranks, model_budget,
+                        parse_what_if, resolve_arch)
 from attrib.cost.dtypes import KV_BYTES
 from attrib.errors import TraceError, UsageError
 from attrib.output import write_file, write_files
@@ -97,6 +98,9 @@ def _analysis_options(f):
         click.option("--kv-dtype", type=click.Choice(sorted(KV_BYTES)), default="bf16", show_default=True,
                      help="With --model: KV-cache element type."),
         click.option("--context", type=int, help="With --model: K/V positions each decode step reads."),
+        click.option("--what-if", "what_if", metavar="CLASS=FORMAT,...", help="With --model: project decode at "
+                     "other formats: weights=int4|int8|fp8|mxfp4 (or per class: experts=, attention=, mlp=, lm_head=, "
+                     "default=), kv=fp8|int8 (int4: 0.5 B + an fp16 scale per 128)."),
         click.option("--capture", "capture", type=click.Path(path_type=Path), help="The graph-capture trace of this "
                      "replay trace (vLLM capture_torch_profiler): replayed kernels get their ops, shapes and modules."),
         click.option("--capture-batch", type=int, help="With --capture: the captured batch size to align with."),
@@ -116,7 +120,8 @@ def _options(o: dict) -> Options:
     budget = model_budget(o["model"], weight_bits=o["weight_bits"], kv_dtype=o["kv_dtype"], context=o["context"])
     return Options(phase=o["phase"], phase_map=_phase_map(o["phase_map"]), arch=arch, arch_from=arch_from,
                    arch_file=o["arch_file"], budget=budget, capture=o["capture"],
-                   capture_batch=o["capture_batch"], top=max(o["top"] or TOP_KERNELS, TOP_KERNELS))
+                   capture_batch=o["capture_batch"], top=max(o["top"] or TOP_KERNELS, TOP_KERNELS),
+                   what_if=parse_what_if(o["what_if"], budget))
 
 
 def _analyze(trace: Path, o: dict) -> Analysis:
