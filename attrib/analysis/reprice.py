@@ -82,6 +82,11 @@ def project(phase: Phase, budget: Budget, formats: Formats, device: Device) -> W
     classes = sorted({r.repriced for r in rows if r.repriced and r.repriced != "kv"})
     notes = [f"{r.component}: compute-bound at {formats.label()}: the format does not move its floor"
              for r in rows if r.bound == "compute"]
+    notes += [f"{c.component}: measured {c.bytes or 0:,.0f} B/step, below the model config's weights "
+              f"({rows_b[c.component]['weight_bytes']:,.0f} B at the budget's bits): give --weight-bits "
+              "for the traced format" for c in counted
+              if c.component in WEIGHT_CLASS and c.component in rows_b
+              and rows_b[c.component]["weight_bytes"] > 1.05 * (c.bytes or 0)]
     if device.roofline_bw is None:
         notes.append("no device bandwidth known: floors and the ceiling are not projected")
     return WhatIf(
