@@ -200,6 +200,16 @@ def _dump(doc: dict) -> str:
     return orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n"
 
 
+def _file_options(f):
+    """--arch-file, -o/--output and --force (compare, ranks)."""
+    opts = [click.option("--arch-file", type=click.Path(path_type=Path, exists=True, dir_okay=False)),
+            click.option("-o", "--output", type=click.Path(path_type=Path), help="Write to FILE instead of stdout."),
+            click.option("--force", is_flag=True, help="Overwrite FILE if it exists.")]
+    for o in reversed(opts):
+        f = o(f)
+    return f
+
+
 @cli.command()
 @click.argument("traces", nargs=-1, type=click.Path(path_type=Path))
 @click.option("-b", "--base", "bases", multiple=True, type=click.Path(path_type=Path),
@@ -214,9 +224,7 @@ def _dump(doc: dict) -> str:
               help="Default: from the output's suffix, else table.")
 @click.option("--phase-map", multiple=True, metavar="NAME=PHASE", help="Treat annotation NAME as PHASE (repeatable).")
 @click.option("--arch", "arch_name", metavar="NAME", help="Measure both sides against this device.")
-@click.option("--arch-file", type=click.Path(path_type=Path, exists=True, dir_okay=False))
-@click.option("-o", "--output", type=click.Path(path_type=Path), help="Write to FILE instead of stdout.")
-@click.option("--force", is_flag=True, help="Overwrite FILE if it exists.")
+@_file_options
 def compare(traces: tuple[Path, ...], bases: tuple[Path, ...], cands: tuple[Path, ...], gate: float | None,
             min_effect: float, fmt: str | None, phase_map: tuple[str, ...], arch_name: str | None,
             arch_file: Path | None, output: Path | None, force: bool) -> int:
@@ -290,9 +298,7 @@ def _rank_traces(items: tuple[Path, ...]) -> list[Path]:
               help="Interconnect bandwidth per direction (default: the device's, `attrib archs`).")
 @click.option("--phase-map", multiple=True, metavar="NAME=PHASE", help="Treat annotation NAME as PHASE (repeatable).")
 @click.option("--arch", "arch_name", metavar="NAME", help="Take the link bandwidth of this device.")
-@click.option("--arch-file", type=click.Path(path_type=Path, exists=True, dir_okay=False))
-@click.option("-o", "--output", type=click.Path(path_type=Path), help="Write to FILE instead of stdout.")
-@click.option("--force", is_flag=True, help="Overwrite FILE if it exists.")
+@_file_options
 def ranks_cmd(traces: tuple[Path, ...], fmt: str | None, link_gbs: float | None, phase_map: tuple[str, ...],
               arch_name: str | None, arch_file: Path | None, output: Path | None, force: bool) -> None:
     """The ranks of one run merged (a folder of per-rank traces, or the traces): step times side by

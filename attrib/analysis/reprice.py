@@ -62,6 +62,12 @@ def _row(c: Component, b: Mapping[str, Any], budget: Budget, formats: Formats,
     return WhatIfRow(c.component, what, measured, projected, part, c.roofline_ms, floor, bound)
 
 
+def _below(c: Component, weights: float) -> str:
+    return (f"{c.component}: measured {c.bytes or 0:,.0f} B/step, below the model config's "
+            f"weights ({weights:,.0f} B at the budget's bits): give --weight-bits for the "
+            "traced format")
+
+
 def _ceiling(tokens: int, floors: list[float | None]) -> float | None:
     known = [f for f in floors if f]
     return tokens / (sum(known) / 1e3) if known and len(known) == len(floors) else None
@@ -80,11 +86,10 @@ def project(phase: Phase, budget: Budget, formats: Formats, device: Device) -> W
     before = sum(r.bytes for r in rows)
     after = sum(r.projected_bytes for r in rows)
     classes = sorted({r.repriced for r in rows if r.repriced and r.repriced != "kv"})
-    notes = [f"{r.component}: compute-bound at {formats.label()}: the format does not move its floor"
+    label = formats.label()
+    notes = [f"{r.component}: compute-bound at {label}: the format does not move its floor"
              for r in rows if r.bound == "compute"]
-    notes += [f"{c.component}: measured {c.bytes or 0:,.0f} B/step, below the model config's weights "
-              f"({rows_b[c.component]['weight_bytes']:,.0f} B at the budget's bits): give --weight-bits "
-              "for the traced format" for c in counted
+    notes += [_below(c, rows_b[c.component]["weight_bytes"]) for c in counted
               if c.component in WEIGHT_CLASS and c.component in rows_b
               and rows_b[c.component]["weight_bytes"] > 1.05 * (c.bytes or 0)]
     if device.roofline_bw is None:

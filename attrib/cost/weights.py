@@ -116,7 +116,8 @@ def parse_formats(text: str) -> Formats:
     for part in (p.strip() for p in text.split(",") if p.strip()):
         key, sep, fmt = (x.strip().lower() for x in part.partition("="))
         if not sep:
-            raise ValueError(f"{part!r}: expected CLASS=FORMAT (weights=int4, kv=fp8, experts=mxfp4, ...)")
+            raise ValueError(f"{part!r}: expected CLASS=FORMAT "
+                             "(weights=int4, kv=fp8, experts=mxfp4, ...)")
         if key == "kv":
             if fmt not in KV_FORMATS:
                 raise ValueError(f"kv={fmt}: KV formats are {', '.join(KV_FORMATS)}")
@@ -135,7 +136,8 @@ def parse_formats(text: str) -> Formats:
 
 # the weight class of each GEMM component's weights (what a what-if re-prices); norms, the router
 # and activations keep their dtype
-WEIGHT_CLASS = {"qkv_proj": "attention", "o_proj": "attention", "mlp_gate_up": "mlp", "mlp_down": "mlp",
+WEIGHT_CLASS = {"qkv_proj": "attention", "o_proj": "attention",
+                "mlp_gate_up": "mlp", "mlp_down": "mlp",
                 "moe_experts": "experts", "moe_shared_expert": "shared_experts",
                 "embedding": "embedding", "lm_head": "lm_head"}
 # components whose bytes beyond their activations are K/V in the cache's format (reads, the
