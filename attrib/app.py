@@ -12,21 +12,25 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import polars as pl
 
 import rules
 from attrib.cost.budget import Budget, for_world, model_shape
 from attrib.cost.kernels import world_size
 from attrib.cost.dtypes import KV_BYTES
-from attrib.cost.weights import Bits, from_quantization_config, parse_bits
+from attrib.cost.weights import Bits, Formats, from_quantization_config, parse_bits, parse_formats
 from attrib.errors import TraceError, UsageError
 from attrib.analysis.bottlenecks import rank
 from attrib.analysis.build import build
+from attrib.analysis.reprice import project
 from attrib.analysis.finding import Finding
 from attrib.analysis.model import Analysis
 from attrib.options import TOP_KERNELS, Options
 from attrib.pipeline import Attribution, attribute
-from attrib.roofline.arch import Arch, load_archs, override
+from attrib.roofline.arch import Arch, detect, load_archs, override
+from attrib.report import ranks as ranks_report
 from attrib.report.export import annotate
+from attrib.steps import ranks as rk
 from attrib.trace import TRUNCATED, Trace
 from collectors import limits, load, reader, resolve
 
@@ -153,7 +157,8 @@ def options(*, phase: str | None = None, phase_map: Mapping[str, str] | None = N
             model: str | Path | Mapping[str, Any] | None = None,
             weight_bits: float | str | Mapping[str, float] | None = None, kv_dtype: str = "bf16",
             context: int | None = None, capture: str | Path | None = None,
-            capture_batch: int | None = None, top: int = TOP_KERNELS) -> Options:
+            capture_batch: int | None = None, top: int = TOP_KERNELS,
+            what_if: str | None = None) -> Options:
     """The Options of `analyze`'s arguments: an arch name or entry resolved, a model config read.
 
     Bad arguments raise UsageError (or TraceError for a bad file) before any trace is read."""
@@ -163,7 +168,7 @@ def options(*, phase: str | None = None, phase_map: Mapping[str, str] | None = N
     return Options(phase=phase, phase_map=dict(phase_map or {}), arch=dev, arch_from=dev_from,
                    arch_file=arch_path, budget=budget,
                    capture=Path(capture) if capture is not None else None,
-                   capture_batch=capture_batch, top=top)
+                   capture_batch=capture_batch, top=top, what_if=parse_what_if(what_if, budget))
 
 
 def analyze(path: str | Path, *, phase: str | None = None, phase_map: Mapping[str, str] | None = None,
@@ -171,19 +176,21 @@ def analyze(path: str | Path, *, phase: str | None = None, phase_map: Mapping[st
             model: str | Path | Mapping[str, Any] | None = None,
             weight_bits: float | str | Mapping[str, float] | None = None, kv_dtype: str = "bf16",
             context: int | None = None, capture: str | Path | None = None,
-            capture_batch: int | None = None, top: int = TOP_KERNELS) -> Analysis:
+            capture_batch: int | None = None, top: int = TOP_KERNELS,
+            what_if: str | None = None) -> Analysis:
     """Load a trace (any supported format), attribute it, run the rules: its Analysis.
 
     phase: only this phase ("prefill", "decode", ...); phase_map: annotation name -> phase;
     arch: measure against this device instead of the detected one (a what-if: "gfx1201", "h200", ...);
     arch_file: TOML of extra device entries; model, weight_bits, kv_dtype, context: a HF config to
     budget decode bytes the trace has no shapes for; capture (+ capture_batch): the graph-capture trace
-    of a replay trace; top: top kernels per phase. `.to_dict()` is the attrib.analysis/1 document.
+    of a replay trace; top: top kernels per phase; what_if: formats to project decode at
+    (`weights=int4,kv=fp8`, needs model). `.to_dict()` is the attrib.analysis/1 document.
     Bad input raises attrib.errors.TraceError (the file) or UsageError (an argument).
     """
     opts = options(phase=phase, phase_map=phase_map, arch=arch, arch_file=arch_file, model=model,
                    weight_bits=weight_bits, kv_dtype=kv_dtype, context=context, capture=capture,
-                   capture_batch=capture_batch, top=top)
+                   capture_batch=capture_batch, top=top, what_if=what_if)
     return analyze_path(path, opts)
 
 
@@ -217,8 +224,35 @@ def analysis(a: Attribution, opts: Options = Options()) -> Analysis:
     """The Analysis of an attribution: its figures, the rules' findings, the ranked bottlenecks."""
     budget = for_world(opts.budget, world_size(a.trace))  # the rank's tensor-parallel shard
     an = build(a, opts.phase, opts.arch, opts.arch_from, budget, opts.arch_file, opts.top)
+    an = with_what_if(an, budget, opts.what_if)
     found = tuple(rules.run(a, an))
     return replace(an, findings=found, phases=rank(an.phases, found))
+
+
+def with_what_if(an: Analysis, budget: Budget | None, formats: Formats | None) -> Analysis:
+    """The analysis with its decode phase projected at `formats` (a note says why not)."""
+    if formats is None or budget is None:
+        return an
+    dec = an.phase("decode")
+    wi = project(dec, budget, formats, an.device) if dec is not None else None
+    if wi is not None:
+        return replace(an, what_if=wi)
+    why = "no decode phase" if dec is None else "the decode phase has no tokens, bytes or context"
+    return replace(an, notes=(*an.notes, f"--what-if {formats.label()}: not projected ({why})"))
+
+
+def parse_what_if(text: str | None, budget: Budget | None) -> Formats | None:
+    """--what-if's formats; a UsageError when malformed or without a model config."""
+    if text is None:
+        return None
+    try:
+        formats = parse_formats(text)
+    except ValueError as exc:
+        raise UsageError(f"--what-if: {exc}") from None
+    if budget is None:
+        raise UsageError("--what-if needs --model: each component's weight and K/V bytes come from "
+                         "the model config")
+    return formats
 
 
 def baseline_findings(base: Analysis, cand: Analysis) -> list[Finding]:
@@ -241,3 +275,70 @@ def export_trace(path: str | Path, opts: Options = Options()) -> dict[str, Any]:
         return annotate(raw, kernels, a.steps)
     except ValueError as exc:
         raise TraceError(path, f"{exc}: cannot align") from None
+
+
+CLOCK = ("Kineto baseTimeNanoseconds + ts: each rank's host wall clock (one node: the same clock; "
+         "across nodes only as close as their clock sync)")
+
+
+def _offset(trace: Trace) -> int:
+    base = (trace.meta.top or {}).get("baseTimeNanoseconds")
+    return int(base) if isinstance(base, int) else 0
+
+
+def _rank_of(a: Attribution, path: Path) -> tuple[int, int | None]:
+    info = (a.trace.meta.top or {}).get("distributedInfo")
+    rank = info.get("rank") if isinstance(info, dict) else None
+    if not isinstance(rank, int):
+        raise TraceError(path, "no distributedInfo.rank: not a rank of a distributed run")
+    return rank, world_size(a.trace)
+
+
+def _link(a: Attribution, opts: Options, link_gbs: float | None) -> dict[str, Any]:
+    if link_gbs is not None:
+        return {"gbs": link_gbs, "from": "--link-gbs", "source": None}
+    dev = opts.arch
+    if dev is None:
+        names = a.trace.kernels["name"].unique().head(20000).to_list()
+        dev, _ = detect(a.trace.meta.devices, a.trace.meta.vendor, names, extra=opts.arch_file)
+    if dev is None or not dev.link_gbs:
+        return {"gbs": None, "from": dev.key if dev else None, "source": None}
+    return {"gbs": dev.link_gbs, "from": f"{dev.name} ({dev.key})", "source": dev.link_source}
+
+
+def merge_ranks(paths: list[Path], opts: Options = Options(), link_gbs: float | None = None,
+                warn: Warn | None = None) -> dict[str, Any]:
+    """The attrib.ranks/1 document of the per-rank traces of one run (attrib.steps.ranks):
+    per-rank step times side by side, the slowest rank, collectives split into wait, transfer
+    (bus bytes at the device's link bandwidth, or link_gbs) and latency, step-start skew."""
+    runs: dict[int, tuple[Path, Attribution, int | None]] = {}
+    for path in paths:
+        a = attribution(path, opts, warn)
+        rank, world = _rank_of(a, path)
+        if rank in runs:
+            raise TraceError(path, f"rank {rank} given twice (also {runs[rank][0]})")
+        runs[rank] = (path, a, world)
+    if len(runs) < 2:
+        raise UsageError(f"ranks needs the traces of two or more ranks, got {len(runs)}")
+    worlds = {w for _, _, w in runs.values()}
+    notes = [] if worlds == {len(runs)} else [
+        f"world size {sorted(w for w in worlds if w)} in the traces, {len(runs)} ranks given: "
+        "the figures are over the ranks given"]
+    steps: list[pl.DataFrame] = []
+    colls: list[pl.DataFrame] = []
+    info: list[dict[str, Any]] = []
+    for rank in sorted(runs):
+        path, a, _ = runs[rank]
+        off = _offset(a.trace)
+        st, co = rk.step_times(a.steps, rank, off), rk.collectives(a.kernels, rank, off)
+        steps.append(st)
+        colls.append(co)
+        info.append({"rank": rank, "path": str(path), "steps": st.height, "collectives": co.height})
+    counts = {int(r["collectives"]) for r in info}
+    if len(counts) > 1:
+        notes.append(f"ranks issued {sorted(counts)} collectives: only the first "
+                     f"{min(counts)} of each are matched")
+    link = _link(runs[min(runs)][1], opts, link_gbs)
+    split = rk.split(pl.concat(colls), link["gbs"])
+    table = rk.by_step(pl.concat(steps), split)
+    return ranks_report.document(info, table, rk.by_phase(table), split, link, CLOCK, notes)

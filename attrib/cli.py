@@ -16,11 +16,13 @@ import click
 import orjson
 
 from attrib.analysis.model import Analysis
-from attrib.app import analyze_path, baseline_findings, catalog, export_trace, model_budget, resolve_arch
+from attrib.app import (analyze_path, baseline_findings, catalog, export_trace, merge_ranks, model_budget,
+                        parse_what_if, resolve_arch)
 from attrib.cost.dtypes import KV_BYTES
 from attrib.errors import TraceError, UsageError
 from attrib.output import write_file, write_files
 from attrib.report import compare_render, renderers
+from attrib.report import ranks as ranks_render
 from attrib.report.renderers import View
 from attrib.report import plots as plots_mod
 from attrib.report.compare import MIN_EFFECT_PCT
@@ -96,6 +98,9 @@ def _analysis_options(f):
         click.option("--kv-dtype", type=click.Choice(sorted(KV_BYTES)), default="bf16", show_default=True,
                      help="With --model: KV-cache element type."),
         click.option("--context", type=int, help="With --model: K/V positions each decode step reads."),
+        click.option("--what-if", "what_if", metavar="CLASS=FORMAT,...", help="With --model: project decode at "
+                     "other formats: weights=int4|int8|fp8|mxfp4 (or per class: experts=, attention=, mlp=, lm_head=, "
+                     "default=), kv=fp8|int8 (int4: 0.5 B + an fp16 scale per 128)."),
         click.option("--capture", "capture", type=click.Path(path_type=Path), help="The graph-capture trace of this "
                      "replay trace (vLLM capture_torch_profiler): replayed kernels get their ops, shapes and modules."),
         click.option("--capture-batch", type=int, help="With --capture: the captured batch size to align with."),
@@ -115,7 +120,8 @@ def _options(o: dict) -> Options:
     budget = model_budget(o["model"], weight_bits=o["weight_bits"], kv_dtype=o["kv_dtype"], context=o["context"])
     return Options(phase=o["phase"], phase_map=_phase_map(o["phase_map"]), arch=arch, arch_from=arch_from,
                    arch_file=o["arch_file"], budget=budget, capture=o["capture"],
-                   capture_batch=o["capture_batch"], top=max(o["top"] or TOP_KERNELS, TOP_KERNELS))
+                   capture_batch=o["capture_batch"], top=max(o["top"] or TOP_KERNELS, TOP_KERNELS),
+                   what_if=parse_what_if(o["what_if"], budget))
 
 
 def _analyze(trace: Path, o: dict) -> Analysis:
@@ -194,6 +200,16 @@ def _dump(doc: dict) -> str:
     return orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n"
 
 
+def _file_options(f):
+    """--arch-file, -o/--output and --force (compare, ranks)."""
+    opts = [click.option("--arch-file", type=click.Path(path_type=Path, exists=True, dir_okay=False)),
+            click.option("-o", "--output", type=click.Path(path_type=Path), help="Write to FILE instead of stdout."),
+            click.option("--force", is_flag=True, help="Overwrite FILE if it exists.")]
+    for o in reversed(opts):
+        f = o(f)
+    return f
+
+
 @cli.command()
 @click.argument("traces", nargs=-1, type=click.Path(path_type=Path))
 @click.option("-b", "--base", "bases", multiple=True, type=click.Path(path_type=Path),
@@ -208,9 +224,7 @@ def _dump(doc: dict) -> str:
               help="Default: from the output's suffix, else table.")
 @click.option("--phase-map", multiple=True, metavar="NAME=PHASE", help="Treat annotation NAME as PHASE (repeatable).")
 @click.option("--arch", "arch_name", metavar="NAME", help="Measure both sides against this device.")
-@click.option("--arch-file", type=click.Path(path_type=Path, exists=True, dir_okay=False))
-@click.option("-o", "--output", type=click.Path(path_type=Path), help="Write to FILE instead of stdout.")
-@click.option("--force", is_flag=True, help="Overwrite FILE if it exists.")
+@_file_options
 def compare(traces: tuple[Path, ...], bases: tuple[Path, ...], cands: tuple[Path, ...], gate: float | None,
             min_effect: float, fmt: str | None, phase_map: tuple[str, ...], arch_name: str | None,
             arch_file: Path | None, output: Path | None, force: bool) -> int:
@@ -258,6 +272,47 @@ def slope(traces: tuple[Path, ...], phase: str, fmt: str, phase_map: tuple[str, 
         raise UsageError(f"no {phase} steps with a known context in two or more traces: nothing to fit "
                          "(" + "; ".join(doc["notes"]) + ")")
     _write(_dump(doc) if fmt == "json" else _printable(slope_render(doc)), output, force)
+
+
+def _rank_traces(items: tuple[Path, ...]) -> list[Path]:
+    """TRACES as given; a folder stands for its trace files (*.json, *.json.gz; stamps and
+    .model.json sidecars left out)."""
+    out: list[Path] = []
+    for p in items:
+        if not p.is_dir():
+            out.append(p)
+            continue
+        found = sorted(f for f in p.iterdir() if f.is_file() and f.name.endswith((".json", ".json.gz"))
+                       and not f.name.endswith((".attrib.json", ".model.json")))
+        if not found:
+            raise TraceError(p, "holds no trace files (*.json, *.json.gz)")
+        out += found
+    return out
+
+
+@cli.command("ranks")
+@click.argument("traces", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "md"]), default=None,
+              help="Default: from the output's suffix, else table.")
+@click.option("--link-gbs", type=click.FloatRange(min=0, min_open=True), metavar="GB/S",
+              help="Interconnect bandwidth per direction (default: the device's, `attrib archs`).")
+@click.option("--phase-map", multiple=True, metavar="NAME=PHASE", help="Treat annotation NAME as PHASE (repeatable).")
+@click.option("--arch", "arch_name", metavar="NAME", help="Take the link bandwidth of this device.")
+@_file_options
+def ranks_cmd(traces: tuple[Path, ...], fmt: str | None, link_gbs: float | None, phase_map: tuple[str, ...],
+              arch_name: str | None, arch_file: Path | None, output: Path | None, force: bool) -> None:
+    """The ranks of one run merged (a folder of per-rank traces, or the traces): step times side by
+    side, the slowest rank, collectives split into wait, transfer and latency, step-start skew."""
+    fmt = fmt or (renderers.by_suffix(output, "table").name if output else "table")
+    check_output(output, force)
+    arch, arch_from = resolve_arch(arch_name, arch_file)
+    opts = Options(phase_map=_phase_map(phase_map), arch=arch, arch_from=arch_from, arch_file=arch_file)
+    paths = _rank_traces(traces)
+    with progress(f"analyzing {len(paths)} ranks"):
+        doc = merge_ranks(paths, opts, link_gbs, warn=_warn)
+    text = {"json": _dump, "md": ranks_render.render_markdown,
+            "table": lambda d: _printable(ranks_render.render_table(d))}[fmt](doc)
+    _write(text, output, force)
 
 
 @cli.command()

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from attrib.cost.budget import Budget
+from attrib.cost.weights import Formats
 from attrib.roofline.arch import Arch
 
 TOP_KERNELS = 10
@@ -17,7 +18,8 @@ class Options:
     """phase: only this phase; phase_map: annotation name -> phase; arch (+ arch_from "override"): the
     device to measure against instead of the detected one; arch_file: extra device entries; budget: a
     model config's bytes for ops whose weights the trace hides; capture (+ capture_batch): the
-    graph-capture trace of a replay trace; top: top kernels per phase."""
+    graph-capture trace of a replay trace; top: top kernels per phase; what_if: weight/KV formats
+    to project the decode phase at (attrib.analysis.reprice)."""
 
     phase: str | None = None
     phase_map: Mapping[str, str] = field(default_factory=dict)
@@ -28,3 +30,4 @@ class Options:
     capture: Path | None = None
     capture_batch: int | None = None
     top: int = TOP_KERNELS
+    what_if: Formats | None = None  # re-price the decode phase at these formats (needs budget)

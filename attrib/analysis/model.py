@@ -14,6 +14,7 @@ import orjson
 import polars as pl
 
 from attrib.analysis.finding import JSON, Evidence, Finding
+from attrib.analysis.whatif import WhatIf
 
 SCHEMA_ID = "attrib.analysis/1"
 
@@ -365,6 +366,7 @@ class Analysis:
     coverage: Coverage
     findings: tuple[Finding, ...] = ()
     notes: tuple[str, ...] = ()
+    what_if: WhatIf | None = None  # --what-if: the decode phase at other formats (a projection)
 
     def phase(self, name: str) -> Phase | None:
         """The phase called `name`, or None."""
@@ -409,6 +411,7 @@ class Analysis:
             "coverage": _record(self.coverage),
             "findings": [f.to_json() for f in self.findings],
             "notes": list(self.notes),
+            **({"what_if": self.what_if.to_dict()} if self.what_if is not None else {}),
         }
 
     def to_json(self) -> str:

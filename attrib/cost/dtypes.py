@@ -43,6 +43,15 @@ WEIGHT_BITS: dict[str, float] = {
     "q8_0": 8.5,        # GGUF: 32 x 8 bit + fp16 scale per block of 32
 }
 
+# Weight formats of a what-if projection (`--what-if weights=int4`), bits per weight, scales included.
+INT4_GROUP = 128   # int4: one fp16 scale per group of 128 weights (GPTQ/AWQ-style, symmetric)
+WHAT_IF_BITS: dict[str, float] = {
+    "int4": 4 + 16 / INT4_GROUP,   # 0.5 B + 2/128 B = 0.515625 B per weight
+    "int8": 8, "fp8": 8,           # per-channel scales: negligible (1 per row of thousands)
+    "mxfp4": WEIGHT_BITS["mxfp4"],  # 0.5 B + 1 E8M0 byte per 32 = 0.53125 B
+    "bf16": 16, "fp16": 16,
+}
+
 # KV-cache element types a model budget accepts, in bytes per element (the same formats' bits / 8).
 KV_BYTES: dict[str, float] = {k: WEIGHT_BITS[k] / 8 for k in ("bf16", "fp16", "fp32", "fp8", "int8", "q8_0", "q4_0")}
 

@@ -8,9 +8,10 @@ shared_experts, router, embedding, lm_head; `default` for any class not given (1
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
-from attrib.cost.dtypes import WEIGHT_BITS
+from attrib.cost.dtypes import KV_BYTES, WEIGHT_BITS, WHAT_IF_BITS
 
 CLASSES = ("attention", "mlp", "experts", "shared_experts", "router", "embedding", "lm_head", "default")
 Bits = float | Mapping[str, float]
@@ -79,3 +80,66 @@ def from_quantization_config(config: Mapping[str, Any]) -> dict[str, float] | No
     out["default"] = q
     return out
 
+
+
+# weight classes a what-if re-prices (norms and the router stay in the model dtype in every format)
+QUANTIZED = ("attention", "mlp", "experts", "shared_experts", "embedding", "lm_head")
+KV_FORMATS = ("bf16", "fp16", "fp8", "int8")
+
+
+@dataclass(frozen=True)
+class Formats:
+    """A what-if: weight format per class (name -> bits, WHAT_IF_BITS) and the KV-cache format."""
+
+    weights: Mapping[str, str] = field(default_factory=dict)
+    kv: str | None = None
+
+    def bits(self, cls: str) -> float | None:
+        """Bits per weight of a class under the what-if (its own entry, else `default`), None to keep."""
+        name = self.weights.get(cls, self.weights.get("default"))
+        return WHAT_IF_BITS[name] if name is not None else None
+
+    @property
+    def kv_bytes(self) -> float | None:
+        return KV_BYTES[self.kv] if self.kv is not None else None
+
+    def label(self) -> str:
+        parts = [f"{'weights' if k == 'default' else k}={v}" for k, v in self.weights.items()]
+        return ",".join(parts + ([f"kv={self.kv}"] if self.kv else []))
+
+
+def parse_formats(text: str) -> Formats:
+    """`weights=int4,kv=fp8` or per class (`experts=mxfp4,attention=fp8,default=int8`): `weights` and
+    `default` set every class; ValueError names what is wrong."""
+    weights: dict[str, str] = {}
+    kv = None
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        key, sep, fmt = (x.strip().lower() for x in part.partition("="))
+        if not sep:
+            raise ValueError(f"{part!r}: expected CLASS=FORMAT "
+                             "(weights=int4, kv=fp8, experts=mxfp4, ...)")
+        if key == "kv":
+            if fmt not in KV_FORMATS:
+                raise ValueError(f"kv={fmt}: KV formats are {', '.join(KV_FORMATS)}")
+            kv = fmt
+            continue
+        cls = "default" if key == "weights" else key
+        if cls not in QUANTIZED + ("default",):
+            raise ValueError(f"{key!r}: classes are weights, default, {', '.join(QUANTIZED)}, kv")
+        if fmt not in WHAT_IF_BITS:
+            raise ValueError(f"{part}: weight formats are {', '.join(WHAT_IF_BITS)}")
+        weights[cls] = fmt
+    if not weights and kv is None:
+        raise ValueError("empty: give weights=FORMAT and/or kv=FORMAT")
+    return Formats(weights=weights, kv=kv)
+
+
+# the weight class of each GEMM component's weights (what a what-if re-prices); norms, the router
+# and activations keep their dtype
+WEIGHT_CLASS = {"qkv_proj": "attention", "o_proj": "attention",
+                "mlp_gate_up": "mlp", "mlp_down": "mlp",
+                "moe_experts": "experts", "moe_shared_expert": "shared_experts",
+                "embedding": "embedding", "lm_head": "lm_head"}
+# components whose bytes beyond their activations are K/V in the cache's format (reads, the
+# cache's own copies, GQA expansions)
+KV_COMPONENTS = ("attention", "kv_cache_write")

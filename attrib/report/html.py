@@ -9,7 +9,7 @@ from html import escape as _escape
 
 from attrib.analysis.finding import Finding
 from attrib.analysis.model import Analysis, Phase
-from attrib.report import fmt
+from attrib.report import fmt, whatif
 from attrib.report.printable import printable
 
 LONG_NAME = 90  # kernel names longer than this fold into <details>: the start shown, the whole on click
@@ -126,7 +126,7 @@ def render(an: Analysis, plots: dict[str, str] | None = None, plot_note: str | N
             + "".join(f"<div>{escape(s)}</div>" for s in stamp) + "</div>"
             + (f"<p class=muted>{escape(plot_note)}</p>" if plot_note else "")
             + _plot(plots, "timeline")
-            + "".join(_phase(an, ph, plots) for ph in an.phases)
+            + "".join(_phase(an, ph, plots) for ph in an.phases) + whatif.html_section(an)
             + "<h2>Findings</h2>" + ("".join(_finding(i, f) for i, f in enumerate(findings)) or "<p>No rule fired.</p>")
             + ("<h2>Notes</h2><ul>" + "".join(f"<li>{escape(n)}</li>" for n in an.notes) + "</ul>"
                if an.notes else ""))

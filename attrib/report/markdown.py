@@ -10,7 +10,7 @@ from typing import Any
 
 from attrib.analysis.finding import Finding
 from attrib.analysis.model import Analysis, Phase
-from attrib.report import fmt
+from attrib.report import fmt, whatif
 from attrib.report.printable import printable
 
 
@@ -95,6 +95,7 @@ def render(an: Analysis, plots: dict[str, str] | None = None, plot_note: str | N
             name = plots.get(f"{ph.phase}_{key}")
             if name:
                 out += ["", f"![{esc(ph.phase)} {title}]({name})"]
+    out += whatif.markdown_lines(an)
     out += ["", "## Findings", ""]
     out += [line for i, f in enumerate(findings) for line in _finding(i, f)] or ["No rule fired."]
     if an.notes:

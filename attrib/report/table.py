@@ -7,7 +7,7 @@ cut to `width` characters on a terminal and printed whole in a file (`width=None
 from __future__ import annotations
 
 from attrib.analysis.model import Analysis
-from attrib.report import fmt
+from attrib.report import fmt, whatif
 from attrib.report.printable import printable_tree
 
 NAME_WIDTH = 60
@@ -60,6 +60,7 @@ def render(an: Analysis, top: int | None = 5, width: int | None = NAME_WIDTH) ->
             lines += _grid(fmt.BOTTLENECK_HEAD, ranked[: top or None], "     ")
         lines.append("   top kernels (per step):")
         lines += _grid(fmt.TOP_HEAD, fmt.top_rows(ph, top, width), "     ")
+    lines += whatif.table_lines(an)
     lines += ["", fmt.coverage_line(an)]
     for n in an.notes:
         lines.append(f"note: {n}")

@@ -62,6 +62,8 @@ class Arch:
     mall_mib: float | None = None
     lds_kib: float | None = None
     lds_scope: str | None = None
+    link_gbs: float | None = None  # GPU-to-GPU interconnect, GB/s one direction, per GPU (bus bandwidth)
+    link_source: str | None = None
     matrix_tflops: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
     vector_tflops: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
     maf_tflops: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
@@ -108,7 +110,8 @@ def _entry(key: str, raw: Mapping[str, Any], origin: object) -> Arch:
     unknown = sorted(set(raw) - known)
     if unknown:
         raise TraceError(origin, f"arch entry [{key}] has unknown fields {', '.join(unknown)}")
-    for name in ("peak_bw_gbs", "sustained_bw_gbs", "wave_size", "compute_units", "num_sms_reported"):
+    for name in ("peak_bw_gbs", "sustained_bw_gbs", "link_gbs", "wave_size", "compute_units",
+                 "num_sms_reported"):
         v = raw.get(name)
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0):
             raise TraceError(origin, f"arch entry [{key}] field {name} must be a positive number, got {v!r}")

@@ -1,0 +1,106 @@
+"""What-if formats: the decode phase's bytes re-priced at other weight and KV-cache formats.
+
+A projection, not a measurement. Per component of the phase (its measured bytes per step):
+- a GEMM component (cost.weights.WEIGHT_CLASS): its weight bytes are the model budget's (the
+  config's parameters at the current bits, at most the measured bytes); they scale by new / old
+  bits; the rest (activations) is kept;
+- attention and the cache write (KV_COMPONENTS): all but the budget's activation bytes are K/V in
+  the cache's format (reads, the cache's copies, GQA expansions as run) and scale by new / old
+  bytes per element;
+- everything else is kept.
+Floors: max(projected bytes / the roofline bandwidth, FLOPs / the dtype's peak); a compute-bound
+row's floor does not move with the format. Ceiling: tokens per step / the sum of the floors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+import polars as pl
+
+from attrib.analysis.model import Component, Device, Phase
+from attrib.analysis.whatif import WhatIf, WhatIfRow
+from attrib.cost.budget import Budget
+from attrib.cost.weights import KV_COMPONENTS, WEIGHT_CLASS, Formats, bits_for
+from attrib.roofline.arch import PEAK_KEY
+
+
+def _context(phase: Phase, budget: Budget) -> int | None:
+    if budget.context is not None:
+        return budget.context
+    ctx = pl.Series(phase.per_step.context, dtype=pl.Int64).drop_nulls()
+    med = ctx.median() if ctx.len() else None
+    return int(med) if isinstance(med, (int, float)) else None
+
+
+def _compute_ms(c: Component, device: Device) -> float:
+    dtype = PEAK_KEY.get(c.dtype or "", c.dtype or "")
+    peak = device.matrix_peak(dtype) if dtype else None
+    return (c.flops or 0) / (peak * 1e9) if peak else 0.0
+
+
+def _row(c: Component, b: Mapping[str, Any], budget: Budget, formats: Formats,
+         device: Device) -> WhatIfRow:
+    measured = float(c.bytes or 0)
+    cls = WEIGHT_CLASS.get(c.component)
+    part, ratio, what = 0.0, 1.0, None
+    new_bits = formats.bits(cls) if cls is not None else None
+    if cls is not None and new_bits is not None and b:
+        old = bits_for(budget.weight_bits, cls)
+        part, ratio, what = min(b["weight_bytes"], measured), new_bits / old, cls
+    elif c.component in KV_COMPONENTS and formats.kv_bytes is not None and b:
+        part = max(measured - b["act_bytes"], 0.0)
+        ratio, what = formats.kv_bytes / budget.kv_bytes, "kv"
+    projected = measured - part + part * ratio
+    bw = device.roofline_bw
+    mem = projected / (bw * 1e6) if bw else None
+    cmp_ms = _compute_ms(c, device)
+    floor = max(mem, cmp_ms) if mem is not None else None
+    bound = None if mem is None else ("compute" if cmp_ms > mem else "memory")
+    return WhatIfRow(c.component, what, measured, projected, part, c.roofline_ms, floor, bound)
+
+
+def _below(c: Component, weights: float) -> str:
+    return (f"{c.component}: measured {c.bytes or 0:,.0f} B/step, below the model config's "
+            f"weights ({weights:,.0f} B at the budget's bits): give --weight-bits for the "
+            "traced format")
+
+
+def _ceiling(tokens: int, floors: list[float | None]) -> float | None:
+    known = [f for f in floors if f]
+    return tokens / (sum(known) / 1e3) if known and len(known) == len(floors) else None
+
+
+def project(phase: Phase, budget: Budget, formats: Formats, device: Device) -> WhatIf | None:
+    """The what-if of a decode phase (None when it has no tokens, bytes or context to price)."""
+    ctx, tps = _context(phase, budget), phase.tokens_per_step
+    if ctx is None or not tps or phase.bytes_per_step is None:
+        return None
+    table = budget.table(tps) if budget.context == ctx else replace(budget, context=ctx).table(tps)
+    rows_b = {r["component"]: r for r in table.iter_rows(named=True)}
+    counted = [c for c in phase.component_rows
+               if c.bytes is not None and (device.what_if or c.inconsistent is None)]
+    rows = tuple(_row(c, rows_b.get(c.component, {}), budget, formats, device) for c in counted)
+    before = sum(r.bytes for r in rows)
+    after = sum(r.projected_bytes for r in rows)
+    classes = sorted({r.repriced for r in rows if r.repriced and r.repriced != "kv"})
+    label = formats.label()
+    notes = [f"{r.component}: compute-bound at {label}: the format does not move its floor"
+             for r in rows if r.bound == "compute"]
+    notes += [_below(c, rows_b[c.component]["weight_bytes"]) for c in counted
+              if c.component in WEIGHT_CLASS and c.component in rows_b
+              and rows_b[c.component]["weight_bytes"] > 1.05 * (c.bytes or 0)]
+    if device.roofline_bw is None:
+        notes.append("no device bandwidth known: floors and the ceiling are not projected")
+    return WhatIf(
+        phase=phase.phase, formats=formats.label(),
+        weight_bits_from={c: bits_for(budget.weight_bits, c) for c in classes},
+        weight_bits_to={c: formats.bits(c) or bits_for(budget.weight_bits, c) for c in classes},
+        kv_bytes_from=budget.kv_bytes, kv_bytes_to=formats.kv_bytes or budget.kv_bytes,
+        context=ctx, tokens_per_step=tps, bytes_per_step=before, projected_bytes_per_step=after,
+        gb_per_token=before / tps / 1e9, projected_gb_per_token=after / tps / 1e9,
+        ceiling_tok_s=phase.ceiling_tok_s,
+        projected_ceiling_tok_s=_ceiling(tps, [r.projected_floor_ms for r in rows]),
+        rows=rows, notes=tuple(notes))
