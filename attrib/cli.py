@@ -19,7 +19,7 @@ from attrib.analysis.model import Analysis
 from attrib.app import analyze_path, baseline_findings, catalog, export_trace, model_budget, resolve_arch
 from attrib.cost.dtypes import KV_BYTES
 from attrib.errors import TraceError, UsageError
-from attrib.output import write_file, write_files
+from attrib.output import check_folder, write_file, write_files, write_folder
 from attrib.report import compare_render, renderers
 from attrib.report.renderers import View
 from attrib.report import plots as plots_mod
@@ -127,15 +127,39 @@ def _analyze(trace: Path, o: dict) -> Analysis:
 
 @cli.command()
 @click.argument("trace", type=click.Path(path_type=Path))
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["table", "json", *renderers.TABLE_FORMATS]), default="table",
+              show_default=True, help="csv/parquet: a folder (-o DIR) of one file per table and index.json; "
+              "xlsx: one workbook (-o FILE.xlsx).")
 @_analysis_options
 def analyze(trace: Path, fmt: str, **o) -> None:
     """Attribute TRACE offline: steps, phases, components, bytes, roofline, top kernels."""
+    r = renderers.by_name(fmt)
+    if r.writes_bytes:
+        return _tables(r, trace, o)
     check_output(o["output"], o["force"])
     an = _analyze(trace, o)
     terminal = o["output"] is None
     view = View(top=o["top"] or (5 if terminal else TOP_KERNELS), width=NAME_WIDTH if terminal else None)
     _write(renderers.by_name(fmt).render(an, view), o["output"], o["force"])
+
+
+def _tables(r: renderers.Renderer, trace: Path, o: dict) -> None:
+    """Write the analysis' tables: a folder (csv, parquet) or one file (xlsx); -o is required."""
+    out = o["output"]
+    if out is None:
+        raise UsageError(f"--format {r.name} writes files: give -o "
+                         + ("FILE.xlsx" if r.binary is not None else "DIR (a new or empty folder)"))
+    if r.folder is not None:
+        check_folder(out, o["force"])
+    else:
+        check_output(out, o["force"])
+    if r.check is not None:
+        r.check()  # an optional extra missing: one clear line (exit 2) before any work
+    an = _analyze(trace, o)
+    if r.folder is not None:
+        return write_folder(out, r.folder(an), o["force"])
+    assert r.binary is not None
+    write_file(out, r.binary(an), o["force"])
 
 
 def _plot_files(out: Path) -> list[Path]:
@@ -144,13 +168,16 @@ def _plot_files(out: Path) -> list[Path]:
 
 @cli.command()
 @click.argument("trace", type=click.Path(path_type=Path))
-@click.option("--format", "fmt", type=click.Choice(["html", "md", "json"]), help="Default: from the output's suffix.")
+@click.option("--format", "fmt", type=click.Choice(["html", "md", "json", *renderers.TABLE_FORMATS]),
+              help="Default: from the output's suffix. csv/parquet: a folder of tables (-o DIR).")
 @_analysis_options
 def report(trace: Path, fmt: str | None, **o) -> None:
     """The bottleneck report of TRACE: -o report.html (one self-contained file) or -o report.md (plots as SVG
     files beside it)."""
     out = o["output"]
     r = renderers.by_name(fmt) if fmt else renderers.by_suffix(out) if out else renderers.by_name("md")
+    if r.writes_bytes:
+        return _tables(r, trace, o)
     check_output(out, o["force"])
     if r.plots == "files" and out is not None and not o["force"]:
         for f in _plot_files(out):
