@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import gzip
 import json
+from functools import cache
 
 import orjson
 import pytest
 
+from attrib.app import analyze
 from attrib.cli import main
-from attrib.report.compare import stats
+from attrib.report.compare import compare, stats
 
 from conftest import FIXTURES
 
@@ -168,3 +170,41 @@ def test_compare_runs_the_baseline_rule_p22_on_a_real_pair(tmp_path, capsys) -> 
     assert f["rule"].startswith("P22") and f["ms_per_step"] > 0
     assert main(["compare", str(base), str(base)]) == 0
     assert "finding P22" not in capsys.readouterr().out
+
+
+@cache
+def _doc(path):
+    return analyze(path).to_dict()
+
+
+def test_gate_on_a_mismatched_pair_is_not_comparable(capsys):
+    """MI300 vs H100 of the same model: the stamps differ in arch, so --gate exits 3 whatever the
+    numbers; --allow-mismatch gates on them (0 or 1, what the numbers say)."""
+    mi300 = FIXTURES / "torch" / "mi300_hf_qwen1.5-0.5b-chat.json.gz"
+    h100 = FIXTURES / "torch" / "h100_hf_qwen1.5-0.5b-chat.json.gz"
+    b, c = [_doc(mi300)], [_doc(h100)]
+    for pct in (1, 1000):  # a gate every change fails, and one nothing fails
+        g = compare(b, c, gate_pct=pct).gate
+        assert g.exit_code == 3 and g.not_comparable == "not a matched baseline (arch differ)"
+    assert compare(b, c, gate_pct=1000, allow_mismatch=True).gate.exit_code == 0
+    g = compare(b, c, gate_pct=1, allow_mismatch=True).gate
+    assert g.exit_code == (1 if g.failed_phases else 0) and g.allow_mismatch
+    assert main(["compare", str(mi300), str(h100), "--gate", "1000"]) == 3
+    out = capsys.readouterr().out
+    assert "NOT COMPARABLE (exit 3)" in out and "--allow-mismatch" in out
+    # without --gate the exit is 0: a comparison is not a gate
+    assert compare(b, c).gate is None
+
+
+def test_none_spelled_differently_in_stamps_is_no_mismatch():
+    """The real stamp says quantization "none" and speculative "none"; the candidate's copy says
+    null and "None": a matched baseline. A real difference (batch 8 -> 4) still is not."""
+    base = _doc(FIXTURES / "captured" / "sdpa_attn_a.pt.trace.json.gz")
+    cand = _doc(FIXTURES / "captured" / "sdpa_attn_b.pt.trace.json.gz")
+    prov = cand["provenance"]
+    assert prov["quantization"] == "none" and prov["speculative"] == "none"
+    same = cand | {"provenance": prov | {"quantization": None, "speculative": "None"}}
+    cmp = compare([base], [same], gate_pct=15)
+    assert cmp.matched_baseline and cmp.gate.exit_code != 3
+    other = cand | {"provenance": prov | {"quantization": None, "batch": 4}}
+    assert [m["key"] for m in compare([base], [other]).provenance_diff["mismatch"]] == ["batch"]

@@ -13,7 +13,7 @@ side (no spread to test against); else `no significant change`.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np

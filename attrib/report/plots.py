@@ -18,7 +18,7 @@ from typing import Any
 
 from attrib.analysis.model import Analysis, Phase
 from attrib.report.compare import CHANGED, PhaseComparison
-from attrib.report.labels import Box, place
+from attrib.report.labels import LEADER, Box, place
 from attrib.report.slope import Slope
 from attrib.steps.phases import TOKEN_PHASES
 
@@ -112,8 +112,10 @@ def _label_points(fig: Any, ax: Any, pts: Sequence[tuple[float, float, str]]) ->
         if spot is None:
             continue
         dx, dy, ha, va = spot
+        far = max(abs(dx), abs(dy)) >= LEADER
         ax.annotate(text, (x, y), xytext=(dx, dy), textcoords="offset points", fontsize=FONT,
-                    ha=ha, va=va, color="#222")
+                    ha=ha, va=va, color="#222",
+                    arrowprops={"arrowstyle": "-", "lw": 0.4, "color": "#777"} if far else None)
     return sum(s is not None for s in spots)
 
 
