@@ -81,6 +81,13 @@ def _colors(names: list[str]) -> dict[str, str]:
     return {n: PALETTE[i % len(PALETTE)] for i, n in enumerate(names)}
 
 
+def _component_colors(ph: Phase) -> dict[str, str]:
+    """One colour per component of a phase, the same in its roofline and its step stack: in the
+    order of its component table (largest time first)."""
+    names = [c.component for c in ph.component_rows]
+    return _colors(names + sorted(set(ph.per_step.components) - set(names)))
+
+
 def _peak_tflops(an: Analysis, ph: Phase) -> tuple[float | None, str | None]:
     peaks = an.device.matrix_tflops
     dtypes = [c.dtype for c in ph.component_rows if c.dtype]
@@ -158,7 +165,7 @@ def roofline(an: Analysis, ph: Phase) -> str | None:
     top = max([*ys, peak or 0.0]) * 3
     ax.set_xlim(lo, hi)
     ax.set_ylim(min(ys) / 4, top)
-    colors = _colors(sorted({p[2] for p in comps} | {str(p[3]) for p in kerns if p[3]}))
+    colors = _component_colors(ph)
     for i, (x, y, c) in enumerate(comps):
         ax.scatter([x], [y], s=36, color=colors.get(c, "#333"), edgecolor="black", lw=0.5, zorder=3,
                    label=f"{i + 1}  {c}")
@@ -191,7 +198,7 @@ def _stack_layers(ph: Phase, top: int) -> list[tuple[str, Sequence[float], str, 
     order = sorted(comps, key=lambda c: -sum(comps[c]))
     shown, rest = order[:top], order[top:]
     n = len(ser.step)
-    colors = _colors(shown)
+    colors = _component_colors(ph)
     layers: list[tuple[str, Sequence[float], str, str | None]] = [
         (c, comps[c], colors[c], None) for c in shown]
     if rest:
@@ -312,7 +319,8 @@ def compare_delta(ph: PhaseComparison) -> str | None:
     ax.set_yticks(y, [n + ("  *" if s.verdict in CHANGED else "") for n, s in rows], fontsize=FONT)
     ax.invert_yaxis()
     ax.set_xlabel("candidate - base, median ms per step (bar: bootstrap 95% CI; * significant)")
-    ax.set_title(f"{ph.phase}: change per component", fontsize=9)
+    ax.set_title(f"{ph.phase}: change per component (red slower, green faster, grey no verdict)",
+                 fontsize=9)
     return _svg(fig)
 
 
