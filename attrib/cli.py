@@ -127,8 +127,8 @@ def _analyze(trace: Path, o: dict) -> Analysis:
 
 @cli.command()
 @click.argument("trace", type=click.Path(path_type=Path))
-@click.option("--format", "fmt", type=click.Choice(["table", "json", *renderers.TABLE_FORMATS]), default="table",
-              show_default=True, help="csv/parquet: a folder (-o DIR) of one file per table and index.json; "
+@click.option("--format", "fmt", type=click.Choice(["table", "json", *renderers.TABLE_FORMATS]),
+              default="table", show_default=True, help="csv/parquet: a folder (-o DIR) of one file per table and index.json; "
               "xlsx: one workbook (-o FILE.xlsx).")
 @_analysis_options
 def analyze(trace: Path, fmt: str, **o) -> None:

@@ -31,7 +31,8 @@ def test_csv_and_parquet_folders_read_back_equal(tmp_path, want):
     dec = an.phase("decode")
     # the tables hold the analysis' figures: a row per component and step, the ledger rows
     assert want["components"].filter(pl.col("phase") == "decode").height == len(dec.component_rows)
-    assert want["steps"].filter(pl.col("phase") == "decode")["step_ms"].to_list() == list(dec.per_step.step_ms)
+    steps = want["steps"].filter(pl.col("phase") == "decode")
+    assert steps["step_ms"].to_list() == list(dec.per_step.step_ms)
     led = want["step_ledger"].filter(pl.col("phase") == "decode")
     # each step's ledger rows sum to its window
     per = led.group_by("step").agg(pl.col("ms_per_step").sum()).sort("step")
