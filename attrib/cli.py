@@ -20,7 +20,7 @@ from attrib.app import (analyze_path, baseline_findings, catalog, export_trace, 
                         parse_what_if, resolve_arch)
 from attrib.cost.dtypes import KV_BYTES
 from attrib.errors import TraceError, UsageError
-from attrib.output import write_file, write_files
+from attrib.output import check_folder, write_file, write_files, write_folder
 from attrib.report import compare_render, renderers
 from attrib.report import ranks as ranks_render
 from attrib.report.renderers import View
@@ -30,8 +30,8 @@ from attrib.report.compare import compare as compare_docs
 from attrib.report.export import PROCESS
 from attrib.report.printable import printable
 from attrib.report.progress import progress
-from attrib.report.slope import render as slope_render
-from attrib.report.slope import slope as slope_doc
+from attrib.report import slope_render
+from attrib.report.slope import slope as slope_fit
 from attrib.report.table import NAME_WIDTH, render
 from attrib.roofline.arch import arch_table
 from attrib.roofline.template import template
@@ -133,15 +133,39 @@ def _analyze(trace: Path, o: dict) -> Analysis:
 
 @cli.command()
 @click.argument("trace", type=click.Path(path_type=Path))
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["table", "json", *renderers.TABLE_FORMATS]),
+              default="table", show_default=True, help="csv/parquet: a folder (-o DIR) of one file per table and index.json; "
+              "xlsx: one workbook (-o FILE.xlsx).")
 @_analysis_options
 def analyze(trace: Path, fmt: str, **o) -> None:
     """Attribute TRACE offline: steps, phases, components, bytes, roofline, top kernels."""
+    r = renderers.by_name(fmt)
+    if r.writes_bytes:
+        return _tables(r, trace, o)
     check_output(o["output"], o["force"])
     an = _analyze(trace, o)
     terminal = o["output"] is None
     view = View(top=o["top"] or (5 if terminal else TOP_KERNELS), width=NAME_WIDTH if terminal else None)
     _write(renderers.by_name(fmt).render(an, view), o["output"], o["force"])
+
+
+def _tables(r: renderers.Renderer, trace: Path, o: dict) -> None:
+    """Write the analysis' tables: a folder (csv, parquet) or one file (xlsx); -o is required."""
+    out = o["output"]
+    if out is None:
+        raise UsageError(f"--format {r.name} writes files: give -o "
+                         + ("FILE.xlsx" if r.binary is not None else "DIR (a new or empty folder)"))
+    if r.folder is not None:
+        check_folder(out, o["force"])
+    else:
+        check_output(out, o["force"])
+    if r.check is not None:
+        r.check()  # an optional extra missing: one clear line (exit 2) before any work
+    an = _analyze(trace, o)
+    if r.folder is not None:
+        return write_folder(out, r.folder(an), o["force"])
+    assert r.binary is not None
+    write_file(out, r.binary(an), o["force"])
 
 
 def _plot_files(out: Path) -> list[Path]:
@@ -150,13 +174,16 @@ def _plot_files(out: Path) -> list[Path]:
 
 @cli.command()
 @click.argument("trace", type=click.Path(path_type=Path))
-@click.option("--format", "fmt", type=click.Choice(["html", "md", "json"]), help="Default: from the output's suffix.")
+@click.option("--format", "fmt", type=click.Choice(["html", "md", "json", *renderers.TABLE_FORMATS]),
+              help="Default: from the output's suffix. csv/parquet: a folder of tables (-o DIR).")
 @_analysis_options
 def report(trace: Path, fmt: str | None, **o) -> None:
     """The bottleneck report of TRACE: -o report.html (one self-contained file) or -o report.md (plots as SVG
     files beside it)."""
     out = o["output"]
     r = renderers.by_name(fmt) if fmt else renderers.by_suffix(out) if out else renderers.by_name("md")
+    if r.writes_bytes:
+        return _tables(r, trace, o)
     check_output(out, o["force"])
     if r.plots == "files" and out is not None and not o["force"]:
         for f in _plot_files(out):
@@ -220,16 +247,19 @@ def _file_options(f):
               "significantly slower by more than PCT percent.")
 @click.option("--min-effect", type=click.FloatRange(0), default=MIN_EFFECT_PCT, show_default=True, metavar="PCT",
               help="Smallest change (percent) called faster/slower.")
-@click.option("--format", "fmt", type=click.Choice(["table", "json", "md", "html"]), default=None,
+@click.option("--allow-mismatch", is_flag=True, help="With --gate: gate even when the stamps say the two "
+              "sides are not a matched baseline (else exit 3, not comparable).")
+@click.option("--format", "fmt", type=click.Choice(list(compare_render.FORMATS)), default=None,
               help="Default: from the output's suffix, else table.")
 @click.option("--phase-map", multiple=True, metavar="NAME=PHASE", help="Treat annotation NAME as PHASE (repeatable).")
 @click.option("--arch", "arch_name", metavar="NAME", help="Measure both sides against this device.")
 @_file_options
 def compare(traces: tuple[Path, ...], bases: tuple[Path, ...], cands: tuple[Path, ...], gate: float | None,
-            min_effect: float, fmt: str | None, phase_map: tuple[str, ...], arch_name: str | None,
-            arch_file: Path | None, output: Path | None, force: bool) -> int:
+            allow_mismatch: bool, min_effect: float, fmt: str | None, phase_map: tuple[str, ...],
+            arch_name: str | None, arch_file: Path | None, output: Path | None, force: bool) -> int:
     """Before/after: attrib compare BASE CAND, or -b BASE1 -b BASE2 -c CAND1 -c CAND2 (runs of one stack):
-    per phase and component, the change with statistics over steps and a verdict."""
+    per phase and component, the change with statistics over steps and a verdict. With --gate: exit 1 on
+    a regression, 3 when the stamps say the sides are not a matched baseline."""
     if traces and (bases or cands):
         raise UsageError("give BASE CAND as two arguments, or -b/--base and -c/--cand, not both")
     if traces:
@@ -239,39 +269,46 @@ def compare(traces: tuple[Path, ...], bases: tuple[Path, ...], cands: tuple[Path
     if not bases or not cands:
         raise UsageError("compare needs a baseline and a candidate: attrib compare BASE CAND")
     fmt = fmt or (renderers.by_suffix(output, "table").name if output else "table")
+    if fmt not in compare_render.FORMATS:
+        raise UsageError(f"compare writes {', '.join(compare_render.FORMATS)}, not {fmt}")
     check_output(output, force)
     pm = _phase_map(phase_map)
     base_docs, cand_docs = _docs(bases, pm, arch_name, arch_file), _docs(cands, pm, arch_name, arch_file)
-    doc = compare_docs([b.to_dict() for b in base_docs], [c.to_dict() for c in cand_docs],
-                       min_effect_pct=min_effect, gate_pct=gate)
-    doc["findings"] = [f.to_json() for f in baseline_findings(base_docs[0], cand_docs[0])]
-    text = {"json": _dump, "md": compare_render.render_markdown, "html": compare_render.render_html,
-            "table": lambda d: _printable(compare_render.render_table(d))}[fmt](doc)
-    _write(text, output, force)
-    if output is not None and fmt != "table" and doc["gate"]:
-        click.echo(compare_render.render_table(doc).rstrip().splitlines()[-1])
-    return doc["gate"]["exit_code"] if doc["gate"] else 0
+    cmp = compare_docs([b.to_dict() for b in base_docs], [c.to_dict() for c in cand_docs],
+                       min_effect_pct=min_effect, gate_pct=gate, allow_mismatch=allow_mismatch,
+                       findings=tuple(baseline_findings(base_docs[0], cand_docs[0])))
+    plots = plots_mod.compare_plots(cmp.phases) if fmt == "html" else {}
+    text = compare_render.FORMATS[fmt](cmp, plots)
+    _write(_printable(text) if fmt == "table" else text, output, force)
+    if output is not None and fmt != "table" and cmp.gate:
+        click.echo(compare_render.gate_lines(cmp)[-1])
+    return cmp.gate.exit_code if cmp.gate else 0
 
 
 @cli.command()
 @click.argument("traces", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--phase", default="decode", show_default=True, help="The phase whose steps are fitted.")
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(list(slope_render.FORMATS)), default=None,
+              help="Default: from the output's suffix, else table.")
 @click.option("--phase-map", multiple=True, metavar="NAME=PHASE", help="Treat annotation NAME as PHASE (repeatable).")
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="Write to FILE instead of stdout.")
 @click.option("--force", is_flag=True, help="Overwrite FILE if it exists.")
-def slope(traces: tuple[Path, ...], phase: str, fmt: str, phase_map: tuple[str, ...], output: Path | None,
-          force: bool) -> None:
+def slope(traces: tuple[Path, ...], phase: str, fmt: str | None, phase_map: tuple[str, ...],
+          output: Path | None, force: bool) -> None:
     """Traces of one stack at different context lengths: per component, time per step against context
     (us per 1k context tokens, 95% CI) and where attention overtakes the weight-bound components."""
     if len(traces) < 2:
         raise UsageError("slope needs traces at two or more context lengths (three or more to trust it)")
+    fmt = fmt or (renderers.by_suffix(output, "table").name if output else "table")
+    if fmt not in slope_render.FORMATS:
+        raise UsageError(f"slope writes {', '.join(slope_render.FORMATS)}, not {fmt}")
     check_output(output, force)
-    doc = slope_doc([d.to_dict() for d in _docs(traces, _phase_map(phase_map), None, None)], phase)
-    if not doc["rows"]:
+    res = slope_fit([d.to_dict() for d in _docs(traces, _phase_map(phase_map), None, None)], phase)
+    if not res.rows:
         raise UsageError(f"no {phase} steps with a known context in two or more traces: nothing to fit "
-                         "(" + "; ".join(doc["notes"]) + ")")
-    _write(_dump(doc) if fmt == "json" else _printable(slope_render(doc)), output, force)
+                         "(" + "; ".join(res.notes) + ")")
+    text = slope_render.FORMATS[fmt](res, plots_mod.slope_plots(res) if fmt == "html" else {})
+    _write(_printable(text) if fmt == "table" else text, output, force)
 
 
 def _rank_traces(items: tuple[Path, ...]) -> list[Path]:
@@ -409,6 +446,11 @@ class Signalled(BaseException):
         self.signum = signum
 
 
+# exit statuses: 0 done, 1 a --gate failed, 2 bad input or usage, 3 compare: not comparable,
+# 70 an internal error (sysexits' EX_SOFTWARE), 128+N a signal
+INTERNAL_ERROR = 70
+
+
 def _raise_signal(signum: int, frame: object) -> None:
     raise Signalled(signum)
 
@@ -465,7 +507,7 @@ def _main(argv: list[str] | None) -> int:
             raise
         click.echo(printable(f"attrib: internal error: {type(exc).__name__}: {exc} (set ATTRIB_DEBUG=1 for a "
                              "traceback)"), err=True)
-        return 3
+        return INTERNAL_ERROR
     return rv if isinstance(rv, int) else 0
 
 

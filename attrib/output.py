@@ -131,3 +131,44 @@ def _stage(path: Path, data: bytes, tmps: list[Path]) -> None:
 def write_file(path: Path, data: bytes | str, force: bool) -> None:
     """Write one file whole (str as UTF-8); see write_files."""
     write_files([(path, data.encode() if isinstance(data, str) else data)], force)
+
+
+def check_folder(path: Path, force: bool) -> None:
+    """Refuse a folder output before any work: a file there, a non-empty folder without `force`,
+    a missing parent (attrib makes the folder itself, no folder above it)."""
+    if path.exists() and not path.is_dir():
+        raise TraceError(path, "is a file; give a folder name (one file per table goes in it)")
+    if path.is_dir() and any(path.iterdir()) and not force:
+        raise TraceError(path, "is a folder that is not empty; pass --force to write into it")
+    if not path.parent.is_dir():
+        raise TraceError(path, f"folder {path.parent} does not exist (attrib creates no folders "
+                               "above its output)")
+
+
+def write_folder(path: Path, files: dict[str, bytes], force: bool) -> None:
+    """The folder `path` holding `files` (name -> bytes). A new folder is filled under a hidden
+    temporary name and renamed into place, so an error leaves nothing; into an existing folder
+    (empty, or with `force`) each file is written whole (write_files)."""
+    if path.is_dir():
+        write_files([(path / n, data) for n, data in files.items()], force=True)
+        return
+    tmp = path.parent / f"{temp_name(path)}{secrets.token_hex(4)}.tmp"
+    try:
+        os.mkdir(tmp)
+        for name, data in files.items():
+            with open(tmp / name, "xb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+        os.rename(tmp, path)
+        _sync_folder(path.parent)
+    except BaseException as exc:
+        for f in tmp.glob("*") if tmp.is_dir() else ():
+            with contextlib.suppress(OSError):
+                f.unlink()
+        with contextlib.suppress(OSError):
+            tmp.rmdir()
+        if isinstance(exc, OSError):
+            why = APPEARED if path.exists() else f"cannot write: {exc.strerror or exc}; nothing was written"
+            raise TraceError(path, why) from None
+        raise

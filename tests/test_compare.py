@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import gzip
 import json
+from functools import cache
 
 import orjson
 import pytest
 
+from attrib.app import analyze
 from attrib.cli import main
-from attrib.report.compare import stats
+from attrib.report.compare import compare, stats
 
 from conftest import FIXTURES
 
@@ -64,7 +66,12 @@ def test_same_trace_twice_no_change_and_gate_passes(tmp_path):
     for phase, rows in doc["phases"].items():
         assert "phase" in rows[0] and all("component" in r for r in rows[1:])
         for r in rows:
-            assert ROW_KEYS <= set(r) and r["verdict"] == "no significant change" and r["delta_ms"] == 0
+            assert ROW_KEYS <= set(r) and r["delta_ms"] == 0
+            # one prefill step per side: nothing to test against, no zero-width CI
+            one = r["n_base"] == 1 and r["n_cand"] == 1
+            assert r["verdict"] == ("not testable" if one else "no significant change"), (phase, r)
+            assert (r["ci_low_ms"] is None) == one
+    assert [r["n_base"] for r in doc["phases"]["prefill"]][:1] == [1]
 
 
 def test_everything_slower_is_a_significant_kernel_regression(tmp_path, slow):
@@ -127,14 +134,14 @@ def test_compare_usage_errors(capsys):
 def test_stats_of_identical_and_shifted_values():
     base = [[1.0, 1.1, 0.9, 1.05, 0.95, 1.02]]
     same = stats(base, base)
-    assert same["p_value"] == 1 and same["verdict"] == "no significant change"
+    assert same.p_value == 1 and same.verdict == "no significant change"
     shifted = stats(base, [[x + 0.5 for x in base[0]]])
     # medians 1.01 and 1.51: +0.5 ms (+49.5 %), 6 vs 6 fully separated: p = 2 / C(12, 6) = 0.00216
-    assert shifted["delta_ms"] == pytest.approx(0.5) and shifted["p_value"] == pytest.approx(2 / 924, rel=0.01)
-    assert shifted["verdict"] == "slower" and shifted["ci_low_ms"] > 0
+    assert shifted.delta_ms == pytest.approx(0.5) and shifted.p_value == pytest.approx(2 / 924, rel=0.01)
+    assert shifted.verdict == "slower" and shifted.ci_low_ms > 0
     # a 1 % change is below the default minimum effect: no verdict of change even if consistent
     tiny = stats(base, [[x * 1.01 for x in base[0]]])
-    assert tiny["verdict"] == "no significant change"
+    assert tiny.verdict == "no significant change"
 
 
 def _rocpd_with_kernels_slowed(tmp_path, factor: float):
@@ -163,3 +170,41 @@ def test_compare_runs_the_baseline_rule_p22_on_a_real_pair(tmp_path, capsys) -> 
     assert f["rule"].startswith("P22") and f["ms_per_step"] > 0
     assert main(["compare", str(base), str(base)]) == 0
     assert "finding P22" not in capsys.readouterr().out
+
+
+@cache
+def _doc(path):
+    return analyze(path).to_dict()
+
+
+def test_gate_on_a_mismatched_pair_is_not_comparable(capsys):
+    """MI300 vs H100 of the same model: the stamps differ in arch, so --gate exits 3 whatever the
+    numbers; --allow-mismatch gates on them (0 or 1, what the numbers say)."""
+    mi300 = FIXTURES / "torch" / "mi300_hf_qwen1.5-0.5b-chat.json.gz"
+    h100 = FIXTURES / "torch" / "h100_hf_qwen1.5-0.5b-chat.json.gz"
+    b, c = [_doc(mi300)], [_doc(h100)]
+    for pct in (1, 1000):  # a gate every change fails, and one nothing fails
+        g = compare(b, c, gate_pct=pct).gate
+        assert g.exit_code == 3 and g.not_comparable == "not a matched baseline (arch differ)"
+    assert compare(b, c, gate_pct=1000, allow_mismatch=True).gate.exit_code == 0
+    g = compare(b, c, gate_pct=1, allow_mismatch=True).gate
+    assert g.exit_code == (1 if g.failed_phases else 0) and g.allow_mismatch
+    assert main(["compare", str(mi300), str(h100), "--gate", "1000"]) == 3
+    out = capsys.readouterr().out
+    assert "NOT COMPARABLE (exit 3)" in out and "--allow-mismatch" in out
+    # without --gate the exit is 0: a comparison is not a gate
+    assert compare(b, c).gate is None
+
+
+def test_none_spelled_differently_in_stamps_is_no_mismatch():
+    """The real stamp says quantization "none" and speculative "none"; the candidate's copy says
+    null and "None": a matched baseline. A real difference (batch 8 -> 4) still is not."""
+    base = _doc(FIXTURES / "captured" / "sdpa_attn_a.pt.trace.json.gz")
+    cand = _doc(FIXTURES / "captured" / "sdpa_attn_b.pt.trace.json.gz")
+    prov = cand["provenance"]
+    assert prov["quantization"] == "none" and prov["speculative"] == "none"
+    same = cand | {"provenance": prov | {"quantization": None, "speculative": "None"}}
+    cmp = compare([base], [same], gate_pct=15)
+    assert cmp.matched_baseline and cmp.gate.exit_code != 3
+    other = cand | {"provenance": prov | {"quantization": None, "batch": 4}}
+    assert [m["key"] for m in compare([base], [other]).provenance_diff["mismatch"]] == ["batch"]

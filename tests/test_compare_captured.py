@@ -31,21 +31,23 @@ def _rows(doc, phase):
 def test_same_run_twice_no_component_changes_and_the_gate_passes_both_ways(docs):
     a, b = docs["sdpa_attn_a"], docs["sdpa_attn_b"]
     for base, cand in ((a, b), (b, a)):
-        doc = compare([base], [cand], gate_pct=15)
+        doc = compare([base], [cand], gate_pct=15).to_dict()
         assert doc["matched_baseline"] and doc["gate"]["exit_code"] == 0, doc["gate"]
         for phase in ("prefill", "decode"):
             _, comps = _rows(doc, phase)
-            assert {r["verdict"] for r in comps.values()} == {"no significant change"}, phase
+            # one prefill step per side: not testable (no spread to test against)
+            want = "not testable" if phase == "prefill" else "no significant change"
+            assert {r["verdict"] for r in comps.values()} == {want}, phase
     # regression pin (measured): the two processes' decode steps differ by ~49 % in host time with the same
     # kernels: the tool calls it host-side, and with one trace per side does not gate on it
-    doc = compare([a], [b], gate_pct=15)
+    doc = compare([a], [b], gate_pct=15).to_dict()
     step, _ = _rows(doc, "decode")
     assert step["verdict"] == "slower" and step["kernel_ms"]["verdict"] == "no significant change"
     assert step["cause"].startswith("host-side") and "decode" in doc["gate"]["not_gated"]
 
 
 def test_eager_attention_is_a_significant_attention_regression(docs, tmp_path):
-    doc = compare([docs["sdpa_attn_a"]], [docs["eager_attn"]], gate_pct=15)
+    doc = compare([docs["sdpa_attn_a"]], [docs["eager_attn"]], gate_pct=15).to_dict()
     step, comps = _rows(doc, "decode")
     att = comps["attention"]
     # eager attention materialises the 8 x 16 x 1 x 2049 score matrix per layer and runs softmax and
@@ -65,7 +67,7 @@ def test_eager_attention_is_a_significant_attention_regression(docs, tmp_path):
 
 def test_attention_slope_over_three_contexts():
     docs = [analyze(CAP / f"slope_ctx{n}.pt.trace.json.gz").to_dict() for n in (1024, 4096, 16384)]
-    doc = slope(docs)
+    doc = slope(docs).to_dict()
     assert [(t["context_min"], t["context_max"]) for t in doc["traces"]] == [(1025, 1030), (4097, 4102), (16385, 16390)]
     rows = {r["component"]: r for r in doc["rows"]}
     att = rows["attention"]

@@ -52,7 +52,7 @@ TOP_LEVEL = {
     "cli.py",
 }
 PACKAGES = {"link", "steps", "components", "cost", "roofline", "analysis", "report", "data"}
-LAZY_OK = {"torch", "matplotlib", "scipy"}
+LAZY_OK = {"torch", "matplotlib", "scipy", "xlsxwriter"}  # optional or slow: imported where used
 # the public API: attrib.analyze and __version__, the errors it raises, the CLI's main, the collectors'
 # load/sniff/capture/wrap (collectors/__init__.py's __all__)
 PUBLIC = {"attrib", "attrib.errors", "attrib.cli", "collectors"}

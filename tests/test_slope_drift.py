@@ -31,7 +31,7 @@ def test_slope_json_is_written(tmp_path, capsys):
 
 def test_one_context_repeated_or_an_aa_pair_gives_no_slope():
     for docs in ([_doc("slope_ctx1024")] * 2, [_doc("sdpa_attn_a"), _doc("sdpa_attn_b")]):
-        d = slope(docs)
+        d = slope(docs).to_dict()
         assert d["rows"] == [] and d["crossover"]["context"] is None
         assert d["notes"][0].startswith("no slope: the traces share one context")
         json.dumps(d)
@@ -53,13 +53,13 @@ def _drifted(doc: dict, factor: float) -> dict:
 
 
 def test_real_series_has_no_drift_and_a_crossover():
-    d = slope([_doc(f"slope_ctx{n}") for n in (1024, 4096, 16384)])
+    d = slope([_doc(f"slope_ctx{n}") for n in (1024, 4096, 16384)]).to_dict()
     assert d["drift"] == [] and d["crossover"]["context"] is not None
 
 
 def test_drift_of_the_same_gemms_is_flagged_and_no_crossover_claimed():
     docs = [_doc("slope_ctx1024"), _doc("slope_ctx4096"), _drifted(_doc("slope_ctx16384"), 1.18)]
-    d = slope(docs)
+    d = slope(docs).to_dict()
     drifted = {x["component"] for x in d["drift"]}
     assert {"qkv_proj", "mlp_down", "lm_head"} <= drifted and "attention" not in drifted
     assert d["crossover"]["context"] is None and "drifted" in d["crossover"]["why"]
@@ -67,5 +67,5 @@ def test_drift_of_the_same_gemms_is_flagged_and_no_crossover_claimed():
 
 
 def test_traces_of_different_batch_are_warned():
-    d = slope([_doc("slope_ctx1024"), _doc("nosplit_ctx2048")])
+    d = slope([_doc("slope_ctx1024"), _doc("nosplit_ctx2048")]).to_dict()
     assert any(n.startswith("not one batch: the traces run [1, 8] tokens") for n in d["notes"])

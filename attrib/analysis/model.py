@@ -198,17 +198,20 @@ class StepSeries:
     context: tuple[int | None, ...]
     components: Mapping[str, tuple[float, ...]]
     ledger: tuple[tuple[LedgerRow, ...], ...] = ()  # per step, its window's rows
+    # per step, when its GPU ran: the union of its kernels' intervals (start, end ms from the
+    # trace's first step, gaps under BUSY_GAP_MS closed); the timeline plot's, not in the JSON
+    busy_ms: tuple[tuple[tuple[float, float], ...], ...] = ()
 
     def frame(self) -> pl.DataFrame:
         """One row per step; a column per component (ms)."""
         base = {f.name: list(getattr(self, f.name)) for f in fields(self)
-                if f.name not in ("components", "ledger")}
+                if f.name not in ("components", "ledger", "busy_ms")}
         comps = {c: list(v) for c, v in self.components.items()}
         return pl.DataFrame(base | comps, strict=False)
 
     def to_dict(self) -> dict[str, object]:
         out: dict[str, object] = {f.name: list(getattr(self, f.name)) for f in fields(self)
-                                  if f.name not in ("components", "ledger")}
+                                  if f.name not in ("components", "ledger", "busy_ms")}
         out["components"] = {c: list(v) for c, v in self.components.items()}
         out["ledger"] = [[_ledger_row(r) for r in rows] for rows in self.ledger]
         return out

@@ -8,9 +8,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import polars as pl
 
 from attrib.analysis.model import StepSeries
+from attrib.steps.spans import merge
+
+BUSY_GAP_MS = 0.02  # kernel gaps shorter than this join in the timeline's busy spans (20 us)
 
 
 def _col(df: pl.DataFrame, name: str, nd: int = 4) -> tuple[Any, ...]:
@@ -18,6 +22,26 @@ def _col(df: pl.DataFrame, name: str, nd: int = 4) -> tuple[Any, ...]:
         return (None,) * df.height
     s = df[name]
     return tuple(s.round(nd).to_list() if s.dtype.is_float() else s.to_list())
+
+
+def _busy(k: pl.DataFrame, steps: list[int], t0_ns: int) -> tuple[tuple[tuple[float, float], ...], ...]:
+    """Per step (in `steps` order), the union of its kernels' [start, end) in ms from t0_ns, gaps
+    under BUSY_GAP_MS closed."""
+    k = k.filter(pl.col("step").is_not_null()).select("step", "start_ns", "dur_ns")
+    by = {int(g["step"][0]): g for g in k.partition_by("step")} if k.height else {}
+    out: list[tuple[tuple[float, float], ...]] = []
+    for st in steps:
+        g = by.get(st)
+        if g is None:
+            out.append(())
+            continue
+        s = g["start_ns"].to_numpy().astype(np.int64)
+        e = s + g["dur_ns"].to_numpy().astype(np.int64)
+        gap = int(BUSY_GAP_MS * 1e6)
+        ms, me = merge(s, e + gap)
+        out.append(tuple((round((a - t0_ns) / 1e6, 4), round((b - gap - t0_ns) / 1e6, 4))
+                         for a, b in zip(ms.tolist(), me.tolist())))
+    return tuple(out)
 
 
 def step_series(steps: pl.DataFrame, k: pl.DataFrame, context: pl.DataFrame, t0_ns: int,
@@ -35,4 +59,5 @@ def step_series(steps: pl.DataFrame, k: pl.DataFrame, context: pl.DataFrame, t0_
         step=tuple(s["step"].to_list()), start_ms=_col(s, "start_ms", 3),
         step_ms=_col(s, "step_ms"), kernel_ms=_col(s, "kernel_ms"),
         idle_ms=_col(s, "idle_ms"), kernels=_col(s, "n_kernels"),
-        tokens=_col(s, "tokens"), context=_col(s, "context"), components=comp)
+        tokens=_col(s, "tokens"), context=_col(s, "context"), components=comp,
+        busy_ms=_busy(k, s["step"].to_list(), t0_ns))

@@ -1,20 +1,24 @@
 """Before/after: two sides (each one or more analysis documents of the same stack) compared per phase
-and per component, with statistics over steps. The result is the `attrib.compare/1` document.
+and per component, with statistics over steps. The result is a typed `Comparison`; its `to_dict()`
+is the `attrib.compare/1` document.
 
 Per row (the whole step, then each component): the medians over the pooled steps of each side,
 their difference, the two-sided Mann-Whitney U p-value, and a bootstrap 95% CI of the difference of
 medians (fixed seed). With several traces on a side the bootstrap resamples traces first, then steps
 within each drawn trace, so run-to-run variance widens the CI; with one trace per side that variance
 is unknown and the document says so. Verdict: `faster` / `slower` when p < ALPHA, the CI excludes 0
-and the change is at least `min_effect_pct` (and 1 microsecond); else `no significant change`.
+and the change is at least `min_effect_pct` (and 1 microsecond); `not testable` with one step per
+side (no spread to test against); else `no significant change`.
 """
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 
+from attrib.analysis.finding import Finding
 from attrib.report.provenance_diff import provenance_diff
 
 SCHEMA_ID = "attrib.compare/1"
@@ -24,6 +28,126 @@ MIN_EFFECT_MS = 0.001
 BOOT = 2000
 SEED = 20261130
 SAME = "no significant change"
+UNTESTABLE = "not testable"
+NOT_COMPARABLE = "not comparable"
+EXIT_NOT_COMPARABLE = 3  # --gate on a pair the stamps call not a matched baseline
+CHANGED = ("faster", "slower")
+
+
+@dataclass(frozen=True)
+class Stats:
+    """One row's figures: steps per side, medians (ms), their difference, p, the CI, the verdict."""
+
+    n_base: int
+    n_cand: int
+    base_ms: float | None
+    cand_ms: float | None
+    delta_ms: float | None
+    delta_pct: float | None
+    p_value: float | None
+    ci_low_ms: float | None
+    ci_high_ms: float | None
+    verdict: str
+
+    def to_dict(self, *, counts: bool = True, ci: bool = True) -> dict[str, Any]:
+        out = asdict(self)
+        if not counts:
+            del out["n_base"], out["n_cand"]
+        if not ci:
+            del out["ci_low_ms"], out["ci_high_ms"]
+        return out
+
+
+@dataclass(frozen=True)
+class Row:
+    """A compared row: the step of a phase (name: the phase) or a component, per step and per token."""
+
+    name: str
+    step: bool
+    stats: Stats
+    per_token: Stats
+
+    def to_dict(self) -> dict[str, Any]:
+        head = {"phase" if self.step else "component": self.name}
+        return head | self.stats.to_dict() | {"per_token": self.per_token.to_dict(counts=False)}
+
+
+@dataclass(frozen=True)
+class PhaseComparison:
+    """One phase: its step row, the summed kernel time, the component rows (largest change first)."""
+
+    phase: str
+    step: Row
+    kernels: Row
+    components: tuple[Row, ...]
+    steps: tuple[int, int]
+    tokens_per_step: tuple[Any, Any]
+    cause: str | None
+
+    def rows_dict(self) -> list[dict[str, Any]]:
+        k = self.kernels.stats.to_dict(counts=False, ci=False)
+        step = self.step.to_dict() | {"kernel_ms": k | {"per_token": self.kernels.per_token.to_dict(
+            counts=False)}, "cause": self.cause}
+        return [step] + [r.to_dict() for r in self.components]
+
+
+@dataclass(frozen=True)
+class Gate:
+    """--gate's outcome: failed phases and why, what was not gated, and the exit code (0 pass,
+    1 a regression, 3 not comparable: the stamps say not a matched baseline)."""
+
+    pct: float
+    failed_phases: tuple[str, ...]
+    reasons: dict[str, list[str]]
+    not_gated: dict[str, str]
+    exit_code: int
+    not_comparable: str | None = None
+    allow_mismatch: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"pct": self.pct, "failed_phases": list(self.failed_phases), "reasons": self.reasons,
+                "not_gated": self.not_gated, "exit_code": self.exit_code,
+                "not_comparable": self.not_comparable, "allow_mismatch": self.allow_mismatch}
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """The comparison of two sides (what the compare renderers read)."""
+
+    base_traces: tuple[str, ...]
+    cand_traces: tuple[str, ...]
+    provenance_diff: dict[str, Any]
+    run_to_run_variance: str
+    min_effect_pct: float
+    phases: tuple[PhaseComparison, ...]
+    gate: Gate | None
+    notes: tuple[str, ...]
+    findings: tuple[Finding, ...] = ()
+    alpha: float = ALPHA
+    resamples: int = BOOT
+    seed: int = SEED
+
+    @property
+    def matched_baseline(self) -> bool:
+        return not self.provenance_diff["mismatch"]
+
+    def phase(self, name: str) -> PhaseComparison | None:
+        return next((p for p in self.phases if p.phase == name), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The attrib.compare/1 document."""
+        summary = {p.phase: {"steps": list(p.steps), "tokens_per_step": list(p.tokens_per_step),
+                             "cause": p.cause} for p in self.phases}
+        return {"schema": SCHEMA_ID,
+                "base": {"traces": list(self.base_traces)},
+                "cand": {"traces": list(self.cand_traces)},
+                "matched_baseline": self.matched_baseline, "provenance_diff": self.provenance_diff,
+                "run_to_run_variance": self.run_to_run_variance, "alpha": self.alpha,
+                "min_effect_pct": self.min_effect_pct,
+                "bootstrap": {"resamples": self.resamples, "seed": self.seed},
+                "phases": {p.phase: p.rows_dict() for p in self.phases}, "summary": summary,
+                "gate": None if self.gate is None else self.gate.to_dict(), "notes": list(self.notes),
+                "findings": [f.to_json() for f in self.findings]}
 
 
 def _median(groups: list[np.ndarray]) -> float:
@@ -46,20 +170,30 @@ def _boot_medians(groups: list[np.ndarray], rng: np.random.Generator) -> np.ndar
     return np.nanmedian(vals.reshape(BOOT, -1), axis=1)
 
 
-def stats(base: list[list[float]], cand: list[list[float]], min_effect_pct: float = MIN_EFFECT_PCT) -> dict[str, Any]:
+def _untestable(nb: int, nc: int, mb: float, mc: float) -> Stats:
+    """One step per side: the medians and their difference, no p and no CI (nothing to test)."""
+    delta = mc - mb
+    pct = delta / mb * 100 if mb else None
+    return Stats(nb, nc, round(mb, 4), round(mc, 4), round(delta, 4),
+                 None if pct is None else round(pct, 2), None, None, None, UNTESTABLE)
+
+
+def stats(base: list[list[float]], cand: list[list[float]],
+          min_effect_pct: float = MIN_EFFECT_PCT) -> Stats:
     """base/cand: per trace, the per-step values (ms). The row's figures and verdict."""
     b = [np.asarray(g, float) for g in base if len(g)]
     c = [np.asarray(g, float) for g in cand if len(g)]
     if not b or not c:
-        return {"n_base": sum(len(g) for g in b), "n_cand": sum(len(g) for g in c),
-                "base_ms": None, "cand_ms": None, "delta_ms": None, "delta_pct": None, "p_value": None,
-                "ci_low_ms": None, "ci_high_ms": None, "verdict": "not comparable"}
+        return Stats(sum(len(g) for g in b), sum(len(g) for g in c),
+                     None, None, None, None, None, None, None, NOT_COMPARABLE)
     mb, mc = _median(b), _median(c)
     pb, pc = np.concatenate(b), np.concatenate(c)
+    if len(pb) <= 1 and len(pc) <= 1:
+        return _untestable(len(pb), len(pc), mb, mc)
     from scipy.stats import mannwhitneyu  # scipy.stats takes ~0.5 s to import: only compare pays it
 
-    p = float(mannwhitneyu(pb, pc, alternative="two-sided").pvalue) if (len(pb) > 1 or len(pc) > 1) else None
-    if p is not None and np.isnan(p):
+    p = float(mannwhitneyu(pb, pc, alternative="two-sided").pvalue)
+    if np.isnan(p):
         p = 1.0  # every value identical on both sides
     rng = np.random.default_rng(SEED)
     diff = _boot_medians(c, rng) - _boot_medians(b, rng)
@@ -67,19 +201,18 @@ def stats(base: list[list[float]], cand: list[list[float]], min_effect_pct: floa
     delta = mc - mb
     pct = delta / mb * 100 if mb else None
     big = abs(delta) >= MIN_EFFECT_MS and (pct is None or abs(pct) >= min_effect_pct)
-    sig = p is not None and p < ALPHA and (lo > 0 or hi < 0) and big
-    return {"n_base": int(len(pb)), "n_cand": int(len(pc)),
-            "base_ms": round(mb, 4), "cand_ms": round(mc, 4), "delta_ms": round(delta, 4),
-            "delta_pct": None if pct is None else round(pct, 2), "p_value": None if p is None else float(f"{p:.4g}"),
-            "ci_low_ms": round(lo, 4), "ci_high_ms": round(hi, 4),
-            "verdict": SAME if not sig else ("slower" if delta > 0 else "faster")}
+    sig = p < ALPHA and (lo > 0 or hi < 0) and big
+    return Stats(int(len(pb)), int(len(pc)), round(mb, 4), round(mc, 4), round(delta, 4),
+                 None if pct is None else round(pct, 2), float(f"{p:.4g}"),
+                 round(lo, 4), round(hi, 4), SAME if not sig else ("slower" if delta > 0 else "faster"))
 
 
 def _phase(docs: list[dict[str, Any]], phase: str) -> list[dict[str, Any]]:
     return [p for d in docs for p in d["phases"] if p["phase"] == phase]
 
 
-def _series(phs: list[dict[str, Any]], key: str, component: str | None = None, per_token: bool = False) -> list[list[float]]:
+def _series(phs: list[dict[str, Any]], key: str, component: str | None = None,
+            per_token: bool = False) -> list[list[float]]:
     out = []
     for ph in phs:
         s = ph["per_step"]
@@ -91,80 +224,92 @@ def _series(phs: list[dict[str, Any]], key: str, component: str | None = None, p
     return out
 
 
-def _row(head: dict[str, Any], b: list[dict[str, Any]], c: list[dict[str, Any]], key: str, comp: str | None,
-         min_effect: float) -> dict[str, Any]:
-    row = head | stats(_series(b, key, comp), _series(c, key, comp), min_effect)
-    tok = stats(_series(b, key, comp, True), _series(c, key, comp, True), min_effect)
-    row["per_token"] = {k: tok[k] for k in ("base_ms", "cand_ms", "delta_ms", "delta_pct", "p_value",
-                                            "ci_low_ms", "ci_high_ms", "verdict")}
-    return row
+def _row(name: str, step: bool, b: list[dict[str, Any]], c: list[dict[str, Any]], key: str,
+         comp: str | None, min_effect: float) -> Row:
+    return Row(name, step, stats(_series(b, key, comp), _series(c, key, comp), min_effect),
+               stats(_series(b, key, comp, True), _series(c, key, comp, True), min_effect))
 
 
-def _cause(step: dict[str, Any], kernels: dict[str, Any], comps: list[dict[str, Any]]) -> str | None:
-    if step["verdict"] == SAME or step["verdict"] == "not comparable":
+def _cause(step: Stats, kernels: Stats, comps: tuple[Row, ...]) -> str | None:
+    """Why the step moved: host-side, or the components that moved, largest change (ms) first."""
+    if step.verdict not in CHANGED:
         return None
-    if kernels["verdict"] == SAME:
-        return "host-side: the step time changed but the summed kernel time did not (launch, CPU or sync time)"
-    moved = [f"{r['component']} {r['verdict']}" for r in comps if r["verdict"] in ("faster", "slower")]
-    return "kernels: " + (", ".join(moved) if moved else f"summed kernel time {kernels['verdict']}, no single component")
+    if kernels.verdict == SAME:
+        return ("host-side: the step time changed but the summed kernel time did not (launch, CPU or "
+                "sync time)")
+    moved = sorted((r for r in comps if r.stats.verdict in CHANGED),
+                   key=lambda r: -abs(r.stats.delta_ms or 0))
+    words = [f"{r.name} {r.stats.verdict} ({r.stats.delta_ms:+.3f} ms)" for r in moved]
+    return "kernels: " + (", ".join(words) if words else
+                          f"summed kernel time {kernels.verdict}, no single component")
 
 
-def _gate(phases: dict[str, list[dict[str, Any]]], pct: float, runs_known: bool) -> dict[str, Any]:
+def _mismatch_line(diff: dict[str, Any]) -> str | None:
+    keys = [m["key"] for m in diff["mismatch"]]
+    return None if not keys else f"not a matched baseline ({', '.join(keys)} differ)"
+
+
+def _gate(phases: tuple[PhaseComparison, ...], pct: float, runs_known: bool,
+          not_comparable: str | None, allow_mismatch: bool) -> Gate:
     """Exit 1 when a phase's per-token GPU kernel time, or its per-token step time, is significantly
     slower by more than pct. A step-time change with the kernel time unchanged (host-side) is gated only
     when run-to-run variance is known (several traces per side): host time differs widely between two
-    runs of the same stack, so one trace per side cannot tell a host regression from noise."""
+    runs of the same stack, so one trace per side cannot tell a host regression from noise. Exit 3,
+    whatever the numbers, when the stamps say the two sides are not a matched baseline (unless
+    allow_mismatch)."""
     failed, reasons, not_gated = [], {}, {}
-    for ph, rows in phases.items():
-        step = rows[0]
-        tok, ktok = step["per_token"], step["kernel_ms"]["per_token"]
+    for ph in phases:
+        tok, ktok = ph.step.per_token, ph.kernels.per_token
         why = []
-        if ktok["verdict"] == "slower" and (ktok["delta_pct"] or 0) > pct:
-            why.append(f"GPU kernel time per token {ktok['delta_pct']:+.1f}%")
-        if tok["verdict"] == "slower" and (tok["delta_pct"] or 0) > pct:
-            if ktok["verdict"] == "slower" or runs_known:
-                why.append(f"step time per token {tok['delta_pct']:+.1f}%")
+        if ktok.verdict == "slower" and (ktok.delta_pct or 0) > pct:
+            why.append(f"GPU kernel time per token {ktok.delta_pct:+.1f}%")
+        if tok.verdict == "slower" and (tok.delta_pct or 0) > pct:
+            if ktok.verdict == "slower" or runs_known:
+                why.append(f"step time per token {tok.delta_pct:+.1f}%")
             else:
-                not_gated[ph] = (f"step time per token {tok['delta_pct']:+.1f}% with kernel time unchanged (host-side): "
-                                 "not gated, run-to-run variance unknown with one trace per side (pass -b/-c runs)")
+                not_gated[ph.phase] = (f"step time per token {tok.delta_pct:+.1f}% with kernel time "
+                                       "unchanged (host-side): not gated, run-to-run variance unknown "
+                                       "with one trace per side (pass -b/-c runs)")
         if why:
-            failed.append(ph)
-            reasons[ph] = why
-    return {"pct": pct, "failed_phases": failed, "reasons": reasons, "not_gated": not_gated,
-            "exit_code": 1 if failed else 0}
+            failed.append(ph.phase)
+            reasons[ph.phase] = why
+    code = 1 if failed else 0
+    if not_comparable and not allow_mismatch:
+        code = EXIT_NOT_COMPARABLE
+    return Gate(pct, tuple(failed), reasons, not_gated, code, not_comparable, allow_mismatch)
 
 
-def compare(base: list[dict[str, Any]], cand: list[dict[str, Any]], min_effect_pct: float = MIN_EFFECT_PCT,
-            gate_pct: float | None = None) -> dict[str, Any]:
-    """The attrib.compare/1 document of two sides' analysis documents."""
+def _compare_phase(ph: str, b: list[dict[str, Any]], c: list[dict[str, Any]],
+                   min_effect_pct: float) -> PhaseComparison:
+    comps = list(dict.fromkeys(x["component"] for p in b + c for x in p["components"]))
+    step = _row(ph, True, b, c, "step_ms", None, min_effect_pct)
+    kern = _row(ph, True, b, c, "kernel_ms", None, min_effect_pct)
+    rows = tuple(sorted((_row(x, False, b, c, "", x, min_effect_pct) for x in comps),
+                        key=lambda r: -abs(r.stats.delta_ms or 0)))
+    return PhaseComparison(
+        ph, step, kern, rows, (sum(p["steps"] for p in b), sum(p["steps"] for p in c)),
+        (b[0]["tokens_per_step"], c[0]["tokens_per_step"]), _cause(step.stats, kern.stats, rows))
+
+
+def compare(base: list[dict[str, Any]], cand: list[dict[str, Any]],
+            min_effect_pct: float = MIN_EFFECT_PCT, gate_pct: float | None = None,
+            allow_mismatch: bool = False, findings: tuple[Finding, ...] = ()) -> Comparison:
+    """The Comparison of two sides' analysis documents."""
     names_b = [p["phase"] for d in base for p in d["phases"]]
     names_c = {p["phase"] for d in cand for p in d["phases"]}
     phases = [p for p in dict.fromkeys(names_b) if p in names_c]
-    notes = [f"phase {p} only in {side}" for side, a, o in (("base", names_b, names_c), ("cand", names_c, set(names_b)))
+    notes = [f"phase {p} only in {side}" for side, a, o in (("base", names_b, names_c),
+                                                            ("cand", names_c, set(names_b)))
              for p in sorted(set(a) - set(o))]
-    out_phases, summary = {}, {}
-    for ph in phases:
-        b, c = _phase(base, ph), _phase(cand, ph)
-        comps = list(dict.fromkeys(x["component"] for p in b + c for x in p["components"]))
-        step = _row({"phase": ph}, b, c, "step_ms", None, min_effect_pct)
-        kern = _row({"phase": ph}, b, c, "kernel_ms", None, min_effect_pct)
-        rows = [_row({"component": x}, b, c, "", x, min_effect_pct) for x in comps]
-        step["kernel_ms"] = {k: kern[k] for k in ("base_ms", "cand_ms", "delta_ms", "delta_pct", "p_value", "verdict",
-                                                  "per_token")}
-        step["cause"] = _cause(step, kern, rows)
-        out_phases[ph] = [step] + sorted(rows, key=lambda r: -abs(r["delta_ms"] or 0))
-        summary[ph] = {"steps": [sum(p["steps"] for p in b), sum(p["steps"] for p in c)],
-                       "tokens_per_step": [b[0]["tokens_per_step"], c[0]["tokens_per_step"]], "cause": step["cause"]}
+    out = tuple(_compare_phase(ph, _phase(base, ph), _phase(cand, ph), min_effect_pct)
+                for ph in phases)
     diff = provenance_diff(base, cand)
     n_b, n_c = len(base), len(cand)
     variance = ("unknown: one trace per side, so the statistics cover step-to-step variation only"
                 if n_b == 1 and n_c == 1 else
-                f"included: {n_b} base and {n_c} candidate traces; the bootstrap resamples traces, then steps")
-    gate = None if gate_pct is None else _gate(out_phases, gate_pct, n_b > 1 and n_c > 1)
-    return {"schema": SCHEMA_ID,
-            "base": {"traces": [d["source"]["path"] for d in base]},
-            "cand": {"traces": [d["source"]["path"] for d in cand]},
-            "matched_baseline": not diff["mismatch"], "provenance_diff": diff,
-            "run_to_run_variance": variance, "alpha": ALPHA, "min_effect_pct": min_effect_pct,
-            "bootstrap": {"resamples": BOOT, "seed": SEED}, "phases": out_phases, "summary": summary,
-            "gate": gate, "notes": notes}
+                f"included: {n_b} base and {n_c} candidate traces; the bootstrap resamples traces, "
+                "then steps")
+    gate = None if gate_pct is None else _gate(out, gate_pct, n_b > 1 and n_c > 1,
+                                               _mismatch_line(diff), allow_mismatch)
+    return Comparison(tuple(d["source"]["path"] for d in base), tuple(d["source"]["path"] for d in cand),
+                      diff, variance, min_effect_pct, out, gate, tuple(notes), findings)

@@ -1,123 +1,178 @@
-"""Renderers of the attrib.compare/1 document: terminal table, markdown, HTML. Print, never compute."""
+"""Renderers of a Comparison: terminal table, markdown, HTML, JSON. Print, never compute."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable, Mapping
+
+import orjson
 
 from attrib.report import fmt
+from attrib.report.compare import CHANGED, Comparison, PhaseComparison, Row, Stats
 from attrib.report.html import CSS, escape
 from attrib.report.markdown import esc, table as md_table
 
-HEAD = ("row", "base ms", "cand ms", "delta ms", "delta %", "p", "95% CI of delta (ms)", "verdict", "per token")
+HEAD = ("row", "base ms", "cand ms", "delta ms", "delta %", "p", "95% CI of delta (ms)", "verdict",
+        "per token")
+# a changed row in the HTML: its class and colour (slower red, faster green)
+ROW_CSS = ("tr.slower td{background:#fbe9e7}tr.faster td{background:#e8f5e9}"
+           "tr.slower td:nth-child(8){color:#b3261e;font-weight:600}"
+           "tr.faster td:nth-child(8){color:#1b5e20;font-weight:600}")
 
 
-def _pct(x: Any) -> str:
+def _pct(x: float | None) -> str:
     return "-" if x is None else f"{x:+.1f}%"
 
 
-def rows(rs: list[dict[str, Any]]) -> list[tuple[str, ...]]:
-    out = []
-    for r in rs:
-        name = f"step ({r['phase']})" if "phase" in r else r["component"]
-        t = r.get("per_token") or {}
-        tok = f"{fmt.num(t.get('base_ms'), '{:.4f}')}->{fmt.num(t.get('cand_ms'), '{:.4f}')} {_pct(t.get('delta_pct'))}"
-        ci = ("-" if r["ci_low_ms"] is None else f"[{r['ci_low_ms']:+.4f}, {r['ci_high_ms']:+.4f}]")
-        verdict = r["verdict"] + (f" ({r.get('n_base')} vs {r.get('n_cand')} steps)" if r["p_value"] is None else "")
-        out.append((name, fmt.num(r["base_ms"], "{:.4f}"), fmt.num(r["cand_ms"], "{:.4f}"),
-                    fmt.num(r["delta_ms"], "{:+.4f}"), _pct(r["delta_pct"]), fmt.num(r["p_value"], "{:.3g}"),
-                    ci, verdict, tok))
-    return out
+def _ci(s: Stats) -> str:
+    if s.ci_low_ms is None or s.ci_high_ms is None:
+        return "-"
+    return f"[{s.ci_low_ms:+.4f}, {s.ci_high_ms:+.4f}]"
 
 
-def _cut(v: Any, width: int = 70) -> str:
+def _verdict(s: Stats) -> str:
+    steps = f" ({s.n_base} vs {s.n_cand} steps)" if s.p_value is None else ""
+    return s.verdict + steps
+
+
+def _cells(r: Row) -> tuple[str, ...]:
+    s, t = r.stats, r.per_token
+    name = f"step ({r.name})" if r.step else r.name
+    tok = (f"{fmt.num(t.base_ms, '{:.4f}')}->{fmt.num(t.cand_ms, '{:.4f}')} "
+           f"{_pct(t.delta_pct)}")
+    return (name, fmt.num(s.base_ms, "{:.4f}"), fmt.num(s.cand_ms, "{:.4f}"),
+            fmt.num(s.delta_ms, "{:+.4f}"), _pct(s.delta_pct), fmt.num(s.p_value, "{:.3g}"),
+            _ci(s), _verdict(s), tok)
+
+
+def rows(ph: PhaseComparison) -> list[tuple[str, ...]]:
+    return [_cells(r) for r in (ph.step, *ph.components)]
+
+
+def _cut(v: object, width: int = 70) -> str:
     return fmt.short(fmt.ev(v), width)
 
 
-def header_lines(doc: dict[str, Any]) -> list[str]:
-    d = doc["provenance_diff"]
-    out = [f"base: {', '.join(doc['base']['traces'])}", f"cand: {', '.join(doc['cand']['traces'])}"]
+def header_lines(c: Comparison) -> list[str]:
+    d = c.provenance_diff
+    out = [f"base: {', '.join(c.base_traces)}", f"cand: {', '.join(c.cand_traces)}"]
     if d["mismatch"]:
-        out.append("NOT A MATCHED BASELINE: " + "; ".join(f"{m['key']}: {fmt.ev(m['base'])} vs {fmt.ev(m['cand'])}"
-                                                         for m in d["mismatch"]))
+        out.append("NOT A MATCHED BASELINE: " + "; ".join(
+            f"{m['key']}: {fmt.ev(m['base'])} vs {fmt.ev(m['cand'])}" for m in d["mismatch"]))
     else:
-        out.append("matched baseline (model, arch, dtype, batch, context, speculative mode, KV dtype, tokens/step, env)")
+        out.append("matched baseline (model, arch, dtype, batch, context, speculative mode, KV dtype, "
+                   "tokens/step, env)")
     if d["unstamped"]:
         out.append(f"no provenance stamp: {', '.join(d['unstamped'])}")
     if d["other"]:
-        out.append("other differences: " + "; ".join(f"{o['key']}: {_cut(o['base'])} vs {_cut(o['cand'])}"
-                                                    for o in d["other"]))
+        out.append("other differences: " + "; ".join(
+            f"{o['key']}: {_cut(o['base'])} vs {_cut(o['cand'])}" for o in d["other"]))
     for w in d["within_side"]:
         out.append(f"within {w['side']}: {w['key']} differs ({fmt.ev(w['values'])})")
-    out.append(f"run-to-run variance: {doc['run_to_run_variance']}")
-    out.append(f"verdicts: Mann-Whitney U p < {doc['alpha']}, bootstrap 95% CI of the median difference excluding 0 "
-               f"({doc['bootstrap']['resamples']} resamples, seed {doc['bootstrap']['seed']}), |change| >= "
-               f"{doc['min_effect_pct']:g}%")
+    out.append(f"run-to-run variance: {c.run_to_run_variance}")
+    out.append(f"verdicts: Mann-Whitney U p < {c.alpha}, bootstrap 95% CI of the median difference "
+               f"excluding 0 ({c.resamples} resamples, seed {c.seed}), |change| >= "
+               f"{c.min_effect_pct:g}%; one step per side: not testable")
     return out
 
 
-def _phase_lines(doc: dict[str, Any], ph: str) -> list[str]:
-    s = doc["summary"][ph]
-    k = doc["phases"][ph][0]["kernel_ms"]
-    out = [f"steps {s['steps'][0]} vs {s['steps'][1]}, tokens/step {s['tokens_per_step'][0]} vs {s['tokens_per_step'][1]}",
-           f"summed kernel time {fmt.num(k['base_ms'], '{:.4f}')} -> {fmt.num(k['cand_ms'], '{:.4f}')} ms/step "
-           f"({_pct(k['delta_pct'])}, p {fmt.num(k['p_value'], '{:.3g}')}): {k['verdict']}"]
-    if s.get("cause"):
-        out.append(f"cause: {s['cause']}")
+def phase_lines(ph: PhaseComparison) -> list[str]:
+    k = ph.kernels.stats
+    out = [f"steps {ph.steps[0]} vs {ph.steps[1]}, tokens/step {ph.tokens_per_step[0]} vs "
+           f"{ph.tokens_per_step[1]}",
+           f"summed kernel time {fmt.num(k.base_ms, '{:.4f}')} -> {fmt.num(k.cand_ms, '{:.4f}')} "
+           f"ms/step ({_pct(k.delta_pct)}, p {fmt.num(k.p_value, '{:.3g}')}): {k.verdict}"]
+    if ph.cause:
+        out.append(f"cause: {ph.cause}")
     return out
 
 
-def _gate_lines(doc: dict[str, Any]) -> list[str]:
-    g = doc.get("gate")
-    if not g:
+def gate_lines(c: Comparison) -> list[str]:
+    g = c.gate
+    if g is None:
         return []
-    out = [f"gate {g['pct']:g}%: not gated: {ph}: {why}" for ph, why in g.get("not_gated", {}).items()]
-    if g["failed_phases"]:
-        return out + [f"gate {g['pct']:g}%: FAILED: " + "; ".join(f"{ph}: {', '.join(g['reasons'][ph])}"
-                                                                 for ph in g["failed_phases"])]
-    return out + [f"gate {g['pct']:g}%: passed"]
+    out = [f"gate {g.pct:g}%: not gated: {ph}: {why}" for ph, why in g.not_gated.items()]
+    if g.not_comparable and not g.allow_mismatch:
+        return out + [f"gate {g.pct:g}%: NOT COMPARABLE (exit {g.exit_code}): {g.not_comparable}; "
+                      "pass --allow-mismatch to gate anyway"]
+    if g.not_comparable:
+        out.append(f"gate {g.pct:g}%: gated with --allow-mismatch although {g.not_comparable}")
+    if g.failed_phases:
+        return out + [f"gate {g.pct:g}%: FAILED: " + "; ".join(
+            f"{ph}: {', '.join(g.reasons[ph])}" for ph in g.failed_phases)]
+    return out + [f"gate {g.pct:g}%: passed"]
 
 
-def _finding_lines(doc: dict[str, Any]) -> list[str]:
+def finding_lines(c: Comparison) -> list[str]:
     """Findings that need a baseline (the rules' compare checks), one line each."""
-    return [f"finding {f['rule']}: {f['title']}"
-            + (f" ({f['ms_per_step']:.3f} ms/step)" if f.get("ms_per_step") is not None else "")
-            + (f"; remedy: {f['remedy']}" if f.get("remedy") else "") for f in doc.get("findings") or []]
+    return [f"finding {f.rule}: {f.title}"
+            + (f" ({f.ms_per_step:.3f} ms/step)" if f.ms_per_step is not None else "")
+            + (f"; remedy: {f.remedy}" if f.remedy else "") for f in c.findings]
 
 
-def render_table(doc: dict[str, Any]) -> str:
-    lines = header_lines(doc)
-    for ph, rs in doc["phases"].items():
-        lines += ["", f"== {ph}: " + "; ".join(_phase_lines(doc, ph))]
-        body = rows(rs)
+def render_table(c: Comparison) -> str:
+    lines = header_lines(c)
+    for ph in c.phases:
+        lines += ["", f"== {ph.phase}: " + "; ".join(phase_lines(ph))]
+        body = rows(ph)
         widths = [max(len(r[i]) for r in [HEAD, *body]) for i in range(len(HEAD))]
         for r in [HEAD, *body]:
-            lines.append("   " + "  ".join(r[0].ljust(widths[0]) if i == 0 else
-                                           (c.ljust(widths[i]) if i >= 7 else c.rjust(widths[i]))
-                                           for i, c in enumerate(r)).rstrip())
-    lines += [f"note: {n}" for n in doc["notes"]] + _finding_lines(doc)
-    return "\n".join(lines + _gate_lines(doc)) + "\n"
+            cells = (r[0].ljust(widths[0]) if i == 0 else
+                     (x.ljust(widths[i]) if i >= 7 else x.rjust(widths[i])) for i, x in enumerate(r))
+            lines.append(("   " + "  ".join(cells)).rstrip())
+    lines += [f"note: {n}" for n in c.notes] + finding_lines(c)
+    return "\n".join(lines + gate_lines(c)) + "\n"
 
 
-def render_markdown(doc: dict[str, Any]) -> str:
-    out = ["# attrib compare", ""] + [f"- {esc(x)}" for x in header_lines(doc)]
-    for ph, rs in doc["phases"].items():
-        out += ["", f"## {esc(ph)}", ""] + [f"- {esc(x)}" for x in _phase_lines(doc, ph)] + [""]
-        out += md_table(HEAD, rows(rs))
-    out += [f"- note: {esc(n)}" for n in doc["notes"]] + [f"- {esc(x)}" for x in _finding_lines(doc)]
-    return "\n".join(out + [x for g in _gate_lines(doc) for x in ("", f"**{esc(g)}**")]) + "\n"
+def render_markdown(c: Comparison) -> str:
+    out = ["# attrib compare", ""] + [f"- {esc(x)}" for x in header_lines(c)]
+    for ph in c.phases:
+        out += ["", f"## {esc(ph.phase)}", ""] + [f"- {esc(x)}" for x in phase_lines(ph)] + [""]
+        out += md_table(HEAD, rows(ph))
+    out += [f"- note: {esc(n)}" for n in c.notes] + [f"- {esc(x)}" for x in finding_lines(c)]
+    return "\n".join(out + [x for g in gate_lines(c) for x in ("", f"**{esc(g)}**")]) + "\n"
 
 
-def render_html(doc: dict[str, Any]) -> str:
-    def tbl(rs):
-        th = "".join(f"<th>{escape(h)}</th>" for h in HEAD)
-        body = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" if i in (0, 7) else f'<td class="n">{escape(c)}</td>'
-                                        for i, c in enumerate(r)) + "</tr>" for r in rows(rs))
-        return f"<table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
-    body = ("<h1>attrib compare</h1><div class=stamp>" + "".join(f"<div>{escape(x)}</div>" for x in header_lines(doc))
-            + "</div>" + "".join(f"<h2>{escape(ph)}</h2>" + "".join(f"<p>{escape(x)}</p>" for x in _phase_lines(doc, ph))
-                                 + tbl(rs) for ph, rs in doc["phases"].items())
-            + "".join(f"<p class=muted>note: {escape(n)}</p>" for n in doc["notes"])
-            + "".join(f"<p>{escape(x)}</p>" for x in _finding_lines(doc))
-            + "".join(f"<p><b>{escape(g)}</b></p>" for g in _gate_lines(doc)))
+def _html_table(ph: PhaseComparison) -> str:
+    th = "".join(f"<th>{escape(h)}</th>" for h in HEAD)
+    body = []
+    for r in (ph.step, *ph.components):
+        v = r.stats.verdict
+        cls = f' class="{v}"' if v in CHANGED else ""
+        tds = "".join(f"<td>{escape(x)}</td>" if i in (0, 7) else f'<td class="n">{escape(x)}</td>'
+                      for i, x in enumerate(_cells(r)))
+        body.append(f"<tr{cls}>{tds}</tr>")
+    return f"<table><thead><tr>{th}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def render_html(c: Comparison, plots: Mapping[str, str] | None = None) -> str:
+    """The whole comparison as one self-contained page; plots: phase -> inline SVG (delta bars)."""
+    plots = plots or {}
+
+    def phase(ph: PhaseComparison) -> str:
+        svg = plots.get(ph.phase)
+        return (f"<h2>{escape(ph.phase)}</h2>"
+                + "".join(f"<p>{escape(x)}</p>" for x in phase_lines(ph))
+                + (f'<div class="plot">{svg}</div>' if svg else "") + _html_table(ph))
+    body = ("<h1>attrib compare</h1><div class=stamp>"
+            + "".join(f"<div>{escape(x)}</div>" for x in header_lines(c)) + "</div>"
+            + "".join(phase(ph) for ph in c.phases)
+            + "".join(f"<p class=muted>note: {escape(n)}</p>" for n in c.notes)
+            + "".join(f"<p>{escape(x)}</p>" for x in finding_lines(c))
+            + "".join(f"<p><b>{escape(g)}</b></p>" for g in gate_lines(c)))
     return ("<!DOCTYPE html><html lang=en><head><meta charset=utf-8><title>attrib compare</title>"
-            f"<style>{CSS}</style></head><body><main>{body}</main></body></html>\n")
+            f"<style>{CSS}{ROW_CSS}</style></head><body><main>{body}</main></body></html>\n")
+
+
+def render_json(c: Comparison) -> str:
+    return orjson.dumps(c.to_dict(), option=orjson.OPT_INDENT_2).decode() + "\n"
+
+
+def _no_plots(render: Callable[[Comparison], str]) -> Callable[[Comparison, Mapping[str, str]], str]:
+    return lambda c, plots: render(c)
+
+
+# --format name -> render(comparison, plots); only html draws the plots
+FORMATS: dict[str, Callable[[Comparison, Mapping[str, str]], str]] = {
+    "table": _no_plots(render_table), "json": _no_plots(render_json),
+    "md": _no_plots(render_markdown), "html": render_html,
+}

@@ -17,12 +17,20 @@ INFO_SKIP = ("env", "versions", "gpu", "model_config", "capture_name", "created_
              "capture", "schema", "param_bytes", "tiny")
 
 
+NONE_WORDS = ("none", "null", "")  # a stamp's spelled-out nothing: the same as no value
+
+
+def norm(v: Any) -> Any:
+    """A stamp value as compared: "None", "none", "null" and "" are None."""
+    return None if isinstance(v, str) and v.strip().lower() in NONE_WORDS else v
+
+
 def _values(docs: list[dict[str, Any]], get) -> list[Any]:
-    return list(dict.fromkeys(repr(get(d)) for d in docs))
+    return list(dict.fromkeys(repr(norm(get(d))) for d in docs))
 
 
 def _one(docs: list[dict[str, Any]], get) -> Any:
-    vals = {repr(get(d)): get(d) for d in docs}
+    vals = {repr(norm(get(d))): norm(get(d)) for d in docs}
     return next(iter(vals.values())) if len(vals) == 1 else sorted(vals)
 
 
@@ -80,8 +88,8 @@ def provenance_diff(base: list[dict[str, Any]], cand: list[dict[str, Any]]) -> d
     keys = sorted({k for f in flat for k in f if k not in skip and k not in matched})
     other = []
     for k in keys:
-        vb = list(dict.fromkeys(repr(f.get(k)) for f in flat[: len(base)]))
-        vc = list(dict.fromkeys(repr(f.get(k)) for f in flat[len(base):]))
+        vb = list(dict.fromkeys(repr(norm(f.get(k))) for f in flat[: len(base)]))
+        vc = list(dict.fromkeys(repr(norm(f.get(k))) for f in flat[len(base):]))
         if vb != vc:
             other.append({"key": k, "base": _one(base, lambda d, k=k: _flat(d).get(k)),
                           "cand": _one(cand, lambda d, k=k: _flat(d).get(k))})

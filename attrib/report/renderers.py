@@ -2,7 +2,8 @@
 
 A renderer is one module with a `render` function plus one entry here. `plots` says what it does
 with the report's plots: "inline" (SVG inside the text), "files" (SVG files beside the output,
-referenced by name), or None (no plots).
+referenced by name), or None (no plots). A table renderer writes bytes instead of text: `folder`
+(file name -> bytes, written as the folder -o DIR) or `binary` (one file's bytes).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pathlib import Path
 
 from attrib.analysis.model import Analysis
 from attrib.errors import UsageError
-from attrib.report import html, markdown, table
+from attrib.report import csv_tables, html, markdown, parquet_tables, table, xlsx_tables
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,13 @@ class Renderer:
     suffixes: tuple[str, ...]
     render: Callable[[Analysis, View], str]
     plots: str | None = None
+    folder: Callable[[Analysis], dict[str, bytes]] | None = None
+    binary: Callable[[Analysis], bytes] | None = None
+    check: Callable[[], None] | None = None  # raises UsageError when an optional extra is missing
+
+    @property
+    def writes_bytes(self) -> bool:
+        return self.folder is not None or self.binary is not None
 
 
 def _json(an: Analysis, view: View) -> str:
@@ -51,12 +59,22 @@ def _html(an: Analysis, view: View) -> str:
     return html.render(an, dict(view.plots), view.plot_note)
 
 
+def _needs_output(an: Analysis, view: View) -> str:
+    raise UsageError("this format writes files: give -o (a folder for csv and parquet, FILE.xlsx for xlsx)")
+
+
 RENDERERS: tuple[Renderer, ...] = (
     Renderer("table", (), _table),  # the terminal's; no file suffix is a table
     Renderer("json", (".json",), _json),
     Renderer("md", (".md", ".markdown"), _markdown, plots="files"),
     Renderer("html", (".html", ".htm"), _html, plots="inline"),
+    Renderer("csv", (), _needs_output, folder=csv_tables.render),
+    Renderer("parquet", (), _needs_output, folder=parquet_tables.render),
+    Renderer("xlsx", (".xlsx",), _needs_output, binary=xlsx_tables.render,
+             check=xlsx_tables.check),
 )
+
+TABLE_FORMATS = tuple(r.name for r in RENDERERS if r.writes_bytes)
 
 
 def names() -> list[str]:

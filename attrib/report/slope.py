@@ -6,8 +6,8 @@ overtakes the weight-bound components (where the two fitted lines cross). The at
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass, field
 from typing import Any
-
 
 from attrib.report.provenance_diff import provenance_diff
 
@@ -19,6 +19,83 @@ MIN_CONTEXTS = 2
 CONTEXT_KEYS = ("context_length", "tokens_per_step", "model_config.max_position_embeddings")
 SAME_BYTES = 0.01    # bytes per step this close in every trace: the same work
 DRIFT_SHARE = 0.10   # the same work whose fitted time moves by more than this share of it: drift
+
+
+@dataclass(frozen=True)
+class Fit:
+    """t = a + b*L over n points: b in us per 1k context with its 95% CI, a in us, r2.
+    points: the (context, ms) pairs fitted (for the plot; not in the JSON)."""
+
+    slope_us_per_1k: float
+    ci_low: float
+    ci_high: float
+    intercept_us: float
+    r2: float
+    n: int
+    points: tuple[tuple[float, float], ...] = field(default=(), compare=False, repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        del out["points"]
+        return out
+
+
+@dataclass(frozen=True)
+class SlopeRow:
+    component: str  # "step", "kernels", or a component
+    fit: Fit
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"component": self.component} | self.fit.to_dict()
+
+
+@dataclass(frozen=True)
+class TraceContext:
+    path: str | None
+    steps: int
+    context_min: int | None
+    context_max: int | None
+    context_from: str | None
+
+
+@dataclass(frozen=True)
+class Drift:
+    component: str
+    moved_us: float
+    mean_us: float
+    kernels: int | None
+
+
+@dataclass(frozen=True)
+class Crossover:
+    context: int | None
+    why: str
+
+
+@dataclass(frozen=True)
+class Slope:
+    """The context slope of one phase over traces of one stack (what the slope renderers read)."""
+
+    phase: str
+    traces: tuple[TraceContext, ...]
+    rows: tuple[SlopeRow, ...]
+    weight_bound: tuple[str, ...]
+    weight_fit: Fit | None
+    drift: tuple[Drift, ...]
+    crossover: Crossover
+    notes: tuple[str, ...]
+
+    def row(self, component: str) -> SlopeRow | None:
+        return next((r for r in self.rows if r.component == component), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The attrib.slope/1 document."""
+        wb = {"components": list(self.weight_bound)}
+        return {"schema": SCHEMA_ID, "phase": self.phase, "traces": [asdict(t) for t in self.traces],
+                "rows": [r.to_dict() for r in self.rows],
+                "weight_bound": wb | (self.weight_fit.to_dict() if self.weight_fit else {}),
+                "drift": [asdict(d) for d in self.drift], "crossover": asdict(self.crossover),
+                "notes": list(self.notes)}
 
 
 def _points(phs: list[dict[str, Any]], get) -> tuple[list[float], list[float]]:
@@ -33,7 +110,7 @@ def _points(phs: list[dict[str, Any]], get) -> tuple[list[float], list[float]]:
     return xs, ys
 
 
-def fit(xs: list[float], ys: list[float]) -> dict[str, Any] | None:
+def fit(xs: list[float], ys: list[float]) -> Fit | None:
     """slope (us per 1k context), its 95% CI, intercept (us), r2, n; None below 3 points or 2 contexts."""
     if len(xs) < 3 or len(set(xs)) < MIN_CONTEXTS:
         return None
@@ -42,11 +119,11 @@ def fit(xs: list[float], ys: list[float]) -> dict[str, Any] | None:
     r = linregress(xs, ys)
     half = student_t.ppf(0.975, len(xs) - 2) * r.stderr
     k = 1e3 * 1e3  # ms per token -> us per 1k tokens
+
     def num(x: float, nd: int) -> float:   # plain floats: numpy's are not JSON
         return round(float(x), nd)
-    return {"slope_us_per_1k": num(r.slope * k, 3), "ci_low": num((r.slope - half) * k, 3),
-            "ci_high": num((r.slope + half) * k, 3), "intercept_us": num(r.intercept * 1e3, 3),
-            "r2": num(r.rvalue ** 2, 4), "n": len(xs)}
+    return Fit(num(r.slope * k, 3), num((r.slope - half) * k, 3), num((r.slope + half) * k, 3),
+               num(r.intercept * 1e3, 3), num(r.rvalue ** 2, 4), len(xs), tuple(zip(xs, ys)))
 
 
 def _same_work(rows: list[dict[str, Any] | None]) -> bool:
@@ -58,126 +135,119 @@ def _same_work(rows: list[dict[str, Any] | None]) -> bool:
     return len(kernels) == 1 and max(b) <= (1 + SAME_BYTES) * min(b)
 
 
-def drift(phs: list[dict[str, Any]], fits: dict[str, dict[str, Any]], lo: float,
-          hi: float) -> list[dict[str, Any]]:
+def drift(phs: list[dict[str, Any]], fits: dict[str, Fit], lo: float, hi: float) -> list[Drift]:
     """Components whose work is the same in every trace (kernels and bytes per step) but whose time
     moved with the context by more than DRIFT_SHARE of it, significantly: clock or process drift
     between the traces, not context."""
     out = []
     for c, f in fits.items():
         rows = [next((r for r in p["components"] if r["component"] == c), None) for p in phs]
-        if not _same_work(rows) or f["ci_low"] <= 0 <= f["ci_high"]:
+        if not _same_work(rows) or f.ci_low <= 0 <= f.ci_high:
             continue
         mean_us = 1e3 * sum(r["ms"] for r in rows if r is not None) / len(rows)
-        moved = f["slope_us_per_1k"] * (hi - lo) / 1e3
+        moved = f.slope_us_per_1k * (hi - lo) / 1e3
         if mean_us and abs(moved) > DRIFT_SHARE * mean_us:
-            out.append({"component": c, "moved_us": round(moved, 3), "mean_us": round(mean_us, 3),
-                        "kernels": rows[0]["kernels"] if rows[0] else None})
+            out.append(Drift(c, round(moved, 3), round(mean_us, 3),
+                             rows[0]["kernels"] if rows[0] else None))
     return out
 
 
-def _crossover(att: dict[str, Any] | None, weights: dict[str, Any] | None, lo: float, hi: float) -> dict[str, Any]:
+def _crossover(att: Fit | None, weights: Fit | None, lo: float, hi: float) -> Crossover:
     if att is None or weights is None:
-        return {"context": None, "why": "no attention or no weight-bound component in the traces"}
-    if att["ci_low"] <= 0:
-        return {"context": None, "why": "the attention slope is not significantly above 0: no crossover claimed"}
-    da = att["slope_us_per_1k"] - weights["slope_us_per_1k"]
-    gap = weights["intercept_us"] - att["intercept_us"]  # at L = 0
+        return Crossover(None, "no attention or no weight-bound component in the traces")
+    if att.ci_low <= 0:
+        return Crossover(None, "the attention slope is not significantly above 0: no crossover claimed")
+    da = att.slope_us_per_1k - weights.slope_us_per_1k
+    gap = weights.intercept_us - att.intercept_us  # at L = 0
     if gap <= 0:
-        return {"context": 0, "why": "attention already takes longer than the weight-bound components at any context"}
+        return Crossover(0, "attention already takes longer than the weight-bound components at any "
+                            "context")
     if da <= 0:
-        return {"context": None, "why": "attention grows no faster than the weight-bound components: no crossover"}
+        return Crossover(None, "attention grows no faster than the weight-bound components: no "
+                               "crossover")
     ctx = round(gap / da * 1e3)
     where = "within" if lo <= ctx <= hi else "extrapolated beyond"
-    return {"context": ctx, "why": f"{where} the measured contexts ({lo:g}..{hi:g})"}
+    return Crossover(ctx, f"{where} the measured contexts ({lo:g}..{hi:g})")
 
 
-def slope(docs: list[dict[str, Any]], phase: str = "decode") -> dict[str, Any]:
-    """The attrib.slope/1 document of analysis documents of one stack at several contexts."""
-    phs = [p for d in docs for p in d["phases"] if p["phase"] == phase]
-    traces = []
+def _traces(docs: list[dict[str, Any]], phase: str) -> tuple[TraceContext, ...]:
+    out = []
     for d in docs:
         ph = next((p for p in d["phases"] if p["phase"] == phase), None)
         ctx = [c for c in (ph["per_step"]["context"] if ph else []) if c is not None]
-        traces.append({"path": d["source"]["path"], "steps": ph["steps"] if ph else 0,
-                       "context_min": min(ctx) if ctx else None, "context_max": max(ctx) if ctx else None,
-                       "context_from": ph.get("context_from") if ph else None})
-    comps = list(dict.fromkeys(c["component"] for p in phs for c in p["components"]))
-    distinct = {tr["context_min"] for tr in traces if tr["context_min"] is not None}
-    if len(distinct) < MIN_CONTEXTS:
-        return _no_slope(phase, traces, f"no slope: the traces share one context ({sorted(distinct)}); "
-                         "a slope needs traces at two or more contexts")
+        out.append(TraceContext(d["source"]["path"], ph["steps"] if ph else 0,
+                                min(ctx) if ctx else None, max(ctx) if ctx else None,
+                                ph.get("context_from") if ph else None))
+    return tuple(out)
+
+
+def _comp(s: dict[str, Any], i: int, c: str) -> float:
+    return float((s["components"].get(c) or [0.0] * len(s["step"]))[i])
+
+
+def _fits(phs: list[dict[str, Any]], comps: list[str]) -> tuple[list[SlopeRow], dict[str, Fit]]:
     rows = []
-    step_fit = fit(*_points(phs, lambda s, i: s["step_ms"][i]))
-    if step_fit:
-        rows.append({"component": "step"} | step_fit)
-    kern_fit = fit(*_points(phs, lambda s, i: s["kernel_ms"][i]))
-    if kern_fit:
-        rows.append({"component": "kernels"} | kern_fit)
+    for name, key in (("step", "step_ms"), ("kernels", "kernel_ms")):
+        f = fit(*_points(phs, lambda s, i, key=key: s[key][i]))
+        if f:
+            rows.append(SlopeRow(name, f))
     fits = {}
     for c in comps:
-        f = fit(*_points(phs, lambda s, i, c=c: (s["components"].get(c) or [0.0] * len(s["step"]))[i]))
+        f = fit(*_points(phs, lambda s, i, c=c: _comp(s, i, c)))
         if f:
             fits[c] = f
-            rows.append({"component": c} | f)
-    present = [c for c in WEIGHT_BOUND if c in comps]
-    weights = fit(*_points(phs, lambda s, i: sum((s["components"].get(c) or [0.0] * len(s["step"]))[i]
-                                                 for c in present))) if present else None
-    contexts = [x for tr in traces for x in (tr["context_min"], tr["context_max"]) if x is not None]
-    notes = []
-    lo, hi = min(contexts, default=0), max(contexts, default=0)
-    drifted = drift(phs, fits, lo, hi)
-    for d in drifted:
-        notes.append(f"drift: {d['component']} ran the same {d['kernels']} kernels and bytes per step in "
-                     f"every trace, yet its time moved {d['moved_us']:+.1f} us over the contexts "
-                     f"({d['mean_us']:.1f} us): clock or process drift between traces, not context")
+            rows.append(SlopeRow(c, f))
+    return rows, fits
+
+
+def _notes(phs: list[dict[str, Any]], docs: list[dict[str, Any]], traces: tuple[TraceContext, ...],
+           drifted: list[Drift], present: list[str], distinct: set[int], phase: str) -> list[str]:
+    notes = [f"drift: {d.component} ran the same {d.kernels} kernels and bytes per step in "
+             f"every trace, yet its time moved {d.moved_us:+.1f} us over the contexts "
+             f"({d.mean_us:.1f} us): clock or process drift between traces, not context"
+             for d in drifted]
     batches = sorted({p["tokens_per_step"] for p in phs if p.get("tokens_per_step") is not None})
     if len(batches) > 1:
         notes.append(f"not one batch: the traces run {batches} tokens per {phase} step; "
                      "slopes mix batch and context")
-    wb = [sum(float(r["bytes"] or 0) for r in p["components"] if r["component"] in present) for p in phs]
+    wb = [sum(float(r["bytes"] or 0) for r in p["components"] if r["component"] in present)
+          for p in phs]
     if present and min(wb) > 0 and max(wb) > (1 + SAME_BYTES) * min(wb):
         notes.append("not one model? the weight-bound components move "
                      + ", ".join(f"{b / 1e6:.1f}" for b in wb) + " MB per step across the traces")
     if len(distinct) < 3:
         notes.append(f"{len(distinct)} distinct contexts: a slope from fewer than 3 is weakly supported")
-    missing = [tr["path"] for tr in traces if tr["context_min"] is None]
+    missing = [str(tr.path) for tr in traces if tr.context_min is None]
     if missing:
-        notes.append("no context known (no attention shapes, vLLM annotation or provenance context_length): "
-                     + ", ".join(missing))
+        notes.append("no context known (no attention shapes, vLLM annotation or provenance "
+                     "context_length): " + ", ".join(missing))
     for w in provenance_diff(docs, docs)["within_side"]:
         if w["side"] == "base" and w["key"] not in CONTEXT_KEYS:
             notes.append(f"not one stack? the traces differ in {w['key']}: {w['values']}")
     notes.append("steps of one trace are not independent samples: the CIs assume they are")
+    return notes
+
+
+def slope(docs: list[dict[str, Any]], phase: str = "decode") -> Slope:
+    """The Slope of analysis documents of one stack at several contexts."""
+    phs = [p for d in docs for p in d["phases"] if p["phase"] == phase]
+    traces = _traces(docs, phase)
+    comps = list(dict.fromkeys(c["component"] for p in phs for c in p["components"]))
+    distinct = {tr.context_min for tr in traces if tr.context_min is not None}
+    if len(distinct) < MIN_CONTEXTS:
+        why = (f"no slope: the traces share one context ({sorted(distinct)}); "
+               "a slope needs traces at two or more contexts")
+        return Slope(phase, traces, (), (), None, (), Crossover(None, why), (why,))
+    rows, fits = _fits(phs, comps)
+    present = [c for c in WEIGHT_BOUND if c in comps]
+    weights = fit(*_points(phs, lambda s, i: sum(_comp(s, i, c) for c in present))) if present else None
+    contexts = [x for tr in traces for x in (tr.context_min, tr.context_max) if x is not None]
+    lo, hi = min(contexts, default=0), max(contexts, default=0)
+    drifted = drift(phs, fits, lo, hi)
+    notes = _notes(phs, docs, traces, drifted, present, distinct, phase)
     crossover = _crossover(fits.get("attention"), weights, lo, hi)
-    if any(d["component"] in present for d in drifted):
-        crossover = {"context": None, "why": "the weight-bound components drifted between traces (same "
-                                             "kernels, time moved): no crossover claimed"}
-    return {"schema": SCHEMA_ID, "phase": phase, "traces": traces, "rows": rows,
-            "weight_bound": {"components": present} | (weights or {}),
-            "drift": drifted, "crossover": crossover, "notes": notes}
-
-
-def _no_slope(phase: str, traces: list[dict[str, Any]], why: str) -> dict[str, Any]:
-    return {"schema": SCHEMA_ID, "phase": phase, "traces": traces, "rows": [],
-            "weight_bound": {"components": []}, "drift": [],
-            "crossover": {"context": None, "why": why}, "notes": [why]}
-
-
-def render(doc: dict[str, Any]) -> str:
-    lines = [f"{tr['path']}: {tr['steps']} {doc['phase']} steps, context {tr['context_min']}..{tr['context_max']}"
-             f" ({tr['context_from'] or 'unknown'})" for tr in doc["traces"]]
-    head = ("component", "us/1k ctx", "95% CI", "intercept us", "r2", "n")
-    body = [(r["component"], f"{r['slope_us_per_1k']:.3f}", f"[{r['ci_low']:.3f}, {r['ci_high']:.3f}]",
-             f"{r['intercept_us']:.1f}", f"{r['r2']:.3f}", str(r["n"])) for r in doc["rows"]]
-    widths = [max(len(r[i]) for r in [head, *body]) for i in range(len(head))]
-    lines += ["", f"== {doc['phase']} time per step against context: t = a + b*L"]
-    lines += ["   " + "  ".join(c.ljust(widths[0]) if i == 0 else c.rjust(widths[i]) for i, c in enumerate(r))
-              for r in [head, *body]]
-    w, x = doc["weight_bound"], doc["crossover"]
-    if w.get("components"):
-        lines.append(f"weight-bound ({', '.join(w['components'])}): {w.get('slope_us_per_1k', '-')} "
-                     f"us/1k ctx, intercept {w.get('intercept_us', '-')} us")
-    lines.append(f"attention overtakes them at context: {x['context'] if x['context'] is not None else '-'} ({x['why']})")
-    lines += [f"note: {n}" for n in doc["notes"]]
-    return "\n".join(lines) + "\n"
+    if any(d.component in present for d in drifted):
+        crossover = Crossover(None, "the weight-bound components drifted between traces (same "
+                                    "kernels, time moved): no crossover claimed")
+    return Slope(phase, traces, tuple(rows), tuple(present), weights, tuple(drifted), crossover,
+                 tuple(notes))
