@@ -27,13 +27,15 @@ from attrib.report.compare import MIN_EFFECT_PCT
 from attrib.report.compare import compare as compare_docs
 from attrib.report.export import PROCESS
 from attrib.report.printable import printable
-from attrib.report.progress import progress
+from attrib.report.progress import bar, progress
 from attrib.report.slope import render as slope_render
 from attrib.report.slope import slope as slope_doc
 from attrib.report.table import NAME_WIDTH, render
 from attrib.roofline.arch import arch_table
+from attrib.roofline.calibrated import entry as calibrated_entry
 from attrib.roofline.template import template
-from collectors import load
+from collectors import load, measure_device
+from collectors import calibrate as calib
 from collectors.rocprof.run import run
 from attrib.options import TOP_KERNELS, Options
 
@@ -333,6 +335,47 @@ def archs(arch_file: Path | None, show_template: bool, trace_path: Path | None) 
         click.echo(f"{r['key']:<14}{r['arch']:<9}{r['cus']:>5}{f(r['peak_bw_gbs']):>11}{f(r['sustained_bw_gbs']):>12}"
                    f"{f(r['bf16_tflops']):>9}{f(r['fp8_tflops']):>8}  {r['name']}")
     click.echo("derived and unverified figures are listed per entry in attrib/data/archs.toml")
+
+
+def _sizes(text: str) -> tuple[int, ...]:
+    try:
+        sizes = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise click.BadParameter(f"expected MiB figures like 1024,2048, got {text!r}", param_hint="--sizes") from None
+    if not sizes or min(sizes) < 1:
+        raise click.BadParameter(f"sizes must be positive MiB figures, got {text!r}", param_hint="--sizes")
+    return sizes
+
+
+@cli.command()
+@click.option("--device", default="cuda", show_default=True,
+              help="cuda or cuda:N (ROCm builds too); cpu: a dry run of the same code on host memory.")
+@click.option("--sizes", default=",".join(map(str, calib.SIZES_MIB)), show_default=True, metavar="MIB,...",
+              help="Buffer sizes, well above the last-level cache (small ones only for a dry run).")
+@click.option("--matmul-n", type=click.IntRange(16), default=calib.MATMUL_N, show_default=True,
+              help="Square matmul size per dtype.")
+@click.option("--reps", type=click.IntRange(1), default=calib.REPS, show_default=True,
+              help="Timed repetitions per measurement (the median is kept).")
+@click.option("--format", "fmt", type=click.Choice(["toml", "json"]), default="toml", show_default=True,
+              help="toml: the --arch-file entry; json: every measured figure and the entry.")
+@click.option("-o", "--output", type=click.Path(path_type=Path), help="Write to FILE instead of stdout.")
+@click.option("--force", is_flag=True, help="Overwrite FILE if it exists.")
+def calibrate(device: str, sizes: str, matmul_n: int, reps: int, fmt: str, output: Path | None,
+              force: bool) -> None:
+    """Measure this GPU with torch (read/write/copy GB/s, matrix TFLOP/s per dtype) and write an
+    --arch-file entry whose sustained roof `analyze --arch-file` uses."""
+    check_output(output, force)
+    mib = _sizes(sizes)
+    with bar(f"calibrating {device}", calib.steps(mib)) as tick:
+        cal = measure_device(device, sizes_mib=mib, matmul_n=matmul_n, reps=reps, tick=tick).to_dict()
+    key, toml = calibrated_entry(cal)
+    bw, tf = cal["bandwidth_gbs"], cal["matrix_tflops"]
+    doc = {"schema": "attrib.calibration/1", **cal, "entry_key": key, "entry": toml}
+    _write(toml if fmt == "toml" else _dump(doc), output, force)
+    where = f"; wrote {output}" if output is not None else ""
+    click.echo(printable(f"attrib: {cal['device']['name']}: " + ", ".join(f"{k} {v:g}" for k, v in bw.items())
+                         + " GB/s; " + ", ".join(f"{k} {v:g}" for k, v in tf.items())
+                         + f" TFLOP/s (entry [{key}]{where})"), err=True)
 
 
 @cli.command("rules")

@@ -16,9 +16,11 @@ from collectors import limits
 from collectors.reader import Reader
 from collectors.registry import READERS, reader
 from collectors.rocprof._common import head_bytes, is_utf16, utf16_error
-from collectors.torch_capture import capture, wrap
+from collectors.calibrate import measure as measure_device
+from collectors.sampled import capture
+from collectors.torch_capture import wrap
 
-__all__ = ["load", "sniff", "resolve", "reader", "Reader", "READERS", "capture", "wrap"]
+__all__ = ["load", "sniff", "resolve", "reader", "Reader", "READERS", "capture", "wrap", "measure_device"]
 
 
 def claim(path: Path, head: bytes) -> Reader | None:
