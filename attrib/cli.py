@@ -29,12 +29,13 @@ from attrib.report.export import PROCESS
 from attrib.report.printable import printable
 from attrib.report.progress import bar, progress
 from attrib.report.slope import render as slope_render
+from attrib.report import trend as trend_mod
 from attrib.report.slope import slope as slope_doc
 from attrib.report.table import NAME_WIDTH, render
 from attrib.roofline.arch import arch_table
 from attrib.roofline.calibrated import entry as calibrated_entry
 from attrib.roofline.template import template
-from collectors import load, measure_device
+from collectors import load, measure_device, traces_in
 from collectors import calibrate as calib
 from collectors.rocprof.run import run
 from attrib.options import TOP_KERNELS, Options
@@ -260,6 +261,33 @@ def slope(traces: tuple[Path, ...], phase: str, fmt: str, phase_map: tuple[str, 
         raise UsageError(f"no {phase} steps with a known context in two or more traces: nothing to fit "
                          "(" + "; ".join(doc["notes"]) + ")")
     _write(_dump(doc) if fmt == "json" else _printable(slope_render(doc)), output, force)
+
+
+@cli.command()
+@click.argument("folder", type=click.Path(path_type=Path, exists=True, file_okay=False))
+@click.option("--phase", default="decode", show_default=True, help="The phase followed over time.")
+@click.option("--window", type=click.IntRange(1), default=trend_mod.WINDOW, show_default=True,
+              help="Each file is compared with this many files before it.")
+@click.option("--min-effect", type=click.FloatRange(0), default=MIN_EFFECT_PCT, show_default=True, metavar="PCT",
+              help="Smallest change (percent) flagged.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.option("--phase-map", multiple=True, metavar="NAME=PHASE", help="Treat annotation NAME as PHASE (repeatable).")
+@click.option("--arch-file", type=click.Path(path_type=Path, exists=True, dir_okay=False))
+@click.option("-o", "--output", type=click.Path(path_type=Path), help="Write to FILE instead of stdout.")
+@click.option("--force", is_flag=True, help="Overwrite FILE if it exists.")
+def trend(folder: Path, phase: str, window: int, min_effect: float, fmt: str, phase_map: tuple[str, ...],
+          arch_file: Path | None, output: Path | None, force: bool) -> None:
+    """The rolling captures in FOLDER (collectors.capture(..., every=N)) over time: GB/token, tok/s and
+    the top step-time cause per file, each compared with the files before it as `compare` does."""
+    check_output(output, force)
+    files = traces_in(folder)
+    if not files:
+        raise TraceError(folder, "holds no trace attrib can read")
+    docs = [d.to_dict() for d in _docs(tuple(files), _phase_map(phase_map), None, arch_file)]
+    doc = trend_mod.trend(docs, phase, window, min_effect)
+    if not doc["rows"]:
+        raise UsageError(f"{folder}: no {phase!r} phase in any of its {len(files)} traces")
+    _write(_dump(doc) if fmt == "json" else _printable(trend_mod.render(doc)), output, force)
 
 
 @cli.command()
