@@ -23,7 +23,8 @@ def order_key(doc: dict[str, Any]) -> tuple[str, int, str]:
     """Capture order: the stamp's time, the sampler's sequence number, then the file name."""
     prov = doc.get("provenance") or {}
     sample = (prov.get("extra") or {}).get("sample") or {}
-    seq = sample.get("seq") if isinstance(sample.get("seq"), int) else -1
+    seq = sample.get("seq")
+    seq = seq if isinstance(seq, int) else -1
     return str(prov.get("created_utc") or ""), seq, str(doc["source"]["path"])
 
 
