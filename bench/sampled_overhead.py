@@ -9,7 +9,9 @@ A runs the bare step, S runs it inside `collectors.capture(..., every=N)`'s phas
 kept across S blocks (its first window, the profiler's one-time start, runs before timing).
 Each block starts from the same cropped KV cache, so every block does the same work; the
 wall time of every step is summed per block. Per round: overhead = (S1 + S2) / (A1 + A2) - 1,
-and the cost of one window = (S1 + S2 - A1 - A2) / windows. Reported: the mean over rounds with
+and the cost of one window = (S1 + S2 - A1 - A2) / windows; also timed directly (added after the
+2026-12-01 run, so not in its results): the window steps of each S block against the median of
+its other steps, and the median unsampled S step against the median A step. Reported: the mean over rounds with
 a bootstrap 95% CI, the median step of each variant, and the overhead this window cost gives at
 other N (cost / (N x step)), with the N that keeps it under 0.1%.
 
@@ -89,6 +91,13 @@ def block(step, reset, n: int, cap=None, batch: int = 1) -> list[float]:
     return times
 
 
+def window_steps(n0: int, n: int, every: int, warmup: int) -> list[int]:
+    """Indices, in a block of n steps after the sampler's n0th, of its window steps (the warmup
+    step, residue every - 1, and the recorded one, residue 0: `collectors.sampled`'s rule)."""
+    return [i for i in range(n) if n0 + i + 1 > warmup
+            and (n0 + i + 1 - warmup) % every in (every - 1, 0)]
+
+
 def mean_ci(values: list[float], n: int = 4000, seed: int = 21) -> dict:
     rng = random.Random(seed)
     means = sorted(statistics.fmean(rng.choices(values, k=len(values))) for _ in range(n))
@@ -107,15 +116,26 @@ def overhead(args, out_dir: Path) -> dict:
     block(step, reset, n, cap, args.batch)   # the profiler's one-time start
     cap.flush()
     first_s = time.perf_counter() - t0
-    rounds, a_steps, s_steps = [], [], []
+    rounds, a_steps, s_steps, direct, unsampled = [], [], [], [], []
+    seen = n   # steps through the sampler so far (the warm block)
     deadline = time.monotonic() + args.seconds
     while time.monotonic() < deadline:
-        sums = {}
+        sums, plain, bare = {}, [], []
         for label in ("A1", "S1", "S2", "A2"):
             ts = block(step, reset, n, cap if label[0] == "S" else None, args.batch)
             cap.flush()   # the window's gzip finished inside the S block, or is waited for here
             sums[label] = sum(ts)
             (s_steps if label[0] == "S" else a_steps).extend(ts)
+            if label[0] == "S":   # the window steps themselves against the block's other steps
+                pos = set(window_steps(seen, n, args.every, args.every // 2))
+                rest = [t for i, t in enumerate(ts) if i not in pos]
+                direct.append((sum(ts[i] for i in pos) - len(pos) * statistics.median(rest))
+                              / max(len(pos) // 2, 1) * 1e3)
+                plain.extend(rest)
+                seen += n
+            else:
+                bare.extend(ts)
+        unsampled.append((statistics.median(plain) / statistics.median(bare) - 1) * 100)
         a, s = sums["A1"] + sums["A2"], sums["S1"] + sums["S2"]
         rounds.append({"a_s": a, "s_s": s, "pct": (s / a - 1) * 100, "window_ms": (s - a) / 4 * 1e3})
         print(f"round {len(rounds)}: {rounds[-1]['pct']:+.3f}% ({rounds[-1]['window_ms']:.2f} ms/window)",
@@ -131,6 +151,7 @@ def overhead(args, out_dir: Path) -> dict:
             "median_step_ms": {"bare": step_ms, "sampled": statistics.median(s_steps) * 1e3},
             "overhead_pct": pct, "window_cost_ms": win, "overhead_pct_at_every": at,
             "every_for_0.1pct": int(need) + 1, "first_window_s": first_s,
+            "window_cost_direct_ms": mean_ci(direct), "unsampled_step_median_pct": mean_ci(unsampled),
             "samples": res.samples, "skipped": res.skipped, "errors": res.errors,
             "with_stack": not args.no_stack, "model": {"layers": args.layers, "hidden": args.hidden,
                                                      "vocab": args.vocab, "batch": args.batch,
