@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import statistics
 from pathlib import Path
@@ -10,6 +11,7 @@ import pytest
 
 from attrib.app import analyze
 from attrib.cli import main
+from attrib.report.progress import bar
 from attrib.roofline.arch import load_archs
 from attrib.roofline.calibrated import entry, sustained
 
@@ -76,3 +78,16 @@ def test_h200_entry_is_the_sustained_roof_of_analyze(tmp_path):
     plain = analyze(TRACE).to_dict()
     ph, ph0 = dev["phases"][-1], plain["phases"][-1]
     assert ph0["ceiling_tok_s"] / ph["ceiling_tok_s"] == pytest.approx(4800 / 4382, rel=1e-3)
+
+
+def test_progress_bar_draws_only_on_a_terminal():
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    for stream, drawn in ((Tty(), True), (io.StringIO(), False)):
+        with bar("calibrating cpu", 2, stream=stream) as tick:
+            tick("read 16 MiB")
+            tick("copy 16 MiB")
+        text = stream.getvalue()
+        assert ("1/2 copy 16 MiB" in text and "2/2 done in" in text) == drawn and (text == "") != drawn
