@@ -29,13 +29,16 @@ from attrib.report.compare import MIN_EFFECT_PCT
 from attrib.report.compare import compare as compare_docs
 from attrib.report.export import PROCESS
 from attrib.report.printable import printable
-from attrib.report.progress import progress
+from attrib.report.progress import bar, progress
 from attrib.report import slope_render
+from attrib.report import trend as trend_mod
 from attrib.report.slope import slope as slope_fit
 from attrib.report.table import NAME_WIDTH, render
 from attrib.roofline.arch import arch_table
+from attrib.roofline.calibrated import entry as calibrated_entry
 from attrib.roofline.template import template
-from collectors import load
+from collectors import load, measure_device, traces_in
+from collectors import calibrate as calib
 from collectors.rocprof.run import run
 from attrib.options import TOP_KERNELS, Options
 
@@ -353,6 +356,33 @@ def ranks_cmd(traces: tuple[Path, ...], fmt: str | None, link_gbs: float | None,
 
 
 @cli.command()
+@click.argument("folder", type=click.Path(path_type=Path, exists=True, file_okay=False))
+@click.option("--phase", default="decode", show_default=True, help="The phase followed over time.")
+@click.option("--window", type=click.IntRange(1), default=trend_mod.WINDOW, show_default=True,
+              help="Each file is compared with this many files before it.")
+@click.option("--min-effect", type=click.FloatRange(0), default=MIN_EFFECT_PCT, show_default=True, metavar="PCT",
+              help="Smallest change (percent) flagged.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.option("--phase-map", multiple=True, metavar="NAME=PHASE", help="Treat annotation NAME as PHASE (repeatable).")
+@click.option("--arch-file", type=click.Path(path_type=Path, exists=True, dir_okay=False))
+@click.option("-o", "--output", type=click.Path(path_type=Path), help="Write to FILE instead of stdout.")
+@click.option("--force", is_flag=True, help="Overwrite FILE if it exists.")
+def trend(folder: Path, phase: str, window: int, min_effect: float, fmt: str, phase_map: tuple[str, ...],
+          arch_file: Path | None, output: Path | None, force: bool) -> None:
+    """The rolling captures in FOLDER (collectors.capture(..., every=N)) over time: GB/token, tok/s and
+    the top step-time cause per file, each compared with the files before it as `compare` does."""
+    check_output(output, force)
+    files = traces_in(folder)
+    if not files:
+        raise TraceError(folder, "holds no trace attrib can read")
+    docs = [d.to_dict() for d in _docs(tuple(files), _phase_map(phase_map), None, arch_file)]
+    doc = trend_mod.trend(docs, phase, window, min_effect)
+    if not doc["rows"]:
+        raise UsageError(f"{folder}: no {phase!r} phase in any of its {len(files)} traces")
+    _write(_dump(doc) if fmt == "json" else _printable(trend_mod.render(doc)), output, force)
+
+
+@cli.command()
 @click.argument("trace", type=click.Path(path_type=Path))
 @click.option("-o", "--output", required=True, type=click.Path(path_type=Path),
               help="The annotated trace (.json or .json.gz) to open in the Perfetto UI.")
@@ -425,6 +455,47 @@ def archs(arch_file: Path | None, show_template: bool, trace_path: Path | None) 
         click.echo(f"{r['key']:<14}{r['arch']:<9}{r['cus']:>5}{f(r['peak_bw_gbs']):>11}{f(r['sustained_bw_gbs']):>12}"
                    f"{f(r['bf16_tflops']):>9}{f(r['fp8_tflops']):>8}  {r['name']}")
     click.echo("derived and unverified figures are listed per entry in attrib/data/archs.toml")
+
+
+def _sizes(text: str) -> tuple[int, ...]:
+    try:
+        sizes = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise click.BadParameter(f"expected MiB figures like 1024,2048, got {text!r}", param_hint="--sizes") from None
+    if not sizes or min(sizes) < 1:
+        raise click.BadParameter(f"sizes must be positive MiB figures, got {text!r}", param_hint="--sizes")
+    return sizes
+
+
+@cli.command()
+@click.option("--device", default="cuda", show_default=True,
+              help="cuda or cuda:N (ROCm builds too); cpu: a dry run of the same code on host memory.")
+@click.option("--sizes", default=",".join(map(str, calib.SIZES_MIB)), show_default=True, metavar="MIB,...",
+              help="Buffer sizes, well above the last-level cache (small ones only for a dry run).")
+@click.option("--matmul-n", type=click.IntRange(16), default=calib.MATMUL_N, show_default=True,
+              help="Square matmul size per dtype.")
+@click.option("--reps", type=click.IntRange(1), default=calib.REPS, show_default=True,
+              help="Timed repetitions per measurement (the median is kept).")
+@click.option("--format", "fmt", type=click.Choice(["toml", "json"]), default="toml", show_default=True,
+              help="toml: the --arch-file entry; json: every measured figure and the entry.")
+@click.option("-o", "--output", type=click.Path(path_type=Path), help="Write to FILE instead of stdout.")
+@click.option("--force", is_flag=True, help="Overwrite FILE if it exists.")
+def calibrate(device: str, sizes: str, matmul_n: int, reps: int, fmt: str, output: Path | None,
+              force: bool) -> None:
+    """Measure this GPU with torch (read/write/copy GB/s, matrix TFLOP/s per dtype) and write an
+    --arch-file entry whose sustained roof `analyze --arch-file` uses."""
+    check_output(output, force)
+    mib = _sizes(sizes)
+    with bar(f"calibrating {device}", calib.steps(mib)) as tick:
+        cal = measure_device(device, sizes_mib=mib, matmul_n=matmul_n, reps=reps, tick=tick).to_dict()
+    key, toml = calibrated_entry(cal)
+    bw, tf = cal["bandwidth_gbs"], cal["matrix_tflops"]
+    doc = {"schema": "attrib.calibration/1", **cal, "entry_key": key, "entry": toml}
+    _write(toml if fmt == "toml" else _dump(doc), output, force)
+    where = f"; wrote {output}" if output is not None else ""
+    click.echo(printable(f"attrib: {cal['device']['name']}: " + ", ".join(f"{k} {v:g}" for k, v in bw.items())
+                         + " GB/s; " + ", ".join(f"{k} {v:g}" for k, v in tf.items())
+                         + f" TFLOP/s (entry [{key}]{where})"), err=True)
 
 
 @cli.command("rules")

@@ -16,9 +16,12 @@ from collectors import limits
 from collectors.reader import Reader
 from collectors.registry import READERS, reader
 from collectors.rocprof._common import head_bytes, is_utf16, utf16_error
-from collectors.torch_capture import capture, wrap
+from collectors.calibrate import measure as measure_device
+from collectors.sampled import capture
+from collectors.torch_capture import wrap
 
-__all__ = ["load", "sniff", "resolve", "reader", "Reader", "READERS", "capture", "wrap"]
+__all__ = ["load", "sniff", "resolve", "reader", "Reader", "READERS", "capture", "wrap", "measure_device",
+           "traces_in"]
 
 
 def claim(path: Path, head: bytes) -> Reader | None:
@@ -43,6 +46,11 @@ def _folder_files(directory: Path) -> dict[str, list[Path]]:
         if r is not None and name.endswith(r.suffixes):
             found.setdefault(r.name, []).append(p)
     return found
+
+
+def traces_in(directory: str | Path) -> list[Path]:
+    """Every trace file directly inside `directory` that a reader claims, by name."""
+    return sorted(f for files in _folder_files(Path(directory)).values() for f in files)
 
 
 def _folder(p: Path) -> tuple[Reader, Path, list[Path]]:

@@ -176,6 +176,7 @@ class Capture:
         self._roctx: Any = None   # collectors.rocprof.roctx on ROCm, when present
         self._acts: list[str] = []
         self._t_stop: float | None = None
+        self._t_export = 0.0
         self._seen, self._state = 0, "new"   # steps run (warmup included); new -> running -> done
         self._lock = threading.RLock()
         self._labels: dict[tuple[str, Any], str] = {}   # (phase, tokens) -> span name
@@ -223,8 +224,9 @@ class Capture:
                 self._record_function = torch.profiler.record_function
                 self._span_enter, self._span_exit = _span_ops(torch)   # probed before start
                 self._no_tf = getattr(torch._C, "DisableTorchFunctionSubclass", contextlib.nullcontext)
-                with contextlib.suppress(Exception):   # the stamp's slow part, outside the window
-                    self._machine = _prov.machine_fields(torch)
+                if self._machine is None:   # a sampler hands over the fields of its first sample
+                    with contextlib.suppress(Exception):   # the stamp's slow part, outside the window
+                        self._machine = _prov.machine_fields(torch)
                 self._prof.start()
             except Exception as exc:
                 self._prof = None
@@ -340,35 +342,53 @@ class Capture:
 
     def _on_ready(self, prof: Any) -> None:
         """Export the closed window, then write the sidecar. Never raises."""
+        raw = self._dump(prof)
+        if raw is not None:
+            self._finish(raw)
+
+    def _dump(self, prof: Any) -> Path | None:
+        """torch's JSON of the window beside the trace's place; None when there is none."""
         res = self.result
         if self._t_stop is not None:
             res.stop_s = time.perf_counter() - self._t_stop
         if not res.steps:
-            return
-        dest = self.trace_path
-        raw = dest.with_name(f".{self.name}.partial.json")
-        t0 = time.perf_counter()
+            return None
+        raw = self.trace_path.with_name(f".{self.name}.partial.json")
+        self._t_export = time.perf_counter()
         try:
-            res.bytes = self._export(prof, raw, dest)
+            self._export_json(prof, raw)
+        except Exception as exc:
+            _unlink_raw(raw)
+            self._fail(f"trace export to {self.trace_path} failed: {type(exc).__name__}: {exc}")
+            return None
+        return raw
+
+    def _finish(self, raw: Path) -> None:
+        """`raw` gzipped into place, then the sidecar; `raw` removed. Never raises."""
+        res, dest = self.result, self.trace_path
+        try:
+            res.bytes = self._compress(raw, dest)
         except Exception as exc:
             res.bytes = None
             self._fail(f"trace export to {dest} failed: {type(exc).__name__}: {exc}")
             return
-        finally:   # torch's own temporary file too (it renames .tmp to raw only when all was written)
-            for p in (raw, raw.with_name(raw.name + ".tmp")):
-                with contextlib.suppress(OSError):
-                    p.unlink()
-        res.export_s, res.path = time.perf_counter() - t0, dest
+        finally:
+            _unlink_raw(raw)
+        res.export_s, res.path = time.perf_counter() - self._t_export, dest
         try:
             res.sidecar = _prov.write_sidecar(dest, self._stamp(dest.name))
         except Exception as exc:
             self._fail(f"provenance sidecar for {dest} not written: {type(exc).__name__}: {exc}")
 
-    def _export(self, prof: Any, raw: Path, dest: Path) -> int:
-        """The raw JSON from torch, gzipped into place whole (attrib.output); the gzip's size."""
+    @staticmethod
+    def _export_json(prof: Any, raw: Path) -> None:
+        """torch's JSON of the window (it holds the GIL throughout)."""
         prof.export_chrome_trace(str(raw))
         if not raw.is_file():   # torch logs its write errors and returns
             raise _no_trace(raw.parent)
+
+    def _compress(self, raw: Path, dest: Path) -> int:
+        """`raw` gzipped into place whole (zlib lets other threads run); the gzip's size."""
         with open(raw, "rb") as fin, staged(dest) as (fh, tmp):
             with gzip.GzipFile(fileobj=fh, mode="wb", compresslevel=self.gzip_level) as fout:
                 shutil.copyfileobj(fin, fout, 1 << 20)
@@ -401,6 +421,13 @@ class Capture:
         self.result.error = self.result.error or msg
         _warn(msg)
         return self
+
+
+def _unlink_raw(raw: Path) -> None:
+    """The raw JSON and torch's own temporary file (renamed to raw only when all was written)."""
+    for p in (raw, raw.with_name(raw.name + ".tmp")):
+        with contextlib.suppress(OSError):
+            p.unlink()
 
 
 def _no_trace(folder: Path) -> OSError:

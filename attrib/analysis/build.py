@@ -220,11 +220,20 @@ def device(trace: Trace, arch: Arch | None, detected_from: str) -> Device:
                       peak_bw_gbs=arch.peak_bw_gbs, sustained_bw_gbs=arch.sustained_bw_gbs,
                       roofline_bw_gbs=bw, roofline_bw_basis=basis,
                       sustained_source=arch.sustained_source, derived=tuple(arch.derived),
-                      matrix_tflops=dict(arch.matrix_tflops), vendor=vendor, known=True)
+                      matrix_tflops=dict(arch.matrix_tflops), vendor=vendor, known=True,
+                      calibrated=calibration(arch))
     d = trace.meta.devices[0] if trace.meta.devices else {}
     name = d.get("product_name") or d.get("name") or None
     return Device(arch=None, name=name, detected_from="unknown", peak_bw_gbs=None,
                   sustained_bw_gbs=None, vendor=vendor)
+
+
+def calibration(arch: Arch) -> dict[str, object] | None:
+    """The device block's `calibrated` record: attrib calibrate's fields and measured figures."""
+    if not arch.calibrated:
+        return None
+    return {**arch.calibrated, "measured_bw_gbs": dict(arch.measured_bw_gbs),
+            "measured_tflops": dict(arch.measured_tflops)}
 
 
 def _resolve_device(a: Attribution, arch: Arch | None, arch_from: str | None,
@@ -238,6 +247,11 @@ def _resolve_device(a: Attribution, arch: Arch | None, arch_from: str | None,
     elif arch_from == "override":
         notes.append(f"what-if: kernel times measured on the traced device, bytes and FLOPs set against "
                      f"{arch.name} ({arch.arch}): rooflines and the ceiling are a projection")
+    if arch is not None and arch.calibrated:
+        c = arch.calibrated
+        notes.append(f"rooflines use {arch.sustained_bw_gbs:g} GB/s as the sustained roof, measured by "
+                     f"attrib calibrate on {c.get('device')} ({c.get('date_utc', '?')[:10]}; "
+                     f"datasheet peak {arch.peak_bw_gbs:g} GB/s)")
     if arch is not None and arch.bandwidth()[1] == "peak":
         notes.append(f"no sustained bandwidth known for {arch.name}: rooflines use the "
                      f"{arch.peak_bw_gbs:g} GB/s peak")

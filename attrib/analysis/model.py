@@ -74,6 +74,7 @@ class Device:
     derived: tuple[str, ...] = ()
     matrix_tflops: Mapping[str, float] = field(default_factory=dict)
     known: bool = False  # an entry of the device database (else only what the trace said)
+    calibrated: Mapping[str, object] | None = None  # attrib calibrate's record, when its entry
 
     @property
     def roofline_bw(self) -> float | None:
@@ -106,6 +107,7 @@ class Device:
                 "sustained_source": self.sustained_source,
                 "derived": list(self.derived),
                 "matrix_tflops": dict(self.matrix_tflops),
+                "calibrated": dict(self.calibrated) if self.calibrated else None,
                 "vendor": self.vendor}
 
 

@@ -67,6 +67,9 @@ class Arch:
     matrix_tflops: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
     vector_tflops: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
     maf_tflops: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+    measured_tflops: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+    measured_bw_gbs: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+    calibrated: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     matrix_dtypes: tuple[str, ...] = ()
     derived: tuple[str, ...] = ()
     unverified: tuple[str, ...] = ()
@@ -122,7 +125,11 @@ def _entry(key: str, raw: Mapping[str, Any], origin: object) -> Arch:
             raise TraceError(origin, f"arch entry [{key}] match_names {pattern!r}: {exc}") from None
     vals: dict[str, Any] = {}
     for name, value in raw.items():
-        if name.endswith("_tflops"):
+        if name == "calibrated":   # attrib calibrate's record: device, date, versions, method
+            if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+                raise TraceError(origin, f"arch entry [{key}] calibrated must be a table of strings")
+            value = MappingProxyType(dict(value))
+        elif name.endswith("_tflops") or name == "measured_bw_gbs":
             if not isinstance(value, dict) or not all(isinstance(v, (int, float)) for v in value.values()):
                 raise TraceError(origin, f"arch entry [{key}] {name} must be a table of numbers")
             value = MappingProxyType({str(k): float(v) for k, v in value.items()})

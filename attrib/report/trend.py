@@ -1,0 +1,130 @@
+"""Rolling captures over time (`attrib trend DIR`): the `attrib.trend/1` document and its table.
+
+Per file of one phase, in capture order: tokens per step, step ms per token, tok/s, GB/token and
+the top cause of the step-time ledger (the profiler's own rows left out: they are the capture's
+cost). Each file is compared with the `window` files before it at the same tokens per step (none
+across a batch change) the way `attrib compare` compares two sides (attrib.report.compare.stats: Mann-Whitney U, bootstrap CI of the median change, the
+earlier files as several base runs); a change of batch, of GB/token (by `min_effect_pct` or more)
+or of the top cause is flagged too.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from attrib.report.compare import ALPHA, MIN_EFFECT_PCT, SAME, _series, stats
+
+SCHEMA_ID = "attrib.trend/1"
+WINDOW = 3
+OWN_COST = "profiler"   # ledger cause of the capture's own cost
+
+
+def order_key(doc: dict[str, Any]) -> tuple[str, int, str]:
+    """Capture order: the stamp's time, the sampler's sequence number, then the file name."""
+    prov = doc.get("provenance") or {}
+    sample = (prov.get("extra") or {}).get("sample") or {}
+    seq = sample.get("seq")
+    seq = seq if isinstance(seq, int) else -1
+    return str(prov.get("created_utc") or ""), seq, str(doc["source"]["path"])
+
+
+def top_cause(phase: dict[str, Any]) -> dict[str, Any] | None:
+    """The ledger row holding the most of the mean step, the capture's own cost left out."""
+    rows = [r for r in phase.get("ledger") or () if r["cause"] != OWN_COST]
+    if not rows:
+        return None
+    r = max(rows, key=lambda r: r["ms_per_step"])
+    return {"cause": r["cause"], "what": r["what"], "ms_per_step": r["ms_per_step"], "share": r["share"]}
+
+
+def _phase(doc: dict[str, Any], name: str) -> dict[str, Any] | None:
+    return next((p for p in doc["phases"] if p["phase"] == name), None)
+
+
+def _row(doc: dict[str, Any], ph: dict[str, Any]) -> dict[str, Any]:
+    tok = ph["tokens_per_step"]
+    med = ph["step_ms"]["median"]
+    prov = doc.get("provenance") or {}
+    return {"path": doc["source"]["path"], "created_utc": prov.get("created_utc"), "steps": ph["steps"],
+            "tokens_per_step": tok, "step_ms": med,
+            "ms_per_token": round(med / tok, 4) if med is not None and tok else None,
+            "achieved_tok_s": ph["achieved_tok_s"], "gb_per_token": ph["gb_per_token"],
+            "top_cause": top_cause(ph)}
+
+
+def _flags(row: dict[str, Any], prev: dict[str, Any], vs: dict[str, Any], min_effect: float) -> list[str]:
+    out = []
+    if vs["verdict"] in ("faster", "slower"):
+        out.append(f"{vs['verdict']}: step time per token {vs['delta_pct']:+.1f}% (p {vs['p_value']:.2g})")
+    if row["tokens_per_step"] != prev["tokens_per_step"]:
+        out.append(f"tokens/step {prev['tokens_per_step']} -> {row['tokens_per_step']}")
+    g0, g1 = prev["gb_per_token"], row["gb_per_token"]
+    if g0 and g1 and abs(g1 / g0 - 1) * 100 >= min_effect:
+        out.append(f"GB/token {g0:.4g} -> {g1:.4g} ({(g1 / g0 - 1) * 100:+.0f}%)")
+    c0, c1 = prev["top_cause"], row["top_cause"]
+    if c0 and c1 and (c0["cause"], c0["what"]) != (c1["cause"], c1["what"]):
+        out.append(f"top cause {c0['cause']} {c0['what']} -> {c1['cause']} {c1['what']}")
+    return out
+
+
+def trend(docs: list[dict[str, Any]], phase: str = "decode", window: int = WINDOW,
+          min_effect_pct: float = MIN_EFFECT_PCT) -> dict[str, Any]:
+    """The attrib.trend/1 document of analysis documents (any order: sorted by order_key)."""
+    docs = sorted(docs, key=order_key)
+    rows: list[dict[str, Any]] = []
+    phases: list[dict[str, Any]] = []
+    notes = []
+    for doc in docs:
+        ph = _phase(doc, phase)
+        if ph is None:
+            notes.append(f"{doc['source']['path']}: no {phase} phase (skipped)")
+            continue
+        row = _row(doc, ph)
+        if rows:
+            same = [p for p in phases if p["tokens_per_step"] == ph["tokens_per_step"]]
+            base = same[-window:] if same and same[-1] is phases[-1] else []   # since the last change
+            vs = stats(_series(base, "step_ms", per_token=True), _series([ph], "step_ms", per_token=True),
+                       min_effect_pct).to_dict()
+            if not base:
+                vs["verdict"] = "not comparable: tokens/step changed"
+            row["vs_previous"] = {"files": len(base), **{k: vs[k] for k in (
+                "base_ms", "cand_ms", "delta_pct", "p_value", "ci_low_ms", "ci_high_ms", "verdict")}}
+            row["changes"] = _flags(row, rows[-1], vs, min_effect_pct)
+        else:
+            row["vs_previous"], row["changes"] = None, []
+        rows.append(row)
+        phases.append(ph)
+    return {"schema": SCHEMA_ID, "phase": phase, "files": len(docs), "window": window,
+            "alpha": ALPHA, "min_effect_pct": min_effect_pct,
+            "compared_on": "step ms per token, each file against the window of files before it at the "
+                           "same tokens per step",
+            "rows": rows, "changed": [r["path"] for r in rows if r["changes"]], "notes": notes}
+
+
+def _cell(v: float | None, fmt: str = "{:.4g}") -> str:
+    return "-" if v is None else fmt.format(v)
+
+
+def render(doc: dict[str, Any]) -> str:
+    """The terminal table of a trend document."""
+    head = (f"{'#':>3}  {'captured (UTC)':<20} {'tok/step':>8} {'ms/tok':>8} {'tok/s':>9} "
+            f"{'GB/tok':>9}  {'vs before':<22} top cause")
+    lines = [f"attrib trend: {doc['files']} files, phase {doc['phase']} (each against the "
+             f"{doc['window']} before it; p < {doc['alpha']}, change >= {doc['min_effect_pct']:g}%)", head]
+    for i, r in enumerate(doc["rows"]):
+        vs = r["vs_previous"]
+        verdict = "-" if vs is None or not vs["files"] else (
+            vs["verdict"] if vs["verdict"] != SAME else "same") + (
+            f" {vs['delta_pct']:+.1f}%" if vs["delta_pct"] is not None else "")
+        c = r["top_cause"]
+        share = f" ({c['share']:.0%})" if c and c["share"] is not None else ""
+        cause = "-" if c is None else f"{c['cause']}: {c['what']} {c['ms_per_step']:.3g} ms{share}"
+        lines.append(f"{i:>3}  {str(r['created_utc'] or '-'):<20} {_cell(r['tokens_per_step'], '{}'):>8} "
+                     f"{_cell(r['ms_per_token']):>8} {_cell(r['achieved_tok_s']):>9} "
+                     f"{_cell(r['gb_per_token']):>9}  {verdict:<22} {cause}")
+        lines += [f"{'':>5}! {flag}" for flag in r["changes"]]
+        lines.append(f"{'':>5}{r['path']}")
+    lines += [f"note: {n}" for n in doc["notes"]]
+    changed = len(doc["changed"])
+    lines.append(f"{changed} file(s) flagged" if changed else "no change flagged")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,93 @@
+"""attrib calibrate: the CPU dry run, its errors, and the H200 record against a hand benchmark."""
+
+from __future__ import annotations
+
+import io
+import json
+import statistics
+from pathlib import Path
+
+import pytest
+
+from attrib.app import analyze
+from attrib.cli import main
+from attrib.report.progress import bar
+from attrib.roofline.arch import load_archs
+from attrib.roofline.calibrated import entry, sustained
+
+ROOT = Path(__file__).resolve().parents[1]
+H200 = ROOT / "tests/fixtures/calibrate/h200_calib_check.json"
+TRACE = ROOT / "tests/fixtures/captured/hf_llama_cuda_b8_p512.pt.trace.json.gz"
+DRY = ["calibrate", "--device", "cpu", "--sizes", "4,8", "--matmul-n", "48", "--reps", "2"]
+
+
+def test_cpu_dry_run_writes_an_arch_file_entry_and_refuses_to_overwrite(tmp_path, capsys):
+    pytest.importorskip("torch")
+    out = tmp_path / "mine.toml"
+    assert main([*DRY, "-o", str(out)]) == 0
+    (key, arch), = load_archs(out).items() - load_archs().items()
+    assert "dry run" in arch.name and arch.vendor == "cpu" and arch.calibrated["method"].startswith("bandwidth")
+    assert set(arch.measured_bw_gbs) == {"read", "write", "copy"} and min(arch.measured_bw_gbs.values()) > 0
+    assert {"fp16", "bf16", "fp32"} <= set(arch.measured_tflops)   # tf32, fp8: no CPU kernel
+    assert arch.sustained_bw_gbs == max(arch.measured_bw_gbs["read"], arch.measured_bw_gbs["copy"])
+    assert "wrote" in capsys.readouterr().err
+    before = out.read_bytes()
+    assert main([*DRY, "-o", str(out)]) == 2
+    assert "exists; pass --force" in capsys.readouterr().err and out.read_bytes() == before
+
+
+def test_no_gpu_and_bad_sizes_are_one_line_errors(capsys):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        assert main(["calibrate", "--device", "cuda"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "no GPU" in err and "--device cpu" in err
+    assert main(["calibrate", "--device", "cpu", "--sizes", "4,x"]) == 2
+    assert main(["calibrate", "--device", "tpu"]) == 2
+    err = capsys.readouterr().err
+    assert "--sizes" in err and "calibrate measures a CUDA/ROCm GPU" in err
+
+
+def test_h200_calibrate_within_5pct_of_the_hand_benchmark():
+    """Recorded on the H200 (bench/calibrate_check.py): calibrate's median-of-repetitions figure
+    against a loop of plain copy_/sum calls between two CUDA events, per kind, median over sizes."""
+    doc = json.loads(H200.read_text())
+    cal = doc["calibrate"]
+    for kind in ("copy", "read"):
+        hand = statistics.median(doc["hand"][kind].values())
+        assert abs(cal["bandwidth_gbs"][kind] / hand - 1) < 0.05, kind
+        for size, gbs in doc["hand"][kind].items():   # every size too
+            assert abs(cal["bandwidth_by_size_gbs"][kind][size] / gbs - 1) < 0.05, (kind, size)
+    assert cal["device"]["name"] == "NVIDIA H200" and cal["skipped"] == {}
+    assert 4000 < cal["bandwidth_gbs"]["copy"] < 4800   # below the 4,800 GB/s datasheet peak
+    assert cal["matrix_tflops"]["bf16"] < 989.4 and cal["matrix_tflops"]["fp8"] < 1978.9
+
+
+def test_h200_entry_is_the_sustained_roof_of_analyze(tmp_path):
+    cal = json.loads(H200.read_text())["calibrate"]
+    key, text = entry(cal)
+    path = tmp_path / "h200.toml"
+    path.write_text(text)
+    assert key == "h200-sxm"   # the database's entry, its datasheet fields kept
+    dev = analyze(TRACE, arch_file=path).to_dict()
+    d = dev["device"]
+    assert d["key"] == key and d["peak_bw_gbs"] == 4800
+    assert d["roofline_bw_gbs"] == sustained(cal["bandwidth_gbs"]) == 4382 and d["roofline_bw_basis"] == "sustained"
+    assert d["calibrated"]["driver"] == "nvidia 580.159.04" and d["calibrated"]["measured_bw_gbs"]["copy"] == 4272
+    assert any("4382 GB/s as the sustained roof, measured by attrib calibrate" in n for n in dev["notes"])
+    plain = analyze(TRACE).to_dict()
+    ph, ph0 = dev["phases"][-1], plain["phases"][-1]
+    assert ph0["ceiling_tok_s"] / ph["ceiling_tok_s"] == pytest.approx(4800 / 4382, rel=1e-3)
+
+
+def test_progress_bar_draws_only_on_a_terminal():
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    for stream, drawn in ((Tty(), True), (io.StringIO(), False)):
+        with bar("calibrating cpu", 2, stream=stream) as tick:
+            tick("read 16 MiB")
+            tick("copy 16 MiB")
+        text = stream.getvalue()
+        assert ("1/2 copy 16 MiB" in text and "2/2 done in" in text) == drawn and (text == "") != drawn
