@@ -19,8 +19,7 @@ from attrib.cost.kernels import world_size
 from attrib.cost.dtypes import KV_BYTES
 from attrib.cost.weights import Bits, from_quantization_config, parse_bits
 from attrib.errors import TraceError, UsageError
-from attrib.analysis.bottlenecks import rank
-from attrib.analysis.build import build
+from attrib.analysis.build import build, finish
 from attrib.analysis.finding import Finding
 from attrib.analysis.model import Analysis
 from attrib.options import TOP_KERNELS, Options
@@ -216,9 +215,9 @@ def analyze_path(path: str | Path, opts: Options = Options(), warn: Warn | None 
 def analysis(a: Attribution, opts: Options = Options()) -> Analysis:
     """The Analysis of an attribution: its figures, the rules' findings, the ranked bottlenecks."""
     budget = for_world(opts.budget, world_size(a.trace))  # the rank's tensor-parallel shard
-    an = build(a, opts.phase, opts.arch, opts.arch_from, budget, opts.arch_file, opts.top)
-    found = tuple(rules.run(a, an))
-    return replace(an, findings=found, phases=rank(an.phases, found))
+    an = build(a, opts.phase, opts.arch, opts.arch_from, budget, opts.arch_file, opts.top,
+               opts.capture)
+    return finish(an, tuple(rules.run(a, an)))
 
 
 def baseline_findings(base: Analysis, cand: Analysis) -> list[Finding]:

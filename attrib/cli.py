@@ -30,7 +30,7 @@ from attrib.report.printable import printable
 from attrib.report.progress import progress
 from attrib.report.slope import render as slope_render
 from attrib.report.slope import slope as slope_doc
-from attrib.report.table import NAME_WIDTH, render
+from attrib.report.table import render, terminal_width
 from attrib.roofline.arch import arch_table
 from attrib.roofline.template import template
 from collectors import load
@@ -128,13 +128,19 @@ def _analyze(trace: Path, o: dict) -> Analysis:
 @cli.command()
 @click.argument("trace", type=click.Path(path_type=Path))
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.option("-v", "--verbose", is_flag=True, help="Findings' raw evidence and notes whole.")
 @_analysis_options
-def analyze(trace: Path, fmt: str, **o) -> None:
-    """Attribute TRACE offline: steps, phases, components, bytes, roofline, top kernels."""
+def analyze(trace: Path, fmt: str, verbose: bool, **o) -> None:
+    """Attribute TRACE offline: the verdict first, then steps, phases, components, bytes, roofline,
+    top kernels and findings. The table fits the terminal (COLUMNS; 100 in a pipe).
+
+    \b
+    Example: attrib analyze trace.json.gz --model config.json -v"""
     check_output(o["output"], o["force"])
     an = _analyze(trace, o)
     terminal = o["output"] is None
-    view = View(top=o["top"] or (5 if terminal else TOP_KERNELS), width=NAME_WIDTH if terminal else None)
+    view = View(top=o["top"] or (5 if terminal else TOP_KERNELS),
+                width=terminal_width() if terminal else None, verbose=verbose)
     _write(renderers.by_name(fmt).render(an, view), o["output"], o["force"])
 
 
@@ -310,7 +316,7 @@ def capture(hip_trace: bool, memory_copy_trace: bool, fmt: str, out_dir: Path, r
     for path in res.traces:
         click.echo(f"captured: {path}")
         if analyze:
-            click.echo(render(analyze_path(path, warn=_warn)))
+            click.echo(render(analyze_path(path, warn=_warn), width=terminal_width()))
 
 
 @cli.command()
