@@ -79,6 +79,9 @@ def model_budget(model: str | Path | Mapping[str, Any] | None, *,
         raise UsageError(f"context must be a positive number of K/V positions, got {context}")
     if kv_dtype not in KV_BYTES:
         raise UsageError(f"unknown KV-cache dtype {kv_dtype!r}; known: {', '.join(sorted(KV_BYTES))}")
+    if model is None and context is not None:
+        raise UsageError("--context sets the K/V positions of a --model budget: give --model "
+                         "CONFIG with it (without --model the context is read from the trace)")
     if model is None:
         if weight_bits is not None and isinstance(weight_bits, str):
             _bits(weight_bits, {}, "--weight-bits")

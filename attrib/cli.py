@@ -95,7 +95,8 @@ def _analysis_options(f):
                      "router, embedding, lm_head). Default: the config's quantization_config, else 16."),
         click.option("--kv-dtype", type=click.Choice(sorted(KV_BYTES)), default="bf16", show_default=True,
                      help="With --model: KV-cache element type."),
-        click.option("--context", type=int, help="With --model: K/V positions each decode step reads."),
+        click.option("--context", type=int, help="With --model: K/V positions each decode step reads "
+                     "(default: the decode steps' median read from the trace)."),
         click.option("--capture", "capture", type=click.Path(path_type=Path), help="The graph-capture trace of this "
                      "replay trace (vLLM capture_torch_profiler): replayed kernels get their ops, shapes and modules."),
         click.option("--capture-batch", type=int, help="With --capture: the captured batch size to align with."),
@@ -154,7 +155,10 @@ def _plot_files(out: Path) -> list[Path]:
 @_analysis_options
 def report(trace: Path, fmt: str | None, **o) -> None:
     """The bottleneck report of TRACE: -o report.html (one self-contained file) or -o report.md (plots as SVG
-    files beside it)."""
+    files beside it).
+
+    \b
+    Example: attrib report trace.json.gz -o report.html"""
     out = o["output"]
     r = renderers.by_name(fmt) if fmt else renderers.by_suffix(out) if out else renderers.by_name("md")
     check_output(out, o["force"])
@@ -221,7 +225,10 @@ def compare(traces: tuple[Path, ...], bases: tuple[Path, ...], cands: tuple[Path
             min_effect: float, fmt: str | None, phase_map: tuple[str, ...], arch_name: str | None,
             arch_file: Path | None, output: Path | None, force: bool) -> int:
     """Before/after: attrib compare BASE CAND, or -b BASE1 -b BASE2 -c CAND1 -c CAND2 (runs of one stack):
-    per phase and component, the change with statistics over steps and a verdict."""
+    per phase and component, the change with statistics over steps and a verdict.
+
+    \b
+    Example: attrib compare before.json.gz after.json.gz --gate 5"""
     if traces and (bases or cands):
         raise UsageError("give BASE CAND as two arguments, or -b/--base and -c/--cand, not both")
     if traces:
@@ -255,7 +262,10 @@ def compare(traces: tuple[Path, ...], bases: tuple[Path, ...], cands: tuple[Path
 def slope(traces: tuple[Path, ...], phase: str, fmt: str, phase_map: tuple[str, ...], output: Path | None,
           force: bool) -> None:
     """Traces of one stack at different context lengths: per component, time per step against context
-    (us per 1k context tokens, 95% CI) and where attention overtakes the weight-bound components."""
+    (us per 1k context tokens, 95% CI) and where attention overtakes the weight-bound components.
+
+    \b
+    Example: attrib slope ctx1024.json.gz ctx4096.json.gz ctx16384.json.gz"""
     if len(traces) < 2:
         raise UsageError("slope needs traces at two or more context lengths (three or more to trust it)")
     check_output(output, force)
@@ -281,7 +291,10 @@ def slope(traces: tuple[Path, ...], phase: str, fmt: str, phase_map: tuple[str, 
 @click.option("--context", type=int, help="With --model: K/V positions each decode step reads.")
 def export(trace: Path, output: Path, phase_map: tuple[str, ...], force: bool, capture: Path | None,
            capture_batch: int | None, model: Path | None, context: int | None) -> None:
-    """TRACE with each kernel's component, phase, bytes and GB/s in its args and a track per component."""
+    """TRACE with each kernel's component, phase, bytes and GB/s in its args and a track per component.
+
+    \b
+    Example: attrib export trace.json.gz -o annotated.json.gz"""
     check_output(output, force)
     budget = model_budget(model, context=context)
     with progress(f"annotating {trace}"):
@@ -308,7 +321,10 @@ def export(trace: Path, output: Path, phase_map: tuple[str, ...], force: bool, c
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
 def capture(hip_trace: bool, memory_copy_trace: bool, fmt: str, out_dir: Path, rocprofv3: str,
             analyze: bool, cmd: tuple[str, ...]) -> None:
-    """Run CMD under rocprofv3 and analyze its trace: attrib capture --rocprof -- CMD ARGS..."""
+    """Run CMD under rocprofv3 and analyze its trace.
+
+    \b
+    Example: attrib capture --rocprof -- llama-bench -m model.gguf -n 32"""
     res = run(list(cmd), out_dir, hip_trace=hip_trace, memory_copy_trace=memory_copy_trace, fmt=fmt,
               rocprofv3=rocprofv3)
     if res.warning:
@@ -326,7 +342,10 @@ def capture(hip_trace: bool, memory_copy_trace: bool, fmt: str, out_dir: Path, r
 @click.option("--trace", "trace_path", type=click.Path(path_type=Path), help="With --template: prefill it from "
               "the device this trace recorded.")
 def archs(arch_file: Path | None, show_template: bool, trace_path: Path | None) -> None:
-    """List the device database: bandwidth (peak, sustained), peak matrix TFLOP/s."""
+    """List the device database: bandwidth (peak, sustained), peak matrix TFLOP/s.
+
+    \b
+    Example: attrib archs --template --trace trace.json.gz > mygpu.toml"""
     if show_template:
         devices = load(trace_path).meta.devices if trace_path is not None else ()
         click.echo(template(devices[0] if devices else None), nl=False)
@@ -344,7 +363,10 @@ def archs(arch_file: Path | None, show_template: bool, trace_path: Path | None) 
 @cli.command("rules")
 @click.option("--arch", "arch_name", metavar="NAME", help="Only the rules that apply to this arch (e.g. gfx1151).")
 def rules_cmd(arch_name: str | None) -> None:
-    """List the pathology rules: id, archs, what each needs from a trace, references."""
+    """List the pathology rules: id, archs, what each needs from a trace, references.
+
+    \b
+    Example: attrib rules --arch gfx1151"""
     for r in catalog(arch_name):
         click.echo(f"{r['id']}  [archs: {r['archs']}]\n    needs: {r['needs']}")
         for ref in r["references"]:

@@ -64,8 +64,8 @@ class Finding:
         ms, step = self.ms_per_step, self.evidence.get("step_ms")
         if ms is not None and isinstance(step, (int, float)) and step > 0:
             return f"{ms:.3f} ms of each {step:.3f} ms step ({ms / step:.0%})"
-        figures = [(k, v) for k, v in self.evidence.items()
-                   if isinstance(v, (int, float, str)) and not isinstance(v, bool)]
+        figures = [(k, v) for k, v in self.evidence.items() if k not in ("phase", "steps")
+                   and isinstance(v, (int, float, str)) and not isinstance(v, bool)]
         return "; ".join(f"{k.replace('_', ' ')} {_figure(v)}" for k, v in figures[:3]) or self.title
 
     def to_json(self) -> dict[str, object]:

@@ -232,10 +232,12 @@ def facts(an: Analysis, model: str | None = None) -> tuple[Fact, ...]:
     elif ph is not None and ph.samples_per_step:
         out.append(Fact("batch", f"{ph.samples_per_step} samples", "trace"))
     ctx = _stamp(an, "context_length")
-    derived = _median_int(ph.per_step.context) if ph is not None else None
+    # a vision forward's attention length is its patches, no context
+    derived = (_median_int(ph.per_step.context)
+               if ph is not None and not ph.samples_per_step else None)
     if derived is not None and ph is not None:
         out.append(Fact("context", str(derived), f"{ph.phase} median ({ph.context_from or 'trace'})"))
-    elif ctx:
+    elif ctx and not (ph is not None and ph.samples_per_step):
         out.append(Fact("context", ctx, "stamp"))
     for key in ("dtype", "quantization", "kv_cache_dtype"):
         v = _stamp(an, key)
