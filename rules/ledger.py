@@ -130,7 +130,8 @@ def _summary(cause: str, top: LedgerRow, host_share: float) -> str:
     each = f", median {top.median_us:.1f} us" if top.median_us is not None else ""
     noun = {"launch": ("gap", None), "profiler": ("CPU event", None), "copy": ("copy", "copies")}
     one, many = noun.get(cause, ("stretch", "stretches"))
-    where = f" in {top.what}" if cause in ("host", "sync") else ""
+    where = (f" in {top.what}" if cause in ("host", "sync")
+             else f" ({top.what}) that no kernel overlaps" if cause == "copy" else "")
     tail = f"; host-side rows hold {host_share:.0%} of the step" if cause in HOST_SIDE else ""
     return f"{count(top.n_per_step, one, many)} a step{where}{each}{tail}"
 

@@ -22,6 +22,7 @@ TOP_ACTIONS = 3
 TOP_TIME = 4  # ledger rows under "where the time goes"
 NOT_ACTIONS = ("ledger-profiler",)
 _FIGURES = re.compile(r":\s+[\d.]+ ms\b|, [\d.]+ ms per step\b")
+SAME_TIME = 0.02
 ESTIMATED = 0.5  # a component whose bytes are mostly an estimate is named under "assumed"
 
 
@@ -166,9 +167,18 @@ def _share(ms: float, step: float | None) -> float | None:
     return round(ms / step, 4) if step else None
 
 
+def _told(ms: float, chosen: list[tuple[float, Action]]) -> bool:
+    """Whether `ms` is an estimate already chosen (within SAME_TIME): two rules telling of one
+    stretch of time (the ledger's copy row and P21's host copies) make one action."""
+    return any(abs(ms - c) <= SAME_TIME * max(ms, c) for c, _ in chosen)
+
+
 def actions(ph: Phase, findings: tuple[Finding, ...], top: int = TOP_ACTIONS) -> tuple[Action, ...]:
     """The phase's top actions by recoverable ms per step (largest first)."""
-    ranked = sorted(_candidates(ph, findings), key=lambda c: -c[0])[:top]
+    ranked: list[tuple[float, Action]] = []
+    for ms, a in sorted(_candidates(ph, findings), key=lambda c: -c[0]):
+        if len(ranked) < top and not _told(ms, ranked):
+            ranked.append((ms, a))
     return tuple(Action(n, a.what, a.ms_per_step, a.share_of_step, a.evidence, a.remedy, a.rule,
                         a.finding) for n, (_, a) in enumerate(ranked, 1))
 
@@ -217,7 +227,7 @@ def facts(an: Analysis, model: str | None = None) -> tuple[Fact, ...]:
     """Model, device, batch, context, dtype, quantization: from the stamp, else the trace."""
     dev = an.device
     out = []
-    name = _stamp(an, "model")
+    name = (_stamp(an, "model") or "").split(": ", 1)[0]  # the stamp's name, not its config
     if name or model:
         out.append(Fact("model", name or str(model), "stamp" if name else "--model"))
     if dev.name or dev.arch:

@@ -148,9 +148,9 @@ def render(an: Analysis, top: int | None = 5, width: int | None = None,
     Every string of the analysis passes `printable` first (names come from the trace)."""
     an = printable_tree(an)
     src = an.source
-    path = fmt.short(str(src.path), max(width - 60, 20) if width else None)
-    lines = wrap(f"{path}  [{src.format}]  {src.kernels} kernels, {src.kernel_ms:.3f} ms kernel "
-                 "time (total)", width)
+    rest = f"  [{src.format}]  {src.kernels} kernels, {src.kernel_ms:.3f} ms kernel time (total)"
+    path = fmt.short(str(src.path), max(width - len(rest), 24) if width else None)
+    lines = wrap(path + rest, width)
     lines += _verdict(an, width)
     lines += wrap(f"device: {fmt.device_line(an.device)}", width)
     dist = fmt.distributed_line(an)
