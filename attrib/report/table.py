@@ -149,7 +149,7 @@ def render(an: Analysis, top: int | None = 5, width: int | None = None,
     an = printable_tree(an)
     src = an.source
     rest = f"  [{src.format}]  {src.kernels} kernels, {src.kernel_ms:.3f} ms kernel time (total)"
-    path = fmt.short(str(src.path), max(width - len(rest), 24) if width else None)
+    path = fmt.short(str(src.path), max(width - len(rest), 12) if width else None)
     lines = wrap(path + rest, width)
     lines += _verdict(an, width)
     lines += wrap(f"device: {fmt.device_line(an.device)}", width)
