@@ -20,8 +20,7 @@ from attrib.cost.kernels import world_size
 from attrib.cost.dtypes import KV_BYTES
 from attrib.cost.weights import Bits, Formats, from_quantization_config, parse_bits, parse_formats
 from attrib.errors import TraceError, UsageError
-from attrib.analysis.bottlenecks import rank
-from attrib.analysis.build import build
+from attrib.analysis.build import build, finish
 from attrib.analysis.reprice import project
 from attrib.analysis.finding import Finding
 from attrib.analysis.model import Analysis
@@ -84,6 +83,9 @@ def model_budget(model: str | Path | Mapping[str, Any] | None, *,
         raise UsageError(f"context must be a positive number of K/V positions, got {context}")
     if kv_dtype not in KV_BYTES:
         raise UsageError(f"unknown KV-cache dtype {kv_dtype!r}; known: {', '.join(sorted(KV_BYTES))}")
+    if model is None and context is not None:
+        raise UsageError("--context sets the K/V positions of a --model budget: give --model "
+                         "CONFIG with it (without --model the context is read from the trace)")
     if model is None:
         if weight_bits is not None and isinstance(weight_bits, str):
             _bits(weight_bits, {}, "--weight-bits")
@@ -223,10 +225,10 @@ def analyze_path(path: str | Path, opts: Options = Options(), warn: Warn | None 
 def analysis(a: Attribution, opts: Options = Options()) -> Analysis:
     """The Analysis of an attribution: its figures, the rules' findings, the ranked bottlenecks."""
     budget = for_world(opts.budget, world_size(a.trace))  # the rank's tensor-parallel shard
-    an = build(a, opts.phase, opts.arch, opts.arch_from, budget, opts.arch_file, opts.top)
+    an = build(a, opts.phase, opts.arch, opts.arch_from, budget, opts.arch_file, opts.top,
+               opts.capture)
     an = with_what_if(an, budget, opts.what_if)
-    found = tuple(rules.run(a, an))
-    return replace(an, findings=found, phases=rank(an.phases, found))
+    return finish(an, tuple(rules.run(a, an)))
 
 
 def with_what_if(an: Analysis, budget: Budget | None, formats: Formats | None) -> Analysis:

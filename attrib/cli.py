@@ -33,7 +33,7 @@ from attrib.report.progress import bar, progress
 from attrib.report import slope_render
 from attrib.report import trend as trend_mod
 from attrib.report.slope import slope as slope_fit
-from attrib.report.table import NAME_WIDTH, render
+from attrib.report.table import render, terminal_width
 from attrib.roofline.arch import arch_table
 from attrib.roofline.calibrated import entry as calibrated_entry
 from attrib.roofline.template import template
@@ -100,7 +100,8 @@ def _analysis_options(f):
                      "router, embedding, lm_head). Default: the config's quantization_config, else 16."),
         click.option("--kv-dtype", type=click.Choice(sorted(KV_BYTES)), default="bf16", show_default=True,
                      help="With --model: KV-cache element type."),
-        click.option("--context", type=int, help="With --model: K/V positions each decode step reads."),
+        click.option("--context", type=int, help="With --model: K/V positions each decode step reads "
+                     "(default: the decode steps' median read from the trace)."),
         click.option("--what-if", "what_if", metavar="CLASS=FORMAT,...", help="With --model: project decode at "
                      "other formats: weights=int4|int8|fp8|mxfp4 (or per class: experts=, attention=, mlp=, lm_head=, "
                      "default=), kv=fp8|int8 (int4: 0.5 B + an fp16 scale per 128)."),
@@ -139,16 +140,22 @@ def _analyze(trace: Path, o: dict) -> Analysis:
 @click.option("--format", "fmt", type=click.Choice(["table", "json", *renderers.TABLE_FORMATS]),
               default="table", show_default=True, help="csv/parquet: a folder (-o DIR) of one file per table and index.json; "
               "xlsx: one workbook (-o FILE.xlsx).")
+@click.option("-v", "--verbose", is_flag=True, help="Findings' raw evidence and notes whole.")
 @_analysis_options
-def analyze(trace: Path, fmt: str, **o) -> None:
-    """Attribute TRACE offline: steps, phases, components, bytes, roofline, top kernels."""
+def analyze(trace: Path, fmt: str, verbose: bool, **o) -> None:
+    """Attribute TRACE offline: the verdict first, then steps, phases, components, bytes, roofline,
+    top kernels and findings. The table fits the terminal (COLUMNS; 100 in a pipe).
+
+    \b
+    Example: attrib analyze trace.json.gz --model config.json -v"""
     r = renderers.by_name(fmt)
     if r.writes_bytes:
         return _tables(r, trace, o)
     check_output(o["output"], o["force"])
     an = _analyze(trace, o)
     terminal = o["output"] is None
-    view = View(top=o["top"] or (5 if terminal else TOP_KERNELS), width=NAME_WIDTH if terminal else None)
+    view = View(top=o["top"] or (5 if terminal else TOP_KERNELS),
+                width=terminal_width() if terminal else None, verbose=verbose)
     _write(renderers.by_name(fmt).render(an, view), o["output"], o["force"])
 
 
@@ -182,7 +189,10 @@ def _plot_files(out: Path) -> list[Path]:
 @_analysis_options
 def report(trace: Path, fmt: str | None, **o) -> None:
     """The bottleneck report of TRACE: -o report.html (one self-contained file) or -o report.md (plots as SVG
-    files beside it)."""
+    files beside it).
+
+    \b
+    Example: attrib report trace.json.gz -o report.html"""
     out = o["output"]
     r = renderers.by_name(fmt) if fmt else renderers.by_suffix(out) if out else renderers.by_name("md")
     if r.writes_bytes:
@@ -262,7 +272,10 @@ def compare(traces: tuple[Path, ...], bases: tuple[Path, ...], cands: tuple[Path
             arch_name: str | None, arch_file: Path | None, output: Path | None, force: bool) -> int:
     """Before/after: attrib compare BASE CAND, or -b BASE1 -b BASE2 -c CAND1 -c CAND2 (runs of one stack):
     per phase and component, the change with statistics over steps and a verdict. With --gate: exit 1 on
-    a regression, 3 when the stamps say the sides are not a matched baseline."""
+    a regression, 3 when the stamps say the sides are not a matched baseline.
+
+    \b
+    Example: attrib compare before.json.gz after.json.gz --gate 5"""
     if traces and (bases or cands):
         raise UsageError("give BASE CAND as two arguments, or -b/--base and -c/--cand, not both")
     if traces:
@@ -299,7 +312,10 @@ def compare(traces: tuple[Path, ...], bases: tuple[Path, ...], cands: tuple[Path
 def slope(traces: tuple[Path, ...], phase: str, fmt: str | None, phase_map: tuple[str, ...],
           output: Path | None, force: bool) -> None:
     """Traces of one stack at different context lengths: per component, time per step against context
-    (us per 1k context tokens, 95% CI) and where attention overtakes the weight-bound components."""
+    (us per 1k context tokens, 95% CI) and where attention overtakes the weight-bound components.
+
+    \b
+    Example: attrib slope ctx1024.json.gz ctx4096.json.gz ctx16384.json.gz"""
     if len(traces) < 2:
         raise UsageError("slope needs traces at two or more context lengths (three or more to trust it)")
     fmt = fmt or (renderers.by_suffix(output, "table").name if output else "table")
@@ -397,7 +413,10 @@ def trend(folder: Path, phase: str, window: int, min_effect: float, fmt: str, ph
 @click.option("--context", type=int, help="With --model: K/V positions each decode step reads.")
 def export(trace: Path, output: Path, phase_map: tuple[str, ...], force: bool, capture: Path | None,
            capture_batch: int | None, model: Path | None, context: int | None) -> None:
-    """TRACE with each kernel's component, phase, bytes and GB/s in its args and a track per component."""
+    """TRACE with each kernel's component, phase, bytes and GB/s in its args and a track per component.
+
+    \b
+    Example: attrib export trace.json.gz -o annotated.json.gz"""
     check_output(output, force)
     budget = model_budget(model, context=context)
     with progress(f"annotating {trace}"):
@@ -424,7 +443,10 @@ def export(trace: Path, output: Path, phase_map: tuple[str, ...], force: bool, c
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
 def capture(hip_trace: bool, memory_copy_trace: bool, fmt: str, out_dir: Path, rocprofv3: str,
             analyze: bool, cmd: tuple[str, ...]) -> None:
-    """Run CMD under rocprofv3 and analyze its trace: attrib capture --rocprof -- CMD ARGS..."""
+    """Run CMD under rocprofv3 and analyze its trace.
+
+    \b
+    Example: attrib capture --rocprof -- llama-bench -m model.gguf -n 32"""
     res = run(list(cmd), out_dir, hip_trace=hip_trace, memory_copy_trace=memory_copy_trace, fmt=fmt,
               rocprofv3=rocprofv3)
     if res.warning:
@@ -432,7 +454,7 @@ def capture(hip_trace: bool, memory_copy_trace: bool, fmt: str, out_dir: Path, r
     for path in res.traces:
         click.echo(f"captured: {path}")
         if analyze:
-            click.echo(render(analyze_path(path, warn=_warn)))
+            click.echo(render(analyze_path(path, warn=_warn), width=terminal_width()))
 
 
 @cli.command()
@@ -442,7 +464,10 @@ def capture(hip_trace: bool, memory_copy_trace: bool, fmt: str, out_dir: Path, r
 @click.option("--trace", "trace_path", type=click.Path(path_type=Path), help="With --template: prefill it from "
               "the device this trace recorded.")
 def archs(arch_file: Path | None, show_template: bool, trace_path: Path | None) -> None:
-    """List the device database: bandwidth (peak, sustained), peak matrix TFLOP/s."""
+    """List the device database: bandwidth (peak, sustained), peak matrix TFLOP/s.
+
+    \b
+    Example: attrib archs --template --trace trace.json.gz > mygpu.toml"""
     if show_template:
         devices = load(trace_path).meta.devices if trace_path is not None else ()
         click.echo(template(devices[0] if devices else None), nl=False)
@@ -501,7 +526,10 @@ def calibrate(device: str, sizes: str, matmul_n: int, reps: int, fmt: str, outpu
 @cli.command("rules")
 @click.option("--arch", "arch_name", metavar="NAME", help="Only the rules that apply to this arch (e.g. gfx1151).")
 def rules_cmd(arch_name: str | None) -> None:
-    """List the pathology rules: id, archs, what each needs from a trace, references."""
+    """List the pathology rules: id, archs, what each needs from a trace, references.
+
+    \b
+    Example: attrib rules --arch gfx1151"""
     for r in catalog(arch_name):
         click.echo(f"{r['id']}  [archs: {r['archs']}]\n    needs: {r['needs']}")
         for ref in r["references"]:

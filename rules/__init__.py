@@ -34,7 +34,7 @@ from rules import (
     roofline,
     sampler,
 )
-from rules.finding import RDNA, SEVERITIES, Finding, PairRule, Rule
+from rules.finding import RDNA, SEVERITIES, Finding, PairRule, Rule, graded
 from rules.thresholds import DEFAULT, Thresholds
 
 CATALOG: tuple[Rule | PairRule, ...] = (
@@ -234,7 +234,9 @@ def _key(f: Finding) -> tuple[float, int]:
 
 
 def _marked(an: Analysis, found: list[Finding]) -> list[Finding]:
-    """Findings as projections on a what-if device, by ms per step."""
+    """Findings graded by the share of the step they explain, as projections on a what-if device,
+    by ms per step."""
+    found = [graded(f, an) for f in found]
     dev = an.device
     if dev.what_if:
         found = [f.projected(f"{dev.name} ({dev.arch})") for f in found]

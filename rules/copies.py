@@ -48,6 +48,8 @@ def host_copies_in_decode(a: Attribution, an: Analysis, th: Thresholds) -> list[
                 title=f"host<->device copies take {host_ms:.3f} ms of each {phase} step ({share:.0%})",
                 ms_per_step=host_ms,
                 phase=phase,
+                summary=f"{host.height / steps:g} host<->device copies a step move "
+                        f"{(num(host['bytes'].sum()) or 0) / steps / 1e6:.1f} MB",
                 evidence={
                     "phase": phase,
                     "steps": ph.steps,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import cast
 
 import polars as pl
@@ -14,7 +14,7 @@ from attrib.pipeline import Attribution
 from attrib.steps.phases import TOKEN_PHASES
 from rules.thresholds import Thresholds
 
-__all__ = ["SEVERITIES", "Finding", "PairRule", "Rule", "RuleFn", "DECODE_LIKE", "RDNA"]
+__all__ = ["SEVERITIES", "Finding", "PairRule", "Rule", "RuleFn", "DECODE_LIKE", "RDNA", "graded"]
 
 DECODE_LIKE = TOKEN_PHASES
 
@@ -81,6 +81,25 @@ HIGH_SHARE, MEDIUM_SHARE = 0.5, 0.2  # of the step: a finding's severity from th
 def severity_of(share: float) -> str:
     """high above half the step, medium above a fifth, else info."""
     return "high" if share > HIGH_SHARE else "medium" if share > MEDIUM_SHARE else "info"
+
+
+CAVEATS = ("ledger-profiler",)  # about the measurement, not time to recover: info whatever its ms
+
+
+def graded(f: Finding, an: Analysis) -> Finding:
+    """`f` with its severity from the share of its phase's median step its ms explains
+    (severity_of): no [high] for a sliver. A finding without an estimate, or about no phase the
+    analysis holds, keeps the rule's; one naming no phase is about the token phase (decode)."""
+    if f.ms_per_step is None or f.rule in CAVEATS:
+        return f
+    names = (f.phase,) if f.phase else DECODE_LIKE
+    ph = next((p for n in names if (p := an.phase(n)) is not None), None)
+    if ph is None and not f.phase and len(an.phases) == 1:
+        ph = an.phases[0]
+    step = ph.step_ms.median if ph is not None else None
+    if not step:
+        return f
+    return replace(f, severity=severity_of(float(f.ms_per_step) / step))
 
 
 def num(x: object) -> float:

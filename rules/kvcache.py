@@ -45,6 +45,8 @@ def kv_cache_recopy(a: Attribution, an: Analysis, th: Thresholds) -> list[Findin
                       f"{ratio:.2f}x the bytes attention reads, {cat_ms:.3f} ms",
                 ms_per_step=cat_ms,
                 phase=phase,
+                summary=f"{num(per['n'].median()):g} cat kernels a step copy {cat_bytes / 1e6:.1f} MB "
+                        f"while attention reads {(att_bytes or 0.0) / 1e6:.1f} MB",
                 evidence={
                     "phase": phase,
                     "steps": steps,

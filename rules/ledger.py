@@ -17,6 +17,7 @@ import polars as pl
 
 from dataclasses import replace as _with
 
+from attrib.analysis.finding import count
 from attrib.analysis.model import Analysis, LedgerRow
 from attrib.pipeline import Attribution
 from attrib.steps.ledger import PROFILER_NS, typical_ledger
@@ -124,6 +125,17 @@ def _title(cause: str, top: LedgerRow, ms: float, f: Facts) -> str:
     return f"{f.phase}: {lead}: {own:.3f} ms of each {f.step_ms:.3f} ms step ({own / f.step_ms:.0%}{rest})"
 
 
+def _summary(cause: str, top: LedgerRow, host_share: float) -> str:
+    """The evidence in words: how many stretches a step, how long each, what the host side holds."""
+    each = f", median {top.median_us:.1f} us" if top.median_us is not None else ""
+    noun = {"launch": ("gap", None), "profiler": ("CPU event", None), "copy": ("copy", "copies")}
+    one, many = noun.get(cause, ("stretch", "stretches"))
+    where = (f" in {top.what}" if cause in ("host", "sync")
+             else f" ({top.what}) that no kernel overlaps" if cause == "copy" else "")
+    tail = f"; host-side rows hold {host_share:.0%} of the step" if cause in HOST_SIDE else ""
+    return f"{count(top.n_per_step, one, many)} a step{where}{each}{tail}"
+
+
 def ledger_findings(ledger: pl.DataFrame, f: Facts) -> list[Finding]:
     """One finding per non-kernel cause of a phase ledger (`attrib.steps.ledger.typical_ledger`: cause,
     what, ms_per_step, share, n_per_step, median_us), largest first. The profiler caveat is given
@@ -144,6 +156,7 @@ def ledger_findings(ledger: pl.DataFrame, f: Facts) -> list[Finding]:
         out.append(Finding(
             rule=f"ledger-{cause}", severity="info" if cause == "profiler" else severity_of(share),
             title=_title(cause, top, ms, f), ms_per_step=ms,
+            summary=_summary(cause, top, host_share),
             evidence={"phase": f.phase, "steps": f.steps, "step_ms": r(f.step_ms, 4), "ms_per_step": r(ms, 4),
                       "share_of_step": r(share), "graph_replayed_share": r(f.graph_replayed_share),
                       "host_side_share": r(host_share),

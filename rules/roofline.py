@@ -29,6 +29,9 @@ def memory_bound_gap(a: Attribution, an: Analysis, th: Thresholds) -> list[Findi
         title=f"{len(slow)} memory-bound decode component(s) run below {th.gap_max_fraction:.0%} of the "
               f"{bw:g} GB/s roofline, {gap:.3f} ms per step above their memory floor",
         ms_per_step=gap, components=tuple(c.component for c in slow),
+        summary="; ".join(f"{c.component} at {c.achieved_gbs:.0f} GB/s "
+                          f"({(c.achieved_gbs or 0) / bw:.0%} of the roofline), {c.gap_ms or 0:.3f} ms "
+                          "above it" for c in slow[:3]),
         evidence={"roofline_bw_gbs": bw, "roofline_bw_basis": basis, "gap_ms_per_step": r(gap, 4),
                   "step_ms": ph.step_ms.median, "kernel_ms": ph.kernel_ms,
                   "achieved_tok_s": ph.achieved_tok_s, "ceiling_tok_s": ph.ceiling_tok_s,
@@ -64,6 +67,8 @@ def decode_below_ceiling(a: Attribution, an: Analysis, th: Thresholds) -> list[F
                 ms_per_step=step - floor,
                 phase=phase,
                 explains="step",
+                summary=f"a {step:.3f} ms step against a {floor:.3f} ms memory floor; "
+                        f"{ph.idle_ms or 0:.3f} ms of it GPU idle, {ph.kernel_ms or 0:.3f} ms kernels",
                 evidence={
                     "phase": phase,
                     "achieved_tok_s": got,

@@ -90,7 +90,8 @@ def test_pages_in_headless_chromium(pages, tmp_path):
     assert b["scroll_width"] > browser.WIDTH and b["wide"]
     assert b["resources"] == ["https://example.invalid/x.png", "http://example.invalid/a.css"]
     assert browser.overlaps(b["plots"][0]) and not any(browser.overlaps(p) for p in b["plots"][1:])
-    # the summary check (unconditional once the summary box lands: issue 18 item 1)
+    # the report opens with its verdict (section#summary) above the fold; the check fires below it
+    browser.check_summary_above_fold(got["report"])
     browser.check_summary_above_fold(got["top"])
     with pytest.raises(AssertionError, match="section#summary spans"):
         browser.check_summary_above_fold(got["low"])

@@ -171,8 +171,9 @@ def test_per_step_series(moe_doc):
 
 
 def test_table_units_top_and_whole_names(tmp_path, moe_doc):
+    wide = {**os.environ, "COLUMNS": "200"}  # every column fits (a narrower terminal drops some)
     r = subprocess.run([sys.executable, "-m", "attrib.cli", "analyze", str(EXAMPLE_TRACE), "--top", "3"],
-                       capture_output=True, text=True)
+                       capture_output=True, text=True, env=wide)
     assert r.returncode == 0, r.stderr
     for head in ("kernels/step", "ms/step", "TFLOP/s", "bound", "bytes known", "evidence (kernels/step)",
                  "calls/step", "(total)"):

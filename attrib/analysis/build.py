@@ -15,7 +15,10 @@ import polars as pl
 
 from attrib.analysis.model import (Analysis, Component, Coverage, Device, Distributed, ExcludedStep,
                                    LedgerRow, Phase, Source, StepMs, TopKernel)
-from attrib.analysis.notes import phase_notes
+from attrib.analysis.bottlenecks import rank
+from attrib.analysis.finding import Finding
+from attrib.analysis.notes import Given, phase_notes
+from attrib.analysis.summary import phase_summary, summary
 from attrib.analysis.series import step_series
 from attrib.cost.budget import Budget
 from attrib.cost.component_bytes import component_table
@@ -259,9 +262,8 @@ def _resolve_device(a: Attribution, arch: Arch | None, arch_from: str | None,
 
 
 def _phases(a: Attribution, phase: str | None, arch: Arch | None, budget: Budget | None, what_if: bool,
-            top: int, notes: list[str]) -> tuple[Phase, ...]:
-    t, k = a.trace, a.kernels
-    context = step_context(a.steps, t.ops, dict(t.meta.provenance))
+            top: int, notes: list[str], context: pl.DataFrame) -> tuple[Phase, ...]:
+    k = a.kernels
     t0_ns = int(_num(a.steps["window_start"].min())) if a.steps.height else 0
     out = []
     found = a.steps["phase"].unique().to_list()
@@ -306,27 +308,61 @@ def _coverage(a: Attribution, phases: tuple[Phase, ...]) -> Coverage:
 
 def build(a: Attribution, phase: str | None = None, arch: Arch | None = None,
           arch_from: str | None = None, budget: Budget | None = None,
-          arch_file: Path | None = None, top: int = TOP_KERNELS) -> Analysis:
+          arch_file: Path | None = None, top: int = TOP_KERNELS,
+          capture: Path | None = None) -> Analysis:
     """The Analysis of an attribution (optionally one phase only; `top` kernels per phase), without
     findings: `attrib.app` runs the rules over it and ranks the bottlenecks.
 
     arch: the device to measure against (detected from the trace when None); arch_from says where a
-    given arch came from ("override" for a what-if projection onto another chip)."""
+    given arch came from ("override" for a what-if projection onto another chip); capture: the
+    graph-capture trace the attribution used (said under what was assumed)."""
     t, k = a.trace, a.kernels
     notes = list(a.notes) + [str(w) for w in t.meta.warnings]
     arch, arch_from = _resolve_device(a, arch, arch_from, arch_file, notes)
     what_if = arch_from == "override"
-    if budget is not None and budget.context is None:
-        notes.append(f"{budget.source} without --context: decode components are not budgeted from it "
-                     "(K/V reads need the context); it prices only ops whose weights the trace does not show")
-    phases = _phases(a, phase, arch, budget, what_if, top, notes)
-    notes += phase_notes(phases, arch.name if arch is not None else None, what_if)
+    context = step_context(a.steps, t.ops, dict(t.meta.provenance))
+    budget = _with_context(budget, a.steps, context, notes)
+    phases = _phases(a, phase, arch, budget, what_if, top, notes, context)
+    given = Given(model=budget is not None, capture=capture is not None)
+    notes += phase_notes(phases, arch.name if arch is not None else None, what_if, given)
     outside = k.filter(pl.col("step").is_null())
     if outside.height:
         notes.append(f"{outside.height} kernels ({_num(outside['dur_ns'].sum()) / 1e6:.3f} ms) fall outside "
                      "every step")
     if not t.kernels.height:
         notes.append("no GPU kernels: a CPU-only trace (steps and phases only)")
-    return Analysis(source=_source(a), device=device(t, arch, arch_from or "unknown"),
-                    provenance=dict(t.meta.provenance), distributed=distributed(t), phases=phases,
-                    coverage=_coverage(a, phases), notes=tuple(notes))
+    an = Analysis(source=_source(a), device=device(t, arch, arch_from or "unknown"),
+                  provenance=dict(t.meta.provenance), distributed=distributed(t), phases=phases,
+                  coverage=_coverage(a, phases), notes=tuple(notes))
+    model = budget.source.removeprefix("model config ") if budget is not None else None
+    cap = capture.name if capture is not None else None
+    return replace(an, summary=summary(an, model, cap, budget.context if budget else None))
+
+
+def _with_context(budget: Budget | None, steps: pl.DataFrame, context: pl.DataFrame,
+                  notes: list[str]) -> Budget | None:
+    """A --model budget without --context gets the decode steps' median context read from the
+    trace (attention shapes, the vLLM annotation, the stamp); a note says which."""
+    if budget is None or budget.context is not None:
+        return budget
+    decode = steps.filter(pl.col("phase") == "decode").select("step")
+    known = decode.join(context, on="step").drop_nulls("context")
+    if not known.height:
+        notes.append(f"{budget.source} without --context and no context in the trace: decode "
+                     "components are not budgeted from it (K/V reads need the context); it prices "
+                     "only ops whose weights the trace does not show")
+        return budget
+    ctx = int(_num(known["context"].median()))
+    src = _text(known["context_from"].drop_nulls().mode().first()) or "the trace"
+    notes.append(f"{budget.source}: decode K/V priced at context {ctx}, the decode steps' median "
+                 f"from {src} (give --context to set it)")
+    return replace(budget, context=ctx)
+
+
+def finish(an: Analysis, findings: tuple[Finding, ...]) -> Analysis:
+    """The analysis with the rules' findings: bottlenecks ranked, the summary's verdict per phase."""
+    done = replace(an, findings=findings, phases=rank(an.phases, findings))
+    if done.summary is None:
+        return done
+    phases = tuple(phase_summary(p, findings) for p in done.phases)
+    return replace(done, summary=replace(done.summary, phases=phases))

@@ -13,6 +13,16 @@ JSON = Union[None, bool, int, float, str, list["JSON"], tuple["JSON", ...], dict
 Evidence = dict[str, object]  # the raw figures behind a finding (plain JSON values)
 
 
+def count(n: float | None, noun: str, plural: str | None = None) -> str:
+    """`n noun` with the noun plural unless n is 1 ("1 step", "2.5 steps", "6 steps")."""
+    word = noun if n == 1 else (plural or noun + "s")
+    return f"{n:g} {word}" if n is not None else f"some {plural or noun + 's'}"
+
+
+def _figure(v: object) -> str:
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
 @dataclass(frozen=True)
 class Finding:
     """One pathology hit.
@@ -33,6 +43,7 @@ class Finding:
     phase: str | None = None
     components: tuple[str, ...] = ()
     explains: str | None = None
+    summary: str | None = None  # the evidence in words, one sentence (else `phrase` builds one)
 
     def __post_init__(self) -> None:
         if self.severity not in SEVERITIES:
@@ -45,10 +56,22 @@ class Finding:
         title = f"[projection onto {device}] {self.title}"
         return replace(self, projection=True, title=title)
 
+    def phrase(self) -> str:
+        """The evidence in one short sentence: the rule's own, else the time it explains of the
+        step, else its first few figures."""
+        if self.summary:
+            return self.summary
+        ms, step = self.ms_per_step, self.evidence.get("step_ms")
+        if ms is not None and isinstance(step, (int, float)) and step > 0:
+            return f"{ms:.3f} ms of each {step:.3f} ms step ({ms / step:.0%})"
+        figures = [(k, v) for k, v in self.evidence.items() if k not in ("phase", "steps")
+                   and isinstance(v, (int, float, str)) and not isinstance(v, bool)]
+        return "; ".join(f"{k.replace('_', ' ')} {_figure(v)}" for k, v in figures[:3]) or self.title
+
     def to_json(self) -> dict[str, object]:
         ms = self.ms_per_step
         return {"rule": self.rule, "severity": self.severity,
-                "title": self.title,
+                "title": self.title, "summary": self.phrase(),
                 "ms_per_step": None if ms is None else round(float(ms), 4),
                 "projection": self.projection,
                 "evidence": dict(self.evidence), "remedy": self.remedy,

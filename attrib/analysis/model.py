@@ -8,13 +8,16 @@ records, each also given as a polars DataFrame. `Analysis.to_dict()` is the only
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields, replace
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
 import orjson
 import polars as pl
 
 from attrib.analysis.finding import JSON, Evidence, Finding
 from attrib.analysis.whatif import WhatIf
+
+if TYPE_CHECKING:
+    from attrib.analysis.summary import Summary
 
 SCHEMA_ID = "attrib.analysis/1"
 
@@ -372,6 +375,7 @@ class Analysis:
     findings: tuple[Finding, ...] = ()
     notes: tuple[str, ...] = ()
     what_if: WhatIf | None = None  # --what-if: the decode phase at other formats (a projection)
+    summary: Summary | None = None  # the verdict: attrib.analysis.summary
 
     def phase(self, name: str) -> Phase | None:
         """The phase called `name`, or None."""
@@ -408,6 +412,7 @@ class Analysis:
         dist = self.distributed
         return {
             "schema": SCHEMA_ID,
+            "summary": None if self.summary is None else self.summary.to_dict(),
             "source": _record(self.source),
             "device": self.device.to_dict(),
             "provenance": dict(self.provenance),

@@ -4,6 +4,7 @@ priced from a sliver of their time, rates above the device's peak."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from attrib.roofline.tables import MIN_KNOWN
@@ -12,15 +13,29 @@ if TYPE_CHECKING:
     from attrib.analysis.model import Phase
 
 
-def _bytes_known(ph: Phase) -> str | None:
+@dataclass(frozen=True)
+class Given:
+    """What the user gave beside the trace: a model config (--model), a capture (--capture)."""
+
+    model: bool = False
+    capture: bool = False
+
+    def hint(self) -> str:
+        """What else to give for more bytes ('' when both were given)."""
+        more = [x for x, g in (("--capture with the graph-capture trace", self.capture),
+                               ("--model CONFIG", self.model)) if not g]
+        return f" (give {' or '.join(more)})" if more else ""
+
+
+def _bytes_known(ph: Phase, given: Given) -> str | None:
     share = ph.bytes_known_share
     if share is None:
         return None
     if ph.gb_per_token is not None and share < 0.95:
         return f"{ph.phase}: bytes known for {share:.0%} of kernel time; gb_per_token is a lower bound"
     if ph.gb_per_token is None and share < MIN_KNOWN:
-        return (f"{ph.phase}: bytes known for {share:.0%} of kernel time, too little for GB/token "
-                "(give --capture with the graph-capture trace, or --model CONFIG)")
+        return (f"{ph.phase}: bytes known for {share:.0%} of kernel time, too little for GB/token"
+                + given.hint())
     return None
 
 
@@ -41,9 +56,10 @@ def _left_out(ph: Phase) -> list[str]:
     return out
 
 
-def phase_notes(phases: Sequence[Phase], device: str | None, what_if: bool) -> list[str]:
-    """The notes of every phase, in the document's order."""
-    notes = [n for ph in phases if (n := _bytes_known(ph)) is not None]
+def phase_notes(phases: Sequence[Phase], device: str | None, what_if: bool,
+                given: Given = Given()) -> list[str]:
+    """The notes of every phase, in the document's order (hints name only what was not given)."""
+    notes = [n for ph in phases if (n := _bytes_known(ph, given)) is not None]
     notes += [n for ph in phases for n in _left_out(ph)]
     rows = [c for ph in phases for c in ph.component_rows if c.inconsistent]
     if what_if:

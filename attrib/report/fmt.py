@@ -8,8 +8,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from attrib.analysis.finding import JSON, Finding
+from attrib.analysis.finding import JSON, Finding, count
 from attrib.analysis.model import Analysis, Device, Phase
+from attrib.analysis.summary import Action, PhaseSummary, Summary
 
 PROV_KEYS = ("model", "quantization", "dtype", "batch", "concurrency", "context_length", "kv_cache_dtype",
              "kv_cache_state", "speculative", "correctness_gate", "baseline_id")
@@ -23,9 +24,19 @@ def pct(x: Any, nd: int = 1) -> str:
     return "-" if x is None else f"{x * 100:.{nd}f}%"
 
 
-def short(name: str, width: int | None) -> str:
-    """`name` cut to `width` characters with an ellipsis; whole when width is None (file outputs)."""
-    return name if width is None or len(name) <= width else name[: width - 1] + "…"
+def short(name: str, width: int | None, end: bool = False) -> str:
+    """`name` shortened in the middle to `width` characters (its start and end kept, an ellipsis
+    between), or at its end for a sentence (`end`); whole when width is None (file outputs). The
+    one place names and texts are shortened."""
+    if width is None or len(name) <= width:
+        return name
+    if width <= 1:
+        return "…"[:width]
+    if end:
+        return name[: width - 1].rstrip() + "…"
+    head = -(-2 * (width - 1) // 3)  # two thirds from the start: a kernel's name opens with its kind
+    tail = width - 1 - head
+    return name[:head] + "…" + (name[-tail:] if tail else "")
 
 
 def ev(v: Any) -> str:
@@ -68,7 +79,7 @@ def phase_headline(ph: Phase) -> str:
     per = (f"{ph.samples_per_step} samples/step (a vision/diffusion forward: no token figure applies)"
            if ph.samples_per_step else
            f"{num(ph.tokens_per_step, '{}')} tokens/step ({ph.tokens_from or 'unknown source'})")
-    return (f"{ph.steps} steps, {per}; step {num(sm.median)} ms"
+    return (f"{count(ph.steps, 'step')}, {per}; step {num(sm.median)} ms"
             f" (p10 {num(sm.p10)}, p90 {num(sm.p90)}); kernels {num(ph.kernel_ms)} ms/step;"
             f" GPU idle {pct(ph.idle_fraction)} ({num(ph.idle_ms)} ms/step)")
 
@@ -178,3 +189,42 @@ def total_line(ph: Phase, findings: tuple[Finding, ...]) -> str | None:
         return None
     rule = findings[t.finding].rule if t.finding < len(findings) else "?"
     return f"in total {t.ms_per_step:.3f} ms/step above the floor ({rule}: {t.title})"
+
+
+def facts_line(s: Summary) -> str:
+    """The run's key facts: model, device, batch, context, dtype."""
+    return ", ".join(f"{f.name} {f.value}" for f in s.facts) or "no facts known"
+
+
+def verdict_line(ps: PhaseSummary) -> str:
+    """A phase's rate against its ceiling, its step, its distance from the floor."""
+    head = f"{ps.phase}, {count(ps.steps, 'step')}:"
+    if ps.achieved is not None and ps.ceiling is not None:
+        head += (f" {ps.achieved:.1f} {ps.unit} of a {ps.ceiling:.1f} {ps.unit} ceiling"
+                 f" ({pct(ps.of_ceiling)});")
+    elif ps.achieved is not None:
+        head += f" {ps.achieved:.1f} {ps.unit} achieved (no ceiling: bytes unknown);"
+    head += f" median step {num(ps.step_ms)} ms"
+    if ps.above_floor_ms is not None:
+        head += f", {ps.above_floor_ms:.3f} ms/step above its floor"
+    return head
+
+
+def time_line(ps: PhaseSummary) -> str | None:
+    """Where the step's time goes: the ledger's top rows (ms per step and share)."""
+    if not ps.time:
+        return None
+    parts = [f"{'profiler (estimate)' if t.cause == 'profiler' else t.cause + ' ' + t.what} "
+             f"{t.ms_per_step:.3f} ms ({pct(t.share, 0)})" for t in ps.time]
+    step = (f"the mean {ps.mean_step_ms:.3f} ms step" if ps.mean_step_ms is not None
+            else "the median step")
+    return f"time per step ({step}): " + "; ".join(parts)
+
+
+def action_head(a: Action) -> str:
+    """An action's rank, the ms per step it could recover, what it is."""
+    return f"{a.rank}. {a.ms_per_step:.3f} ms/step ({pct(a.share_of_step, 0)}) {a.what}"
+
+
+def assumed_line(s: Summary) -> str:
+    return "; ".join(s.assumed) if s.assumed else "nothing beyond the trace"

@@ -30,6 +30,9 @@ details summary{cursor:pointer}
 .finding{margin:10px 0;padding:8px 12px;border-left:4px solid #ccc;background:#fafaf8}
 .finding.high{border-color:#b3261e}.finding.medium{border-color:#e59400}
 .kpi{display:flex;gap:10px;flex-wrap:wrap;margin:8px 0}.kpi div{background:#f0f4f8;padding:6px 10px;border-radius:4px}
+#summary{font-size:13px;line-height:1.35;border:1px solid #cfd8e3;background:#f7f9fc;padding:8px 14px;margin:0 0 14px}
+#summary h1{font-size:17px;margin:2px 0 4px}#summary p{margin:3px 0}#summary .phase{margin:8px 0 2px;font-weight:600}
+#summary ol{margin:2px 0 4px;padding-left:22px}#summary li{margin:1px 0}#summary .ev{color:#555}
 """
 
 
@@ -87,13 +90,22 @@ def _bottlenecks(ph: Phase, findings: tuple[Finding, ...]) -> str:
     return out
 
 
+def _figures(f: Finding) -> str:
+    """A finding's raw evidence as a folded table."""
+    if not f.evidence:
+        return ""
+    rows = [(k, fmt.ev(v)) for k, v in f.evidence.items()]
+    return ("<details><summary>figures</summary>"
+            + _table(("figure", "value"), rows, text_cols=(0, 1)) + "</details>")
+
+
 def _finding(i: int, f: Finding) -> str:
-    head, evl, remedy = fmt.finding_lines(f)
+    head, _, remedy = fmt.finding_lines(f)
     sev = escape(f.severity)
     refs = "".join(f'<li><a href="{escape(r)}">{escape(r)}</a></li>' if str(r).startswith(("https://", "http://"))
                    else f"<li>{escape(str(r))}</li>" for r in f.references)
     return (f'<div class="finding {sev}" id="finding-{i}"><div class="sev-{sev}">{escape(head)}</div>'
-            + (f"<div><b>evidence</b>: {escape(evl)}</div>" if evl else "")
+            + f"<div><b>evidence</b>: {escape(f.phrase())}</div>" + _figures(f)
             + (f"<div><b>remedy</b>: {escape(remedy)}</div>" if remedy else "")
             + (f"<ul>{refs}</ul>" if refs else "") + "</div>")
 
@@ -114,6 +126,29 @@ def _phase(an: Analysis, ph: Phase, plots: dict[str, str]) -> str:
             + "<h3>Top kernels (per step)</h3>" + _table(fmt.TOP_HEAD, tops, text_cols=(2,), raw_cols=(5,)))
 
 
+def _summary(an: Analysis) -> str:
+    """The verdict, the page's first element: facts, assumptions, per phase rate, time, actions."""
+    s = an.summary
+    out = f"<h1>attrib report: {escape(str(an.source.path))}</h1>"
+    if s is None:
+        return f'<section id="summary">{out}</section>'
+    out += (f"<p><b>facts</b>: {escape(fmt.facts_line(s))}</p>"
+            f"<p><b>assumed</b>: {escape(fmt.assumed_line(s))}</p>")
+    for ps in s.phases:
+        out += f'<p class="phase">{escape(fmt.verdict_line(ps))}</p>'
+        tl = fmt.time_line(ps)
+        if tl:
+            out += f"<p>{escape(tl)}</p>"
+        items = []
+        for a in ps.actions:
+            ref = (f' (<a href="#finding-{a.finding}">{escape(a.rule or "")}</a>)'
+                   if a.finding is not None else "")
+            items.append(f"<li><b>{a.ms_per_step:.3f} ms/step</b> ({fmt.pct(a.share_of_step, 0)}) "
+                         f'{escape(a.what)}{ref}: <span class="ev">{escape(a.evidence)}</span></li>')
+        out += f"<ol>{''.join(items)}</ol>" if items else ""
+    return f'<section id="summary">{out}</section>'
+
+
 def render(an: Analysis, plots: dict[str, str] | None = None, plot_note: str | None = None) -> str:
     """The whole report; plots: plot name -> inline SVG (plots.report_plots); plot_note: why none."""
     src, plots = an.source, plots or {}
@@ -122,7 +157,7 @@ def render(an: Analysis, plots: dict[str, str] | None = None, plot_note: str | N
              f"source: {src.format}, {src.kernels} kernels, {src.kernel_ms:.3f} ms kernel time (total)",
              f"run: {prov}" if prov else "run: no provenance stamp", fmt.coverage_line(an)]
     findings = an.findings
-    body = (f"<h1>attrib report: {escape(str(src.path))}</h1><div class=stamp>"
+    body = (_summary(an) + "<div class=stamp>"
             + "".join(f"<div>{escape(s)}</div>" for s in stamp) + "</div>"
             + (f"<p class=muted>{escape(plot_note)}</p>" if plot_note else "")
             + _plot(plots, "timeline")

@@ -27,15 +27,44 @@ def table(head: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> list[str]:
     return out + ["| " + " | ".join(esc(c) for c in r) + " |" for r in rows]
 
 
+def link(ref: str) -> str:
+    """A reference as a markdown link (its host and path as the text), else as text."""
+    if not str(ref).startswith(("https://", "http://")) or any(c in ref for c in "()<> "):
+        return esc(ref)
+    return f"[{esc(fmt.short(ref.split('://', 1)[1], 70))}]({ref})"
+
+
 def _finding(i: int, f: Finding) -> list[str]:
-    head, evl, remedy = fmt.finding_lines(f)
-    out = [f"- <a id=\"finding-{i}\"></a>**{esc(head)}**"]
-    if evl:
-        out.append(f"  - evidence: {esc(evl)}")
+    head, _, remedy = fmt.finding_lines(f)
+    out = [f"- <a id=\"finding-{i}\"></a>**{esc(head)}**", f"  - evidence: {esc(f.phrase())}"]
     if remedy:
         out.append(f"  - remedy: {esc(remedy)}")
-    out += [f"  - see: <{r}>" if str(r).startswith(("https://", "http://")) else f"  - see: {esc(r)}"
-            for r in f.references]
+    out += [f"  - see: {link(r)}" for r in f.references]
+    if f.evidence:
+        rows = [(k, fmt.ev(v)) for k, v in f.evidence.items()]
+        out += ["", "  <details><summary>figures</summary>", ""]
+        out += ["  " + line for line in table(("figure", "value"), rows)] + ["", "  </details>", ""]
+    return out
+
+
+def _verdict(an: Analysis) -> list[str]:
+    """The summary: facts, what was assumed, per phase the verdict, the time, the top actions."""
+    s = an.summary
+    if s is None:
+        return []
+    out = ["## Verdict", "", f"- facts: {esc(fmt.facts_line(s))}",
+           f"- assumed: {esc(fmt.assumed_line(s))}"]
+    for ps in s.phases:
+        out += ["", f"**{esc(fmt.verdict_line(ps))}**"]
+        tl = fmt.time_line(ps)
+        if tl:
+            out += ["", esc(tl)]
+        if ps.actions:
+            out.append("")
+        for a in ps.actions:
+            ref = f" ([{esc(a.rule)}](#finding-{a.finding}))" if a.finding is not None else ""
+            out.append(f"{a.rank}. **{a.ms_per_step:.3f} ms/step** ({fmt.pct(a.share_of_step, 0)}) "
+                       f"{esc(a.what)}{ref}: {esc(a.evidence)}")
     return out
 
 
@@ -66,7 +95,8 @@ def render(an: Analysis, plots: dict[str, str] | None = None, plot_note: str | N
     """The report; plots: plot name -> SVG file name beside the report; plot_note: why there are none."""
     src, plots = an.source, plots or {}
     out = (
-        [f"# attrib report: {esc(src.path)}", "", f"- device: {esc(fmt.device_line(an.device))}"]
+        [f"# attrib report: {esc(src.path)}", ""] + _verdict(an)
+        + ["", "## Run", "", f"- device: {esc(fmt.device_line(an.device))}"]
         + [f"- {esc(x)}" for x in [fmt.distributed_line(an)] if x]
         + [
             f"- source: {esc(src.format)}, {src.kernels} kernels, {src.kernel_ms:.3f} ms kernel time (total)"

@@ -19,13 +19,14 @@ from attrib.report import csv_tables, html, markdown, parquet_tables, table, xls
 
 @dataclass(frozen=True)
 class View:
-    """What a renderer may be asked for beyond the analysis: top kernels and name width (None: all,
-    whole), the plots (name -> SVG text, or -> file name for "files"), and why there are none."""
+    """What a renderer may be asked for beyond the analysis: top kernels and the terminal's width
+    (None: all, whole), the plots (name -> SVG text, or -> file name for "files"), and why there are none."""
 
     top: int | None = None
     width: int | None = None
     plots: Mapping[str, str] = field(default_factory=dict)
     plot_note: str | None = None
+    verbose: bool = False  # the table: findings' raw evidence whole, notes whole
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,7 @@ def _json(an: Analysis, view: View) -> str:
 
 
 def _table(an: Analysis, view: View) -> str:
-    return table.render(an, top=view.top, width=view.width)
+    return table.render(an, top=view.top, width=view.width, verbose=view.verbose)
 
 
 def _markdown(an: Analysis, view: View) -> str:

@@ -1,76 +1,178 @@
 """The analysis document as a terminal table (one renderer per output format).
 
-Every figure is per step (medians over the phase's steps) unless labelled a total. Kernel names are
-cut to `width` characters on a terminal and printed whole in a file (`width=None`).
+It opens with the verdict (attrib.analysis.summary): the run's facts and what was assumed, then per
+phase its rate against the ceiling, where the step's time goes and the top actions. Every figure is
+per step (medians over the phase's steps; the ledger's rows: the mean step) unless labelled a total.
+
+On a terminal every line fits `width` (`terminal_width()`: COLUMNS, else the tty, else 100).
+Prose wraps. A table too wide drops columns in this order until it fits:
+- components: evidence, TFLOP/s, kernels/step, bytes known, MB/step, bound, GB/s;
+- bottlenecks: of step;
+- top kernels: TFLOP/s, calls/step, GB/s, component;
+then its name or sentence column is shortened in the middle (`fmt.short`). A finding's evidence
+is a short phrase, its raw figures whole with `verbose` (`attrib analyze -v`). In a file
+(`width=None`) nothing is dropped or shortened.
 """
 
 from __future__ import annotations
 
-from attrib.analysis.model import Analysis
+import shutil
+import textwrap
+from collections.abc import Sequence
+
+from attrib.analysis.model import Analysis, Phase
 from attrib.report import fmt, whatif
 from attrib.report.printable import printable_tree
 
-NAME_WIDTH = 60
+PIPE_WIDTH = 100  # the width when stdout is no terminal and COLUMNS is unset
+MIN_FLEX = 16  # a name or sentence column is not shortened below this before columns are dropped
+NOTE_LINES = 3  # lines of a note on a terminal without verbose
+COMPONENT_DROP = ("evidence (kernels/step)", "TFLOP/s", "kernels/step", "bytes known", "MB/step",
+                  "bound", "GB/s")
+BOTTLENECK_DROP = ("of step",)
+TOP_DROP = ("TFLOP/s", "calls/step", "GB/s", "component")
+Row = tuple[str, ...]
 
 
-def _grid(head: tuple[str, ...], rows: list[tuple[str, ...]], indent: str = "   ") -> list[str]:
-    """Left-align the first and last column, right-align the others."""
-    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
+def terminal_width() -> int:
+    """The terminal's columns: COLUMNS, else the tty's size, else PIPE_WIDTH."""
+    return shutil.get_terminal_size((PIPE_WIDTH, 24)).columns
 
-    def line(r: tuple[str, ...]) -> str:
-        cells = [r[0].ljust(widths[0])] + [r[i].rjust(widths[i]) for i in range(1, len(r) - 1)] + [r[-1]]
+
+def _keep(head: Row, rows: Sequence[Row], width: int | None, drop: Sequence[str],
+          flex: str | None, indent: int) -> tuple[list[int], int | None]:
+    """The columns to print and the width of the flex column (None: whole)."""
+    keep = list(range(len(head)))
+
+    def need(cols: list[int]) -> int:
+        return indent + sum(max(len(r[i]) for r in [head, *rows]) for i in cols) + 2 * (len(cols) - 1)
+
+    gone = list(drop)
+    while True:
+        over = need(keep) - width if width is not None else 0
+        if over <= 0:
+            return keep, None
+        fi = head.index(flex) if flex in head else None
+        if fi is not None and fi in keep:
+            fw = max(len(r[fi]) for r in [head, *rows]) - over
+            if fw >= MIN_FLEX or not gone:
+                return keep, max(fw, len(head[fi]), 4)
+        if not gone:
+            return keep, None
+        name = gone.pop(0)
+        if name in head and head.index(name) in keep:
+            keep.remove(head.index(name))
+
+
+def grid(head: Row, rows: Sequence[Row], width: int | None = None, drop: Sequence[str] = (),
+         flex: str | None = None, indent: str = "   ", sentence: bool = False) -> list[str]:
+    """Columns padded to their widest cell: the first, the last and the flex one left-aligned, the
+    others right-aligned; to fit `width`, `drop` columns go in order, then `flex` is shortened (in
+    the middle; at its end when it is a `sentence`)."""
+    keep, fw = _keep(head, rows, width, drop, flex, len(indent))
+    fi = head.index(flex) if flex in head else None
+    cut = [tuple(fmt.short(r[i], fw, sentence) if i == fi else r[i] for i in keep)
+           for r in [head, *rows]]
+    widths = [max(len(r[j]) for r in cut) for j in range(len(keep))]
+    text = {0, len(head) - 1} | ({fi} if fi is not None else set())
+    left = {j for j, i in enumerate(keep) if i in text}
+
+    def line(r: Row) -> str:
+        cells = [c.ljust(w) if j in left else c.rjust(w) for j, (c, w) in enumerate(zip(r, widths))]
         return (indent + "  ".join(cells)).rstrip()
-    return [line(head)] + [line(r) for r in rows]
+    return [line(r) for r in cut]
 
 
-def render(an: Analysis, top: int | None = 5, width: int | None = NAME_WIDTH) -> str:
-    """Per phase: headline, component table, ranked bottlenecks, top kernels; then coverage, notes, findings.
+def wrap(text: str, width: int | None, indent: str = "", more: str | None = None,
+         lines: int | None = None) -> list[str]:
+    """`text` as lines of at most `width` (whole when None), the first after `indent`, the rest
+    after `more` (indent + two spaces); at most `lines` of them (the last ending in an ellipsis)."""
+    if width is None:
+        return [indent + text]
+    out = textwrap.wrap(text, width=width, initial_indent=indent,
+                        subsequent_indent=more if more is not None else indent + "  ",
+                        break_on_hyphens=False) or [indent.rstrip()]
+    if lines is not None and len(out) > lines:
+        out = out[:lines]
+        out[-1] = out[-1][: width - 1] + "…"
+    return out
+
+
+def _verdict(an: Analysis, width: int | None) -> list[str]:
+    s = an.summary
+    if s is None:
+        return []
+    out = wrap(f"facts: {fmt.facts_line(s)}", width)
+    out += wrap(f"assumed: {fmt.assumed_line(s)}", width)
+    for ps in s.phases:
+        out += wrap(f">> {fmt.verdict_line(ps)}", width)
+        tl = fmt.time_line(ps)
+        if tl:
+            out += wrap(tl, width, "   ", "     ")
+        for a in ps.actions:
+            out += wrap(fmt.action_head(a), width, "   ", "      ", lines=1)
+            out += wrap(a.evidence, width, "      ", "      ", lines=2)
+    return out
+
+
+def _phase(an: Analysis, ph: Phase, top: int | None, width: int | None) -> list[str]:
+    lines = [""] + wrap(f"== {ph.phase}: {fmt.phase_headline(ph)}", width, more="   ")
+    rates = fmt.phase_rates(ph, fmt.world_size(an))
+    if rates:
+        lines += wrap(rates, width, "   ")
+    where = fmt.ledger_line(ph)
+    if where:
+        lines += wrap(where, width, "   ")
+    for x in ph.excluded_steps:
+        lines += wrap(f"left out: step {x.step} ({x.reason}): {fmt.num(x.step_ms)} ms, {x.kernels} "
+                      f"kernels, {fmt.num(x.kernel_ms)} ms of kernels", width, "   ")
+    lines += grid(fmt.COMPONENT_HEAD, fmt.component_rows(ph), width, COMPONENT_DROP, "component")
+    ranked = fmt.bottleneck_rows(ph)
+    if ranked:
+        lines.append("   bottlenecks (recoverable ms/step: roofline gap, GPU idle, findings):")
+        total = fmt.total_line(ph, an.findings)
+        if total:
+            lines += wrap(total, width, "     ", "       ", lines=2)
+        lines += grid(fmt.BOTTLENECK_HEAD, ranked[: top or None], width, BOTTLENECK_DROP, "what",
+                      "     ", sentence=True)
+    lines.append("   top kernels (per step):")
+    lines += grid(fmt.TOP_HEAD, fmt.top_rows(ph, top, None), width, TOP_DROP, "kernel", "     ")
+    return lines
+
+
+def render(an: Analysis, top: int | None = 5, width: int | None = None,
+           verbose: bool = False) -> str:
+    """The verdict; per phase: headline, component table, ranked bottlenecks, top kernels; then
+    coverage, notes, findings. `width`: the terminal's (None: a file, nothing cut).
 
     Every string of the analysis passes `printable` first (names come from the trace)."""
     an = printable_tree(an)
     src = an.source
-    lines = [f"{src.path}  [{src.format}]  {src.kernels} kernels, {src.kernel_ms:.3f} ms kernel time (total)",
-             f"device: {fmt.device_line(an.device)}"]
+    rest = f"  [{src.format}]  {src.kernels} kernels, {src.kernel_ms:.3f} ms kernel time (total)"
+    path = fmt.short(str(src.path), max(width - len(rest), 12) if width else None)
+    lines = wrap(path + rest, width)
+    lines += _verdict(an, width)
+    lines += wrap(f"device: {fmt.device_line(an.device)}", width)
     dist = fmt.distributed_line(an)
     if dist:
-        lines.append(dist)
+        lines += wrap(dist, width)
     prov = fmt.provenance(an.provenance)
     if prov:
-        lines.append(f"run: {prov}")
+        lines += wrap(f"run: {prov}", width)
     for ph in an.phases:
-        lines += ["", f"== {ph.phase}: {fmt.phase_headline(ph)}"]
-        rates = fmt.phase_rates(ph, fmt.world_size(an))
-        if rates:
-            lines.append("   " + rates)
-        where = fmt.ledger_line(ph)
-        if where:
-            lines.append("   " + where)
-        for x in ph.excluded_steps:
-            lines.append(
-                f"   left out: step {x.step} ({x.reason}): {fmt.num(x.step_ms)} ms, {x.kernels} kernels,"
-                f" {fmt.num(x.kernel_ms)} ms of kernels"
-            )
-        lines += _grid(fmt.COMPONENT_HEAD, fmt.component_rows(ph))
-        ranked = fmt.bottleneck_rows(ph)
-        if ranked:
-            lines.append("   bottlenecks (recoverable ms/step: roofline gap, GPU idle, findings):")
-            total = fmt.total_line(ph, an.findings)
-            if total:
-                lines.append("     " + total)
-            lines += _grid(fmt.BOTTLENECK_HEAD, ranked[: top or None], "     ")
-        lines.append("   top kernels (per step):")
-        lines += _grid(fmt.TOP_HEAD, fmt.top_rows(ph, top, width), "     ")
+        lines += _phase(an, ph, top, width)
     lines += whatif.table_lines(an)
-    lines += ["", fmt.coverage_line(an)]
+    lines += [""] + wrap(fmt.coverage_line(an), width)
+    cap = None if verbose else NOTE_LINES
     for n in an.notes:
-        lines.append(f"note: {n}")
+        lines += wrap(f"note: {n}", width, lines=cap)
     for f in an.findings:
         head, evl, remedy = fmt.finding_lines(f)
-        lines += ["", head]
-        if evl:
-            lines.append(f"   evidence: {evl}")
+        lines += [""] + wrap(head, width)
+        words = evl if (verbose and evl) else f.phrase()
+        lines += wrap(f"evidence: {words}", width, "   ", "     ")
         if remedy:
-            lines.append(f"   remedy: {remedy}")
+            lines += wrap(f"remedy: {remedy}", width, "   ", "     ")
         for ref in f.references[:3]:
-            lines.append(f"   see: {ref}")
+            lines += wrap(f"see: {ref}", width, "   ", "     ")
     return "\n".join(lines) + "\n"

@@ -1,0 +1,285 @@
+"""The verdict that opens every report: per phase the rate against its ceiling, where the step's
+time goes, the top actions by the milliseconds they could recover; the run's facts and what was
+assumed. Read from the typed Analysis after the rules ran: no figure is computed anew here.
+
+An action is a finding of the phase with its own estimate (its evidence in one sentence, its
+remedy), or a ranked bottleneck row no finding explains (a roofline gap, GPU idle). The step's
+total distance from its floor (`explains="step"`) is no action, and the profiler's own cost is
+none either (it is not in the step without the profiler).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from statistics import median
+
+from attrib.analysis.finding import Finding
+from attrib.analysis.model import Analysis, Bottleneck, Phase
+
+TOP_ACTIONS = 3
+TOP_TIME = 4  # ledger rows under "where the time goes"
+NOT_ACTIONS = ("ledger-profiler",)
+_FIGURES = re.compile(r":\s+[\d.]+ ms\b|, [\d.]+ ms per step\b")
+SAME_TIME = 0.02
+ESTIMATED = 0.5  # a component whose bytes are mostly an estimate is named under "assumed"
+
+
+@dataclass(frozen=True)
+class Fact:
+    """One key fact of the run: name (model, device, batch, ...), value, where it was read."""
+
+    name: str
+    value: str
+    source: str
+
+
+@dataclass(frozen=True)
+class TimeShare:
+    """A row of where the mean step's time goes (a ledger row, or kernels/idle without one)."""
+
+    cause: str
+    what: str
+    ms_per_step: float
+    share: float | None
+
+
+@dataclass(frozen=True)
+class Action:
+    """What to fix, ranked by the ms per step it could recover, with its evidence in one sentence;
+    finding: its index in Analysis.findings (None for a bottleneck row no finding explains)."""
+
+    rank: int
+    what: str
+    ms_per_step: float
+    share_of_step: float | None
+    evidence: str
+    remedy: str | None
+    rule: str | None
+    finding: int | None
+
+
+@dataclass(frozen=True)
+class PhaseSummary:
+    """A phase's verdict: rate (tok/s, or samples/s) against its ceiling, the step, the top rows of
+    the step's time (mean step: `mean_step_ms`), the top actions, the step's distance to its floor."""
+
+    phase: str
+    steps: int
+    unit: str
+    achieved: float | None
+    ceiling: float | None
+    of_ceiling: float | None
+    step_ms: float | None
+    mean_step_ms: float | None
+    time: tuple[TimeShare, ...]
+    actions: tuple[Action, ...]
+    above_floor_ms: float | None
+
+
+@dataclass(frozen=True)
+class Summary:
+    facts: tuple[Fact, ...]
+    assumed: tuple[str, ...]
+    phases: tuple[PhaseSummary, ...]
+
+    def to_dict(self) -> dict[str, object]:
+        """As JSON: records as objects, tuples as lists."""
+        out: dict[str, object] = asdict(self, dict_factory=lambda kv: {k: _lists(v) for k, v in kv})
+        return out
+
+
+def _lists(v: object) -> object:
+    return [_lists(x) for x in v] if isinstance(v, (tuple, list)) else v
+
+
+def _time(ph: Phase) -> tuple[tuple[TimeShare, ...], float | None]:
+    rows = ph.ledger_rows
+    if rows:
+        total = sum(r.ms_per_step for r in rows)
+        return tuple(_rounded(TimeShare(r.cause, r.what, r.ms_per_step, r.share))
+                     for r in rows[:TOP_TIME]), round(total, 4)
+    step = ph.step_ms.median
+    out = [TimeShare("kernels", c.component, c.ms, (c.ms / step) if step else None)
+           for c in ph.component_rows if c.ms is not None]
+    out = sorted(out, key=lambda t: -t.ms_per_step)[: TOP_TIME - 1]
+    if ph.idle_ms:
+        out.append(TimeShare("idle", "GPU idle", ph.idle_ms, ph.idle_fraction))
+    ordered = sorted(out, key=lambda t: -t.ms_per_step)
+    return tuple(_rounded(t) for t in ordered), None
+
+
+def _rounded(t: TimeShare) -> TimeShare:
+    share = None if t.share is None else round(t.share, 4)
+    return TimeShare(t.cause, t.what, round(t.ms_per_step, 4), share)
+
+
+def _row_evidence(b: Bottleneck) -> str:
+    if b.kind == "GPU idle":
+        return f"the GPU waits {b.ms_per_step:.3f} ms a step between kernels (launch, CPU, sync)"
+    e = b.evidence
+    rate = ", ".join(x for x in (
+        _rate(e.get("achieved_gbs"), "{:.0f} GB/s"), _rate(e.get("achieved_tflops"), "{:.1f} TFLOP/s")) if x)
+    ms, roof = e.get("ms"), e.get("roofline_ms")
+    if isinstance(ms, float) and isinstance(roof, float):
+        at = f" at {rate}" if rate else ""
+        return (f"{b.component} runs {ms:.3f} ms a step{at}; its {e.get('bound') or ''}"
+                f" roofline is {roof:.3f} ms").replace("  ", " ")
+    return b.what
+
+
+def _rate(v: object, form: str) -> str | None:
+    return form.format(v) if isinstance(v, (int, float)) else None
+
+
+def _candidates(ph: Phase, findings: tuple[Finding, ...]) -> Iterator[tuple[float, Action]]:
+    step = ph.step_ms.median
+    seen: set[int] = set()
+    for b in ph.bottlenecks.ranked:
+        own = [i for i in b.findings if i < len(findings) and findings[i].rule not in NOT_ACTIONS]
+        for i in own:
+            f = findings[i]
+            ms = f.ms_per_step if f.ms_per_step is not None else b.ms_per_step
+            if i in seen or ms is None:
+                continue
+            seen.add(i)
+            yield ms, Action(0, _what(f.title, ph.phase), round(ms, 4), _share(ms, step), f.phrase(), f.remedy,
+                             f.rule, i)
+        if not b.findings and b.ms_per_step is not None:
+            yield b.ms_per_step, Action(0, _row_what(b), b.ms_per_step, b.share_of_step,
+                                        _row_evidence(b), None, None, None)
+
+
+def _what(title: str, phase: str) -> str:
+    """A finding's title as a short phrase: without the phase it opens with (the summary is per
+    phase) and the figures after it (the action states its ms)."""
+    return _FIGURES.split(title.removeprefix(f"{phase}: "), maxsplit=1)[0]
+
+
+def _row_what(b: Bottleneck) -> str:
+    if b.kind == "GPU idle":
+        return "cut the GPU idle time between kernels"
+    return f"bring {b.component or b.kind} to its roofline"
+
+
+def _share(ms: float, step: float | None) -> float | None:
+    return round(ms / step, 4) if step else None
+
+
+def _told(ms: float, chosen: list[tuple[float, Action]]) -> bool:
+    """Whether `ms` is an estimate already chosen (within SAME_TIME): two rules telling of one
+    stretch of time (the ledger's copy row and P21's host copies) make one action."""
+    return any(abs(ms - c) <= SAME_TIME * max(ms, c) for c, _ in chosen)
+
+
+def actions(ph: Phase, findings: tuple[Finding, ...], top: int = TOP_ACTIONS) -> tuple[Action, ...]:
+    """The phase's top actions by recoverable ms per step (largest first)."""
+    ranked: list[tuple[float, Action]] = []
+    for ms, a in sorted(_candidates(ph, findings), key=lambda c: -c[0]):
+        if len(ranked) < top and not _told(ms, ranked):
+            ranked.append((ms, a))
+    return tuple(Action(n, a.what, a.ms_per_step, a.share_of_step, a.evidence, a.remedy, a.rule,
+                        a.finding) for n, (_, a) in enumerate(ranked, 1))
+
+
+def phase_summary(ph: Phase, findings: tuple[Finding, ...]) -> PhaseSummary:
+    samples = bool(ph.samples_per_step)
+    achieved = ph.achieved_samples_s if samples else ph.achieved_tok_s
+    ceiling = None if samples else ph.ceiling_tok_s
+    time, mean = _time(ph)
+    total = ph.bottlenecks.total
+    return PhaseSummary(
+        phase=ph.phase, steps=ph.steps, unit="samples/s" if samples else "tok/s",
+        achieved=achieved, ceiling=ceiling,
+        of_ceiling=round(achieved / ceiling, 4) if (achieved and ceiling) else None,
+        step_ms=ph.step_ms.median, mean_step_ms=mean, time=time,
+        actions=actions(ph, findings),
+        above_floor_ms=None if total is None else total.ms_per_step)
+
+
+def _stamp(an: Analysis, key: str) -> str | None:
+    v = an.provenance.get(key)
+    return None if v is None or v == "" else str(v)
+
+
+def _median_int(values: tuple[int | None, ...]) -> int | None:
+    known = [v for v in values if v is not None]
+    return int(median(known)) if known else None
+
+
+def _token_phase(an: Analysis) -> Phase | None:
+    decode = [p for p in an.phases if p.phase == "decode"]
+    return next(iter(decode or an.phases), None)
+
+
+def _dtype(an: Analysis) -> str | None:
+    """The dtype holding the most component time (the kernels' own), None where none is known."""
+    by: dict[str, float] = {}
+    for ph in an.phases:
+        for c in ph.component_rows:
+            if c.dtype and c.ms:
+                by[c.dtype] = by.get(c.dtype, 0.0) + c.ms
+    return max(by, key=lambda d: by[d]) if by else None
+
+
+def facts(an: Analysis, model: str | None = None) -> tuple[Fact, ...]:
+    """Model, device, batch, context, dtype, quantization: from the stamp, else the trace."""
+    dev = an.device
+    out = []
+    name = (_stamp(an, "model") or "").split(": ", 1)[0]  # the stamp's name, not its config
+    if name or model:
+        out.append(Fact("model", name or str(model), "stamp" if name else "--model"))
+    if dev.name or dev.arch:
+        out.append(Fact("device", f"{dev.name or '?'} ({dev.arch or '?'})",
+                        dev.detected_from if dev.known else "trace"))
+    ph = _token_phase(an)
+    batch = _stamp(an, "batch")
+    if batch:
+        out.append(Fact("batch", batch, "stamp"))
+    elif ph is not None and ph.tokens_per_step and ph.phase == "decode":
+        out.append(Fact("batch", str(ph.tokens_per_step), f"decode tokens/step ({ph.tokens_from})"))
+    elif ph is not None and ph.samples_per_step:
+        out.append(Fact("batch", f"{ph.samples_per_step} samples", "trace"))
+    ctx = _stamp(an, "context_length")
+    # a vision forward's attention length is its patches, no context
+    derived = (_median_int(ph.per_step.context)
+               if ph is not None and not ph.samples_per_step else None)
+    if derived is not None and ph is not None:
+        out.append(Fact("context", str(derived), f"{ph.phase} median ({ph.context_from or 'trace'})"))
+    elif ctx and not (ph is not None and ph.samples_per_step):
+        out.append(Fact("context", ctx, "stamp"))
+    for key in ("dtype", "quantization", "kv_cache_dtype"):
+        v = _stamp(an, key)
+        if v:
+            out.append(Fact(key, v, "stamp"))
+    if not _stamp(an, "dtype") and (dt := _dtype(an)):
+        out.append(Fact("dtype", dt, "kernels"))
+    return tuple(out)
+
+
+def assumed(an: Analysis, model: str | None, capture: str | None, context: int | None) -> tuple[str, ...]:
+    """What the figures rest on beyond the trace: --model, --capture, a what-if, estimated bytes."""
+    out = []
+    if model:
+        ctx = f"at context {context}" if context else "without a context (no decode K/V budget)"
+        out.append(f"--model {model}: bytes of ops the trace has no shapes for, {ctx}")
+    if capture:
+        out.append(f"--capture {capture}: replayed kernels' ops and shapes from the capture trace")
+    dev = an.device
+    if dev.what_if:
+        out.append(f"--arch {dev.arch}: a projection onto {dev.name} (times measured on the traced device)")
+    if dev.known and dev.roofline_bw_basis == "peak":
+        out.append(f"rooflines at the {dev.peak_bw_gbs:g} GB/s peak (no sustained figure known)")
+    est = sorted({c.component for p in an.phases for c in p.component_rows
+                  if (c.estimated_share or 0) >= ESTIMATED})
+    if est:
+        out.append(f"bytes mostly estimated (Inductor or model config) for {', '.join(est)}")
+    return tuple(out)
+
+
+def summary(an: Analysis, model: str | None = None, capture: str | None = None,
+            context: int | None = None) -> Summary:
+    """The Summary of an analysis with its findings and ranked bottlenecks."""
+    return Summary(facts=facts(an, model), assumed=assumed(an, model, capture, context),
+                   phases=tuple(phase_summary(p, an.findings) for p in an.phases))
