@@ -358,7 +358,10 @@ def _rank_traces(items: tuple[Path, ...]) -> list[Path]:
 def ranks_cmd(traces: tuple[Path, ...], fmt: str | None, link_gbs: float | None, phase_map: tuple[str, ...],
               arch_name: str | None, arch_file: Path | None, output: Path | None, force: bool) -> None:
     """The ranks of one run merged (a folder of per-rank traces, or the traces): step times side by
-    side, the slowest rank, collectives split into wait, transfer and latency, step-start skew."""
+    side, the slowest rank, collectives split into wait, transfer and latency, step-start skew.
+
+    \b
+    Example: attrib ranks traces/tp2/"""
     fmt = fmt or (renderers.by_suffix(output, "table").name if output else "table")
     check_output(output, force)
     arch, arch_from = resolve_arch(arch_name, arch_file)
@@ -386,7 +389,10 @@ def ranks_cmd(traces: tuple[Path, ...], fmt: str | None, link_gbs: float | None,
 def trend(folder: Path, phase: str, window: int, min_effect: float, fmt: str, phase_map: tuple[str, ...],
           arch_file: Path | None, output: Path | None, force: bool) -> None:
     """The rolling captures in FOLDER (collectors.capture(..., every=N)) over time: GB/token, tok/s and
-    the top step-time cause per file, each compared with the files before it as `compare` does."""
+    the top step-time cause per file, each compared with the files before it as `compare` does.
+
+    \b
+    Example: attrib trend traces/rolling/"""
     check_output(output, force)
     files = traces_in(folder)
     if not files:
@@ -508,7 +514,10 @@ def _sizes(text: str) -> tuple[int, ...]:
 def calibrate(device: str, sizes: str, matmul_n: int, reps: int, fmt: str, output: Path | None,
               force: bool) -> None:
     """Measure this GPU with torch (read/write/copy GB/s, matrix TFLOP/s per dtype) and write an
-    --arch-file entry whose sustained roof `analyze --arch-file` uses."""
+    --arch-file entry whose sustained roof `analyze --arch-file` uses.
+
+    \b
+    Example: attrib calibrate -o my_gpu.toml"""
     check_output(output, force)
     mib = _sizes(sizes)
     with bar(f"calibrating {device}", calib.steps(mib)) as tick:
