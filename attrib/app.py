@@ -22,6 +22,7 @@ from attrib.errors import TraceError, UsageError
 from attrib.analysis.bottlenecks import rank
 from attrib.analysis.build import build
 from attrib.analysis.finding import Finding
+from attrib.analysis.speculative import plain_step_ms
 from attrib.analysis.model import Analysis
 from attrib.options import TOP_KERNELS, Options
 from attrib.pipeline import Attribution, attribute
@@ -153,7 +154,8 @@ def options(*, phase: str | None = None, phase_map: Mapping[str, str] | None = N
             model: str | Path | Mapping[str, Any] | None = None,
             weight_bits: float | str | Mapping[str, float] | None = None, kv_dtype: str = "bf16",
             context: int | None = None, capture: str | Path | None = None,
-            capture_batch: int | None = None, top: int = TOP_KERNELS) -> Options:
+            capture_batch: int | None = None, top: int = TOP_KERNELS,
+            baseline: str | Path | None = None) -> Options:
     """The Options of `analyze`'s arguments: an arch name or entry resolved, a model config read.
 
     Bad arguments raise UsageError (or TraceError for a bad file) before any trace is read."""
@@ -163,7 +165,8 @@ def options(*, phase: str | None = None, phase_map: Mapping[str, str] | None = N
     return Options(phase=phase, phase_map=dict(phase_map or {}), arch=dev, arch_from=dev_from,
                    arch_file=arch_path, budget=budget,
                    capture=Path(capture) if capture is not None else None,
-                   capture_batch=capture_batch, top=top)
+                   capture_batch=capture_batch, top=top,
+                   baseline=Path(baseline) if baseline is not None else None)
 
 
 def analyze(path: str | Path, *, phase: str | None = None, phase_map: Mapping[str, str] | None = None,
@@ -171,19 +174,23 @@ def analyze(path: str | Path, *, phase: str | None = None, phase_map: Mapping[st
             model: str | Path | Mapping[str, Any] | None = None,
             weight_bits: float | str | Mapping[str, float] | None = None, kv_dtype: str = "bf16",
             context: int | None = None, capture: str | Path | None = None,
-            capture_batch: int | None = None, top: int = TOP_KERNELS) -> Analysis:
+            capture_batch: int | None = None, top: int = TOP_KERNELS,
+            baseline: str | Path | None = None) -> Analysis:
     """Load a trace (any supported format), attribute it, run the rules: its Analysis.
 
     phase: only this phase ("prefill", "decode", ...); phase_map: annotation name -> phase;
     arch: measure against this device instead of the detected one (a what-if: "gfx1201", "h200", ...);
     arch_file: TOML of extra device entries; model, weight_bits, kv_dtype, context: a HF config to
     budget decode bytes the trace has no shapes for; capture (+ capture_batch): the graph-capture trace
-    of a replay trace; top: top kernels per phase. `.to_dict()` is the attrib.analysis/1 document.
+    of a replay trace; top: top kernels per phase; baseline: a plain decode trace of the target (a
+    speculative loop's speedup is measured against its decode step). `.to_dict()` is the
+    attrib.analysis/1 document.
     Bad input raises attrib.errors.TraceError (the file) or UsageError (an argument).
     """
     opts = options(phase=phase, phase_map=phase_map, arch=arch, arch_file=arch_file, model=model,
                    weight_bits=weight_bits, kv_dtype=kv_dtype, context=context, capture=capture,
-                   capture_batch=capture_batch, top=top)
+                   capture_batch=capture_batch, top=top,
+                   baseline=Path(baseline) if baseline is not None else None)
     return analyze_path(path, opts)
 
 
@@ -216,7 +223,8 @@ def analyze_path(path: str | Path, opts: Options = Options(), warn: Warn | None 
 def analysis(a: Attribution, opts: Options = Options()) -> Analysis:
     """The Analysis of an attribution: its figures, the rules' findings, the ranked bottlenecks."""
     budget = for_world(opts.budget, world_size(a.trace))  # the rank's tensor-parallel shard
-    an = build(a, opts.phase, opts.arch, opts.arch_from, budget, opts.arch_file, opts.top)
+    plain = plain_step_ms(attribution(opts.baseline).steps) if opts.baseline else None
+    an = build(a, opts.phase, opts.arch, opts.arch_from, budget, opts.arch_file, opts.top, plain)
     found = tuple(rules.run(a, an))
     return replace(an, findings=found, phases=rank(an.phases, found))
 

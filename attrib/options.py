@@ -17,7 +17,8 @@ class Options:
     """phase: only this phase; phase_map: annotation name -> phase; arch (+ arch_from "override"): the
     device to measure against instead of the detected one; arch_file: extra device entries; budget: a
     model config's bytes for ops whose weights the trace hides; capture (+ capture_batch): the
-    graph-capture trace of a replay trace; top: top kernels per phase."""
+    graph-capture trace of a replay trace; top: top kernels per phase; baseline: a plain decode
+    trace of the target, whose decode step a speculative loop's speedup is measured against."""
 
     phase: str | None = None
     phase_map: Mapping[str, str] = field(default_factory=dict)
@@ -28,3 +29,4 @@ class Options:
     capture: Path | None = None
     capture_batch: int | None = None
     top: int = TOP_KERNELS
+    baseline: Path | None = None

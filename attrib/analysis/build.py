@@ -17,6 +17,7 @@ from attrib.analysis.model import (Analysis, Component, Coverage, Device, Distri
                                    LedgerRow, Phase, Source, StepMs, TopKernel)
 from attrib.analysis.notes import phase_notes
 from attrib.analysis.series import step_series
+from attrib.analysis.speculative import speculative
 from attrib.cost.budget import Budget
 from attrib.cost.component_bytes import component_table
 from attrib.options import TOP_KERNELS
@@ -266,6 +267,17 @@ def _phases(a: Attribution, phase: str | None, arch: Arch | None, budget: Budget
     return tuple(out)
 
 
+def _with_speculative(phases: tuple[Phase, ...], a: Attribution,
+                      plain_ms: float | None) -> tuple[Phase, ...]:
+    """The decode phase of a speculative loop gets its rounds (attrib.analysis.speculative)."""
+    if not any(p.phase == "decode" for p in phases):
+        return phases
+    spec = speculative(a.steps, a.trace, a.kernels, plain_ms)
+    if spec is None:
+        return phases
+    return tuple(replace(p, speculative=spec) if p.phase == "decode" else p for p in phases)
+
+
 def _source(a: Attribution) -> Source:
     t, k = a.trace, a.kernels
     total_ns = int(t.kernels["dur_ns"].sum() or 0)
@@ -292,12 +304,14 @@ def _coverage(a: Attribution, phases: tuple[Phase, ...]) -> Coverage:
 
 def build(a: Attribution, phase: str | None = None, arch: Arch | None = None,
           arch_from: str | None = None, budget: Budget | None = None,
-          arch_file: Path | None = None, top: int = TOP_KERNELS) -> Analysis:
+          arch_file: Path | None = None, top: int = TOP_KERNELS,
+          plain_ms: float | None = None) -> Analysis:
     """The Analysis of an attribution (optionally one phase only; `top` kernels per phase), without
     findings: `attrib.app` runs the rules over it and ranks the bottlenecks.
 
     arch: the device to measure against (detected from the trace when None); arch_from says where a
-    given arch came from ("override" for a what-if projection onto another chip)."""
+    given arch came from ("override" for a what-if projection onto another chip); plain_ms: the
+    plain decode step of a baseline trace, for a speculative loop's speedup."""
     t, k = a.trace, a.kernels
     notes = list(a.notes) + [str(w) for w in t.meta.warnings]
     arch, arch_from = _resolve_device(a, arch, arch_from, arch_file, notes)
@@ -305,7 +319,7 @@ def build(a: Attribution, phase: str | None = None, arch: Arch | None = None,
     if budget is not None and budget.context is None:
         notes.append(f"{budget.source} without --context: decode components are not budgeted from it "
                      "(K/V reads need the context); it prices only ops whose weights the trace does not show")
-    phases = _phases(a, phase, arch, budget, what_if, top, notes)
+    phases = _with_speculative(_phases(a, phase, arch, budget, what_if, top, notes), a, plain_ms)
     notes += phase_notes(phases, arch.name if arch is not None else None, what_if)
     outside = k.filter(pl.col("step").is_null())
     if outside.height:

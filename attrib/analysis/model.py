@@ -14,6 +14,7 @@ import orjson
 import polars as pl
 
 from attrib.analysis.finding import JSON, Evidence, Finding
+from attrib.analysis.speculative import Speculative
 
 SCHEMA_ID = "attrib.analysis/1"
 
@@ -294,6 +295,7 @@ class Phase:
     achieved_samples_s: float | None = None
     gb_per_sample: float | None = None
     bottlenecks: Bottlenecks = Bottlenecks()
+    speculative: Speculative | None = None  # a speculative loop's rounds (decode phase)
 
     @property
     def components(self) -> pl.DataFrame:
@@ -337,6 +339,7 @@ class Phase:
             "per_step": self.per_step.to_dict(),
             "excluded_steps": [_record(x) for x in self.excluded_steps],
             "bottlenecks": self.bottlenecks.to_dict(),
+            **({"speculative": self.speculative.to_dict()} if self.speculative else {}),
         }
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from attrib.report import speculative as spec_report
 from attrib.report.provenance_diff import provenance_diff
 
 SCHEMA_ID = "attrib.compare/1"
@@ -155,6 +156,9 @@ def compare(base: list[dict[str, Any]], cand: list[dict[str, Any]], min_effect_p
         out_phases[ph] = [step] + sorted(rows, key=lambda r: -abs(r["delta_ms"] or 0))
         summary[ph] = {"steps": [sum(p["steps"] for p in b), sum(p["steps"] for p in c)],
                        "tokens_per_step": [b[0]["tokens_per_step"], c[0]["tokens_per_step"]], "cause": step["cause"]}
+        spec = spec_report.compare_rows(b, c)
+        if spec:
+            summary[ph]["speculative"] = spec
     diff = provenance_diff(base, cand)
     n_b, n_c = len(base), len(cand)
     variance = ("unknown: one trace per side, so the statistics cover step-to-step variation only"

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from attrib.report import fmt
+from attrib.report import speculative as spec_report
 from attrib.report.html import CSS, escape
 from attrib.report.markdown import esc, table as md_table
 
@@ -63,7 +64,8 @@ def _phase_lines(doc: dict[str, Any], ph: str) -> list[str]:
            f"({_pct(k['delta_pct'])}, p {fmt.num(k['p_value'], '{:.3g}')}): {k['verdict']}"]
     if s.get("cause"):
         out.append(f"cause: {s['cause']}")
-    return out
+    spec = spec_report.compare_line(s.get("speculative") or [])
+    return out + ([spec] if spec else [])
 
 
 def _gate_lines(doc: dict[str, Any]) -> list[str]:

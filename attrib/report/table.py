@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from attrib.analysis.model import Analysis
 from attrib.report import fmt
+from attrib.report import speculative as spec_report
 from attrib.report.printable import printable_tree
 
 NAME_WIDTH = 60
@@ -60,6 +61,7 @@ def render(an: Analysis, top: int | None = 5, width: int | None = NAME_WIDTH) ->
             lines += _grid(fmt.BOTTLENECK_HEAD, ranked[: top or None], "     ")
         lines.append("   top kernels (per step):")
         lines += _grid(fmt.TOP_HEAD, fmt.top_rows(ph, top, width), "     ")
+        lines += spec_report.text(ph, _grid)
     lines += ["", fmt.coverage_line(an)]
     for n in an.notes:
         lines.append(f"note: {n}")
