@@ -47,7 +47,7 @@ class Depth:
 
     k: int
     tokens_per_round: float
-    round_ms: float
+    round_ms: float | None  # K = 0 without a plain decode step: unknown
     speedup: float | None
 
 
@@ -61,6 +61,7 @@ class Speculative:
     accepted: int
     acceptance: float | None
     acceptance_by_position: tuple[float | None, ...]
+    rounds_by_position: tuple[int, ...]  # the rounds each position's share is of
     draft_pass_ms: float | None  # median draft pass (0 without a draft model)
     verify_pass_ms: float | None  # median verify pass at full depth
     other_ms: float | None  # median rest of a full-depth round
@@ -84,6 +85,7 @@ class Speculative:
             "proposed": self.proposed, "accepted": self.accepted,
             "acceptance": self.acceptance,
             "acceptance_by_position": list(self.acceptance_by_position),
+            "rounds_by_position": list(self.rounds_by_position),
             "draft_ms": [r.draft_ms for r in rs],
             "verify_ms": [r.verify_ms for r in rs],
             "other_ms": [r.other_ms for r in rs],
@@ -140,14 +142,21 @@ def _records(t: pl.DataFrame) -> tuple[Round, ...]:
     return tuple(out)
 
 
+def _reached(rs: tuple[Round, ...], i: int) -> list[Round]:
+    """Rounds (accepted known) that proposed position i and accepted every position before it."""
+    return [r for r in rs if r.accepted is not None and r.proposed >= i and r.accepted >= i - 1]
+
+
+def _depth(rs: tuple[Round, ...]) -> int:
+    return max((r.proposed for r in rs if r.accepted is not None), default=0)
+
+
 def by_position(rs: tuple[Round, ...]) -> tuple[float | None, ...]:
     """Per draft position i (1-based, index i-1): of the rounds that proposed i and accepted
     positions 1..i-1 (accepted known), the share that accepted i."""
-    known = [r for r in rs if r.accepted is not None]
-    depth = max((r.proposed for r in known), default=0)
     out: list[float | None] = []
-    for i in range(1, depth + 1):
-        got = [r for r in known if r.proposed >= i and (r.accepted or 0) >= i - 1]
+    for i in range(1, _depth(rs) + 1):
+        got = _reached(rs, i)
         ok = sum(1 for r in got if (r.accepted or 0) >= i)
         out.append(round(ok / len(got), 4) if got else None)
     return tuple(out)
@@ -156,7 +165,7 @@ def by_position(rs: tuple[Round, ...]) -> tuple[float | None, ...]:
 def expected(acc: tuple[float | None, ...], draft: float, verify: float, other: float,
              plain: float | None) -> tuple[Depth, ...]:
     """Depth 0 (plain decode) and 1..len(acc): tokens a round, ms a round, speedup."""
-    rows = [Depth(0, 1.0, plain or 0.0, 1.0 if plain else None)]
+    rows = [Depth(0, 1.0, plain, 1.0 if plain else None)]
     tokens, cum = 1.0, 1.0
     for k, a in enumerate(acc, start=1):
         cum *= a or 0.0
@@ -213,7 +222,9 @@ def speculative(steps: pl.DataFrame, trace: Trace, kernels: pl.DataFrame,
         proposer="draft model" if any(r.drafts for r in rs) else "no draft model (prompt lookup / n-gram)",
         rounds=rs, proposed=proposed, accepted=accepted,
         acceptance=round(accepted / proposed, 4) if proposed else None,
-        acceptance_by_position=acc, draft_pass_ms=draft, verify_pass_ms=verify, other_ms=other,
+        acceptance_by_position=acc,
+        rounds_by_position=tuple(len(_reached(rs, i)) for i in range(1, depth + 1)),
+        draft_pass_ms=draft, verify_pass_ms=verify, other_ms=other,
         tokens_per_round=round(tok / len(timed), 4) if timed else None, effective_tok_s=eff,
         plain_step_ms=plain_ms, plain_from=plain_from, speedup=measured, expected=exp,
         best_k=best.k if best else None, verdict=_verdict(best, measured, depth),

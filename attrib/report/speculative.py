@@ -24,7 +24,8 @@ def _pct(x: float | None) -> str:
 
 def summary(s: Speculative) -> list[str]:
     """What the loop costs and earns, in a few lines."""
-    pos = ", ".join(f"{i}: {_pct(a)}" for i, a in enumerate(s.acceptance_by_position, 1))
+    by = zip(s.acceptance_by_position, s.rounds_by_position)
+    pos = ", ".join(f"{i}: {_pct(a)} of {n}" for i, (a, n) in enumerate(by, 1))
     plain = (f"plain decode {_n(s.plain_step_ms)} ms/token ({s.plain_from})"
              if s.plain_step_ms else "no plain decode step known (--baseline TRACE)")
     return [
@@ -32,7 +33,8 @@ def summary(s: Speculative) -> list[str]:
         f" ({_pct(s.acceptance)}); by position {pos or '-'}",
         f"per round: draft pass {_n(s.draft_pass_ms)} ms each, verify {_n(s.verify_pass_ms)} ms,"
         f" other {_n(s.other_ms)} ms; {_n(s.tokens_per_round)} tokens a round,"
-        f" {_n(s.effective_tok_s, 1)} tok/s; {plain}; speedup {_n(s.speedup)}x",
+        f" {_n(s.effective_tok_s, 1)} tok/s; {plain}"
+        + (f"; speedup {_n(s.speedup)}x" if s.speedup is not None else ""),
         s.verdict,
     ]
 

@@ -72,7 +72,9 @@ def mark_roles(spans: pl.DataFrame, frames: pl.DataFrame) -> pl.DataFrame:
     got = []
     for _, g in p.group_by("parent"):
         draft = _draft_of(g)
-        if draft is None or g.height < 4:
+        if draft is None or g.height < 4:  # one model: only where its passes' frames end
+            got.append(g.select("step", pl.lit(None, pl.Utf8).alias("_r"),
+                                pl.lit(None, pl.Utf8).alias("_m"), pl.col("t1").alias("_e")))
             continue
         g = g.sort("cpu_start").with_columns(pl.int_range(pl.len()).over("model").alias("_i"))
         is_draft = pl.col("model") == draft
