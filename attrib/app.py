@@ -215,15 +215,22 @@ def analyze_path(path: str | Path, opts: Options = Options(), warn: Warn | None 
     """`analyze` with resolved Options (what the CLI builds from its flags).
 
     warn(path, message) is called with each warning of the readers (what they salvaged or dropped)."""
+    plain = baseline_step_ms(opts)  # a bad baseline fails before the work
     a = attribution(path, opts, warn)
     check_phase(a, opts.phase, path)
-    return analysis(a, opts)
+    return analysis(a, opts, plain)
 
 
-def analysis(a: Attribution, opts: Options = Options()) -> Analysis:
-    """The Analysis of an attribution: its figures, the rules' findings, the ranked bottlenecks."""
+def baseline_step_ms(opts: Options) -> float | None:
+    """The plain decode step of opts.baseline (a plain decode trace of the target), None without."""
+    return plain_step_ms(attribution(opts.baseline).steps) if opts.baseline else None
+
+
+def analysis(a: Attribution, opts: Options = Options(), plain_ms: float | None = None) -> Analysis:
+    """The Analysis of an attribution: its figures, the rules' findings, the ranked bottlenecks.
+    plain_ms: opts.baseline's plain decode step when already known."""
     budget = for_world(opts.budget, world_size(a.trace))  # the rank's tensor-parallel shard
-    plain = plain_step_ms(attribution(opts.baseline).steps) if opts.baseline else None
+    plain = plain_ms if plain_ms is not None else baseline_step_ms(opts)
     an = build(a, opts.phase, opts.arch, opts.arch_from, budget, opts.arch_file, opts.top, plain)
     found = tuple(rules.run(a, an))
     return replace(an, findings=found, phases=rank(an.phases, found))

@@ -180,3 +180,16 @@ def test_document_and_report() -> None:
         assert "peculative" in text and dec.speculative.verdict.split(":")[0] in text
     a = attribute(load(base))
     assert speculative(a.steps, a.trace, a.kernels) is None
+
+
+def test_bad_baseline_is_one_line_exit_2(capsys, tmp_path) -> None:
+    """--baseline that is no trace: one line naming the file, exit 2 (a file derived from a real
+    truth file: its first 40 bytes, cut)."""
+    from attrib.cli import main
+
+    cut = tmp_path / "cut.json"
+    cut.write_bytes((CAP / "spec_plain.truth.json").read_bytes()[:40])
+    for bad in (tmp_path / "missing.json.gz", cut):
+        code = main(["analyze", str(CAP / "spec_copy.json.gz"), "--baseline", str(bad)])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert code == 2 and len(err) == 1 and str(bad) in err[0], err

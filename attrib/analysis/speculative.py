@@ -24,6 +24,9 @@ import polars as pl
 from attrib.steps.rounds import rounds as find_rounds
 from attrib.trace import Trace
 
+DRAFT = "draft model"
+NO_DRAFT = "no draft model (prompt lookup / n-gram)"
+
 
 @dataclass(frozen=True)
 class Round:
@@ -176,13 +179,19 @@ def expected(acc: tuple[float | None, ...], draft: float, verify: float, other: 
     return tuple(rows)
 
 
-def _verdict(best: Depth | None, measured: float | None, depth: int) -> str:
+FEW_ROUNDS = 3  # a position's acceptance from fewer rounds than this is a guess
+
+
+def _verdict(best: Depth | None, measured: float | None, depth: int, seen: tuple[int, ...]) -> str:
     if best is None:
-        return "no plain decode step to compare with: pass --baseline TRACE (a plain decode of the target)"
+        return ("no plain decode step to compare with: pass --baseline TRACE"
+                " (a plain decode of the target)")
     run = f" (as run, K={depth}: {measured:.2f}x plain decode)" if measured is not None else ""
     if best.k == 0:
         return f"speculation is a net loss here: no depth K=1..{depth} beats plain decode{run}"
-    return f"best K = {best.k}: expected {best.speedup:.2f}x plain decode{run}"
+    few = next((i for i, n in enumerate(seen[: best.k], 1) if n < FEW_ROUNDS), None)
+    guess = f"; acceptance from position {few} on rests on < {FEW_ROUNDS} rounds" if few else ""
+    return f"best K = {best.k}: expected {best.speedup:.2f}x plain decode{run}{guess}"
 
 
 def speculative(steps: pl.DataFrame, trace: Trace, kernels: pl.DataFrame,
@@ -218,16 +227,17 @@ def speculative(steps: pl.DataFrame, trace: Trace, kernels: pl.DataFrame,
     measured = round(eff * plain_ms / 1e3, 4) if (eff and plain_ms) else None
     exp = expected(acc, draft, verify, other, plain_ms)
     best = max(exp, key=lambda d: (d.speedup or 0.0, -d.k)) if plain_ms else None
+    seen = tuple(len(_reached(rs, i)) for i in range(1, depth + 1))
     return Speculative(
-        proposer="draft model" if any(r.drafts for r in rs) else "no draft model (prompt lookup / n-gram)",
+        proposer=DRAFT if any(r.drafts for r in rs) else NO_DRAFT,
         rounds=rs, proposed=proposed, accepted=accepted,
         acceptance=round(accepted / proposed, 4) if proposed else None,
         acceptance_by_position=acc,
-        rounds_by_position=tuple(len(_reached(rs, i)) for i in range(1, depth + 1)),
+        rounds_by_position=seen,
         draft_pass_ms=draft, verify_pass_ms=verify, other_ms=other,
         tokens_per_round=round(tok / len(timed), 4) if timed else None, effective_tok_s=eff,
         plain_step_ms=plain_ms, plain_from=plain_from, speedup=measured, expected=exp,
-        best_k=best.k if best else None, verdict=_verdict(best, measured, depth),
+        best_k=best.k if best else None, verdict=_verdict(best, measured, depth, seen),
         proposed_from=_mode(t["proposed_from"]), accepted_from=_mode(t["accepted_from"]),
         forward_from=_mode(t["forward_from"]))
 

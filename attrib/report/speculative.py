@@ -9,7 +9,8 @@ from collections.abc import Callable, Sequence
 from attrib.analysis.model import Phase
 from attrib.analysis.speculative import Speculative
 
-ROUND_HEAD = ("round", "proposed", "accepted", "verified", "draft ms", "verify ms", "other ms", "round ms")
+ROUND_HEAD = ("round", "proposed", "accepted", "verified", "draft ms", "verify ms", "other ms",
+              "round ms")
 DEPTH_HEAD = ("K", "tokens/round", "ms/round", "speedup")
 Rows = Sequence[tuple[str, ...]]
 
@@ -29,7 +30,7 @@ def summary(s: Speculative) -> list[str]:
     plain = (f"plain decode {_n(s.plain_step_ms)} ms/token ({s.plain_from})"
              if s.plain_step_ms else "no plain decode step known (--baseline TRACE)")
     return [
-        f"speculative ({s.proposer}): {len(s.rounds)} rounds, {s.accepted}/{s.proposed} accepted"
+        f"speculative, {s.proposer}: {len(s.rounds)} rounds, {s.accepted}/{s.proposed} accepted"
         f" ({_pct(s.acceptance)}); by position {pos or '-'}",
         f"per round: draft pass {_n(s.draft_pass_ms)} ms each, verify {_n(s.verify_pass_ms)} ms,"
         f" other {_n(s.other_ms)} ms; {_n(s.tokens_per_round)} tokens a round,"
@@ -47,11 +48,14 @@ def round_rows(s: Speculative) -> list[tuple[str, ...]]:
 
 def depth_rows(s: Speculative) -> list[tuple[str, ...]]:
     best = s.best_k
-    return [(f"{d.k}{' (plain)' if d.k == 0 else ''}{' <- best' if d.k == best else ''}",
+    return [(f"{d.k}{' (plain)' if d.k == 0 else ''}{' best' if d.k == best else ''}",
              _n(d.tokens_per_round), _n(d.round_ms), _n(d.speedup)) for d in s.expected]
 
 
-def text(ph: Phase, grid: Callable[[tuple[str, ...], list[tuple[str, ...]], str], list[str]]) -> list[str]:
+Grid = Callable[[tuple[str, ...], list[tuple[str, ...]], str], list[str]]
+
+
+def text(ph: Phase, grid: Grid) -> list[str]:
     """The terminal table's section (none without a speculative loop)."""
     s = ph.speculative
     if s is None:
@@ -74,7 +78,8 @@ def markdown(ph: Phase, table: Callable[[tuple[str, ...], Rows], list[str]],
     return out
 
 
-def html(ph: Phase, table: Callable[[tuple[str, ...], Rows], str], esc: Callable[[str], str]) -> str:
+def html(ph: Phase, table: Callable[[tuple[str, ...], Rows], str],
+         esc: Callable[[str], str]) -> str:
     """The HTML report's section."""
     s = ph.speculative
     if s is None:
@@ -84,8 +89,8 @@ def html(ph: Phase, table: Callable[[tuple[str, ...], Rows], str], esc: Callable
             + "<h4>Expected by depth K</h4>" + table(DEPTH_HEAD, depth_rows(s)))
 
 
-COMPARE_KEYS = ("acceptance", "tokens_per_round", "effective_tok_s", "draft_pass_ms", "verify_pass_ms",
-                "other_round_ms", "speedup", "best_k")
+COMPARE_KEYS = ("acceptance", "tokens_per_round", "effective_tok_s", "draft_pass_ms",
+                "verify_pass_ms", "other_round_ms", "speedup", "best_k")
 
 
 def _median(xs: list[float]) -> float | None:
@@ -96,14 +101,17 @@ def _median(xs: list[float]) -> float | None:
     return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
 
 
-def compare_rows(base: list[dict[str, object]], cand: list[dict[str, object]]) -> list[dict[str, object]]:
+Doc = dict[str, object]
+
+
+def compare_rows(base: list[Doc], cand: list[Doc]) -> list[Doc]:
     """Compare rows of two sides' phase documents that both hold a speculative loop: per figure the
     median over each side's traces and the difference; [] unless both sides have one."""
     b = [x for p in base if isinstance(x := p.get("speculative"), dict)]
     c = [x for p in cand if isinstance(x := p.get("speculative"), dict)]
     if not b or not c:
         return []
-    out: list[dict[str, object]] = []
+    out: list[Doc] = []
     for key in COMPARE_KEYS:
         vb = _median([float(v) for x in b if isinstance(v := x.get(key), (int, float))])
         vc = _median([float(v) for x in c if isinstance(v := x.get(key), (int, float))])
@@ -120,4 +128,5 @@ def compare_line(rows: list[dict[str, object]]) -> str | None:
     def v(x: object) -> str:
         return "-" if not isinstance(x, (int, float)) else f"{x:.4g}"
 
-    return "speculative: " + ", ".join(f"{r['metric']} {v(r['base'])} -> {v(r['cand'])}" for r in rows)
+    parts = [f"{r['metric']} {v(r['base'])} -> {v(r['cand'])}" for r in rows]
+    return "speculative: " + ", ".join(parts)

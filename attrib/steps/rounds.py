@@ -52,7 +52,8 @@ def sequence_cats(ops: pl.DataFrame) -> pl.DataFrame:
     return pl.DataFrame(rows, schema=schema, orient="row").sort("t")
 
 
-def _forward_end(steps: pl.DataFrame, kernels: pl.DataFrame, launches: pl.DataFrame) -> pl.DataFrame:
+def _forward_end(steps: pl.DataFrame, kernels: pl.DataFrame,
+                 launches: pl.DataFrame) -> pl.DataFrame:
     """step, fwd_ns: each pass's forward time (module docstring)."""
     frame_end = pl.coalesce("fwd_end", "cpu_end")
     s = steps.select("step", "cpu_start", "cpu_end", frame_end.alias("_fe"))
@@ -62,7 +63,8 @@ def _forward_end(steps: pl.DataFrame, kernels: pl.DataFrame, launches: pl.DataFr
     hit = k.join_asof(s.sort("cpu_start"), left_on="t", right_on="cpu_start")
     tail = hit.filter(pl.col("t") < pl.col("_fe")).group_by("step").agg(pl.col("_ke").max())
     end = pl.min_horizontal("cpu_end", pl.max_horizontal("_fe", "_ke"))
-    return s.join(tail, on="step", how="left").select("step", (end - pl.col("cpu_start")).alias("fwd_ns"))
+    fwd = (end - pl.col("cpu_start")).alias("fwd_ns")
+    return s.join(tail, on="step", how="left").select("step", fwd)
 
 
 def rounds(steps: pl.DataFrame, ops: pl.DataFrame, kernels: pl.DataFrame,
@@ -87,15 +89,8 @@ def rounds(steps: pl.DataFrame, ops: pl.DataFrame, kernels: pl.DataFrame,
     return pl.DataFrame(out, schema=ROUND_COLS, orient="row")
 
 
-def _first_cat(cats: pl.DataFrame, t0: int, t1: int, last: bool = False) -> tuple[int, int] | None:
-    got = cats.filter((pl.col("t") >= t0) & (pl.col("t") < t1))
-    if got.height == 0:
-        return None
-    r = got.row(-1 if last else 0)
-    return int(r[1]), int(r[2])
-
-
-def _span_rounds(span: str, g: pl.DataFrame, cats: pl.DataFrame, fwd_from: str) -> list[dict[str, Any]]:
+def _span_rounds(span: str, g: pl.DataFrame, cats: pl.DataFrame,
+                 fwd_from: str) -> list[dict[str, Any]]:
     """The rounds of one span's passes (time order)."""
     passes = g.to_dicts()
     has_draft = any(p["model"] == "draft" for p in passes)
@@ -112,7 +107,7 @@ def _span_rounds(span: str, g: pl.DataFrame, cats: pl.DataFrame, fwd_from: str) 
         elif kv is not None and kv > q:
             proposed, how = q - 1, "verify tokens - 1"
         else:  # the first pass: prompt + candidates, appended just before it
-            c = _first_cat(cats, int(p["cpu_start"]), int(p["cpu_start"]) + 1) or _cand(cats, p, q)
+            c = _cand(cats, p, q)
             proposed, how = (c[1], "cat onto the prompt") if c else (0, "no candidates")
         draft_ns = sum(int(d["fwd_ns"] or 0) for d in drafts)
         verify_ns = int(p["fwd_ns"] or 0)
@@ -133,7 +128,8 @@ def _span_rounds(span: str, g: pl.DataFrame, cats: pl.DataFrame, fwd_from: str) 
             r["accepted"] = int(nxt["kv_len"]) - int(nxt["verified"]) - int(cur)
             r["accepted_from"] = "next verify's cache"
         elif cur is not None:
-            grow = cats.filter((pl.col("t") > t) & (pl.col("t") < r["end_ns"]) & (pl.col("a") == cur))
+            after = (pl.col("t") > t) & (pl.col("t") < r["end_ns"])
+            grow = cats.filter(after & (pl.col("a") == cur))
             if grow.height:
                 r["accepted"] = int(grow["b"][0]) - 1
                 r["accepted_from"] = "sequence growth (cat)"
