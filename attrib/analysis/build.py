@@ -320,6 +320,9 @@ def build(a: Attribution, phase: str | None = None, arch: Arch | None = None,
         notes.append(f"{budget.source} without --context: decode components are not budgeted from it "
                      "(K/V reads need the context); it prices only ops whose weights the trace does not show")
     phases = _with_speculative(_phases(a, phase, arch, budget, what_if, top, notes), a, plain_ms)
+    for sp in (p.speculative for p in phases if p.speculative is not None):
+        notes.append(f"decode is a speculative loop: its tokens/step and tok/s count the tokens each "
+                     f"verify pass checks; it generated {sp.effective_tok_s} tok/s (speculative section)")
     notes += phase_notes(phases, arch.name if arch is not None else None, what_if)
     outside = k.filter(pl.col("step").is_null())
     if outside.height:
