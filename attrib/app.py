@@ -23,6 +23,7 @@ from attrib.errors import TraceError, UsageError
 from attrib.analysis.build import build, finish
 from attrib.analysis.reprice import project
 from attrib.analysis.finding import Finding
+from attrib.analysis.speculative import plain_step_ms
 from attrib.analysis.model import Analysis
 from attrib.options import TOP_KERNELS, Options
 from attrib.pipeline import Attribution, attribute
@@ -160,7 +161,7 @@ def options(*, phase: str | None = None, phase_map: Mapping[str, str] | None = N
             weight_bits: float | str | Mapping[str, float] | None = None, kv_dtype: str = "bf16",
             context: int | None = None, capture: str | Path | None = None,
             capture_batch: int | None = None, top: int = TOP_KERNELS,
-            what_if: str | None = None) -> Options:
+            what_if: str | None = None, baseline: str | Path | None = None) -> Options:
     """The Options of `analyze`'s arguments: an arch name or entry resolved, a model config read.
 
     Bad arguments raise UsageError (or TraceError for a bad file) before any trace is read."""
@@ -170,7 +171,8 @@ def options(*, phase: str | None = None, phase_map: Mapping[str, str] | None = N
     return Options(phase=phase, phase_map=dict(phase_map or {}), arch=dev, arch_from=dev_from,
                    arch_file=arch_path, budget=budget,
                    capture=Path(capture) if capture is not None else None,
-                   capture_batch=capture_batch, top=top, what_if=parse_what_if(what_if, budget))
+                   capture_batch=capture_batch, top=top, what_if=parse_what_if(what_if, budget),
+                   baseline=Path(baseline) if baseline is not None else None)
 
 
 def analyze(path: str | Path, *, phase: str | None = None, phase_map: Mapping[str, str] | None = None,
@@ -179,7 +181,7 @@ def analyze(path: str | Path, *, phase: str | None = None, phase_map: Mapping[st
             weight_bits: float | str | Mapping[str, float] | None = None, kv_dtype: str = "bf16",
             context: int | None = None, capture: str | Path | None = None,
             capture_batch: int | None = None, top: int = TOP_KERNELS,
-            what_if: str | None = None) -> Analysis:
+            what_if: str | None = None, baseline: str | Path | None = None) -> Analysis:
     """Load a trace (any supported format), attribute it, run the rules: its Analysis.
 
     phase: only this phase ("prefill", "decode", ...); phase_map: annotation name -> phase;
@@ -187,12 +189,15 @@ def analyze(path: str | Path, *, phase: str | None = None, phase_map: Mapping[st
     arch_file: TOML of extra device entries; model, weight_bits, kv_dtype, context: a HF config to
     budget decode bytes the trace has no shapes for; capture (+ capture_batch): the graph-capture trace
     of a replay trace; top: top kernels per phase; what_if: formats to project decode at
-    (`weights=int4,kv=fp8`, needs model). `.to_dict()` is the attrib.analysis/1 document.
+    (`weights=int4,kv=fp8`, needs model); baseline: a plain decode trace of the target (a
+    speculative loop's speedup is measured against its decode step). `.to_dict()` is the
+    attrib.analysis/1 document.
     Bad input raises attrib.errors.TraceError (the file) or UsageError (an argument).
     """
     opts = options(phase=phase, phase_map=phase_map, arch=arch, arch_file=arch_file, model=model,
                    weight_bits=weight_bits, kv_dtype=kv_dtype, context=context, capture=capture,
-                   capture_batch=capture_batch, top=top, what_if=what_if)
+                   capture_batch=capture_batch, top=top, what_if=what_if,
+                   baseline=Path(baseline) if baseline is not None else None)
     return analyze_path(path, opts)
 
 
@@ -217,16 +222,24 @@ def analyze_path(path: str | Path, opts: Options = Options(), warn: Warn | None 
     """`analyze` with resolved Options (what the CLI builds from its flags).
 
     warn(path, message) is called with each warning of the readers (what they salvaged or dropped)."""
+    plain = baseline_step_ms(opts)  # a bad baseline fails before the work
     a = attribution(path, opts, warn)
     check_phase(a, opts.phase, path)
-    return analysis(a, opts)
+    return analysis(a, opts, plain)
 
 
-def analysis(a: Attribution, opts: Options = Options()) -> Analysis:
-    """The Analysis of an attribution: its figures, the rules' findings, the ranked bottlenecks."""
+def baseline_step_ms(opts: Options) -> float | None:
+    """The plain decode step of opts.baseline (a plain decode trace of the target), None without."""
+    return plain_step_ms(attribution(opts.baseline).steps) if opts.baseline else None
+
+
+def analysis(a: Attribution, opts: Options = Options(), plain_ms: float | None = None) -> Analysis:
+    """The Analysis of an attribution: its figures, the rules' findings, the ranked bottlenecks.
+    plain_ms: opts.baseline's plain decode step when already known."""
     budget = for_world(opts.budget, world_size(a.trace))  # the rank's tensor-parallel shard
+    plain = plain_ms if plain_ms is not None else baseline_step_ms(opts)
     an = build(a, opts.phase, opts.arch, opts.arch_from, budget, opts.arch_file, opts.top,
-               opts.capture)
+               capture=opts.capture, plain_ms=plain)
     an = with_what_if(an, budget, opts.what_if)
     return finish(an, tuple(rules.run(a, an)))
 

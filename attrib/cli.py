@@ -108,6 +108,8 @@ def _analysis_options(f):
         click.option("--capture", "capture", type=click.Path(path_type=Path), help="The graph-capture trace of this "
                      "replay trace (vLLM capture_torch_profiler): replayed kernels get their ops, shapes and modules."),
         click.option("--capture-batch", type=int, help="With --capture: the captured batch size to align with."),
+        click.option("--baseline", type=click.Path(path_type=Path), help="A plain decode trace of the "
+                     "target: a speculative loop's speedup is measured against its decode step."),
         click.option("--top", type=click.IntRange(1), default=None, help="Top kernels (and bottlenecks) to show "
                      "(default: 5 on a terminal, 10 in files)."),
         click.option("-o", "--output", type=click.Path(path_type=Path), help="Write to FILE instead of stdout."),
@@ -125,7 +127,8 @@ def _options(o: dict) -> Options:
     return Options(phase=o["phase"], phase_map=_phase_map(o["phase_map"]), arch=arch, arch_from=arch_from,
                    arch_file=o["arch_file"], budget=budget, capture=o["capture"],
                    capture_batch=o["capture_batch"], top=max(o["top"] or TOP_KERNELS, TOP_KERNELS),
-                   what_if=parse_what_if(o["what_if"], budget))
+                   what_if=parse_what_if(o["what_if"], budget),
+                   baseline=o["baseline"])
 
 
 def _analyze(trace: Path, o: dict) -> Analysis:

@@ -19,7 +19,8 @@ class Options:
     device to measure against instead of the detected one; arch_file: extra device entries; budget: a
     model config's bytes for ops whose weights the trace hides; capture (+ capture_batch): the
     graph-capture trace of a replay trace; top: top kernels per phase; what_if: weight/KV formats
-    to project the decode phase at (attrib.analysis.reprice)."""
+    to project the decode phase at (attrib.analysis.reprice); baseline: a plain decode trace of
+    the target, whose decode step a speculative loop's speedup is measured against."""
 
     phase: str | None = None
     phase_map: Mapping[str, str] = field(default_factory=dict)
@@ -31,3 +32,4 @@ class Options:
     capture_batch: int | None = None
     top: int = TOP_KERNELS
     what_if: Formats | None = None  # re-price the decode phase at these formats (needs budget)
+    baseline: Path | None = None

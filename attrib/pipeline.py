@@ -51,7 +51,7 @@ def attribute(trace: Trace, phase_map: dict[str, str] | None = None, capture: Tr
         notes.append(report.note())
     spans, kernel_steps = assign_steps(trace, links, phase_map)
     comp = classify(trace, links, kernel_steps)
-    steps = apply_roles(fill_tokens_and_phase(spans, tokens_from_shapes(trace, spans), notes))
+    steps = apply_roles(fill_tokens_and_phase(spans, tokens_from_shapes(trace, spans), notes), trace.ops)
     k = (trace.kernels.select("id", "name", "start_ns", "dur_ns")
          .join(comp, on="id", how="left")
          .join(links.select("id", "launch_id", "graph"), on="id", how="left"))

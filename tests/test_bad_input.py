@@ -107,7 +107,7 @@ def test_api_signature_is_typed_and_keyword_only():
     assert params[0].name == "path" and params[0].kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
     names = [p.name for p in params[1:]]
     assert names == ["phase", "phase_map", "arch", "arch_file", "model", "weight_bits", "kv_dtype", "context",
-                     "capture", "capture_batch", "top", "what_if"]
+                     "capture", "capture_batch", "top", "what_if", "baseline"]
     assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in params[1:])
     hints = typing.get_type_hints(attrib.analyze)
     assert set(hints) == {"path", "return", *names}

@@ -20,6 +20,7 @@ from attrib.analysis.finding import Finding
 from attrib.analysis.notes import Given, phase_notes
 from attrib.analysis.summary import phase_summary, summary
 from attrib.analysis.series import step_series
+from attrib.analysis.speculative import speculative
 from attrib.cost.budget import Budget
 from attrib.cost.component_bytes import component_table
 from attrib.options import TOP_KERNELS
@@ -282,6 +283,17 @@ def _phases(a: Attribution, phase: str | None, arch: Arch | None, budget: Budget
     return tuple(out)
 
 
+def _with_speculative(phases: tuple[Phase, ...], a: Attribution,
+                      plain_ms: float | None) -> tuple[Phase, ...]:
+    """The decode phase of a speculative loop gets its rounds (attrib.analysis.speculative)."""
+    if not any(p.phase == "decode" for p in phases):
+        return phases
+    spec = speculative(a.steps, a.trace, a.kernels, plain_ms)
+    if spec is None:
+        return phases
+    return tuple(replace(p, speculative=spec) if p.phase == "decode" else p for p in phases)
+
+
 def _source(a: Attribution) -> Source:
     t, k = a.trace, a.kernels
     total_ns = int(t.kernels["dur_ns"].sum() or 0)
@@ -309,13 +321,14 @@ def _coverage(a: Attribution, phases: tuple[Phase, ...]) -> Coverage:
 def build(a: Attribution, phase: str | None = None, arch: Arch | None = None,
           arch_from: str | None = None, budget: Budget | None = None,
           arch_file: Path | None = None, top: int = TOP_KERNELS,
-          capture: Path | None = None) -> Analysis:
+          capture: Path | None = None, plain_ms: float | None = None) -> Analysis:
     """The Analysis of an attribution (optionally one phase only; `top` kernels per phase), without
     findings: `attrib.app` runs the rules over it and ranks the bottlenecks.
 
     arch: the device to measure against (detected from the trace when None); arch_from says where a
     given arch came from ("override" for a what-if projection onto another chip); capture: the
-    graph-capture trace the attribution used (said under what was assumed)."""
+    graph-capture trace the attribution used (said under what was assumed); plain_ms: the plain
+    decode step of a baseline trace, for a speculative loop's speedup."""
     t, k = a.trace, a.kernels
     notes = list(a.notes) + [str(w) for w in t.meta.warnings]
     arch, arch_from = _resolve_device(a, arch, arch_from, arch_file, notes)
@@ -323,6 +336,10 @@ def build(a: Attribution, phase: str | None = None, arch: Arch | None = None,
     context = step_context(a.steps, t.ops, dict(t.meta.provenance))
     budget = _with_context(budget, a.steps, context, notes)
     phases = _phases(a, phase, arch, budget, what_if, top, notes, context)
+    phases = _with_speculative(phases, a, plain_ms)
+    for sp in (p.speculative for p in phases if p.speculative is not None):
+        notes.append(f"decode is a speculative loop: its tokens/step and tok/s count the tokens each "
+                     f"verify pass checks; it generated {sp.effective_tok_s} tok/s (speculative section)")
     given = Given(model=budget is not None, capture=capture is not None)
     notes += phase_notes(phases, arch.name if arch is not None else None, what_if, given)
     outside = k.filter(pl.col("step").is_null())

@@ -18,6 +18,7 @@ from attrib.analysis.whatif import WhatIf
 
 if TYPE_CHECKING:
     from attrib.analysis.summary import Summary
+from attrib.analysis.speculative import Speculative
 
 SCHEMA_ID = "attrib.analysis/1"
 
@@ -303,6 +304,7 @@ class Phase:
     achieved_samples_s: float | None = None
     gb_per_sample: float | None = None
     bottlenecks: Bottlenecks = Bottlenecks()
+    speculative: Speculative | None = None  # a speculative loop's rounds (decode phase)
 
     @property
     def components(self) -> pl.DataFrame:
@@ -346,6 +348,7 @@ class Phase:
             "per_step": self.per_step.to_dict(),
             "excluded_steps": [_record(x) for x in self.excluded_steps],
             "bottlenecks": self.bottlenecks.to_dict(),
+            **({"speculative": self.speculative.to_dict()} if self.speculative else {}),
         }
 
 

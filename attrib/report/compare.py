@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from attrib.analysis.finding import Finding
+from attrib.report import speculative as spec_report
 from attrib.report.provenance_diff import provenance_diff
 
 SCHEMA_ID = "attrib.compare/1"
@@ -83,6 +84,7 @@ class PhaseComparison:
     steps: tuple[int, int]
     tokens_per_step: tuple[Any, Any]
     cause: str | None
+    speculative: tuple[dict[str, Any], ...] = ()  # both sides a speculative loop: figure rows
 
     def rows_dict(self) -> list[dict[str, Any]]:
         k = self.kernels.stats.to_dict(counts=False, ci=False)
@@ -137,7 +139,9 @@ class Comparison:
     def to_dict(self) -> dict[str, Any]:
         """The attrib.compare/1 document."""
         summary = {p.phase: {"steps": list(p.steps), "tokens_per_step": list(p.tokens_per_step),
-                             "cause": p.cause} for p in self.phases}
+                             "cause": p.cause}
+                   | ({"speculative": list(p.speculative)} if p.speculative else {})
+                   for p in self.phases}
         return {"schema": SCHEMA_ID,
                 "base": {"traces": list(self.base_traces)},
                 "cand": {"traces": list(self.cand_traces)},
@@ -288,7 +292,8 @@ def _compare_phase(ph: str, b: list[dict[str, Any]], c: list[dict[str, Any]],
                         key=lambda r: -abs(r.stats.delta_ms or 0)))
     return PhaseComparison(
         ph, step, kern, rows, (sum(p["steps"] for p in b), sum(p["steps"] for p in c)),
-        (b[0]["tokens_per_step"], c[0]["tokens_per_step"]), _cause(step.stats, kern.stats, rows))
+        (b[0]["tokens_per_step"], c[0]["tokens_per_step"]), _cause(step.stats, kern.stats, rows),
+        tuple(spec_report.compare_rows(b, c)))
 
 
 def compare(base: list[dict[str, Any]], cand: list[dict[str, Any]],

@@ -8,6 +8,7 @@ import orjson
 
 from attrib.report import fmt
 from attrib.report.compare import CHANGED, Comparison, PhaseComparison, Row, Stats
+from attrib.report import speculative as spec_report
 from attrib.report.html import CSS, escape
 from attrib.report.markdown import esc, table as md_table
 
@@ -83,7 +84,8 @@ def phase_lines(ph: PhaseComparison) -> list[str]:
            f"ms/step ({_pct(k.delta_pct)}, p {fmt.num(k.p_value, '{:.3g}')}): {k.verdict}"]
     if ph.cause:
         out.append(f"cause: {ph.cause}")
-    return out
+    spec = spec_report.compare_line(list(ph.speculative))
+    return out + ([spec] if spec else [])
 
 
 def gate_lines(c: Comparison) -> list[str]:

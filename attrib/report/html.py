@@ -10,6 +10,7 @@ from html import escape as _escape
 from attrib.analysis.finding import Finding
 from attrib.analysis.model import Analysis, Phase
 from attrib.report import fmt, whatif
+from attrib.report import speculative as spec_report
 from attrib.report.printable import printable
 
 LONG_NAME = 90  # kernel names longer than this fold into <details>: the start shown, the whole on click
@@ -123,7 +124,8 @@ def _phase(an: Analysis, ph: Phase, plots: dict[str, str]) -> str:
             + "<h3>Components (medians per step)</h3>"
             + _table(fmt.COMPONENT_HEAD, fmt.component_rows(ph), text_cols=(0, 7, 10))
             + _plot(plots, f"{p}_roofline")
-            + "<h3>Top kernels (per step)</h3>" + _table(fmt.TOP_HEAD, tops, text_cols=(2,), raw_cols=(5,)))
+            + "<h3>Top kernels (per step)</h3>" + _table(fmt.TOP_HEAD, tops, text_cols=(2,), raw_cols=(5,))
+            + spec_report.html(ph, _table, escape))
 
 
 def _summary(an: Analysis) -> str:

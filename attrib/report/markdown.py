@@ -11,6 +11,7 @@ from typing import Any
 from attrib.analysis.finding import Finding
 from attrib.analysis.model import Analysis, Phase
 from attrib.report import fmt, whatif
+from attrib.report import speculative as spec_report
 from attrib.report.printable import printable
 
 
@@ -121,6 +122,7 @@ def render(an: Analysis, plots: dict[str, str] | None = None, plot_note: str | N
         out += [""] + _bottlenecks(ph, findings)
         out += ["", "**Components** (medians per step):", ""] + table(fmt.COMPONENT_HEAD, fmt.component_rows(ph))
         out += ["", "**Top kernels** (per step):", ""] + table(fmt.TOP_HEAD, fmt.top_rows(ph, None, None))
+        out += spec_report.markdown(ph, table, esc)
         for key, title in (("roofline", "roofline"), ("steps", "per-step time by component")):
             name = plots.get(f"{ph.phase}_{key}")
             if name:

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 
 from attrib.analysis.model import Analysis, Phase
 from attrib.report import fmt, whatif
+from attrib.report import speculative as spec_report
 from attrib.report.printable import printable_tree
 
 PIPE_WIDTH = 100  # the width when stdout is no terminal and COLUMNS is unset
@@ -137,6 +138,7 @@ def _phase(an: Analysis, ph: Phase, top: int | None, width: int | None) -> list[
                       "     ", sentence=True)
     lines.append("   top kernels (per step):")
     lines += grid(fmt.TOP_HEAD, fmt.top_rows(ph, top, None), width, TOP_DROP, "kernel", "     ")
+    lines += spec_report.text(ph, lambda head, rows, indent: grid(head, rows, width, (), None, indent))
     return lines
 
 

@@ -216,7 +216,9 @@ def assign_steps(trace: Trace, links: pl.DataFrame, phase_map: dict[str, str] | 
     pmap = DEFAULT_MAP | (phase_map or {})
     spans = mark_roles(_split_forwards(_spans(trace, pmap), trace), trace.frames)
     if spans.height == 0:
-        spans = _forward_spans(trace).with_columns(pl.lit(None, pl.Utf8).alias("role"))
+        spans = _forward_spans(trace).with_columns(
+            pl.lit(None, pl.Utf8).alias("role"), pl.lit(None, pl.Utf8).alias("model"),
+            pl.lit(None, pl.Int64).alias("fwd_end"))
     if spans.height == 0 and trace.ops.height == 0:
         return _periodic(trace)
     k = trace.kernels.select("id", "start_ns").join(

@@ -2,72 +2,152 @@
 
 When one annotation split into forward passes (`phases._split_forwards`, markers `NAME forward i`)
 holds the forward passes of two model instances (their outermost `nn.Module:` frames, with_stack
-traces), the smaller one (fewer nn.Module frames in a forward pass) is the draft model: its
-passes get role `draft`, the other model's `verify`; each model's first pass (its prefill) gets no
-role. `apply_roles` then puts draft passes in phase `draft` and verify passes in `decode`.
+traces), the smaller one (fewer nn.Module frames in a forward pass) is the draft model; of two
+models of one size (a draft that is a copy of the target), the one with more passes (it runs K a
+round), then the one that runs first (it proposes before the target verifies). Its passes get role
+`draft`, the other model's `verify`; each model's first pass (its prefill) gets no role. `model`
+says whose pass it is ("draft" | "target") and `fwd_end` where its outermost module frame ends.
+A split span of one model (prompt lookup: no draft passes) has verify passes too: those after its
+first with several new tokens over a cache that is not empty (`mark_verify`). `apply_roles` then
+puts draft passes in phase `draft` and verify passes in `decode`.
 """
 
 from __future__ import annotations
 
 import numpy as np
+import orjson
 import polars as pl
 
 from attrib.link.launches import module_paths
 
-_PIECE = r"^(?P<parent>.+) forward \d+$"
+PIECE = r"^(?P<parent>.+) forward \d+$"
+ATTENTION_OPS = ("aten::scaled_dot_product_attention",)  # q [B, H, q, D], k [B, Hkv, L, D]
 
 
-def mark_roles(spans: pl.DataFrame, frames: pl.DataFrame) -> pl.DataFrame:
-    """spans + `role`: "draft" | "verify" | null (see the module docstring)."""
-    out = spans.with_columns(pl.lit(None, pl.Utf8).alias("role"))
-    pieces = out.with_columns(pl.col("marker").str.extract(_PIECE, 1).alias("parent")).filter(
-        pl.col("parent").is_not_null())
-    if pieces.height < 4 or frames.height == 0:
-        return out
+def _roots(frames: pl.DataFrame) -> pl.DataFrame:
+    """Outermost nn.Module frames: t0, t1, model (instance), size (module frames inside)."""
     mods = module_paths(frames)
     roots = mods.filter(~pl.col("module_path").str.contains("/"))
-    if roots.height == 0:
-        return out
-    # a model's size: the nn.Module frames inside one of its forward passes
     starts = mods["start_ns"].sort().to_numpy()
-    r0, r1 = roots["start_ns"].to_numpy(), (roots["start_ns"] + roots["dur_ns"]).to_numpy()
-    roots = roots.select(pl.col("start_ns").alias("t0"), (pl.col("start_ns") + pl.col("dur_ns")).alias("t1"),
-                         pl.col("module_path").alias("model"),
-                         pl.Series("size", np.searchsorted(starts, r1) - np.searchsorted(starts, r0)))
-    # each piece's model: the root frame that overlaps it most
-    p = pieces.join(roots, how="cross").with_columns(
-        (pl.min_horizontal("t1", "cpu_end") - pl.max_horizontal("t0", "cpu_start")).alias("_ov"))
-    p = p.filter(pl.col("_ov") > 0).sort("_ov", descending=True).unique("step", keep="first")
-    roles = []
-    for _, g in p.group_by("parent"):
-        size = g.group_by("model").agg(pl.col("size").median()).sort("size")
-        if size.height != 2:
-            continue
-        draft = size["model"][0]
-        g = g.sort("cpu_start").with_columns(pl.int_range(pl.len()).over("model").alias("_i"))
-        roles.append(
-            g.filter(pl.col("_i") > 0).select(
-                "step",
-                pl.when(pl.col("model") == draft)
-                .then(pl.lit("draft"))
-                .otherwise(pl.lit("verify"))
-                .alias("_r"),
-            )
-        )
-    if not roles:
-        return out
-    got = pl.concat(roles)
-    return (
-        out.join(got, on="step", how="left")
-        .with_columns(pl.coalesce("_r", "role").alias("role"))
-        .drop("_r")
+    r0 = roots["start_ns"].to_numpy()
+    r1 = (roots["start_ns"] + roots["dur_ns"]).to_numpy()
+    size = np.searchsorted(starts, r1) - np.searchsorted(starts, r0)
+    return roots.select(
+        pl.col("start_ns").alias("t0"),
+        (pl.col("start_ns") + pl.col("dur_ns")).alias("t1"),
+        pl.col("module_path").alias("model"),
+        pl.Series("size", size),
     )
 
 
-def apply_roles(steps: pl.DataFrame) -> pl.DataFrame:
-    """Draft passes in phase `draft`, verify passes in `decode` (their tokens stay as their shapes say)."""
+def _draft_of(g: pl.DataFrame) -> object | None:
+    """The draft model of one span's passes (see the module docstring), None without two models."""
+    per = g.group_by("model").agg(
+        pl.col("size").median(), pl.len().alias("n"), pl.col("cpu_start").min().alias("first")
+    )
+    if per.height != 2:
+        return None
+    order = per.sort(["size", "n", "first"], descending=[False, True, False])
+    return order["model"][0]
+
+
+def mark_roles(spans: pl.DataFrame, frames: pl.DataFrame) -> pl.DataFrame:
+    """spans + `role` ("draft" | "verify" | null), `model`, `fwd_end` (module docstring)."""
+    out = spans.with_columns(
+        pl.lit(None, pl.Utf8).alias("role"),
+        pl.lit(None, pl.Utf8).alias("model"),
+        pl.lit(None, pl.Int64).alias("fwd_end"),
+    )
+    parent = pl.col("marker").str.extract(PIECE, 1).alias("parent")
+    pieces = out.with_columns(parent).filter(pl.col("parent").is_not_null())
+    if pieces.height < 2 or frames.height == 0:
+        return out
+    roots = _roots(frames)
+    if roots.height == 0:
+        return out
+    # each piece's model: the root frame that overlaps it most
+    overlap = pl.min_horizontal("t1", "cpu_end") - pl.max_horizontal("t0", "cpu_start")
+    p = pieces.drop("model").join(roots, how="cross").with_columns(overlap.alias("_ov"))
+    p = p.filter(pl.col("_ov") > 0).sort("_ov", descending=True).unique("step", keep="first")
+    got = []
+    for _, g in p.group_by("parent"):
+        draft = _draft_of(g)
+        if draft is None or g.height < 4:  # one model: only where its passes' frames end
+            got.append(g.select("step", pl.lit(None, pl.Utf8).alias("_r"),
+                                pl.lit(None, pl.Utf8).alias("_m"), pl.col("t1").alias("_e")))
+            continue
+        g = g.sort("cpu_start").with_columns(pl.int_range(pl.len()).over("model").alias("_i"))
+        is_draft = pl.col("model") == draft
+        role = (pl.when(pl.col("_i") == 0).then(pl.lit(None, pl.Utf8))
+                .when(is_draft).then(pl.lit("draft")).otherwise(pl.lit("verify")))
+        who = pl.when(is_draft).then(pl.lit("draft")).otherwise(pl.lit("target"))
+        got.append(g.select("step", role.alias("_r"), who.alias("_m"), pl.col("t1").alias("_e")))
+    if not got:
+        return out
+    new = pl.concat(got)
+    return (
+        out.join(new, on="step", how="left")
+        .with_columns(
+            pl.coalesce("_r", "role").alias("role"),
+            pl.coalesce("_m", "model").alias("model"),
+            pl.coalesce("_e", "fwd_end").alias("fwd_end"),
+        )
+        .drop("_r", "_m", "_e")
+    )
+
+
+def _keys(dim_text: str | None) -> tuple[int, int] | None:
+    """(queries, keys) of an attention op's Input Dims: q [.., q, D], k [.., L, D]."""
+    try:
+        dims = orjson.loads(dim_text) if dim_text else None
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(dims, list) or len(dims) < 2:
+        return None
+    q, k = dims[0], dims[1]
+    if not (isinstance(q, list) and isinstance(k, list) and len(q) >= 2 and len(k) >= 2):
+        return None
+    return int(q[-2]), int(k[-2])
+
+
+def kv_lengths(steps: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
+    """Per step: `kv_len`, the keys its first attention op attends (cache after the pass's
+    write), from the op's input shapes. Columns step, kv_len."""
+    att = ops.filter(pl.col("name").is_in(ATTENTION_OPS)).select("start_ns", "input_dims")
+    schema = {"step": pl.Int64, "kv_len": pl.Int64}
+    if att.height == 0 or steps.height == 0:
+        return pl.DataFrame(schema=schema)
+    spans = steps.select("step", pl.col("cpu_start").alias("t"), "cpu_end").sort("t")
+    hit = att.sort("start_ns").join_asof(spans, left_on="start_ns", right_on="t")
+    hit = hit.filter(pl.col("start_ns") < pl.col("cpu_end")).unique("step", keep="first")
+    rows = [(s, kq[1]) for s, d in hit.select("step", "input_dims").iter_rows()
+            if (kq := _keys(d)) is not None]
+    return pl.DataFrame(rows, schema=schema, orient="row")
+
+
+def mark_verify(steps: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
+    """Steps of a split span without a draft model: a pass after the span's first one with more
+    than one new token over a non-empty cache (kv_len > tokens) is a verify pass."""
+    if "role" not in steps.columns or steps.height == 0:
+        return steps
+    par = steps.with_columns(pl.col("marker").str.extract(PIECE, 1).alias("_p"))
+    single = par.filter(pl.col("_p").is_not_null()).group_by("_p").agg(
+        pl.col("role").is_null().all().alias("_none"), pl.col("cpu_start").min().alias("_first"))
+    kv = kv_lengths(steps, ops)
+    s = par.join(single, on="_p", how="left").join(kv, on="step", how="left")
+    verify = (pl.col("_none").fill_null(False) & (pl.col("cpu_start") > pl.col("_first"))
+              & (pl.col("tokens") > 1) & (pl.col("kv_len") > pl.col("tokens")))
+    role = pl.when(verify).then(pl.lit("verify")).otherwise(pl.col("role")).alias("role")
+    return s.with_columns(role).drop("_p", "_none", "_first", "kv_len")
+
+
+def apply_roles(steps: pl.DataFrame, ops: pl.DataFrame | None = None) -> pl.DataFrame:
+    """Draft passes in phase `draft`, verify passes in `decode` (their tokens stay as their shapes
+    say); with ops, the verify passes of a span without a draft model are found first."""
     if "role" not in steps.columns:
         return steps
+    if ops is not None:
+        steps = mark_verify(steps, ops)
     return steps.with_columns(pl.when(pl.col("role") == "draft").then(pl.lit("draft"))
                               .when(pl.col("role") == "verify").then(pl.lit("decode"))
                               .otherwise(pl.col("phase")).alias("phase"))
