@@ -9,33 +9,25 @@ import re
 import signal
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 import orjson
 
-from attrib.analysis.model import Analysis
-from attrib.app import analyze_path, baseline_findings, catalog, export_trace, model_budget, resolve_arch
 from attrib.cost.dtypes import KV_BYTES
 from attrib.errors import TraceError, UsageError
 from attrib.output import write_file, write_files
-from attrib.report import compare_render, renderers
-from attrib.report.renderers import View
-from attrib.report import plots as plots_mod
-from attrib.report.compare import MIN_EFFECT_PCT
-from attrib.report.compare import compare as compare_docs
-from attrib.report.export import PROCESS
 from attrib.report.printable import printable
 from attrib.report.progress import progress
-from attrib.report.slope import render as slope_render
-from attrib.report.slope import slope as slope_doc
-from attrib.report.table import NAME_WIDTH, render
-from attrib.roofline.arch import arch_table
-from attrib.roofline.template import template
-from collectors import load
-from collectors.rocprof.run import run
-from attrib.options import TOP_KERNELS, Options
+from attrib.version import __version__
+
+if TYPE_CHECKING:
+    from attrib.analysis.model import Analysis
+    from attrib.options import Options
+
+# Each command imports the engine it needs inside its body (a fast start: `attrib --version`
+# loads click alone, `analyze` neither scipy, matplotlib nor the compare/slope/export modules).
 
 
 def _phase_map(items: tuple[str, ...]) -> dict[str, str]:
@@ -74,7 +66,7 @@ def _write(text: str, out: Path | None, force: bool) -> None:
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="attrib")
+@click.version_option(__version__, prog_name="attrib")
 def cli() -> None:
     """attrib: where LLM-inference milliseconds and bytes go, per model component."""
 
@@ -111,6 +103,9 @@ def _analysis_options(f):
 
 def _options(o: dict) -> Options:
     """The Options of _analysis_options' flags."""
+    from attrib.app import model_budget, resolve_arch
+    from attrib.options import TOP_KERNELS, Options
+
     arch, arch_from = resolve_arch(o["arch_name"], o["arch_file"])
     budget = model_budget(o["model"], weight_bits=o["weight_bits"], kv_dtype=o["kv_dtype"], context=o["context"])
     return Options(phase=o["phase"], phase_map=_phase_map(o["phase_map"]), arch=arch, arch_from=arch_from,
@@ -120,6 +115,8 @@ def _options(o: dict) -> Options:
 
 def _analyze(trace: Path, o: dict) -> Analysis:
     """Resolve the options of _analysis_options and analyze TRACE (progress on a terminal)."""
+    from attrib.app import analyze_path
+
     opts = _options(o)
     with progress(f"analyzing {trace}"):
         return analyze_path(trace, opts, warn=_warn)
@@ -131,6 +128,11 @@ def _analyze(trace: Path, o: dict) -> Analysis:
 @_analysis_options
 def analyze(trace: Path, fmt: str, **o) -> None:
     """Attribute TRACE offline: steps, phases, components, bytes, roofline, top kernels."""
+    from attrib.options import TOP_KERNELS
+    from attrib.report import renderers
+    from attrib.report.renderers import View
+    from attrib.report.table import NAME_WIDTH
+
     check_output(o["output"], o["force"])
     an = _analyze(trace, o)
     terminal = o["output"] is None
@@ -149,6 +151,10 @@ def _plot_files(out: Path) -> list[Path]:
 def report(trace: Path, fmt: str | None, **o) -> None:
     """The bottleneck report of TRACE: -o report.html (one self-contained file) or -o report.md (plots as SVG
     files beside it)."""
+    from attrib.report import plots as plots_mod
+    from attrib.report import renderers
+    from attrib.report.renderers import View
+
     out = o["output"]
     r = renderers.by_name(fmt) if fmt else renderers.by_suffix(out) if out else renderers.by_name("md")
     check_output(out, o["force"])
@@ -176,6 +182,9 @@ def report(trace: Path, fmt: str | None, **o) -> None:
 
 def _docs(traces: tuple[Path, ...], phase_map: dict[str, str], arch_name: str | None,
           arch_file: Path | None) -> list[Analysis]:
+    from attrib.app import analyze_path, resolve_arch
+    from attrib.options import Options
+
     arch, arch_from = resolve_arch(arch_name, arch_file)
     opts = Options(phase_map=phase_map, arch=arch, arch_from=arch_from, arch_file=arch_file)
     out = []
@@ -202,8 +211,9 @@ def _dump(doc: dict) -> str:
               help="A candidate trace (repeat for several runs of the candidate).")
 @click.option("--gate", type=click.FloatRange(0), metavar="PCT", help="Exit 1 when a phase's per-token time is "
               "significantly slower by more than PCT percent.")
-@click.option("--min-effect", type=click.FloatRange(0), default=MIN_EFFECT_PCT, show_default=True, metavar="PCT",
-              help="Smallest change (percent) called faster/slower.")
+@click.option("--min-effect", type=click.FloatRange(0), metavar="PCT",
+              help="Smallest change (percent) called faster/slower (default: attrib.report.compare's "
+                   "MIN_EFFECT_PCT, 3).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "md", "html"]), default=None,
               help="Default: from the output's suffix, else table.")
 @click.option("--phase-map", multiple=True, metavar="NAME=PHASE", help="Treat annotation NAME as PHASE (repeatable).")
@@ -212,10 +222,16 @@ def _dump(doc: dict) -> str:
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="Write to FILE instead of stdout.")
 @click.option("--force", is_flag=True, help="Overwrite FILE if it exists.")
 def compare(traces: tuple[Path, ...], bases: tuple[Path, ...], cands: tuple[Path, ...], gate: float | None,
-            min_effect: float, fmt: str | None, phase_map: tuple[str, ...], arch_name: str | None,
+            min_effect: float | None, fmt: str | None, phase_map: tuple[str, ...], arch_name: str | None,
             arch_file: Path | None, output: Path | None, force: bool) -> int:
     """Before/after: attrib compare BASE CAND, or -b BASE1 -b BASE2 -c CAND1 -c CAND2 (runs of one stack):
     per phase and component, the change with statistics over steps and a verdict."""
+    from attrib.app import baseline_findings
+    from attrib.report import compare_render, renderers
+    from attrib.report.compare import MIN_EFFECT_PCT
+    from attrib.report.compare import compare as compare_docs
+
+    min_effect = MIN_EFFECT_PCT if min_effect is None else min_effect
     if traces and (bases or cands):
         raise UsageError("give BASE CAND as two arguments, or -b/--base and -c/--cand, not both")
     if traces:
@@ -250,6 +266,9 @@ def slope(traces: tuple[Path, ...], phase: str, fmt: str, phase_map: tuple[str, 
           force: bool) -> None:
     """Traces of one stack at different context lengths: per component, time per step against context
     (us per 1k context tokens, 95% CI) and where attention overtakes the weight-bound components."""
+    from attrib.report.slope import render as slope_render
+    from attrib.report.slope import slope as slope_doc
+
     if len(traces) < 2:
         raise UsageError("slope needs traces at two or more context lengths (three or more to trust it)")
     check_output(output, force)
@@ -276,6 +295,10 @@ def slope(traces: tuple[Path, ...], phase: str, fmt: str, phase_map: tuple[str, 
 def export(trace: Path, output: Path, phase_map: tuple[str, ...], force: bool, capture: Path | None,
            capture_batch: int | None, model: Path | None, context: int | None) -> None:
     """TRACE with each kernel's component, phase, bytes and GB/s in its args and a track per component."""
+    from attrib.app import export_trace, model_budget
+    from attrib.options import Options
+    from attrib.report.export import PROCESS
+
     check_output(output, force)
     budget = model_budget(model, context=context)
     with progress(f"annotating {trace}"):
@@ -303,6 +326,10 @@ def export(trace: Path, output: Path, phase_map: tuple[str, ...], force: bool, c
 def capture(hip_trace: bool, memory_copy_trace: bool, fmt: str, out_dir: Path, rocprofv3: str,
             analyze: bool, cmd: tuple[str, ...]) -> None:
     """Run CMD under rocprofv3 and analyze its trace: attrib capture --rocprof -- CMD ARGS..."""
+    from attrib.app import analyze_path
+    from attrib.report.table import render
+    from collectors.rocprof.run import run
+
     res = run(list(cmd), out_dir, hip_trace=hip_trace, memory_copy_trace=memory_copy_trace, fmt=fmt,
               rocprofv3=rocprofv3)
     if res.warning:
@@ -321,6 +348,10 @@ def capture(hip_trace: bool, memory_copy_trace: bool, fmt: str, out_dir: Path, r
               "the device this trace recorded.")
 def archs(arch_file: Path | None, show_template: bool, trace_path: Path | None) -> None:
     """List the device database: bandwidth (peak, sustained), peak matrix TFLOP/s."""
+    from attrib.roofline.arch import arch_table
+    from attrib.roofline.template import template
+    from collectors import load
+
     if show_template:
         devices = load(trace_path).meta.devices if trace_path is not None else ()
         click.echo(template(devices[0] if devices else None), nl=False)
@@ -339,6 +370,8 @@ def archs(arch_file: Path | None, show_template: bool, trace_path: Path | None) 
 @click.option("--arch", "arch_name", metavar="NAME", help="Only the rules that apply to this arch (e.g. gfx1151).")
 def rules_cmd(arch_name: str | None) -> None:
     """List the pathology rules: id, archs, what each needs from a trace, references."""
+    from attrib.app import catalog
+
     for r in catalog(arch_name):
         click.echo(f"{r['id']}  [archs: {r['archs']}]\n    needs: {r['needs']}")
         for ref in r["references"]:
