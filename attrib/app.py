@@ -29,6 +29,7 @@ from attrib.roofline.arch import Arch, load_archs, override
 from attrib.report.export import annotate
 from attrib.trace import TRUNCATED, Trace
 from collectors import limits, load, reader, resolve
+from collectors.provenance import SUFFIX as STAMP_SUFFIX
 
 Warn = Callable[[object, str], None]
 
@@ -241,3 +242,18 @@ def export_trace(path: str | Path, opts: Options = Options()) -> dict[str, Any]:
         return annotate(raw, kernels, a.steps)
     except ValueError as exc:
         raise TraceError(path, f"{exc}: cannot align") from None
+
+
+def trace_files(directory: str | Path) -> list[Path]:
+    """The files directly inside `directory` that a reader claims, by name (capture stamps and
+    model configs are not traces)."""
+    found = []
+    for p in sorted(Path(directory).iterdir()):
+        if not p.is_file() or p.name.endswith(STAMP_SUFFIX):
+            continue
+        try:
+            resolve(p)
+        except TraceError:
+            continue
+        found.append(p)
+    return found

@@ -366,6 +366,86 @@ def archs(arch_file: Path | None, show_template: bool, trace_path: Path | None) 
     click.echo("derived and unverified figures are listed per entry in attrib/data/archs.toml")
 
 
+SWEEP_FORMATS = {".parquet": "parquet", ".csv": "csv", ".json": "json", ".md": "md", ".html": "html"}
+
+
+@cli.command()
+@click.argument("traces", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("-j", "--jobs", type=click.IntRange(1), help="Worker processes (default: the CPUs).")
+@click.option("--ray", "ray_address", is_flag=False, flag_value="", default=None, metavar="[ADDRESS]",
+              help="Run the analyses as Ray tasks on the cluster at ADDRESS (else RAY_ADDRESS, else a "
+                   "local Ray); needs the `ray` extra.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "md", "html", "csv", "parquet"]),
+              help="Default: from the output's suffix, else table.")
+@click.option("--phase-map", multiple=True, metavar="NAME=PHASE", help="Treat annotation NAME as PHASE (repeatable).")
+@click.option("--arch", "arch_name", metavar="NAME", help="Measure every trace against this device.")
+@click.option("--arch-file", type=click.Path(path_type=Path, exists=True, dir_okay=False))
+@click.option("-o", "--output", type=click.Path(path_type=Path),
+              help="table.parquet|.csv (the table), report.md|.html (with plots), or .json.")
+@click.option("--force", is_flag=True, help="Overwrite FILE (and a report's plots) if they exist.")
+def sweep(traces: tuple[Path, ...], jobs: int | None, ray_address: str | None, fmt: str | None,
+          phase_map: tuple[str, ...], arch_name: str | None, arch_file: Path | None,
+          output: Path | None, force: bool) -> int:
+    """Analyse many traces (files, folders of traces) in parallel into one table: a row per trace
+    and phase, the capture stamp's keys, tok/s achieved and ceiling, GB/token, step ms, the top
+    ledger cause; and which configuration wins each workload shape's prefill and decode."""
+    from attrib.app import resolve_arch
+    from attrib.options import Options
+    from attrib.report.progress import bar
+    from attrib.sweep import run, traces as sweep_traces
+
+    fmt = fmt or (SWEEP_FORMATS.get(output.suffix.lower()) if output is not None else "table")
+    if fmt is None:
+        raise UsageError(f"{output}: give the table as .parquet or .csv, a report as .md or .html, "
+                         "or the rows as .json")
+    if fmt == "parquet" and output is None:
+        raise UsageError("--format parquet writes a file: give -o table.parquet")
+    check_output(output, force)
+    arch, arch_from = resolve_arch(arch_name, arch_file)
+    opts = Options(phase_map=_phase_map(phase_map), arch=arch, arch_from=arch_from, arch_file=arch_file)
+    paths = sweep_traces(traces)
+    with bar("sweep", len(paths)) as done:
+        res = run(paths, opts, jobs=jobs, ray_address=ray_address or None,
+                  use_ray=ray_address is not None, done=done)
+    for w in res.warnings:
+        click.echo(printable(f"attrib: warning: {w}"), err=True)
+    for r in res.failed:
+        click.echo(printable(f"attrib: skipped: {r.error}"), err=True)
+    if not res.table.height:
+        raise UsageError(f"no trace of the {len(paths)} could be analysed")
+    _sweep_write(res.table, fmt, output, force)
+    return 0
+
+
+def _sweep_write(table: Any, fmt: str, out: Path | None, force: bool) -> None:
+    """The sweep table in format FMT on stdout or as OUT (a markdown report's plots beside it)."""
+    import io
+
+    from attrib.report import plots as plots_mod
+    from attrib.report import sweep_render
+    from attrib.report.sweep import document
+
+    if fmt == "parquet":
+        buf = io.BytesIO()
+        table.write_parquet(buf)
+        return write_file(out, buf.getvalue(), force) if out is not None else None
+    text = {"csv": lambda: table.write_csv(), "json": lambda: _dump(document(table)),
+            "table": lambda: sweep_render.render_table(table)}.get(fmt)
+    if text is not None:
+        return _write(text(), out, force)
+    note = None if plots_mod.available() else plots_mod.MISSING
+    with progress("drawing plots"):
+        svgs = sweep_render.plots(table) if out is not None or fmt == "html" else {}
+    if fmt == "html":
+        return _write(sweep_render.render_html(table, svgs, note), out, force)
+    if out is None:
+        note = note or "plots omitted on stdout: write the report to a file (-o sweep.md)"
+        return _write(sweep_render.render_markdown(table, None, note), None, force)
+    files = [(out.with_name(f"{out.stem}.{name}.svg"), svg.encode()) for name, svg in svgs.items()]
+    names = {name: path.name for (name, _), (path, _) in zip(svgs.items(), files)}
+    write_files([*files, (out, sweep_render.render_markdown(table, names, note).encode())], force)
+
+
 @cli.command("rules")
 @click.option("--arch", "arch_name", metavar="NAME", help="Only the rules that apply to this arch (e.g. gfx1151).")
 def rules_cmd(arch_name: str | None) -> None:

@@ -2,7 +2,7 @@
 
     contract (attrib.trace, attrib.errors, attrib.output, attrib.version) < names (attrib.components.patterns)
     < link < steps < components < cost < roofline < pipeline < options < analysis < rules < report
-    < app < cli
+    < app < sweep < cli
 
 A module may import its own layer and earlier ones. `collectors` sit beside the chain: they import
 only the contract modules (never the `attrib` package root, whose `analyze` is the engine: a cycle),
@@ -36,6 +36,7 @@ ORDER = (
     "rules",
     "report",
     "app",
+    "sweep",
     "cli",
 )
 RANK = {name: i for i, name in enumerate(ORDER)}
@@ -50,10 +51,11 @@ TOP_LEVEL = {
     "pipeline.py",
     "options.py",
     "app.py",
+    "sweep.py",
     "cli.py",
 }
 PACKAGES = {"link", "steps", "components", "cost", "roofline", "analysis", "report", "data"}
-LAZY_OK = {"torch", "matplotlib", "scipy"}
+LAZY_OK = {"torch", "matplotlib", "scipy", "ray"}
 # the public API: attrib.analyze and __version__, the errors it raises, the CLI's main, the collectors'
 # load/sniff/capture/wrap (collectors/__init__.py's __all__)
 PUBLIC = {"attrib", "attrib.errors", "attrib.cli", "collectors"}

@@ -5,9 +5,11 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TextIO
+
+from attrib.report.printable import printable
 
 
 @contextmanager
@@ -34,4 +36,30 @@ def progress(label: str, stream: TextIO | None = None, after: float = 1.0) -> It
         timer.cancel()
         if shown.is_set():
             out.write(f"attrib: {label} ... done in {time.monotonic() - t0:.1f} s\n")
+            out.flush()
+
+
+@contextmanager
+def bar(label: str, total: int, stream: TextIO | None = None,
+        width: int = 24) -> Iterator[Callable[[str], None]]:
+    """A progress bar over `total` items on a terminal: yields `done(name)`, called once per item
+    finished (`attrib: LABEL [#####.....] 3/12 name`); nothing is written off a terminal."""
+    out = stream if stream is not None else sys.stderr
+    shown = hasattr(out, "isatty") and out.isatty()
+    count = [0]
+
+    def done(name: str) -> None:
+        count[0] += 1
+        if shown:
+            n = count[0]
+            full = width * n // max(total, 1)
+            line = f"attrib: {label} [{'#' * full}{'.' * (width - full)}] {n}/{total} {printable(name)}"
+            out.write(line[:160].ljust(80) + "\r")
+            out.flush()
+
+    try:
+        yield done
+    finally:
+        if shown and count[0]:
+            out.write("\n")
             out.flush()
