@@ -370,7 +370,7 @@ SWEEP_FORMATS = {".parquet": "parquet", ".csv": "csv", ".json": "json", ".md": "
 
 
 @cli.command()
-@click.argument("traces", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.argument("traces", nargs=-1, type=click.Path(path_type=Path))
 @click.option("-j", "--jobs", type=click.IntRange(1), help="Worker processes (default: the CPUs).")
 @click.option("--ray", "ray_address", is_flag=False, flag_value="", default=None, metavar="[ADDRESS]",
               help="Run the analyses as Ray tasks on the cluster at ADDRESS (else RAY_ADDRESS, else a "
@@ -394,6 +394,11 @@ def sweep(traces: tuple[Path, ...], jobs: int | None, ray_address: str | None, f
     from attrib.report.progress import bar
     from attrib.sweep import run, traces as sweep_traces
 
+    if not traces and not (ray_address and Path(ray_address).exists()):
+        raise UsageError("sweep needs one or more traces (files or folders of traces)")
+    if ray_address and ":" not in ray_address and Path(ray_address).exists():
+        raise UsageError(f"--ray took {ray_address!r} as the Ray address: put --ray after the "
+                         "traces, or give --ray=ADDRESS")
     fmt = fmt or (SWEEP_FORMATS.get(output.suffix.lower()) if output is not None else "table")
     if fmt is None:
         raise UsageError(f"{output}: give the table as .parquet or .csv, a report as .md or .html, "
