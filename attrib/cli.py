@@ -389,10 +389,8 @@ def sweep(traces: tuple[Path, ...], jobs: int | None, ray_address: str | None, f
     """Analyse many traces (files, folders of traces) in parallel into one table: a row per trace
     and phase, the capture stamp's keys, tok/s achieved and ceiling, GB/token, step ms, the top
     ledger cause; and which configuration wins each workload shape's prefill and decode."""
-    from attrib.app import resolve_arch
-    from attrib.options import Options
     from attrib.report.progress import bar
-    from attrib.sweep import run, traces as sweep_traces
+    from attrib.sweep import Spec, run, traces as sweep_traces
 
     if not traces and not (ray_address and Path(ray_address).exists()):
         raise UsageError("sweep needs one or more traces (files or folders of traces)")
@@ -406,11 +404,12 @@ def sweep(traces: tuple[Path, ...], jobs: int | None, ray_address: str | None, f
     if fmt == "parquet" and output is None:
         raise UsageError("--format parquet writes a file: give -o table.parquet")
     check_output(output, force)
-    arch, arch_from = resolve_arch(arch_name, arch_file)
-    opts = Options(phase_map=_phase_map(phase_map), arch=arch, arch_from=arch_from, arch_file=arch_file)
+    spec = Spec(tuple(_phase_map(phase_map).items()), arch_name,
+                str(arch_file) if arch_file is not None else None)
+    spec.options()  # a bad --arch or --arch-file fails here, once, before any trace
     paths = sweep_traces(traces)
     with bar("sweep", len(paths)) as done:
-        res = run(paths, opts, jobs=jobs, ray_address=ray_address or None,
+        res = run(paths, spec, jobs=jobs, ray_address=ray_address or None,
                   use_ray=ray_address is not None, done=done)
     for w in res.warnings:
         click.echo(printable(f"attrib: warning: {w}"), err=True)

@@ -18,12 +18,28 @@ from typing import Any
 
 import polars as pl
 
-from attrib.app import analyze_path, trace_files
+from attrib.app import analyze_path, resolve_arch, trace_files
 from attrib.errors import TraceError, UsageError
 from attrib.options import Options
 from attrib.report import sweep as table_mod
 
 Done = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Spec:
+    """What every task needs to analyse its trace, in plain values a process or a Ray task can
+    receive (a resolved Arch holds mapping proxies, which do not pickle)."""
+
+    phase_map: tuple[tuple[str, str], ...] = ()
+    arch: str | None = None
+    arch_file: str | None = None
+
+    def options(self) -> Options:
+        path = Path(self.arch_file) if self.arch_file is not None else None
+        arch, arch_from = resolve_arch(self.arch, path)
+        return Options(phase_map=dict(self.phase_map), arch=arch, arch_from=arch_from,
+                       arch_file=path)
 
 
 @dataclass(frozen=True)
@@ -57,7 +73,7 @@ def traces(paths: Iterable[str | Path]) -> list[Path]:
     return out
 
 
-def analyze_one(trace: str, opts: Options) -> Result:
+def analyze_one(trace: str, spec: Spec) -> Result:
     """Analyse one trace into its sweep rows; bad input (or a bug) is a Result with an error."""
     seen: list[str] = []
 
@@ -65,7 +81,7 @@ def analyze_one(trace: str, opts: Options) -> Result:
         seen.append(f"{path}: {message}")
 
     try:
-        an = analyze_path(trace, opts, warn=warn)
+        an = analyze_path(trace, spec.options(), warn=warn)
     except (TraceError, UsageError) as exc:
         return Result(trace, error=str(exc), warnings=tuple(seen))
     except MemoryError:
@@ -76,19 +92,19 @@ def analyze_one(trace: str, opts: Options) -> Result:
     return Result(trace, tuple(table_mod.rows(an, trace)), warnings=tuple(seen))
 
 
-def _serial(names: Sequence[str], opts: Options, done: Done) -> list[Result]:
+def _serial(names: Sequence[str], spec: Spec, done: Done) -> list[Result]:
     out = []
     for name in names:
-        out.append(analyze_one(name, opts))
+        out.append(analyze_one(name, spec))
         done(name)
     return out
 
 
-def _pool(names: Sequence[str], opts: Options, jobs: int, done: Done) -> list[Result]:
+def _pool(names: Sequence[str], spec: Spec, jobs: int, done: Done) -> list[Result]:
     ctx = multiprocessing.get_context("spawn")
     found: dict[int, Result] = {}
     with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
-        futures = {pool.submit(analyze_one, n, opts): i for i, n in enumerate(names)}
+        futures = {pool.submit(analyze_one, n, spec): i for i, n in enumerate(names)}
         for fut in as_completed(futures):
             i = futures[fut]
             found[i] = fut.result()
@@ -96,7 +112,7 @@ def _pool(names: Sequence[str], opts: Options, jobs: int, done: Done) -> list[Re
     return [found[i] for i in range(len(names))]
 
 
-def _ray(names: Sequence[str], opts: Options, address: str | None, done: Done) -> list[Result]:
+def _ray(names: Sequence[str], spec: Spec, address: str | None, done: Done) -> list[Result]:
     try:
         import ray
     except ImportError:
@@ -106,7 +122,7 @@ def _ray(names: Sequence[str], opts: Options, address: str | None, done: Done) -
         ray.init(address=address or None, include_dashboard=False, log_to_driver=False)
     try:
         task = ray.remote(analyze_one)
-        refs = [task.remote(n, opts) for n in names]
+        refs = [task.remote(n, spec) for n in names]
         index = {ref: i for i, ref in enumerate(refs)}
         found: dict[int, Result] = {}
         pending = list(refs)
@@ -121,23 +137,24 @@ def _ray(names: Sequence[str], opts: Options, address: str | None, done: Done) -
             ray.shutdown()
 
 
-def run(paths: Iterable[str | Path], opts: Options = Options(), jobs: int | None = None,
+def run(paths: Iterable[str | Path], spec: Spec = Spec(), jobs: int | None = None,
         ray_address: str | None = None, use_ray: bool = False,
         done: Done | None = None) -> Sweep:
     """Analyse every trace of `paths` (files, folders of traces) into one sweep table.
 
-    jobs: pool workers (default: the CPUs, at most one per trace; 1 runs here); use_ray: Ray
-    tasks instead, on the cluster at `ray_address` (else RAY_ADDRESS, else a local Ray).
+    spec: the analysis options; jobs: pool workers (default: the CPUs, at most one per trace;
+    1 runs here); use_ray: Ray tasks instead, on the cluster at `ray_address` (else
+    RAY_ADDRESS, else a local Ray).
     done(name) is called as each trace finishes (a progress bar)."""
     names = [str(p) for p in traces(paths)]
     if not names:
         raise UsageError("sweep needs one or more traces (files or folders of traces)")
     tick: Done = done or (lambda _name: None)
     if use_ray:
-        results = _ray(names, opts, ray_address, tick)
+        results = _ray(names, spec, ray_address, tick)
     else:
         n = min(jobs or os.cpu_count() or 1, len(names))
-        results = _serial(names, opts, tick) if n <= 1 else _pool(names, opts, n, tick)
+        results = _serial(names, spec, tick) if n <= 1 else _pool(names, spec, n, tick)
     rows = [row for r in results for row in r.rows]
     failed = tuple(r for r in results if r.error is not None)
     warnings = tuple(w for r in results for w in r.warnings)

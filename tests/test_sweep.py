@@ -124,7 +124,7 @@ def test_outputs_refuse_overwrite_and_round_trip(tmp_path, capsys):
     args = ["sweep", str(TRACES[0]), str(TRACES[-1]), "-j", "1", "-o", str(out)]
     assert main(args) == 2 and out.read_bytes() == b"mine"
     assert "exists; pass --force" in capsys.readouterr().err
-    assert main([*args, "--force"]) == 0
+    assert main([*args, "--force", "-j", "2", "--arch", "h200"]) == 0  # options reach the pool
     df = pl.read_parquet(out)
     assert df.height == 4 and df["trace"].to_list() == [str(TRACES[0])] * 2 + [str(TRACES[-1])] * 2
     assert main(["sweep", str(TRACES[0]), "-o", str(tmp_path / "t.txt")]) == 2
