@@ -16,7 +16,6 @@ import pytest
 
 import attrib
 import attrib.app
-import attrib.cli
 from attrib.cli import main
 from attrib.errors import UsageError
 
