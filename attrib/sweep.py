@@ -92,6 +92,15 @@ def analyze_one(trace: str, spec: Spec) -> Result:
     return Result(trace, tuple(table_mod.rows(an, trace)), warnings=tuple(seen))
 
 
+def _outcome(name: str, get: Callable[[], Result]) -> Result:
+    """A task's Result; a worker that died (killed, out of memory) skips its trace, not the sweep."""
+    try:
+        return get()
+    except Exception as exc:
+        return Result(name, error=f"{name}: the worker analysing it failed: "
+                                  f"{type(exc).__name__}: {exc}")
+
+
 def _serial(names: Sequence[str], spec: Spec, done: Done) -> list[Result]:
     out = []
     for name in names:
@@ -107,7 +116,7 @@ def _pool(names: Sequence[str], spec: Spec, jobs: int, done: Done) -> list[Resul
         futures = {pool.submit(analyze_one, n, spec): i for i, n in enumerate(names)}
         for fut in as_completed(futures):
             i = futures[fut]
-            found[i] = fut.result()
+            found[i] = _outcome(names[i], fut.result)
             done(names[i])
     return [found[i] for i in range(len(names))]
 
@@ -129,7 +138,7 @@ def _ray(names: Sequence[str], spec: Spec, address: str | None, done: Done) -> l
         while pending:
             ready, pending = ray.wait(pending, num_returns=1)
             i = index[ready[0]]
-            found[i] = ray.get(ready[0])
+            found[i] = _outcome(names[i], lambda: ray.get(ready[0]))
             done(names[i])
         return [found[i] for i in range(len(names))]
     finally:
