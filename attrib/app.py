@@ -33,6 +33,7 @@ from attrib.report.export import annotate
 from attrib.steps import ranks as rk
 from attrib.trace import TRUNCATED, Trace
 from collectors import limits, load, reader, resolve
+from collectors.provenance import SUFFIX as STAMP_SUFFIX
 
 Warn = Callable[[object, str], None]
 
@@ -357,3 +358,18 @@ def merge_ranks(paths: list[Path], opts: Options = Options(), link_gbs: float | 
     split = rk.split(pl.concat(colls), link["gbs"])
     table = rk.by_step(pl.concat(steps), split)
     return ranks_report.document(info, table, rk.by_phase(table), split, link, CLOCK, notes)
+
+
+def trace_files(directory: str | Path) -> list[Path]:
+    """The files directly inside `directory` that a reader claims, by name (capture stamps and
+    model configs are not traces)."""
+    found = []
+    for p in sorted(Path(directory).iterdir()):
+        if not p.is_file() or p.name.endswith(STAMP_SUFFIX):
+            continue
+        try:
+            resolve(p)
+        except TraceError:
+            continue
+        found.append(p)
+    return found

@@ -9,38 +9,27 @@ import re
 import signal
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 import orjson
 
-from attrib.analysis.model import Analysis
-from attrib.app import (analyze_path, baseline_findings, catalog, export_trace, merge_ranks, model_budget,
-                        parse_what_if, resolve_arch)
 from attrib.cost.dtypes import KV_BYTES
 from attrib.errors import TraceError, UsageError
-from attrib.output import check_folder, write_file, write_files, write_folder
-from attrib.report import compare_render, renderers
-from attrib.report import ranks as ranks_render
-from attrib.report.renderers import View
-from attrib.report import plots as plots_mod
-from attrib.report.compare import MIN_EFFECT_PCT
-from attrib.report.compare import compare as compare_docs
-from attrib.report.export import PROCESS
+from attrib.output import write_file, write_files
+from attrib.report.formats import COMPARE_FORMATS, SLOPE_FORMATS, TABLE_FORMATS
 from attrib.report.printable import printable
-from attrib.report.progress import bar, progress
-from attrib.report import slope_render
-from attrib.report import trend as trend_mod
-from attrib.report.slope import slope as slope_fit
-from attrib.report.table import render, terminal_width
-from attrib.roofline.arch import arch_table
-from attrib.roofline.calibrated import entry as calibrated_entry
-from attrib.roofline.template import template
-from collectors import load, measure_device, traces_in
-from collectors import calibrate as calib
-from collectors.rocprof.run import run
-from attrib.options import TOP_KERNELS, Options
+from attrib.report.progress import progress
+from attrib.version import __version__
+
+if TYPE_CHECKING:
+    from attrib.analysis.model import Analysis
+    from attrib.options import Options
+    from attrib.report.renderers import Renderer
+
+# Each command imports the engine it needs inside its body (a fast start: `attrib --version`
+# loads click alone, `analyze` neither scipy, matplotlib nor the compare/slope/export modules).
 
 
 def _phase_map(items: tuple[str, ...]) -> dict[str, str]:
@@ -79,7 +68,7 @@ def _write(text: str, out: Path | None, force: bool) -> None:
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="attrib")
+@click.version_option(__version__, prog_name="attrib")
 def cli() -> None:
     """attrib: where LLM-inference milliseconds and bytes go, per model component."""
 
@@ -122,6 +111,9 @@ def _analysis_options(f):
 
 def _options(o: dict) -> Options:
     """The Options of _analysis_options' flags."""
+    from attrib.app import model_budget, parse_what_if, resolve_arch
+    from attrib.options import TOP_KERNELS, Options
+
     arch, arch_from = resolve_arch(o["arch_name"], o["arch_file"])
     budget = model_budget(o["model"], weight_bits=o["weight_bits"], kv_dtype=o["kv_dtype"], context=o["context"])
     return Options(phase=o["phase"], phase_map=_phase_map(o["phase_map"]), arch=arch, arch_from=arch_from,
@@ -133,6 +125,8 @@ def _options(o: dict) -> Options:
 
 def _analyze(trace: Path, o: dict) -> Analysis:
     """Resolve the options of _analysis_options and analyze TRACE (progress on a terminal)."""
+    from attrib.app import analyze_path
+
     opts = _options(o)
     with progress(f"analyzing {trace}"):
         return analyze_path(trace, opts, warn=_warn)
@@ -140,7 +134,7 @@ def _analyze(trace: Path, o: dict) -> Analysis:
 
 @cli.command()
 @click.argument("trace", type=click.Path(path_type=Path))
-@click.option("--format", "fmt", type=click.Choice(["table", "json", *renderers.TABLE_FORMATS]),
+@click.option("--format", "fmt", type=click.Choice(["table", "json", *TABLE_FORMATS]),
               default="table", show_default=True, help="csv/parquet: a folder (-o DIR) of one file per table and index.json; "
               "xlsx: one workbook (-o FILE.xlsx).")
 @click.option("-v", "--verbose", is_flag=True, help="Findings' raw evidence and notes whole.")
@@ -151,6 +145,11 @@ def analyze(trace: Path, fmt: str, verbose: bool, **o) -> None:
 
     \b
     Example: attrib analyze trace.json.gz --model config.json -v"""
+    from attrib.options import TOP_KERNELS
+    from attrib.report import renderers
+    from attrib.report.renderers import View
+    from attrib.report.table import terminal_width
+
     r = renderers.by_name(fmt)
     if r.writes_bytes:
         return _tables(r, trace, o)
@@ -162,8 +161,10 @@ def analyze(trace: Path, fmt: str, verbose: bool, **o) -> None:
     _write(renderers.by_name(fmt).render(an, view), o["output"], o["force"])
 
 
-def _tables(r: renderers.Renderer, trace: Path, o: dict) -> None:
+def _tables(r: Renderer, trace: Path, o: dict) -> None:
     """Write the analysis' tables: a folder (csv, parquet) or one file (xlsx); -o is required."""
+    from attrib.output import check_folder, write_folder
+
     out = o["output"]
     if out is None:
         raise UsageError(f"--format {r.name} writes files: give -o "
@@ -187,7 +188,7 @@ def _plot_files(out: Path) -> list[Path]:
 
 @cli.command()
 @click.argument("trace", type=click.Path(path_type=Path))
-@click.option("--format", "fmt", type=click.Choice(["html", "md", "json", *renderers.TABLE_FORMATS]),
+@click.option("--format", "fmt", type=click.Choice(["html", "md", "json", *TABLE_FORMATS]),
               help="Default: from the output's suffix. csv/parquet: a folder of tables (-o DIR).")
 @_analysis_options
 def report(trace: Path, fmt: str | None, **o) -> None:
@@ -196,6 +197,10 @@ def report(trace: Path, fmt: str | None, **o) -> None:
 
     \b
     Example: attrib report trace.json.gz -o report.html"""
+    from attrib.report import plots as plots_mod
+    from attrib.report import renderers
+    from attrib.report.renderers import View
+
     out = o["output"]
     r = renderers.by_name(fmt) if fmt else renderers.by_suffix(out) if out else renderers.by_name("md")
     if r.writes_bytes:
@@ -225,6 +230,9 @@ def report(trace: Path, fmt: str | None, **o) -> None:
 
 def _docs(traces: tuple[Path, ...], phase_map: dict[str, str], arch_name: str | None,
           arch_file: Path | None) -> list[Analysis]:
+    from attrib.app import analyze_path, resolve_arch
+    from attrib.options import Options
+
     arch, arch_from = resolve_arch(arch_name, arch_file)
     opts = Options(phase_map=phase_map, arch=arch, arch_from=arch_from, arch_file=arch_file)
     out = []
@@ -261,17 +269,18 @@ def _file_options(f):
               help="A candidate trace (repeat for several runs of the candidate).")
 @click.option("--gate", type=click.FloatRange(0), metavar="PCT", help="Exit 1 when a phase's per-token time is "
               "significantly slower by more than PCT percent.")
-@click.option("--min-effect", type=click.FloatRange(0), default=MIN_EFFECT_PCT, show_default=True, metavar="PCT",
-              help="Smallest change (percent) called faster/slower.")
+@click.option("--min-effect", type=click.FloatRange(0), metavar="PCT",
+              help="Smallest change (percent) called faster/slower (default: attrib.report.compare's "
+                   "MIN_EFFECT_PCT, 3).")
 @click.option("--allow-mismatch", is_flag=True, help="With --gate: gate even when the stamps say the two "
               "sides are not a matched baseline (else exit 3, not comparable).")
-@click.option("--format", "fmt", type=click.Choice(list(compare_render.FORMATS)), default=None,
+@click.option("--format", "fmt", type=click.Choice(COMPARE_FORMATS), default=None,
               help="Default: from the output's suffix, else table.")
 @click.option("--phase-map", multiple=True, metavar="NAME=PHASE", help="Treat annotation NAME as PHASE (repeatable).")
 @click.option("--arch", "arch_name", metavar="NAME", help="Measure both sides against this device.")
 @_file_options
 def compare(traces: tuple[Path, ...], bases: tuple[Path, ...], cands: tuple[Path, ...], gate: float | None,
-            allow_mismatch: bool, min_effect: float, fmt: str | None, phase_map: tuple[str, ...],
+            allow_mismatch: bool, min_effect: float | None, fmt: str | None, phase_map: tuple[str, ...],
             arch_name: str | None, arch_file: Path | None, output: Path | None, force: bool) -> int:
     """Before/after: attrib compare BASE CAND, or -b BASE1 -b BASE2 -c CAND1 -c CAND2 (runs of one stack):
     per phase and component, the change with statistics over steps and a verdict. With --gate: exit 1 on
@@ -279,6 +288,13 @@ def compare(traces: tuple[Path, ...], bases: tuple[Path, ...], cands: tuple[Path
 
     \b
     Example: attrib compare before.json.gz after.json.gz --gate 5"""
+    from attrib.app import baseline_findings
+    from attrib.report import compare_render, renderers
+    from attrib.report import plots as plots_mod
+    from attrib.report.compare import MIN_EFFECT_PCT
+    from attrib.report.compare import compare as compare_docs
+
+    min_effect = MIN_EFFECT_PCT if min_effect is None else min_effect
     if traces and (bases or cands):
         raise UsageError("give BASE CAND as two arguments, or -b/--base and -c/--cand, not both")
     if traces:
@@ -307,7 +323,7 @@ def compare(traces: tuple[Path, ...], bases: tuple[Path, ...], cands: tuple[Path
 @cli.command()
 @click.argument("traces", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--phase", default="decode", show_default=True, help="The phase whose steps are fitted.")
-@click.option("--format", "fmt", type=click.Choice(list(slope_render.FORMATS)), default=None,
+@click.option("--format", "fmt", type=click.Choice(SLOPE_FORMATS), default=None,
               help="Default: from the output's suffix, else table.")
 @click.option("--phase-map", multiple=True, metavar="NAME=PHASE", help="Treat annotation NAME as PHASE (repeatable).")
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="Write to FILE instead of stdout.")
@@ -319,6 +335,10 @@ def slope(traces: tuple[Path, ...], phase: str, fmt: str | None, phase_map: tupl
 
     \b
     Example: attrib slope ctx1024.json.gz ctx4096.json.gz ctx16384.json.gz"""
+    from attrib.report import plots as plots_mod
+    from attrib.report import renderers, slope_render
+    from attrib.report.slope import slope as slope_fit
+
     if len(traces) < 2:
         raise UsageError("slope needs traces at two or more context lengths (three or more to trust it)")
     fmt = fmt or (renderers.by_suffix(output, "table").name if output else "table")
@@ -365,6 +385,11 @@ def ranks_cmd(traces: tuple[Path, ...], fmt: str | None, link_gbs: float | None,
 
     \b
     Example: attrib ranks traces/tp2/"""
+    from attrib.app import merge_ranks, resolve_arch
+    from attrib.options import Options
+    from attrib.report import ranks as ranks_render
+    from attrib.report import renderers
+
     fmt = fmt or (renderers.by_suffix(output, "table").name if output else "table")
     check_output(output, force)
     arch, arch_from = resolve_arch(arch_name, arch_file)
@@ -380,22 +405,29 @@ def ranks_cmd(traces: tuple[Path, ...], fmt: str | None, link_gbs: float | None,
 @cli.command()
 @click.argument("folder", type=click.Path(path_type=Path, exists=True, file_okay=False))
 @click.option("--phase", default="decode", show_default=True, help="The phase followed over time.")
-@click.option("--window", type=click.IntRange(1), default=trend_mod.WINDOW, show_default=True,
-              help="Each file is compared with this many files before it.")
-@click.option("--min-effect", type=click.FloatRange(0), default=MIN_EFFECT_PCT, show_default=True, metavar="PCT",
-              help="Smallest change (percent) flagged.")
+@click.option("--window", type=click.IntRange(1), metavar="N",
+              help="Each file is compared with this many files before it (default: "
+                   "attrib.report.trend's WINDOW, 3).")
+@click.option("--min-effect", type=click.FloatRange(0), metavar="PCT",
+              help="Smallest change (percent) flagged (default: attrib.report.compare's MIN_EFFECT_PCT, 3).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.option("--phase-map", multiple=True, metavar="NAME=PHASE", help="Treat annotation NAME as PHASE (repeatable).")
 @click.option("--arch-file", type=click.Path(path_type=Path, exists=True, dir_okay=False))
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="Write to FILE instead of stdout.")
 @click.option("--force", is_flag=True, help="Overwrite FILE if it exists.")
-def trend(folder: Path, phase: str, window: int, min_effect: float, fmt: str, phase_map: tuple[str, ...],
+def trend(folder: Path, phase: str, window: int | None, min_effect: float | None, fmt: str, phase_map: tuple[str, ...],
           arch_file: Path | None, output: Path | None, force: bool) -> None:
     """The rolling captures in FOLDER (collectors.capture(..., every=N)) over time: GB/token, tok/s and
     the top step-time cause per file, each compared with the files before it as `compare` does.
 
     \b
     Example: attrib trend traces/rolling/"""
+    from attrib.report import trend as trend_mod
+    from attrib.report.compare import MIN_EFFECT_PCT
+    from collectors import traces_in
+
+    window = trend_mod.WINDOW if window is None else window
+    min_effect = MIN_EFFECT_PCT if min_effect is None else min_effect
     check_output(output, force)
     files = traces_in(folder)
     if not files:
@@ -426,6 +458,10 @@ def export(trace: Path, output: Path, phase_map: tuple[str, ...], force: bool, c
 
     \b
     Example: attrib export trace.json.gz -o annotated.json.gz"""
+    from attrib.app import export_trace, model_budget
+    from attrib.options import Options
+    from attrib.report.export import PROCESS
+
     check_output(output, force)
     budget = model_budget(model, context=context)
     with progress(f"annotating {trace}"):
@@ -456,6 +492,10 @@ def capture(hip_trace: bool, memory_copy_trace: bool, fmt: str, out_dir: Path, r
 
     \b
     Example: attrib capture --rocprof -- llama-bench -m model.gguf -n 32"""
+    from attrib.app import analyze_path
+    from attrib.report.table import render, terminal_width
+    from collectors.rocprof.run import run
+
     res = run(list(cmd), out_dir, hip_trace=hip_trace, memory_copy_trace=memory_copy_trace, fmt=fmt,
               rocprofv3=rocprofv3)
     if res.warning:
@@ -477,6 +517,10 @@ def archs(arch_file: Path | None, show_template: bool, trace_path: Path | None) 
 
     \b
     Example: attrib archs --template --trace trace.json.gz > mygpu.toml"""
+    from attrib.roofline.arch import arch_table
+    from attrib.roofline.template import template
+    from collectors import load
+
     if show_template:
         devices = load(trace_path).meta.devices if trace_path is not None else ()
         click.echo(template(devices[0] if devices else None), nl=False)
@@ -504,25 +548,31 @@ def _sizes(text: str) -> tuple[int, ...]:
 @cli.command()
 @click.option("--device", default="cuda", show_default=True,
               help="cuda or cuda:N (ROCm builds too); cpu: a dry run of the same code on host memory.")
-@click.option("--sizes", default=",".join(map(str, calib.SIZES_MIB)), show_default=True, metavar="MIB,...",
-              help="Buffer sizes, well above the last-level cache (small ones only for a dry run).")
-@click.option("--matmul-n", type=click.IntRange(16), default=calib.MATMUL_N, show_default=True,
-              help="Square matmul size per dtype.")
-@click.option("--reps", type=click.IntRange(1), default=calib.REPS, show_default=True,
-              help="Timed repetitions per measurement (the median is kept).")
+@click.option("--sizes", metavar="MIB,...", help="Buffer sizes, well above the last-level cache (small "
+              "ones only for a dry run; default: collectors.calibrate's SIZES_MIB, 1024,2048,4096).")
+@click.option("--matmul-n", type=click.IntRange(16), help="Square matmul size per dtype (default: collectors.calibrate's MATMUL_N).")
+@click.option("--reps", type=click.IntRange(1),
+              help="Timed repetitions per measurement, the median kept (default: collectors.calibrate's REPS).")
 @click.option("--format", "fmt", type=click.Choice(["toml", "json"]), default="toml", show_default=True,
               help="toml: the --arch-file entry; json: every measured figure and the entry.")
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="Write to FILE instead of stdout.")
 @click.option("--force", is_flag=True, help="Overwrite FILE if it exists.")
-def calibrate(device: str, sizes: str, matmul_n: int, reps: int, fmt: str, output: Path | None,
+def calibrate(device: str, sizes: str | None, matmul_n: int | None, reps: int | None, fmt: str, output: Path | None,
               force: bool) -> None:
     """Measure this GPU with torch (read/write/copy GB/s, matrix TFLOP/s per dtype) and write an
     --arch-file entry whose sustained roof `analyze --arch-file` uses.
 
     \b
     Example: attrib calibrate -o my_gpu.toml"""
+    from attrib.report.progress import bar
+    from attrib.roofline.calibrated import entry as calibrated_entry
+    from collectors import calibrate as calib
+    from collectors import measure_device
+
     check_output(output, force)
-    mib = _sizes(sizes)
+    mib = _sizes(sizes) if sizes is not None else calib.SIZES_MIB
+    matmul_n = calib.MATMUL_N if matmul_n is None else matmul_n
+    reps = calib.REPS if reps is None else reps
     with bar(f"calibrating {device}", calib.steps(mib)) as tick:
         cal = measure_device(device, sizes_mib=mib, matmul_n=matmul_n, reps=reps, tick=tick).to_dict()
     key, toml = calibrated_entry(cal)
@@ -535,6 +585,93 @@ def calibrate(device: str, sizes: str, matmul_n: int, reps: int, fmt: str, outpu
                          + f" TFLOP/s (entry [{key}]{where})"), err=True)
 
 
+SWEEP_FORMATS = {".parquet": "parquet", ".csv": "csv", ".json": "json", ".md": "md", ".html": "html"}
+
+
+@cli.command()
+@click.argument("traces", nargs=-1, type=click.Path(path_type=Path))
+@click.option("-j", "--jobs", type=click.IntRange(1), help="Worker processes (default: the CPUs).")
+@click.option("--ray", "ray_address", is_flag=False, flag_value="", default=None, metavar="[ADDRESS]",
+              help="Run the analyses as Ray tasks on the cluster at ADDRESS (else RAY_ADDRESS, else a "
+                   "local Ray); needs the `ray` extra.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "md", "html", "csv", "parquet"]),
+              help="Default: from the output's suffix, else table.")
+@click.option("--phase-map", multiple=True, metavar="NAME=PHASE", help="Treat annotation NAME as PHASE (repeatable).")
+@click.option("--arch", "arch_name", metavar="NAME", help="Measure every trace against this device.")
+@click.option("--arch-file", type=click.Path(path_type=Path, exists=True, dir_okay=False))
+@click.option("-o", "--output", type=click.Path(path_type=Path),
+              help="table.parquet|.csv (the table), report.md|.html (with plots), or .json.")
+@click.option("--force", is_flag=True, help="Overwrite FILE (and a report's plots) if they exist.")
+def sweep(traces: tuple[Path, ...], jobs: int | None, ray_address: str | None, fmt: str | None,
+          phase_map: tuple[str, ...], arch_name: str | None, arch_file: Path | None,
+          output: Path | None, force: bool) -> int:
+    """Analyse many traces (files, folders of traces) in parallel into one table: a row per trace
+    and phase, the capture stamp's keys, tok/s achieved and ceiling, GB/token, step ms, the top
+    ledger cause; and which configuration wins each workload shape's prefill and decode.
+
+    \b
+    Example: attrib sweep traces/grid/ -j 2 -o grid.parquet"""
+    from attrib.report.progress import bar
+    from attrib.sweep import Spec, run, traces as sweep_traces
+
+    if not traces and not (ray_address and Path(ray_address).exists()):
+        raise UsageError("sweep needs one or more traces (files or folders of traces)")
+    if ray_address and ":" not in ray_address and Path(ray_address).exists():
+        raise UsageError(f"--ray took {ray_address!r} as the Ray address: put --ray after the "
+                         "traces, or give --ray=ADDRESS")
+    fmt = fmt or (SWEEP_FORMATS.get(output.suffix.lower()) if output is not None else "table")
+    if fmt is None:
+        raise UsageError(f"{output}: give the table as .parquet or .csv, a report as .md or .html, "
+                         "or the rows as .json")
+    if fmt == "parquet" and output is None:
+        raise UsageError("--format parquet writes a file: give -o table.parquet")
+    check_output(output, force)
+    spec = Spec(tuple(_phase_map(phase_map).items()), arch_name,
+                str(arch_file) if arch_file is not None else None)
+    spec.options()  # a bad --arch or --arch-file fails here, once, before any trace
+    paths = sweep_traces(traces)
+    with bar("sweep", len(paths)) as done:
+        res = run(paths, spec, jobs=jobs, ray_address=ray_address or None,
+                  use_ray=ray_address is not None, done=done)
+    for w in res.warnings:
+        click.echo(printable(f"attrib: warning: {w}"), err=True)
+    for r in res.failed:
+        click.echo(printable(f"attrib: skipped: {r.error}"), err=True)
+    if not res.table.height:
+        raise UsageError(f"no trace of the {len(paths)} could be analysed")
+    _sweep_write(res.table, fmt, output, force)
+    return 0
+
+
+def _sweep_write(table: Any, fmt: str, out: Path | None, force: bool) -> None:
+    """The sweep table in format FMT on stdout or as OUT (a markdown report's plots beside it)."""
+    import io
+
+    from attrib.report import plots as plots_mod
+    from attrib.report import sweep_render
+    from attrib.report.sweep import document
+
+    if fmt == "parquet":
+        buf = io.BytesIO()
+        table.write_parquet(buf)
+        return write_file(out, buf.getvalue(), force) if out is not None else None
+    text = {"csv": lambda: table.write_csv(), "json": lambda: _dump(document(table)),
+            "table": lambda: sweep_render.render_table(table)}.get(fmt)
+    if text is not None:
+        return _write(text(), out, force)
+    note = None if plots_mod.available() else plots_mod.MISSING
+    with progress("drawing plots"):
+        svgs = sweep_render.plots(table) if out is not None or fmt == "html" else {}
+    if fmt == "html":
+        return _write(sweep_render.render_html(table, svgs, note), out, force)
+    if out is None:
+        note = note or "plots omitted on stdout: write the report to a file (-o sweep.md)"
+        return _write(sweep_render.render_markdown(table, None, note), None, force)
+    files = [(out.with_name(f"{out.stem}.{name}.svg"), svg.encode()) for name, svg in svgs.items()]
+    names = {name: path.name for (name, _), (path, _) in zip(svgs.items(), files)}
+    write_files([*files, (out, sweep_render.render_markdown(table, names, note).encode())], force)
+
+
 @cli.command("rules")
 @click.option("--arch", "arch_name", metavar="NAME", help="Only the rules that apply to this arch (e.g. gfx1151).")
 def rules_cmd(arch_name: str | None) -> None:
@@ -542,6 +679,8 @@ def rules_cmd(arch_name: str | None) -> None:
 
     \b
     Example: attrib rules --arch gfx1151"""
+    from attrib.app import catalog
+
     for r in catalog(arch_name):
         click.echo(f"{r['id']}  [archs: {r['archs']}]\n    needs: {r['needs']}")
         for ref in r["references"]:

@@ -90,4 +90,4 @@ def test_progress_bar_draws_only_on_a_terminal():
             tick("read 16 MiB")
             tick("copy 16 MiB")
         text = stream.getvalue()
-        assert ("1/2 copy 16 MiB" in text and "2/2 done in" in text) == drawn and (text == "") != drawn
+        assert ("1/2 read 16 MiB" in text and "2/2 copy 16 MiB" in text) == drawn and (text == "") != drawn

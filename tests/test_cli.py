@@ -95,3 +95,13 @@ def test_offline_analysis_never_imports_torch():
             "print('imported:', bad); sys.exit(1 if bad else 0)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_the_command_lines_format_names_are_the_renderers():
+    """attrib.report.formats (what the CLI offers before importing a renderer) names exactly the
+    formats the registries render."""
+    from attrib.report import compare_render, formats, renderers, slope_render
+
+    assert formats.TABLE_FORMATS == renderers.TABLE_FORMATS
+    assert formats.COMPARE_FORMATS == tuple(compare_render.FORMATS)
+    assert formats.SLOPE_FORMATS == tuple(slope_render.FORMATS)

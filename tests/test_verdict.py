@@ -13,6 +13,7 @@ import pytest
 from click.testing import CliRunner
 from conftest import EXAMPLE_TRACE, FIXTURES, ROOT
 
+import attrib.app
 import attrib.cli
 from attrib.analysis.model import Analysis
 from attrib.analysis.notes import Given, phase_notes
@@ -45,7 +46,7 @@ def analyses() -> dict[str, Analysis]:
 @pytest.fixture()
 def cached(analyses, monkeypatch):
     """The CLI's analyze reads the module's analyses (each trace analysed once)."""
-    monkeypatch.setattr(attrib.cli, "analyze_path", lambda path, opts, warn=None: analyses[str(path)])
+    monkeypatch.setattr(attrib.app, "analyze_path", lambda path, opts, warn=None: analyses[str(path)])
     return analyses
 
 

@@ -9,6 +9,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TextIO
 
+from attrib.report.printable import printable
+
 
 @contextmanager
 def progress(label: str, stream: TextIO | None = None, after: float = 1.0) -> Iterator[None]:
@@ -38,25 +40,26 @@ def progress(label: str, stream: TextIO | None = None, after: float = 1.0) -> It
 
 
 @contextmanager
-def bar(label: str, total: int, stream: TextIO | None = None, width: int = 24) -> Iterator[Callable[[str], None]]:
-    """A progress bar on stderr (a terminal only): yields `tick(what)`, called before each of
-    `total` parts; `attrib: LABEL [####....] 3/12 what`, then `done in N s`."""
+def bar(label: str, total: int, stream: TextIO | None = None,
+        width: int = 24) -> Iterator[Callable[[str], None]]:
+    """A progress bar over `total` items on a terminal: yields `done(name)`, called once per item
+    finished (`attrib: LABEL [#####.....] 3/12 name`); nothing is written off a terminal."""
     out = stream if stream is not None else sys.stderr
-    tty = hasattr(out, "isatty") and out.isatty()
-    t0, done = time.monotonic(), [0]
+    shown = hasattr(out, "isatty") and out.isatty()
+    count = [0]
 
-    def tick(what: str) -> None:
-        if tty:
-            n = min(done[0], total)
-            fill = "#" * (width * n // max(total, 1))
-            out.write(f"\rattrib: {label} [{fill:<{width}}] {n}/{total} {what[:40]:<40}")
+    def done(name: str) -> None:
+        count[0] += 1
+        if shown:
+            n = count[0]
+            full = width * n // max(total, 1)
+            line = f"attrib: {label} [{'#' * full}{'.' * (width - full)}] {n}/{total} {printable(name)}"
+            out.write(line[:160].ljust(80) + "\r")
             out.flush()
-        done[0] += 1
 
     try:
-        yield tick
+        yield done
     finally:
-        if tty:
-            out.write(f"\rattrib: {label} [{'#' * width}] {total}/{total} done in "
-                      f"{time.monotonic() - t0:.1f} s{' ' * 30}\n")
+        if shown and count[0]:
+            out.write("\n")
             out.flush()

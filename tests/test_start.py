@@ -1,0 +1,40 @@
+"""A fast start (#22 item 2): each command imports only what it runs. The import graph is
+checked in fresh interpreters, not timed (bench/start.py times it)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TRACE = ROOT / "tests/fixtures/captured/sweep/sweep_sdpa_b1_p128.pt.trace.json.gz"
+HEAVY = ("scipy", "matplotlib", "jsonschema", "ray")
+
+
+def loaded(code: str) -> set[str]:
+    """The top-level packages in sys.modules after running `code` in a fresh interpreter."""
+    probe = code + "\nimport sys, json\nprint(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", probe], env=env, check=True,
+                         capture_output=True, text=True).stdout
+    return set(json.loads(out.splitlines()[-1]))
+
+
+def test_importing_the_cli_loads_no_engine():
+    mods = loaded("import attrib.cli")
+    assert not mods & {"polars", "numpy", "rules", "collectors", *HEAVY}
+
+
+def test_version_imports_no_polars():
+    mods = loaded("from attrib.cli import main\ntry:\n    main(['--version'])\n"
+                  "except SystemExit:\n    pass")
+    assert "click" in mods and not mods & {"polars", "numpy", *HEAVY}
+
+
+def test_analyze_loads_no_plotting_statistics_or_schema_modules():
+    mods = loaded(f"from attrib.cli import main\nassert main(['analyze', {str(TRACE)!r}]) == 0")
+    assert {"polars", "rules", "collectors"} <= mods
+    assert not mods & set(HEAVY)
