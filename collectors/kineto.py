@@ -97,9 +97,11 @@ def _dims(col: str) -> pl.Expr:
 
 
 def _finish(parts: list[pl.DataFrame], notes: Notes) -> pl.DataFrame | None:
+    """One table from its chunks' frames (emptied as they are joined: only the table is held)."""
     if not parts:
         return None
     df = pl.concat(parts, how="diagonal_relaxed")
+    parts.clear()
     df = df.with_columns(_ns("ts").alias("start_ns"), _ns("dur").alias("dur_ns")).drop("ts", "dur")
     for c in ("grid", "block"):
         if c in df.columns:
@@ -108,7 +110,9 @@ def _finish(parts: list[pl.DataFrame], notes: Notes) -> pl.DataFrame | None:
                 notes.nulled[c] = notes.nulled.get(c, 0) + bad
                 notes.first.setdefault("nulled", 0)
             df = df.with_columns(_dims(c))
-    return df.sort("start_ns", maintain_order=True).with_row_index("id").with_columns(pl.col("id").cast(pl.Int64))
+    if df["start_ns"].null_count() or not df["start_ns"].is_sorted():  # a stable sort of sorted rows is those rows: no copy then
+        df = df.sort("start_ns", maintain_order=True)
+    return df.with_row_index("id").with_columns(pl.col("id").cast(pl.Int64))
 
 
 # ---------------------------------------------------------------- metadata
