@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 DEMO_TRACE := examples/traces/h200_qwen3moe_eager_prefill_decode.json.gz
 OUT := out
 
-.PHONY: demo test typecheck install dev bench floors clean
+.PHONY: demo test typecheck install dev bench bench-memory floors clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -42,6 +42,10 @@ $(OUT)/scaled_1m.json: bench/scale.py $(DEMO_TRACE) | $(VENV)/.core
 
 bench: $(VENV)/.core $(OUT)/scaled_1m.json
 	$(BIN)/python bench/load.py $(OUT)/scaled_1m.json --repeat 3
+
+# peak RSS and time on traces of 1, 4 and 8 GB built from the demo trace (deleted after; see README)
+bench-memory: $(VENV)/.core
+	$(BIN)/python bench/memory.py --sizes 1,4,8 --gzip --before-max 1 -o $(OUT)/memory.jsonl
 
 # The lowest declared versions (pyproject floors, `>=X` taken as `==X`) in a scratch venv, then the tests.
 # Downloads from the package index, so it is not part of `make test`.

@@ -44,9 +44,9 @@ def scale(src: Path, n: int, out: Path) -> int:
     shift_us = (t1 - t0) + 1000.0
     id_step = _max_ids(events) + 1
     trace_name = doc.pop("traceName", None)
-    opener = gzip.open if out.suffix == ".gz" else open
     count = 0
-    with opener(out, "wb") as fh:
+    fh_ctx = gzip.open(out, "wb", compresslevel=1) if out.suffix == ".gz" else open(out, "wb")
+    with fh_ctx as fh:
         head = orjson.dumps(doc, option=orjson.OPT_INDENT_2)[:-2]  # drop closing "\n}"
         fh.write(head + b',\n  "traceEvents": [\n')
         first = True

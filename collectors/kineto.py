@@ -1,16 +1,18 @@
-"""Reader for PyTorch-profiler (Kineto) Chrome-trace JSON, CUDA and ROCm, plain or gzip'd.
+"""Reader for PyTorch-profiler (Kineto) Chrome-trace JSON, CUDA and ROCm, plain or compressed.
 
-How it stays fast and lean: msgspec splits `traceEvents` into raw byte slices without building
-Python objects for them (a C-speed bracket-depth scan); chunks of slices are then decoded into
-small typed structs holding only the fields attrib uses, turned into columns, and dropped. No
-per-event object outlives its chunk. Timestamps (float microseconds) become integer nanoseconds.
+How it stays fast and lean: the file is streamed (collectors.kineto_stream): the event list is
+cut into pieces of a few MB, each decoded at once into small typed structs holding only the
+fields attrib uses, turned into columns and dropped, so memory is bounded by the tables, not the
+file. A document that cannot be cut cleanly (invalid JSON inside the list, a repeated key) is read
+whole: msgspec splits `traceEvents` into raw byte slices (collectors.kineto_doc, with its salvage
+and repairs), decoded chunk by chunk the same way, by a worker process too where it pays.
+Timestamps (float microseconds) become integer nanoseconds.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 from pathlib import Path
 from typing import Any
 
@@ -19,138 +21,22 @@ import orjson
 import polars as pl
 
 from attrib.errors import TraceError
-from attrib.trace import TRUNCATED, Meta, Trace, TraceWarning, mark_graph_replays
-from collectors import limits, validate
-from collectors.kineto_events import CHUNK, DECODE_ERRORS, Notes, decode_chunk
+from attrib.trace import Meta, Trace, mark_graph_replays
+from collectors import kineto_stream, validate
+from collectors.kineto_doc import DOC, Doc, check_sizes, decode_doc, read_bytes, repair_names
+from collectors.kineto_events import CHUNK, Notes, decode_chunk
+from collectors.kineto_stream import Streamed
 from collectors.kineto_tables import TABLES, chunk_frames
 from collectors.kineto_worker import Claims, Others, Worker
 from collectors.provenance import read_sidecar
 
-
-
-class _Doc(msgspec.Struct):
-    traceEvents: list[msgspec.Raw] = []
-    schemaVersion: Any = None
-    deviceProperties: Any = None
-    distributedInfo: Any = None
-    cuda_runtime_version: Any = None
-    cuda_driver_version: Any = None
-    cupti_version: Any = None
-    roctracer_version: Any = None
-    hip_runtime_version: Any = None
-    hip_driver_version: Any = None
-    record_shapes: Any = None
-    with_stack: Any = None
-    with_modules: Any = None
-    with_flops: Any = None
-    profile_memory: Any = None
-    trace_id: Any = None
-    displayTimeUnit: Any = None
-    baseTimeNanoseconds: Any = None
-    traceName: Any = None
-    attrib: Any = None  # provenance stamp embedded by attrib's capture, if any
-
-
-_DOC = msgspec.json.Decoder(_Doc)
+_DOC = DOC  # the document decoder under its former name (tests split a trace with it)
+__all__ = ["read", "read_document", "repair_names", "sniff"]
 _RUNTIME_KEYS = ("cuda_runtime_version", "cuda_driver_version", "cupti_version", "roctracer_version",
                  "hip_runtime_version", "hip_driver_version")
 PARALLEL_BYTES = 64 << 20  # JSON text from which a worker process decodes chunks too (about 170k events)
 _FLAG_KEYS = ("schemaVersion", "record_shapes", "with_stack", "with_modules", "with_flops", "profile_memory",
               "trace_id", "displayTimeUnit", "baseTimeNanoseconds", "traceName")
-
-
-# ---------------------------------------------------------------- bytes in
-
-
-def _read_bytes(path: Path) -> tuple[bytes, list[str]]:
-    """The file's JSON text (bounded, see collectors.limits); a cut-short gzip yields what was
-    decompressed, with a warning."""
-    data, cut = limits.read_bytes(path)
-    if not cut:
-        return data, []
-    with limits.open_file(path) as fh:
-        kind = limits.compression(fh.read(8)) or "compressed"
-    return data, [TraceWarning(f"{kind} stream is truncated; reading what was decompressed", TRUNCATED)]
-
-
-def _decode_doc(path: Path, text: bytes, warnings: list[str]) -> _Doc:
-    """Split the document; salvage a truncated one up to its last complete event."""
-    try:
-        return _DOC.decode(text)
-    except msgspec.ValidationError as exc:
-        raise TraceError(path, f"not a torch-profiler trace ({exc})") from None
-    except DECODE_ERRORS as exc:
-        problem = str(exc)
-    except RecursionError:
-        raise TraceError(path, "JSON nested too deeply (thousands of levels; a profiler event has a few)") from None
-    if "truncated" in problem or warnings:
-        doc = _salvage(text)
-        if doc is not None and doc.traceEvents:
-            warnings.append(TraceWarning(f"trace is truncated; salvaged {len(doc.traceEvents)} complete events before "
-                                         "the cut", TRUNCATED))
-            return doc
-        raise TraceError(path, "truncated JSON with no complete event before the cut")
-    text, repaired = repair_names(text)
-    if repaired:
-        warnings.append(f"{repaired} event names had unescaped quotes (a Kineto bug); repaired")
-        try:
-            return _DOC.decode(text)
-        except DECODE_ERRORS as exc:
-            problem = str(exc)
-    return _lenient(path, text, problem, warnings)
-
-
-# A name value on its line, as Kineto writes events (`"ph": "X", "cat": "...", "name": "<value>", "pid": ...`
-# or `"name": "<value>",` alone): the value ends at the first quote followed by `, "key":` or the line's end,
-# so a valid name (`"name": "Iteration Start: PyTorch Profiler", "ph": "i", "s": "g",`) is left as it is
-_NAME_LINE = re.compile(rb'("name": ")(.*?)((?<!\\)"(?=\s*,\s*"[^"\n]+"\s*:|\s*,?\s*$))', re.M)
-_RAW_QUOTE = re.compile(rb'(?<!\\)"')
-
-
-def repair_names(text: bytes) -> tuple[bytes, int]:
-    """Escape raw double quotes inside `"name": "..."` values. Kineto before its quote-escaping fix
-    wrote names such as `torch/profiler/_cupti_monitor.py(0): "warmup"` as they are, which makes the
-    whole file invalid JSON. Only a value with a raw quote inside changes. Returns the text and how
-    many names were repaired."""
-    count = 0
-
-    def fix(m: re.Match) -> bytes:
-        nonlocal count
-        inner = _RAW_QUOTE.sub(rb'\\"', m.group(2))
-        count += inner != m.group(2)
-        return m.group(1) + inner + m.group(3)
-
-    out = _NAME_LINE.sub(fix, text)  # only on the fallback path: the file is already invalid JSON
-    return out, count
-
-
-def _salvage(text: bytes, tries: int = 64) -> _Doc | None:
-    """Close the document after the last `}` that ends a whole event."""
-    start = text.find(b'"traceEvents"')
-    if start < 0:
-        return None
-    end = len(text)
-    for _ in range(tries):
-        end = text.rfind(b"}", start, end)
-        if end < 0:
-            return None
-        try:
-            return _DOC.decode(text[: end + 1] + b"]}")
-        except (*DECODE_ERRORS, RecursionError):
-            continue
-    return None
-
-
-def _lenient(path: Path, text: bytes, problem: str, warnings: list[str]) -> _Doc:
-    """Fallback for invalid JSON that Kineto is known to write (control characters in names)."""
-    try:
-        obj = json.loads(text, strict=False)
-    except (ValueError, RecursionError):
-        raise TraceError(path, f"not valid JSON ({problem})") from None
-    if not isinstance(obj, dict):
-        raise TraceError(path, "JSON, but not a torch-profiler trace (top level is not an object)")
-    warnings.append(f"invalid JSON ({problem}); read with a lenient parser")
-    return _DOC.decode(orjson.dumps(obj))
 
 
 # ---------------------------------------------------------------- events to columns
@@ -161,16 +47,8 @@ def _ns(col: str) -> pl.Expr:
     return (pl.col(col).cast(pl.Float64, strict=False) * 1000.0).round(0).cast(pl.Int64, strict=False)
 
 
-def _check_sizes(path: Path, raws: list[msgspec.Raw], base: int) -> None:
-    longest = max(map(len, raws))
-    if longest > limits.EVENT_LIMIT:
-        at = base + next(i for i, r in enumerate(raws) if len(r) == longest)
-        raise TraceError(path, f"event {at} is {longest / 1e6:.0f} MB long (limit {limits.EVENT_LIMIT >> 20} MB): "
-                               "not a profiler event")
-
-
 def _chunk_tables(path: Path, raws: list[msgspec.Raw], base: int, notes: Notes) -> dict[str, pl.DataFrame]:
-    _check_sizes(path, raws, base)
+    check_sizes(path, raws, base)
     return chunk_frames(decode_chunk(raws, base, notes), notes, base)
 
 
@@ -184,7 +62,7 @@ def _parallel(path: Path, chunks: list[list[msgspec.Raw]], notes: Notes,
     front (collectors.kineto_worker); chunks it did not answer are decoded here. Notes keep the
     first event of each kind whatever the order, so frames, notes and errors are the serial path's."""
     for i, c in enumerate(chunks):  # an oversized event is refused before any decoding, as in the serial path
-        _check_sizes(path, c, i * CHUNK)
+        check_sizes(path, c, i * CHUNK)
     claims = Claims(len(chunks))
     out: dict[int, dict[str, pl.DataFrame]] = {}
     while True:
@@ -219,9 +97,11 @@ def _dims(col: str) -> pl.Expr:
 
 
 def _finish(parts: list[pl.DataFrame], notes: Notes) -> pl.DataFrame | None:
+    """One table from its chunks' frames (emptied as they are joined: only the table is held)."""
     if not parts:
         return None
     df = pl.concat(parts, how="diagonal_relaxed")
+    parts.clear()
     df = df.with_columns(_ns("ts").alias("start_ns"), _ns("dur").alias("dur_ns")).drop("ts", "dur")
     for c in ("grid", "block"):
         if c in df.columns:
@@ -230,13 +110,15 @@ def _finish(parts: list[pl.DataFrame], notes: Notes) -> pl.DataFrame | None:
                 notes.nulled[c] = notes.nulled.get(c, 0) + bad
                 notes.first.setdefault("nulled", 0)
             df = df.with_columns(_dims(c))
-    return df.sort("start_ns", maintain_order=True).with_row_index("id").with_columns(pl.col("id").cast(pl.Int64))
+    if df["start_ns"].null_count() or not df["start_ns"].is_sorted():  # a stable sort of sorted rows is those rows: no copy then
+        df = df.sort("start_ns", maintain_order=True)
+    return df.with_row_index("id").with_columns(pl.col("id").cast(pl.Int64))
 
 
 # ---------------------------------------------------------------- metadata
 
 
-def _vendor(doc: _Doc) -> tuple[str | None, str | None]:
+def _vendor(doc: Doc) -> tuple[str | None, str | None]:
     if doc.hip_runtime_version is not None or doc.roctracer_version is not None:
         return "amd", "top-level keys (hip_runtime_version/roctracer_version)"
     if doc.cuda_runtime_version is not None or doc.cupti_version is not None:
@@ -244,12 +126,12 @@ def _vendor(doc: _Doc) -> tuple[str | None, str | None]:
     return None, None
 
 
-def _devices(doc: _Doc) -> tuple[dict[str, Any], ...]:
+def _devices(doc: Doc) -> tuple[dict[str, Any], ...]:
     props = doc.deviceProperties
     return tuple(p for p in props if isinstance(p, dict)) if isinstance(props, list) else ()
 
 
-def _events(path: Path, doc: _Doc, warnings: list[str],
+def _events(path: Path, doc: Doc, warnings: list[str],
             worker: Worker | None) -> tuple[int, dict[str, list[pl.DataFrame]], Notes]:
     """(events, frames per table in event order, notes) of the document's events, which it then drops
     (the raw slices hold the whole file)."""
@@ -297,26 +179,21 @@ def sniff(path: Path, head: bytes) -> bool:
         b'"traceEvents"' in head or b'"schemaVersion"' in head or b'"deviceProperties"' in head)
 
 
-def read(path: str | Path, parallel: bool | None = None) -> Trace:
-    """Read a Kineto trace (`.json`, `.json.gz`, `.pt.trace.json.gz`, `.json.xz`, `.json.zst`) into the
-    normalized Trace.
-
-    parallel: decode with a worker process too (collectors.kineto_worker). None (the default): when
-    the JSON text is at least PARALLEL_BYTES and a CPU was free while the file was read and split;
-    either way only for a clean document of several chunks. The result is the same with or without it."""
-    path = Path(path)
+def _whole(path: Path, parallel: bool | None) -> Streamed:
+    """The document read whole (the text, then its events split), decoded with a worker process
+    where `parallel` asks for one (see `read`)."""
     # the worker starts up while the file is read and split; the kernel counts the RSS of the reader at
     # that moment in the worker's peak (exec after vfork), so it starts before the text is in memory
     others = Others()
     worker = Worker.start(path) if parallel or (parallel is None and _likely_big(path)) else None
     try:
         before = _stat(path)
-        text, warnings = _read_bytes(path)
+        text, warnings = read_bytes(path)
         if not bytes(text[:65536]).strip():
             raise TraceError(path, "empty file")
         if worker is None and parallel is None and len(text) >= PARALLEL_BYTES:
             worker = Worker.start(path)
-        doc = _decode_doc(path, text, warnings)
+        doc = decode_doc(path, text, warnings)
         keys = text.count(b'"traceEvents"')  # C speed; a name holding it has its quotes escaped
         if keys > 1:
             warnings.append(f"the document holds the key 'traceEvents' {keys} times (a duplicated key); the "
@@ -331,12 +208,40 @@ def read(path: str | Path, parallel: bool | None = None) -> Trace:
     finally:
         if worker is not None:
             worker.close()
+    return Streamed(doc, n_events, parts, notes, warnings)
+
+
+def _streamed(path: Path, block: int) -> Streamed | None:
+    """The document streamed (collectors.kineto_stream); None where it must be read whole."""
+    try:
+        got = kineto_stream.read_events(path, block)
+    except kineto_stream.Fallback:
+        return None
+    if not got.events:
+        raise TraceError(path, "no events: traceEvents is missing or empty")
+    return got
+
+
+def read(path: str | Path, parallel: bool | None = None, block: int = kineto_stream.BLOCK) -> Trace:
+    """Read a Kineto trace (`.json`, `.json.gz`, `.pt.trace.json.gz`, `.json.xz`, `.json.zst`) into the
+    normalized Trace.
+
+    The file is streamed in pieces of about `block` bytes of JSON text (collectors.kineto_stream:
+    memory bounded by the tables, not the file); a document that cannot be cut cleanly is read
+    whole, as it is with block=0. parallel=True: read whole, decoded with a worker process too (collectors.kineto_worker);
+    None: a document read whole uses the worker when its text is at least PARALLEL_BYTES and a CPU
+    was free while it was read and split. The tables are the same whichever way it is read."""
+    path = Path(path)
+    got = None if parallel or block <= 0 else _streamed(path, block)
+    if got is None:
+        got = _whole(path, parallel)
+    doc, n_events, parts, notes, warnings = got.doc, got.events, got.parts, got.notes, got.warnings
     provenance = dict(read_sidecar(path))
     if "warning" in provenance:
         warnings.append(str(provenance.pop("warning")))
     if isinstance(doc.attrib, dict) and not provenance:
         provenance = doc.attrib
-    tables = {t: _finish(p, notes) for t, p in parts.items()}
+    tables = {t: _finish(parts.pop(t), notes) for t in list(parts)}  # each table's chunks freed as it is built
     flows = tables.pop("flows")
     warnings += notes.warnings()
     tables = validate.tables(tables, warnings, path)
@@ -375,7 +280,7 @@ def read_document(path: str | Path) -> dict[str, Any]:
     """The whole trace as parsed JSON, for tools that rewrite it (the Perfetto export); a trace cut
     short or not a Kineto document is a TraceError."""
     path = Path(path)
-    text, warnings = _read_bytes(path)
+    text, warnings = read_bytes(path)
     if warnings:
         raise TraceError(path, f"{warnings[0]}: a cut-short trace cannot be rewritten whole")
     try:

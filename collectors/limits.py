@@ -226,3 +226,101 @@ def read_bytes(path: Path) -> tuple[bytes | bytearray, bool]:
     if kind == "gzip":
         return gunzip(path, raw)
     return unpack(path, kind, raw)
+
+
+_IN_STEP = 4 << 20  # compressed bytes read at a time when streaming
+
+
+class Inflow:
+    """A file's content as it is read, in blocks of up to `block` bytes: decompressed with the
+    bounds and errors of `read_bytes` (a bomb refused, corrupt data with nothing before it a
+    TraceError), without holding the file or its content whole. After iterating, `cut` says
+    whether a compressed stream ended early (what came before it was given)."""
+
+    def __init__(self, path: Path, block: int = _STEP) -> None:
+        self.path, self.block, self.cut = path, block, False
+        with open_file(path) as fh:
+            self.kind = compression(fh.read(8))
+
+    def __iter__(self):
+        with open_file(self.path) as fh:
+            size = os.fstat(fh.fileno()).st_size
+            if self.kind is None:
+                try:
+                    while part := fh.read(self.block):
+                        yield part
+                except OSError as exc:
+                    raise TraceError(self.path, f"cannot read: {exc.strerror or exc}") from None
+            elif self.kind == "gzip":
+                yield from self._gunzip(fh, size)
+            else:
+                yield from self._unpack(fh, size)
+
+    def _bomb(self, size: int, kind: str) -> TraceError:
+        limit = inflate_limit(size)
+        return TraceError(self.path, f"{kind} expands past {limit >> 20} MB ({RATIO_LIMIT}x its "
+                                     f"{size / 1e6:.1f} MB): refused as a decompression bomb")
+
+    def _gunzip(self, fh: Any, size: int):
+        """`gunzip`, streamed: members in turn, trailing garbage ignored."""
+        limit, total, more = inflate_limit(size), 0, True
+        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        buf = b""
+        while True:
+            if not buf and more:
+                buf = fh.read(_IN_STEP)
+                more = bool(buf)
+            if not buf:
+                if not d.eof:
+                    if not total:
+                        raise TraceError(self.path, "truncated gzip file with no readable data")
+                    self.cut = True
+                return
+            try:
+                out = d.decompress(buf, self.block)
+            except zlib.error as exc:
+                if not total:
+                    raise TraceError(self.path, f"corrupt gzip data ({exc})") from None
+                self.cut = True
+                return
+            buf = d.unconsumed_tail
+            total += len(out)
+            if total > limit:
+                raise self._bomb(size, "gzip")
+            if out:
+                yield out
+            if d.eof:
+                buf = d.unused_data + buf
+                while len(buf) < 2 and more:
+                    part = fh.read(_IN_STEP)
+                    buf, more = buf + part, bool(part)
+                if buf[:2] != GZIP_MAGIC:
+                    return  # trailing garbage after the last member is ignored, as gzip does
+                d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+
+    def _unpack(self, fh: Any, size: int):
+        """`unpack`, streamed (small reads: a stream cut short keeps what came before)."""
+        if self.kind == "zstd" and zstandard is None:
+            raise _no_zstd(self.path)
+        limit, total, parts, held = inflate_limit(size), 0, [], 0
+        if self.kind == "xz":
+            stream: Any = lzma.LZMAFile(fh)
+        else:
+            stream = zstandard.ZstdDecompressor().stream_reader(fh, read_across_frames=True)
+        try:
+            with stream as f:
+                while part := f.read(_STREAM_STEP):
+                    total += len(part)
+                    if total > limit:
+                        raise self._bomb(size, str(self.kind))
+                    parts.append(part)
+                    held += len(part)
+                    if held >= self.block:
+                        yield b"".join(parts)
+                        parts, held = [], 0
+        except _STREAM_ERRORS as exc:
+            if not total:
+                raise TraceError(self.path, f"corrupt or truncated {self.kind} data ({exc})") from None
+            self.cut = True
+        if parts:
+            yield b"".join(parts)

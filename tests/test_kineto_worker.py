@@ -13,7 +13,7 @@ import orjson
 import pytest
 
 from attrib.errors import TraceError
-from collectors import kineto
+from collectors import kineto, limits
 from collectors.kineto_events import CHUNK, Notes, decode_chunk
 from collectors.kineto_tables import chunk_frames
 from collectors.kineto_worker import Claims, Worker
@@ -124,7 +124,7 @@ def test_an_oversized_event_in_the_workers_chunk_is_the_serial_error(tmp_path, m
     doc["traceEvents"][-1].setdefault("args", {})["pad"] = "x" * longest
     p = tmp_path / "big.json"
     p.write_bytes(orjson.dumps(doc))
-    monkeypatch.setattr(kineto.limits, "EVENT_LIMIT", longest)
+    monkeypatch.setattr(limits, "EVENT_LIMIT", longest)
     errors = []
     for parallel in (False, True):
         with pytest.raises(TraceError) as exc:

@@ -1,0 +1,158 @@
+"""The Kineto document as a whole: its top-level keys, its events as raw slices, and the salvage of
+a document that is cut short or written with the known Kineto bugs (raw quotes or control
+characters in names). Shared by the whole-text reader (collectors.kineto) and the streaming one
+(collectors.kineto_stream).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import orjson
+
+from attrib.errors import TraceError
+from attrib.trace import TRUNCATED, TraceWarning
+from collectors import limits
+from collectors.kineto_events import DECODE_ERRORS
+
+
+class Doc(msgspec.Struct):
+    traceEvents: list[msgspec.Raw] = []
+    schemaVersion: Any = None
+    deviceProperties: Any = None
+    distributedInfo: Any = None
+    cuda_runtime_version: Any = None
+    cuda_driver_version: Any = None
+    cupti_version: Any = None
+    roctracer_version: Any = None
+    hip_runtime_version: Any = None
+    hip_driver_version: Any = None
+    record_shapes: Any = None
+    with_stack: Any = None
+    with_modules: Any = None
+    with_flops: Any = None
+    profile_memory: Any = None
+    trace_id: Any = None
+    displayTimeUnit: Any = None
+    baseTimeNanoseconds: Any = None
+    traceName: Any = None
+    attrib: Any = None  # provenance stamp embedded by attrib's capture, if any
+
+
+DOC = msgspec.json.Decoder(Doc)
+
+
+def cut_warning(kind: str | None) -> TraceWarning:
+    """The warning for a compressed stream that ends early."""
+    return TraceWarning(f"{kind or 'compressed'} stream is truncated; reading what was decompressed", TRUNCATED)
+
+
+def read_bytes(path: Path) -> tuple[bytes | bytearray, list[str]]:
+    """The file's JSON text (bounded, see collectors.limits); a cut-short gzip yields what was
+    decompressed, with a warning."""
+    data, cut = limits.read_bytes(path)
+    if not cut:
+        return data, []
+    with limits.open_file(path) as fh:
+        kind = limits.compression(fh.read(8))
+    return data, [cut_warning(kind)]
+
+
+def check_sizes(path: Path, raws: list[msgspec.Raw], base: int) -> None:
+    """An event longer than limits.EVENT_LIMIT is not a profiler event: a TraceError."""
+    longest = max(map(len, raws))
+    if longest > limits.EVENT_LIMIT:
+        at = base + next(i for i, r in enumerate(raws) if len(r) == longest)
+        raise TraceError(path, f"event {at} is {longest / 1e6:.0f} MB long (limit {limits.EVENT_LIMIT >> 20} MB): "
+                               "not a profiler event")
+
+
+def decode_doc(path: Path, text: bytes, warnings: list[str], before: int = 0,
+               floor: Doc | None = None) -> Doc:
+    """Split the document; salvage a truncated one up to its last complete event.
+
+    before: events read ahead of `text` (the streaming reader's), counted in the salvage warning;
+    floor: the document to return when nothing in `text` is salvageable but those events were."""
+    try:
+        return DOC.decode(text)
+    except msgspec.ValidationError as exc:
+        raise TraceError(path, f"not a torch-profiler trace ({exc})") from None
+    except DECODE_ERRORS as exc:
+        problem = str(exc)
+    except RecursionError:
+        raise TraceError(path, "JSON nested too deeply (thousands of levels; a profiler event has a few)") from None
+    if "truncated" in problem or warnings:
+        doc = _salvage(text)
+        if (doc is None or not doc.traceEvents) and before and floor is not None:
+            doc = floor
+        if doc is not None and (doc.traceEvents or before):
+            n = before + len(doc.traceEvents)
+            warnings.append(TraceWarning(f"trace is truncated; salvaged {n} complete events before "
+                                         "the cut", TRUNCATED))
+            return doc
+        raise TraceError(path, "truncated JSON with no complete event before the cut")
+    text, repaired = repair_names(text)
+    if repaired:
+        warnings.append(f"{repaired} event names had unescaped quotes (a Kineto bug); repaired")
+        try:
+            return DOC.decode(text)
+        except DECODE_ERRORS as exc:
+            problem = str(exc)
+    return _lenient(path, text, problem, warnings)
+
+
+# A name value on its line, as Kineto writes events (`"ph": "X", "cat": "...", "name": "<value>", "pid": ...`
+# or `"name": "<value>",` alone): the value ends at the first quote followed by `, "key":` or the line's end,
+# so a valid name (`"name": "Iteration Start: PyTorch Profiler", "ph": "i", "s": "g",`) is left as it is
+_NAME_LINE = re.compile(rb'("name": ")(.*?)((?<!\\)"(?=\s*,\s*"[^"\n]+"\s*:|\s*,?\s*$))', re.M)
+_RAW_QUOTE = re.compile(rb'(?<!\\)"')
+
+
+def repair_names(text: bytes) -> tuple[bytes, int]:
+    """Escape raw double quotes inside `"name": "..."` values. Kineto before its quote-escaping fix
+    wrote names such as `torch/profiler/_cupti_monitor.py(0): "warmup"` as they are, which makes the
+    whole file invalid JSON. Only a value with a raw quote inside changes. Returns the text and how
+    many names were repaired."""
+    count = 0
+
+    def fix(m: re.Match) -> bytes:
+        nonlocal count
+        inner = _RAW_QUOTE.sub(rb'\\"', m.group(2))
+        count += inner != m.group(2)
+        return m.group(1) + inner + m.group(3)
+
+    out = _NAME_LINE.sub(fix, text)  # only on the fallback path: the file is already invalid JSON
+    return out, count
+
+
+def _salvage(text: bytes, tries: int = 64) -> Doc | None:
+    """Close the document after the last `}` that ends a whole event."""
+    start = text.find(b'"traceEvents"')
+    if start < 0:
+        return None
+    end = len(text)
+    for _ in range(tries):
+        end = text.rfind(b"}", start, end)
+        if end < 0:
+            return None
+        try:
+            return DOC.decode(text[: end + 1] + b"]}")
+        except (*DECODE_ERRORS, RecursionError):
+            continue
+    return None
+
+
+def _lenient(path: Path, text: bytes, problem: str, warnings: list[str]) -> Doc:
+    """Fallback for invalid JSON that Kineto is known to write (control characters in names)."""
+    try:
+        obj = json.loads(text, strict=False)
+    except (ValueError, RecursionError):
+        raise TraceError(path, f"not valid JSON ({problem})") from None
+    if not isinstance(obj, dict):
+        raise TraceError(path, "JSON, but not a torch-profiler trace (top level is not an object)")
+    warnings.append(f"invalid JSON ({problem}); read with a lenient parser")
+    return DOC.decode(orjson.dumps(obj))
