@@ -14,6 +14,7 @@ import orjson
 import polars as pl
 
 from attrib.analysis.finding import JSON, Evidence, Finding
+from attrib.cost.dtypes import PEAK_KEY
 from attrib.analysis.whatif import WhatIf
 
 if TYPE_CHECKING:
@@ -88,7 +89,7 @@ class Device:
 
     def matrix_peak(self, dtype: str) -> float | None:
         """Peak matrix TFLOP/s of a dtype ("bf16", "fp8", ...), None where unknown."""
-        v = self.matrix_tflops.get(dtype)
+        v = self.matrix_tflops.get(PEAK_KEY.get(dtype, dtype))
         return float(v) if v else None
 
     @property

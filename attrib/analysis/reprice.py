@@ -24,7 +24,7 @@ from attrib.analysis.model import Component, Device, Phase
 from attrib.analysis.whatif import WhatIf, WhatIfRow
 from attrib.cost.budget import Budget
 from attrib.cost.weights import KV_COMPONENTS, WEIGHT_CLASS, Formats, bits_for
-from attrib.roofline.arch import PEAK_KEY
+from attrib.cost.dtypes import PEAK_KEY
 
 
 def _context(phase: Phase, budget: Budget) -> int | None:

@@ -111,3 +111,18 @@ HIPBLASLT_TENSILE = r"_UserArgs_"
 BLOCKING_COPY = r"^(?:cuda|hip|cu)Memcpy(?:2D|3D|Peer|DtoH|HtoD|DtoD|WithStream)?(?:_v2)?$"
 SYNC = r"^(?:cuda|hip|cu)(?:Stream|Device|Event|Ctx)Synchronize$"
 STREAM_WAIT = r"^(?:cuda|hip|cu)StreamWaitEvent(?:_v2)?$"
+
+# Scaled-dot-product attention ops (torch), by name: the layout of q/k/v ("bhld" | "blhd"), the index
+# of is_causal in the args, the index of the mask argument (or None)
+SDPA_ARGS = {
+    "aten::scaled_dot_product_attention": ("bhld", 5, 3),
+    "aten::_scaled_dot_product_attention_math": ("bhld", 5, 3),
+    "aten::_scaled_dot_product_flash_attention": ("bhld", 4, None),
+    "aten::_scaled_dot_product_efficient_attention": ("bhld", 6, 3),
+    "aten::_scaled_dot_product_cudnn_attention": ("bhld", 6, 3),
+    "aten::_cudnn_attention_forward": ("bhld", 10, 3),
+    "aten::_flash_attention_forward": ("blhd", 8, None),
+    "aten::_efficient_attention_forward": ("blhd", 9, 3),
+}
+SDPA = "aten::scaled_dot_product_attention"  # the public op every backend runs under
+SDPA_CPU_FLASH = "aten::_scaled_dot_product_flash_attention_for_cpu"  # bhld; not priced

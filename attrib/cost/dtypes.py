@@ -35,6 +35,14 @@ SCALAR_TYPES: dict[int, str] = {
 
 SIZES: dict[str, float] = {name: size for name, size in TYPES.values()}
 
+# canonical dtypes -> the key of the devices' TFLOP/s tables (attrib/data/archs.toml)
+PEAK_KEY = {"fp8_e4m3fn": "fp8", "fp8_e5m2": "fp8", "fp8_e4m3fnuz": "fp8", "fp8_e5m2fnuz": "fp8",
+            "fp4x2": "mxfp4", "uint8": "int8", "qint8": "int8", "quint8": "int8"}
+
+# NCCL's element-type tag -> the canonical dtype, which gives its size
+NCCL_TYPES = {"bf16": "bf16", "f16": "fp16", "half": "fp16", "f32": "fp32", "float": "fp32",
+              "f8e4m3": "fp8_e4m3fn", "f8e5m2": "fp8_e5m2", "i8": "int8", "u8": "uint8"}
+
 # Bits per weight of quantized formats, scales included, for model-config budgets.
 WEIGHT_BITS: dict[str, float] = {
     "bf16": 16, "fp16": 16, "fp32": 32, "fp8": 8, "int8": 8, "int4": 4,

@@ -184,17 +184,6 @@ def fused_experts(dims: list, types: list, concrete: list = ()) -> Cost:
     return Cost(nbytes, flops, x.dtype, "moe", why)
 
 
-# name -> (layout of q/k/v: "bhld" | "blhd", index of is_causal in the args, mask arg index or None)
-SDPA = {
-    "aten::scaled_dot_product_attention": ("bhld", 5, 3),
-    "aten::_scaled_dot_product_attention_math": ("bhld", 5, 3),
-    "aten::_scaled_dot_product_flash_attention": ("bhld", 4, None),
-    "aten::_scaled_dot_product_efficient_attention": ("bhld", 6, 3),
-    "aten::_scaled_dot_product_cudnn_attention": ("bhld", 6, 3),
-    "aten::_cudnn_attention_forward": ("bhld", 10, 3),
-    "aten::_flash_attention_forward": ("blhd", 8, None),
-    "aten::_efficient_attention_forward": ("blhd", 9, 3),
-}
 
 
 def attention(dims: list, types: list, concrete: list = (), layout: str = "bhld",

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from attrib.components.patterns import SDPA_ARGS
 from attrib.cost import elementwise as ew
 from attrib.cost import inductor
 from attrib.cost import matmul as mm
@@ -151,7 +152,7 @@ def _shape_models() -> list[CostModel]:
     out += _each(_with_inplace(_ELEMENTWISE), ew.elementwise)
     out += _each(_IO_ARGS, ew.io_args)
     out += [one(shapes(mm.attention, layout=lay, causal_index=causal, mask_index=mask), ops=(n,))
-            for n, (lay, causal, mask) in mm.SDPA.items()]
+            for n, (lay, causal, mask) in SDPA_ARGS.items()]
     out.append(one(_triton, prefixes=TRITON))
     return out
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from math import prod
 
-from attrib.cost.dtypes import SIZES, Cost, concrete_bool, concrete_int, tensor, unknown
+from attrib.cost.dtypes import NCCL_TYPES, SIZES, Cost, concrete_bool, concrete_int, tensor, unknown
 from attrib.cost.elementwise import cache_write
 from attrib.cost.matmul import expected_active_experts
 
@@ -175,9 +175,6 @@ def paged_attention(name: str, dims: list, types: list, concrete: list, sums: di
 
 # NCCL/RCCL kernel names carry the collective and the element type: ncclDevKernel_AllReduce_Sum_bf16_RING_LL
 COLLECTIVE = r"(?i)(AllReduce|AllGather|ReduceScatter)_(?:\w+?_)?(bf16|f16|half|f32|float|f8e4m3|f8e5m2|i8|u8)_"
-# NCCL's element-type tag -> the canonical dtype (attrib.cost.dtypes), which gives its size
-NCCL_TYPES = {"bf16": "bf16", "f16": "fp16", "half": "fp16", "f32": "fp32", "float": "fp32",
-              "f8e4m3": "fp8_e4m3fn", "f8e5m2": "fp8_e5m2", "i8": "int8", "u8": "uint8"}
 # nccl-tests bus-bandwidth factors: bytes each rank moves over its links, per byte of the buffer
 BUS_FACTOR = {"allreduce": lambda n: 2 * (n - 1) / n, "allgather": lambda n: (n - 1) / n,
               "reducescatter": lambda n: (n - 1) / n}

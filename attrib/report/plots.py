@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from attrib.analysis.model import Analysis, Phase
+from attrib.cost.dtypes import PEAK_KEY
 from attrib.report.compare import CHANGED, PhaseComparison
 from attrib.report.labels import LEADER, Box, place
 from attrib.report.slope import Slope
@@ -89,12 +90,11 @@ def _component_colors(ph: Phase) -> dict[str, str]:
 
 
 def _peak_tflops(an: Analysis, ph: Phase) -> tuple[float | None, str | None]:
-    peaks = an.device.matrix_tflops
     dtypes = [c.dtype for c in ph.component_rows if c.dtype]
     for d in dtypes + ["bf16", "fp16"]:
-        key = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}.get(d, d)
-        if peaks.get(key):
-            return float(peaks[key]), key
+        peak = an.device.matrix_peak(d)
+        if peak:
+            return peak, PEAK_KEY.get(d, d)
     return None, None
 
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from attrib.components.taxonomy import GEMM_COMPONENTS
 from attrib.report.provenance_diff import provenance_diff
 
 SCHEMA_ID = "attrib.slope/1"
-WEIGHT_BOUND = ("qkv_proj", "o_proj", "mlp_gate_up", "mlp_down", "moe_router", "moe_experts",
-                "moe_shared_expert", "lm_head")
+WEIGHT_BOUND = GEMM_COMPONENTS  # their time per step does not follow the context
 MIN_CONTEXTS = 2
 # stamp fields that follow the context by construction (a cache sized to the prompt): not a different stack
 CONTEXT_KEYS = ("context_length", "tokens_per_step", "model_config.max_position_embeddings")

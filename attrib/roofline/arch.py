@@ -20,6 +20,7 @@ from typing import Any
 import polars as pl
 
 from attrib.components.patterns import ISA, ROCPRIM_ARCH
+from attrib.cost.dtypes import PEAK_KEY
 from attrib.errors import TraceError
 
 if sys.version_info >= (3, 11):
@@ -29,9 +30,6 @@ else:  # pragma: no cover - exercised on 3.10 only
 
 _REQUIRED = ("arch", "name", "vendor", "wave_size", "compute_units", "num_sms_reported",
              "compute_major", "compute_minor", "peak_bw_gbs")
-# canonical cost-model dtypes -> the key of the TFLOP/s tables
-PEAK_KEY = {"fp8_e4m3fn": "fp8", "fp8_e5m2": "fp8", "fp8_e4m3fnuz": "fp8", "fp8_e5m2fnuz": "fp8",
-            "fp4x2": "mxfp4", "uint8": "int8", "qint8": "int8", "quint8": "int8"}
 
 
 @dataclass(frozen=True)

@@ -9,12 +9,13 @@ from typing import Any
 import orjson
 import polars as pl
 
+from attrib.components.patterns import SDPA, SDPA_ARGS, SDPA_CPU_FLASH
 from attrib.steps.phases import vllm_sums
 
 # Ops whose input 1 is K laid out [batch, kv_heads, positions, head_dim]: positions = dims[1][-2].
-SDPA_OPS = ("aten::scaled_dot_product_attention", "aten::_scaled_dot_product_efficient_attention",
-            "aten::_scaled_dot_product_flash_attention", "aten::_scaled_dot_product_cudnn_attention",
-            "aten::_scaled_dot_product_flash_attention_for_cpu")
+# (the public op and its backends' aten::_scaled_dot_product_* ops, the math fallback aside)
+SDPA_OPS = (SDPA, SDPA_CPU_FLASH, *(n for n in SDPA_ARGS if n.startswith("aten::_scaled_dot_product_")
+                                    and not n.endswith("_math")))
 
 
 def _k_positions(dims: str | None) -> int | None:

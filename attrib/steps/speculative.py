@@ -18,10 +18,11 @@ import numpy as np
 import orjson
 import polars as pl
 
+from attrib.components.patterns import SDPA
 from attrib.link.launches import module_paths
 
 PIECE = r"^(?P<parent>.+) forward \d+$"
-ATTENTION_OPS = ("aten::scaled_dot_product_attention",)  # q [B, H, q, D], k [B, Hkv, L, D]
+ATTENTION_OPS = (SDPA,)  # q [B, H, q, D], k [B, Hkv, L, D]
 
 
 def _roots(frames: pl.DataFrame) -> pl.DataFrame:
