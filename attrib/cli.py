@@ -313,7 +313,12 @@ def compare(traces: tuple[Path, ...], bases: tuple[Path, ...], cands: tuple[Path
                        min_effect_pct=min_effect, gate_pct=gate, allow_mismatch=allow_mismatch,
                        findings=tuple(baseline_findings(base_docs[0], cand_docs[0])))
     plots = plots_mod.compare_plots(cmp.phases) if fmt == "html" else {}
-    text = compare_render.FORMATS[fmt](cmp, plots)
+    if fmt == "table" and output is None:
+        from attrib.report.table import terminal_width
+
+        text = compare_render.render_table(cmp, terminal_width())
+    else:
+        text = compare_render.FORMATS[fmt](cmp, plots)
     _write(_printable(text) if fmt == "table" else text, output, force)
     if output is not None and fmt != "table" and cmp.gate:
         click.echo(compare_render.gate_lines(cmp)[-1])

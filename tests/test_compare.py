@@ -208,3 +208,21 @@ def test_none_spelled_differently_in_stamps_is_no_mismatch():
     assert cmp.matched_baseline and cmp.gate.exit_code != 3
     other = cand | {"provenance": prov | {"quantization": None, "batch": 4}}
     assert [m["key"] for m in compare([base], [other]).provenance_diff["mismatch"]] == ["batch"]
+
+
+@pytest.mark.parametrize("width", [80, 100, 160])
+def test_the_compare_table_fits_the_terminal(width):
+    """Every line of the terminal table fits; columns drop in DROP's order, the verdict stays."""
+    from attrib.report.compare_render import DROP, HEAD, render_table
+
+    base = _doc(FIXTURES / "captured" / "sdpa_attn_a.pt.trace.json.gz")
+    cand = _doc(FIXTURES / "captured" / "eager_attn.pt.trace.json.gz")
+    text = render_table(compare([base], [cand]), width)
+    lines = text.splitlines()
+    assert max(map(len, lines)) <= width
+    head = next(x for x in lines if x.lstrip().startswith("row "))
+    kept = [h for h in HEAD if h in head]
+    assert "verdict" in kept and "delta %" in kept
+    dropped = [h for h in HEAD if h not in kept]
+    assert set(dropped) == set(DROP[: len(dropped)])
+    assert (width == 160) == (not dropped)

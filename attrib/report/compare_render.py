@@ -11,9 +11,12 @@ from attrib.report.compare import CHANGED, Comparison, PhaseComparison, Row, Sta
 from attrib.report import speculative as spec_report
 from attrib.report.html import CSS, escape
 from attrib.report.markdown import esc, table as md_table
+from attrib.report.table import grid, wrap
 
 HEAD = ("row", "base ms", "cand ms", "delta ms", "delta %", "p", "95% CI of delta (ms)", "verdict",
         "per token")
+# on a terminal too narrow for the table, its columns go in this order (then the row names shorten)
+DROP = ("per token", "p", "base ms", "cand ms", "95% CI of delta (ms)")
 # a changed row in the HTML: its class and colour (slower red, faster green)
 ROW_CSS = ("tr.slower td{background:#fbe9e7}tr.faster td{background:#e8f5e9}"
            "tr.slower td:nth-child(8){color:#b3261e;font-weight:600}"
@@ -111,18 +114,15 @@ def finding_lines(c: Comparison) -> list[str]:
             + (f"; remedy: {f.remedy}" if f.remedy else "") for f in c.findings]
 
 
-def render_table(c: Comparison) -> str:
-    lines = header_lines(c)
+def render_table(c: Comparison, width: int | None = None) -> str:
+    """The terminal table; with `width`, every line fits it (prose wraps, columns drop in DROP's
+    order, then row names shorten in the middle)."""
+    lines = [x for line in header_lines(c) for x in wrap(line, width)]
     for ph in c.phases:
-        lines += ["", f"== {ph.phase}: " + "; ".join(phase_lines(ph))]
-        body = rows(ph)
-        widths = [max(len(r[i]) for r in [HEAD, *body]) for i in range(len(HEAD))]
-        for r in [HEAD, *body]:
-            cells = (r[0].ljust(widths[0]) if i == 0 else
-                     (x.ljust(widths[i]) if i >= 7 else x.rjust(widths[i])) for i, x in enumerate(r))
-            lines.append(("   " + "  ".join(cells)).rstrip())
-    lines += [f"note: {n}" for n in c.notes] + finding_lines(c)
-    return "\n".join(lines + gate_lines(c)) + "\n"
+        lines += [""] + wrap(f"== {ph.phase}: " + "; ".join(phase_lines(ph)), width)
+        lines += grid(HEAD, rows(ph), width, DROP, "row")
+    tail = [f"note: {n}" for n in c.notes] + finding_lines(c) + gate_lines(c)
+    return "\n".join(lines + [x for line in tail for x in wrap(line, width)]) + "\n"
 
 
 def render_markdown(c: Comparison) -> str:
