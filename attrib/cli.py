@@ -77,31 +77,89 @@ def _analysis_options(f):
     """The options every command that analyzes one trace shares (analyze, report)."""
     opts = [
         click.option("--phase", help="Only this phase (prefill, decode, ...)."),
-        click.option("--phase-map", multiple=True, metavar="NAME=PHASE", help="Treat annotation NAME as PHASE (repeatable)."),
-        click.option("--arch", "arch_name", metavar="NAME", help="Measure against this device instead of the detected "
-                     "one (what-if; see `attrib archs`)."),
-        click.option("--arch-file", type=click.Path(path_type=Path, exists=True, dir_okay=False),
-                     help="TOML with your own measured device entries (added to the database)."),
-        click.option("--model", type=click.Path(path_type=Path), help="HF config.json: budget decode bytes for "
-                     "components the trace has no shapes for (graph replays, rocprof)."),
-        click.option("--weight-bits", metavar="BITS|CLASS=BITS,...", help="With --model: bits per weight, one figure "
-                     "or per class (experts=4.25,attention=16,default=16; classes attention, mlp, experts, shared_experts, "
-                     "router, embedding, lm_head). Default: the config's quantization_config, else 16."),
-        click.option("--kv-dtype", type=click.Choice(sorted(KV_BYTES)), default="bf16", show_default=True,
-                     help="With --model: KV-cache element type."),
-        click.option("--context", type=int, help="With --model: K/V positions each decode step reads "
-                     "(default: the decode steps' median read from the trace)."),
-        click.option("--what-if", "what_if", metavar="CLASS=FORMAT,...", help="With --model: project decode at "
-                     "other formats: weights=int4|int8|fp8|mxfp4 (or per class: experts=, attention=, mlp=, lm_head=, "
-                     "default=), kv=fp8|int8 (int4: 0.5 B + an fp16 scale per 128)."),
-        click.option("--capture", "capture", type=click.Path(path_type=Path), help="The graph-capture trace of this "
-                     "replay trace (vLLM capture_torch_profiler): replayed kernels get their ops, shapes and modules."),
-        click.option("--capture-batch", type=int, help="With --capture: the captured batch size to align with."),
-        click.option("--baseline", type=click.Path(path_type=Path), help="A plain decode trace of the "
-                     "target: a speculative loop's speedup is measured against its decode step."),
-        click.option("--top", type=click.IntRange(1), default=None, help="Top kernels (and bottlenecks) to show "
-                     "(default: 5 on a terminal, 10 in files)."),
-        click.option("-o", "--output", type=click.Path(path_type=Path), help="Write to FILE instead of stdout."),
+        click.option(
+            "--phase-map",
+            multiple=True,
+            metavar="NAME=PHASE",
+            help="Treat annotation NAME as PHASE (repeatable).",
+        ),
+        click.option(
+            "--arch",
+            "arch_name",
+            metavar="NAME",
+            help="Measure against this device instead of the detected "
+            "one (what-if; see `attrib archs`).",
+        ),
+        click.option(
+            "--arch-file",
+            type=click.Path(path_type=Path, exists=True, dir_okay=False),
+            help="TOML with your own measured device entries (added to the database).",
+        ),
+        click.option(
+            "--model",
+            type=click.Path(path_type=Path),
+            help="HF config.json: budget decode bytes for "
+            "components the trace has no shapes for (graph replays, rocprof).",
+        ),
+        click.option(
+            "--weight-bits",
+            metavar="BITS|CLASS=BITS,...",
+            help="With --model: bits per weight, one figure "
+            "or per class (experts=4.25,attention=16,default=16; classes attention, mlp, experts, shared_experts, "
+            "router, embedding, lm_head). Default: the config's quantization_config, else 16.",
+        ),
+        click.option(
+            "--kv-dtype",
+            type=click.Choice(sorted(KV_BYTES)),
+            default="bf16",
+            show_default=True,
+            help="With --model: KV-cache element type.",
+        ),
+        click.option(
+            "--context",
+            type=int,
+            help="With --model: K/V positions each decode step reads "
+            "(default: the decode steps' median read from the trace).",
+        ),
+        click.option(
+            "--what-if",
+            "what_if",
+            metavar="CLASS=FORMAT,...",
+            help="With --model: project decode at "
+            "other formats: weights=int4|int8|fp8|mxfp4 (or per class: experts=, attention=, mlp=, lm_head=, "
+            "default=), kv=fp8|int8 (int4: 0.5 B + an fp16 scale per 128).",
+        ),
+        click.option(
+            "--capture",
+            "capture",
+            type=click.Path(path_type=Path),
+            help="The graph-capture trace of this "
+            "replay trace (vLLM capture_torch_profiler): replayed kernels get their ops, shapes and modules.",
+        ),
+        click.option(
+            "--capture-batch",
+            type=int,
+            help="With --capture: the captured batch size to align with.",
+        ),
+        click.option(
+            "--baseline",
+            type=click.Path(path_type=Path),
+            help="A plain decode trace of the "
+            "target: a speculative loop's speedup is measured against its decode step.",
+        ),
+        click.option(
+            "--top",
+            type=click.IntRange(1),
+            default=None,
+            help="Top kernels (and bottlenecks) to show "
+            "(default: 5 on a terminal, 10 in files).",
+        ),
+        click.option(
+            "-o",
+            "--output",
+            type=click.Path(path_type=Path),
+            help="Write to FILE instead of stdout.",
+        ),
         click.option("--force", is_flag=True, help="Overwrite FILE if it exists."),
     ]
     for o in reversed(opts):
@@ -134,9 +192,15 @@ def _analyze(trace: Path, o: dict) -> Analysis:
 
 @cli.command()
 @click.argument("trace", type=click.Path(path_type=Path))
-@click.option("--format", "fmt", type=click.Choice(["table", "json", *TABLE_FORMATS]),
-              default="table", show_default=True, help="csv/parquet: a folder (-o DIR) of one file per table and index.json; "
-              "xlsx: one workbook (-o FILE.xlsx).")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "json", *TABLE_FORMATS]),
+    default="table",
+    show_default=True,
+    help="csv/parquet: a folder (-o DIR) of one file per table and index.json; "
+    "xlsx: one workbook (-o FILE.xlsx).",
+)
 @click.option("-v", "--verbose", is_flag=True, help="Findings' raw evidence and notes whole.")
 @_analysis_options
 def analyze(trace: Path, fmt: str, verbose: bool, **o) -> None:
@@ -253,9 +317,16 @@ def _dump(doc: dict) -> str:
 
 def _file_options(f):
     """--arch-file, -o/--output and --force (compare, ranks)."""
-    opts = [click.option("--arch-file", type=click.Path(path_type=Path, exists=True, dir_okay=False)),
-            click.option("-o", "--output", type=click.Path(path_type=Path), help="Write to FILE instead of stdout."),
-            click.option("--force", is_flag=True, help="Overwrite FILE if it exists.")]
+    opts = [
+        click.option("--arch-file", type=click.Path(path_type=Path, exists=True, dir_okay=False)),
+        click.option(
+            "-o",
+            "--output",
+            type=click.Path(path_type=Path),
+            help="Write to FILE instead of stdout.",
+        ),
+        click.option("--force", is_flag=True, help="Overwrite FILE if it exists."),
+    ]
     for o in reversed(opts):
         f = o(f)
     return f
@@ -376,11 +447,25 @@ def _rank_traces(items: tuple[Path, ...]) -> list[Path]:
 
 @cli.command("ranks")
 @click.argument("traces", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("--format", "fmt", type=click.Choice(["table", "json", "md"]), default=None,
-              help="Default: from the output's suffix, else table.")
-@click.option("--link-gbs", type=click.FloatRange(min=0, min_open=True), metavar="GB/S",
-              help="Interconnect bandwidth per direction (default: the device's, `attrib archs`).")
-@click.option("--phase-map", multiple=True, metavar="NAME=PHASE", help="Treat annotation NAME as PHASE (repeatable).")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "json", "md"]),
+    default=None,
+    help="Default: from the output's suffix, else table.",
+)
+@click.option(
+    "--link-gbs",
+    type=click.FloatRange(min=0, min_open=True),
+    metavar="GB/S",
+    help="Interconnect bandwidth per direction (default: the device's, `attrib archs`).",
+)
+@click.option(
+    "--phase-map",
+    multiple=True,
+    metavar="NAME=PHASE",
+    help="Treat annotation NAME as PHASE (repeatable).",
+)
 @click.option("--arch", "arch_name", metavar="NAME", help="Take the link bandwidth of this device.")
 @_file_options
 def ranks_cmd(traces: tuple[Path, ...], fmt: str | None, link_gbs: float | None, phase_map: tuple[str, ...],
@@ -410,18 +495,44 @@ def ranks_cmd(traces: tuple[Path, ...], fmt: str | None, link_gbs: float | None,
 @cli.command()
 @click.argument("folder", type=click.Path(path_type=Path, exists=True, file_okay=False))
 @click.option("--phase", default="decode", show_default=True, help="The phase followed over time.")
-@click.option("--window", type=click.IntRange(1), metavar="N",
-              help="Each file is compared with this many files before it (default: "
-                   "attrib.report.trend's WINDOW, 3).")
-@click.option("--min-effect", type=click.FloatRange(0), metavar="PCT",
-              help="Smallest change (percent) flagged (default: attrib.report.compare's MIN_EFFECT_PCT, 3).")
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
-@click.option("--phase-map", multiple=True, metavar="NAME=PHASE", help="Treat annotation NAME as PHASE (repeatable).")
+@click.option(
+    "--window",
+    type=click.IntRange(1),
+    metavar="N",
+    help="Each file is compared with this many files before it (default: "
+    "attrib.report.trend's WINDOW, 3).",
+)
+@click.option(
+    "--min-effect",
+    type=click.FloatRange(0),
+    metavar="PCT",
+    help="Smallest change (percent) flagged (default: attrib.report.compare's MIN_EFFECT_PCT, 3).",
+)
+@click.option(
+    "--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True
+)
+@click.option(
+    "--phase-map",
+    multiple=True,
+    metavar="NAME=PHASE",
+    help="Treat annotation NAME as PHASE (repeatable).",
+)
 @click.option("--arch-file", type=click.Path(path_type=Path, exists=True, dir_okay=False))
-@click.option("-o", "--output", type=click.Path(path_type=Path), help="Write to FILE instead of stdout.")
+@click.option(
+    "-o", "--output", type=click.Path(path_type=Path), help="Write to FILE instead of stdout."
+)
 @click.option("--force", is_flag=True, help="Overwrite FILE if it exists.")
-def trend(folder: Path, phase: str, window: int | None, min_effect: float | None, fmt: str, phase_map: tuple[str, ...],
-          arch_file: Path | None, output: Path | None, force: bool) -> None:
+def trend(
+    folder: Path,
+    phase: str,
+    window: int | None,
+    min_effect: float | None,
+    fmt: str,
+    phase_map: tuple[str, ...],
+    arch_file: Path | None,
+    output: Path | None,
+    force: bool,
+) -> None:
     """The rolling captures in FOLDER (collectors.capture(..., every=N)) over time: GB/token, tok/s and
     the top step-time cause per file, each compared with the files before it as `compare` does.
 
@@ -544,26 +655,58 @@ def _sizes(text: str) -> tuple[int, ...]:
     try:
         sizes = tuple(int(x) for x in text.split(","))
     except ValueError:
-        raise click.BadParameter(f"expected MiB figures like 1024,2048, got {text!r}", param_hint="--sizes") from None
+        raise click.BadParameter(
+            f"expected MiB figures like 1024,2048, got {text!r}", param_hint="--sizes"
+        ) from None
     if not sizes or min(sizes) < 1:
         raise click.BadParameter(f"sizes must be positive MiB figures, got {text!r}", param_hint="--sizes")
     return sizes
 
 
 @cli.command()
-@click.option("--device", default="cuda", show_default=True,
-              help="cuda or cuda:N (ROCm builds too); cpu: a dry run of the same code on host memory.")
-@click.option("--sizes", metavar="MIB,...", help="Buffer sizes, well above the last-level cache (small "
-              "ones only for a dry run; default: collectors.calibrate's SIZES_MIB, 1024,2048,4096).")
-@click.option("--matmul-n", type=click.IntRange(16), help="Square matmul size per dtype (default: collectors.calibrate's MATMUL_N).")
-@click.option("--reps", type=click.IntRange(1),
-              help="Timed repetitions per measurement, the median kept (default: collectors.calibrate's REPS).")
-@click.option("--format", "fmt", type=click.Choice(["toml", "json"]), default="toml", show_default=True,
-              help="toml: the --arch-file entry; json: every measured figure and the entry.")
-@click.option("-o", "--output", type=click.Path(path_type=Path), help="Write to FILE instead of stdout.")
+@click.option(
+    "--device",
+    default="cuda",
+    show_default=True,
+    help="cuda or cuda:N (ROCm builds too); cpu: a dry run of the same code on host memory.",
+)
+@click.option(
+    "--sizes",
+    metavar="MIB,...",
+    help="Buffer sizes, well above the last-level cache (small "
+    "ones only for a dry run; default: collectors.calibrate's SIZES_MIB, 1024,2048,4096).",
+)
+@click.option(
+    "--matmul-n",
+    type=click.IntRange(16),
+    help="Square matmul size per dtype (default: collectors.calibrate's MATMUL_N).",
+)
+@click.option(
+    "--reps",
+    type=click.IntRange(1),
+    help="Timed repetitions per measurement, the median kept (default: collectors.calibrate's REPS).",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["toml", "json"]),
+    default="toml",
+    show_default=True,
+    help="toml: the --arch-file entry; json: every measured figure and the entry.",
+)
+@click.option(
+    "-o", "--output", type=click.Path(path_type=Path), help="Write to FILE instead of stdout."
+)
 @click.option("--force", is_flag=True, help="Overwrite FILE if it exists.")
-def calibrate(device: str, sizes: str | None, matmul_n: int | None, reps: int | None, fmt: str, output: Path | None,
-              force: bool) -> None:
+def calibrate(
+    device: str,
+    sizes: str | None,
+    matmul_n: int | None,
+    reps: int | None,
+    fmt: str,
+    output: Path | None,
+    force: bool,
+) -> None:
     """Measure this GPU with torch (read/write/copy GB/s, matrix TFLOP/s per dtype) and write an
     --arch-file entry whose sustained roof `analyze --arch-file` uses.
 
@@ -596,16 +739,38 @@ SWEEP_FORMATS = {".parquet": "parquet", ".csv": "csv", ".json": "json", ".md": "
 @cli.command()
 @click.argument("traces", nargs=-1, type=click.Path(path_type=Path))
 @click.option("-j", "--jobs", type=click.IntRange(1), help="Worker processes (default: the CPUs).")
-@click.option("--ray", "ray_address", is_flag=False, flag_value="", default=None, metavar="[ADDRESS]",
-              help="Run the analyses as Ray tasks on the cluster at ADDRESS (else RAY_ADDRESS, else a "
-                   "local Ray); needs the `ray` extra.")
-@click.option("--format", "fmt", type=click.Choice(["table", "json", "md", "html", "csv", "parquet"]),
-              help="Default: from the output's suffix, else table.")
-@click.option("--phase-map", multiple=True, metavar="NAME=PHASE", help="Treat annotation NAME as PHASE (repeatable).")
-@click.option("--arch", "arch_name", metavar="NAME", help="Measure every trace against this device.")
+@click.option(
+    "--ray",
+    "ray_address",
+    is_flag=False,
+    flag_value="",
+    default=None,
+    metavar="[ADDRESS]",
+    help="Run the analyses as Ray tasks on the cluster at ADDRESS (else RAY_ADDRESS, else a "
+    "local Ray); needs the `ray` extra.",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "json", "md", "html", "csv", "parquet"]),
+    help="Default: from the output's suffix, else table.",
+)
+@click.option(
+    "--phase-map",
+    multiple=True,
+    metavar="NAME=PHASE",
+    help="Treat annotation NAME as PHASE (repeatable).",
+)
+@click.option(
+    "--arch", "arch_name", metavar="NAME", help="Measure every trace against this device."
+)
 @click.option("--arch-file", type=click.Path(path_type=Path, exists=True, dir_okay=False))
-@click.option("-o", "--output", type=click.Path(path_type=Path),
-              help="table.parquet|.csv (the table), report.md|.html (with plots), or .json.")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(path_type=Path),
+    help="table.parquet|.csv (the table), report.md|.html (with plots), or .json.",
+)
 @click.option("--force", is_flag=True, help="Overwrite FILE (and a report's plots) if they exist.")
 def sweep(traces: tuple[Path, ...], jobs: int | None, ray_address: str | None, fmt: str | None,
           phase_map: tuple[str, ...], arch_name: str | None, arch_file: Path | None,

@@ -33,10 +33,13 @@ import sys, time
 from collectors import kineto
 t = time.perf_counter()
 tr = kineto.read(sys.argv[1])
-tables = sum(getattr(tr, n).estimated_size() for n in ("kernels", "ops", "frames", "launches", "markers", "copies"))
+names = ("kernels", "ops", "frames", "launches", "markers", "copies")
+tables = sum(getattr(tr, n).estimated_size() for n in names)
 print({"wall_s": time.perf_counter() - t, "events": tr.meta.events, "tables_mb": tables / 1e6})
 """
-_BEFORE = _READ.replace("kineto.read(sys.argv[1])", "kineto.read(sys.argv[1], block=0)")  # the whole-text reader
+_BEFORE = _READ.replace(
+    "kineto.read(sys.argv[1])", "kineto.read(sys.argv[1], block=0)"
+)  # the whole-text reader
 _ANALYZE = """
 import contextlib, io, sys, time
 t = time.perf_counter()
@@ -93,7 +96,9 @@ def _tree_rss_mb(pid: int) -> float:
 def measure(code: str, trace: Path) -> dict:
     """Run `code` on the trace in a fresh interpreter: its printed dict, peak tree RSS, CPU."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.Popen([sys.executable, "-c", code, str(trace)], stdout=subprocess.PIPE, env=env, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, str(trace)], stdout=subprocess.PIPE, env=env, text=True
+    )
     peak = 0.0
     t = time.perf_counter()
     while True:
@@ -129,7 +134,9 @@ def main() -> int:
     ap.add_argument("--gzip", action="store_true", help="write the scaled traces gzip'd")
     ap.add_argument("--dir", type=Path, default=ROOT / "out", help="where the traces are written")
     ap.add_argument("--floor-max", type=float, default=1.0, help="largest size (GB) the floor is run on")
-    ap.add_argument("--analyze-max", type=float, default=1.0, help="largest size (GB) attrib analyze is run on")
+    ap.add_argument(
+        "--analyze-max", type=float, default=1.0, help="largest size (GB) attrib analyze is run on"
+    )
     ap.add_argument("--before-max", type=float, default=0.0,
                     help="largest size (GB) the whole-text reader (the reader before streaming) is run on")
     ap.add_argument("--keep", action="store_true", help="keep the traces")
@@ -171,8 +178,10 @@ def main() -> int:
 def _line(row: dict) -> str:
     r, f = row["read"], row.get("floor")
     ratio = f" = {r['wall_s'] / f['wall_s']:.2f}x floor{' (scaled)' if f.get('scaled') else ''}" if f else ""
-    out = (f"{row['file']}: {row['raw_mb']:.0f} MB raw, {r['events']:,} events; read {r['wall_s']:.1f} s{ratio}, "
-           f"CPU {r['cpu_s']:.1f} s, peak RSS {r['peak_rss_mb']:.0f} MB (tables {r['tables_mb']:.0f} MB)")
+    out = (
+        f"{row['file']}: {row['raw_mb']:.0f} MB raw, {r['events']:,} events; read {r['wall_s']:.1f} s{ratio}, "
+        f"CPU {r['cpu_s']:.1f} s, peak RSS {r['peak_rss_mb']:.0f} MB (tables {r['tables_mb']:.0f} MB)"
+    )
     if "before" in row:
         b = row["before"]
         out += f"; whole-text reader {b['wall_s']:.1f} s, peak RSS {b['peak_rss_mb']:.0f} MB"

@@ -11,12 +11,13 @@ Each block starts from the same cropped KV cache, so every block does the same w
 wall time of every step is summed per block. Per round: overhead = (S1 + S2) / (A1 + A2) - 1,
 and the cost of one window = (S1 + S2 - A1 - A2) / windows; also timed directly (added after the
 2026-12-01 run, so not in its results): the window steps of each S block against the median of
-its other steps, and the median unsampled S step against the median A step. Reported: the mean over rounds with
-a bootstrap 95% CI, the median step of each variant, and the overhead this window cost gives at
+its other steps, and the median unsampled S step against the median A step. Reported: the mean
+over rounds with a bootstrap 95% CI, the median step of each variant, and the overhead this window cost gives at
 other N (cost / (N x step)), with the N that keeps it under 0.1%.
 
 `--rolling DIR`: then a rolling capture of a smaller model (every 25 steps, 4 steps a file, the
-last 8 kept: 7 written), its batch changed from 4 to 16 after 100 steps: the folder `attrib trend` is tested on.
+last 8 kept: 7 written), its batch changed from 4 to 16 after 100 steps: the folder `attrib trend`
+is tested on.
 """
 
 from __future__ import annotations
@@ -147,16 +148,32 @@ def overhead(args, out_dir: Path) -> dict:
     at = {str(k): {"pct": win["mean"] / (k * step_ms) * 100,
                    "ci95": [c / (k * step_ms) * 100 for c in win["ci95"]]} for k in (100, 1000, 10000)}
     need = win["ci95"][1] / (0.001 * step_ms)
-    return {"every": args.every, "block_steps": n, "rounds": len(rounds), "steps_timed": len(a_steps) + len(s_steps),
-            "median_step_ms": {"bare": step_ms, "sampled": statistics.median(s_steps) * 1e3},
-            "overhead_pct": pct, "window_cost_ms": win, "overhead_pct_at_every": at,
-            "every_for_0.1pct": int(need) + 1, "first_window_s": first_s,
-            "window_cost_direct_ms": mean_ci(direct), "unsampled_step_median_pct": mean_ci(unsampled),
-            "samples": res.samples, "skipped": res.skipped, "errors": res.errors,
-            "with_stack": not args.no_stack, "model": {"layers": args.layers, "hidden": args.hidden,
-                                                     "vocab": args.vocab, "batch": args.batch,
-                                                     "prompt": args.prompt},
-            "per_round": rounds}
+    return {
+        "every": args.every,
+        "block_steps": n,
+        "rounds": len(rounds),
+        "steps_timed": len(a_steps) + len(s_steps),
+        "median_step_ms": {"bare": step_ms, "sampled": statistics.median(s_steps) * 1e3},
+        "overhead_pct": pct,
+        "window_cost_ms": win,
+        "overhead_pct_at_every": at,
+        "every_for_0.1pct": int(need) + 1,
+        "first_window_s": first_s,
+        "window_cost_direct_ms": mean_ci(direct),
+        "unsampled_step_median_pct": mean_ci(unsampled),
+        "samples": res.samples,
+        "skipped": res.skipped,
+        "errors": res.errors,
+        "with_stack": not args.no_stack,
+        "model": {
+            "layers": args.layers,
+            "hidden": args.hidden,
+            "vocab": args.vocab,
+            "batch": args.batch,
+            "prompt": args.prompt,
+        },
+        "per_round": rounds,
+    }
 
 
 def rolling(args, out: Path) -> dict:

@@ -110,7 +110,9 @@ def _finish(parts: list[pl.DataFrame], notes: Notes) -> pl.DataFrame | None:
                 notes.nulled[c] = notes.nulled.get(c, 0) + bad
                 notes.first.setdefault("nulled", 0)
             df = df.with_columns(_dims(c))
-    if df["start_ns"].null_count() or not df["start_ns"].is_sorted():  # a stable sort of sorted rows is those rows: no copy then
+    if (
+        df["start_ns"].null_count() or not df["start_ns"].is_sorted()
+    ):  # a stable sort of sorted rows is those rows: no copy then
         df = df.sort("start_ns", maintain_order=True)
     return df.with_row_index("id").with_columns(pl.col("id").cast(pl.Int64))
 
@@ -228,8 +230,8 @@ def read(path: str | Path, parallel: bool | None = None, block: int = kineto_str
 
     The file is streamed in pieces of about `block` bytes of JSON text (collectors.kineto_stream:
     memory bounded by the tables, not the file); a document that cannot be cut cleanly is read
-    whole, as it is with block=0. parallel=True: read whole, decoded with a worker process too (collectors.kineto_worker);
-    None: a document read whole uses the worker when its text is at least PARALLEL_BYTES and a CPU
+    whole, as it is with block=0. parallel=True: read whole, decoded with a worker process too
+    (collectors.kineto_worker); None: a document read whole uses the worker when its text is at least PARALLEL_BYTES and a CPU
     was free while it was read and split. The tables are the same whichever way it is read."""
     path = Path(path)
     got = None if parallel or block <= 0 else _streamed(path, block)
@@ -241,7 +243,9 @@ def read(path: str | Path, parallel: bool | None = None, block: int = kineto_str
         warnings.append(str(provenance.pop("warning")))
     if isinstance(doc.attrib, dict) and not provenance:
         provenance = doc.attrib
-    tables = {t: _finish(parts.pop(t), notes) for t in list(parts)}  # each table's chunks freed as it is built
+    tables = {
+        t: _finish(parts.pop(t), notes) for t in list(parts)
+    }  # each table's chunks freed as it is built
     flows = tables.pop("flows")
     warnings += notes.warnings()
     tables = validate.tables(tables, warnings, path)

@@ -48,7 +48,9 @@ DOC = msgspec.json.Decoder(Doc)
 
 def cut_warning(kind: str | None) -> TraceWarning:
     """The warning for a compressed stream that ends early."""
-    return TraceWarning(f"{kind or 'compressed'} stream is truncated; reading what was decompressed", TRUNCATED)
+    return TraceWarning(
+        f"{kind or 'compressed'} stream is truncated; reading what was decompressed", TRUNCATED
+    )
 
 
 def read_bytes(path: Path) -> tuple[bytes | bytearray, list[str]]:
@@ -67,8 +69,11 @@ def check_sizes(path: Path, raws: list[msgspec.Raw], base: int) -> None:
     longest = max(map(len, raws))
     if longest > limits.EVENT_LIMIT:
         at = base + next(i for i, r in enumerate(raws) if len(r) == longest)
-        raise TraceError(path, f"event {at} is {longest / 1e6:.0f} MB long (limit {limits.EVENT_LIMIT >> 20} MB): "
-                               "not a profiler event")
+        raise TraceError(
+            path,
+            f"event {at} is {longest / 1e6:.0f} MB long (limit {limits.EVENT_LIMIT >> 20} MB): "
+            "not a profiler event",
+        )
 
 
 def decode_doc(path: Path, text: bytes, warnings: list[str], before: int = 0,
@@ -84,7 +89,9 @@ def decode_doc(path: Path, text: bytes, warnings: list[str], before: int = 0,
     except DECODE_ERRORS as exc:
         problem = str(exc)
     except RecursionError:
-        raise TraceError(path, "JSON nested too deeply (thousands of levels; a profiler event has a few)") from None
+        raise TraceError(
+            path, "JSON nested too deeply (thousands of levels; a profiler event has a few)"
+        ) from None
     if "truncated" in problem or warnings:
         doc = _salvage(text)
         if (doc is None or not doc.traceEvents) and before and floor is not None:

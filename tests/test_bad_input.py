@@ -39,7 +39,9 @@ def no_analysis(monkeypatch):
     """Fails the test if the CLI gets as far as loading the trace (the checks must come before the work)."""
     calls = []
     # the CLI imports analyze_path from attrib.app inside each command (a fast start)
-    monkeypatch.setattr(attrib.app, "analyze_path", lambda *a, **k: calls.append(a) or pytest.fail("analysis ran"))
+    monkeypatch.setattr(
+        attrib.app, "analyze_path", lambda *a, **k: calls.append(a) or pytest.fail("analysis ran")
+    )
     return calls
 
 

@@ -26,7 +26,11 @@ def test_cpu_dry_run_writes_an_arch_file_entry_and_refuses_to_overwrite(tmp_path
     out = tmp_path / "mine.toml"
     assert main([*DRY, "-o", str(out)]) == 0
     (key, arch), = load_archs(out).items() - load_archs().items()
-    assert "dry run" in arch.name and arch.vendor == "cpu" and arch.calibrated["method"].startswith("bandwidth")
+    assert (
+        "dry run" in arch.name
+        and arch.vendor == "cpu"
+        and arch.calibrated["method"].startswith("bandwidth")
+    )
     assert set(arch.measured_bw_gbs) == {"read", "write", "copy"} and min(arch.measured_bw_gbs.values()) > 0
     assert {"fp16", "bf16", "fp32"} <= set(arch.measured_tflops)   # tf32, fp8: no CPU kernel
     assert arch.sustained_bw_gbs == max(arch.measured_bw_gbs["read"], arch.measured_bw_gbs["copy"])
@@ -72,8 +76,14 @@ def test_h200_entry_is_the_sustained_roof_of_analyze(tmp_path):
     dev = analyze(TRACE, arch_file=path).to_dict()
     d = dev["device"]
     assert d["key"] == key and d["peak_bw_gbs"] == 4800
-    assert d["roofline_bw_gbs"] == sustained(cal["bandwidth_gbs"]) == 4382 and d["roofline_bw_basis"] == "sustained"
-    assert d["calibrated"]["driver"] == "nvidia 580.159.04" and d["calibrated"]["measured_bw_gbs"]["copy"] == 4272
+    assert (
+        d["roofline_bw_gbs"] == sustained(cal["bandwidth_gbs"]) == 4382
+        and d["roofline_bw_basis"] == "sustained"
+    )
+    assert (
+        d["calibrated"]["driver"] == "nvidia 580.159.04"
+        and d["calibrated"]["measured_bw_gbs"]["copy"] == 4272
+    )
     assert any("4382 GB/s as the sustained roof, measured by attrib calibrate" in n for n in dev["notes"])
     plain = analyze(TRACE).to_dict()
     ph, ph0 = dev["phases"][-1], plain["phases"][-1]

@@ -121,7 +121,11 @@ def test_table_renderer_prints_every_component_row_of_the_document():
     doc = an.to_dict()
     lines = render(an).splitlines()
     for ph in doc["phases"]:
-        head = next(i for i, line in enumerate(lines) if line.startswith(f"== {ph['phase']}: {count(ph['steps'], 'step')},"))
+        head = next(
+            i
+            for i, line in enumerate(lines)
+            if line.startswith(f"== {ph['phase']}: {count(ph['steps'], 'step')},")
+        )
         hdr = next(i for i in range(head, len(lines)) if lines[i].split()[:1] == ["component"])
         rows = lines[hdr + 1: hdr + 1 + len(ph["components"])]
         assert [r.split()[0] for r in rows] == [c["component"] for c in ph["components"]]

@@ -115,8 +115,13 @@ def test_a_repeated_key_falls_back_to_the_whole_text(tmp_path):
     text = _text()
     at = text.index(b"{") + 1
     p = tmp_path / "dup.json"
-    p.write_bytes(text[:at] + b'"traceEvents": [' + text[text.index(b'"traceEvents": [') + 16:][:5000].rsplit(b"},", 1)[0]
-                  + b"}], " + text[at:])
+    p.write_bytes(
+        text[:at]
+        + b'"traceEvents": ['
+        + text[text.index(b'"traceEvents": [') + 16 :][:5000].rsplit(b"},", 1)[0]
+        + b"}], "
+        + text[at:]
+    )
     with pytest.raises(kineto_stream.Fallback):
         kineto_stream.read_events(p, BLOCK)
     tr = _both(p)

@@ -198,7 +198,9 @@ def test_p07_quiet_on_rocprof_graphs() -> None:
 def test_memory_bound_gap_lists_components_below_half_the_roofline() -> None:
     f = fired("h200_moe_eager")["roofline-memory-bound-gap"]
     ev = f.evidence
-    assert f.severity == "info" and ev["roofline_bw_gbs"] == 4800.0  # 0.9 of a 97.6 ms step and ev["roofline_bw_basis"] == "peak"
+    assert (
+        f.severity == "info" and ev["roofline_bw_gbs"] == 4800.0
+    )  # 0.9 of a 97.6 ms step and ev["roofline_bw_basis"] == "peak"
     comps = {c["component"]: c for c in ev["components"]}
     assert set(comps) == {"moe_experts", "norm"}
     assert comps["moe_experts"]["achieved_gbs"] == pytest.approx(2040, rel=0.02)

@@ -122,7 +122,10 @@ def test_linear_attention_torch_fallback_fires_on_qwen3next_and_not_elsewhere() 
     assert {x["frame"] for x in dec.evidence["frames"]} == {"torch_recurrent_gated_delta_rule", "causal_conv1d_update"}
     assert dec.ms_per_step > dec.evidence["kernel_ms_per_step"] > 0  # its kernels plus their share of launch gaps
     # graded by its share of the step (rules.finding.graded): 3.34 of a 19.2 ms decode step is 17%
-    assert dec.severity == "info" and found["prefill"].evidence["frames"][0]["frame"] == "torch_chunk_gated_delta_rule"
+    assert (
+        dec.severity == "info"
+        and found["prefill"].evidence["frames"][0]["frame"] == "torch_chunk_gated_delta_rule"
+    )
     for other in ("sdpa_attn_a", "deepseekv3_decode", "compile_decode"):
         assert "linear-attention-torch-fallback" not in _fired(other)
     no_frames = dataclasses.replace(a, trace=a.trace.with_tables(frames=a.trace.frames.clear()))

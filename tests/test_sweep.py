@@ -92,7 +92,8 @@ def test_routing_names_the_fastest_configuration_of_each_shape(pooled):
 
 
 def test_ray_gives_the_pools_table(pooled):
-    ray = pytest.importorskip("ray")
+    import ray  # a dev dependency: the test runs in CI, never skipped
+
     from attrib.sweep import run
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)

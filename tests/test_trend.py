@@ -43,7 +43,9 @@ def test_rows_in_capture_order_with_the_batch_change_flagged(doc):
         assert r["achieved_tok_s"] == pytest.approx(r["tokens_per_step"] / r["step_ms"] * 1e3, rel=0.02)
     change = rows[3]
     assert "tokens/step 4 -> 16" in change["changes"]
-    assert change["vs_previous"]["files"] == 0 and change["vs_previous"]["verdict"].startswith("not comparable")
+    assert change["vs_previous"]["files"] == 0 and change["vs_previous"]["verdict"].startswith(
+        "not comparable"
+    )
     # weights read once per step serve 4x the tokens: GB/token falls by well over half
     assert change["gb_per_token"] / rows[2]["gb_per_token"] < 0.4
     assert any(c.startswith("GB/token") for c in change["changes"])

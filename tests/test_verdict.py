@@ -25,15 +25,29 @@ from rules.finding import CAVEATS, severity_of
 
 # the fixtures test_attribution reads (gfx950's 12 s and the capture-only trace left out), a
 # decode-only captured trace, a vision forward and SGLang's decode
-FITS = [EXAMPLE_TRACE, *(FIXTURES / "torch" / n for n in (
-            "h100_hf_qwen1.5-0.5b-chat.json.gz", "h200_dense_prefill_cudagraph_decode.json.gz",
-            "mi300_hf_qwen1.5-0.5b-chat.json.gz", "mi300_vllm_prefilldecode_piecewise/graph_execution.json.gz",
-            "mi300_sglang_qwen3-8b_decode/sglang_Qwen3-8B_decode.json.gz")),
-        *(FIXTURES / "rocprof" / n for n in (
-            "gfx1201_llamacpp_rocpd_rocm7.2/32432_results.db.gz", "gfx1151_llamacpp_rocprofv3_csv",
-            "gfx1201_llamacpp_legacy_rocprof_v1/results.csv.gz")),
-        FIXTURES / "captured" / "blocking_copy_decode.pt.trace.json.gz",
-        FIXTURES / "captured" / "vit_forward_b8.pt.trace.json.gz"]
+FITS = [
+    EXAMPLE_TRACE,
+    *(
+        FIXTURES / "torch" / n
+        for n in (
+            "h100_hf_qwen1.5-0.5b-chat.json.gz",
+            "h200_dense_prefill_cudagraph_decode.json.gz",
+            "mi300_hf_qwen1.5-0.5b-chat.json.gz",
+            "mi300_vllm_prefilldecode_piecewise/graph_execution.json.gz",
+            "mi300_sglang_qwen3-8b_decode/sglang_Qwen3-8B_decode.json.gz",
+        )
+    ),
+    *(
+        FIXTURES / "rocprof" / n
+        for n in (
+            "gfx1201_llamacpp_rocpd_rocm7.2/32432_results.db.gz",
+            "gfx1151_llamacpp_rocprofv3_csv",
+            "gfx1201_llamacpp_legacy_rocprof_v1/results.csv.gz",
+        )
+    ),
+    FIXTURES / "captured" / "blocking_copy_decode.pt.trace.json.gz",
+    FIXTURES / "captured" / "vit_forward_b8.pt.trace.json.gz",
+]
 WIDTHS = (80, 100, 160)
 SCHEMA = json.loads((ROOT / "attrib" / "data" / "attrib.analysis-1.schema.json").read_text())
 
@@ -200,4 +214,3 @@ def test_every_subcommand_help_has_one_example():
     for name in cli.commands:
         r = runner.invoke(cli, [name, "--help"])
         assert r.exit_code == 0 and r.output.count(f"Example: attrib {name}") == 1, name
-

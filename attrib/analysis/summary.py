@@ -144,8 +144,16 @@ def _candidates(ph: Phase, findings: tuple[Finding, ...]) -> Iterator[tuple[floa
             if i in seen or ms is None:
                 continue
             seen.add(i)
-            yield ms, Action(0, _what(f.title, ph.phase), round(ms, 4), _share(ms, step), f.phrase(), f.remedy,
-                             f.rule, i)
+            yield ms, Action(
+                0,
+                _what(f.title, ph.phase),
+                round(ms, 4),
+                _share(ms, step),
+                f.phrase(),
+                f.remedy,
+                f.rule,
+                i,
+            )
         if not b.findings and b.ms_per_step is not None:
             yield b.ms_per_step, Action(0, _row_what(b), b.ms_per_step, b.share_of_step,
                                         _row_evidence(b), None, None, None)
