@@ -12,8 +12,8 @@ wall time of every step is summed per block. Per round: overhead = (S1 + S2) / (
 and the cost of one window = (S1 + S2 - A1 - A2) / windows; also timed directly (added after the
 2026-12-01 run, so not in its results): the window steps of each S block against the median of
 its other steps, and the median unsampled S step against the median A step. Reported: the mean
-over rounds with a bootstrap 95% CI, the median step of each variant, and the overhead this window cost gives at
-other N (cost / (N x step)), with the N that keeps it under 0.1%.
+over rounds with a bootstrap 95% CI, the median step of each variant, and the overhead this window
+cost gives at other N (cost / (N x step)), with the N that keeps it under 0.1%.
 
 `--rolling DIR`: then a rolling capture of a smaller model (every 25 steps, 4 steps a file, the
 last 8 kept: 7 written), its batch changed from 4 to 16 after 100 steps: the folder `attrib trend`

@@ -231,8 +231,9 @@ def read(path: str | Path, parallel: bool | None = None, block: int = kineto_str
     The file is streamed in pieces of about `block` bytes of JSON text (collectors.kineto_stream:
     memory bounded by the tables, not the file); a document that cannot be cut cleanly is read
     whole, as it is with block=0. parallel=True: read whole, decoded with a worker process too
-    (collectors.kineto_worker); None: a document read whole uses the worker when its text is at least PARALLEL_BYTES and a CPU
-    was free while it was read and split. The tables are the same whichever way it is read."""
+    (collectors.kineto_worker); None: a document read whole uses the worker when its text is at
+    least PARALLEL_BYTES and a CPU was free while it was read and split. The tables are the same
+    whichever way it is read."""
     path = Path(path)
     got = None if parallel or block <= 0 else _streamed(path, block)
     if got is None:

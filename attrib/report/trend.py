@@ -4,8 +4,8 @@ Per file of one phase, in capture order: tokens per step, step ms per token, tok
 the top cause of the step-time ledger (the profiler's own rows left out: they are the capture's
 cost). Each file is compared with the `window` files before it at the same tokens per step (none
 across a batch change) the way `attrib compare` compares two sides (attrib.report.compare.stats:
-Mann-Whitney U, bootstrap CI of the median change, the earlier files as several base runs); a change of batch, of GB/token (by `min_effect_pct` or more)
-or of the top cause is flagged too.
+Mann-Whitney U, bootstrap CI of the median change, the earlier files as several base runs); a change
+of batch, of GB/token (by `min_effect_pct` or more) or of the top cause is flagged too.
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ A window is cut into disjoint stretches, in this order:
 - `copy` (what = memcpy direction or memset): a GPU copy runs and no kernel does.
 - The rest is GPU idle (cut in attrib.steps.idle). A stretch of it that ends at GPU work launched
   at least `OUTSIDE_MIN_NS` before the end of the stretch is `outside`: the work was in the queue
-  and waited on something the trace does not show running (a stream wait on an event recorded before the window, or work
-  from before the profile). The rest of each idle stretch is host-side:
+  and waited on something the trace does not show running (a stream wait on an event recorded before
+  the window, or work from before the profile). The rest of each idle stretch is host-side:
   - `launch` (what = between launches | inside graph replays): stretches up to `LAUNCH_GAP_NS`;
   - `sync` (what = the call and the op that made it): longer stretches, while the launching thread
     is inside a synchronizing call (stream/event/device synchronize, a blocking copy);
