@@ -112,16 +112,17 @@ def _remedy(cause: str, top: LedgerRow, f: Facts) -> str:
 
 def _title(cause: str, top: LedgerRow, ms: float, f: Facts) -> str:
     """The largest row of the cause with its ms, and the cause's total where other rows add to it."""
+    own = top.ms_per_step
+    more = ms > own * 1.01  # other rows of the cause add to it: the lead names the cause, then the top
     lead = {
-        "host": f"host stall in {top.what}",
-        "sync": f"host blocked in {top.what}",
+        "host": f"host stalls, most in {top.what}" if more else f"host stall in {top.what}",
+        "sync": f"host blocked, most in {top.what}" if more else f"host blocked in {top.what}",
         "launch": f"launch gaps {top.what}",
         "outside": f"GPU waits on work outside the step ({top.what})",
         "copy": f"GPU copies ({top.what})",
         "profiler": "profiler overhead (estimate)",
     }[cause]
-    own = top.ms_per_step
-    rest = f"; {cause} rows in all {ms:.3f} ms" if ms > own * 1.01 else ""
+    rest = f"; {cause} rows in all {ms:.3f} ms" if more else ""
     return f"{f.phase}: {lead}: {own:.3f} ms of each {f.step_ms:.3f} ms step ({own / f.step_ms:.0%}{rest})"
 
 
