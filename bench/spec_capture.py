@@ -165,7 +165,11 @@ def main():
     ap.add_argument("out")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--only", default="plain,copy,noised,random,lookup")
+    ap.add_argument("--no-cudnn-sdpa", action="store_true",
+                    help="SDPA without its cuDNN backend (no per-shape plan build in a pass)")
     a = ap.parse_args()
+    if a.no_cudnn_sdpa:
+        torch.backends.cuda.enable_cudnn_sdp(False)
     os.makedirs(a.out, exist_ok=True)
     dev = a.device
     target = llama(TARGET, dev, seed=0)
