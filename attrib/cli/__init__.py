@@ -1,0 +1,99 @@
+"""The `attrib` command line: the group (attrib.cli.common), its commands by what they read
+(attrib.cli.single: one trace; attrib.cli.runs: several; attrib.cli.device: the device and
+the catalog), and `main`, the console entry point.
+
+Each command imports the engine it needs inside its body (a fast start: `attrib --version`
+loads click alone, `analyze` neither scipy, matplotlib nor the compare/slope/export modules).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from typing import Any
+
+import click
+
+from attrib.errors import TraceError, UsageError
+from attrib.report.printable import printable
+
+from attrib.cli import device, runs, single
+from attrib.cli.common import check_output, cli
+
+COMMANDS = (single, runs, device)  # importing them registered their commands on `cli`
+
+__all__ = ["check_output", "cli", "main"]
+
+
+class Signalled(BaseException):
+    """SIGTERM or SIGHUP, raised in the main thread as Ctrl-C is, so every cleanup runs (temporary
+    copies of inputs, half-written outputs); not an Exception, so no `except Exception` swallows it."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+# exit statuses: 0 done, 1 a --gate failed, 2 bad input or usage, 3 compare: not comparable,
+# 70 an internal error (sysexits' EX_SOFTWARE), 128+N a signal
+INTERNAL_ERROR = 70
+
+
+def _raise_signal(signum: int, frame: object) -> None:
+    raise Signalled(signum)
+
+
+def _on_signals() -> dict[signal.Signals, Any]:
+    """Raise Signalled on SIGTERM/SIGHUP where they would kill (left alone under nohup or a parent's
+    own handler); the handlers replaced, to restore."""
+    old: dict[signal.Signals, Any] = {}
+    for sig in (signal.SIGTERM, getattr(signal, "SIGHUP", None)):
+        if sig is not None and signal.getsignal(sig) is signal.SIG_DFL:
+            try:
+                old[sig] = signal.signal(sig, _raise_signal)
+            except ValueError:  # not the main thread: leave signals to the host program
+                break
+    return old
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console entry point: bad input is one line on stderr and exit code 2, never a traceback."""
+    old = _on_signals()
+    try:
+        return _main(argv)
+    except Signalled as exc:
+        click.echo(f"attrib: stopped by {signal.Signals(exc.signum).name}; nothing was left half-written",
+                   err=True)
+        return 128 + exc.signum
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+
+def _main(argv: list[str] | None) -> int:
+    try:
+        rv = cli.main(args=argv, prog_name="attrib", standalone_mode=False)
+    except (TraceError, UsageError) as exc:
+        click.echo(printable(f"attrib: error: {exc}"), err=True)
+        return 2
+    except click.exceptions.Abort:
+        click.echo("attrib: aborted", err=True)
+        return 130
+    except click.UsageError as exc:  # a bad argument or path: one line, not click's usage text
+        click.echo(printable(f"attrib: error: {exc.format_message()}"), err=True)
+        return 2
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 130
+    except MemoryError:  # input larger than this machine (or its memory limit) allows: a fact, not a bug
+        click.echo("attrib: error: out of memory: the input needs more memory than this process may use", err=True)
+        return 2
+    except Exception as exc:  # a bug, not bad input: still one line unless asked for the traceback
+        if os.environ.get("ATTRIB_DEBUG"):
+            raise
+        click.echo(printable(f"attrib: internal error: {type(exc).__name__}: {exc} (set ATTRIB_DEBUG=1 for a "
+                             "traceback)"), err=True)
+        return INTERNAL_ERROR
+    return rv if isinstance(rv, int) else 0

@@ -1,0 +1,106 @@
+"""The command group and what its commands share: option parsing, output, warnings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+import orjson
+
+from attrib.errors import TraceError
+from attrib.output import write_file
+from attrib.report.printable import printable
+from attrib.report.progress import progress
+from attrib.version import __version__
+
+if TYPE_CHECKING:
+    from attrib.analysis.model import Analysis
+
+def parse_phase_map(items: tuple[str, ...]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        name, sep, phase = item.partition("=")
+        if not sep or not name or not phase:
+            raise click.BadParameter(f"expected NAME=PHASE, got {item!r}", param_hint="--phase-map")
+        out[name] = phase
+    return out
+
+
+def check_output(out: Path | None, force: bool) -> None:
+    """Refuse an output path before any work: an existing file without --force, a missing folder."""
+    if out is None:
+        return
+    if out.is_dir():
+        raise TraceError(out, "is a directory; give a file name")
+    if out.exists() and not force:
+        raise TraceError(out, "exists; pass --force to overwrite it")
+    if not out.parent.is_dir():
+        raise TraceError(out, f"folder {out.parent} does not exist (attrib creates no folders)")
+
+
+def warn(path: object, message: str) -> None:
+    """A reader's warning (what it salvaged or dropped): one line on stderr."""
+    click.echo(printable(f"attrib: warning: {path}: {message}"), err=True)
+
+
+def write(text: str, out: Path | None, force: bool) -> None:
+    """TEXT on stdout, or as the file OUT (whole or not at all; see attrib.output)."""
+    if out is None:
+        click.echo(text, nl=False)
+    else:
+        write_file(out, text, force)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="attrib")
+def cli() -> None:
+    """attrib: where LLM-inference milliseconds and bytes go, per model component."""
+
+
+
+
+def analyses(traces: tuple[Path, ...], phase_map: dict[str, str], arch_name: str | None,
+          arch_file: Path | None) -> list[Analysis]:
+    from attrib.app import analyze_path, resolve_arch
+    from attrib.options import Options
+
+    arch, arch_from = resolve_arch(arch_name, arch_file)
+    opts = Options(phase_map=phase_map, arch=arch, arch_from=arch_from, arch_file=arch_file)
+    out = []
+    for t in traces:
+        with progress(f"analyzing {t}"):
+            out.append(analyze_path(t, opts, warn=warn))
+    return out
+
+
+def printable_lines(text: str) -> str:
+    """A terminal table with every line safe to print (paths and stamp values come from files)."""
+    return "".join(printable(line) + "\n" for line in text.splitlines())
+
+
+def dump(doc: dict) -> str:
+    return orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n"
+
+
+def output_options() -> list:
+    """-o/--output and --force, as every command that writes a file takes them."""
+    return [click.option("-o", "--output", type=click.Path(path_type=Path),
+                         help="Write to FILE instead of stdout."),
+            click.option("--force", is_flag=True, help="Overwrite FILE if it exists.")]
+
+
+def apply(f, opts: list):
+    """f decorated with `opts` (click options), the first listed shown first in the help."""
+    for o in reversed(opts):
+        f = o(f)
+    return f
+
+
+def file_options(f):
+    """--arch-file, -o/--output and --force (compare, ranks)."""
+    arch_file = click.option("--arch-file", type=click.Path(path_type=Path, exists=True, dir_okay=False))
+    return apply(f, [arch_file, *output_options()])
+
+

@@ -1,0 +1,172 @@
+"""The commands about the device and the catalog: capture, archs, calibrate, rules."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from attrib.report.printable import printable
+
+from attrib.cli.common import check_output, cli, dump, warn, write
+
+
+@cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("--rocprof", is_flag=True, required=True, expose_value=False,
+              help="Run CMD under rocprofv3 (the capture this command does; torch capture is the Python API).")
+@click.option("--hip-trace", is_flag=True, help="Also trace HIP API calls.")
+@click.option("--memory-copy-trace", is_flag=True, help="Also trace memory copies.")
+@click.option("--format", "fmt", type=click.Choice(["rocpd", "csv", "json"]), default="rocpd", show_default=True)
+@click.option("-d", "--output-dir", "out_dir", type=click.Path(path_type=Path), default=Path("rocprof-out"),
+              show_default=True)
+@click.option("--rocprofv3", default="rocprofv3", show_default=True, help="Path to rocprofv3 (non-standard installs).")
+@click.option("--analyze/--no-analyze", default=True, show_default=True, help="Analyze what was captured.")
+@click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
+def capture(hip_trace: bool, memory_copy_trace: bool, fmt: str, out_dir: Path, rocprofv3: str,
+            analyze: bool, cmd: tuple[str, ...]) -> None:
+    """Run CMD under rocprofv3 and analyze its trace.
+
+    \b
+    Example: attrib capture --rocprof -- llama-bench -m model.gguf -n 32"""
+    from attrib.app import analyze_path
+    from attrib.report.table import render, terminal_width
+    from collectors.rocprof.run import run
+
+    res = run(list(cmd), out_dir, hip_trace=hip_trace, memory_copy_trace=memory_copy_trace, fmt=fmt,
+              rocprofv3=rocprofv3)
+    if res.warning:
+        click.echo(f"attrib: warning: {res.warning}", err=True)
+    for path in res.traces:
+        click.echo(f"captured: {path}")
+        if analyze:
+            click.echo(render(analyze_path(path, warn=warn), width=terminal_width()))
+
+
+@cli.command()
+@click.option("--arch-file", type=click.Path(path_type=Path, exists=True, dir_okay=False))
+@click.option("--template", "show_template", is_flag=True, help="Print an entry to fill in for a device not in "
+              "the database (pass it back with --arch-file).")
+@click.option("--trace", "trace_path", type=click.Path(path_type=Path), help="With --template: prefill it from "
+              "the device this trace recorded.")
+def archs(arch_file: Path | None, show_template: bool, trace_path: Path | None) -> None:
+    """List the device database: bandwidth (peak, sustained), peak matrix TFLOP/s.
+
+    \b
+    Example: attrib archs --template --trace trace.json.gz > mygpu.toml"""
+    from attrib.roofline.arch import arch_table
+    from attrib.roofline.template import template
+    from collectors import load
+
+    if show_template:
+        devices = load(trace_path).meta.devices if trace_path is not None else ()
+        click.echo(template(devices[0] if devices else None), nl=False)
+        return
+    t = arch_table(arch_file)
+    click.echo(f"{'key':<14}{'arch':<9}{'CUs':>5}{'peak GB/s':>11}{'sust. GB/s':>12}{'bf16 TF':>9}{'fp8 TF':>8}  name")
+    for r in t.iter_rows(named=True):
+        def f(x, fmt="{:g}"):
+            return "-" if x is None else fmt.format(x)
+        click.echo(f"{r['key']:<14}{r['arch']:<9}{r['cus']:>5}{f(r['peak_bw_gbs']):>11}{f(r['sustained_bw_gbs']):>12}"
+                   f"{f(r['bf16_tflops']):>9}{f(r['fp8_tflops']):>8}  {r['name']}")
+    click.echo("derived and unverified figures are listed per entry in attrib/data/archs.toml")
+
+
+def _sizes(text: str) -> tuple[int, ...]:
+    try:
+        sizes = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise click.BadParameter(
+            f"expected MiB figures like 1024,2048, got {text!r}", param_hint="--sizes"
+        ) from None
+    if not sizes or min(sizes) < 1:
+        raise click.BadParameter(f"sizes must be positive MiB figures, got {text!r}", param_hint="--sizes")
+    return sizes
+
+
+@cli.command()
+@click.option(
+    "--device",
+    default="cuda",
+    show_default=True,
+    help="cuda or cuda:N (ROCm builds too); cpu: a dry run of the same code on host memory.",
+)
+@click.option(
+    "--sizes",
+    metavar="MIB,...",
+    help="Buffer sizes, well above the last-level cache (small "
+    "ones only for a dry run; default: collectors.calibrate's SIZES_MIB, 1024,2048,4096).",
+)
+@click.option(
+    "--matmul-n",
+    type=click.IntRange(16),
+    help="Square matmul size per dtype (default: collectors.calibrate's MATMUL_N).",
+)
+@click.option(
+    "--reps",
+    type=click.IntRange(1),
+    help="Timed repetitions per measurement, the median kept (default: collectors.calibrate's REPS).",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["toml", "json"]),
+    default="toml",
+    show_default=True,
+    help="toml: the --arch-file entry; json: every measured figure and the entry.",
+)
+@click.option(
+    "-o", "--output", type=click.Path(path_type=Path), help="Write to FILE instead of stdout."
+)
+@click.option("--force", is_flag=True, help="Overwrite FILE if it exists.")
+def calibrate(
+    device: str,
+    sizes: str | None,
+    matmul_n: int | None,
+    reps: int | None,
+    fmt: str,
+    output: Path | None,
+    force: bool,
+) -> None:
+    """Measure this GPU with torch (read/write/copy GB/s, matrix TFLOP/s per dtype) and write an
+    --arch-file entry whose sustained roof `analyze --arch-file` uses.
+
+    \b
+    Example: attrib calibrate -o my_gpu.toml"""
+    from attrib.report.progress import bar
+    from attrib.roofline.calibrated import entry as calibrated_entry
+    from collectors import calibrate as calib
+    from collectors import measure_device
+
+    check_output(output, force)
+    mib = _sizes(sizes) if sizes is not None else calib.SIZES_MIB
+    matmul_n = calib.MATMUL_N if matmul_n is None else matmul_n
+    reps = calib.REPS if reps is None else reps
+    with bar(f"calibrating {device}", calib.steps(mib)) as tick:
+        cal = measure_device(device, sizes_mib=mib, matmul_n=matmul_n, reps=reps, tick=tick).to_dict()
+    key, toml = calibrated_entry(cal)
+    bw, tf = cal["bandwidth_gbs"], cal["matrix_tflops"]
+    doc = {"schema": "attrib.calibration/1", **cal, "entry_key": key, "entry": toml}
+    write(toml if fmt == "toml" else dump(doc), output, force)
+    where = f"; wrote {output}" if output is not None else ""
+    click.echo(printable(f"attrib: {cal['device']['name']}: " + ", ".join(f"{k} {v:g}" for k, v in bw.items())
+                         + " GB/s; " + ", ".join(f"{k} {v:g}" for k, v in tf.items())
+                         + f" TFLOP/s (entry [{key}]{where})"), err=True)
+
+
+
+
+@cli.command("rules")
+@click.option("--arch", "arch_name", metavar="NAME", help="Only the rules that apply to this arch (e.g. gfx1151).")
+def rules_cmd(arch_name: str | None) -> None:
+    """List the pathology rules: id, archs, what each needs from a trace, references.
+
+    \b
+    Example: attrib rules --arch gfx1151"""
+    from attrib.app import catalog
+
+    for r in catalog(arch_name):
+        click.echo(f"{r['id']}  [archs: {r['archs']}]\n    needs: {r['needs']}")
+        for ref in r["references"]:
+            click.echo(f"    {ref}")
+
+

@@ -1,0 +1,353 @@
+"""The commands over several traces: compare, slope, ranks, trend, sweep."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from attrib.errors import TraceError, UsageError
+from attrib.output import write_file, write_files
+from attrib.report.formats import COMPARE_FORMATS, SLOPE_FORMATS
+from attrib.report.printable import printable
+from attrib.report.progress import progress
+
+from attrib.cli.common import (analyses, check_output, cli, dump, file_options, parse_phase_map,
+                               printable_lines, warn, write)
+
+
+@cli.command()
+@click.argument("traces", nargs=-1, type=click.Path(path_type=Path))
+@click.option("-b", "--base", "bases", multiple=True, type=click.Path(path_type=Path),
+              help="A baseline trace (repeat for several runs of the baseline).")
+@click.option("-c", "--cand", "cands", multiple=True, type=click.Path(path_type=Path),
+              help="A candidate trace (repeat for several runs of the candidate).")
+@click.option("--gate", type=click.FloatRange(0), metavar="PCT", help="Exit 1 when a phase's per-token time is "
+              "significantly slower by more than PCT percent.")
+@click.option("--min-effect", type=click.FloatRange(0), metavar="PCT",
+              help="Smallest change (percent) called faster/slower (default: attrib.report.compare's "
+                   "MIN_EFFECT_PCT, 3).")
+@click.option("--allow-mismatch", is_flag=True, help="With --gate: gate even when the stamps say the two "
+              "sides are not a matched baseline (else exit 3, not comparable).")
+@click.option("--format", "fmt", type=click.Choice(COMPARE_FORMATS), default=None,
+              help="Default: from the output's suffix, else table.")
+@click.option("--phase-map", multiple=True, metavar="NAME=PHASE", help="Treat annotation NAME as PHASE (repeatable).")
+@click.option("--arch", "arch_name", metavar="NAME", help="Measure both sides against this device.")
+@file_options
+def compare(traces: tuple[Path, ...], bases: tuple[Path, ...], cands: tuple[Path, ...], gate: float | None,
+            allow_mismatch: bool, min_effect: float | None, fmt: str | None, phase_map: tuple[str, ...],
+            arch_name: str | None, arch_file: Path | None, output: Path | None, force: bool) -> int:
+    """Before/after: attrib compare BASE CAND, or -b BASE1 -b BASE2 -c CAND1 -c CAND2 (runs of one stack):
+    per phase and component, the change with statistics over steps and a verdict. With --gate: exit 1 on
+    a regression, 3 when the stamps say the sides are not a matched baseline.
+
+    \b
+    Example: attrib compare before.json.gz after.json.gz --gate 5"""
+    from attrib.app import baseline_findings
+    from attrib.report import compare_render, renderers
+    from attrib.report import plots as plots_mod
+    from attrib.report.compare import MIN_EFFECT_PCT
+    from attrib.report.compare import compare as compare_docs
+
+    min_effect = MIN_EFFECT_PCT if min_effect is None else min_effect
+    if traces and (bases or cands):
+        raise UsageError("give BASE CAND as two arguments, or -b/--base and -c/--cand, not both")
+    if traces:
+        if len(traces) != 2:
+            raise UsageError(f"compare takes two traces (BASE CAND), got {len(traces)}; use -b/-c for several per side")
+        bases, cands = (traces[0],), (traces[1],)
+    if not bases or not cands:
+        raise UsageError("compare needs a baseline and a candidate: attrib compare BASE CAND")
+    fmt = fmt or (renderers.by_suffix(output, "table").name if output else "table")
+    if fmt not in compare_render.FORMATS:
+        raise UsageError(f"compare writes {', '.join(compare_render.FORMATS)}, not {fmt}")
+    check_output(output, force)
+    pm = parse_phase_map(phase_map)
+    base_docs, cand_docs = analyses(bases, pm, arch_name, arch_file), analyses(cands, pm, arch_name, arch_file)
+    cmp = compare_docs([b.to_dict() for b in base_docs], [c.to_dict() for c in cand_docs],
+                       min_effect_pct=min_effect, gate_pct=gate, allow_mismatch=allow_mismatch,
+                       findings=tuple(baseline_findings(base_docs[0], cand_docs[0])))
+    plots = plots_mod.compare_plots(cmp.phases) if fmt == "html" else {}
+    if fmt == "table" and output is None:
+        from attrib.report.table import terminal_width
+
+        text = compare_render.render_table(cmp, terminal_width())
+    else:
+        text = compare_render.FORMATS[fmt](cmp, plots)
+    write(printable_lines(text) if fmt == "table" else text, output, force)
+    if output is not None and fmt != "table" and cmp.gate:
+        click.echo(compare_render.gate_lines(cmp)[-1])
+    return cmp.gate.exit_code if cmp.gate else 0
+
+
+@cli.command()
+@click.argument("traces", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--phase", default="decode", show_default=True, help="The phase whose steps are fitted.")
+@click.option("--format", "fmt", type=click.Choice(SLOPE_FORMATS), default=None,
+              help="Default: from the output's suffix, else table.")
+@click.option("--phase-map", multiple=True, metavar="NAME=PHASE", help="Treat annotation NAME as PHASE (repeatable).")
+@click.option("-o", "--output", type=click.Path(path_type=Path), help="Write to FILE instead of stdout.")
+@click.option("--force", is_flag=True, help="Overwrite FILE if it exists.")
+def slope(traces: tuple[Path, ...], phase: str, fmt: str | None, phase_map: tuple[str, ...],
+          output: Path | None, force: bool) -> None:
+    """Traces of one stack at different context lengths: per component, time per step against context
+    (us per 1k context tokens, 95% CI) and where attention overtakes the weight-bound components.
+
+    \b
+    Example: attrib slope ctx1024.json.gz ctx4096.json.gz ctx16384.json.gz"""
+    from attrib.report import plots as plots_mod
+    from attrib.report import renderers, slope_render
+    from attrib.report.slope import slope as slope_fit
+
+    if len(traces) < 2:
+        raise UsageError("slope needs traces at two or more context lengths (three or more to trust it)")
+    fmt = fmt or (renderers.by_suffix(output, "table").name if output else "table")
+    if fmt not in slope_render.FORMATS:
+        raise UsageError(f"slope writes {', '.join(slope_render.FORMATS)}, not {fmt}")
+    check_output(output, force)
+    res = slope_fit([d.to_dict() for d in analyses(traces, parse_phase_map(phase_map), None, None)], phase)
+    if not res.rows:
+        raise UsageError(f"no {phase} steps with a known context in two or more traces: nothing to fit "
+                         "(" + "; ".join(res.notes) + ")")
+    text = slope_render.FORMATS[fmt](res, plots_mod.slope_plots(res) if fmt == "html" else {})
+    write(printable_lines(text) if fmt == "table" else text, output, force)
+
+
+def _rank_traces(items: tuple[Path, ...]) -> list[Path]:
+    """TRACES as given; a folder stands for its trace files (*.json, *.json.gz; stamps and
+    .model.json sidecars left out)."""
+    out: list[Path] = []
+    for p in items:
+        if not p.is_dir():
+            out.append(p)
+            continue
+        found = sorted(f for f in p.iterdir() if f.is_file() and f.name.endswith((".json", ".json.gz"))
+                       and not f.name.endswith((".attrib.json", ".model.json")))
+        if not found:
+            raise TraceError(p, "holds no trace files (*.json, *.json.gz)")
+        out += found
+    return out
+
+
+@cli.command("ranks")
+@click.argument("traces", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "json", "md"]),
+    default=None,
+    help="Default: from the output's suffix, else table.",
+)
+@click.option(
+    "--link-gbs",
+    type=click.FloatRange(min=0, min_open=True),
+    metavar="GB/S",
+    help="Interconnect bandwidth per direction (default: the device's, `attrib archs`).",
+)
+@click.option(
+    "--phase-map",
+    multiple=True,
+    metavar="NAME=PHASE",
+    help="Treat annotation NAME as PHASE (repeatable).",
+)
+@click.option("--arch", "arch_name", metavar="NAME", help="Take the link bandwidth of this device.")
+@file_options
+def ranks_cmd(traces: tuple[Path, ...], fmt: str | None, link_gbs: float | None, phase_map: tuple[str, ...],
+              arch_name: str | None, arch_file: Path | None, output: Path | None, force: bool) -> None:
+    """The ranks of one run merged (a folder of per-rank traces, or the traces): step times side by
+    side, the slowest rank, collectives split into wait, transfer and latency, step-start skew.
+
+    \b
+    Example: attrib ranks traces/tp2/"""
+    from attrib.app import merge_ranks, resolve_arch
+    from attrib.options import Options
+    from attrib.report import ranks as ranks_render
+    from attrib.report import renderers
+
+    fmt = fmt or (renderers.by_suffix(output, "table").name if output else "table")
+    check_output(output, force)
+    arch, arch_from = resolve_arch(arch_name, arch_file)
+    opts = Options(phase_map=parse_phase_map(phase_map), arch=arch, arch_from=arch_from, arch_file=arch_file)
+    paths = _rank_traces(traces)
+    with progress(f"analyzing {len(paths)} ranks"):
+        doc = merge_ranks(paths, opts, link_gbs, warn=warn)
+    text = {"json": dump, "md": ranks_render.render_markdown,
+            "table": lambda d: printable_lines(ranks_render.render_table(d))}[fmt](doc)
+    write(text, output, force)
+
+
+@cli.command()
+@click.argument("folder", type=click.Path(path_type=Path, exists=True, file_okay=False))
+@click.option("--phase", default="decode", show_default=True, help="The phase followed over time.")
+@click.option(
+    "--window",
+    type=click.IntRange(1),
+    metavar="N",
+    help="Each file is compared with this many files before it (default: "
+    "attrib.report.trend's WINDOW, 3).",
+)
+@click.option(
+    "--min-effect",
+    type=click.FloatRange(0),
+    metavar="PCT",
+    help="Smallest change (percent) flagged (default: attrib.report.compare's MIN_EFFECT_PCT, 3).",
+)
+@click.option(
+    "--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True
+)
+@click.option(
+    "--phase-map",
+    multiple=True,
+    metavar="NAME=PHASE",
+    help="Treat annotation NAME as PHASE (repeatable).",
+)
+@click.option("--arch-file", type=click.Path(path_type=Path, exists=True, dir_okay=False))
+@click.option(
+    "-o", "--output", type=click.Path(path_type=Path), help="Write to FILE instead of stdout."
+)
+@click.option("--force", is_flag=True, help="Overwrite FILE if it exists.")
+def trend(
+    folder: Path,
+    phase: str,
+    window: int | None,
+    min_effect: float | None,
+    fmt: str,
+    phase_map: tuple[str, ...],
+    arch_file: Path | None,
+    output: Path | None,
+    force: bool,
+) -> None:
+    """The rolling captures in FOLDER (collectors.capture(..., every=N)) over time: GB/token, tok/s and
+    the top step-time cause per file, each compared with the files before it as `compare` does.
+
+    \b
+    Example: attrib trend traces/rolling/"""
+    from attrib.report import trend as trend_mod
+    from attrib.report.compare import MIN_EFFECT_PCT
+    from collectors import traces_in
+
+    window = trend_mod.WINDOW if window is None else window
+    min_effect = MIN_EFFECT_PCT if min_effect is None else min_effect
+    check_output(output, force)
+    files = traces_in(folder)
+    if not files:
+        raise TraceError(folder, "holds no trace attrib can read")
+    docs = [d.to_dict() for d in analyses(tuple(files), parse_phase_map(phase_map), None, arch_file)]
+    doc = trend_mod.trend(docs, phase, window, min_effect)
+    if not doc["rows"]:
+        raise UsageError(f"{folder}: no {phase!r} phase in any of its {len(files)} traces")
+    write(dump(doc) if fmt == "json" else printable_lines(trend_mod.render(doc)), output, force)
+
+
+
+
+SWEEP_FORMATS = {".parquet": "parquet", ".csv": "csv", ".json": "json", ".md": "md", ".html": "html"}
+
+
+@cli.command()
+@click.argument("traces", nargs=-1, type=click.Path(path_type=Path))
+@click.option("-j", "--jobs", type=click.IntRange(1), help="Worker processes (default: the CPUs).")
+@click.option(
+    "--ray",
+    "ray_address",
+    is_flag=False,
+    flag_value="",
+    default=None,
+    metavar="[ADDRESS]",
+    help="Run the analyses as Ray tasks on the cluster at ADDRESS (else RAY_ADDRESS, else a "
+    "local Ray); needs the `ray` extra.",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "json", "md", "html", "csv", "parquet"]),
+    help="Default: from the output's suffix, else table.",
+)
+@click.option(
+    "--phase-map",
+    multiple=True,
+    metavar="NAME=PHASE",
+    help="Treat annotation NAME as PHASE (repeatable).",
+)
+@click.option(
+    "--arch", "arch_name", metavar="NAME", help="Measure every trace against this device."
+)
+@click.option("--arch-file", type=click.Path(path_type=Path, exists=True, dir_okay=False))
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(path_type=Path),
+    help="table.parquet|.csv (the table), report.md|.html (with plots), or .json.",
+)
+@click.option("--force", is_flag=True, help="Overwrite FILE (and a report's plots) if they exist.")
+def sweep(traces: tuple[Path, ...], jobs: int | None, ray_address: str | None, fmt: str | None,
+          phase_map: tuple[str, ...], arch_name: str | None, arch_file: Path | None,
+          output: Path | None, force: bool) -> int:
+    """Analyse many traces (files, folders of traces) in parallel into one table: a row per trace
+    and phase, the capture stamp's keys, tok/s achieved and ceiling, GB/token, step ms, the top
+    ledger cause; and which configuration wins each workload shape's prefill and decode.
+
+    \b
+    Example: attrib sweep traces/grid/ -j 2 -o grid.parquet"""
+    from attrib.report.progress import bar
+    from attrib.sweep import Spec, run, traces as sweep_traces
+
+    if not traces and not (ray_address and Path(ray_address).exists()):
+        raise UsageError("sweep needs one or more traces (files or folders of traces)")
+    if ray_address and ":" not in ray_address and Path(ray_address).exists():
+        raise UsageError(f"--ray took {ray_address!r} as the Ray address: put --ray after the "
+                         "traces, or give --ray=ADDRESS")
+    fmt = fmt or (SWEEP_FORMATS.get(output.suffix.lower()) if output is not None else "table")
+    if fmt is None:
+        raise UsageError(f"{output}: give the table as .parquet or .csv, a report as .md or .html, "
+                         "or the rows as .json")
+    if fmt == "parquet" and output is None:
+        raise UsageError("--format parquet writes a file: give -o table.parquet")
+    check_output(output, force)
+    spec = Spec(tuple(parse_phase_map(phase_map).items()), arch_name,
+                str(arch_file) if arch_file is not None else None)
+    spec.options()  # a bad --arch or --arch-file fails here, once, before any trace
+    paths = sweep_traces(traces)
+    with bar("sweep", len(paths)) as done:
+        res = run(paths, spec, jobs=jobs, ray_address=ray_address or None,
+                  use_ray=ray_address is not None, done=done)
+    for w in res.warnings:
+        click.echo(printable(f"attrib: warning: {w}"), err=True)
+    for r in res.failed:
+        click.echo(printable(f"attrib: skipped: {r.error}"), err=True)
+    if not res.table.height:
+        raise UsageError(f"no trace of the {len(paths)} could be analysed")
+    _sweep_write(res.table, fmt, output, force)
+    return 0
+
+
+def _sweep_write(table: Any, fmt: str, out: Path | None, force: bool) -> None:
+    """The sweep table in format FMT on stdout or as OUT (a markdown report's plots beside it)."""
+    import io
+
+    from attrib.report import plots as plots_mod
+    from attrib.report import sweep_render
+    from attrib.report.sweep import document
+
+    if fmt == "parquet":
+        buf = io.BytesIO()
+        table.write_parquet(buf)
+        return write_file(out, buf.getvalue(), force) if out is not None else None
+    text = {"csv": lambda: table.write_csv(), "json": lambda: dump(document(table)),
+            "table": lambda: sweep_render.render_table(table)}.get(fmt)
+    if text is not None:
+        return write(text(), out, force)
+    note = None if plots_mod.available() else plots_mod.MISSING
+    with progress("drawing plots"):
+        svgs = sweep_render.plots(table) if out is not None or fmt == "html" else {}
+    if fmt == "html":
+        return write(sweep_render.render_html(table, svgs, note), out, force)
+    if out is None:
+        note = note or "plots omitted on stdout: write the report to a file (-o sweep.md)"
+        return write(sweep_render.render_markdown(table, None, note), None, force)
+    files = [(out.with_name(f"{out.stem}.{name}.svg"), svg.encode()) for name, svg in svgs.items()]
+    names = {name: path.name for (name, _), (path, _) in zip(svgs.items(), files)}
+    write_files([*files, (out, sweep_render.render_markdown(table, names, note).encode())], force)
+
+

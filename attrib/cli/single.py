@@ -1,0 +1,277 @@
+"""The commands over one trace: analyze, report (and its table files), export."""
+
+from __future__ import annotations
+
+import glob
+import gzip
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+import orjson
+
+from attrib.cost.dtypes import KV_BYTES
+from attrib.errors import TraceError, UsageError
+from attrib.output import write_file, write_files
+from attrib.report.formats import TABLE_FORMATS
+from attrib.report.progress import progress
+
+if TYPE_CHECKING:
+    from attrib.analysis.model import Analysis
+    from attrib.options import Options
+    from attrib.report.renderers import Renderer
+
+from attrib.cli.common import apply, check_output, cli, output_options, parse_phase_map, warn, write
+
+
+def _analysis_options(f):
+    """The options every command that analyzes one trace shares (analyze, report)."""
+    opts = [
+        click.option("--phase", help="Only this phase (prefill, decode, ...)."),
+        click.option(
+            "--phase-map",
+            multiple=True,
+            metavar="NAME=PHASE",
+            help="Treat annotation NAME as PHASE (repeatable).",
+        ),
+        click.option(
+            "--arch",
+            "arch_name",
+            metavar="NAME",
+            help="Measure against this device instead of the detected "
+            "one (what-if; see `attrib archs`).",
+        ),
+        click.option(
+            "--arch-file",
+            type=click.Path(path_type=Path, exists=True, dir_okay=False),
+            help="TOML with your own measured device entries (added to the database).",
+        ),
+        click.option(
+            "--model",
+            type=click.Path(path_type=Path),
+            help="HF config.json: budget decode bytes for "
+            "components the trace has no shapes for (graph replays, rocprof).",
+        ),
+        click.option(
+            "--weight-bits",
+            metavar="BITS|CLASS=BITS,...",
+            help="With --model: bits per weight, one figure "
+            "or per class (experts=4.25,attention=16,default=16; classes attention, mlp, experts, shared_experts, "
+            "router, embedding, lm_head). Default: the config's quantization_config, else 16.",
+        ),
+        click.option(
+            "--kv-dtype",
+            type=click.Choice(sorted(KV_BYTES)),
+            default="bf16",
+            show_default=True,
+            help="With --model: KV-cache element type.",
+        ),
+        click.option(
+            "--context",
+            type=int,
+            help="With --model: K/V positions each decode step reads "
+            "(default: the decode steps' median read from the trace).",
+        ),
+        click.option(
+            "--what-if",
+            "what_if",
+            metavar="CLASS=FORMAT,...",
+            help="With --model: project decode at "
+            "other formats: weights=int4|int8|fp8|mxfp4 (or per class: experts=, attention=, mlp=, lm_head=, "
+            "default=), kv=fp8|int8 (int4: 0.5 B + an fp16 scale per 128).",
+        ),
+        click.option(
+            "--capture",
+            "capture",
+            type=click.Path(path_type=Path),
+            help="The graph-capture trace of this "
+            "replay trace (vLLM capture_torch_profiler): replayed kernels get their ops, shapes and modules.",
+        ),
+        click.option(
+            "--capture-batch",
+            type=int,
+            help="With --capture: the captured batch size to align with.",
+        ),
+        click.option(
+            "--baseline",
+            type=click.Path(path_type=Path),
+            help="A plain decode trace of the "
+            "target: a speculative loop's speedup is measured against its decode step.",
+        ),
+        click.option(
+            "--top",
+            type=click.IntRange(1),
+            default=None,
+            help="Top kernels (and bottlenecks) to show "
+            "(default: 5 on a terminal, 10 in files).",
+        ),
+        *output_options(),
+    ]
+    return apply(f, opts)
+
+
+def _options(o: dict) -> Options:
+    """The Options of _analysis_options' flags."""
+    from attrib.app import model_budget, parse_what_if, resolve_arch
+    from attrib.options import TOP_KERNELS, Options
+
+    arch, arch_from = resolve_arch(o["arch_name"], o["arch_file"])
+    budget = model_budget(o["model"], weight_bits=o["weight_bits"], kv_dtype=o["kv_dtype"], context=o["context"])
+    return Options(phase=o["phase"], phase_map=parse_phase_map(o["phase_map"]), arch=arch, arch_from=arch_from,
+                   arch_file=o["arch_file"], budget=budget, capture=o["capture"],
+                   capture_batch=o["capture_batch"], top=max(o["top"] or TOP_KERNELS, TOP_KERNELS),
+                   what_if=parse_what_if(o["what_if"], budget),
+                   baseline=o["baseline"])
+
+
+def _analyze(trace: Path, o: dict) -> Analysis:
+    """Resolve the options of _analysis_options and analyze TRACE (progress on a terminal)."""
+    from attrib.app import analyze_path
+
+    opts = _options(o)
+    with progress(f"analyzing {trace}"):
+        return analyze_path(trace, opts, warn=warn)
+
+
+@cli.command()
+@click.argument("trace", type=click.Path(path_type=Path))
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "json", *TABLE_FORMATS]),
+    default="table",
+    show_default=True,
+    help="csv/parquet: a folder (-o DIR) of one file per table and index.json; "
+    "xlsx: one workbook (-o FILE.xlsx).",
+)
+@click.option("-v", "--verbose", is_flag=True, help="Findings' raw evidence and notes whole.")
+@_analysis_options
+def analyze(trace: Path, fmt: str, verbose: bool, **o) -> None:
+    """Attribute TRACE offline: the verdict first, then steps, phases, components, bytes, roofline,
+    top kernels and findings. The table fits the terminal (COLUMNS; 100 in a pipe).
+
+    \b
+    Example: attrib analyze trace.json.gz --model config.json -v"""
+    from attrib.options import TOP_KERNELS
+    from attrib.report import renderers
+    from attrib.report.renderers import View
+    from attrib.report.table import terminal_width
+
+    r = renderers.by_name(fmt)
+    if r.writes_bytes:
+        return _tables(r, trace, o)
+    check_output(o["output"], o["force"])
+    an = _analyze(trace, o)
+    terminal = o["output"] is None
+    view = View(top=o["top"] or (5 if terminal else TOP_KERNELS),
+                width=terminal_width() if terminal else None, verbose=verbose)
+    write(renderers.by_name(fmt).render(an, view), o["output"], o["force"])
+
+
+def _tables(r: Renderer, trace: Path, o: dict) -> None:
+    """Write the analysis' tables: a folder (csv, parquet) or one file (xlsx); -o is required."""
+    from attrib.output import check_folder, write_folder
+
+    out = o["output"]
+    if out is None:
+        raise UsageError(f"--format {r.name} writes files: give -o "
+                         + ("FILE.xlsx" if r.binary is not None else "DIR (a new or empty folder)"))
+    if r.folder is not None:
+        check_folder(out, o["force"])
+    else:
+        check_output(out, o["force"])
+    if r.check is not None:
+        r.check()  # an optional extra missing: one clear line (exit 2) before any work
+    an = _analyze(trace, o)
+    if r.folder is not None:
+        return write_folder(out, r.folder(an), o["force"])
+    assert r.binary is not None
+    write_file(out, r.binary(an), o["force"])
+
+
+def _plot_files(out: Path) -> list[Path]:
+    return sorted(out.parent.glob(f"{glob.escape(out.stem)}.*.svg"))
+
+
+@cli.command()
+@click.argument("trace", type=click.Path(path_type=Path))
+@click.option("--format", "fmt", type=click.Choice(["html", "md", "json", *TABLE_FORMATS]),
+              help="Default: from the output's suffix. csv/parquet: a folder of tables (-o DIR).")
+@_analysis_options
+def report(trace: Path, fmt: str | None, **o) -> None:
+    """The bottleneck report of TRACE: -o report.html (one self-contained file) or -o report.md (plots as SVG
+    files beside it).
+
+    \b
+    Example: attrib report trace.json.gz -o report.html"""
+    from attrib.report import plots as plots_mod
+    from attrib.report import renderers
+    from attrib.report.renderers import View
+
+    out = o["output"]
+    r = renderers.by_name(fmt) if fmt else renderers.by_suffix(out) if out else renderers.by_name("md")
+    if r.writes_bytes:
+        return _tables(r, trace, o)
+    check_output(out, o["force"])
+    if r.plots == "files" and out is not None and not o["force"]:
+        for f in _plot_files(out):
+            raise TraceError(f, "exists (a plot of an earlier report); pass --force to overwrite it")
+    an = _analyze(trace, o)
+    if r.plots is None:
+        return write(r.render(an, View()), out, o["force"])
+    with progress("drawing plots"):
+        plots = plots_mod.report_plots(an) if (out is not None or r.plots == "inline") else {}
+    note = None if plots_mod.available() else plots_mod.MISSING
+    if r.plots == "files" and out is None and plots_mod.available():
+        note = "plots omitted on stdout: write the report to a file (-o report.md) to get them as SVG files beside it"
+    if r.plots != "files" or out is None:
+        return write(r.render(an, View(plots=plots, plot_note=note)), out, o["force"])
+    files, names = [], {}
+    for name, svg in plots.items():
+        path = out.with_name(f"{out.stem}.{re.sub(r'[^A-Za-z0-9_-]', '_', name)}.svg")
+        files.append((path, svg.encode()))
+        names[name] = path.name
+    text = r.render(an, View(plots=names, plot_note=note))
+    write_files([*files, (out, text.encode())], o["force"])
+
+
+
+
+@cli.command()
+@click.argument("trace", type=click.Path(path_type=Path))
+@click.option("-o", "--output", required=True, type=click.Path(path_type=Path),
+              help="The annotated trace (.json or .json.gz) to open in the Perfetto UI.")
+@click.option("--phase-map", multiple=True, metavar="NAME=PHASE", help="Treat annotation NAME as PHASE (repeatable).")
+@click.option("--force", is_flag=True, help="Overwrite FILE if it exists.")
+@click.option("--capture", type=click.Path(path_type=Path),
+              help="The graph-capture trace of this replay trace: replayed kernels get their ops, shapes "
+                   "and bytes.")
+@click.option("--capture-batch", type=int, help="With --capture: the captured batch size to align with.")
+@click.option("--model", type=click.Path(path_type=Path),
+              help="HF config.json: bytes for kernels the trace has no shapes for.")
+@click.option("--context", type=int, help="With --model: K/V positions each decode step reads.")
+def export(trace: Path, output: Path, phase_map: tuple[str, ...], force: bool, capture: Path | None,
+           capture_batch: int | None, model: Path | None, context: int | None) -> None:
+    """TRACE with each kernel's component, phase, bytes and GB/s in its args and a track per component.
+
+    \b
+    Example: attrib export trace.json.gz -o annotated.json.gz"""
+    from attrib.app import export_trace, model_budget
+    from attrib.options import Options
+    from attrib.report.export import PROCESS
+
+    check_output(output, force)
+    budget = model_budget(model, context=context)
+    with progress(f"annotating {trace}"):
+        opts = Options(phase_map=parse_phase_map(phase_map), capture=capture, capture_batch=capture_batch,
+                       budget=budget)
+        doc = export_trace(trace, opts)
+        data = orjson.dumps(doc)
+        if output.name.endswith(".gz"):
+            data = gzip.compress(data, compresslevel=6)
+    write_file(output, data, force)
+    click.echo(f"wrote {output}: open it in https://ui.perfetto.dev (process '{PROCESS}': one track per component)")
+
+
