@@ -58,7 +58,7 @@ def test_bandwidth_basis_and_peaks():
     assert archs["r9700"].peak_tflops("fp8_e4m3fn") == 382.7        # cost-model dtype names map to table keys
     assert archs["h100-sxm"].peak_tflops("fp32") == 66.9            # matrix table lacks fp32: vector fallback
     assert archs["mi350x"].peak_tflops("bf16") == pytest.approx(2516.0 * 2200 / 2400, abs=0.1)
-    assert archs["mi300x"].device_json("override")["sustained_bw_gbs"] == 4300.0
+    assert archs["mi300x"].sustained_bw_gbs == 4300.0
 
 
 def test_arch_file_overrides_and_adds(tmp_path):

@@ -101,3 +101,21 @@ def test_progress_bar_draws_only_on_a_terminal():
             tick("copy 16 MiB")
         text = stream.getvalue()
         assert ("1/2 read 16 MiB" in text and "2/2 copy 16 MiB" in text) == drawn and (text == "") != drawn
+
+
+def test_h200_entry_prices_flops_at_the_measured_matrix_tflops(tmp_path):
+    """A compute-bound prefill GEMM's floor is its FLOPs at calibrate's bf16 figure (773.6 TFLOP/s
+    on the H200), not the 989.4 datasheet peak; a run without the entry keeps the peak."""
+    cal = json.loads(H200.read_text())["calibrate"]
+    path = tmp_path / "h200.toml"
+    path.write_text(entry(cal)[1])
+    measured, plain = analyze(TRACE, arch_file=path).to_dict(), analyze(TRACE).to_dict()
+    assert measured["device"]["roofline_tflops_basis"] == "measured"
+    assert plain["device"]["roofline_tflops_basis"] == "peak"
+    rows = {c["component"]: c for c in measured["phases"][0]["components"]}
+    rows0 = {c["component"]: c for c in plain["phases"][0]["components"]}
+    up, up0 = rows["mlp_gate_up"], rows0["mlp_gate_up"]
+    assert up["bound"] == up0["bound"] == "compute" and up["dtype"] == "bf16"
+    assert up["roofline_ms"] == pytest.approx(up["flops"] / 773.6e9, rel=1e-3)
+    assert up0["roofline_ms"] == pytest.approx(up0["flops"] / 989.4e9, rel=1e-3)
+    assert any("measured matrix TFLOP/s (bf16 773.6" in n for n in measured["notes"])

@@ -225,7 +225,8 @@ def device(trace: Trace, arch: Arch | None, detected_from: str) -> Device:
                       roofline_bw_gbs=bw, roofline_bw_basis=basis,
                       sustained_source=arch.sustained_source, derived=tuple(arch.derived),
                       matrix_tflops=dict(arch.matrix_tflops), vendor=vendor, known=True,
-                      calibrated=calibration(arch))
+                      calibrated=calibration(arch),
+                      measured_tflops=dict(arch.measured_tflops))
     d = trace.meta.devices[0] if trace.meta.devices else {}
     name = d.get("product_name") or d.get("name") or None
     return Device(arch=None, name=name, detected_from="unknown", peak_bw_gbs=None,
@@ -256,6 +257,10 @@ def _resolve_device(a: Attribution, arch: Arch | None, arch_from: str | None,
         notes.append(f"rooflines use {arch.sustained_bw_gbs:g} GB/s as the sustained roof, measured by "
                      f"attrib calibrate on {c.get('device')} ({c.get('date_utc', '?')[:10]}; "
                      f"datasheet peak {arch.peak_bw_gbs:g} GB/s)")
+        if arch.measured_tflops:
+            figs = ", ".join(f"{k} {v:g}" for k, v in sorted(arch.measured_tflops.items()))
+            notes.append(f"FLOPs are priced at the measured matrix TFLOP/s ({figs}), "
+                         f"not the datasheet peaks")
     if arch is not None and arch.bandwidth()[1] == "peak":
         notes.append(f"no sustained bandwidth known for {arch.name}: rooflines use the "
                      f"{arch.peak_bw_gbs:g} GB/s peak")

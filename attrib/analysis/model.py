@@ -80,6 +80,7 @@ class Device:
     matrix_tflops: Mapping[str, float] = field(default_factory=dict)
     known: bool = False  # an entry of the device database (else only what the trace said)
     calibrated: Mapping[str, object] | None = None  # attrib calibrate's record, when its entry
+    measured_tflops: Mapping[str, float] = field(default_factory=dict)  # calibrated matrix TFLOP/s
 
     @property
     def roofline_bw(self) -> float | None:
@@ -91,6 +92,16 @@ class Device:
         """Peak matrix TFLOP/s of a dtype ("bf16", "fp8", ...), None where unknown."""
         v = self.matrix_tflops.get(PEAK_KEY.get(dtype, dtype))
         return float(v) if v else None
+
+    def matrix_roof(self, dtype: str) -> tuple[float | None, str]:
+        """(TFLOP/s a dtype's FLOPs are priced at, "measured" | "peak"): the calibrated figure
+        where `attrib calibrate` measured the dtype, else the matrix peak."""
+        v = self.measured_tflops.get(PEAK_KEY.get(dtype, dtype))
+        return (float(v), "measured") if v else (self.matrix_peak(dtype), "peak")
+
+    @property
+    def roofline_tflops_basis(self) -> str:
+        return "measured" if self.measured_tflops else "peak"
 
     @property
     def what_if(self) -> bool:
@@ -109,6 +120,7 @@ class Device:
                 "sustained_bw_gbs": self.sustained_bw_gbs,
                 "roofline_bw_gbs": self.roofline_bw_gbs,
                 "roofline_bw_basis": self.roofline_bw_basis,
+                "roofline_tflops_basis": self.roofline_tflops_basis,
                 "sustained_source": self.sustained_source,
                 "derived": list(self.derived),
                 "matrix_tflops": dict(self.matrix_tflops),

@@ -137,6 +137,10 @@ def _roofs(ax: Any, an: Analysis, peak: float | None, dt: str | None, lo: float,
             ax.plot(grid, ys, style, color="#444", lw=1, label=f"{label} {bw:g} GB/s")
     if peak:
         ax.axhline(peak, color="#999", lw=0.8, ls=":", label=f"{dt} matrix peak {peak:g} TFLOP/s")
+    measured, basis = dev.matrix_roof(dt) if dt else (None, "peak")
+    if measured and basis == "measured":
+        ax.axhline(measured, color="#999", lw=0.8, ls="-.",
+                   label=f"{dt} measured {measured:g} TFLOP/s")
 
 
 def roofline(an: Analysis, ph: Phase) -> str | None:

@@ -93,14 +93,17 @@ class Arch:
         value = first.get(dtype, second.get(dtype))
         return float(value) if value is not None else None
 
-    def device_json(self, detected_from: str) -> dict[str, Any]:
-        """The `device` object of the analysis JSON."""
-        bw, basis = self.bandwidth()
-        return {"arch": self.arch, "name": self.name, "key": self.key, "detected_from": detected_from,
-                "peak_bw_gbs": self.peak_bw_gbs, "sustained_bw_gbs": self.sustained_bw_gbs,
-                "roofline_bw_gbs": bw, "roofline_bw_basis": basis,
-                "sustained_source": self.sustained_source, "derived": list(self.derived),
-                "matrix_tflops": dict(self.matrix_tflops)}
+    def compute_roof(self, dtype: str | None, unit: str = "matrix") -> float | None:
+        """TFLOP/s a `dtype` FLOP is priced at: the matrix figure `attrib calibrate` measured
+        (a large square GEMM) where there is one, else the datasheet peak (`peak_tflops`)."""
+        measured = self.measured_tflops.get(PEAK_KEY.get(dtype, dtype)) if dtype else None
+        if unit == "matrix" and measured:
+            return float(measured)
+        return self.peak_tflops(dtype, unit)
+
+    def compute_basis(self) -> str:
+        """"measured" when compute_roof reads calibrated matrix figures, else "peak"."""
+        return "measured" if self.measured_tflops else "peak"
 
 
 def _entry(key: str, raw: Mapping[str, Any], origin: object) -> Arch:

@@ -17,22 +17,31 @@ ADDED = {"achieved_gbs": pl.Float64, "achieved_tflops": pl.Float64, "intensity":
          "bw_basis": pl.Utf8}
 
 
-def _peaks(df: pl.DataFrame, arch: Arch | None) -> pl.Series:
-    """Peak TFLOP/s per row from its dtype (and `unit` column when present: matrix | vector)."""
+def _peaks(df: pl.DataFrame, arch: Arch | None) -> pl.DataFrame:
+    """Per row from its dtype (and `unit` column when present: matrix | vector): `_peak`, the
+    datasheet TFLOP/s no kernel can pass, and `_roof`, the TFLOP/s its FLOPs are priced at (the
+    calibrated figure where measured, else the peak)."""
     none = pl.Series([None] * df.height, dtype=pl.Utf8)
-    keys = pl.DataFrame({c: (df[c] if c in df.columns else none).cast(pl.Utf8) for c in ("dtype", "unit")})
+    cols = {c: (df[c] if c in df.columns else none).cast(pl.Utf8) for c in ("dtype", "unit")}
+    keys = pl.DataFrame(cols)
     uniq = keys.unique()
-    peaks = [arch.peak_tflops(d, u or "matrix") if (arch and d) else None for d, u in uniq.iter_rows()]
-    table = uniq.with_columns(pl.Series("_peak", peaks, dtype=pl.Float64))
-    return keys.join(table, on=["dtype", "unit"], how="left", nulls_equal=True, maintain_order="left")["_peak"]
+    pairs = [(d, u or "matrix") for d, u in uniq.iter_rows()]
+    peaks = [arch.peak_tflops(d, u) if (arch and d) else None for d, u in pairs]
+    roofs = [arch.compute_roof(d, u) if (arch and d) else None for d, u in pairs]
+    table = uniq.with_columns(pl.Series("_peak", peaks, dtype=pl.Float64),
+                              pl.Series("_roof", roofs, dtype=pl.Float64))
+    joined = keys.join(table, on=["dtype", "unit"], how="left", nulls_equal=True,
+                       maintain_order="left")
+    return joined.select("_peak", "_roof")
 
 
 def kernel_roofline(df: pl.DataFrame, arch: Arch | None, what_if: bool = False) -> pl.DataFrame:
     """Add achieved_gbs, achieved_tflops, intensity (FLOP/byte), bound, roofline_ms, gap_ms,
     inconsistent and bw_basis to rows with `ms` (per step), `bytes`, `flops`, `dtype`.
 
-    roofline_ms = max(bytes / BW, flops / peak TFLOP/s of the dtype); the compute term is left out
-    when the dtype has no peak on this arch. gap_ms = ms - roofline_ms. Without an arch only the
+    roofline_ms = max(bytes / BW, flops / the dtype's compute roof: the TFLOP/s `attrib calibrate`
+    measured where the arch has it, else the peak); the compute term is left out
+    when the dtype has no peak on this arch. A kernel above the datasheet peak is inconsistent. gap_ms = ms - roofline_ms. Without an arch only the
     achieved figures and the intensity are filled. Rows without a positive `ms` get no achieved
     figures and no gap.
     """
@@ -41,12 +50,12 @@ def kernel_roofline(df: pl.DataFrame, arch: Arch | None, what_if: bool = False) 
     ms, nbytes, flops = (pl.col(c).cast(pl.Float64) for c in ("ms", "bytes", "flops"))
     timed = pl.when(ms > 0)
     dtype = pl.col("dtype") if "dtype" in df.columns else pl.lit(None, pl.Utf8)
-    out = df.with_columns(_peaks(df, arch).alias("_peak"), dtype.alias("_dtype")).with_columns(
+    out = df.with_columns(*_peaks(df, arch), dtype.alias("_dtype")).with_columns(
         timed.then(nbytes / ms / 1e6).alias("_gbs"),
         timed.then(flops / ms / 1e9).alias("_tflops"),
         pl.when(nbytes > 0).then(flops / nbytes).alias("intensity"),
         (nbytes / (bw * 1e6) if bw else pl.lit(None, pl.Float64)).alias("_mem_ms"),
-        pl.when(pl.col("_peak") > 0).then(flops / (pl.col("_peak") * 1e9)).alias("_cmp_ms"),
+        pl.when(pl.col("_roof") > 0).then(flops / (pl.col("_roof") * 1e9)).alias("_cmp_ms"),
     )
     over_bw = (pl.col("_gbs") > peak_bw) if peak_bw else pl.lit(False)
     over_fl = pl.col("_tflops") > pl.col("_peak")
@@ -70,7 +79,7 @@ def kernel_roofline(df: pl.DataFrame, arch: Arch | None, what_if: bool = False) 
         note.alias("inconsistent"),
         pl.lit(basis, pl.Utf8).alias("bw_basis"),
     ).with_columns(pl.when(pl.col("inconsistent").is_null() & (ms > 0)).then(ms - pl.col("roofline_ms")).alias("gap_ms"))
-    return out.drop("_peak", "_dtype", "_gbs", "_tflops", "_mem_ms", "_cmp_ms").with_columns(
+    return out.drop("_peak", "_roof", "_dtype", "_gbs", "_tflops", "_mem_ms", "_cmp_ms").with_columns(
         [pl.col(c).cast(t) for c, t in ADDED.items()])
 
 
@@ -93,7 +102,7 @@ def phase_ceiling(bytes_per_step: float | None, tokens_per_step: int | None, arc
     """(GB per token, tokens/s ceiling).
 
     The ceiling is tokens_per_step / the step's roofline time: `roofline_ms` when given (the sum over
-    components of max(memory time, FLOP time at the dtype's peak): compute-bound prefill is held to
+    components of max(memory time, FLOP time at the dtype's compute roof): compute-bound prefill is held to
     its FLOP floor), else bytes_per_step / BW (BW: the arch's sustained bandwidth, its peak when none
     is known; `arch.bandwidth()` says which).
     """
