@@ -214,3 +214,19 @@ def test_every_subcommand_help_has_one_example():
     for name in cli.commands:
         r = runner.invoke(cli, [name, "--help"])
         assert r.exit_code == 0 and r.output.count(f"Example: attrib {name}") == 1, name
+
+
+def test_dtype_fact_is_the_weights_and_never_read_off_a_sliver():
+    """SGLang's MI300 decode replays a graph: without its capture trace only 0.8% of kernel time
+    is priced (the sampler's fp32, int32 in `other`) and no GEMM has a dtype, so the verdict
+    states none (it said int32); with the capture trace the GEMMs are priced in bf16."""
+    sglang = FIXTURES / "torch/mi300_sglang_qwen3-8b_decode"
+    bare = analyze(sglang / "sglang_Qwen3-8B_decode.json.gz")
+    comps = {c.component: c for c in bare.phases[0].component_rows}
+    assert comps["other"].dtype == "int32" and comps["mlp_gate_up"].dtype is None
+    assert "dtype" not in {f.name for f in bare.summary.facts}
+    full = analyze(sglang / "sglang_Qwen3-8B_decode.json.gz",
+                   capture=sglang / "capture_bs_32_rank0.json.gz")
+    gemm = [c for c in full.phases[0].component_rows if c.component.endswith("proj")]
+    assert gemm and all(c.dtype == "bf16" and c.bytes_known_share == 1.0 for c in gemm)
+    assert ("dtype", "bf16") in {(f.name, f.value) for f in full.summary.facts}

@@ -17,12 +17,15 @@ from statistics import median
 
 from attrib.analysis.finding import Finding
 from attrib.analysis.model import Analysis, Bottleneck, Phase
+from attrib.components.taxonomy import GEMM_COMPONENTS
+from attrib.cost.dtypes import INDEX_TYPES
 
 TOP_ACTIONS = 3
 TOP_TIME = 4  # ledger rows under "where the time goes"
 NOT_ACTIONS = ("ledger-profiler",)
 _FIGURES = re.compile(r":\s+[\d.]+ ms\b|, [\d.]+ ms per step\b")
 SAME_TIME = 0.02
+DTYPE_MIN_SHARE = 0.5  # of GEMM time, priced in one dtype, for the dtype fact
 ESTIMATED = 0.5  # a component whose bytes are mostly an estimate is named under "assumed"
 
 
@@ -222,13 +225,20 @@ def _token_phase(an: Analysis) -> Phase | None:
 
 
 def _dtype(an: Analysis) -> str | None:
-    """The dtype holding the most component time (the kernels' own), None where none is known."""
+    """The weights' dtype: the one holding the most priced time of the GEMM components (ms x the
+    share whose bytes are known), where it holds at least half of their time; None otherwise (a
+    dtype read off a sliver of the kernels, or off norms and samplers, is not the model's)."""
     by: dict[str, float] = {}
+    total = 0.0
     for ph in an.phases:
         for c in ph.component_rows:
-            if c.dtype and c.ms:
-                by[c.dtype] = by.get(c.dtype, 0.0) + c.ms
-    return max(by, key=lambda d: by[d]) if by else None
+            if c.component not in GEMM_COMPONENTS or not c.ms:
+                continue
+            total += c.ms
+            if c.dtype and c.dtype not in INDEX_TYPES:
+                by[c.dtype] = by.get(c.dtype, 0.0) + c.ms * (c.bytes_known_share or 0.0)
+    best = max(by, key=lambda d: by[d]) if by else None
+    return best if best is not None and by[best] >= DTYPE_MIN_SHARE * total else None
 
 
 def facts(an: Analysis, model: str | None = None) -> tuple[Fact, ...]:

@@ -35,6 +35,9 @@ SCALAR_TYPES: dict[int, str] = {
 
 SIZES: dict[str, float] = {name: size for name, size in TYPES.values()}
 
+# Integer and mask types of indices, positions and token ids: never what a model computes in.
+INDEX_TYPES = frozenset({"bool", "int16", "int32", "int64", "uint16", "uint32", "uint64"})
+
 # canonical dtypes -> the key of the devices' TFLOP/s tables (attrib/data/archs.toml)
 PEAK_KEY = {"fp8_e4m3fn": "fp8", "fp8_e5m2": "fp8", "fp8_e4m3fnuz": "fp8", "fp8_e5m2fnuz": "fp8",
             "fp4x2": "mxfp4", "uint8": "int8", "qint8": "int8", "quint8": "int8"}
