@@ -136,15 +136,16 @@ def test_acceptance_levels() -> None:
 
 @pytest.mark.parametrize("name", ALL)
 def test_round_times_are_the_raw_frames(name: str) -> None:
-    """Per round after the prefill: its span within 2% of the frames' tiling by hand, draft and
-    verify ms within 10% of its frames."""
+    """Per round: draft and verify ms within 2% of its frames (the prefill round's too: not the
+    generate() setup before them); after the prefill its span within 2% of the frames' tiling by
+    hand."""
     got, want = spec(name).rounds, hand_rounds(name)
     assert len(got) == len(want)
-    for r, h in list(zip(got, want))[1:]:
-        assert r.round_ms == pytest.approx(h["ms"], rel=0.02)
+    for i, (r, h) in enumerate(zip(got, want)):
         assert r.drafts == len(h["draft"])
-        assert r.draft_ms == pytest.approx(sum(h["draft"]), rel=0.10, abs=1e-9)
-        assert r.verify_ms == pytest.approx(h["verify"], rel=0.10)
+        assert r.draft_ms == pytest.approx(sum(h["draft"]), rel=0.02, abs=1e-9)
+        assert r.verify_ms == pytest.approx(h["verify"], rel=0.02)
+        assert i == 0 or r.round_ms == pytest.approx(h["ms"], rel=0.02)
 
 
 @pytest.mark.parametrize("name", ASSISTED)
