@@ -180,18 +180,24 @@ def expected(acc: tuple[float | None, ...], draft: float, verify: float, other: 
 
 
 FEW_ROUNDS = 3  # a position's acceptance from fewer rounds than this is a guess
+PLAIN_HERE = "this trace: rounds that proposed nothing"
+EMPTY_ROUNDS = ("; plain decode here is the loop's rounds that proposed nothing, which pay its"
+                " per-round overhead: --baseline TRACE for a plain generate()")
 
 
-def _verdict(best: Depth | None, measured: float | None, depth: int, seen: tuple[int, ...]) -> str:
+def _verdict(best: Depth | None, measured: float | None, depth: int, seen: tuple[int, ...],
+             plain_from: str | None) -> str:
     if best is None:
         return ("no plain decode step to compare with: pass --baseline TRACE"
                 " (a plain decode of the target)")
     run = f" (as run, K={depth}: {measured:.2f}x plain decode)" if measured is not None else ""
+    here = EMPTY_ROUNDS if plain_from == PLAIN_HERE else ""
     if best.k == 0:
-        return f"speculation is a net loss here: no depth K=1..{depth} beats plain decode{run}"
+        return (f"speculation is a net loss here: no depth K=1..{depth} beats plain decode"
+                f"{run}{here}")
     few = next((i for i, n in enumerate(seen[: best.k], 1) if n < FEW_ROUNDS), None)
     guess = f"; acceptance from position {few} on rests on < {FEW_ROUNDS} rounds" if few else ""
-    return f"best K = {best.k}: expected {best.speedup:.2f}x plain decode{run}{guess}"
+    return f"best K = {best.k}: expected {best.speedup:.2f}x plain decode{run}{guess}{here}"
 
 
 def speculative(steps: pl.DataFrame, trace: Trace, kernels: pl.DataFrame,
@@ -220,7 +226,7 @@ def speculative(steps: pl.DataFrame, trace: Trace, kernels: pl.DataFrame,
     if plain_ms is not None:
         plain_from = "baseline trace"
     elif plain_here:
-        plain_ms, plain_from = _med(plain_here), "this trace: rounds that proposed nothing"
+        plain_ms, plain_from = _med(plain_here), PLAIN_HERE
     tok = sum((r.accepted or 0) + 1 for r in timed)
     span_ms = sum(r.round_ms for r in timed)
     eff = round(tok / span_ms * 1e3, 3) if span_ms else None
@@ -237,7 +243,7 @@ def speculative(steps: pl.DataFrame, trace: Trace, kernels: pl.DataFrame,
         draft_pass_ms=draft, verify_pass_ms=verify, other_ms=other,
         tokens_per_round=round(tok / len(timed), 4) if timed else None, effective_tok_s=eff,
         plain_step_ms=plain_ms, plain_from=plain_from, speedup=measured, expected=exp,
-        best_k=best.k if best else None, verdict=_verdict(best, measured, depth, seen),
+        best_k=best.k if best else None, verdict=_verdict(best, measured, depth, seen, plain_from),
         proposed_from=_mode(t["proposed_from"]), accepted_from=_mode(t["accepted_from"]),
         forward_from=_mode(t["forward_from"]))
 

@@ -62,12 +62,13 @@ def cli() -> None:
 
 
 def analyses(traces: tuple[Path, ...], phase_map: dict[str, str], arch_name: str | None,
-          arch_file: Path | None) -> list[Analysis]:
+          arch_file: Path | None, baseline: Path | None = None) -> list[Analysis]:
     from attrib.app import analyze_path, resolve_arch
     from attrib.options import Options
 
     arch, arch_from = resolve_arch(arch_name, arch_file)
-    opts = Options(phase_map=phase_map, arch=arch, arch_from=arch_from, arch_file=arch_file)
+    opts = Options(phase_map=phase_map, arch=arch, arch_from=arch_from, arch_file=arch_file,
+                   baseline=baseline)
     out = []
     for t in traces:
         with progress(f"analyzing {t}"):

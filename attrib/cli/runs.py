@@ -34,10 +34,13 @@ from attrib.cli.common import (analyses, check_output, cli, dump, file_options, 
               help="Default: from the output's suffix, else table.")
 @click.option("--phase-map", multiple=True, metavar="NAME=PHASE", help="Treat annotation NAME as PHASE (repeatable).")
 @click.option("--arch", "arch_name", metavar="NAME", help="Measure both sides against this device.")
+@click.option("--baseline", type=click.Path(path_type=Path), help="A plain decode trace of the target: "
+              "both sides' speculative speedup and best K are measured against its decode step.")
 @file_options
 def compare(traces: tuple[Path, ...], bases: tuple[Path, ...], cands: tuple[Path, ...], gate: float | None,
             allow_mismatch: bool, min_effect: float | None, fmt: str | None, phase_map: tuple[str, ...],
-            arch_name: str | None, arch_file: Path | None, output: Path | None, force: bool) -> int:
+            arch_name: str | None, baseline: Path | None, arch_file: Path | None, output: Path | None,
+            force: bool) -> int:
     """Before/after: attrib compare BASE CAND, or -b BASE1 -b BASE2 -c CAND1 -c CAND2 (runs of one stack):
     per phase and component, the change with statistics over steps and a verdict. With --gate: exit 1 on
     a regression, 3 when the stamps say the sides are not a matched baseline.
@@ -64,7 +67,8 @@ def compare(traces: tuple[Path, ...], bases: tuple[Path, ...], cands: tuple[Path
         raise UsageError(f"compare writes {', '.join(compare_render.FORMATS)}, not {fmt}")
     check_output(output, force)
     pm = parse_phase_map(phase_map)
-    base_docs, cand_docs = analyses(bases, pm, arch_name, arch_file), analyses(cands, pm, arch_name, arch_file)
+    base_docs = analyses(bases, pm, arch_name, arch_file, baseline)
+    cand_docs = analyses(cands, pm, arch_name, arch_file, baseline)
     cmp = compare_docs([b.to_dict() for b in base_docs], [c.to_dict() for c in cand_docs],
                        min_effect_pct=min_effect, gate_pct=gate, allow_mismatch=allow_mismatch,
                        findings=tuple(baseline_findings(base_docs[0], cand_docs[0])))

@@ -218,7 +218,7 @@ def assign_steps(trace: Trace, links: pl.DataFrame, phase_map: dict[str, str] | 
     if spans.height == 0:
         spans = _forward_spans(trace).with_columns(
             pl.lit(None, pl.Utf8).alias("role"), pl.lit(None, pl.Utf8).alias("model"),
-            pl.lit(None, pl.Int64).alias("fwd_end"))
+            pl.lit(None, pl.Int64).alias("fwd_start"), pl.lit(None, pl.Int64).alias("fwd_end"))
     if spans.height == 0 and trace.ops.height == 0:
         return _periodic(trace)
     k = trace.kernels.select("id", "start_ns").join(

@@ -8,8 +8,9 @@ candidates together), the candidates `torch.cat` appended to the prompt just bef
 Accepted: from the next verify pass's cache, whose past (keys attended less its new tokens) is the
 previous round's sequence plus what was accepted; the last round's from the sequence's growth
 (the first `cat([1, n], [1, accepted + 1])` after its verify pass). Times: a pass's forward runs
-from its start to the end of its outermost module frame or of the last kernel launched before
-then, whichever is later (the whole step without frames); other = the round less its passes.
+from the start of its outermost module frame to its end or the end of the last kernel launched
+before then, whichever is later (the whole step without frames: a span's first step also holds
+the generate() setup before its first forward); other = the round less its passes.
 """
 
 from __future__ import annotations
@@ -56,14 +57,16 @@ def _forward_end(steps: pl.DataFrame, kernels: pl.DataFrame,
                  launches: pl.DataFrame) -> pl.DataFrame:
     """step, fwd_ns: each pass's forward time (module docstring)."""
     frame_end = pl.coalesce("fwd_end", "cpu_end")
-    s = steps.select("step", "cpu_start", "cpu_end", frame_end.alias("_fe"))
+    frame_start = pl.coalesce("fwd_start", "cpu_start")
+    s = steps.select("step", "cpu_start", "cpu_end", frame_start.alias("_fs"),
+                     frame_end.alias("_fe"))
     k = kernels.select("launch_id", (pl.col("start_ns") + pl.col("dur_ns")).alias("_ke"))
     k = k.join(launches.select(pl.col("id").alias("launch_id"), pl.col("start_ns").alias("t")),
                on="launch_id").sort("t")
     hit = k.join_asof(s.sort("cpu_start"), left_on="t", right_on="cpu_start")
     tail = hit.filter(pl.col("t") < pl.col("_fe")).group_by("step").agg(pl.col("_ke").max())
     end = pl.min_horizontal("cpu_end", pl.max_horizontal("_fe", "_ke"))
-    fwd = (end - pl.col("cpu_start")).alias("fwd_ns")
+    fwd = (end - pl.col("_fs")).alias("fwd_ns")
     return s.join(tail, on="step", how="left").select("step", fwd)
 
 

@@ -6,7 +6,8 @@ traces), the smaller one (fewer nn.Module frames in a forward pass) is the draft
 models of one size (a draft that is a copy of the target), the one with more passes (it runs K a
 round), then the one that runs first (it proposes before the target verifies). Its passes get role
 `draft`, the other model's `verify`; each model's first pass (its prefill) gets no role. `model`
-says whose pass it is ("draft" | "target") and `fwd_end` where its outermost module frame ends.
+says whose pass it is ("draft" | "target"), `fwd_start` and `fwd_end` where its outermost module
+frame starts and ends.
 A split span of one model (prompt lookup: no draft passes) has verify passes too: those after its
 first with several new tokens over a cache that is not empty (`mark_verify`). `apply_roles` then
 puts draft passes in phase `draft` and verify passes in `decode`.
@@ -57,6 +58,7 @@ def mark_roles(spans: pl.DataFrame, frames: pl.DataFrame) -> pl.DataFrame:
     out = spans.with_columns(
         pl.lit(None, pl.Utf8).alias("role"),
         pl.lit(None, pl.Utf8).alias("model"),
+        pl.lit(None, pl.Int64).alias("fwd_start"),
         pl.lit(None, pl.Int64).alias("fwd_end"),
     )
     parent = pl.col("marker").str.extract(PIECE, 1).alias("parent")
@@ -75,14 +77,16 @@ def mark_roles(spans: pl.DataFrame, frames: pl.DataFrame) -> pl.DataFrame:
         draft = _draft_of(g)
         if draft is None or g.height < 4:  # one model: only where its passes' frames end
             got.append(g.select("step", pl.lit(None, pl.Utf8).alias("_r"),
-                                pl.lit(None, pl.Utf8).alias("_m"), pl.col("t1").alias("_e")))
+                                pl.lit(None, pl.Utf8).alias("_m"), pl.col("t0").alias("_s"),
+                                pl.col("t1").alias("_e")))
             continue
         g = g.sort("cpu_start").with_columns(pl.int_range(pl.len()).over("model").alias("_i"))
         is_draft = pl.col("model") == draft
         role = (pl.when(pl.col("_i") == 0).then(pl.lit(None, pl.Utf8))
                 .when(is_draft).then(pl.lit("draft")).otherwise(pl.lit("verify")))
         who = pl.when(is_draft).then(pl.lit("draft")).otherwise(pl.lit("target"))
-        got.append(g.select("step", role.alias("_r"), who.alias("_m"), pl.col("t1").alias("_e")))
+        got.append(g.select("step", role.alias("_r"), who.alias("_m"), pl.col("t0").alias("_s"),
+                            pl.col("t1").alias("_e")))
     if not got:
         return out
     new = pl.concat(got)
@@ -91,9 +95,10 @@ def mark_roles(spans: pl.DataFrame, frames: pl.DataFrame) -> pl.DataFrame:
         .with_columns(
             pl.coalesce("_r", "role").alias("role"),
             pl.coalesce("_m", "model").alias("model"),
+            pl.coalesce("_s", "fwd_start").alias("fwd_start"),
             pl.coalesce("_e", "fwd_end").alias("fwd_end"),
         )
-        .drop("_r", "_m", "_e")
+        .drop("_r", "_m", "_s", "_e")
     )
 
 
