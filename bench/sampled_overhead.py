@@ -9,14 +9,15 @@ of `--block` steps: A runs the bare step, S runs it inside `collectors.capture(.
 phase, one sampler kept across S blocks (its one-time first start runs before timing), windows
 placed mid-block; each block starts from the same cropped KV cache. Three measures:
 - a sample's cost: its warmup step, its recorded step (stop and save included) and the `--tail`
-  steps after (the gzip thread runs then), each against the median of the block's other S steps;
-  the mean over samples with a bootstrap 95% CI;
-- the unsampled steps' own cost: the median unsampled S step against the median A step, per round;
+  steps after (the gzip thread runs then), each against the mean of the block's other S steps
+  (against their median too: biased up by the steps' skew); the mean over samples, bootstrap CI;
+- the unsampled step: the CPU microbench (`with cap.phase()` around nothing, us per step), and
+  the median unsampled S step against the median A step per round (noisy);
 - direct: the block sums, (S1 + S2) / (A1 + A2) - 1 per round (noisy: host jitter is large).
-The overhead averaged over all steps at N is cost / (N x bare step) + the unsampled steps' excess
-(the CI from resampling samples and rounds together); `every_for_0.1pct` uses the cost's upper CI.
-Also the CPU microbench of an unsampled step (`with cap.phase()` around nothing) and the
-sampler's own timings per sample (start, stop, save, export).
+The overhead averaged over all steps at N is cost / (N x mean bare step) + the microbench's
+unsampled step (the CI from resampling the samples); `every_for_0.1pct` uses the cost's upper
+CI. Also the sampler's own timings per sample (start, stop, save, export) and each window
+block's step times (`window_blocks`).
 
 `--rolling DIR`: then a rolling capture of a smaller model (every 25 steps, 4 steps a file, the
 last 8 kept: 7 written), its batch changed from 4 to 16 after 100 steps: the folder `attrib trend`
@@ -111,34 +112,37 @@ def mean_ci(values: list[float], n: int = 4000, seed: int = 21) -> dict:
 
 def excess(ts: list[float], pos: list[int], tail: int) -> list[dict]:
     """Each sample of one S block: its window steps and the `tail` steps after (the gzip
-    thread runs then) against the median of the block's other steps, ms."""
+    thread runs then) against the mean of the block's other steps (ms; `cost_ms`), and
+    against their median (`cost_vs_median_ms`: biased up by the steps' skew, kept to compare)."""
     taken = {i for w in pos[1::2] for i in range(w + 1, w + 1 + tail)} | set(pos)
     rest = [t for i, t in enumerate(ts) if i not in taken]
-    m = statistics.median(rest)
+    mean, med = statistics.fmean(rest), statistics.median(rest)
     out = []
     for k in range(0, len(pos) - 1, 2):
         w, r = pos[k], pos[k + 1]
         after = ts[r + 1:r + 1 + tail]
-        parts = {"warmup_ms": (ts[w] - m) * 1e3, "recorded_ms": (ts[r] - m) * 1e3,
-                 "tail_ms": (sum(after) - len(after) * m) * 1e3}
+        parts = {"warmup_ms": (ts[w] - mean) * 1e3, "recorded_ms": (ts[r] - mean) * 1e3,
+                 "tail_ms": (sum(after) - len(after) * mean) * 1e3}
         parts["cost_ms"] = sum(parts.values())
+        parts["cost_vs_median_ms"] = (ts[w] + ts[r] + sum(after) - (2 + len(after)) * med) * 1e3
         out.append(parts)
     return out
 
 
-def at_every(costs: list[float], resid: list[float], step_ms: float, ns: list[int],
+def at_every(costs: list[float], unsampled_us: float, step_ms: float, ns: list[int],
              draws: int = 4000, seed: int = 21) -> dict:
-    """Overhead averaged over all steps at each N: cost / (N x step) + the unsampled steps'
-    own excess (pct); 95% CI from resampling the samples and the rounds together."""
+    """Overhead averaged over all steps at each N, pct: cost / (N x mean bare step) plus the
+    unsampled step's own cost (the CPU microbench); 95% CI from resampling the samples."""
     rng = random.Random(seed)
-    boots = [(statistics.fmean(rng.choices(costs, k=len(costs))),
-              statistics.fmean(rng.choices(resid, k=len(resid)))) for _ in range(draws)]
-    out = {}
-    for n in ns:
-        pct = sorted(c / (n * step_ms) * 100 + r for c, r in boots)
-        mid = statistics.fmean(costs) / (n * step_ms) * 100 + statistics.fmean(resid)
-        out[str(n)] = {"pct": mid, "ci95": [pct[int(0.025 * draws)], pct[int(0.975 * draws) - 1]]}
-    return out
+    boots = sorted(statistics.fmean(rng.choices(costs, k=len(costs))) for _ in range(draws))
+    lo, hi = boots[int(0.025 * draws)], boots[int(0.975 * draws) - 1]
+    own = unsampled_us / 1e3 / step_ms * 100
+
+    def pct(c: float, n: int) -> float:
+        return c / (n * step_ms) * 100 + own
+
+    return {str(n): {"pct": pct(statistics.fmean(costs), n), "ci95": [pct(lo, n), pct(hi, n)]}
+            for n in ns}
 
 
 def unsampled_us(n: int = 200_000) -> dict:
@@ -160,7 +164,8 @@ def unsampled_us(n: int = 200_000) -> dict:
     return {"us_per_step": statistics.median(runs), "runs": runs}
 
 
-def overhead(args, out_dir: Path, step, reset, every: int, seconds: float) -> dict:
+def overhead(args, out_dir: Path, step, reset, every: int, seconds: float,
+             unsampled: float) -> dict:
     """Rounds A S S A of `block` steps at `every`; the costs measured three ways (module doc)."""
     n = min(every, args.block)
     if every % n or n < 2 * args.tail + 8:
@@ -175,7 +180,7 @@ def overhead(args, out_dir: Path, step, reset, every: int, seconds: float) -> di
         cap.flush()
         seen += n
     first_s = time.perf_counter() - t0
-    rounds, samples, a_steps, s_steps = [], [], [], []
+    rounds, samples, a_steps, s_steps, raw = [], [], [], [], []
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         sums, plain, bare = {}, [], []
@@ -190,6 +195,8 @@ def overhead(args, out_dir: Path, step, reset, every: int, seconds: float) -> di
             pos = window_steps(seen, n, every, warm)
             seen += n
             samples.extend(excess(ts, pos, args.tail))
+            if pos:
+                raw.append({"pos": pos, "ms": [round(t * 1e3, 4) for t in ts]})
             taken = {i for w in pos[1::2] for i in range(w + 1, w + 1 + args.tail)} | set(pos)
             plain.extend(t for i, t in enumerate(ts) if i not in taken)
         a_steps.extend(bare)
@@ -202,37 +209,41 @@ def overhead(args, out_dir: Path, step, reset, every: int, seconds: float) -> di
         print(f"every={every} round {len(rounds)}: direct {rounds[-1]['direct_pct']:+.3f}%, "
               f"unsampled {rounds[-1]['unsampled_us']:+.1f} us, samples {len(samples)}", flush=True)
     res = cap.close()
-    step_ms = statistics.median(a_steps) * 1e3
+    step_ms = statistics.fmean(a_steps) * 1e3
     costs = [x["cost_ms"] for x in samples]
-    resid = [r["unsampled_pct"] for r in rounds]
     timed = [t for t in res.timings if t["stop_s"] is not None][1:]   # the first: one-time
     own = {k: statistics.median(t[k] for t in timed) * 1e3
            for k in ("start_s", "stop_s", "save_s", "export_s") if timed and timed[0][k] is not None}
     cost = mean_ci(costs)
+    own_pct = unsampled / 1e3 / step_ms * 100
     return {
         "every": every,
         "block_steps": n,
         "tail_steps": args.tail,
         "rounds": len(rounds),
         "steps_timed": len(a_steps) + len(s_steps) + len(samples) * (2 + args.tail),
-        "median_step_ms": {"bare": step_ms, "unsampled": statistics.median(s_steps) * 1e3},
+        "median_step_ms": {"bare": statistics.median(a_steps) * 1e3,
+                           "unsampled": statistics.median(s_steps) * 1e3},
+        "mean_step_ms": {"bare": step_ms, "unsampled": statistics.fmean(s_steps) * 1e3},
         "sample_cost_ms": cost,
+        "sample_cost_vs_median_ms": mean_ci([x["cost_vs_median_ms"] for x in samples]),
         "sample_pieces_ms": {k: mean_ci([x[k] for x in samples])
                              for k in ("warmup_ms", "recorded_ms", "tail_ms")},
         "sampler_timings_ms": own,
-        "unsampled_step_pct": mean_ci(resid),
+        "unsampled_step_pct": mean_ci([r["unsampled_pct"] for r in rounds]),
         "unsampled_step_us": mean_ci([r["unsampled_us"] for r in rounds]),
         "direct_pct": mean_ci([r["direct_pct"] for r in rounds]),
         "direct_pct_pooled": (sum(r["s_s"] for r in rounds) / sum(r["a_s"] for r in rounds) - 1) * 100,
-        "overhead_pct_at_every": at_every(costs, resid, step_ms,
+        "overhead_pct_at_every": at_every(costs, unsampled, step_ms,
                                           sorted({every, 1000, 5000, 10000, 20000})),
-        "every_for_0.1pct": int(cost["ci95"][1] / (0.001 * step_ms)) + 1,
+        "every_for_0.1pct": int(cost["ci95"][1] / ((0.1 - own_pct) / 100 * step_ms)) + 1,
         "first_window_s": first_s,
         "samples": res.samples,
         "skipped": res.skipped,
         "errors": res.errors,
         "per_round": rounds,
         "per_sample": samples,
+        "window_blocks": raw,
     }
 
 
@@ -285,9 +296,10 @@ def main() -> None:
     for every, sec in zip(everys, secs * len(everys) if len(secs) == 1 else secs):
         with tempfile.TemporaryDirectory() as tmp:
             out = a.traces / f"every{every}" if a.traces else Path(tmp)
-            run = overhead(a, out, step, reset, every, sec)
+            run = overhead(a, out, step, reset, every, sec, doc["unsampled_cpu"]["us_per_step"])
         doc["runs"].append(run)
-        print(json.dumps({k: v for k, v in run.items() if k not in ("per_round", "per_sample")},
+        print(json.dumps({k: v for k, v in run.items()
+                          if k not in ("per_round", "per_sample", "window_blocks")},
                          indent=1), flush=True)
     if a.rolling is not None:
         doc["rolling"] = rolling(a, a.rolling)
