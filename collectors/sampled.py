@@ -12,6 +12,11 @@ sampled step a one-window `Capture` starts (its first step is the profiler's war
 files this sampler wrote are kept (it deletes nothing else). On demand: the signal (its handler
 installed from the main thread only) or a trigger file, which is consumed, takes a sample at the
 next step. `attrib trend DIR` reads the folder.
+
+Kineto leaves CUPTI set up after a profiler stops unless TEARDOWN_CUPTI=1, and every CUDA launch
+after it is then slower (+4.4 us [3.1, 5.6] a launch on the H200, bench/sampled_residual.py):
+for a sampler that would tax every step after the first sample, so it sets TEARDOWN_CUPTI=1
+where the variable is unset (torch sets 0 itself where CUDA graphs need it; export 0 to keep).
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from typing import Any
 from collectors.torch_capture import Capture, CaptureResult, _NullCapture, _warn, profiling_enabled
 from collectors.torch_capture import capture as one_window
 
+TEARDOWN = ("TEARDOWN_CUPTI", "1")   # CUPTI finalised after each sample (module doc)
 TRIGGER_CHECK = 64   # steps between looks for the trigger file (a stat costs ~1 us)
 TIMINGS_KEPT = 1024   # the last samples' timings kept in the result
 _NULL = contextlib.nullcontext()   # stateless: entered and left by every unsampled step
@@ -111,6 +117,7 @@ class SampledCapture:
         self._signal = signal
         if signal is not None:
             self._install(signal)
+        os.environ.setdefault(*TEARDOWN)
 
     def __enter__(self) -> "SampledCapture":
         return self
