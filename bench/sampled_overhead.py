@@ -1,19 +1,23 @@
 """What always-on sampled capture costs a decode loop, averaged over all steps (issue 21, item 4).
 
-    python bench/sampled_overhead.py --device cuda --seconds 150 --json r.json --rolling DIR
-    python bench/sampled_overhead.py --device cpu --tiny --seconds 10        # a CPU check
+    python bench/sampled_overhead.py --device cuda --every 100,2000 --seconds 90,120 --json r.json
+    python bench/sampled_overhead.py --device cpu --tiny --every 40 --block 40 --tail 4 --seconds 5
 
 One random-init Llama decode loop (one token per sequence per step, the GPU waited on at the end
-of each step, as a server does to sample). Blocks of 2 x `--every` steps, in rounds A S S A:
-A runs the bare step, S runs it inside `collectors.capture(..., every=N)`'s phase, one sampler
-kept across S blocks (its first window, the profiler's one-time start, runs before timing).
-Each block starts from the same cropped KV cache, so every block does the same work; the
-wall time of every step is summed per block. Per round: overhead = (S1 + S2) / (A1 + A2) - 1,
-and the cost of one window = (S1 + S2 - A1 - A2) / windows; also timed directly (added after the
-2026-12-01 run, so not in its results): the window steps of each S block against the median of
-its other steps, and the median unsampled S step against the median A step. Reported: the mean
-over rounds with a bootstrap 95% CI, the median step of each variant, and the overhead this window
-cost gives at other N (cost / (N x step)), with the N that keeps it under 0.1%.
+of each step, as a server does to sample), every step timed. Per `--every` value, rounds A S S A
+of `--block` steps: A runs the bare step, S runs it inside `collectors.capture(..., every=N)`'s
+phase, one sampler kept across S blocks (its one-time first start runs before timing), windows
+placed mid-block; each block starts from the same cropped KV cache. Three measures:
+- a sample's cost: its warmup step, its recorded step (stop and save included) and the `--tail`
+  steps after (the gzip thread runs then), each against the mean of the block's other S steps
+  (against their median too: biased up by the steps' skew); the mean over samples, bootstrap CI;
+- the unsampled step: the CPU microbench (`with cap.phase()` around nothing, us per step), and
+  the median unsampled S step against the median A step per round (noisy);
+- direct: the block sums, (S1 + S2) / (A1 + A2) - 1 per round (noisy: host jitter is large).
+The overhead averaged over all steps at N is cost / (N x mean bare step) + the microbench's
+unsampled step (the CI from resampling the samples); `every_for_0.1pct` uses the cost's upper
+CI. Also the sampler's own timings per sample (start, stop, save, export) and each window
+block's step times (`window_blocks`).
 
 `--rolling DIR`: then a rolling capture of a smaller model (every 25 steps, 4 steps a file, the
 last 8 kept: 7 written), its batch changed from 4 to 16 after 100 steps: the folder `attrib trend`
@@ -102,77 +106,144 @@ def window_steps(n0: int, n: int, every: int, warmup: int) -> list[int]:
 def mean_ci(values: list[float], n: int = 4000, seed: int = 21) -> dict:
     rng = random.Random(seed)
     means = sorted(statistics.fmean(rng.choices(values, k=len(values))) for _ in range(n))
-    return {"mean": statistics.fmean(values), "ci95": [means[int(0.025 * n)], means[int(0.975 * n) - 1]],
-            "n": len(values)}
+    return {"mean": statistics.fmean(values),
+            "ci95": [means[int(0.025 * n)], means[int(0.975 * n) - 1]], "n": len(values)}
 
 
-def overhead(args, out_dir: Path) -> dict:
-    step, reset = build(args.device, args.layers, args.hidden, args.vocab, args.batch, args.prompt)
-    n = 2 * args.every
-    for _ in range(3):
-        block(step, reset, n)
-    cap = collectors.capture(out_dir, every=args.every, keep=2, warmup=args.every // 2,
-                             with_stack=not args.no_stack)
+def excess(ts: list[float], pos: list[int], tail: int) -> list[dict]:
+    """Each sample of one S block: its window steps and the `tail` steps after (the gzip
+    thread runs then) against the mean of the block's other steps (ms; `cost_ms`), and
+    against their median (`cost_vs_median_ms`: biased up by the steps' skew, kept to compare)."""
+    taken = {i for w in pos[1::2] for i in range(w + 1, w + 1 + tail)} | set(pos)
+    rest = [t for i, t in enumerate(ts) if i not in taken]
+    mean, med = statistics.fmean(rest), statistics.median(rest)
+    out = []
+    for k in range(0, len(pos) - 1, 2):
+        w, r = pos[k], pos[k + 1]
+        after = ts[r + 1:r + 1 + tail]
+        parts = {"warmup_ms": (ts[w] - mean) * 1e3, "recorded_ms": (ts[r] - mean) * 1e3,
+                 "tail_ms": (sum(after) - len(after) * mean) * 1e3}
+        parts["cost_ms"] = sum(parts.values())
+        parts["cost_vs_median_ms"] = (ts[w] + ts[r] + sum(after) - (2 + len(after)) * med) * 1e3
+        out.append(parts)
+    return out
+
+
+def at_every(costs: list[float], unsampled_us: float, step_ms: float, ns: list[int],
+             draws: int = 4000, seed: int = 21) -> dict:
+    """Overhead averaged over all steps at each N, pct: cost / (N x mean bare step) plus the
+    unsampled step's own cost (the CPU microbench); 95% CI from resampling the samples."""
+    rng = random.Random(seed)
+    boots = sorted(statistics.fmean(rng.choices(costs, k=len(costs))) for _ in range(draws))
+    lo, hi = boots[int(0.025 * draws)], boots[int(0.975 * draws) - 1]
+    own = unsampled_us / 1e3 / step_ms * 100
+
+    def pct(c: float, n: int) -> float:
+        return c / (n * step_ms) * 100 + own
+
+    return {str(n): {"pct": pct(statistics.fmean(costs), n), "ci95": [pct(lo, n), pct(hi, n)]}
+            for n in ns}
+
+
+def unsampled_us(n: int = 200_000) -> dict:
+    """The sampler's unsampled step on the CPU: `with cap.phase(...)` around nothing, against
+    a bare loop, microseconds per step (median of 5)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        cap = collectors.capture(tmp, every=10 ** 9, with_stack=False)
+        clock, runs = time.perf_counter, []
+        for _ in range(5):
+            t0 = clock()
+            for _ in range(n):
+                pass
+            t1 = clock()
+            for _ in range(n):
+                with cap.phase("decode", tokens=8):
+                    pass
+            runs.append(((clock() - t1) - (t1 - t0)) / n * 1e6)
+        cap.close()
+    return {"us_per_step": statistics.median(runs), "runs": runs}
+
+
+def overhead(args, out_dir: Path, step, reset, every: int, seconds: float,
+             unsampled: float) -> dict:
+    """Rounds A S S A of `block` steps at `every`; the costs measured three ways (module doc)."""
+    n = min(every, args.block)
+    if every % n or n < 2 * args.tail + 8:
+        raise SystemExit(f"--block {n} must divide every={every} and exceed 2 x --tail + 8")
+    warm = n // 2   # windows open mid-block: the warmup at index n/2 - 2, recorded n/2 - 1
+    cap = collectors.capture(out_dir, every=every, keep=2, warmup=warm,
+                             with_stack=not args.no_stack, gzip_level=args.gzip_level)
+    seen = 0
     t0 = time.perf_counter()
-    block(step, reset, n, cap, args.batch)   # the profiler's one-time start
-    cap.flush()
+    while seen < warm + every:   # the profiler's one-time start, untimed
+        block(step, reset, n, cap, args.batch)
+        cap.flush()
+        seen += n
     first_s = time.perf_counter() - t0
-    rounds, a_steps, s_steps, direct, unsampled = [], [], [], [], []
-    seen = n   # steps through the sampler so far (the warm block)
-    deadline = time.monotonic() + args.seconds
+    rounds, samples, a_steps, s_steps, raw = [], [], [], [], []
+    deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         sums, plain, bare = {}, [], []
         for label in ("A1", "S1", "S2", "A2"):
-            ts = block(step, reset, n, cap if label[0] == "S" else None, args.batch)
-            cap.flush()   # the window's gzip finished inside the S block, or is waited for here
+            sampled = label[0] == "S"
+            ts = block(step, reset, n, cap if sampled else None, args.batch)
+            cap.flush()   # the gzip finished inside the block's tail, or is waited for here
             sums[label] = sum(ts)
-            (s_steps if label[0] == "S" else a_steps).extend(ts)
-            if label[0] == "S":   # the window steps themselves against the block's other steps
-                pos = set(window_steps(seen, n, args.every, args.every // 2))
-                rest = [t for i, t in enumerate(ts) if i not in pos]
-                direct.append((sum(ts[i] for i in pos) - len(pos) * statistics.median(rest))
-                              / max(len(pos) // 2, 1) * 1e3)
-                plain.extend(rest)
-                seen += n
-            else:
+            if not sampled:
                 bare.extend(ts)
-        unsampled.append((statistics.median(plain) / statistics.median(bare) - 1) * 100)
+                continue
+            pos = window_steps(seen, n, every, warm)
+            seen += n
+            samples.extend(excess(ts, pos, args.tail))
+            if pos:
+                raw.append({"pos": pos, "ms": [round(t * 1e3, 4) for t in ts]})
+            taken = {i for w in pos[1::2] for i in range(w + 1, w + 1 + args.tail)} | set(pos)
+            plain.extend(t for i, t in enumerate(ts) if i not in taken)
+        a_steps.extend(bare)
+        s_steps.extend(plain)
         a, s = sums["A1"] + sums["A2"], sums["S1"] + sums["S2"]
-        rounds.append({"a_s": a, "s_s": s, "pct": (s / a - 1) * 100, "window_ms": (s - a) / 4 * 1e3})
-        print(f"round {len(rounds)}: {rounds[-1]['pct']:+.3f}% ({rounds[-1]['window_ms']:.2f} ms/window)",
-              flush=True)
+        m_a, m_s = statistics.median(bare), statistics.median(plain)
+        rounds.append({"a_s": a, "s_s": s, "direct_pct": (s / a - 1) * 100,
+                       "unsampled_pct": (m_s / m_a - 1) * 100,
+                       "unsampled_us": (m_s - m_a) * 1e6})
+        print(f"every={every} round {len(rounds)}: direct {rounds[-1]['direct_pct']:+.3f}%, "
+              f"unsampled {rounds[-1]['unsampled_us']:+.1f} us, samples {len(samples)}", flush=True)
     res = cap.close()
-    step_ms = statistics.median(a_steps) * 1e3
-    pct = mean_ci([r["pct"] for r in rounds])
-    win = mean_ci([r["window_ms"] for r in rounds])
-    at = {str(k): {"pct": win["mean"] / (k * step_ms) * 100,
-                   "ci95": [c / (k * step_ms) * 100 for c in win["ci95"]]} for k in (100, 1000, 10000)}
-    need = win["ci95"][1] / (0.001 * step_ms)
+    step_ms = statistics.fmean(a_steps) * 1e3
+    costs = [x["cost_ms"] for x in samples]
+    timed = [t for t in res.timings if t["stop_s"] is not None][1:]   # the first: one-time
+    own = {k: statistics.median(t[k] for t in timed) * 1e3
+           for k in ("start_s", "stop_s", "save_s", "export_s") if timed and timed[0][k] is not None}
+    cost = mean_ci(costs)
+    own_pct = unsampled / 1e3 / step_ms * 100
     return {
-        "every": args.every,
+        "every": every,
         "block_steps": n,
+        "tail_steps": args.tail,
         "rounds": len(rounds),
-        "steps_timed": len(a_steps) + len(s_steps),
-        "median_step_ms": {"bare": step_ms, "sampled": statistics.median(s_steps) * 1e3},
-        "overhead_pct": pct,
-        "window_cost_ms": win,
-        "overhead_pct_at_every": at,
-        "every_for_0.1pct": int(need) + 1,
+        "steps_timed": len(a_steps) + len(s_steps) + len(samples) * (2 + args.tail),
+        "median_step_ms": {"bare": statistics.median(a_steps) * 1e3,
+                           "unsampled": statistics.median(s_steps) * 1e3},
+        "mean_step_ms": {"bare": step_ms, "unsampled": statistics.fmean(s_steps) * 1e3},
+        "sample_cost_ms": cost,
+        "sample_cost_vs_median_ms": mean_ci([x["cost_vs_median_ms"] for x in samples]),
+        "sample_pieces_ms": {k: mean_ci([x[k] for x in samples])
+                             for k in ("warmup_ms", "recorded_ms", "tail_ms")},
+        "sampler_timings_ms": own,
+        "unsampled_step_pct": mean_ci([r["unsampled_pct"] for r in rounds]),
+        "unsampled_step_us": mean_ci([r["unsampled_us"] for r in rounds]),
+        "direct_pct": mean_ci([r["direct_pct"] for r in rounds]),
+        "direct_pct_pooled": (sum(r["s_s"] for r in rounds) / sum(r["a_s"] for r in rounds) - 1) * 100,
+        "overhead_pct_at_every": at_every(costs, unsampled, step_ms,
+                                          sorted({every, 1000, 5000, 10000, 20000})),
+        "every_for_0.1pct": int(cost["ci95"][1] / ((0.1 - own_pct) / 100 * step_ms)) + 1,
         "first_window_s": first_s,
-        "window_cost_direct_ms": mean_ci(direct),
-        "unsampled_step_median_pct": mean_ci(unsampled),
         "samples": res.samples,
         "skipped": res.skipped,
         "errors": res.errors,
-        "with_stack": not args.no_stack,
-        "model": {
-            "layers": args.layers,
-            "hidden": args.hidden,
-            "vocab": args.vocab,
-            "batch": args.batch,
-            "prompt": args.prompt,
-        },
         "per_round": rounds,
+        "per_sample": samples,
+        "window_blocks": raw,
     }
 
 
@@ -200,17 +271,36 @@ def main() -> None:
     ap.add_argument("--vocab", type=int, default=32000)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--prompt", type=int, default=256)
-    ap.add_argument("--every", type=int, default=100)
-    ap.add_argument("--seconds", type=float, default=120)
+    ap.add_argument("--every", default="100", help="comma-separated: one run per value")
+    ap.add_argument("--seconds", default="120", help="comma-separated, one per --every")
+    ap.add_argument("--block", type=int, default=100, help="steps per A/S block (divides every)")
+    ap.add_argument("--tail", type=int, default=20, help="steps after a window counted in its cost")
+    ap.add_argument("--gzip-level", type=int, default=6)
     ap.add_argument("--no-stack", action="store_true")
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--traces", type=Path, help="keep the last 2 samples of each run here")
     ap.add_argument("--rolling", type=Path, help="also write the rolling-capture fixture folder here")
     a = ap.parse_args()
     if a.tiny:
         a.layers, a.hidden, a.vocab, a.prompt = 2, 128, 1024, 32
-    with tempfile.TemporaryDirectory() as tmp:
-        doc = overhead(a, Path(tmp))
-    print(json.dumps({k: v for k, v in doc.items() if k != "per_round"}, indent=1), flush=True)
+    everys = [int(x) for x in a.every.split(",")]
+    secs = [float(x) for x in a.seconds.split(",")]
+    step, reset = build(a.device, a.layers, a.hidden, a.vocab, a.batch, a.prompt)
+    for _ in range(3):
+        block(step, reset, a.block)
+    doc = {"with_stack": not a.no_stack, "gzip_level": a.gzip_level,
+           "model": {"layers": a.layers, "hidden": a.hidden, "vocab": a.vocab, "batch": a.batch,
+                     "prompt": a.prompt},
+           "unsampled_cpu": unsampled_us(), "runs": []}
+    print("unsampled step, CPU:", doc["unsampled_cpu"], flush=True)
+    for every, sec in zip(everys, secs * len(everys) if len(secs) == 1 else secs):
+        with tempfile.TemporaryDirectory() as tmp:
+            out = a.traces / f"every{every}" if a.traces else Path(tmp)
+            run = overhead(a, out, step, reset, every, sec, doc["unsampled_cpu"]["us_per_step"])
+        doc["runs"].append(run)
+        print(json.dumps({k: v for k, v in run.items()
+                          if k not in ("per_round", "per_sample", "window_blocks")},
+                         indent=1), flush=True)
     if a.rolling is not None:
         doc["rolling"] = rolling(a, a.rolling)
         print(json.dumps(doc["rolling"], indent=1))

@@ -12,6 +12,11 @@ sampled step a one-window `Capture` starts (its first step is the profiler's war
 files this sampler wrote are kept (it deletes nothing else). On demand: the signal (its handler
 installed from the main thread only) or a trigger file, which is consumed, takes a sample at the
 next step. `attrib trend DIR` reads the folder.
+
+Kineto leaves CUPTI set up after a profiler stops unless TEARDOWN_CUPTI=1, and every CUDA launch
+after it is then slower (+4.4 us [3.1, 5.6] a launch on the H200, bench/sampled_residual.py):
+for a sampler that would tax every step after the first sample, so it sets TEARDOWN_CUPTI=1
+where the variable is unset (torch sets 0 itself where CUDA graphs need it; export 0 to keep).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal as signals
+import sys
 import threading
 import time
 from collections import deque
@@ -29,7 +35,9 @@ from typing import Any
 from collectors.torch_capture import Capture, CaptureResult, _NullCapture, _warn, profiling_enabled
 from collectors.torch_capture import capture as one_window
 
+TEARDOWN = ("TEARDOWN_CUPTI", "1")   # CUPTI finalised after each sample (module doc)
 TRIGGER_CHECK = 64   # steps between looks for the trigger file (a stat costs ~1 us)
+TIMINGS_KEPT = 1024   # the last samples' timings kept in the result
 _NULL = contextlib.nullcontext()   # stateless: entered and left by every unsampled step
 
 
@@ -43,6 +51,8 @@ class SampledResult:
     deleted: int = 0
     skipped: int = 0   # samples due while the last one was still being compressed
     errors: list[str] = field(default_factory=list)
+    # per sample written, seconds: start, stop and save on the step, export (save + gzip)
+    timings: list[dict[str, float | None]] = field(default_factory=list)
     steps_seen: int = 0
 
 
@@ -95,6 +105,7 @@ class SampledCapture:
         self.provenance, self.options = dict(provenance or {}), options
         self.result = SampledResult()
         self._n = 0                # steps seen
+        self._wake = 0             # steps before this one are null contexts, no look taken
         self._seq = 0              # windows started
         self._asked: str | None = None   # "signal" | "file": a sample asked for
         self._window: _Window | None = None
@@ -106,6 +117,7 @@ class SampledCapture:
         self._signal = signal
         if signal is not None:
             self._install(signal)
+        os.environ.setdefault(*TEARDOWN)
 
     def __enter__(self) -> "SampledCapture":
         return self
@@ -124,26 +136,45 @@ class SampledCapture:
         self._old_handler = signals.signal(signum, self._on_signal)
 
     def _on_signal(self, signum: int, frame: Any) -> None:
-        self._asked = "signal"
+        self._asked, self._wake = "signal", 0
 
     def phase(self, name: str, tokens: int | None = None) -> Any:
         """Mark one step; a null context unless this step is in a capture window."""
         n = self._n = self._n + 1
+        if n < self._wake:   # the unsampled step: a counter and a null context
+            return _NULL
+        return self._look(n, name, tokens)
+
+    def _look(self, n: int, name: str, tokens: int | None) -> Any:
+        """Step n at a wake: in a window, a sample due or asked for, a trigger-file check."""
         win = self._window
         if win is not None:
             return _SampledStep(self, win.phase(name, tokens))
-        if n <= self.warmup:
-            return _NULL
-        if self.trigger is not None and n % TRIGGER_CHECK == 0:
-            self._look_for_file()
-        due = self.every is not None and (n - self.warmup) % self.every == self.every - 1
-        if not (due or self._asked):
-            return _NULL
-        reason, self._asked = ("every" if due else self._asked), None
-        win = self._open(n, reason or "every")
-        if win is None:
-            return _NULL
-        return _SampledStep(self, win.phase(name, tokens))
+        if n > self.warmup:
+            if self.trigger is not None and n % TRIGGER_CHECK == 0:
+                self._look_for_file()
+            due = self.every is not None and (n - self.warmup) % self.every == self.every - 1
+            if due or self._asked:
+                reason, self._asked = ("every" if due else self._asked), None
+                win = self._open(n, reason or "every")
+                if win is not None:
+                    self._wake = 0   # every step looks while the window is open
+                    return _SampledStep(self, win.phase(name, tokens))
+        self._sleep(n)
+        return _NULL
+
+    def _sleep(self, n: int) -> None:
+        """Set the next wake after step n: the next due step or trigger check (a pending ask:
+        the next step after the warmup)."""
+        lo = max(n, self.warmup) + 1
+        wakes = [lo] if self._asked else []
+        if self.every is not None:
+            wakes.append(lo + (self.every - 1 - (lo - self.warmup)) % self.every)
+        if self.trigger is not None:
+            wakes.append(-(-lo // TRIGGER_CHECK) * TRIGGER_CHECK)
+        self._wake = min(wakes, default=sys.maxsize)
+        if self._asked:   # a signal between the look and the line above
+            self._wake = 0
 
     def _look_for_file(self) -> None:
         trigger = self.trigger
@@ -178,6 +209,7 @@ class SampledCapture:
         if win is not None and not win.active:
             self._window = None
             self._hand_off(win)
+            self._sleep(self._n)
 
     def _hand_off(self, win: _Window) -> None:
         """Compress and stamp the closed window in a thread (zlib lets the steps run)."""
@@ -201,6 +233,9 @@ class SampledCapture:
             if res.path is None:
                 return
             out.samples += 1
+            out.timings.append({"start_s": res.start_s, "stop_s": res.stop_s,
+                                "save_s": res.save_s, "export_s": res.export_s})
+            del out.timings[:-TIMINGS_KEPT]
             self._files.append((res.path, res.sidecar))
             while len(self._files) > self.keep:
                 for p in self._files.popleft():

@@ -56,7 +56,9 @@ class CaptureResult:
     sidecar: Path | None = None
     steps: list[tuple[str, int | None]] = field(default_factory=list)
     warmup_skipped: int = 0
+    start_s: float | None = None    # starting the profiler (Kineto's prepare, CUPTI)
     stop_s: float | None = None     # stopping the profiler (with_stack makes it slow)
+    save_s: float | None = None     # torch's JSON of the window (holds the GIL)
     export_s: float | None = None   # writing + gzip of the trace
     bytes: int | None = None
     error: str | None = None
@@ -227,7 +229,9 @@ class Capture:
                 if self._machine is None:   # a sampler hands over the fields of its first sample
                     with contextlib.suppress(Exception):   # the stamp's slow part, outside the window
                         self._machine = _prov.machine_fields(torch)
+                t0 = time.perf_counter()
                 self._prof.start()
+                self.result.start_s = time.perf_counter() - t0
             except Exception as exc:
                 self._prof = None
                 return self._not_started(f"profiler failed to start: {type(exc).__name__}: {exc}")
@@ -361,6 +365,7 @@ class Capture:
             _unlink_raw(raw)
             self._fail(f"trace export to {self.trace_path} failed: {type(exc).__name__}: {exc}")
             return None
+        res.save_s = time.perf_counter() - self._t_export
         return raw
 
     def _finish(self, raw: Path) -> None:

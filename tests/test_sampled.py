@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 
 import collectors  # noqa: E402
 from collectors.provenance import read_sidecar  # noqa: E402
-from collectors.sampled import TRIGGER_CHECK, SampledCapture  # noqa: E402
+from collectors.sampled import _NULL, TRIGGER_CHECK, SampledCapture  # noqa: E402
 
 
 def _work(i: int) -> float:
@@ -41,6 +41,7 @@ def test_every_n_records_the_nth_steps_and_keeps_the_last_files(tmp_path):
     res = cap.close()
     # windows open at steps 4, 9, 14, 19 (the profiler's warmup) and record steps 5, 10, 15, 20
     assert res.samples == 4 and res.deleted == 2 and res.errors == [] and res.steps_seen == 20
+    assert len(res.timings) == 4 and all(t["save_s"] <= t["export_s"] for t in res.timings)
     assert [p.name for p in res.paths] == ["s.00002.pt.trace.json.gz", "s.00003.pt.trace.json.gz"]
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         [keep_me.name] + [n for p in res.paths for n in (p.name, p.name + ".attrib.json")])
@@ -73,7 +74,9 @@ def test_signal_and_trigger_file_take_one_sample_each(tmp_path):
 def test_unsampled_steps_touch_no_profiler_and_bad_arguments_refused(tmp_path):
     cap = collectors.capture(tmp_path, every=1000, with_stack=False)
     for i in range(50):
-        with cap.phase("decode", tokens=1):
+        step = cap.phase("decode", tokens=1)
+        assert step is _NULL   # one shared null context: nothing built per step
+        with step:
             assert not torch.autograd.profiler._is_profiler_enabled
     assert cap.close().samples == 0 and list(tmp_path.iterdir()) == []
     for bad in ({"every": 1}, {"every": 5, "keep": 0}):
@@ -84,3 +87,12 @@ def test_unsampled_steps_touch_no_profiler_and_bad_arguments_refused(tmp_path):
         assert not collectors.capture(tmp_path, every=5).active
     finally:
         del os.environ["ATTRIB_PROFILE"]
+
+
+def test_the_sampler_asks_kineto_to_tear_cupti_down_unless_told_otherwise(tmp_path, monkeypatch):
+    monkeypatch.delenv("TEARDOWN_CUPTI", raising=False)
+    collectors.capture(tmp_path, every=10).close()
+    assert os.environ["TEARDOWN_CUPTI"] == "1"   # kept CUPTI slows every later launch
+    monkeypatch.setenv("TEARDOWN_CUPTI", "0")
+    collectors.capture(tmp_path, every=10).close()
+    assert os.environ["TEARDOWN_CUPTI"] == "0"   # the user's (or torch's) choice stands
