@@ -208,6 +208,12 @@ def ledger(steps: pl.DataFrame, k: pl.DataFrame, copies: pl.DataFrame, launches:
     return Ledger(per_step, idle.filter(pl.col("cause") != "profiler").select(list(INTERVALS)))
 
 
+def _ranked(rows: pl.DataFrame) -> pl.DataFrame:
+    """Largest first; equal times by cause and what (group_by's order is arbitrary: sorted by
+    time alone, tied rows changed order from run to run)."""
+    return rows.sort(["ms_per_step", "cause", "what"], descending=[True, False, False])
+
+
 def phase_ledger(led: Ledger, steps: pl.DataFrame, phase: str) -> pl.DataFrame:
     """The mean step of `phase` (its counted steps: not excluded): cause, what, ms_per_step, share of
     the mean step, n_per_step (intervals or kernels), median_us (of the idle intervals behind the row;
@@ -230,7 +236,7 @@ def phase_ledger(led: Ledger, steps: pl.DataFrame, phase: str) -> pl.DataFrame:
     )
     out = rows.join(med, on=["cause", "what"], how="left").with_columns(
         (pl.col("ms_per_step") / mean_ms if mean_ms else pl.lit(None, pl.Float64)).alias("share"))
-    return out.select(list(schema)).cast(schema).sort("ms_per_step", descending=True)
+    return _ranked(out.select(list(schema)).cast(schema))
 
 
 def median_gap_us(led: Ledger | None, steps: pl.DataFrame, phase: str) -> float | None:
@@ -259,7 +265,7 @@ def typical_ledger(led: Ledger, steps: pl.DataFrame, phase: str) -> pl.DataFrame
     step_ms = float(num_or_zero((counted["window_end"] - counted["window_start"]).median())) / 1e6
     out = med.join(mean.select("cause", "what", "median_us"), on=["cause", "what"], how="left").with_columns(
         (pl.col("ms_per_step") / step_ms if step_ms else pl.lit(None, pl.Float64)).alias("share"))
-    return out.select(mean.columns).sort("ms_per_step", descending=True)
+    return _ranked(out.select(mean.columns))
 
 
 def num_or_zero(x: object) -> float:
