@@ -21,12 +21,16 @@ from attrib.cost.dtypes import KV_BYTES
 from attrib.cost.weights import Bits, Formats, from_quantization_config, parse_bits, parse_formats
 from attrib.errors import TraceError, UsageError
 from attrib.analysis.build import build, finish
+from attrib.analysis.reprice import project
 from attrib.analysis.finding import Finding
 from attrib.analysis.speculative import plain_step_ms
 from attrib.analysis.model import Analysis
 from attrib.options import TOP_KERNELS, Options
 from attrib.pipeline import Attribution, attribute
 from attrib.roofline.arch import Arch, detect, load_archs, override
+from attrib.report import ranks as ranks_report
+from attrib.report.export import annotate
+from attrib.steps import ranks as rk
 from attrib.trace import TRUNCATED, Trace
 from collectors import limits, load, reader, resolve
 from collectors.provenance import SUFFIX as STAMP_SUFFIX
@@ -245,8 +249,6 @@ def with_what_if(an: Analysis, budget: Budget | None, formats: Formats | None) -
     """The analysis with its decode phase projected at `formats` (a note says why not)."""
     if formats is None or budget is None:
         return an
-    from attrib.analysis.reprice import project
-
     dec = an.phase("decode")
     wi = project(dec, budget, formats, an.device) if dec is not None else None
     if wi is not None:
@@ -278,8 +280,6 @@ def export_trace(path: str | Path, opts: Options = Options()) -> dict[str, Any]:
     """The Kineto trace at `path` with attrib's attribution added (attrib.report.export); each
     kernel is found by its index in traceEvents, which the reader kept (`event`). opts: the phase
     map, and the capture trace or model budget that price a replay's kernels."""
-    from attrib.report.export import annotate
-
     fmt, _ = resolve(path)
     r = reader(fmt)
     if r.document is None:
@@ -327,9 +327,6 @@ def merge_ranks(paths: list[Path], opts: Options = Options(), link_gbs: float | 
     """The attrib.ranks/1 document of the per-rank traces of one run (attrib.steps.ranks):
     per-rank step times side by side, the slowest rank, collectives split into wait, transfer
     (bus bytes at the device's link bandwidth, or link_gbs) and latency, step-start skew."""
-    from attrib.report import ranks as ranks_report
-    from attrib.steps import ranks as rk
-
     runs: dict[int, tuple[Path, Attribution, int | None]] = {}
     for path in paths:
         a = attribution(path, opts, warn)

@@ -1,7 +1,6 @@
 """The renderers of an Analysis, chosen by name (`--format`) or by the output file's suffix.
 
-A renderer is one module with a `render` function plus one entry here; the module is imported
-when its format is rendered (a fast start: `analyze` loads the table or JSON renderer alone). `plots` says what it does
+A renderer is one module with a `render` function plus one entry here. `plots` says what it does
 with the report's plots: "inline" (SVG inside the text), "files" (SVG files beside the output,
 referenced by name), or None (no plots). A table renderer writes bytes instead of text: `folder`
 (file name -> bytes, written as the folder -o DIR) or `binary` (one file's bytes).
@@ -13,12 +12,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from typing import TYPE_CHECKING
-
+from attrib.analysis.model import Analysis
 from attrib.errors import UsageError
-
-if TYPE_CHECKING:
-    from attrib.analysis.model import Analysis
+from attrib.report import csv_tables, html, markdown, parquet_tables, table, xlsx_tables
 
 
 @dataclass(frozen=True)
@@ -53,45 +49,15 @@ def _json(an: Analysis, view: View) -> str:
 
 
 def _table(an: Analysis, view: View) -> str:
-    from attrib.report import table
-
     return table.render(an, top=view.top, width=view.width, verbose=view.verbose)
 
 
 def _markdown(an: Analysis, view: View) -> str:
-    from attrib.report import markdown
-
     return markdown.render(an, dict(view.plots), view.plot_note)
 
 
 def _html(an: Analysis, view: View) -> str:
-    from attrib.report import html
-
     return html.render(an, dict(view.plots), view.plot_note)
-
-
-def _csv(an: Analysis) -> dict[str, bytes]:
-    from attrib.report import csv_tables
-
-    return csv_tables.render(an)
-
-
-def _parquet(an: Analysis) -> dict[str, bytes]:
-    from attrib.report import parquet_tables
-
-    return parquet_tables.render(an)
-
-
-def _xlsx(an: Analysis) -> bytes:
-    from attrib.report import xlsx_tables
-
-    return xlsx_tables.render(an)
-
-
-def _xlsx_check() -> None:
-    from attrib.report import xlsx_tables
-
-    xlsx_tables.check()
 
 
 def _needs_output(an: Analysis, view: View) -> str:
@@ -103,9 +69,10 @@ RENDERERS: tuple[Renderer, ...] = (
     Renderer("json", (".json",), _json),
     Renderer("md", (".md", ".markdown"), _markdown, plots="files"),
     Renderer("html", (".html", ".htm"), _html, plots="inline"),
-    Renderer("csv", (), _needs_output, folder=_csv),
-    Renderer("parquet", (), _needs_output, folder=_parquet),
-    Renderer("xlsx", (".xlsx",), _needs_output, binary=_xlsx, check=_xlsx_check),
+    Renderer("csv", (), _needs_output, folder=csv_tables.render),
+    Renderer("parquet", (), _needs_output, folder=parquet_tables.render),
+    Renderer("xlsx", (".xlsx",), _needs_output, binary=xlsx_tables.render,
+             check=xlsx_tables.check),
 )
 
 TABLE_FORMATS = tuple(r.name for r in RENDERERS if r.writes_bytes)
