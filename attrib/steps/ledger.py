@@ -204,7 +204,8 @@ def ledger(steps: pl.DataFrame, k: pl.DataFrame, copies: pl.DataFrame, launches:
         pl.col("ns").sum(), pl.len().cast(pl.Int64).alias("n")
     )
     per_step = pl.concat([*krows, *crows, gap_rows.select(list(STEP_LEDGER))]).cast(STEP_LEDGER)
-    per_step = per_step.filter(pl.col("ns") > 0).sort("step", "ns", descending=[False, True])
+    per_step = per_step.filter(pl.col("ns") > 0).sort(
+        "step", "ns", "cause", "what", descending=[False, True, False, False])
     return Ledger(per_step, idle.filter(pl.col("cause") != "profiler").select(list(INTERVALS)))
 
 
