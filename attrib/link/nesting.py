@@ -8,6 +8,8 @@ level up. Both become `join_asof` calls.
 
 from __future__ import annotations
 
+from typing import cast
+
 import polars as pl
 
 
@@ -38,10 +40,11 @@ def _sorted(ev: pl.DataFrame, by: list[str]) -> pl.DataFrame:
     four = [*by, "key", "order"]
     if ev.height == 0 or any(ev[c].null_count() for c in by) or ev["key"].null_count():
         return ev.sort(four)
-    lo, hi = ev["key"].min(), ev["key"].max()
+    key = pl.col("key")
+    lo, span = ev.select(key.min().alias("lo"), (key.max() - key.min()).alias("span")).row(0)
     group = ev.select(pl.struct(by).rank("dense").cast(pl.Int64) - 1).to_series()
-    key_bits = int(hi - lo).bit_length() + 2  # type: ignore[operator]
-    if key_bits + int(group.max()).bit_length() > 62:  # type: ignore[arg-type]
+    key_bits = int(span).bit_length() + 2
+    if key_bits + int(cast(int, group.max())).bit_length() > 62:
         return ev.sort(four)
     one = pl.lit(group * (1 << key_bits)) + (pl.col("key") - lo) * 4 + pl.col("order")
     return ev.sort(one, maintain_order=True)
