@@ -6,28 +6,20 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from attrib.components.patterns import COMPILE_SPANS, NOT_TRITON, TENSILE, TRITON_NAME
+from attrib.components.patterns import NOT_TRITON, TENSILE, TRITON_NAME
 from attrib.analysis.model import Analysis
 from attrib.pipeline import Attribution
+from attrib.steps.excluded import compile_events
 from rules.finding import Finding, ns, num, r
 from rules.intervals import covered, merge, spans, total
 from rules.thresholds import Thresholds
 
-COMPILE = COMPILE_SPANS
 
 P05_REFS = ("https://github.com/vllm-project/vllm/pull/40137", "https://github.com/vllm-project/vllm/issues/43009",
             "https://github.com/vllm-project/vllm/pull/37188", "https://github.com/vllm-project/vllm/pull/44331",
             "https://github.com/vllm-project/vllm/pull/49170")
 P04_REFS = ("https://github.com/pytorch/pytorch/issues/190433", "https://github.com/pytorch/pytorch/pull/192402",
             "https://github.com/ROCm/TheRock/issues/5550", "https://github.com/ROCm/TheRock/issues/2591")
-
-
-def _compile_spans(a: Attribution) -> pl.DataFrame:
-    """Compile/autotune spans from the ops, CPU annotations and Python frames: name, start_ns, dur_ns."""
-    cols = ("name", "start_ns", "dur_ns")
-    parts = [a.trace.ops.select(cols), a.trace.markers.filter(pl.col("side") == "cpu").select(cols),
-             a.trace.frames.select(cols)]
-    return pl.concat(parts).filter(pl.col("name").str.contains(COMPILE))
 
 
 def _per_step_compile(a: Attribution, sp: pl.DataFrame) -> pl.DataFrame:
@@ -42,7 +34,7 @@ def _per_step_compile(a: Attribution, sp: pl.DataFrame) -> pl.DataFrame:
 def compile_in_window(a: Attribution, an: Analysis, th: Thresholds) -> list[Finding]:
     """P05: torch.compile/Triton compile or autotune spans inside the window, Triton kernels whose first call
     is `first_call_ratio` x their median, and steps whose kernel count is an outlier of their phase."""
-    sp = _compile_spans(a)
+    sp = compile_events(a.trace)
     k = a.kernels.filter(pl.col("name").str.contains(TRITON_NAME) & ~pl.col("name").str.contains(NOT_TRITON))
     cold = (
         k.sort("start_ns")

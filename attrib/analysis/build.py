@@ -142,7 +142,8 @@ def _step_ledgers(led: Ledger | None, steps: pl.DataFrame) -> tuple[tuple[Ledger
     order = steps.sort("window_start").select(
         "step", (pl.col("window_end") - pl.col("window_start")).alias("w")
     )
-    rows = led.steps.join(order, on="step").sort("step", "ns", descending=[False, True])
+    rows = led.steps.join(order, on="step").sort(  # equal times by cause, what: a stable order
+        "step", "ns", "cause", "what", descending=[False, True, False, False])
     by_step: dict[int, list[LedgerRow]] = {}
     for r in rows.iter_rows(named=True):
         share = r["ns"] / r["w"] if r["w"] else None

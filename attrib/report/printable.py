@@ -30,19 +30,24 @@ def printable(text: str) -> str:
     return _CONTROLS.sub("", _SPACES.sub(" ", _ESCAPES.sub("", text)))
 
 
+_LEAVES = (int, float, type(None))
+
+
 def printable_tree(obj: Any) -> Any:
     """A JSON-like document (dicts, lists, strings) or a tree of records (dataclasses: the Analysis)
     with every string passed through `printable`."""
     if isinstance(obj, str):
         return printable(obj)
-    if is_dataclass(obj) and not isinstance(obj, type):
-        return replace(obj, **{f.name: printable_tree(getattr(obj, f.name)) for f in fields(obj) if f.init})
+    if isinstance(obj, _LEAVES):  # most of the Analysis' leaves (per-step series): nothing to clean
+        return obj
+    if isinstance(obj, tuple):  # tens of thousands of (start, end) pairs: kept, not rebuilt
+        if all(isinstance(v, _LEAVES) for v in obj):
+            return obj
+        return type(obj)(printable_tree(v) for v in obj)
+    if isinstance(obj, list):
+        return [printable_tree(v) for v in obj]
     if isinstance(obj, dict):
         return {printable(str(k)): printable_tree(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return (
-            type(obj)(printable_tree(v) for v in obj)
-            if isinstance(obj, tuple)
-            else [printable_tree(v) for v in obj]
-        )
+    if is_dataclass(obj) and not isinstance(obj, type):
+        return replace(obj, **{f.name: printable_tree(getattr(obj, f.name)) for f in fields(obj) if f.init})
     return obj

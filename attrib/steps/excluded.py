@@ -19,11 +19,21 @@ OUTLIER = 3.0
 MIN_STEPS = 4
 
 
+def compile_events(trace: Trace) -> pl.DataFrame:
+    """name, start_ns, dur_ns of the ops, CPU annotations and Python frames named in COMPILE_SPANS
+    (in that order). The pattern runs once per distinct name: names repeat thousands of times."""
+    cols = ("name", "start_ns", "dur_ns")
+    parts = [trace.ops.select(cols), trace.markers.filter(pl.col("side") == "cpu").select(cols),
+             trace.frames.select(cols)]
+    events = pl.concat(parts)
+    names = events["name"].unique()
+    hit = names.filter(names.str.contains(COMPILE_SPANS).fill_null(False))
+    return events.filter(pl.col("name").is_in(hit.implode()))
+
+
 def compile_spans(trace: Trace) -> pl.DataFrame:
     """start_ns, end_ns of every compile/autotune span (ops, CPU annotations, Python frames)."""
-    cols = ("name", "start_ns", "dur_ns")
-    parts = [trace.ops.select(cols), trace.markers.filter(pl.col("side") == "cpu").select(cols), trace.frames.select(cols)]
-    return pl.concat(parts).filter(pl.col("name").str.contains(COMPILE_SPANS)).select(
+    return compile_events(trace).select(
         "start_ns", (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns")).sort("start_ns")
 
 

@@ -37,9 +37,6 @@ CAUSES = ("kernels", "copy", "outside", "sync", "host", "launch", "profiler")
 # calls: 2.07 us each), 179.2 ms with with_stack too (+42.8 ms over 32,256 Python frames: 1.33 us)
 PROFILER_NS = {"op": 2_070, "frame": 1_330}
 _BY = ["pid", "tid"]
-# row orders: largest first, ties by cause and what (group_by's order is a hash's: not stable)
-_ORDER = ["step", "ns", "cause", "what"]
-_ROWS = ["ms_per_step", "cause", "what"]
 STEP_LEDGER = pl.Schema({"step": pl.Int64, "cause": pl.Utf8, "what": pl.Utf8, "ns": pl.Int64,
                          "n": pl.Int64})
 INTERVALS = pl.Schema({"step": pl.Int64, "cause": pl.Utf8, "what": pl.Utf8, "start_ns": pl.Int64,
@@ -207,8 +204,15 @@ def ledger(steps: pl.DataFrame, k: pl.DataFrame, copies: pl.DataFrame, launches:
         pl.col("ns").sum(), pl.len().cast(pl.Int64).alias("n")
     )
     per_step = pl.concat([*krows, *crows, gap_rows.select(list(STEP_LEDGER))]).cast(STEP_LEDGER)
-    per_step = per_step.filter(pl.col("ns") > 0).sort(_ORDER, descending=[False, True, False, False])
+    per_step = per_step.filter(pl.col("ns") > 0).sort(
+        "step", "ns", "cause", "what", descending=[False, True, False, False])
     return Ledger(per_step, idle.filter(pl.col("cause") != "profiler").select(list(INTERVALS)))
+
+
+def _ranked(rows: pl.DataFrame) -> pl.DataFrame:
+    """Largest first; equal times by cause and what (group_by's order is arbitrary: sorted by
+    time alone, tied rows changed order from run to run)."""
+    return rows.sort(["ms_per_step", "cause", "what"], descending=[True, False, False])
 
 
 def phase_ledger(led: Ledger, steps: pl.DataFrame, phase: str) -> pl.DataFrame:
@@ -233,7 +237,7 @@ def phase_ledger(led: Ledger, steps: pl.DataFrame, phase: str) -> pl.DataFrame:
     )
     out = rows.join(med, on=["cause", "what"], how="left").with_columns(
         (pl.col("ms_per_step") / mean_ms if mean_ms else pl.lit(None, pl.Float64)).alias("share"))
-    return out.select(list(schema)).cast(schema).sort(_ROWS, descending=[True, False, False])
+    return _ranked(out.select(list(schema)).cast(schema))
 
 
 def median_gap_us(led: Ledger | None, steps: pl.DataFrame, phase: str) -> float | None:
@@ -262,7 +266,7 @@ def typical_ledger(led: Ledger, steps: pl.DataFrame, phase: str) -> pl.DataFrame
     step_ms = float(num_or_zero((counted["window_end"] - counted["window_start"]).median())) / 1e6
     out = med.join(mean.select("cause", "what", "median_us"), on=["cause", "what"], how="left").with_columns(
         (pl.col("ms_per_step") / step_ms if step_ms else pl.lit(None, pl.Float64)).alias("share"))
-    return out.select(mean.columns).sort(_ROWS, descending=[True, False, False])
+    return _ranked(out.select(mean.columns))
 
 
 def num_or_zero(x: object) -> float:

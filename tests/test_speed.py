@@ -1,0 +1,66 @@
+"""Speed changes that must not change a figure (#22): the one-key sort of the nesting pass, and
+ledger rows whose order no longer depends on group_by's arbitrary order."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from attrib.app import attribution
+from attrib.link.nesting import _sorted, _stream
+from attrib.steps.ledger import phase_ledger, typical_ledger
+from collectors import load
+
+FIX = Path(__file__).parent / "fixtures"
+SGLANG = FIX / "torch/mi300_sglang_qwen3-8b_decode/capture_bs_32_rank0.json.gz"
+DSV3 = FIX / "captured/deepseekv3_decode.pt.trace.json.gz"
+BY = ["pid", "tid"]
+
+
+@pytest.fixture(scope="module")
+def intervals() -> pl.DataFrame:
+    t = load(SGLANG)
+    cols = ["id", "start_ns", "dur_ns", *BY]
+    return pl.concat([t.ops.select(cols), t.frames.select(cols)]).drop_nulls()
+
+
+def _four(ev: pl.DataFrame) -> pl.DataFrame:
+    return ev.sort([*BY, "key", "order"], maintain_order=True)
+
+
+def test_one_key_sort_is_the_four_key_sort(intervals):
+    ev = _stream(intervals, None, BY).drop("open")
+    assert ev.select(pl.struct(BY).n_unique()).item() > 1  # several threads: the group part counts
+    assert _sorted(ev, BY).equals(_four(ev))
+
+
+def test_one_key_sort_keeps_ties_in_order(intervals):
+    # times cut to whole microseconds: many starts and ends fall together
+    coarse = intervals.with_columns((pl.col("start_ns") // 1000 * 1000).alias("start_ns"))
+    ev = _stream(coarse, None, BY).drop("open")
+    assert ev.select(pl.struct(BY, "key", "order").is_duplicated().any()).item()
+    assert _sorted(ev, BY).equals(_four(ev))
+
+
+def test_a_span_too_wide_for_one_key_sorts_by_four(intervals):
+    # one interval 2^60 ns later: group, key and order no longer fit 62 bits
+    far = intervals.with_columns(pl.when(pl.int_range(pl.len()) == 0)
+                                 .then(pl.col("start_ns") + (1 << 60))
+                                 .otherwise(pl.col("start_ns")).alias("start_ns"))
+    ev = _stream(far, None, BY).drop("open")
+    assert _sorted(ev, BY).equals(_four(ev))
+
+
+def test_ledger_ties_ordered_by_cause_and_what():
+    a = attribution(DSV3)
+    for rows in (phase_ledger(a.ledger, a.steps, "decode"), typical_ledger(a.ledger, a.steps, "decode")):
+        key = list(zip((-v for v in rows["ms_per_step"]), rows["cause"], rows["what"]))
+        assert key == sorted(key)
+    # the typical decode step holds rows of exactly equal time (the tie that swapped between runs)
+    typical = typical_ledger(a.ledger, a.steps, "decode")
+    assert typical["ms_per_step"].is_duplicated().any()
+    per_step = a.ledger.steps
+    key = list(zip(per_step["step"], (-v for v in per_step["ns"]), per_step["cause"], per_step["what"]))
+    assert key == sorted(key)
