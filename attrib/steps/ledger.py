@@ -194,7 +194,8 @@ def ledger(steps: pl.DataFrame, k: pl.DataFrame, copies: pl.DataFrame, launches:
     krows, kbusy = _busy_rows(w0, w1, ids, _kernel_groups(kk), empty)
     crows, busy = _busy_rows(w0, w1, ids, _copy_groups(copies), kbusy)
     ops_all = _gpu_ops(kk, copies, launches)
-    threads = ops_all.select(_BY).drop_nulls().group_by(_BY).len().sort("len", descending=True)
+    counts = ops_all.select(_BY).drop_nulls().group_by(_BY).len()
+    threads = counts.sort(["len", *_BY], descending=[True, False, False])   # ties: lowest id
     main = tuple(threads.row(0)[:2]) if threads.height else (None, None)
     g = _neighbours(_gaps(w0, w1, ids, busy), ops_all)
     starts = pl.DataFrame({"step": ids, "w0": w0}).cast(pl.Int64)
