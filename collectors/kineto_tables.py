@@ -87,9 +87,6 @@ def _ops(evs: list[Event]) -> dict[str, Any]:
 def _frames(evs: list[Event]) -> dict[str, Any]:
     cols = _common(evs)
     del cols["external_id"]
-    cols["py_id"] = [e.args.py_id for e in evs]
-    cols["py_parent"] = [e.args.py_parent for e in evs]
-    cols["module_id"] = [e.args.module_id for e in evs]
     return cols
 
 
