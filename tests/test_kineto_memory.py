@@ -14,7 +14,7 @@ from polars.testing import assert_frame_equal
 from attrib.app import analysis
 from attrib.pipeline import attribute
 from attrib.trace import TABLES, Trace
-from collectors import kineto
+from collectors import kineto, validate
 from collectors.kineto_tables import interned
 from conftest import EXAMPLE_TRACE
 
@@ -64,3 +64,20 @@ def test_figures_same_as_plain_text_columns() -> None:
     a, b = analysis(attribute(tr)), analysis(attribute(flat))
     assert _canonical(a.to_dict()) == _canonical(b.to_dict())
     assert a.to_dict()["phases"], "the demo trace has phases to compare"
+
+
+def test_duplicate_rows_compared_by_exact_text() -> None:
+    """validate compares names by category id: a row equal to a real kernel but for one byte of
+    its name is kept, an exact copy is dropped."""
+    k = kineto.read(EXAMPLE_TRACE).kernels
+    row = k.slice(7, 1)
+    near = row.with_columns(pl.col("name") + " ")  # one byte more, same time, stream, device
+    warnings: list[str] = []
+    kept = validate.table("kernels", pl.concat([k, near]), warnings)
+    assert kept.height == k.height + 1
+    assert not any("exact copies" in w for w in warnings), warnings  # its id is renumbered
+    warnings.clear()
+    dropped = validate.table("kernels", pl.concat([k, row]), warnings)
+    assert dropped.height == k.height
+    assert warnings == ["1 kernels are exact copies of another row (the same event written twice); "
+                        "dropped"]
