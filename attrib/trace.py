@@ -34,11 +34,11 @@ SCHEMAS: dict[str, dict[str, DType]] = {
         "external_id": _I64, "parent": _I64, "input_dims": _STR, "input_types": _STR,
         "concrete_inputs": _STR, "input_strides": _STR,
     },
-    # Python frames (with_stack): `nn.Module: Cls_N` frames carry module_id; py_id/py_parent
-    # build the Python call tree.
+    # Python frames (with_stack); `nn.Module: Cls_N` frames name a module instance. Their nesting
+    # comes from the times (attrib.link.nesting): the profiler's Python ids are not kept (no stage
+    # read them; 27 MB per GB of trace).
     "frames": {
         "id": _I64, "name": _STR, "start_ns": _I64, "dur_ns": _I64, "pid": _I64, "tid": _I64,
-        "py_id": _I64, "py_parent": _I64, "module_id": _I64,
     },
     # Runtime/driver API calls. kernel_name/grid/block are filled where the runtime records them
     # (ROCm launches; graph-capture traces).

@@ -33,9 +33,20 @@ import sys, time
 from collectors import kineto
 t = time.perf_counter()
 tr = kineto.read(sys.argv[1])
+wall = time.perf_counter() - t
+import polars as pl
+def size(df):  # text columns: 16-byte views plus each distinct value's bytes past 12, once
+    out = 0
+    for s in df.get_columns():
+        if s.dtype != pl.Utf8:
+            out += s.estimated_size()
+            continue
+        n = s.unique().str.len_bytes()
+        out += 16 * s.len() + n.filter(n > 12).sum()
+    return out
 names = ("kernels", "ops", "frames", "launches", "markers", "copies")
-tables = sum(getattr(tr, n).estimated_size() for n in names)
-print({"wall_s": time.perf_counter() - t, "events": tr.meta.events, "tables_mb": tables / 1e6})
+tables = sum(size(getattr(tr, n)) for n in names)
+print({"wall_s": wall, "events": tr.meta.events, "tables_mb": tables / 1e6})
 """
 _BEFORE = _READ.replace(
     "kineto.read(sys.argv[1])", "kineto.read(sys.argv[1], block=0)"

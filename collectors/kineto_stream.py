@@ -17,6 +17,7 @@ errors are always that reader's, and this one only bounds memory.
 
 from __future__ import annotations
 
+import ctypes
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +41,18 @@ _BETWEEN = re.compile(rb"\}\s*,\s*\{")
 _RAWS = msgspec.json.Decoder(list[msgspec.Raw])
 _ERRORS = (*DECODE_ERRORS, RecursionError)
 Frames = dict[str, pl.DataFrame]
+TRIM_EVERY = 16  # pieces between two returns of the C heap's free memory to the system
+
+
+def trim() -> None:
+    """Give the C heap's free pages back to the system (glibc `malloc_trim`; nothing elsewhere).
+    The decoded events of a piece live in Python's heap and the frames in polars' own allocator,
+    so the pages a piece's events leave free are not reused for the tables: without this they
+    stay resident (about 40 MB per 0.5 GB of JSON)."""
+    try:
+        getattr(ctypes.CDLL(None), "malloc_trim")(0)  # the process's own symbols: libc's where glibc
+    except (OSError, AttributeError, TypeError):
+        pass
 
 
 class Fallback(Exception):
@@ -175,7 +188,7 @@ def read_events(path: Path, block: int = BLOCK) -> Streamed:
     inflow = limits.Inflow(path, block)
     blocks = _Blocks(inflow)
     head, buf = _header(path, blocks)
-    notes, base = Notes(), 0
+    notes, base, pieces = Notes(), 0, 0
     parts: dict[str, list[pl.DataFrame]] = {t: [] for t in TABLES}
     want, ended = block, False
     while blocks.more and not ended:
@@ -193,6 +206,9 @@ def read_events(path: Path, block: int = BLOCK) -> Streamed:
         for t, df in (cut.frames or {}).items():
             parts[t].append(df)
         base += cut.events
+        pieces += 1
+        if pieces % TRIM_EVERY == 0:
+            trim()
         buf, want = buf[cut.rest:], block
     while blocks.more:  # the list has ended: the keys after it
         buf += blocks.take()
@@ -226,4 +242,5 @@ def _tail(path: Path, head: bytes, buf: bytes, inflow: limits.Inflow,
         for t, df in chunk_frames(decode_chunk(raws, base + i, notes), notes, base + i).items():
             parts[t].append(df)
     total = base + len(events)
+    trim()
     return Streamed(doc, total, parts, notes, warnings)
