@@ -38,3 +38,18 @@ def test_analyze_loads_no_plotting_statistics_or_schema_modules():
     mods = loaded(f"from attrib.cli import main\nassert main(['analyze', {str(TRACE)!r}]) == 0")
     assert {"polars", "rules", "collectors"} <= mods
     assert not mods & set(HEAVY)
+
+
+def test_lean_allocator_is_set_for_analysis_not_for_a_captured_command():
+    """attrib's own polars gets one jemalloc arena; `capture -- CMD` leaves CMD's environment as
+    the user had it (the variable would reach the user's command)."""
+    probe = ("import os\nfrom attrib.cli import main\ntry:\n    main([{args}])\n"
+             "except SystemExit:\n    pass\nprint(os.environ.get('_RJEM_MALLOC_CONF'))")
+    env = {k: v for k, v in os.environ.items() if k != "_RJEM_MALLOC_CONF"}
+    env["PYTHONPATH"] = str(ROOT)
+    def last(args: str) -> str:
+        out = subprocess.run([sys.executable, "-c", probe.format(args=args)], env=env,
+                             check=True, capture_output=True, text=True).stdout
+        return out.splitlines()[-1]
+    assert last("'--version'").startswith("narenas:1")
+    assert last("'capture', '--help'") == "None"

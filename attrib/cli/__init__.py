@@ -63,14 +63,18 @@ def _on_signals() -> dict[signal.Signals, Any]:
 ALLOCATOR = ("_RJEM_MALLOC_CONF", "narenas:1,dirty_decay_ms:100,muzzy_decay_ms:0")
 
 
-def _lean_allocator() -> None:
-    if "polars" not in sys.modules:
+def _lean_allocator(argv: list[str] | None) -> None:
+    """Set ALLOCATOR for this process, not for `capture -- CMD` (the user's command inherits
+    the environment, and its own allocator settings are its business)."""
+    args = sys.argv[1:] if argv is None else argv
+    command = next((a for a in args if not a.startswith("-")), None)
+    if "polars" not in sys.modules and command != "capture":
         os.environ.setdefault(*ALLOCATOR)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Console entry point: bad input is one line on stderr and exit code 2, never a traceback."""
-    _lean_allocator()
+    _lean_allocator(argv)
     old = _on_signals()
     try:
         return _main(argv)
