@@ -10,12 +10,7 @@ wrapping the candidate generator `generate()` builds (`get_candidates`: tokens p
 
 plain     the target alone: greedy generate, one token a pass (the baseline)
 copy      draft = exact copy of the target, K fixed at 3 (constant schedule, no confidence stop)
-noised    draft = the target with Gaussian noise on its weights, BIG = dict(hidden_size=2048, intermediate_size=5632, num_hidden_layers=8, num_attention_heads=16,
-           num_key_value_heads=8, head_dim=128, vocab_size=32000)
-SMALL = dict(BIG, hidden_size=512, intermediate_size=1408, num_hidden_layers=1,
-             num_attention_heads=4, num_key_value_heads=2)
-ALPHA = 5e-4  # residual-write scale of BIG and SMALL (see the module docstring)
-K = 3
+noised    draft = the target with Gaussian noise on its weights (0.05 x each tensor's std), K = 3
 random    draft = an independently random 1-layer model, K = 3 (acceptance near zero)
 lookup    prompt lookup decoding (prompt_lookup_num_tokens=3) on a repetitive prompt, no draft model
 

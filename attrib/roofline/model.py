@@ -40,9 +40,9 @@ def kernel_roofline(df: pl.DataFrame, arch: Arch | None, what_if: bool = False) 
     inconsistent and bw_basis to rows with `ms` (per step), `bytes`, `flops`, `dtype`.
 
     roofline_ms = max(bytes / BW, flops / the dtype's compute roof: the TFLOP/s `attrib calibrate`
-    measured where the arch has it, else the peak); the compute term is left out
-    when the dtype has no peak on this arch. A kernel above the datasheet peak is inconsistent. gap_ms = ms - roofline_ms. Without an arch only the
-    achieved figures and the intensity are filled. Rows without a positive `ms` get no achieved
+    measured where the arch has it, else the peak); the compute term is left out when the dtype
+    has no peak on this arch. A kernel above the datasheet peak is inconsistent. gap_ms = ms -
+    roofline_ms. Without an arch only the achieved figures and the intensity are filled. Rows without a positive `ms` get no achieved
     figures and no gap.
     """
     bw, basis = arch.bandwidth() if arch else (None, None)
