@@ -37,16 +37,19 @@ def host_intervals(ops: pl.DataFrame, frames: pl.DataFrame) -> pl.DataFrame:
     the thread), name."""
     fr = frames.filter(~pl.col("name").str.starts_with("<built-in"))
     frame_id = (pl.col("id") + (1 << 40)).alias("id")
+    # the names stay out of the join and the sort (a row number into them instead): narrower copies
     iv = pl.concat([
         ops.select("id", "name", "start_ns", "dur_ns", *_BY),
         fr.select(frame_id, "name", "start_ns", "dur_ns", *_BY),
     ]).drop_nulls(["start_ns", "dur_ns"])
-    iv = iv.join(parents(iv, _BY), on="id")
+    names = iv["name"]
+    iv = iv.drop("name").with_row_index("_row")
+    iv = iv.join(parents(iv, _BY).drop("parent"), on="id")
     s = pl.col("start_ns").cast(pl.Int64)
     e = s + pl.col("dur_ns").cast(pl.Int64)
     iv = iv.sort([*_BY, "start_ns"], maintain_order=True).with_row_index("idx")
     return iv.select(*_BY, s.alias("s"), e.alias("e"), "depth",
-                     pl.col("idx").cast(pl.Int64), "name")
+                     pl.col("idx").cast(pl.Int64), names.gather(iv["_row"]))
 
 
 def _stabbing(q: pl.DataFrame, iv: pl.DataFrame, inside: list[pl.Expr]) -> pl.DataFrame:
