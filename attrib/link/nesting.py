@@ -59,55 +59,50 @@ def _relaxed(s: pl.Series, name: str) -> pl.Series:
 def _narrow(intervals: pl.DataFrame, points: pl.DataFrame | None,
             by: list[str]) -> tuple[pl.DataFrame, pl.DataFrame] | None:
     """What `_levels` and the points' rows of `_stream` would give, without the wide event table:
-    only the one sort key and its stable order are built over starts, ends and points (rows
-    0..n-1 the starts, n..2n-1 the ends, then the points), and each output column is gathered
-    from its source by row. None where `_sorted` would not use its one-key sort."""
+    only the one sort key of `_sorted` and its stable order are built over the starts, ends and
+    points (rows 0..n-1 the starts, n..2n-1 the ends, then the points), and each output column
+    is gathered from its source by row. None where `_sorted` would not use its one-key sort (or
+    the parts' keys differ in dtype)."""
     n = intervals.height
-    parts = [intervals.select(by)]
-    if points is not None:
-        parts.append(points.select(by))
-    groups = pl.concat(parts, how="vertical_relaxed")
-    del parts
-    if any(groups[c].null_count() for c in by):
-        return None
+    groups = pl.concat([intervals.select(by), *([points.select(by)] if points is not None else [])],
+                       how="vertical_relaxed")
     end = pl.col("start_ns") + pl.col("dur_ns")
     keys = [intervals.select(pl.col("start_ns") * 2 + 1).to_series(),
             intervals.select(end * 2 + (pl.col("dur_ns") <= 0).cast(pl.Int64)).to_series()]
     if points is not None:
         keys.append(points.select(pl.col("t_ns") * 2 + 1).to_series())
-    key = pl.concat([k.to_frame("key") for k in keys], how="vertical_relaxed")["key"]
-    del keys
-    if key.null_count():
+    if (any(groups[c].null_count() for c in by) or any(k.null_count() for k in keys)
+            or len({k.dtype for k in keys}) > 1):
         return None
-    lo, span = cast(int, key.min()), cast(int, key.max()) - cast(int, key.min())
+    lo = min(cast(int, k.min()) for k in keys)
+    span = max(cast(int, k.max()) for k in keys) - lo
     rank = groups.select(pl.struct(by).rank("dense").cast(pl.Int64) - 1).to_series()
     key_bits = int(span).bit_length() + 2
     if key_bits + int(cast(int, rank.max())).bit_length() > 62:
         return None
-    m = key.len() - 2 * n
-    group = pl.concat([rank.head(n), rank.head(n), rank.tail(m)]) if m else pl.concat([rank, rank])
-    del rank
-    order = pl.concat([pl.repeat(0, n, dtype=pl.Int64, eager=True), pl.repeat(2, n, dtype=pl.Int64, eager=True),
-                       pl.repeat(1, m, dtype=pl.Int64, eager=True)])
-    one = group * (1 << key_bits) + (key - lo) * 4 + order
-    del group, order
-    row = (pl.DataFrame({"one": one}).with_row_index("row")
-           .sort("one", maintain_order=True)["row"].cast(pl.Int64))
+    of = [rank.head(n), rank.head(n), rank.tail(rank.len() - n)][:len(keys)]
+    one = pl.concat([g * (1 << key_bits) + (k - lo) * 4 + order
+                     for g, k, order in zip(of, keys, (0, 2, 1))])
+    del of, rank
+    rows = pl.DataFrame({"one": one}).with_row_index("row")
     del one
-    delta = (pl.when(row < n).then(pl.lit(1)).when(row < 2 * n).then(pl.lit(-1)).otherwise(pl.lit(0)))
-    depth = pl.DataFrame({"row": row}).select(delta.cum_sum() - 1).to_series().alias("depth")
-    is_start = row < n
-    start_row = row.filter(is_start)
-    iid = _relaxed(intervals["id"].gather(start_row), "iid")
-    lv = groups[start_row].with_columns(key.gather(start_row), iid, depth.filter(is_start)).sort("key")
+    row = rows.sort("one", maintain_order=True)["row"]
+    del rows
+    delta = pl.when(row < n).then(pl.lit(1)).when(row < 2 * n).then(pl.lit(-1)).otherwise(pl.lit(0))
+    depth = row.to_frame().select(delta.cum_sum() - 1).to_series().alias("depth")
+    start = row < n
+    at = row.filter(start)
+    iid = _relaxed(intervals["id"].gather(at), "iid")
+    lv = groups[at].with_columns(keys[0].gather(at).alias("key"), iid, depth.filter(start))
     if points is None:
-        return lv, lv.clear()  # no points
-    is_point = row >= 2 * n
-    point_row = row.filter(is_point)
-    pts = groups[point_row - n].with_columns(
-        key.gather(point_row), _relaxed(points["pid_"].gather(point_row - 2 * n), "pid_"),
-        depth.filter(is_point))
-    return lv, pts.sort("key")
+        return lv.sort("key"), lv.clear()  # no points
+    point = row >= 2 * n
+    at = row.filter(point).cast(pl.Int64) - 2 * n
+    del row
+    pid = _relaxed(points["pid_"].gather(at), "pid_")
+    pts = groups[at + n].with_columns(keys[2].gather(at).alias("key"), pid, depth.filter(point))
+    del groups, keys, depth
+    return lv.sort("key"), pts.sort("key")
 
 
 def _levels(ev: pl.DataFrame, by: list[str]) -> pl.DataFrame:
