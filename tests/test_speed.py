@@ -68,9 +68,10 @@ def test_narrow_levels_are_the_event_tables(intervals):
     coarse = intervals.with_columns((pl.col("start_ns") // 1000 * 1000).alias("start_ns"),
                                     pl.when(pl.int_range(pl.len()) % 7 == 0).then(0)
                                     .otherwise(pl.col("dur_ns")).alias("dur_ns"))
-    pts = pl.concat([coarse.select(pl.col("id").alias("pid_"), pl.col("start_ns").alias("t_ns"), *BY),
-                     coarse.select((pl.col("id") + (1 << 40)).alias("pid_"),
-                                   (pl.col("start_ns") + pl.col("dur_ns")).alias("t_ns"), *BY)])
+    at_start = coarse.select(pl.col("id").alias("pid_"), pl.col("start_ns").alias("t_ns"), *BY)
+    at_end = coarse.select((pl.col("id") + (1 << 40)).alias("pid_"),
+                           (pl.col("start_ns") + pl.col("dur_ns")).alias("t_ns"), *BY)
+    pts = pl.concat([at_start, at_end])
     lv, got = _narrow(coarse, pts, BY) or (None, None)
     want_lv, want_pts = _wide(coarse, pts)
     assert lv is not None and got is not None
