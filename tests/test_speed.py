@@ -1,4 +1,5 @@
-"""Speed changes that must not change a figure (#22): the one-key sort of the nesting pass, and
+"""Speed changes that must not change a figure (#22): the one-key sort of the nesting pass (and its
+narrow form, no wide event table), and
 ledger rows whose order no longer depends on group_by's arbitrary order."""
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ import polars as pl
 import pytest
 
 from attrib.app import attribution
-from attrib.link.nesting import _sorted, _stream
+from attrib.link.nesting import _levels, _narrow, _sorted, _stream
 from attrib.steps.ledger import phase_ledger, typical_ledger
 from collectors import load
 
@@ -52,6 +53,39 @@ def test_a_span_too_wide_for_one_key_sorts_by_four(intervals):
     ev = _stream(far, None, BY).drop("open")
     assert _sorted(ev, BY).equals(_four(ev))
 
+
+
+def _wide(intervals: pl.DataFrame, points: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    ev = _stream(intervals, points, BY)
+    pts = (ev.filter(pl.col("pid_").is_not_null())
+           .select(*BY, "key", "pid_", (pl.col("open") - 1).alias("depth")).sort("key"))
+    return _levels(ev, BY), pts
+
+
+def test_narrow_levels_are_the_event_tables(intervals):
+    # whole microseconds (starts, ends and points fall together) and a zero-length interval;
+    # points at every interval's start and end: the rows and their order are the wide table's
+    coarse = intervals.with_columns((pl.col("start_ns") // 1000 * 1000).alias("start_ns"),
+                                    pl.when(pl.int_range(pl.len()) % 7 == 0).then(0)
+                                    .otherwise(pl.col("dur_ns")).alias("dur_ns"))
+    at_start = coarse.select(pl.col("id").alias("pid_"), pl.col("start_ns").alias("t_ns"), *BY)
+    at_end = coarse.select((pl.col("id") + (1 << 40)).alias("pid_"),
+                           (pl.col("start_ns") + pl.col("dur_ns")).alias("t_ns"), *BY)
+    pts = pl.concat([at_start, at_end])
+    lv, got = _narrow(coarse, pts, BY) or (None, None)
+    want_lv, want_pts = _wide(coarse, pts)
+    assert lv is not None and got is not None
+    assert lv.equals(want_lv) and lv.schema == want_lv.schema
+    assert got.equals(want_pts) and got.schema == want_pts.schema
+    assert got.height == 2 * coarse.height
+
+
+def test_narrow_gives_way_where_one_key_does_not_fit(intervals):
+    far = intervals.with_columns(pl.when(pl.int_range(pl.len()) == 0)
+                                 .then(pl.col("start_ns") + (1 << 60))
+                                 .otherwise(pl.col("start_ns")).alias("start_ns"))
+    assert _narrow(far, None, BY) is None
+    assert _narrow(intervals.with_columns(pl.lit(None, pl.Int64).alias("tid")), None, BY) is None
 
 def test_ledger_ties_ordered_by_cause_and_what():
     a = attribution(DSV3)

@@ -89,10 +89,14 @@ def op_costs(ops: pl.DataFrame, top_k: int | Mapping[int, int] | None = None) ->
     if ops.height == 0:
         return pl.DataFrame(schema=_OUT)
     ks = moe_top_k(ops) if top_k is None else top_k
-    base = ops.select("id", *[pl.col(c).cast(pl.Utf8).fill_null("") for c in _KEYS])
     prefixed = [pl.col("name").str.starts_with(p) for m in PREFIXED for p in m.prefixes]
-    named = base.filter(pl.col("name").is_in(list(BY_NAME)) | pl.any_horizontal(prefixed))
-    sigs = named.select(_KEYS).unique()
+    hit = pl.col("name").is_in(list(BY_NAME)) | pl.any_horizontal(prefixed)
+    named = ops.filter(hit).select("id", *[pl.col(c).cast(pl.Utf8).fill_null("") for c in _KEYS])
+    # each text as an integer code (hashed once a row, no row encoding that copies every op's text):
+    # the signatures are the distinct code tuples, each priced once from its first op's text
+    code = named.select("id", *[pl.col(c).cast(pl.Categorical).to_physical() for c in _KEYS])
+    first = code.with_row_index("_r").group_by(_KEYS).agg(pl.col("_r").first())
+    sigs = named[first["_r"]].select(_KEYS)
     rows = []
     for name, dims, types, conc in sigs.iter_rows():
         k = None
@@ -104,7 +108,9 @@ def op_costs(ops: pl.DataFrame, top_k: int | Mapping[int, int] | None = None) ->
         rows.append((name, dims, types, conc, c.bytes, c.flops, c.dtype, c.model, c.assumption))
     priced = pl.DataFrame(rows, schema={**{c: pl.Utf8 for c in _KEYS}, **{k: v for k, v in _OUT.items() if k != "id"}},
                           orient="row")
-    # the string-keyed join over the ops that have a formula only; every op by its integer id
-    got = named.join(priced, on=_KEYS, how="left").select(list(_OUT))
+    priced = pl.concat([first.select(_KEYS), priced.drop(_KEYS)], how="horizontal")
+    del named, first, sigs
+    # the code-keyed join over the ops that have a formula only; every op by its integer id
+    got = code.join(priced, on=_KEYS, how="left").select(list(_OUT))
     out = ops.select("id").join(got, on="id", how="left", maintain_order="left")
     return out.select(list(_OUT)).cast(_OUT)  # type: ignore[arg-type]

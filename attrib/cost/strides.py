@@ -52,5 +52,6 @@ def stored_dims(ops: pl.DataFrame) -> pl.DataFrame:
     fixed = pairs.with_columns(pl.Series("_stored", [
         orjson.dumps(_sources(orjson.loads(d), orjson.loads(s))).decode() for d, s in pairs.iter_rows()], dtype=pl.Utf8))
     by_id = rows.join(fixed, on=["input_dims", "input_strides"], how="left").select("id", "_stored")
-    return (ops.join(by_id, on="id", how="left", maintain_order="left")
-            .with_columns(pl.coalesce("_stored", "input_dims").alias("input_dims")).drop("_stored"))
+    # one column joined, the others shared (a join of the whole table copies every column)
+    stored = ops.select("id").join(by_id, on="id", how="left", maintain_order="left")["_stored"]
+    return ops.with_columns(pl.coalesce(stored, "input_dims").alias("input_dims"))

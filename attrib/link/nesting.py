@@ -50,6 +50,61 @@ def _sorted(ev: pl.DataFrame, by: list[str]) -> pl.DataFrame:
     return ev.sort(one, maintain_order=True)
 
 
+def _relaxed(s: pl.Series, name: str) -> pl.Series:
+    """s as a column of the event table, where it met a null Int64 column (vertical_relaxed)."""
+    none = pl.Series(name, [], pl.Int64).to_frame()
+    return pl.concat([none, s.alias(name).to_frame()], how="vertical_relaxed")[name]
+
+
+def _narrow(intervals: pl.DataFrame, points: pl.DataFrame | None,
+            by: list[str]) -> tuple[pl.DataFrame, pl.DataFrame] | None:
+    """What `_levels` and the points' rows of `_stream` would give, without the wide event table:
+    only the one sort key of `_sorted` and its stable order are built over the starts, ends and
+    points (rows 0..n-1 the starts, n..2n-1 the ends, then the points), and each output column
+    is gathered from its source by row. None where `_sorted` would not use its one-key sort (or
+    the parts' keys differ in dtype)."""
+    n = intervals.height
+    groups = pl.concat([intervals.select(by), *([points.select(by)] if points is not None else [])],
+                       how="vertical_relaxed")
+    end = pl.col("start_ns") + pl.col("dur_ns")
+    keys = [intervals.select(pl.col("start_ns") * 2 + 1).to_series(),
+            intervals.select(end * 2 + (pl.col("dur_ns") <= 0).cast(pl.Int64)).to_series()]
+    if points is not None:
+        keys.append(points.select(pl.col("t_ns") * 2 + 1).to_series())
+    if (any(groups[c].null_count() for c in by) or any(k.null_count() for k in keys)
+            or len({k.dtype for k in keys}) > 1):
+        return None
+    lo = min(cast(int, k.min()) for k in keys)
+    span = max(cast(int, k.max()) for k in keys) - lo
+    rank = groups.select(pl.struct(by).rank("dense").cast(pl.Int64) - 1).to_series()
+    key_bits = int(span).bit_length() + 2
+    if key_bits + int(cast(int, rank.max())).bit_length() > 62:
+        return None
+    of = [rank.head(n), rank.head(n), rank.tail(rank.len() - n)][:len(keys)]
+    one = pl.concat([g * (1 << key_bits) + (k - lo) * 4 + order
+                     for g, k, order in zip(of, keys, (0, 2, 1))])
+    del of, rank
+    rows = pl.DataFrame({"one": one}).with_row_index("row")
+    del one
+    row = rows.sort("one", maintain_order=True)["row"]
+    del rows
+    delta = pl.when(row < n).then(pl.lit(1)).when(row < 2 * n).then(pl.lit(-1)).otherwise(pl.lit(0))
+    depth = row.to_frame().select(delta.cum_sum() - 1).to_series().alias("depth")
+    start = row < n
+    at = row.filter(start)
+    iid = _relaxed(intervals["id"].gather(at), "iid")
+    lv = groups[at].with_columns(keys[0].gather(at).alias("key"), iid, depth.filter(start))
+    if points is None:
+        return lv.sort("key"), lv.clear()  # no points
+    point = row >= 2 * n
+    at = row.filter(point).cast(pl.Int64) - 2 * n
+    del row
+    pid = _relaxed(points["pid_"].gather(at), "pid_")
+    pts = groups[at + n].with_columns(keys[2].gather(at).alias("key"), pid, depth.filter(point))
+    del groups, keys, depth
+    return lv.sort("key"), pts.sort("key")
+
+
 def _levels(ev: pl.DataFrame, by: list[str]) -> pl.DataFrame:
     return (ev.filter(pl.col("iid").is_not_null())
             .select(*by, "key", "iid", (pl.col("open") - 1).alias("depth")).sort("key"))
@@ -59,7 +114,8 @@ def parents(intervals: pl.DataFrame, by: list[str]) -> pl.DataFrame:
     """For intervals (id, start_ns, dur_ns, *by): columns id, depth, parent (null at top level)."""
     if intervals.height == 0:
         return pl.DataFrame(schema={"id": pl.Int64, "depth": pl.Int64, "parent": pl.Int64})
-    lv = _levels(_stream(intervals, None, by), by)
+    got = _narrow(intervals, None, by)
+    lv = got[0] if got else _levels(_stream(intervals, None, by), by)
     up = lv.select(*by, "key", pl.col("iid").alias("parent"), (pl.col("depth") + 1).alias("depth"))
     out = lv.join_asof(up, on="key", by=[*by, "depth"], strategy="backward", allow_exact_matches=False,
                        check_sortedness=False)
@@ -70,10 +126,14 @@ def innermost(intervals: pl.DataFrame, points: pl.DataFrame, by: list[str]) -> p
     """For points (pid_, t_ns, *by): columns pid_, inner (innermost containing interval id or null)."""
     if points.height == 0 or intervals.height == 0:
         return points.select("pid_", pl.lit(None, pl.Int64).alias("inner"))
-    ev = _stream(intervals, points, by)
-    lv = _levels(ev, by)
-    pts = (ev.filter(pl.col("pid_").is_not_null())
-           .select(*by, "key", "pid_", (pl.col("open") - 1).alias("depth")).sort("key"))
+    got = _narrow(intervals, points, by)
+    if got:
+        lv, pts = got
+    else:
+        ev = _stream(intervals, points, by)
+        lv = _levels(ev, by)
+        pts = (ev.filter(pl.col("pid_").is_not_null())
+               .select(*by, "key", "pid_", (pl.col("open") - 1).alias("depth")).sort("key"))
     out = pts.join_asof(lv.rename({"iid": "inner"}), on="key", by=[*by, "depth"], strategy="backward",
                         check_sortedness=False)
     return out.select("pid_", pl.when(pl.col("depth") >= 0).then(pl.col("inner")).alias("inner"))

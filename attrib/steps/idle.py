@@ -37,16 +37,19 @@ def host_intervals(ops: pl.DataFrame, frames: pl.DataFrame) -> pl.DataFrame:
     the thread), name."""
     fr = frames.filter(~pl.col("name").str.starts_with("<built-in"))
     frame_id = (pl.col("id") + (1 << 40)).alias("id")
+    # the names stay out of the join and the sort (a row number into them instead): narrower copies
     iv = pl.concat([
         ops.select("id", "name", "start_ns", "dur_ns", *_BY),
         fr.select(frame_id, "name", "start_ns", "dur_ns", *_BY),
     ]).drop_nulls(["start_ns", "dur_ns"])
-    iv = iv.join(parents(iv, _BY), on="id")
+    names = iv["name"]
+    iv = iv.drop("name").with_row_index("_row")
+    iv = iv.join(parents(iv, _BY).drop("parent"), on="id")
     s = pl.col("start_ns").cast(pl.Int64)
     e = s + pl.col("dur_ns").cast(pl.Int64)
     iv = iv.sort([*_BY, "start_ns"], maintain_order=True).with_row_index("idx")
     return iv.select(*_BY, s.alias("s"), e.alias("e"), "depth",
-                     pl.col("idx").cast(pl.Int64), "name")
+                     pl.col("idx").cast(pl.Int64), names.gather(iv["_row"]))
 
 
 def _stabbing(q: pl.DataFrame, iv: pl.DataFrame, inside: list[pl.Expr]) -> pl.DataFrame:
@@ -63,13 +66,17 @@ def _stabbing(q: pl.DataFrame, iv: pl.DataFrame, inside: list[pl.Expr]) -> pl.Da
 def holders(iv: pl.DataFrame, q: pl.DataFrame) -> pl.Series:
     """For queries (qid, pid, tid, a, b): the label of each one's holder, in q's order."""
     mid = pl.col("a") + pl.col("b")
-    pairs = _stabbing(q.with_columns(mid.alias("m2")), iv,
+    # the pairs (a query and each interval holding its midpoint) carry no name, and only the
+    # columns the order needs are sorted: the name joins the one holder kept per query
+    pairs = _stabbing(q.with_columns(mid.alias("m2")), iv.drop("name"),
                       [pl.col("s") * 2 <= pl.col("m2"), pl.col("e") * 2 >= pl.col("m2")])
     if pairs.height:
         ov = pl.min_horizontal("e", "b") - pl.max_horizontal("s", "a")
         held = ov >= HOLD_SHARE * (pl.col("b") - pl.col("a"))
-        pairs = (pairs.filter(held).sort(["qid", "depth", "idx"], descending=[False, True, False])
+        pairs = (pairs.filter(held).select("qid", "depth", "idx")
+                 .sort(["qid", "depth", "idx"], descending=[False, True, False])
                  .unique("qid", keep="first", maintain_order=True))
+        pairs = pairs.join(iv.select("idx", "name"), on="idx", how="left", maintain_order="left")
         labels = {n: frame_label(n) for n in pairs["name"].unique().to_list()}
         pairs = pairs.select("qid", pl.col("name").replace_strict(labels).alias("holder"))
     else:
