@@ -190,7 +190,8 @@ def _line(row: dict) -> str:
     r, f = row["read"], row.get("floor")
     ratio = f" = {r['wall_s'] / f['wall_s']:.2f}x floor{' (scaled)' if f.get('scaled') else ''}" if f else ""
     out = (
-        f"{row['file']}: {row['raw_mb']:.0f} MB raw, {r['events']:,} events; read {r['wall_s']:.1f} s{ratio}, "
+        f"{row['file']}: {row['raw_mb']:.0f} MB raw, {r['events']:,} events; "
+        f"read {r['wall_s']:.1f} s{ratio}, "
         f"CPU {r['cpu_s']:.1f} s, peak RSS {r['peak_rss_mb']:.0f} MB (tables {r['tables_mb']:.0f} MB)"
     )
     if "before" in row:

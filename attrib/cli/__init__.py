@@ -105,7 +105,8 @@ def _main(argv: list[str] | None) -> int:
     except KeyboardInterrupt:
         return 130
     except MemoryError:  # input larger than this machine (or its memory limit) allows: a fact, not a bug
-        click.echo("attrib: error: out of memory: the input needs more memory than this process may use", err=True)
+        click.echo("attrib: error: out of memory: the input needs more memory than this "
+                   "process may use", err=True)
         return 2
     except Exception as exc:  # a bug, not bad input: still one line unless asked for the traceback
         if os.environ.get("ATTRIB_DEBUG"):

@@ -85,6 +85,12 @@ def dump(doc: dict) -> str:
     return orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n"
 
 
+def phase_map_option():
+    """--phase-map NAME=PHASE (repeatable), as every command that finds phases takes it."""
+    return click.option("--phase-map", multiple=True, metavar="NAME=PHASE",
+                        help="Treat annotation NAME as PHASE (repeatable).")
+
+
 def output_options() -> list:
     """-o/--output and --force, as every command that writes a file takes them."""
     return [click.option("-o", "--output", type=click.Path(path_type=Path),

@@ -13,13 +13,16 @@ from attrib.cli.common import check_output, cli, dump, warn, write
 
 @cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("--rocprof", is_flag=True, required=True, expose_value=False,
-              help="Run CMD under rocprofv3 (the capture this command does; torch capture is the Python API).")
+              help="Run CMD under rocprofv3 (the capture this command does; torch capture is "
+                   "the Python API).")
 @click.option("--hip-trace", is_flag=True, help="Also trace HIP API calls.")
 @click.option("--memory-copy-trace", is_flag=True, help="Also trace memory copies.")
-@click.option("--format", "fmt", type=click.Choice(["rocpd", "csv", "json"]), default="rocpd", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["rocpd", "csv", "json"]), default="rocpd",
+              show_default=True)
 @click.option("-d", "--output-dir", "out_dir", type=click.Path(path_type=Path), default=Path("rocprof-out"),
               show_default=True)
-@click.option("--rocprofv3", default="rocprofv3", show_default=True, help="Path to rocprofv3 (non-standard installs).")
+@click.option("--rocprofv3", default="rocprofv3", show_default=True,
+              help="Path to rocprofv3 (non-standard installs).")
 @click.option("--analyze/--no-analyze", default=True, show_default=True, help="Analyze what was captured.")
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
 def capture(hip_trace: bool, memory_copy_trace: bool, fmt: str, out_dir: Path, rocprofv3: str,
@@ -44,10 +47,11 @@ def capture(hip_trace: bool, memory_copy_trace: bool, fmt: str, out_dir: Path, r
 
 @cli.command()
 @click.option("--arch-file", type=click.Path(path_type=Path, exists=True, dir_okay=False))
-@click.option("--template", "show_template", is_flag=True, help="Print an entry to fill in for a device not in "
-              "the database (pass it back with --arch-file).")
-@click.option("--trace", "trace_path", type=click.Path(path_type=Path), help="With --template: prefill it from "
-              "the device this trace recorded.")
+@click.option("--template", "show_template", is_flag=True,
+              help="Print an entry to fill in for a device not in the database (pass it back "
+                   "with --arch-file).")
+@click.option("--trace", "trace_path", type=click.Path(path_type=Path),
+              help="With --template: prefill it from the device this trace recorded.")
 def archs(arch_file: Path | None, show_template: bool, trace_path: Path | None) -> None:
     """List the device database: bandwidth (peak, sustained), peak matrix TFLOP/s.
 
@@ -62,12 +66,16 @@ def archs(arch_file: Path | None, show_template: bool, trace_path: Path | None) 
         click.echo(template(devices[0] if devices else None), nl=False)
         return
     t = arch_table(arch_file)
-    click.echo(f"{'key':<14}{'arch':<9}{'CUs':>5}{'peak GB/s':>11}{'sust. GB/s':>12}{'bf16 TF':>9}{'fp8 TF':>8}  name")
+    head = (f"{'key':<14}{'arch':<9}{'CUs':>5}{'peak GB/s':>11}{'sust. GB/s':>12}"
+            f"{'bf16 TF':>9}{'fp8 TF':>8}  name")
+    click.echo(head)
     for r in t.iter_rows(named=True):
         def f(x, fmt="{:g}"):
             return "-" if x is None else fmt.format(x)
-        click.echo(f"{r['key']:<14}{r['arch']:<9}{r['cus']:>5}{f(r['peak_bw_gbs']):>11}{f(r['sustained_bw_gbs']):>12}"
-                   f"{f(r['bf16_tflops']):>9}{f(r['fp8_tflops']):>8}  {r['name']}")
+        ident = f"{r['key']:<14}{r['arch']:<9}{r['cus']:>5}"
+        bws = f"{f(r['peak_bw_gbs']):>11}{f(r['sustained_bw_gbs']):>12}"
+        tfs = f"{f(r['bf16_tflops']):>9}{f(r['fp8_tflops']):>8}"
+        click.echo(f"{ident}{bws}{tfs}  {r['name']}")
     click.echo("derived and unverified figures are listed per entry in attrib/data/archs.toml")
 
 
@@ -156,7 +164,8 @@ def calibrate(
 
 
 @cli.command("rules")
-@click.option("--arch", "arch_name", metavar="NAME", help="Only the rules that apply to this arch (e.g. gfx1151).")
+@click.option("--arch", "arch_name", metavar="NAME",
+              help="Only the rules that apply to this arch (e.g. gfx1151).")
 def rules_cmd(arch_name: str | None) -> None:
     """List the pathology rules: id, archs, what each needs from a trace, references.
 

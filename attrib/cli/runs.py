@@ -14,7 +14,7 @@ from attrib.report.printable import printable
 from attrib.report.progress import progress
 
 from attrib.cli.common import (analyses, check_output, cli, dump, file_options, parse_phase_map,
-                               printable_lines, warn, write)
+                               phase_map_option, printable_lines, warn, write)
 
 
 @cli.command()
@@ -23,8 +23,9 @@ from attrib.cli.common import (analyses, check_output, cli, dump, file_options, 
               help="A baseline trace (repeat for several runs of the baseline).")
 @click.option("-c", "--cand", "cands", multiple=True, type=click.Path(path_type=Path),
               help="A candidate trace (repeat for several runs of the candidate).")
-@click.option("--gate", type=click.FloatRange(0), metavar="PCT", help="Exit 1 when a phase's per-token time is "
-              "significantly slower by more than PCT percent.")
+@click.option("--gate", type=click.FloatRange(0), metavar="PCT",
+              help="Exit 1 when a phase's per-token time is significantly slower by more than PCT "
+                   "percent.")
 @click.option("--min-effect", type=click.FloatRange(0), metavar="PCT",
               help="Smallest change (percent) called faster/slower (default: attrib.report.compare's "
                    "MIN_EFFECT_PCT, 3).")
@@ -32,7 +33,7 @@ from attrib.cli.common import (analyses, check_output, cli, dump, file_options, 
               "sides are not a matched baseline (else exit 3, not comparable).")
 @click.option("--format", "fmt", type=click.Choice(COMPARE_FORMATS), default=None,
               help="Default: from the output's suffix, else table.")
-@click.option("--phase-map", multiple=True, metavar="NAME=PHASE", help="Treat annotation NAME as PHASE (repeatable).")
+@phase_map_option()
 @click.option("--arch", "arch_name", metavar="NAME", help="Measure both sides against this device.")
 @click.option("--baseline", type=click.Path(path_type=Path), help="A plain decode trace of the target: "
               "both sides' speculative speedup and best K are measured against its decode step.")
@@ -58,7 +59,8 @@ def compare(traces: tuple[Path, ...], bases: tuple[Path, ...], cands: tuple[Path
         raise UsageError("give BASE CAND as two arguments, or -b/--base and -c/--cand, not both")
     if traces:
         if len(traces) != 2:
-            raise UsageError(f"compare takes two traces (BASE CAND), got {len(traces)}; use -b/-c for several per side")
+            raise UsageError(f"compare takes two traces (BASE CAND), got {len(traces)}; "
+                             "use -b/-c for several per side")
         bases, cands = (traces[0],), (traces[1],)
     if not bases or not cands:
         raise UsageError("compare needs a baseline and a candidate: attrib compare BASE CAND")
@@ -90,7 +92,7 @@ def compare(traces: tuple[Path, ...], bases: tuple[Path, ...], cands: tuple[Path
 @click.option("--phase", default="decode", show_default=True, help="The phase whose steps are fitted.")
 @click.option("--format", "fmt", type=click.Choice(SLOPE_FORMATS), default=None,
               help="Default: from the output's suffix, else table.")
-@click.option("--phase-map", multiple=True, metavar="NAME=PHASE", help="Treat annotation NAME as PHASE (repeatable).")
+@phase_map_option()
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="Write to FILE instead of stdout.")
 @click.option("--force", is_flag=True, help="Overwrite FILE if it exists.")
 def slope(traces: tuple[Path, ...], phase: str, fmt: str | None, phase_map: tuple[str, ...],
@@ -149,12 +151,7 @@ def _rank_traces(items: tuple[Path, ...]) -> list[Path]:
     metavar="GB/S",
     help="Interconnect bandwidth per direction (default: the device's, `attrib archs`).",
 )
-@click.option(
-    "--phase-map",
-    multiple=True,
-    metavar="NAME=PHASE",
-    help="Treat annotation NAME as PHASE (repeatable).",
-)
+@phase_map_option()
 @click.option("--arch", "arch_name", metavar="NAME", help="Take the link bandwidth of this device.")
 @file_options
 def ranks_cmd(traces: tuple[Path, ...], fmt: str | None, link_gbs: float | None, phase_map: tuple[str, ...],
@@ -200,12 +197,7 @@ def ranks_cmd(traces: tuple[Path, ...], fmt: str | None, link_gbs: float | None,
 @click.option(
     "--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True
 )
-@click.option(
-    "--phase-map",
-    multiple=True,
-    metavar="NAME=PHASE",
-    help="Treat annotation NAME as PHASE (repeatable).",
-)
+@phase_map_option()
 @click.option("--arch-file", type=click.Path(path_type=Path, exists=True, dir_okay=False))
 @click.option(
     "-o", "--output", type=click.Path(path_type=Path), help="Write to FILE instead of stdout."
@@ -268,12 +260,7 @@ SWEEP_FORMATS = {".parquet": "parquet", ".csv": "csv", ".json": "json", ".md": "
     type=click.Choice(["table", "json", "md", "html", "csv", "parquet"]),
     help="Default: from the output's suffix, else table.",
 )
-@click.option(
-    "--phase-map",
-    multiple=True,
-    metavar="NAME=PHASE",
-    help="Treat annotation NAME as PHASE (repeatable).",
-)
+@phase_map_option()
 @click.option(
     "--arch", "arch_name", metavar="NAME", help="Measure every trace against this device."
 )

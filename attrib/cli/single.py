@@ -23,19 +23,15 @@ if TYPE_CHECKING:
     from attrib.options import Options
     from attrib.report.renderers import Renderer
 
-from attrib.cli.common import apply, check_output, cli, output_options, parse_phase_map, warn, write
+from attrib.cli.common import (apply, check_output, cli, output_options, parse_phase_map,
+                               phase_map_option, warn, write)
 
 
 def _analysis_options(f):
     """The options every command that analyzes one trace shares (analyze, report)."""
     opts = [
         click.option("--phase", help="Only this phase (prefill, decode, ...)."),
-        click.option(
-            "--phase-map",
-            multiple=True,
-            metavar="NAME=PHASE",
-            help="Treat annotation NAME as PHASE (repeatable).",
-        ),
+        phase_map_option(),
         click.option(
             "--arch",
             "arch_name",
@@ -57,9 +53,10 @@ def _analysis_options(f):
         click.option(
             "--weight-bits",
             metavar="BITS|CLASS=BITS,...",
-            help="With --model: bits per weight, one figure "
-            "or per class (experts=4.25,attention=16,default=16; classes attention, mlp, experts, shared_experts, "
-            "router, embedding, lm_head). Default: the config's quantization_config, else 16.",
+            help="With --model: bits per weight, one figure or per class "
+            "(experts=4.25,attention=16,default=16; classes attention, mlp, experts, "
+            "shared_experts, router, embedding, lm_head). Default: the config's "
+            "quantization_config, else 16.",
         ),
         click.option(
             "--kv-dtype",
@@ -118,8 +115,10 @@ def _options(o: dict) -> Options:
     from attrib.options import TOP_KERNELS, Options
 
     arch, arch_from = resolve_arch(o["arch_name"], o["arch_file"])
-    budget = model_budget(o["model"], weight_bits=o["weight_bits"], kv_dtype=o["kv_dtype"], context=o["context"])
-    return Options(phase=o["phase"], phase_map=parse_phase_map(o["phase_map"]), arch=arch, arch_from=arch_from,
+    budget = model_budget(o["model"], weight_bits=o["weight_bits"], kv_dtype=o["kv_dtype"],
+                          context=o["context"])
+    phase_map = parse_phase_map(o["phase_map"])
+    return Options(phase=o["phase"], phase_map=phase_map, arch=arch, arch_from=arch_from,
                    arch_file=o["arch_file"], budget=budget, capture=o["capture"],
                    capture_batch=o["capture_batch"], top=max(o["top"] or TOP_KERNELS, TOP_KERNELS),
                    what_if=parse_what_if(o["what_if"], budget),
@@ -225,7 +224,8 @@ def report(trace: Path, fmt: str | None, **o) -> None:
         plots = plots_mod.report_plots(an) if (out is not None or r.plots == "inline") else {}
     note = None if plots_mod.available() else plots_mod.MISSING
     if r.plots == "files" and out is None and plots_mod.available():
-        note = "plots omitted on stdout: write the report to a file (-o report.md) to get them as SVG files beside it"
+        note = ("plots omitted on stdout: write the report to a file (-o report.md) "
+                "to get them as SVG files beside it")
     if r.plots != "files" or out is None:
         return write(r.render(an, View(plots=plots, plot_note=note)), out, o["force"])
     files, names = [], {}
@@ -243,7 +243,7 @@ def report(trace: Path, fmt: str | None, **o) -> None:
 @click.argument("trace", type=click.Path(path_type=Path))
 @click.option("-o", "--output", required=True, type=click.Path(path_type=Path),
               help="The annotated trace (.json or .json.gz) to open in the Perfetto UI.")
-@click.option("--phase-map", multiple=True, metavar="NAME=PHASE", help="Treat annotation NAME as PHASE (repeatable).")
+@phase_map_option()
 @click.option("--force", is_flag=True, help="Overwrite FILE if it exists.")
 @click.option("--capture", type=click.Path(path_type=Path),
               help="The graph-capture trace of this replay trace: replayed kernels get their ops, shapes "
@@ -272,6 +272,7 @@ def export(trace: Path, output: Path, phase_map: tuple[str, ...], force: bool, c
         if output.name.endswith(".gz"):
             data = gzip.compress(data, compresslevel=6)
     write_file(output, data, force)
-    click.echo(f"wrote {output}: open it in https://ui.perfetto.dev (process '{PROCESS}': one track per component)")
+    click.echo(f"wrote {output}: open it in https://ui.perfetto.dev "
+               f"(process '{PROCESS}': one track per component)")
 
 

@@ -266,9 +266,9 @@ def _between(k: pl.DataFrame) -> pl.DataFrame:
     rule = pl.col("_rule")
     todo = pl.col("comp").is_null() & pl.col("step").is_not_null()
     placed = todo & rule.is_not_null()
-    return k.with_columns(pl.when(todo).then(rule).otherwise(pl.col("comp")).alias("comp"),
-                          pl.when(placed).then(pl.lit("position")).otherwise(pl.col("evidence")).alias("evidence")).drop(
-        "_run", "_prev", "_next", "_rule")
+    named = pl.when(todo).then(rule).otherwise(pl.col("comp")).alias("comp")
+    why = pl.when(placed).then(pl.lit("position")).otherwise(pl.col("evidence")).alias("evidence")
+    return k.with_columns(named, why).drop("_run", "_prev", "_next", "_rule")
 
 
 def _after_lm_head(k: pl.DataFrame) -> pl.DataFrame:

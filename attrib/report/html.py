@@ -31,8 +31,10 @@ details summary{cursor:pointer}
 .finding{margin:10px 0;padding:8px 12px;border-left:4px solid #ccc;background:#fafaf8}
 .finding.high{border-color:#b3261e}.finding.medium{border-color:#e59400}
 .kpi{display:flex;gap:10px;flex-wrap:wrap;margin:8px 0}.kpi div{background:#f0f4f8;padding:6px 10px;border-radius:4px}
-#summary{font-size:13px;line-height:1.35;border:1px solid #cfd8e3;background:#f7f9fc;padding:8px 14px;margin:0 0 14px}
-#summary h1{font-size:17px;margin:2px 0 4px}#summary p{margin:3px 0}#summary .phase{margin:8px 0 2px;font-weight:600}
+#summary{font-size:13px;line-height:1.35;border:1px solid #cfd8e3;background:#f7f9fc;
+padding:8px 14px;margin:0 0 14px}
+#summary h1{font-size:17px;margin:2px 0 4px}#summary p{margin:3px 0}
+#summary .phase{margin:8px 0 2px;font-weight:600}
 #summary ol{margin:2px 0 4px;padding-left:22px}#summary li{margin:1px 0}#summary .ev{color:#555}
 """
 

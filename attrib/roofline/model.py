@@ -42,8 +42,8 @@ def kernel_roofline(df: pl.DataFrame, arch: Arch | None, what_if: bool = False) 
     roofline_ms = max(bytes / BW, flops / the dtype's compute roof: the TFLOP/s `attrib calibrate`
     measured where the arch has it, else the peak); the compute term is left out when the dtype
     has no peak on this arch. A kernel above the datasheet peak is inconsistent. gap_ms = ms -
-    roofline_ms. Without an arch only the achieved figures and the intensity are filled. Rows without a positive `ms` get no achieved
-    figures and no gap.
+    roofline_ms. Without an arch only the achieved figures and the intensity are filled. Rows
+    without a positive `ms` get no achieved figures and no gap.
     """
     bw, basis = arch.bandwidth() if arch else (None, None)
     peak_bw = arch.peak_bw_gbs if arch else None
