@@ -19,6 +19,7 @@ fn = next(n for n in ast.parse(src).body if isinstance(n, ast.FunctionDef) and n
 open(sys.argv[2], "w").write('"""attrib.trace.step_name alone (device stub)."""\nfrom __future__ import annotations\n\n\n'
                              + ast.get_source_segment(src, fn) + "\n")
 PY
-cp $W/bench/calibrate_check.py $W/bench/sampled_overhead.py $D/bench/
+cp $W/bench/calibrate_check.py $W/bench/sampled_overhead.py $W/bench/sampled_paired.py $D/bench/
 cp $W/examples/device/device_calib.sh $D/run.sh
+cp $W/examples/device/device_paired.sh $D/paired.sh
 echo "synced $W -> $D"
