@@ -23,8 +23,9 @@ Measures, each against the control's ratio S/A (`bias`), with 95% CIs from a blo
   step's own cost, 0.2-0.5 us, is bench/sampled_overhead.py's microbench), `every_for_0.1pct`
   from the cost's upper CI; `pairs_for_a_0.1pct_ci`: how many pairs a direct figure this precise
   to +-0.1 points would need at this run's noise;
-- `a_excess_in_windows_ms`: A's steps over the same pairs against A's local mean: how much a
-  sample slows another process on the host (`sample_cost_paired_ms`: the difference of the two).
+- `a_excess_in_windows_ms`: A's steps over the same pairs against A's local mean (a sample
+  slowing another process, or the local baseline's own bias: the first pair's A step runs before
+  the sample starts); `sample_cost_paired_ms`: S's excess less A's.
 `--reanalyse FILE` recomputes all of it from a saved `--json` file.
 """
 
