@@ -262,8 +262,8 @@ def rolling(args, out: Path) -> dict:
             "errors": res.errors}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def model_options(ap: argparse.ArgumentParser) -> None:
+    """The decode loop's options, shared by the sampled-capture benches (`build`'s arguments)."""
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--tiny", action="store_true", help="2 layers, hidden 128 (a CPU check)")
     ap.add_argument("--layers", type=int, default=8)
@@ -271,6 +271,18 @@ def main() -> None:
     ap.add_argument("--vocab", type=int, default=32000)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--prompt", type=int, default=256)
+
+
+def model_parsed(a: argparse.Namespace) -> argparse.Namespace:
+    """`a` with `--tiny`'s dimensions applied."""
+    if a.tiny:
+        a.layers, a.hidden, a.vocab, a.prompt = 2, 128, 1024, 32
+    return a
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    model_options(ap)
     ap.add_argument("--every", default="100", help="comma-separated: one run per value")
     ap.add_argument("--seconds", default="120", help="comma-separated, one per --every")
     ap.add_argument("--block", type=int, default=100, help="steps per A/S block (divides every)")
@@ -280,9 +292,7 @@ def main() -> None:
     ap.add_argument("--json", type=Path)
     ap.add_argument("--traces", type=Path, help="keep the last 2 samples of each run here")
     ap.add_argument("--rolling", type=Path, help="also write the rolling-capture fixture folder here")
-    a = ap.parse_args()
-    if a.tiny:
-        a.layers, a.hidden, a.vocab, a.prompt = 2, 128, 1024, 32
+    a = model_parsed(ap.parse_args())
     everys = [int(x) for x in a.every.split(",")]
     secs = [float(x) for x in a.seconds.split(",")]
     step, reset = build(a.device, a.layers, a.hidden, a.vocab, a.batch, a.prompt)

@@ -45,7 +45,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from sampled_overhead import build, mean_ci, window_steps  # noqa: E402
+from sampled_overhead import build, mean_ci, model_options, model_parsed, window_steps  # noqa: E402
 
 
 def pin(cores: list[int]) -> list[int]:
@@ -196,13 +196,7 @@ def analyse(a: argparse.Namespace, ta: list[float], ts: list[float], first: int)
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--device", default="cuda")
-    ap.add_argument("--tiny", action="store_true", help="2 layers, hidden 128 (a CPU check)")
-    ap.add_argument("--layers", type=int, default=8)
-    ap.add_argument("--hidden", type=int, default=1024)
-    ap.add_argument("--vocab", type=int, default=32000)
-    ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--prompt", type=int, default=256)
+    model_options(ap)
     ap.add_argument("--every", type=int, default=1000)
     ap.add_argument("--seconds", type=float, default=420, help="all pairs, control included")
     ap.add_argument("--control", type=float, default=120, help="seconds of bare pairs first")
@@ -214,15 +208,13 @@ def main() -> None:
     ap.add_argument("--reach", type=int, default=100, help="pairs each side of a sample's baseline")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--reanalyse", type=Path, help="recompute from a saved --json file")
-    a = ap.parse_args()
+    a = model_parsed(ap.parse_args())
     if a.reanalyse:
         saved = json.loads(a.reanalyse.read_text())
         a.every, a.block, a.tail = saved["every"], saved["block"], saved["tail"]
         t = {r: [x / 1e3 for x in saved["times_ms"][r]] for r in "AS"}
         print(json.dumps(analyse(a, t["A"], t["S"], saved["control_pairs"]), indent=1))
         return
-    if a.tiny:
-        a.layers, a.hidden, a.vocab, a.prompt = 2, 128, 1024, 32
     ctx = mp.get_context("spawn")
     sem_a, sem_s, stop = ctx.Semaphore(0), ctx.Semaphore(0), ctx.Value("i", -1)
     pipes = {r: ctx.Pipe() for r in "AS"}
