@@ -116,4 +116,10 @@ def r(x: float | None, nd: int = 3) -> float | None:
     return None if x is None else round(float(x), nd)
 
 
+def first_names(df: pl.DataFrame, n: int, width: int = 100) -> list[str]:
+    """The first `n` distinct names of `df` (sorted), each cut to `width` characters."""
+    names = df["name"].unique().sort().head(n).str.slice(0, width)
+    return cast(list[str], names.to_list())
+
+
 RDNA = ("gfx11", "gfx12")

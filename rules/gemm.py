@@ -1,5 +1,6 @@
-"""GEMM family: decode GEMMs on the wrong kernels (P01 vLLM skinny GEMM on gfx1151, P02 big BLAS tiles),
-BLAS on the rocBLAS/Tensile fallback instead of hipBLASLt (P03)."""
+"""GEMM family: decode GEMMs on the wrong kernels (P01 vLLM skinny GEMM on
+gfx1151, P02 big BLAS tiles), BLAS on the rocBLAS/Tensile fallback instead
+of hipBLASLt (P03)."""
 
 from __future__ import annotations
 
@@ -21,31 +22,51 @@ from attrib.roofline.model import achieved_gbs
 from rules.finding import DECODE_LIKE, Finding, kernels_in, ns, num, r
 from rules.thresholds import Thresholds
 
-P01_REFS = ("https://github.com/vllm-project/vllm/pull/51511", "https://github.com/vllm-project/vllm/pull/34709",
-            "https://github.com/vllm-project/vllm/pull/40784", "https://github.com/ROCm/vllm/pull/942")
-P02_REFS = ("https://github.com/mudler/vllm.cpp/issues/487", "https://github.com/mudler/vllm.cpp/pull/506")
+P01_REFS = (
+    "https://github.com/vllm-project/vllm/pull/51511",
+    "https://github.com/vllm-project/vllm/pull/34709",
+    "https://github.com/vllm-project/vllm/pull/40784",
+    "https://github.com/ROCm/vllm/pull/942",
+)
+P02_REFS = (
+    "https://github.com/mudler/vllm.cpp/issues/487",
+    "https://github.com/mudler/vllm.cpp/pull/506",
+)
 
 
 def _achieved_gbs(k: pl.DataFrame, an: Analysis) -> float | None:
-    """The roofline's achieved GB/s over these kernels' priced time; None above the device's peak."""
+    """The roofline's achieved GB/s over these kernels' priced time; None
+    above the device's peak."""
     return achieved_gbs(k, an.device.peak_bw_gbs)
 
 
+def _tile_dim(group: str) -> pl.Expr:
+    """Tile dimension `group` ("1": M, "2": N) of a Tensile macro tile
+    (`mt`) or else a cuBLASLt nvjet CTA tile (`nv`)."""
+    tensile, nvjet = pl.col("mt").struct.field(group), pl.col("nv").struct.field(group)
+    return pl.coalesce(tensile, nvjet).cast(pl.Int64)
+
+
 def big_tile_decode_gemm(a: Attribution, an: Analysis, th: Thresholds) -> list[Finding]:
-    """P02: M<=4 decode GEMMs served by BLAS kernels with >= 64x64 tiles (Tensile macro tiles; cuBLASLt nvjet
-    CTA tiles): the token side of each tile is mostly padding."""
+    """P02: M<=4 decode GEMMs served by BLAS kernels with >= 64x64 tiles
+    (Tensile macro tiles; cuBLASLt nvjet CTA tiles): the token side of each
+    tile is mostly padding."""
     ph = an.phase("decode")
     tokens = ph.tokens_per_step if ph else None
     if ph is None or not tokens or tokens > th.max_decode_tokens:
         return []
     k = kernels_in(a, "decode")
     total = ns(k)
-    tiles = (k.filter(pl.col("component").is_in(GEMM_COMPONENTS))
-             .with_columns(pl.col("name").str.extract_groups(TENSILE_TILE).alias("mt"),
-                           pl.col("name").str.extract_groups(NVJET_TILE).alias("nv"))
-             .with_columns(pl.coalesce(pl.col("mt").struct.field("1"), pl.col("nv").struct.field("1")).cast(pl.Int64).alias("mt_m"),
-                           pl.coalesce(pl.col("mt").struct.field("2"), pl.col("nv").struct.field("2")).cast(pl.Int64).alias("mt_n"))
-             .filter(pl.min_horizontal("mt_m", "mt_n") >= th.big_tile))
+    smaller = pl.min_horizontal("mt_m", "mt_n")
+    tiles = (
+        k.filter(pl.col("component").is_in(GEMM_COMPONENTS))
+        .with_columns(
+            pl.col("name").str.extract_groups(TENSILE_TILE).alias("mt"),
+            pl.col("name").str.extract_groups(NVJET_TILE).alias("nv"),
+        )
+        .with_columns(_tile_dim("1").alias("mt_m"), _tile_dim("2").alias("mt_n"))
+        .filter(smaller >= th.big_tile)
+    )
     if not tiles.height or not total:
         return []
     share = ns(tiles) / total
@@ -57,32 +78,52 @@ def big_tile_decode_gemm(a: Attribution, an: Analysis, th: Thresholds) -> list[F
     steps = max(ph.steps, 1)
     ms = ns(tiles) / 1e6 / steps
     priced = num(tiles["bytes"].sum()) if tiles["bytes"].null_count() == 0 else None
-    floor = priced / 1e9 / bw * 1e3 / steps if (priced and bw) else None  # the same bytes at the roofline
+    # the same bytes at the roofline
+    floor = priced / 1e9 / bw * 1e3 / steps if (priced and bw) else None
     nvidia = tiles["nv"].struct.field("1").is_not_null().any()
-    by_tile = (tiles.group_by("mt_m", "mt_n", "component").agg((pl.col("dur_ns").sum() / 1e6 / steps).alias("ms"))
-               .sort("ms", descending=True).head(8))
+    by_tile = (
+        tiles.group_by("mt_m", "mt_n", "component")
+        .agg((pl.col("dur_ns").sum() / 1e6 / steps).alias("ms"))
+        .sort("ms", descending=True)
+        .head(8)
+    )
+    smallest = int(tiles.select(smaller.min()).item())
+    shown = [
+        {"tile": f"{t['mt_m']}x{t['mt_n']}", "component": t["component"],
+         "ms_per_step": r(t["ms"], 4)}
+        for t in by_tile.iter_rows(named=True)
+    ]
+    remedy = (
+        "cuBLASLt has no small-M tile for these GEMMs (bf16 GEMMs at this M "
+        "get 64x8-type tiles): route M<=4 GEMMs of this dtype to a skinny "
+        "kernel (CUTLASS/Machete/Marlin-style mixed-input or FP8 GEMV "
+        "kernels, as vLLM does), or run more tokens per step."
+        if nvidia
+        else "Send M<=4 GEMMs to a GEMV / skinny-GEMM kernel (e.g. a "
+        "wvSplitK-style path) or tune hipBLASLt for the skinny decode shapes "
+        "so it picks small tiles."
+    )
+    big = share > th.p02_share and slow
     return [Finding(
-        rule="P02-decode-gemm-big-tile", severity="high" if (share > th.p02_share and slow) else "medium",
-        title=f"decode GEMMs with {tokens} token(s) per step run on >= {th.big_tile}x{th.big_tile} BLAS "
+        rule="P02-decode-gemm-big-tile", severity="high" if big else "medium",
+        title=f"decode GEMMs with {tokens} token(s) per step run on "
+              f">= {th.big_tile}x{th.big_tile} BLAS "
               f"tiles: {share:.0%} of decode kernel time",
         ms_per_step=max(ms - floor, 0.0) if floor is not None else ms,
-        evidence={"tokens_per_step": tokens, "share_of_decode": r(share), "ms_per_step": r(ms, 4),
+        evidence={"tokens_per_step": tokens, "share_of_decode": r(share),
+                  "ms_per_step": r(ms, 4),
                   "roofline_ms_per_step": r(floor, 4),
-                  "tile_waste": r(int(tiles.select(pl.min_horizontal("mt_m", "mt_n").min()).item()) / tokens, 1),
-                  "achieved_gbs": r(gbs, 1), "roofline_bw_gbs": bw, "fraction_of_roofline": r(frac),
-                  "tiles": [{"tile": f"{t['mt_m']}x{t['mt_n']}", "component": t["component"], "ms_per_step": r(t["ms"], 4)}
-                            for t in by_tile.iter_rows(named=True)]},
-        remedy=("cuBLASLt has no small-M tile for these GEMMs (bf16 GEMMs at this M get 64x8-type "
-                "tiles): route M<=4 GEMMs of this dtype to a skinny kernel "
-                "(CUTLASS/Machete/Marlin-style mixed-input or FP8 GEMV kernels, as vLLM does), or run "
-                "more tokens per step.") if nvidia
-        else ("Send M<=4 GEMMs to a GEMV / skinny-GEMM kernel (e.g. a wvSplitK-style path) or tune "
-              "hipBLASLt for the skinny decode shapes so it picks small tiles."),
+                  "tile_waste": r(smallest / tokens, 1),
+                  "achieved_gbs": r(gbs, 1), "roofline_bw_gbs": bw,
+                  "fraction_of_roofline": r(frac),
+                  "tiles": shown},
+        remedy=remedy,
         references=P02_REFS)]
 
 
 def skinny_gemm_gfx1151(a: Attribution, an: Analysis, th: Thresholds) -> list[Finding]:
-    """P01: vLLM's skinny-GEMM kernels (wvSplitK / LLGemm1) on gfx1151, slow or dominating decode."""
+    """P01: vLLM's skinny-GEMM kernels (wvSplitK / LLGemm1) on gfx1151,
+    slow or dominating decode."""
     out = []
     for phase in DECODE_LIKE:
         k = kernels_in(a, phase)
@@ -93,32 +134,44 @@ def skinny_gemm_gfx1151(a: Attribution, an: Analysis, th: Thresholds) -> list[Fi
         share = ns(sk) / total
         gbs, bw = _achieved_gbs(sk, an), an.device.roofline_bw
         frac = gbs / bw if (gbs is not None and bw) else None
-        if share <= th.p01_share and not (frac is not None and frac < th.p01_bw_fraction):
+        slow = frac is not None and frac < th.p01_bw_fraction
+        if share <= th.p01_share and not slow:
             continue
+        at = (
+            f" at {frac:.0%} of the memory roofline"
+            if frac is not None and frac < 0.5
+            else ""
+        )
         out.append(Finding(
             rule="P01-skinny-gemm-gfx1151", severity="high",
-            title=f"vLLM skinny-GEMM kernels take {share:.0%} of {phase} kernel time on gfx1151"
-                  + (f" at {frac:.0%} of the memory roofline" if frac is not None and frac < 0.5 else ""),
+            title=f"vLLM skinny-GEMM kernels take {share:.0%} of {phase} "
+                  "kernel time on gfx1151" + at,
             ms_per_step=ns(sk) / 1e6 / max(sk["step"].n_unique(), 1), phase=phase,
-            evidence={"phase": phase, "kernels": sk.height, "share": r(share), "achieved_gbs": r(gbs, 1),
+            evidence={"phase": phase, "kernels": sk.height, "share": r(share),
+                      "achieved_gbs": r(gbs, 1),
                       "roofline_bw_gbs": bw, "fraction_of_roofline": r(frac),
                       "names": sk["name"].unique().sort().head(5).to_list()},
-            remedy="On gfx1151 set VLLM_ROCM_USE_SKINNY_GEMM=0 (GEMMs go to hipBLASLt) or use a vLLM "
-                   "with the per-arch skinny-GEMM selector; do not disable it blindly on gfx1201, where "
-                   "it helps.",
+            remedy="On gfx1151 set VLLM_ROCM_USE_SKINNY_GEMM=0 (GEMMs go to "
+                   "hipBLASLt) or use a vLLM with the per-arch skinny-GEMM "
+                   "selector; do not disable it blindly on gfx1201, where it helps.",
             references=P01_REFS))
     return out
 
 
-P03_REFS = ("https://github.com/ROCm/legacy-rocm-build/issues/5643", "https://github.com/ROCm/TheRock/issues/154",
-            "https://github.com/ROCm/pytorch/pull/2580", "https://github.com/pytorch/pytorch/issues/138067",
-            "https://github.com/ROCm/TheRock/issues/5314")
+P03_REFS = (
+    "https://github.com/ROCm/legacy-rocm-build/issues/5643",
+    "https://github.com/ROCm/TheRock/issues/154",
+    "https://github.com/ROCm/pytorch/pull/2580",
+    "https://github.com/pytorch/pytorch/issues/138067",
+    "https://github.com/ROCm/TheRock/issues/5314",
+)
 
 
 def rocblas_fallback(a: Attribution, an: Analysis, th: Thresholds) -> list[Finding]:
-    """P03: GEMMs on rocBLAS/legacy Tensile kernels (no `_UserArgs_`, 4-field MI token), none on hipBLASLt
-    or most of the GEMM time (`p03_rocblas_share`), or prefill GEMMs (>= `p03_min_tokens` tokens) far below
-    the device's matrix peak."""
+    """P03: GEMMs on rocBLAS/legacy Tensile kernels (no `_UserArgs_`,
+    4-field MI token), none on hipBLASLt or most of the GEMM time
+    (`p03_rocblas_share`), or prefill GEMMs (>= `p03_min_tokens` tokens)
+    far below the device's matrix peak."""
     cijk = a.kernels.filter(pl.col("name").str.contains(TENSILE))
     if not cijk.height:
         return []
@@ -138,9 +191,11 @@ def rocblas_fallback(a: Attribution, an: Analysis, th: Thresholds) -> list[Findi
                 and tf < th.p03_tflops_fraction * float(peak)
             ):
                 slow.append(c)
-    # rocBLAS-only, or rocBLAS beside hipBLASLt for most of the GEMM time (shapes hipBLASLt did not take)
+    # rocBLAS-only, or rocBLAS beside hipBLASLt for most of the GEMM time
+    # (shapes hipBLASLt did not take)
     legacy_share = ns(legacy) / max(ns(cijk), 1.0)
-    fallback = legacy.height > 0 and (not lt.height or legacy_share >= th.p03_rocblas_share)
+    most = legacy_share >= th.p03_rocblas_share
+    fallback = legacy.height > 0 and (not lt.height or most)
     if not fallback and not slow:
         return []
     steps = max(a.steps.height, 1)
@@ -150,15 +205,17 @@ def rocblas_fallback(a: Attribution, an: Analysis, th: Thresholds) -> list[Findi
             rule="P03-rocblas-tensile-fallback",
             severity="high" if slow else "medium",
             title=(
-                f"{legacy.height} GEMM kernels run on rocBLAS/legacy Tensile, none on hipBLASLt"
+                f"{legacy.height} GEMM kernels run on rocBLAS/legacy Tensile, "
+                "none on hipBLASLt"
                 if legacy.height and not lt.height
                 else (
                     f"{legacy.height} GEMM kernels ({legacy_share:.0%} of GEMM time) run on "
                     f"rocBLAS/legacy Tensile, "
                     f"{lt.height} on hipBLASLt"
                     if fallback
-                    else f"prefill GEMMs reach under {th.p03_tflops_fraction:.0%} of the {peak:g} "
-                         f"TFLOP/s matrix peak"
+                    else "prefill GEMMs reach under "
+                    f"{th.p03_tflops_fraction:.0%} of the {peak:g} "
+                    "TFLOP/s matrix peak"
                 )
             ),
             ms_per_step=ms,
@@ -168,7 +225,8 @@ def rocblas_fallback(a: Attribution, an: Analysis, th: Thresholds) -> list[Findi
                 "rocblas_share": r(legacy_share),
                 "names": legacy["name"].unique().sort().head(3).to_list(),
                 "slow_prefill_gemms": [
-                    {"component": c.component, "achieved_tflops": c.achieved_tflops, "ms_per_step": c.ms}
+                    {"component": c.component,
+                     "achieved_tflops": c.achieved_tflops, "ms_per_step": c.ms}
                     for c in slow
                 ],
                 "matrix_peak_tflops": peak,
