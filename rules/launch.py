@@ -1,4 +1,5 @@
-"""Launch family: decode bound by CPU launches (P06), graph replays hiding per-kernel ops (P07)."""
+"""Launch family: decode bound by CPU launches (P06), graph replays hiding
+per-kernel ops (P07)."""
 
 from __future__ import annotations
 
@@ -11,20 +12,31 @@ from attrib.steps.ledger import median_gap_us, typical_ledger
 from rules.finding import DECODE_LIKE, Finding, kernels_in, num, r
 from rules.thresholds import Thresholds
 
-P06_REFS = ("https://github.com/vllm-project/vllm/issues/32180", "https://github.com/mudler/vllm.cpp/issues/332",
-            "https://github.com/antirez/ds4/pull/819", "https://github.com/kyuz0/amd-strix-halo-vllm-toolboxes/issues/10")
-P07_REFS = ("https://github.com/AMD-AGI/Hyperloom/issues/747", "https://github.com/sgl-project/sglang/issues/31545")
+P06_REFS = (
+    "https://github.com/vllm-project/vllm/issues/32180",
+    "https://github.com/mudler/vllm.cpp/issues/332",
+    "https://github.com/antirez/ds4/pull/819",
+    "https://github.com/kyuz0/amd-strix-halo-vllm-toolboxes/issues/10",
+)
+P07_REFS = (
+    "https://github.com/AMD-AGI/Hyperloom/issues/747",
+    "https://github.com/sgl-project/sglang/issues/31545",
+)
 
 
 def _per_step(a: Attribution, phase: str) -> pl.DataFrame:
-    """Per step of `phase`: kernels, distinct CPU launches, kernel time replayed from a graph."""
+    """Per step of `phase`: kernels, distinct CPU launches, kernel time
+    replayed from a graph."""
     k = kernels_in(a, phase)
+    replayed = pl.col("graph").fill_null(False)
+    with_op = replayed & pl.col("op_id").is_not_null()
+    dur = pl.col("dur_ns")
     return k.group_by("step").agg(
         pl.len().alias("kernels"),
         pl.col("launch_id").drop_nulls().n_unique().alias("launches"),
-        pl.col("dur_ns").filter(pl.col("graph").fill_null(False)).sum().alias("graph_ns"),
-        pl.col("dur_ns").filter(pl.col("graph").fill_null(False) & pl.col("op_id").is_not_null()).sum().alias("graph_op_ns"),
-        pl.col("dur_ns").sum().alias("ns"))
+        dur.filter(replayed).sum().alias("graph_ns"),
+        dur.filter(with_op).sum().alias("graph_op_ns"),
+        dur.sum().alias("ns"))
 
 
 def launch_gap_ms(a: Attribution, phase: str) -> float:
@@ -38,7 +50,8 @@ def launch_gap_ms(a: Attribution, phase: str) -> float:
 
 
 def launch_bound_decode(a: Attribution, an: Analysis, th: Thresholds) -> list[Finding]:
-    """P06: token-generating steps launched kernel by kernel, launch gaps > `launch_gap_share` of each step."""
+    """P06: token-generating steps launched kernel by kernel, launch gaps >
+    `launch_gap_share` of each step."""
     out = []
     for phase in DECODE_LIKE:
         ph = an.phase(phase)
@@ -60,8 +73,9 @@ def launch_bound_decode(a: Attribution, an: Analysis, th: Thresholds) -> list[Fi
             Finding(
                 rule="P06-launch-bound-decode",
                 severity="high" if share > 0.5 else "medium",
-                title=f"{phase} is CPU-launch-bound: launch gaps leave the GPU idle {gap_ms:.3f} ms of each "
-                      f"{step_ms:.3f} ms step ({num(s['kernels'].median()):.0f} kernels launched one by one, "
+                title=f"{phase} is CPU-launch-bound: launch gaps leave the GPU "
+                      f"idle {gap_ms:.3f} ms of each {step_ms:.3f} ms step "
+                      f"({num(s['kernels'].median()):.0f} kernels launched one by one, "
                       f"no graph replay)",
                 ms_per_step=gap_ms,
                 phase=phase,
@@ -83,11 +97,12 @@ def launch_bound_decode(a: Attribution, an: Analysis, th: Thresholds) -> list[Fi
                         r(step_ms / (step_ms - gap_ms), 2) if step_ms > gap_ms else None
                     ),
                 },
-                remedy="Replay decode from a CUDA/HIP graph (vLLM: drop --enforce-eager, keep the "
-                       "default FULL_AND_PIECEWISE cudagraph mode; HF: a static cache with "
-                       "torch.compile mode='reduce-overhead'), or cut the kernel count with fused "
-                       "kernels. On gfx1151, if graph capture times out, update the kernel/firmware "
-                       "rather than running eager.",
+                remedy="Replay decode from a CUDA/HIP graph (vLLM: drop "
+                       "--enforce-eager, keep the default FULL_AND_PIECEWISE "
+                       "cudagraph mode; HF: a static cache with "
+                       "torch.compile mode='reduce-overhead'), or cut the kernel "
+                       "count with fused kernels. On gfx1151, if graph capture "
+                       "times out, update the kernel/firmware rather than running eager.",
                 references=P06_REFS,
             )
         )
@@ -95,8 +110,10 @@ def launch_bound_decode(a: Attribution, an: Analysis, th: Thresholds) -> list[Fi
 
 
 def graph_opaque_steps(a: Attribution, an: Analysis, th: Thresholds) -> list[Finding]:
-    """P07: token steps replayed from graphs whose kernels carry no CPU op (so no shapes, no bytes)."""
-    if a.trace.ops.height == 0:  # the source never records ops (e.g. rocprof): not a graph blind spot
+    """P07: token steps replayed from graphs whose kernels carry no CPU op
+    (so no shapes, no bytes)."""
+    # the source never records ops (e.g. rocprof): not a graph blind spot
+    if a.trace.ops.height == 0:
         return []
     out = []
     for phase in DECODE_LIKE:
@@ -114,16 +131,21 @@ def graph_opaque_steps(a: Attribution, an: Analysis, th: Thresholds) -> list[Fin
         unknown = 1 - (ph.bytes_known_share or 0)
         out.append(Finding(
             rule="P07-graph-opaque-steps", severity="info",
-            title=f"{phase} steps are graph replays without per-kernel ops: bytes and rooflines are unknown "
+            title=f"{phase} steps are graph replays without per-kernel ops: "
+                  "bytes and rooflines are unknown "
                   f"for {unknown:.0%} of their kernel time",
-            ms_per_step=None, phase=phase,  # bytes unknown: a blind spot, no time a fix recovers
-            evidence={"phase": phase, "steps": ph.steps, "graph_replayed_share": r(graph_ns / ns),
-                      "replayed_with_op_share": r(op_known), "bytes_known_share": ph.bytes_known_share,
+            # bytes unknown: a blind spot, no time a fix recovers
+            ms_per_step=None, phase=phase,
+            evidence={"phase": phase, "steps": ph.steps,
+                      "graph_replayed_share": r(graph_ns / ns),
+                      "replayed_with_op_share": r(op_known),
+                      "bytes_known_share": ph.bytes_known_share,
                       "kernel_ms_without_bytes": r(unknown * (ph.kernel_ms or 0), 4),
                       "components_without_bytes": blind},
-            remedy="Give the analysis the graph-capture trace (attrib analyze REPLAY --capture CAPTURE; "
-                   "vLLM writes it with its capture profiler) so replayed kernels get their ops and "
-                   "shapes, or profile with rocprofv3 --kernel-trace / an eager run for attribution. "
-                   "Keep the capture traces.",
+            remedy="Give the analysis the graph-capture trace (attrib analyze "
+                   "REPLAY --capture CAPTURE; vLLM writes it with its capture "
+                   "profiler) so replayed kernels get their ops and shapes, or "
+                   "profile with rocprofv3 --kernel-trace / an eager run for "
+                   "attribution. Keep the capture traces.",
             references=P07_REFS))
     return out

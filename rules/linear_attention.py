@@ -1,6 +1,8 @@
-"""Linear attention (Gated DeltaNet) on the pure-PyTorch fallback: without flash-linear-attention and
-causal-conv1d, transformers runs the delta rule as a per-token loop of small elementwise kernels over the
-fp32 state (many kernels, several passes over the state per token) instead of one fused Triton kernel."""
+"""Linear attention (Gated DeltaNet) on the pure-PyTorch fallback: without
+flash-linear-attention and causal-conv1d, transformers runs the delta rule
+as a per-token loop of small elementwise kernels over the fp32 state (many
+kernels, several passes over the state per token) instead of one fused
+Triton kernel."""
 
 from __future__ import annotations
 
@@ -14,14 +16,26 @@ from rules.finding import Finding, kernels_in, ns, num, r
 from rules.idle import idle_causes
 from rules.thresholds import Thresholds
 
-# transformers' reference implementations, taken when `is_fast_path_available` is false
-# (and the conv1d functions a transformers modeling file defines for itself: the fast ones live in `causal_conv1d`)
-FALLBACK_FRAME = (r"\): torch_(?:chunk|recurrent|fused_recurrent)_gated_delta_rule$"
-                  r"|\): torch_causal_conv1d_(?:update|fn)$|/modeling_\w+\.py\(\d+\): causal_conv1d_(?:update|fn)$")
-# fused kernels of the fast path (flash-linear-attention, causal-conv1d, vLLM/SGLang ports)
-FUSED_KERNEL = r"(?i)gated_delta_rule|fused_recurrent|chunk_\w*fwd|causal_conv1d\w*_(?:fwd|update)|fused_gdn"
-REFS = ("https://github.com/huggingface/transformers/pull/40771", "https://github.com/fla-org/flash-linear-attention",
-        "https://github.com/Dao-AILab/causal-conv1d", "https://github.com/unslothai/unsloth/pull/6850")
+# transformers' reference implementations, taken when
+# `is_fast_path_available` is false (and the conv1d functions a transformers
+# modeling file defines for itself: the fast ones live in `causal_conv1d`)
+FALLBACK_FRAME = (
+    r"\): torch_(?:chunk|recurrent|fused_recurrent)_gated_delta_rule$"
+    r"|\): torch_causal_conv1d_(?:update|fn)$"
+    r"|/modeling_\w+\.py\(\d+\): causal_conv1d_(?:update|fn)$"
+)
+# fused kernels of the fast path (flash-linear-attention, causal-conv1d,
+# vLLM/SGLang ports)
+FUSED_KERNEL = (
+    r"(?i)gated_delta_rule|fused_recurrent|chunk_\w*fwd"
+    r"|causal_conv1d\w*_(?:fwd|update)|fused_gdn"
+)
+REFS = (
+    "https://github.com/huggingface/transformers/pull/40771",
+    "https://github.com/fla-org/flash-linear-attention",
+    "https://github.com/Dao-AILab/causal-conv1d",
+    "https://github.com/unslothai/unsloth/pull/6850",
+)
 
 
 def _in_fallback(a: Attribution, k: pl.DataFrame) -> pl.DataFrame:
@@ -29,23 +43,35 @@ def _in_fallback(a: Attribution, k: pl.DataFrame) -> pl.DataFrame:
     f = a.trace.frames.filter(pl.col("name").str.contains(FALLBACK_FRAME))
     if not f.height or not a.trace.launches.height:
         return k.clear().with_columns(pl.lit(None, pl.Utf8).alias("frame"))
-    pts = (k.select(pl.col("id").alias("pid_"), "launch_id").drop_nulls()
-           .join(a.trace.launches.select(pl.col("id").alias("launch_id"), pl.col("start_ns").alias("t_ns"), "pid", "tid"),
-                 on="launch_id", how="inner").drop("launch_id"))
-    got = innermost(f.select("id", "start_ns", "dur_ns", "pid", "tid"), pts, ["pid", "tid"]).drop_nulls("inner")
-    return (k.join(got.select(pl.col("pid_").alias("id"), "inner"), on="id", how="inner")
-            .join(f.select(pl.col("id").alias("inner"), pl.col("name").alias("frame")), on="inner", how="left"))
+    launches = a.trace.launches.select(
+        pl.col("id").alias("launch_id"), pl.col("start_ns").alias("t_ns"), "pid", "tid"
+    )
+    pts = (
+        k.select(pl.col("id").alias("pid_"), "launch_id").drop_nulls()
+        .join(launches, on="launch_id", how="inner")
+        .drop("launch_id")
+    )
+    frames = f.select("id", "start_ns", "dur_ns", "pid", "tid")
+    got = innermost(frames, pts, ["pid", "tid"]).drop_nulls("inner")
+    inner = got.select(pl.col("pid_").alias("id"), "inner")
+    names = f.select(pl.col("id").alias("inner"), pl.col("name").alias("frame"))
+    return (
+        k.join(inner, on="id", how="inner")
+        .join(names, on="inner", how="left")
+    )
 
 
 def torch_fallback(a: Attribution, an: Analysis, th: Thresholds) -> list[Finding]:
-    """Per phase: the linear-attention kernels launched from transformers' torch fallback of the delta rule
-    or the causal conv1d, when no fused linear-attention kernel runs; explains their kernel time plus their
+    """Per phase: the linear-attention kernels launched from transformers'
+    torch fallback of the delta rule or the causal conv1d, when no fused
+    linear-attention kernel runs; explains their kernel time plus their
     share of the step's launch gaps."""
     out = []
     for ph in an.phases:
         k = kernels_in(a, ph.phase)
         row = ph.component("linear_attention")
-        if row is None or not k.height or k.filter(pl.col("name").str.contains(FUSED_KERNEL)).height:
+        fused = k.filter(pl.col("name").str.contains(FUSED_KERNEL))
+        if row is None or not k.height or fused.height:
             continue
         fb = _in_fallback(a, k)
         if not fb.height:
@@ -58,14 +84,18 @@ def torch_fallback(a: Attribution, an: Analysis, th: Thresholds) -> list[Finding
         ms = kernel_ms + share_of_kernels * gaps_ms
         if ms < th.la_fallback_min_ms:
             continue
-        frames = (fb.group_by("frame").agg(pl.len().alias("n"), pl.col("dur_ns").sum().alias("ns"))
-                  .sort("ns", descending=True))
+        frames = (
+            fb.group_by("frame")
+            .agg(pl.len().alias("n"), pl.col("dur_ns").sum().alias("ns"))
+            .sort("ns", descending=True)
+        )
         out.append(
             Finding(
                 rule="linear-attention-torch-fallback",
                 severity="high" if ph.phase != "prefill" else "medium",
-                title=f"{ph.phase}: linear attention runs transformers' PyTorch fallback: "
-                      f"{fb.height / steps:.0f} kernels per step ({share_of_kernels:.0%} of the step's "
+                title=f"{ph.phase}: linear attention runs transformers' "
+                      f"PyTorch fallback: {fb.height / steps:.0f} kernels per step "
+                      f"({share_of_kernels:.0%} of the step's "
                       f"kernels), {ms:.3f} ms per step with their launch gaps",
                 ms_per_step=ms,
                 phase=ph.phase,
@@ -75,7 +105,9 @@ def torch_fallback(a: Attribution, an: Analysis, th: Thresholds) -> list[Finding
                     "share_of_kernels": r(share_of_kernels),
                     "kernel_ms_per_step": r(kernel_ms, 4),
                     "launch_gaps_ms_per_step": r(share_of_kernels * gaps_ms, 4),
-                    "linear_attention_mb_per_step": r(row.bytes / 1e6, 2) if row.bytes else None,
+                    "linear_attention_mb_per_step": (
+                        r(row.bytes / 1e6, 2) if row.bytes else None
+                    ),
                     "frames": [
                         {
                             "frame": x["frame"].split(": ", 1)[-1],
@@ -86,11 +118,10 @@ def torch_fallback(a: Attribution, an: Analysis, th: Thresholds) -> list[Finding
                     ],
                     "fused_kernels": 0,
                 },
-                remedy="Install flash-linear-attention (Triton kernels; runs on ROCm too) and "
-                       "causal-conv1d so transformers "
-                       "takes its fast path (is_fast_path_available), or serve the model with vLLM/SGLang, "
-                       "whose Gated "
-                       "DeltaNet kernels are fused.",
+                remedy="Install flash-linear-attention (Triton kernels; runs on "
+                       "ROCm too) and causal-conv1d so transformers takes its "
+                       "fast path (is_fast_path_available), or serve the model "
+                       "with vLLM/SGLang, whose Gated DeltaNet kernels are fused.",
                 references=REFS,
             )
         )

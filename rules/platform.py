@@ -10,17 +10,27 @@ import polars as pl
 from attrib.components.patterns import AITER_CK, ISA
 from attrib.analysis.model import Analysis
 from attrib.pipeline import Attribution
-from rules.finding import Finding, kernels_in, ns, num, r
+from rules.finding import Finding, first_names, kernels_in, ns, num, r
 from rules.thresholds import Thresholds
 
 
-P16_REFS = ("https://github.com/vllm-project/vllm/issues/51136", "https://github.com/vllm-project/vllm/issues/56021",
-            "https://github.com/vllm-project/vllm/pull/46822", "https://github.com/vllm-project/vllm/pull/30952",
-            "https://github.com/ROCm/aiter/issues/3294", "https://github.com/ROCm/aiter/issues/5683")
-P20_REFS = ("https://rocm.docs.amd.com/en/latest/how-to/system-optimization/strixhalo.html",
-            "https://github.com/kyuz0/amd-strix-halo-toolboxes/issues/98")
-P23_REFS = ("https://github.com/ROCm/rocm-systems/issues/3531", "https://github.com/ROCm/legacy-rocm-build/issues/4440",
-            "https://github.com/1bit-MONSTER/1bit-MONSTER/issues/251")
+P16_REFS = (
+    "https://github.com/vllm-project/vllm/issues/51136",
+    "https://github.com/vllm-project/vllm/issues/56021",
+    "https://github.com/vllm-project/vllm/pull/46822",
+    "https://github.com/vllm-project/vllm/pull/30952",
+    "https://github.com/ROCm/aiter/issues/3294",
+    "https://github.com/ROCm/aiter/issues/5683",
+)
+P20_REFS = (
+    "https://rocm.docs.amd.com/en/latest/how-to/system-optimization/strixhalo.html",
+    "https://github.com/kyuz0/amd-strix-halo-toolboxes/issues/98",
+)
+P23_REFS = (
+    "https://github.com/ROCm/rocm-systems/issues/3531",
+    "https://github.com/ROCm/legacy-rocm-build/issues/4440",
+    "https://github.com/1bit-MONSTER/1bit-MONSTER/issues/251",
+)
 
 
 def aiter_on_rdna(a: Attribution, an: Analysis, th: Thresholds) -> list[Finding]:
@@ -31,17 +41,20 @@ def aiter_on_rdna(a: Attribution, an: Analysis, th: Thresholds) -> list[Finding]
         return []
     steps = max(ai["step"].n_unique(), 1)
     total = ns(k)
+    share = ns(ai) / max(total, 1)
+    components = sorted(ai["component"].unique().drop_nulls().to_list())
     return [Finding(
         rule="P16-aiter-ck-on-rdna", severity="medium",
-        title=f"AITER/CK kernels run on {an.arch}: experimental or unsupported on RDNA "
-              f"({ai.height} launches, {num(ai['dur_ns'].sum()) / max(total, 1):.0%} of kernel time)",
+        title=f"AITER/CK kernels run on {an.arch}: experimental or unsupported "
+              f"on RDNA ({ai.height} launches, {share:.0%} of kernel time)",
         ms_per_step=ns(ai) / 1e6 / steps,
-        evidence={"kernels": ai.height, "share_of_kernel_time": r(ns(ai) / max(total, 1)),
-                  "components": sorted(ai["component"].unique().drop_nulls().to_list()),
-                  "names": ai["name"].unique().sort().head(3).str.slice(0, 100).to_list(),
+        evidence={"kernels": ai.height, "share_of_kernel_time": r(share),
+                  "components": components,
+                  "names": first_names(ai, 3),
                   "VLLM_ROCM_USE_AITER": an.env_var("VLLM_ROCM_USE_AITER")},
-        remedy="AITER is supported on gfx942/gfx950 only: set VLLM_ROCM_USE_AITER=0 on gfx1151; on "
-               "gfx1201 use it only for the paths validated there (unified attention, bf16 KV) and "
+        remedy="AITER is supported on gfx942/gfx950 only: set "
+               "VLLM_ROCM_USE_AITER=0 on gfx1151; on gfx1201 use it only for "
+               "the paths validated there (unified attention, bf16 KV) and "
                "watch for the 64 KiB LDS limit.",
         references=P16_REFS)]
 
@@ -53,19 +66,23 @@ def _total_mem(a: Attribution, an: Analysis) -> int | None:
 
 
 def gtt_limit(a: Attribution, an: Analysis, th: Thresholds) -> list[Finding]:
-    """P20: the GPU sees less than `gtt_fraction` of the host's memory (stamp `host.memory_bytes`) on the APU."""
+    """P20: the GPU sees less than `gtt_fraction` of the host's memory
+    (stamp `host.memory_bytes`) on the APU."""
     host = num(an.stamp("host", "memory_bytes"))
     gpu = _total_mem(a, an)
     if not host or not gpu or gpu >= th.gtt_fraction * float(host):
         return []
     return [Finding(
         rule="P20-gtt-limit-default", severity="medium",
-        title=f"the GPU can allocate {gpu / 2**30:.0f} GiB of the host's {float(host) / 2**30:.0f} GiB: "
+        title=f"the GPU can allocate {gpu / 2**30:.0f} GiB of the host's "
+              f"{float(host) / 2**30:.0f} GiB: "
               "the GTT/TTM limit looks like its default",
-        evidence={"total_global_mem_gib": r(gpu / 2**30, 1), "host_memory_gib": r(float(host) / 2**30, 1),
+        evidence={"total_global_mem_gib": r(gpu / 2**30, 1),
+                  "host_memory_gib": r(float(host) / 2**30, 1),
                   "fraction": r(gpu / float(host))},
-        remedy="Raise the TTM limit (amd-ttm --set <GB>, or ttm.pages_limit with amdgpu.gttsize "
-               "together) and keep a small BIOS carve-out; then the KV cache and larger models fit.",
+        remedy="Raise the TTM limit (amd-ttm --set <GB>, or ttm.pages_limit "
+               "with amdgpu.gttsize together) and keep a small BIOS carve-out; "
+               "then the KV cache and larger models fit.",
         references=P20_REFS)]
 
 
@@ -75,11 +92,13 @@ def _gfx_from_override(v: str) -> str | None:
 
 
 def hsa_override(a: Attribution, an: Analysis, th: Thresholds) -> list[Finding]:
-    """P23: HSA_OVERRIDE_GFX_VERSION in the stamp's environment, or (on the traced device, not a what-if) Tensile
-    ISA tokens in kernel names that differ from the device's arch."""
+    """P23: HSA_OVERRIDE_GFX_VERSION in the stamp's environment, or (on the
+    traced device, not a what-if) Tensile ISA tokens in kernel names that
+    differ from the device's arch."""
     dev = an.device
     v = an.env_var("HSA_OVERRIDE_GFX_VERSION")
-    isa = (a.kernels.select(pl.col("name").str.extract(ISA).alias("isa")).drop_nulls()["isa"].unique().sort().to_list())
+    tokens = a.kernels.select(pl.col("name").str.extract(ISA).alias("isa"))
+    isa = tokens.drop_nulls()["isa"].unique().sort().to_list()
     own = (dev.arch or "").removeprefix("gfx")
     other = (
         [f"gfx{i}" for i in isa if own and i != own]
@@ -89,18 +108,17 @@ def hsa_override(a: Attribution, an: Analysis, th: Thresholds) -> list[Finding]:
     if not v and not other:
         return []
     as_gfx = _gfx_from_override(v) if v else None
+    foreign = bool(as_gfx and as_gfx != dev.arch)
+    runs = f" (runs {as_gfx} code on {dev.arch})" if foreign else ""
     return [
         Finding(
             rule="P23-hsa-override-gfx-version",
-            severity="high" if (as_gfx and as_gfx != dev.arch) or other else "medium",
+            severity="high" if foreign or other else "medium",
             title=(
-                (
-                    f"HSA_OVERRIDE_GFX_VERSION={v} in the capture environment"
-                    + (f" (runs {as_gfx} code on {dev.arch})" if as_gfx and as_gfx != dev.arch else "")
-                )
+                f"HSA_OVERRIDE_GFX_VERSION={v} in the capture environment" + runs
                 if v
-                else f"kernels built for {', '.join(other)} run on {dev.arch}: an override or fallback "
-                     f"library is in effect"
+                else f"kernels built for {', '.join(other)} run on {dev.arch}: "
+                     "an override or fallback library is in effect"
             ),
             evidence={
                 "HSA_OVERRIDE_GFX_VERSION": v,
@@ -108,9 +126,10 @@ def hsa_override(a: Attribution, an: Analysis, th: Thresholds) -> list[Finding]:
                 "device_arch": dev.arch,
                 "kernel_isa_tokens": [f"gfx{i}" for i in isa],
             },
-            remedy="Remove the override where the ROCm build supports the GPU natively (gfx1151 on ROCm "
-                   ">= 7); a wrong override runs code for another ISA, trips library arch filters, and "
-                   "has crashed the driver.",
+            remedy="Remove the override where the ROCm build supports the GPU "
+                   "natively (gfx1151 on ROCm >= 7); a wrong override runs code "
+                   "for another ISA, trips library arch filters, and has "
+                   "crashed the driver.",
             references=P23_REFS,
         )
     ]

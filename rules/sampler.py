@@ -1,4 +1,5 @@
-"""P08: the sampler's share of small-batch decode on wave32 RDNA (a large vocabulary, torch fallback top-k/top-p)."""
+"""P08: the sampler's share of small-batch decode on wave32 RDNA (a large
+vocabulary, torch fallback top-k/top-p)."""
 
 from __future__ import annotations
 
@@ -11,33 +12,45 @@ from attrib.pipeline import Attribution
 from rules.finding import DECODE_LIKE, Finding, kernels_in, ns, num, r
 from rules.thresholds import Thresholds
 
-REFS = ("https://github.com/vllm-project/vllm/issues/45871", "https://github.com/vllm-project/vllm/pull/46012",
-        "https://github.com/vllm-project/vllm/pull/31295", "https://github.com/vllm-project/vllm/pull/51507")
+REFS = (
+    "https://github.com/vllm-project/vllm/issues/45871",
+    "https://github.com/vllm-project/vllm/pull/46012",
+    "https://github.com/vllm-project/vllm/pull/31295",
+    "https://github.com/vllm-project/vllm/pull/51507",
+)
 
 
 def _vocab(a: Attribution, k: pl.DataFrame) -> int | None:
-    """The largest dimension among the sampler kernels' op inputs (the logits' vocabulary), None without shapes."""
+    """The largest dimension among the sampler kernels' op inputs (the
+    logits' vocabulary), None without shapes."""
     ids = k["op_id"].drop_nulls().unique()
     if not ids.len():
         return None
-    dims = (a.trace.ops.filter(pl.col("id").is_in(ids.implode()))["input_dims"].drop_nulls()
-            .str.extract_all(r"\d+").explode().drop_nulls().cast(pl.Int64))
+    ops = a.trace.ops.filter(pl.col("id").is_in(ids.implode()))
+    dims = (
+        ops["input_dims"].drop_nulls()
+        .str.extract_all(r"\d+").explode().drop_nulls().cast(pl.Int64)
+    )
     return int(num(dims.max())) if dims.len() else None
 
 
 def _sampling(a: Attribution, phase: str) -> pl.DataFrame:
-    """The phase's sampling kernels: classified `sampler`, or launched in a step after its last lm_head kernel
-    (logits processing and sampling follow the LM head in every token step)."""
+    """The phase's sampling kernels: classified `sampler`, or launched in a
+    step after its last lm_head kernel (logits processing and sampling
+    follow the LM head in every token step)."""
     k = kernels_in(a, phase)
-    head = (k.filter(pl.col("component") == "lm_head").group_by("step")
-            .agg((pl.col("start_ns") + pl.col("dur_ns")).max().alias("_head_end")))
+    end = (pl.col("start_ns") + pl.col("dur_ns")).max().alias("_head_end")
+    head = k.filter(pl.col("component") == "lm_head").group_by("step").agg(end)
     k = k.join(head, on="step", how="left")
-    return k.filter((pl.col("component") == "sampler")
-                    | (pl.col("_head_end").is_not_null() & (pl.col("start_ns") >= pl.col("_head_end")))).drop("_head_end")
+    head_end = pl.col("_head_end")
+    after_head = head_end.is_not_null() & (pl.col("start_ns") >= head_end)
+    sampler = pl.col("component") == "sampler"
+    return k.filter(sampler | after_head).drop("_head_end")
 
 
 def sampler_share(a: Attribution, an: Analysis, th: Thresholds) -> list[Finding]:
-    """P08: sampling kernels > `sampler_share` of decode kernel time at <= `max_decode_tokens` tokens per step."""
+    """P08: sampling kernels > `sampler_share` of decode kernel time at <=
+    `max_decode_tokens` tokens per step."""
     out = []
     for phase in DECODE_LIKE:
         ph = an.phase(phase)
@@ -52,19 +65,23 @@ def sampler_share(a: Attribution, an: Analysis, th: Thresholds) -> list[Finding]
         steps = max(ph.steps, 1)
         fallback = k.filter(pl.col("name").str.contains(SORT_SCAN))
         vocab = _vocab(a, k)
+        over = f" over a {vocab:,}-entry vocabulary" if vocab else ""
+        op_ms = (pl.col("dur_ns").sum() / 1e6 / steps).round(4).alias("ms")
+        ops = k.group_by("op").agg(op_ms).sort("ms", descending=True).head(5)
         out.append(Finding(
             rule="P08-sampler-share", severity="medium",
-            title=f"{phase}: sampling takes {share:.0%} of kernel time at {tokens} token(s) per step"
-                  + (f" over a {vocab:,}-entry vocabulary" if vocab else ""),
+            title=f"{phase}: sampling takes {share:.0%} of kernel time at "
+                  f"{tokens} token(s) per step" + over,
             ms_per_step=ns(k) / 1e6 / steps, phase=phase,
-            evidence={"phase": phase, "tokens_per_step": tokens, "sampler_share": r(share),
-                      "sampler_ms_per_step": r(ns(k) / 1e6 / steps, 4), "vocab": vocab,
+            evidence={"phase": phase, "tokens_per_step": tokens,
+                      "sampler_share": r(share),
+                      "sampler_ms_per_step": r(ns(k) / 1e6 / steps, 4),
+                      "vocab": vocab,
                       "kernels_per_step": r(k.height / steps, 1),
                       "sort_scan_kernels_per_step": r(fallback.height / steps, 1),
-                      "ops": k.group_by("op").agg((pl.col("dur_ns").sum() / 1e6 / steps).round(4).alias("ms"))
-                      .sort("ms", descending=True).head(5).to_dicts()},
-            remedy="Use the engine's fused top-k/top-p sampler built for wave32 (vLLM PR #46012 on "
-                   "ROCm), avoid a full sort of the vocabulary per step, or decode greedily where "
-                   "acceptable.",
+                      "ops": ops.to_dicts()},
+            remedy="Use the engine's fused top-k/top-p sampler built for wave32 "
+                   "(vLLM PR #46012 on ROCm), avoid a full sort of the vocabulary "
+                   "per step, or decode greedily where acceptable.",
             references=REFS))
     return out

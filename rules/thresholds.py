@@ -1,7 +1,9 @@
-"""Every rule's thresholds, named in one frozen record; pass your own to `rules.run(..., thresholds=...)`.
+"""Every rule's thresholds, named in one frozen record; pass your own to
+`rules.run(..., thresholds=...)`.
 
-Values are the catalog's heuristics (../shared/knowledge/hardware-and-pathologies.md, Part 2) where it
-gives one, else our proposal (said in the comment).
+Values are the catalog's heuristics
+(../shared/knowledge/hardware-and-pathologies.md, Part 2) where it gives
+one, else our proposal (said in the comment).
 """
 
 from __future__ import annotations
@@ -13,8 +15,10 @@ from dataclasses import dataclass
 class Thresholds:
     # P06 launch-bound decode: launch gaps above this share of the step (catalog: idle > 0.3)
     launch_gap_share: float = 0.3
-    graph_majority: float = 0.5        # share of a phase's kernel time replayed from graphs to call it graphed
-    op_known_min: float = 0.5          # P07: below this share of replayed time with a CPU op, steps are opaque
+    # share of a phase's kernel time replayed from graphs to call it graphed
+    graph_majority: float = 0.5
+    # P07: below this share of replayed time with a CPU op, steps are opaque
+    op_known_min: float = 0.5
     # idle by cause: a phase's median GPU-idle share and milliseconds above which idle is explained
     idle_share: float = 0.2
     idle_min_ms: float = 0.05
@@ -25,24 +29,30 @@ class Thresholds:
     max_decode_tokens: int = 4
     p02_share: float = 0.20
     p02_bw_fraction: float = 0.30
-    p02_slow_min_share: float = 0.05   # P02 below p02_bw_fraction: fires from this share of decode up
+    # P02 below p02_bw_fraction: fires from this share of decode up
+    p02_slow_min_share: float = 0.05
     # P03 prefill GEMM TFLOP/s below this fraction of peak (catalog: 15 % of 59.4 TF on gfx1151)
     p03_tflops_fraction: float = 0.15
     p03_min_tokens: int = 512
-    p03_rocblas_share: float = 0.5     # P03 also beside hipBLASLt: rocBLAS kernels' share of Cijk_ GEMM time
-    # P05: a kernel's first call this many times its median; a step's kernel count off the median by this ratio
+    # P03 also beside hipBLASLt: rocBLAS kernels' share of Cijk_ GEMM time
+    p03_rocblas_share: float = 0.5
+    # P05: a kernel's first call this many times its median; a step's kernel
+    # count off the median by this ratio
     first_call_ratio: float = 20.0
     kernel_count_ratio: float = 1.5
-    cold_min_calls: int = 3            # P05: a kernel needs this many calls for its first to be "cold"
-    slow_step_ratio: float = 2.0       # P05: a step with an odd kernel count and this x its phase median
+    # P05: a kernel needs this many calls for its first to be "cold"
+    cold_min_calls: int = 3
+    # P05: a step with an odd kernel count and this x its phase median
+    slow_step_ratio: float = 2.0
     # P04: distinct Cijk_ kernels for one (op, shape) that only a candidate sweep produces
     tunableop_variants: int = 4
     # P08 sampler share of decode kernel time at batch <= max_decode_tokens (catalog: 10 %)
     sampler_share: float = 0.10
     # P10 attention share of decode with single-pass paged kernels
     attention_share: float = 0.30
-    # P10 on any device: at >= this many keys, attention reading K/V below this fraction of the roofline
-    # (catalog: per-step attention time > 5x the KV read at sustained bandwidth, at L >= 8K)
+    # P10 on any device: at >= this many keys, attention reading K/V below
+    # this fraction of the roofline (catalog: per-step attention time > 5x
+    # the KV read at sustained bandwidth, at L >= 8K)
     p10_min_keys: int = 8192
     p10_bw_fraction: float = 0.20
     # P13/P14 quantize/dequantize share of decode kernel time (catalog: 15 %)
@@ -60,7 +70,8 @@ class Thresholds:
     bimodal_low: float = 0.5
     bimodal_high: float = 0.8
     bimodal_spread: float = 0.15       # max - min of the per-kernel ratios (uniform)
-    # linear attention on the torch fallback: below this many ms per step it is not worth a finding (our proposal)
+    # linear attention on the torch fallback: below this many ms per step it
+    # is not worth a finding (our proposal)
     la_fallback_min_ms: float = 0.05
     # KV cache re-copied: cat bytes per step at least this share of attention's bytes
     kv_recopy_vs_attention: float = 0.5
