@@ -1,15 +1,20 @@
-"""Known pathologies: the catalog of rules, each a small pure function over an attribution and its document.
+"""Known pathologies: the catalog of rules, each a small pure function over
+an attribution and its document.
 
-Each rule is `fn(a: Attribution, an: Analysis, th: Thresholds) -> list[Finding]`: it reads `a.kernels`,
-`a.steps`, `a.trace`'s tables and the typed analysis (the device comes from `an.device`, never guessed),
-cites its catalog id (../shared/knowledge/hardware-and-pathologies.md, Part 2) in `Finding.rule`, puts the
-milliseconds per step it explains in `Finding.ms_per_step` (the phase, components or idle/step row it
-accounts for in `phase`, `components`, `explains`), and returns [] when its evidence is absent.
-`run` applies the rules that apply to the analysis' device, marks findings on a what-if device
-(`--arch`) as projections, and sorts them by milliseconds per step.
+Each rule is `fn(a: Attribution, an: Analysis, th: Thresholds) ->
+list[Finding]`: it reads `a.kernels`, `a.steps`, `a.trace`'s tables and the
+typed analysis (the device comes from `an.device`, never guessed), cites its
+catalog id (../shared/knowledge/hardware-and-pathologies.md, Part 2) in
+`Finding.rule`, puts the milliseconds per step it explains in
+`Finding.ms_per_step` (the phase, components or idle/step row it accounts
+for in `phase`, `components`, `explains`), and returns [] when its evidence
+is absent. `run` applies the rules that apply to the analysis' device, marks
+findings on a what-if device (`--arch`) as projections, and sorts them by
+milliseconds per step.
 
-A PairRule (P22) reads a baseline and a candidate analysis: `run_pair` applies those (`attrib compare`).
-Not covered: the crash classes P09, P11, P24, P25 (their signatures live in logs, not traces).
+A PairRule (P22) reads a baseline and a candidate analysis: `run_pair`
+applies those (`attrib compare`). Not covered: the crash classes P09, P11,
+P24, P25 (their signatures live in logs, not traces).
 """
 
 from __future__ import annotations
@@ -245,8 +250,9 @@ def _marked(an: Analysis, found: list[Finding]) -> list[Finding]:
 
 def run(a: Attribution, an: Analysis, rules: tuple[Rule | PairRule, ...] = CATALOG,
         thresholds: Thresholds = DEFAULT) -> list[Finding]:
-    """The findings of every rule that applies to the analysis' device, by milliseconds per step (largest
-    first; findings without an estimate last), each marked a projection when the device is a what-if."""
+    """The findings of every rule that applies to the analysis' device, by
+    milliseconds per step (largest first; findings without an estimate
+    last), each marked a projection when the device is a what-if."""
     one = [r for r in rules if isinstance(r, Rule) and r.applies(an.arch)]
     return _marked(an, [f for rule in one for f in rule.fn(a, an, thresholds)])
 

@@ -1,5 +1,6 @@
-"""P22: R9700 bimodal decode: against a baseline of the same run, every bandwidth-bound kernel is uniformly
-0.5-0.8x as fast (a slow-state process). A pure function of two analyses, for `attrib compare`."""
+"""P22: R9700 bimodal decode: against a baseline of the same run, every
+bandwidth-bound kernel is uniformly 0.5-0.8x as fast (a slow-state
+process). A pure function of two analyses, for `attrib compare`."""
 
 from __future__ import annotations
 
@@ -21,8 +22,10 @@ def _ms(k: TopKernel) -> float:
 
 
 def bimodal_decode(base: Analysis, cand: Analysis, th: Thresholds = DEFAULT) -> list[Finding]:
-    """Fires when the candidate's decode kernels shared with the baseline (top kernels, ms per step) all run at a
-    speed ratio base_ms / cand_ms in [bimodal_low, bimodal_high], within `bimodal_spread` of each other, on gfx1201."""
+    """Fires when the candidate's decode kernels shared with the baseline
+    (top kernels, ms per step) all run at a speed ratio base_ms / cand_ms in
+    [bimodal_low, bimodal_high], within `bimodal_spread` of each other, on
+    gfx1201."""
     if cand.arch != "gfx1201":
         return []
     b, c = _kernels(base), _kernels(cand)
@@ -38,8 +41,8 @@ def bimodal_decode(base: Analysis, cand: Analysis, th: Thresholds = DEFAULT) -> 
         Finding(
             rule="P22-r9700-bimodal-decode",
             severity="high",
-            title=f"every shared decode kernel runs {lo:.2f}-{hi:.2f}x as fast as in the baseline: a "
-                  f"slow-state "
+            title=f"every shared decode kernel runs {lo:.2f}-{hi:.2f}x as fast "
+                  "as in the baseline: a slow-state "
                   f"process (R9700 bimodal decode), {extra:.3f} ms per step",
             ms_per_step=extra,
             evidence={
@@ -49,13 +52,13 @@ def bimodal_decode(base: Analysis, cand: Analysis, th: Thresholds = DEFAULT) -> 
                 "baseline": base.source.path,
                 "candidate": cand.source.path,
                 "kernels": [
-                    {"name": n[:100], "base_ms": b[n].ms, "candidate_ms": c[n].ms, "ratio": r(ratios[n])}
+                    {"name": n[:100], "base_ms": b[n].ms, "candidate_ms": c[n].ms,
+                     "ratio": r(ratios[n])}
                     for n in sorted(common, key=lambda n: -_ms(c[n]))[:5]
                 ],
             },
-            remedy="Restart the serving process (the state is fixed at spawn) and compare again; "
-                   "GPU_MAX_HW_QUEUES=1 is a "
-                   "partial mitigation.",
+            remedy="Restart the serving process (the state is fixed at spawn) "
+                   "and compare again; GPU_MAX_HW_QUEUES=1 is a partial mitigation.",
             references=REFS,
         )
     ]

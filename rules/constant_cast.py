@@ -17,7 +17,9 @@ from rules.thresholds import DEFAULT, Thresholds
 RULE = "constant-table-cast-every-step"
 
 
-def constant_casts(a: Attribution, an: Analysis | None = None, th: Thresholds = DEFAULT) -> list[Finding]:
+def constant_casts(
+    a: Attribution, an: Analysis | None = None, th: Thresholds = DEFAULT
+) -> list[Finding]:
     """One finding per phase whose steps recast the rotary table (attrib.components.rope_table)."""
     ids = rope_table_casts(a.trace.ops)
     k = a.kernels.filter(pl.col("op_id").is_in(ids.implode()) & pl.col("step").is_not_null())
@@ -38,7 +40,8 @@ def constant_casts(a: Attribution, an: Analysis | None = None, th: Thresholds = 
             evidence={"phase": phase, "calls_per_step": r(calls, 2), "ms_per_step": r(ms, 4),
                       "bytes_per_step": nbytes, "kernel": g["name"][0], "input_dims": shape,
                       "component": "rope"},
-            remedy=("Cast the cos/sin cache to the model dtype once, when it is built (or keep it in "
-                    "the model dtype), so the compiled graph reads it instead of converting it."),
+            remedy=("Cast the cos/sin cache to the model dtype once, when it is "
+                    "built (or keep it in the model dtype), so the compiled "
+                    "graph reads it instead of converting it."),
         ))
     return out

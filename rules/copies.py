@@ -11,11 +11,15 @@ from rules.finding import DECODE_LIKE, Finding, kernels_in, ns, num, r, steps_in
 from rules.thresholds import Thresholds
 
 HOST = r"HtoD|DtoH|Host|Pageable|Pinned"
-REFS = ("https://github.com/warpfront/hipfire/pull/239", "https://github.com/mudler/vllm.cpp/issues/41")
+REFS = (
+    "https://github.com/warpfront/hipfire/pull/239",
+    "https://github.com/mudler/vllm.cpp/issues/41",
+)
 
 
 def _in_windows(a: Attribution, phase: str) -> pl.DataFrame:
-    """Rows of the trace's copies table that start inside a step window of `phase`, with that step."""
+    """Rows of the trace's copies table that start inside a step window of
+    `phase`, with that step."""
     s = (steps_in(a, phase).select("step", "window_start", "window_end")
          .drop_nulls().sort("window_start"))
     c = a.trace.copies.filter(pl.col("kind") == "memcpy").sort("start_ns")
@@ -26,7 +30,8 @@ def _in_windows(a: Attribution, phase: str) -> pl.DataFrame:
 
 
 def host_copies_in_decode(a: Attribution, an: Analysis, th: Thresholds) -> list[Finding]:
-    """Host<->device memcpy (copies table; direction from the row or its name) > 5 % of a decode step."""
+    """Host<->device memcpy (copies table; direction from the row or its
+    name) > 5 % of a decode step."""
     out = []
     for phase in DECODE_LIKE:
         ph = an.phase(phase)
@@ -45,7 +50,8 @@ def host_copies_in_decode(a: Attribution, an: Analysis, th: Thresholds) -> list[
             Finding(
                 rule="P21-host-device-copies-decode",
                 severity="medium",
-                title=f"host<->device copies take {host_ms:.3f} ms of each {phase} step ({share:.0%})",
+                title=f"host<->device copies take {host_ms:.3f} ms of each "
+                      f"{phase} step ({share:.0%})",
                 ms_per_step=host_ms,
                 phase=phase,
                 summary=f"{host.height / steps:g} host<->device copies a step move "
@@ -68,9 +74,9 @@ def host_copies_in_decode(a: Attribution, an: Analysis, th: Thresholds) -> list[
                     "other_copy_ms_per_step": r((ns(c) - ns(host)) / 1e6 / steps, 4),
                     "copy_kernel_ms_per_step": r(ns(blits) / 1e6 / steps, 4),
                 },
-                remedy="Keep hot tensors in device allocations (hipMalloc, not managed/zero-copy "
-                       "memory), use pinned "
-                       "memory with async copies, and read back only the sampled tokens once per step.",
+                remedy="Keep hot tensors in device allocations (hipMalloc, not "
+                       "managed/zero-copy memory), use pinned memory with async "
+                       "copies, and read back only the sampled tokens once per step.",
                 references=REFS,
             )
         )

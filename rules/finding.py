@@ -60,8 +60,13 @@ class PairRule:
 
 
 def steps_in(a: Attribution, phase: str | None = None) -> pl.DataFrame:
-    """The steps the phase figures count (not those the steps stage left out: compile, warm-up), of `phase`."""
-    st = a.steps if "excluded" not in a.steps.columns else a.steps.filter(pl.col("excluded").is_null())
+    """The steps the phase figures count (not those the steps stage left
+    out: compile, warm-up), of `phase`."""
+    st = (
+        a.steps
+        if "excluded" not in a.steps.columns
+        else a.steps.filter(pl.col("excluded").is_null())
+    )
     return st if phase is None else st.filter(pl.col("phase") == phase)
 
 
