@@ -138,7 +138,7 @@ def _next_piece(path: Path, buf: bytes, base: int, notes: Notes) -> _Cut:
         if cut is None:
             break
         end, rest = cut
-        got = _piece(path, b"[" + buf[:end] + b"]", base, notes)
+        got = _piece(path, b"".join((b"[", memoryview(buf)[:end], b"]")), base, notes)  # one copy
         if not isinstance(got, _Broken):
             return _Cut(got[0], got[1], rest, ended)
         at = got.at - 1  # in the buffer
