@@ -165,8 +165,9 @@ class _Blocks:
         return part
 
 
-def _header(path: Path, blocks: _Blocks) -> tuple[bytes, bytes]:
-    """(the document before its `"traceEvents"` key, the text after the list's `[`)."""
+def _header(path: Path, blocks: _Blocks) -> tuple[bytes, memoryview]:
+    """(the document before its `"traceEvents"` key, the text after the list's `[`: a view, not a
+    copy, of the buffer)."""
     buf = b""
     while (m := _LIST.search(buf)) is None:
         if not blocks.more or len(buf) > HEADER_LIMIT:
@@ -179,7 +180,17 @@ def _header(path: Path, blocks: _Blocks) -> tuple[bytes, bytes]:
         DOC.decode(head + _KEY + b": []}")
     except (*_ERRORS, msgspec.ValidationError):
         raise Fallback from None
-    return head, buf[m.end():]
+    return head, memoryview(buf)[m.end():]
+
+
+def _fill(buf: bytes | memoryview, want: int, blocks: _Blocks) -> bytes:
+    """`buf` and the next blocks, at least `want` bytes (or all that is left), joined in one copy."""
+    parts, size = [buf], len(buf)
+    while size < want and blocks.more:
+        part = blocks.take()
+        parts.append(part)
+        size += len(part)
+    return buf if isinstance(buf, bytes) and len(parts) == 1 else b"".join(parts)
 
 
 def read_events(path: Path, block: int = BLOCK) -> Streamed:
@@ -187,13 +198,13 @@ def read_events(path: Path, block: int = BLOCK) -> Streamed:
     must be read whole."""
     inflow = limits.Inflow(path, block)
     blocks = _Blocks(inflow)
-    head, buf = _header(path, blocks)
+    head, view = _header(path, blocks)
     notes, base, pieces = Notes(), 0, 0
     parts: dict[str, list[pl.DataFrame]] = {t: [] for t in TABLES}
     want, ended = block, False
+    buf: bytes | memoryview = view
     while blocks.more and not ended:
-        while len(buf) < want and blocks.more:
-            buf += blocks.take()
+        buf = _fill(buf, want, blocks)
         if not blocks.more:
             break
         cut = _next_piece(path, buf, base, notes)
@@ -210,11 +221,12 @@ def read_events(path: Path, block: int = BLOCK) -> Streamed:
         if pieces % TRIM_EVERY == 0:
             trim()
         buf, want = buf[cut.rest:], block
+    rest = _fill(buf, 0, blocks)
     while blocks.more:  # the list has ended: the keys after it
-        buf += blocks.take()
-        if len(buf) > HEADER_LIMIT + 2 * block:
+        rest += blocks.take()
+        if len(rest) > HEADER_LIMIT + 2 * block:
             raise Fallback
-    return _tail(path, head, buf, inflow, parts, notes, base)
+    return _tail(path, head, rest, inflow, parts, notes, base)
 
 
 def _tail(path: Path, head: bytes, buf: bytes, inflow: limits.Inflow,
