@@ -213,7 +213,7 @@ def json_array(raws: list[msgspec.Raw]) -> bytes:
     return b",".join([b"[" + bytes(raws[0]), *raws[1:-1], bytes(raws[-1]) + b"]"])
 
 
-def decode_fast(text: bytes) -> list[Event]:
+def decode_fast(text: bytes | memoryview) -> list[Event]:
     """A JSON array of events, typed; one bad event raises (DECODE_ERRORS, ValidationError included)."""
     return _EVENTS.decode(text)
 

@@ -71,7 +71,7 @@ class Streamed:
     warnings: list[str]
 
 
-def _last_cut(buf: bytes, hi: int) -> tuple[int, int] | None:
+def _last_cut(buf: bytes | bytearray, hi: int) -> tuple[int, int] | None:
     """(end of an event, start of the next) of the last `}, {` that ends before `hi`."""
     while (i := buf.rfind(b"}", 0, hi)) >= 0:
         m = _BETWEEN.match(buf, i)
@@ -100,7 +100,7 @@ def _broken(exc: Exception, size: int) -> _Broken:
     return _Broken(int(m.group(1)) if m else size, "trailing characters" in str(exc))
 
 
-def _piece(path: Path, text: bytes, base: int, notes: Notes) -> tuple[Frames, int] | _Broken:
+def _piece(path: Path, text: memoryview, base: int, notes: Notes) -> tuple[Frames, int] | _Broken:
     """The frames and event count of a JSON array of events (event base onwards), or where the
     text stops being a list of whole events."""
     try:
@@ -128,20 +128,32 @@ class _Cut:
     ended: bool = False
 
 
-def _next_piece(path: Path, buf: bytes, base: int, notes: Notes) -> _Cut:
-    """Cut the buffer at its last `}, {` that holds (at most _TRIES tried). JSON broken before
-    the end of a piece is invalid inside the list (Fallback) or the list's end (a cut before
-    it is tried, and the caller reads the rest as the tail)."""
+def _closed(path: Path, buf: bytearray, end: int, base: int,
+            notes: Notes) -> tuple[Frames, int] | _Broken:
+    """`_piece` of the buffer's `[` and events up to `end`, closed by a `]` written in place of
+    the byte at `end` (a comma or a space between two events) while it is read: no copy."""
+    was = buf[end]
+    buf[end] = ord("]")
+    try:
+        return _piece(path, memoryview(buf)[: end + 1], base, notes)
+    finally:
+        buf[end] = was
+
+
+def _next_piece(path: Path, buf: bytearray, base: int, notes: Notes) -> _Cut:
+    """Cut the buffer (`[` and the events after it) at its last `}, {` that holds (at most
+    _TRIES tried). JSON broken before the end of a piece is invalid inside the list (Fallback)
+    or the list's end (a cut before it is tried, and the caller reads the rest as the tail)."""
     hi, ended = len(buf), False
     for _ in range(_TRIES):
         cut = _last_cut(buf, hi)
         if cut is None:
             break
         end, rest = cut
-        got = _piece(path, b"[" + buf[:end] + b"]", base, notes)
+        got = _closed(path, buf, end, base, notes)
         if not isinstance(got, _Broken):
             return _Cut(got[0], got[1], rest, ended)
-        at = got.at - 1  # in the buffer
+        at = got.at  # in the buffer: the piece is its head
         if at < end and not got.ended:
             raise Fallback  # invalid JSON inside the list: the whole-text reader repairs or names it
         if at < end:
@@ -165,8 +177,9 @@ class _Blocks:
         return part
 
 
-def _header(path: Path, blocks: _Blocks) -> tuple[bytes, bytes]:
-    """(the document before its `"traceEvents"` key, the text after the list's `[`)."""
+def _header(path: Path, blocks: _Blocks) -> tuple[bytes, memoryview]:
+    """(the document before its `"traceEvents"` key, the list from its `[` on: a view, not a
+    copy, of the buffer)."""
     buf = b""
     while (m := _LIST.search(buf)) is None:
         if not blocks.more or len(buf) > HEADER_LIMIT:
@@ -179,7 +192,19 @@ def _header(path: Path, blocks: _Blocks) -> tuple[bytes, bytes]:
         DOC.decode(head + _KEY + b": []}")
     except (*_ERRORS, msgspec.ValidationError):
         raise Fallback from None
-    return head, buf[m.end():]
+    return head, memoryview(buf)[m.end() - 1:]
+
+
+def _fill(buf: bytearray | memoryview, want: int, blocks: _Blocks) -> bytearray:
+    """`buf` (the list's `[` or a `[` in place of a comma, then events) and the next blocks, at
+    least `want` bytes of events (or all that is left), joined in one copy."""
+    parts: list[bytes | bytearray | memoryview] = [buf]
+    size = len(buf) - 1
+    while size < want and blocks.more:
+        part = blocks.take()
+        parts.append(part)
+        size += len(part)
+    return buf if isinstance(buf, bytearray) and len(parts) == 1 else bytearray().join(parts)
 
 
 def read_events(path: Path, block: int = BLOCK) -> Streamed:
@@ -187,21 +212,21 @@ def read_events(path: Path, block: int = BLOCK) -> Streamed:
     must be read whole."""
     inflow = limits.Inflow(path, block)
     blocks = _Blocks(inflow)
-    head, buf = _header(path, blocks)
+    head, view = _header(path, blocks)
     notes, base, pieces = Notes(), 0, 0
     parts: dict[str, list[pl.DataFrame]] = {t: [] for t in TABLES}
     want, ended = block, False
+    buf: bytearray | memoryview = view
     while blocks.more and not ended:
-        while len(buf) < want and blocks.more:
-            buf += blocks.take()
+        buf = _fill(buf, want, blocks)
         if not blocks.more:
             break
         cut = _next_piece(path, buf, base, notes)
         ended = cut.ended
         if cut.frames is None and not ended:  # no clean cut: a longer event, or JSON to read whole
-            if len(buf) > limits.EVENT_LIMIT + 2 * block:
+            if len(buf) - 1 > limits.EVENT_LIMIT + 2 * block:
                 raise Fallback
-            want = 2 * len(buf)
+            want = 2 * (len(buf) - 1)
             continue
         for t, df in (cut.frames or {}).items():
             parts[t].append(df)
@@ -209,15 +234,19 @@ def read_events(path: Path, block: int = BLOCK) -> Streamed:
         pieces += 1
         if pieces % TRIM_EVERY == 0:
             trim()
-        buf, want = buf[cut.rest:], block
+        if cut.rest:
+            buf = buf[cut.rest - 1:]
+            buf[0] = ord("[")  # in place of the comma (or space) before the next event
+        want = block
+    rest = _fill(buf, 0, blocks)
     while blocks.more:  # the list has ended: the keys after it
-        buf += blocks.take()
-        if len(buf) > HEADER_LIMIT + 2 * block:
+        rest += blocks.take()
+        if len(rest) - 1 > HEADER_LIMIT + 2 * block:
             raise Fallback
-    return _tail(path, head, buf, inflow, parts, notes, base)
+    return _tail(path, head, memoryview(rest)[1:], inflow, parts, notes, base)
 
 
-def _tail(path: Path, head: bytes, buf: bytes, inflow: limits.Inflow,
+def _tail(path: Path, head: bytes, buf: memoryview, inflow: limits.Inflow,
           parts: dict[str, list[pl.DataFrame]], notes: Notes, base: int) -> Streamed:
     """The last events and the keys after the list, read as one document with the whole-text
     reader's salvage."""

@@ -22,7 +22,7 @@ def interned(values: list[str | None]) -> pl.Series:
     it is built faster than the plain column."""
     seen: dict[str | None, int] = {}
     codes = [seen.setdefault(v, len(seen)) for v in values]
-    return pl.Series(list(seen), dtype=pl.Utf8).gather(codes)
+    return pl.Series(list(seen), dtype=pl.Utf8).gather(pl.Series(codes, dtype=pl.UInt32))
 
 
 def _raw(rs: list[msgspec.Raw]) -> pl.Series:

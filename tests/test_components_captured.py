@@ -3,6 +3,7 @@ MLA + shared experts, tensor-parallel all-reduce). Model configs: tests/fixtures
 
 from __future__ import annotations
 
+import re
 from functools import cache
 
 import polars as pl
@@ -11,6 +12,8 @@ import pytest
 from attrib.pipeline import Attribution, attribute
 from attrib.analysis import Analysis
 from attrib.analysis.build import build
+from attrib.components.classify import by_name
+from attrib.components.patterns import component_patterns
 from attrib.report.table import render
 from collectors import load
 
@@ -242,3 +245,20 @@ def test_inductor_static_cache_writes_are_kv_cache_write():
     assert set(dec["component"]) == {"kv_cache_write"}
     pre = k.filter((pl.col("phase") == "prefill") & (pl.col("op") == "aten::index_copy_"))
     assert pre.height == 2 * 4 and set(pre["component"]) == {"kv_cache_write"}
+
+
+def test_kernel_name_patterns_first_row_wins():
+    """by_name runs each pattern of the table once (the index of the first match, then component and
+    family gathered by it): every distinct kernel name of a capture gets the component and family of
+    the first table row whose pattern it matches, as reading the table top-down by hand gives (Python's
+    re on these ASCII names). 20 of the 82 names match more than one row, so the order is tested."""
+    names = load(CAPTURED / "deepseekv3_decode.pt.trace.json.gz").kernels["name"]
+    rows = list(component_patterns().iter_rows(named=True))
+    got = by_name(names).select("name", "name_comp", "name_family")
+    assert got.height == names.n_unique() == 82
+    several = 0
+    for name, comp, family in got.iter_rows():
+        hits = [r for r in rows if re.search(r["pattern"], name)]
+        several += len(hits) > 1
+        assert (comp, family) == ((hits[0]["component"], hits[0]["family"]) if hits else (None, None))
+    assert several == 20

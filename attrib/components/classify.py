@@ -72,21 +72,28 @@ _LINEAR_ATTN_SEG = r"(?i)(?:^|/)[^/]*(?:gated_?delta|deltanet|mixer|linear_?atte
 _MOE_BLOCK = r"(?i)sparse_?moe|moe_?block|moe_?layer|^moe$|MoE$|fused_?moe"
 
 
+def _first_index(col: pl.Expr, patterns: list[str]) -> pl.Expr:
+    """The index of the first of `patterns` that `col` matches (null: none)."""
+    hits = [pl.when(col.str.contains(p)).then(pl.lit(i, pl.Int64)) for i, p in enumerate(patterns)]
+    return pl.coalesce(hits) if hits else pl.lit(None, pl.Int64)
+
+
 def _first_match(col: pl.Expr, rules: list[tuple[str, str]]) -> pl.Expr:
-    expr = pl.lit(None, pl.Utf8)
-    for pat, comp in reversed(rules):
-        expr = pl.when(col.str.contains(pat)).then(pl.lit(comp)).otherwise(expr)
-    return expr
+    """The value of the first rule whose pattern `col` matches (null: none)."""
+    index = _first_index(col, [pat for pat, _ in rules])
+    return index.replace_strict(list(range(len(rules))), [v for _, v in rules], default=None,
+                                return_dtype=pl.Utf8)
 
 
 def by_name(names: pl.Series) -> pl.DataFrame:
-    """Unique kernel names -> (name, name_comp, name_family) from the pattern table."""
+    """Unique kernel names -> (name, name_comp, name_family) from the pattern table (the
+    patterns run once for both)."""
     table = component_patterns()
     u = pl.DataFrame({"name": names.unique()})
-    rules = list(zip(table["pattern"], table["component"]))
-    fams = list(zip(table["pattern"], table["family"]))
-    return u.with_columns(_first_match(pl.col("name"), rules).alias("name_comp"),
-                          _first_match(pl.col("name"), fams).alias("name_family"))
+    at = u.select(_first_index(pl.col("name"), table["pattern"].to_list()))
+    index = at.to_series()
+    return u.with_columns(table["component"].gather(index).alias("name_comp"),
+                          table["family"].gather(index).alias("name_family"))
 
 
 def _innermost_hint(spans: pl.DataFrame, rules: tuple, k: pl.DataFrame, frames: bool = False) -> pl.DataFrame:
