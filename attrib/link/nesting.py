@@ -56,13 +56,12 @@ def _relaxed(s: pl.Series, name: str) -> pl.Series:
     return pl.concat([none, s.alias(name).to_frame()], how="vertical_relaxed")[name]
 
 
-def _narrow(intervals: pl.DataFrame, points: pl.DataFrame | None,
-            by: list[str]) -> tuple[pl.DataFrame, pl.DataFrame] | None:
-    """What `_levels` and the points' rows of `_stream` would give, without the wide event table:
-    only the one sort key of `_sorted` and its stable order are built over the starts, ends and
-    points (rows 0..n-1 the starts, n..2n-1 the ends, then the points), and each output column
-    is gathered from its source by row. None where `_sorted` would not use its one-key sort (or
-    the parts' keys differ in dtype)."""
+def _walk(intervals: pl.DataFrame, points: pl.DataFrame | None, by: list[str]
+          ) -> tuple[pl.DataFrame, list[pl.Series], pl.Series, pl.Series] | None:
+    """The groups and keys of the starts, ends and points (rows 0..n-1 the starts, n..2n-1 the
+    ends, then the points), their rows in `_sorted`'s order and the depth open at each, from
+    only the one sort key of `_sorted` and its stable order. None where `_sorted` would not use
+    its one-key sort (or the parts' keys differ in dtype)."""
     n = intervals.height
     groups = pl.concat([intervals.select(by), *([points.select(by)] if points is not None else [])],
                        how="vertical_relaxed")
@@ -90,6 +89,30 @@ def _narrow(intervals: pl.DataFrame, points: pl.DataFrame | None,
     del rows
     delta = pl.when(row < n).then(pl.lit(1)).when(row < 2 * n).then(pl.lit(-1)).otherwise(pl.lit(0))
     depth = row.to_frame().select(delta.cum_sum() - 1).to_series().alias("depth")
+    return groups, keys, row, depth
+
+
+def start_order(intervals: pl.DataFrame, by: list[str]) -> tuple[pl.Series, pl.Series] | None:
+    """The intervals' rows sorted by (*by, start_ns), stably, and each one's depth (as
+    `parents` gives it), without a join; None where `_walk` is."""
+    got = _walk(intervals.select(*by, "start_ns", "dur_ns"), None, by) if intervals.height else None
+    if got is None:
+        return None
+    row, depth = got[2], got[3]
+    start = row < intervals.height
+    return row.filter(start), depth.filter(start)
+
+
+def _narrow(intervals: pl.DataFrame, points: pl.DataFrame | None,
+            by: list[str]) -> tuple[pl.DataFrame, pl.DataFrame] | None:
+    """What `_levels` and the points' rows of `_stream` would give, without the wide event table:
+    each output column is gathered from its source by row (`_walk`)."""
+    got = _walk(intervals, points, by)
+    if got is None:
+        return None
+    groups, keys, row, depth = got
+    del got
+    n = intervals.height
     start = row < n
     at = row.filter(start)
     iid = _relaxed(intervals["id"].gather(at), "iid")
