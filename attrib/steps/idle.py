@@ -39,8 +39,9 @@ def host_intervals(ops: pl.DataFrame, frames: pl.DataFrame) -> pl.DataFrame:
     frame_id = (pl.col("id") + (1 << 40)).alias("id")
     fr = (frames.select(frame_id, "name", "start_ns", "dur_ns", *_BY)  # no copy of other columns
           .filter(~pl.col("name").str.starts_with("<built-in")))
-    iv = pl.concat([ops.select("id", "name", "start_ns", "dur_ns", *_BY), fr]
-                   ).drop_nulls(["start_ns", "dur_ns"])
+    iv = pl.concat([ops.select("id", "name", "start_ns", "dur_ns", *_BY), fr])
+    if iv["start_ns"].null_count() or iv["dur_ns"].null_count():  # else no copy
+        iv = iv.drop_nulls(["start_ns", "dur_ns"])
     got = start_order(iv, _BY)
     if got is None:
         return _sorted_intervals(iv)
