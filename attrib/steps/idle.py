@@ -33,9 +33,11 @@ def frame_label(name: str) -> str:
     return f"{m['fn']} ({m['path'].rsplit('/', 1)[-1]}:{m['line']})" if m else name
 
 
-def host_intervals(ops: pl.DataFrame, frames: pl.DataFrame) -> pl.DataFrame:
+def host_intervals(ops: pl.DataFrame, frames: pl.DataFrame,
+                   near: pl.DataFrame | None = None) -> pl.DataFrame:
     """The host threads' ops and Python frames: pid, tid, s, e, depth, idx (order of start within
-    the thread), name."""
+    the thread), name. near (pid, tid, m2, a doubled time): only the intervals holding one of its
+    points on their thread are kept (a holder candidate), with the whole thread's depth and idx."""
     frame_id = (pl.col("id") + (1 << 40)).alias("id")
     fr = (frames.select(frame_id, "name", "start_ns", "dur_ns", *_BY)  # no copy of other columns
           .filter(~pl.col("name").str.starts_with("<built-in")))
@@ -44,13 +46,29 @@ def host_intervals(ops: pl.DataFrame, frames: pl.DataFrame) -> pl.DataFrame:
         iv = iv.drop_nulls(["start_ns", "dur_ns"])
     got = start_order(iv, _BY)
     if got is None:
-        return _sorted_intervals(iv)
+        out = _sorted_intervals(iv)
+        return out if near is None else out.filter(_holding(out, near))
     at, depth = got
     s = pl.col("start_ns").cast(pl.Int64)
     e = s + pl.col("dur_ns").cast(pl.Int64)
-    iv = iv.select(*_BY, s.alias("s"), e.alias("e"), "name")[at]
-    idx = pl.int_range(pl.len(), dtype=pl.Int64).alias("idx")
-    return iv.select(*_BY, "s", "e", depth, idx, "name")
+    iv = iv.select(*_BY, s.alias("s"), e.alias("e"), "name")
+    idx = pl.int_range(0, iv.height, dtype=pl.Int64, eager=True).alias("idx")
+    if near is not None:  # only the candidates' rows are gathered
+        keep = _holding(iv, near).gather(at)
+        at, depth, idx = at.filter(keep), depth.filter(keep), idx.filter(keep)
+    return iv[at].select(*_BY, "s", "e", depth, idx, "name")
+
+
+def _holding(iv: pl.DataFrame, near: pl.DataFrame) -> pl.Series:
+    """Whether each interval (pid, tid, s, e) holds a point of `near` (pid, tid, m2) of its
+    thread, s * 2 <= m2 <= e * 2: the points in [2s, 2e], counted in the sorted points."""
+    keep = pl.repeat(False, iv.height, eager=True)
+    for (pid, tid), pts in near.partition_by(_BY, as_dict=True).items():
+        m2 = pts["m2"].drop_nulls().sort()
+        mine = iv.select(pl.col("pid").eq_missing(pid) & pl.col("tid").eq_missing(tid)).to_series()
+        held = m2.search_sorted(iv["e"] * 2, side="right") > m2.search_sorted(iv["s"] * 2, side="left")
+        keep = keep | (mine & held)
+    return keep
 
 
 def _sorted_intervals(iv: pl.DataFrame) -> pl.DataFrame:
@@ -175,11 +193,12 @@ def idle_rows(g: pl.DataFrame, ops: pl.DataFrame, frames: pl.DataFrame, launches
         (pl.col("h") - pl.col("a")).alias("ns"))
     longs = host_side.filter(~short).with_row_index("qid").select(
         pl.col("qid").cast(pl.Int64), "step", *_BY, "a", pl.col("h").alias("b"))
-    parts = [outside, launch, *_held(longs, host_intervals(ops, frames), sync_calls(launches))]
+    parts = [outside, launch, *_held(longs, ops, frames, sync_calls(launches))]
     return pl.concat([p.select(list(IDLE)).cast(IDLE) for p in parts])
 
 
-def _held(longs: pl.DataFrame, iv: pl.DataFrame, sync: pl.DataFrame) -> list[pl.DataFrame]:
+def _held(longs: pl.DataFrame, ops: pl.DataFrame, frames: pl.DataFrame,
+          sync: pl.DataFrame) -> list[pl.DataFrame]:
     """The sync and host rows of the long host-side stretches (qid, step, pid, tid, a, b)."""
     overlap = [pl.col("s") < pl.col("b"), pl.col("e") > pl.col("a")]
     calls = _stabbing(longs, sync, overlap)
@@ -195,7 +214,9 @@ def _held(longs: pl.DataFrame, iv: pl.DataFrame, sync: pl.DataFrame) -> list[pl.
         calls.with_row_index("i").select((pl.col("i").cast(pl.Int64) + n).alias("qid"), *_BY,
                                          pl.col("s").alias("a"), pl.col("e").alias("b")),
     ])
-    who = holders(iv, asks)
+    # the host intervals holding a stretch's midpoint only: the others hold nothing
+    near = asks.select(*_BY, (pl.col("a") + pl.col("b")).alias("m2"))
+    who = holders(host_intervals(ops, frames, near), asks)
     sync_rows = calls.with_columns(who.slice(n).alias("in")).select(
         "step", pl.lit("sync").alias("cause"),
         pl.concat_str([pl.col("name"), pl.col("in")], separator=" in ").alias("what"),
