@@ -75,7 +75,7 @@ def _walk(intervals: pl.DataFrame, points: pl.DataFrame | None, by: list[str]
         return None
     lo = min(cast(int, k.min()) for k in keys)
     span = max(cast(int, k.max()) for k in keys) - lo
-    rank = groups.select(pl.struct(by).rank("dense").cast(pl.Int64) - 1).to_series()
+    rank = _pair_rank(groups, by)
     key_bits = int(span).bit_length() + 2
     if key_bits + int(cast(int, rank.max())).bit_length() > 62:
         return None
@@ -90,6 +90,17 @@ def _walk(intervals: pl.DataFrame, points: pl.DataFrame | None, by: list[str]
     delta = pl.when(row < n).then(pl.lit(1)).when(row < 2 * n).then(pl.lit(-1)).otherwise(pl.lit(0))
     depth = row.to_frame().select(delta.cum_sum() - 1).to_series().alias("depth")
     return groups, keys, row, depth
+
+
+def _pair_rank(df: pl.DataFrame, by: list[str]) -> pl.Series:
+    """An integer per row in the rows' order of `by` (equal keys, equal integers; not dense):
+    each column's place among its few distinct values, combined (no sort of the rows, no
+    struct: its row encoding copies every key)."""
+    out = pl.repeat(0, df.height, dtype=pl.Int64, eager=True)
+    for c in by:
+        values = df[c].unique().sort()
+        out = out * values.len() + values.search_sorted(df[c], side="left").cast(pl.Int64)
+    return out
 
 
 def start_order(intervals: pl.DataFrame, by: list[str]) -> tuple[pl.Series, pl.Series] | None:
@@ -109,7 +120,7 @@ def start_order(intervals: pl.DataFrame, by: list[str]) -> tuple[pl.Series, pl.S
         return None
     lo = min(cast(int, keys["s"].min()), cast(int, keys["e"].min()))
     span = max(cast(int, keys["s"].max()), cast(int, keys["e"].max())) - lo
-    rank = intervals.select(pl.struct(by).rank("dense").cast(pl.Int64) - 1).to_series()
+    rank = _pair_rank(intervals, by)
     key_bits = int(span).bit_length() + 2
     if key_bits + int(cast(int, rank.max())).bit_length() > 62:
         return None
