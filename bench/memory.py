@@ -1,6 +1,7 @@
 """Peak RSS and time of reading one huge Kineto trace, against the orjson parse floor.
 
     python bench/memory.py [--sizes 1,4,8] [--gzip] [--dir DIR] [--floor-max 1] [--analyze-max 1]
+                           [--reuse] [--no-reader]
 
 For each size (GB of raw JSON) it builds a trace from the demo trace with bench/scale.py (events
 repeated with shifted times and ids; plain JSON, or gzip'd with --gzip), then runs, each in a
@@ -11,7 +12,8 @@ fresh process: the Kineto reader (`collectors.kineto.read`), `attrib analyze TRA
 measured and marked so). Peak RSS is of the whole process tree: the sum of VmRSS over the process
 and its descendants, polled every 20 ms, or the kernel's own peak of the process (wait4) where
 that is larger. Wall and CPU (user + system, the process and its reaped children) per run. Each
-trace is deleted after its runs (--keep keeps them). Prints a table and writes JSON lines to -o.
+trace is deleted after its runs (--keep keeps them; --reuse takes one already in --dir and
+keeps it, so two checkouts run on one file). Prints a table and writes JSON lines to -o.
 """
 
 from __future__ import annotations
@@ -127,12 +129,21 @@ def measure(code: str, trace: Path) -> dict:
                   "process_s": wall}
 
 
-def build(gb: float, gz: bool, where: Path) -> Path:
+def build(gb: float, gz: bool, where: Path, reuse: bool = False) -> Path:
     copies = max(1, round(gb * 1e9 / COPY_BYTES))
     out = where / f"scaled_{gb:g}gb.json{'.gz' if gz else ''}"
+    if reuse and out.exists():  # bench/scale.py writes the same file each time
+        return out
     subprocess.run([sys.executable, str(ROOT / "bench" / "scale.py"), str(DEMO), str(copies), str(out)],
                    check=True, stdout=subprocess.DEVNULL)
     return out
+
+
+def _commit() -> str:
+    """The checkout's commit (which side of a before/after a row is)."""
+    got = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+                         capture_output=True, text=True)
+    return got.stdout.strip()
 
 
 def _raw_bytes(trace: Path, gb: float) -> float:
@@ -151,17 +162,22 @@ def main() -> int:
     ap.add_argument("--before-max", type=float, default=0.0,
                     help="largest size (GB) the whole-text reader (the reader before streaming) is run on")
     ap.add_argument("--keep", action="store_true", help="keep the traces")
+    ap.add_argument("--reuse", action="store_true",
+                    help="use a trace already in --dir (implies --keep): before/after on one file")
+    ap.add_argument("--no-reader", action="store_true", help="skip the reader-only run")
     ap.add_argument("-o", type=Path, help="append JSON lines of the results here")
     args = ap.parse_args()
     args.dir.mkdir(parents=True, exist_ok=True)
     floor_per_gb: tuple[float, float] | None = None
     rows = []
     for gb in (float(s) for s in args.sizes.split(",")):
-        trace = build(gb, args.gzip, args.dir)
+        trace = build(gb, args.gzip, args.dir, args.reuse)
         try:
             row: dict = {"gb": gb, "file": trace.name, "disk_mb": trace.stat().st_size / 1e6,
-                         "raw_mb": _raw_bytes(trace, gb) / 1e6, "load": os.getloadavg()[0]}
-            row["read"] = measure(_READ, trace)
+                         "raw_mb": _raw_bytes(trace, gb) / 1e6, "load": os.getloadavg()[0],
+                         "commit": _commit()}
+            if not args.no_reader:
+                row["read"] = measure(_READ, trace)
             if gb <= args.before_max:
                 row["before"] = measure(_BEFORE, trace)
             if gb <= args.analyze_max:
@@ -176,7 +192,7 @@ def main() -> int:
                 row["floor"] = {"wall_s": floor_per_gb[0] * gb, "peak_rss_mb": floor_per_gb[1] * gb,
                                 "scaled": True}
         finally:
-            if not args.keep:
+            if not (args.keep or args.reuse):
                 trace.unlink()
         rows.append(row)
         print(_line(row), flush=True)
@@ -187,19 +203,20 @@ def main() -> int:
 
 
 def _line(row: dict) -> str:
-    r, f = row["read"], row.get("floor")
-    ratio = f" = {r['wall_s'] / f['wall_s']:.2f}x floor{' (scaled)' if f.get('scaled') else ''}" if f else ""
-    out = (
-        f"{row['file']}: {row['raw_mb']:.0f} MB raw, {r['events']:,} events; "
-        f"read {r['wall_s']:.1f} s{ratio}, "
-        f"CPU {r['cpu_s']:.1f} s, peak RSS {r['peak_rss_mb']:.0f} MB (tables {r['tables_mb']:.0f} MB)"
-    )
+    r, f = row.get("read"), row.get("floor")
+    out = f"{row['file']}: {row['raw_mb']:.0f} MB raw"
+    if r:
+        ratio = f" = {r['wall_s'] / f['wall_s']:.2f}x floor{' (scaled)' if f.get('scaled') else ''}" if f else ""
+        out += (
+            f", {r['events']:,} events; read {r['wall_s']:.1f} s{ratio}, CPU {r['cpu_s']:.1f} s, "
+            f"peak RSS {r['peak_rss_mb']:.0f} MB (tables {r['tables_mb']:.0f} MB)"
+        )
     if "before" in row:
         b = row["before"]
         out += f"; whole-text reader {b['wall_s']:.1f} s, peak RSS {b['peak_rss_mb']:.0f} MB"
     if "analyze" in row:
         a = row["analyze"]
-        out += f"; analyze {a['wall_s']:.1f} s, peak RSS {a['peak_rss_mb']:.0f} MB"
+        out += f"; analyze {a['wall_s']:.1f} s, CPU {a['cpu_s']:.1f} s, peak RSS {a['peak_rss_mb']:.0f} MB"
     if f:
         out += f"; floor {f['wall_s']:.1f} s, {f['peak_rss_mb']:.0f} MB"
     return out + f"; load {row['load']:.1f}"

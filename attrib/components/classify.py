@@ -336,7 +336,9 @@ def classify(trace: Trace, links: pl.DataFrame, kernel_steps: pl.DataFrame) -> p
                        pl.when(table).then(pl.lit("op")).otherwise(pl.col("evidence")).alias("evidence"))
     gemm = (pl.col("comp").is_null() & (pl.col("name_comp") == "gemm")) | (
         pl.col("comp").is_null() & pl.col("op").is_in(list(GEMM_OPS)).fill_null(False))
-    k = k.with_columns(gemm.alias("_gemm"))
+    # only what the position passes and the output read: _between's sort copies every column
+    k = k.select("id", "step", "comp", "evidence", "op_id", "op", "module_path", "name", "start_ns",
+                 gemm.alias("_gemm"))
     k = _after_lm_head(_between(gemm_positions(k)))
     final = pl.coalesce("comp", pl.lit("other"))
     ev = pl.coalesce("evidence", pl.lit("none"))

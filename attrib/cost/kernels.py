@@ -19,7 +19,7 @@ import orjson
 import polars as pl
 
 from attrib.cost.budget import Budget
-from attrib.cost.ops import op_costs
+from attrib.cost.ops import moe_top_k, op_costs
 from attrib.cost.registry import CONTEXT, Call, CostModel
 from attrib.cost.strides import stored_dims
 from attrib.steps.phases import vllm_requests, vllm_sums
@@ -27,6 +27,7 @@ from attrib.trace import Trace
 
 _PRICED = {"op_id": pl.Int64, "_fb": pl.Float64, "_ff": pl.Float64, "_fd": pl.Utf8, "_fm": pl.Utf8}
 _KEYS = ["name", "input_dims", "input_types", "concrete_inputs"]
+_OP_COLS = ("id", *_KEYS, "input_strides")  # what the cost models read of an op
 
 
 def _fill(costs: pl.DataFrame, priced: pl.DataFrame) -> pl.DataFrame:
@@ -98,23 +99,30 @@ def _price(model: CostModel, calls: pl.DataFrame, budget: Budget | None, world: 
     return calls.join(priced, on=keys, how="inner", nulls_equal=True).select(list(_PRICED))
 
 
-def _context_costs(trace: Trace, kernels: pl.DataFrame, steps: pl.DataFrame | None,
-                   budget: Budget | None, costs: pl.DataFrame) -> pl.DataFrame:
-    """The ops still unpriced, through each model that needs a kernel name or context."""
+def _context_costs(trace: Trace, ops: pl.DataFrame, kernels: pl.DataFrame,
+                   steps: pl.DataFrame | None, budget: Budget | None,
+                   costs: pl.DataFrame) -> pl.DataFrame:
+    """The ops still unpriced, through each model that needs a kernel name or context.
+
+    Each model sees the ops no earlier model priced; their prices are disjoint, so the
+    costs are filled once, from all of them (a join of every op per model was the peak)."""
     have = {"budget": budget is not None, "world": world_size(trace) is not None}
     sums = _step_sums(steps)
     have["step"] = bool(sums)
+    found: list[pl.DataFrame] = []
+    unpriced = costs.filter(pl.col("_ob").is_null())["op_id"]
     for model in CONTEXT:
         if not all(have[n] for n in model.needs):
             continue
-        unpriced = costs.filter(pl.col("_ob").is_null())["op_id"]
-        ops = _matching(model, trace.ops.filter(pl.col("id").is_in(unpriced.implode())))
-        if ops.height == 0:
+        mine = _matching(model, ops.filter(pl.col("id").is_in(unpriced.implode())))
+        if mine.height == 0:
             continue
-        calls = _calls(model, ops, kernels, sums)
+        calls = _calls(model, mine, kernels, sums)
         if calls.height:
-            costs = _fill(costs, _price(model, calls, budget, world_size(trace), sums))
-    return costs
+            found.append(_price(model, calls, budget, world_size(trace), sums))
+            done = found[-1]["op_id"].implode()
+            unpriced = unpriced.filter(~unpriced.is_in(done))
+    return _fill(costs, pl.concat(found)) if found else costs
 
 
 def kernel_costs(trace: Trace, kernels: pl.DataFrame, steps: pl.DataFrame | None = None,
@@ -122,12 +130,17 @@ def kernel_costs(trace: Trace, kernels: pl.DataFrame, steps: pl.DataFrame | None
     """`kernels` (id, op_id, step, dur_ns, ...) with bytes, flops, dtype, cost_model added.
 
     budget: a model config (`--model`) that prices ops whose weights the trace does not show."""
-    costs = op_costs(stored_dims(trace.ops)).select(
+    # only an op that launched a kernel is charged: the others are not priced
+    launched = kernels["op_id"].drop_nulls().unique().implode()
+    ops = trace.ops.select(pl.col(c) for c in _OP_COLS if c in trace.ops.columns)
+    ops = ops.filter(pl.col("id").is_in(launched))
+    top_k = moe_top_k(trace.ops) if ops.height else None  # the router's k, from every op
+    costs = op_costs(stored_dims(ops), top_k=top_k).select(
         pl.col("id").alias("op_id"), pl.col("bytes").alias("_ob"), pl.col("flops").alias("_of"),
         "dtype", "cost_model")
-    costs = _context_costs(trace, kernels, steps, budget, costs)
+    costs = _context_costs(trace, ops, kernels, steps, budget, costs)
     # each window once, as a column: an eager query does not share repeated subexpressions
-    k = kernels.join(costs, on="op_id", how="left").with_columns(
+    k = kernels.join(costs, on="op_id", how="left", maintain_order="left").with_columns(
         pl.col("dur_ns").sum().over("op_id").alias("_total"), pl.len().over("op_id").alias("_n"))
     total, n = pl.col("_total"), pl.col("_n")
     share = (pl.col("dur_ns").cast(pl.Float64) / total.cast(pl.Float64)).fill_nan(1.0 / n)

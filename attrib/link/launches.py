@@ -21,11 +21,12 @@ _BY = ["pid", "tid"]
 
 def _launch_of(trace: Trace) -> pl.DataFrame:
     """kernel id -> launch id/name/time/thread through the correlation id."""
-    la = (trace.launches.filter(pl.col("correlation").is_not_null())
-          .unique("correlation", keep="first")
-          .select(pl.col("correlation"), pl.col("id").alias("launch"), pl.col("name").alias("launch_name"),
-                  pl.col("start_ns").alias("launch_ns"), pl.col("pid").alias("launch_pid"),
-                  pl.col("tid").alias("launch_tid"), pl.col("external_id").alias("launch_ext")))
+    # the columns first: a filter of the whole table would copy every column
+    cols = {"id": "launch", "name": "launch_name", "start_ns": "launch_ns", "pid": "launch_pid",
+            "tid": "launch_tid", "external_id": "launch_ext"}
+    la = (trace.launches.select("correlation", *(pl.col(c).alias(n) for c, n in cols.items()))
+          .filter(pl.col("correlation").is_not_null())
+          .unique("correlation", keep="first"))
     k = trace.kernels.select("id", "correlation", "external_id", "graph", "launch_id")
     k = k.join(la, on="correlation", how="left")
     # graph replays are the contract's fact (attrib.trace.mark_graph_replays, applied by the collectors)
@@ -62,8 +63,8 @@ def launch_points(k: pl.DataFrame) -> pl.DataFrame:
 
 
 def _ops_by_ext(ops: pl.DataFrame) -> pl.DataFrame:
-    return (ops.filter(pl.col("external_id").is_not_null()).unique("external_id", keep="first")
-            .select("external_id", pl.col("id").alias("op_ext")))
+    return (ops.select("external_id", pl.col("id").alias("op_ext"))
+            .filter(pl.col("external_id").is_not_null()).unique("external_id", keep="first"))
 
 
 def link(trace: Trace) -> pl.DataFrame:

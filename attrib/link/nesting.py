@@ -56,13 +56,12 @@ def _relaxed(s: pl.Series, name: str) -> pl.Series:
     return pl.concat([none, s.alias(name).to_frame()], how="vertical_relaxed")[name]
 
 
-def _narrow(intervals: pl.DataFrame, points: pl.DataFrame | None,
-            by: list[str]) -> tuple[pl.DataFrame, pl.DataFrame] | None:
-    """What `_levels` and the points' rows of `_stream` would give, without the wide event table:
-    only the one sort key of `_sorted` and its stable order are built over the starts, ends and
-    points (rows 0..n-1 the starts, n..2n-1 the ends, then the points), and each output column
-    is gathered from its source by row. None where `_sorted` would not use its one-key sort (or
-    the parts' keys differ in dtype)."""
+def _walk(intervals: pl.DataFrame, points: pl.DataFrame | None, by: list[str]
+          ) -> tuple[pl.DataFrame, list[pl.Series], pl.Series, pl.Series] | None:
+    """The groups and keys of the starts, ends and points (rows 0..n-1 the starts, n..2n-1 the
+    ends, then the points), their rows in `_sorted`'s order and the depth open at each, from
+    only the one sort key of `_sorted` and its stable order. None where `_sorted` would not use
+    its one-key sort (or the parts' keys differ in dtype)."""
     n = intervals.height
     groups = pl.concat([intervals.select(by), *([points.select(by)] if points is not None else [])],
                        how="vertical_relaxed")
@@ -76,7 +75,7 @@ def _narrow(intervals: pl.DataFrame, points: pl.DataFrame | None,
         return None
     lo = min(cast(int, k.min()) for k in keys)
     span = max(cast(int, k.max()) for k in keys) - lo
-    rank = groups.select(pl.struct(by).rank("dense").cast(pl.Int64) - 1).to_series()
+    rank = _pair_rank(groups, by)
     key_bits = int(span).bit_length() + 2
     if key_bits + int(cast(int, rank.max())).bit_length() > 62:
         return None
@@ -90,6 +89,63 @@ def _narrow(intervals: pl.DataFrame, points: pl.DataFrame | None,
     del rows
     delta = pl.when(row < n).then(pl.lit(1)).when(row < 2 * n).then(pl.lit(-1)).otherwise(pl.lit(0))
     depth = row.to_frame().select(delta.cum_sum() - 1).to_series().alias("depth")
+    return groups, keys, row, depth
+
+
+def _pair_rank(df: pl.DataFrame, by: list[str]) -> pl.Series:
+    """An integer per row in the rows' order of `by` (equal keys, equal integers; not dense):
+    each column's place among its few distinct values, combined (no sort of the rows, no
+    struct: its row encoding copies every key)."""
+    out = pl.repeat(0, df.height, dtype=pl.Int64, eager=True)
+    for c in by:
+        values = df[c].unique().sort()
+        out = out * values.len() + values.search_sorted(df[c], side="left").cast(pl.Int64)
+    return out
+
+
+def start_order(intervals: pl.DataFrame, by: list[str]) -> tuple[pl.Series, pl.Series] | None:
+    """The intervals' rows sorted by (*by, start_ns), stably, and each one's depth (as
+    `parents` gives it), without a join; None where `_walk` is.
+
+    Only the starts are sorted (the stable order `_walk` gives them); a start's depth is the
+    starts before it less the ends before it, found in the sorted ends (an end never ties a
+    start: their order bits differ)."""
+    n = intervals.height
+    if n == 0 or any(intervals[c].null_count() for c in by):
+        return None
+    end = pl.col("start_ns") + pl.col("dur_ns")
+    keys = intervals.select((pl.col("start_ns") * 2 + 1).alias("s"),
+                            (end * 2 + (pl.col("dur_ns") <= 0).cast(pl.Int64)).alias("e"))
+    if keys["s"].null_count() or keys["e"].null_count() or keys["s"].dtype != keys["e"].dtype:
+        return None
+    lo = min(cast(int, keys["s"].min()), cast(int, keys["e"].min()))
+    span = max(cast(int, keys["s"].max()), cast(int, keys["e"].max())) - lo
+    rank = _pair_rank(intervals, by)
+    key_bits = int(span).bit_length() + 2
+    if key_bits + int(cast(int, rank.max())).bit_length() > 62:
+        return None
+    group = rank * (1 << key_bits)
+    del rank
+    ends = (group + (keys["e"] - lo) * 4 + 2).sort()
+    starts = pl.DataFrame({"one": group + (keys["s"] - lo) * 4}).with_row_index("row")
+    del group, keys
+    starts = starts.sort("one", maintain_order=True)
+    before = ends.search_sorted(starts["one"], side="left")
+    del ends
+    depth = (pl.int_range(n, dtype=pl.Int64) - pl.lit(before.cast(pl.Int64))).cast(pl.Int32)
+    return starts["row"], starts.select(depth.alias("depth")).to_series()
+
+
+def _narrow(intervals: pl.DataFrame, points: pl.DataFrame | None,
+            by: list[str]) -> tuple[pl.DataFrame, pl.DataFrame] | None:
+    """What `_levels` and the points' rows of `_stream` would give, without the wide event table:
+    each output column is gathered from its source by row (`_walk`)."""
+    got = _walk(intervals, points, by)
+    if got is None:
+        return None
+    groups, keys, row, depth = got
+    del got
+    n = intervals.height
     start = row < n
     at = row.filter(start)
     iid = _relaxed(intervals["id"].gather(at), "iid")

@@ -14,11 +14,12 @@ import re
 import polars as pl
 
 from attrib.components.patterns import BLOCKING_COPY, STREAM_WAIT, SYNC
-from attrib.link.nesting import parents
+from attrib.link.nesting import parents, start_order
 
 LAUNCH_GAP_NS = 100_000
 OUTSIDE_MIN_NS = 100_000
 HOLD_SHARE = 0.5  # the midpoint argument above needs it >= 1/2
+WINDOW = 1 << 18  # a thread's intervals per window of stretches in `holders`
 UNTRACED = "untraced host time"
 IDLE = pl.Schema({"step": pl.Int64, "cause": pl.Utf8, "what": pl.Utf8,
                   "start_ns": pl.Int64, "end_ns": pl.Int64, "ns": pl.Int64})
@@ -32,16 +33,46 @@ def frame_label(name: str) -> str:
     return f"{m['fn']} ({m['path'].rsplit('/', 1)[-1]}:{m['line']})" if m else name
 
 
-def host_intervals(ops: pl.DataFrame, frames: pl.DataFrame) -> pl.DataFrame:
+def host_intervals(ops: pl.DataFrame, frames: pl.DataFrame,
+                   near: pl.DataFrame | None = None) -> pl.DataFrame:
     """The host threads' ops and Python frames: pid, tid, s, e, depth, idx (order of start within
-    the thread), name."""
-    fr = frames.filter(~pl.col("name").str.starts_with("<built-in"))
+    the thread), name. near (pid, tid, m2, a doubled time): only the intervals holding one of its
+    points on their thread are kept (a holder candidate), with the whole thread's depth and idx."""
     frame_id = (pl.col("id") + (1 << 40)).alias("id")
-    # the names stay out of the join and the sort (a row number into them instead): narrower copies
-    iv = pl.concat([
-        ops.select("id", "name", "start_ns", "dur_ns", *_BY),
-        fr.select(frame_id, "name", "start_ns", "dur_ns", *_BY),
-    ]).drop_nulls(["start_ns", "dur_ns"])
+    fr = (frames.select(frame_id, "name", "start_ns", "dur_ns", *_BY)  # no copy of other columns
+          .filter(~pl.col("name").str.starts_with("<built-in")))
+    iv = pl.concat([ops.select("id", "name", "start_ns", "dur_ns", *_BY), fr])
+    if iv["start_ns"].null_count() or iv["dur_ns"].null_count():  # else no copy
+        iv = iv.drop_nulls(["start_ns", "dur_ns"])
+    got = start_order(iv, _BY)
+    if got is None:
+        out = _sorted_intervals(iv)
+        return out if near is None else out.filter(_holding(out, near))
+    at, depth = got
+    s = pl.col("start_ns").cast(pl.Int64)
+    e = s + pl.col("dur_ns").cast(pl.Int64)
+    iv = iv.select(*_BY, s.alias("s"), e.alias("e"), "name")
+    idx = pl.int_range(0, iv.height, dtype=pl.Int64, eager=True).alias("idx")
+    if near is not None:  # only the candidates' rows are gathered
+        keep = _holding(iv, near).gather(at)
+        at, depth, idx = at.filter(keep), depth.filter(keep), idx.filter(keep)
+    return iv[at].select(*_BY, "s", "e", depth, idx, "name")
+
+
+def _holding(iv: pl.DataFrame, near: pl.DataFrame) -> pl.Series:
+    """Whether each interval (pid, tid, s, e) holds a point of `near` (pid, tid, m2) of its
+    thread, s * 2 <= m2 <= e * 2: the points in [2s, 2e], counted in the sorted points."""
+    keep = pl.repeat(False, iv.height, eager=True)
+    for (pid, tid), pts in near.partition_by(_BY, as_dict=True).items():
+        m2 = pts["m2"].drop_nulls().sort()
+        mine = iv.select(pl.col("pid").eq_missing(pid) & pl.col("tid").eq_missing(tid)).to_series()
+        held = m2.search_sorted(iv["e"] * 2, side="right") > m2.search_sorted(iv["s"] * 2, side="left")
+        keep = keep | (mine & held)
+    return keep
+
+
+def _sorted_intervals(iv: pl.DataFrame) -> pl.DataFrame:
+    """host_intervals' output by a join of `parents` and a sort (where `start_order` is None)."""
     names = iv["name"]
     iv = iv.drop("name").with_row_index("_row")
     iv = iv.join(parents(iv, _BY).drop("parent"), on="id")
@@ -63,19 +94,43 @@ def _stabbing(q: pl.DataFrame, iv: pl.DataFrame, inside: list[pl.Expr]) -> pl.Da
     return pl.concat(parts) if parts else pl.DataFrame()
 
 
-def holders(iv: pl.DataFrame, q: pl.DataFrame) -> pl.Series:
+def _held_by(q: pl.DataFrame, iv: pl.DataFrame) -> pl.DataFrame:
+    """(qid, depth, idx) of the intervals holding HOLD_SHARE of each query (qid, a, b, m2, the
+    doubled midpoint) of one thread, the deepest first, then the first started: its pair."""
+    inside = [pl.col("s") * 2 <= pl.col("m2"), pl.col("e") * 2 >= pl.col("m2")]
+    ov = pl.min_horizontal("e", "b") - pl.max_horizontal("s", "a")
+    held = ov >= HOLD_SHARE * (pl.col("b") - pl.col("a"))
+    pairs = q.join_where(iv, *inside).filter(held).select("qid", "depth", "idx")
+    return _first_held(pairs)
+
+
+def _first_held(pairs: pl.DataFrame) -> pl.DataFrame:
+    """The one pair kept per query (the deepest, then the first started), in qid order."""
+    return (pairs.sort(["qid", "depth", "idx"], descending=[False, True, False])
+            .unique("qid", keep="first", maintain_order=True))
+
+
+def holders(iv: pl.DataFrame, q: pl.DataFrame, chunk: int = WINDOW) -> pl.Series:
     """For queries (qid, pid, tid, a, b): the label of each one's holder, in q's order."""
-    mid = pl.col("a") + pl.col("b")
-    # the pairs (a query and each interval holding its midpoint) carry no name, and only the
-    # columns the order needs are sorted: the name joins the one holder kept per query
-    pairs = _stabbing(q.with_columns(mid.alias("m2")), iv.drop("name"),
-                      [pl.col("s") * 2 <= pl.col("m2"), pl.col("e") * 2 >= pl.col("m2")])
-    if pairs.height:
-        ov = pl.min_horizontal("e", "b") - pl.max_horizontal("s", "a")
-        held = ov >= HOLD_SHARE * (pl.col("b") - pl.col("a"))
-        pairs = (pairs.filter(held).select("qid", "depth", "idx")
-                 .sort(["qid", "depth", "idx"], descending=[False, True, False])
-                 .unique("qid", keep="first", maintain_order=True))
+    mid = (pl.col("a") + pl.col("b")).alias("m2")
+    # the pairs (a query and each interval holding its midpoint) carry no name and are cut to
+    # each query's one holder a window of midpoints at a time, each against only the intervals
+    # that reach into it (one inequality join over a whole thread was the ledger's peak); the
+    # name joins the one holder kept per query
+    parts = []
+    threads = q.select(*_BY, "qid", "a", "b", mid).partition_by(_BY, as_dict=True)
+    for (pid, tid), qq in threads.items():
+        mine = pl.col("pid").eq_missing(pid) & pl.col("tid").eq_missing(tid)
+        n = iv.select(mine.sum()).item()
+        qq = qq.drop(_BY).sort("m2")
+        size = -(-qq.height // -(-n // chunk)) if n else qq.height
+        for at in range(0, qq.height if n else 0, size):
+            part = qq.slice(at, size)
+            reach = (pl.col("s") * 2 <= part["m2"].max()) & (pl.col("e") * 2 >= part["m2"].min())
+            ii = iv.filter(mine & reach).select("s", "e", "depth", "idx")
+            parts.append(_held_by(part, ii))
+    if parts:
+        pairs = _first_held(pl.concat(parts))
         pairs = pairs.join(iv.select("idx", "name"), on="idx", how="left", maintain_order="left")
         labels = {n: frame_label(n) for n in pairs["name"].unique().to_list()}
         pairs = pairs.select("qid", pl.col("name").replace_strict(labels).alias("holder"))
@@ -138,11 +193,12 @@ def idle_rows(g: pl.DataFrame, ops: pl.DataFrame, frames: pl.DataFrame, launches
         (pl.col("h") - pl.col("a")).alias("ns"))
     longs = host_side.filter(~short).with_row_index("qid").select(
         pl.col("qid").cast(pl.Int64), "step", *_BY, "a", pl.col("h").alias("b"))
-    parts = [outside, launch, *_held(longs, host_intervals(ops, frames), sync_calls(launches))]
+    parts = [outside, launch, *_held(longs, ops, frames, sync_calls(launches))]
     return pl.concat([p.select(list(IDLE)).cast(IDLE) for p in parts])
 
 
-def _held(longs: pl.DataFrame, iv: pl.DataFrame, sync: pl.DataFrame) -> list[pl.DataFrame]:
+def _held(longs: pl.DataFrame, ops: pl.DataFrame, frames: pl.DataFrame,
+          sync: pl.DataFrame) -> list[pl.DataFrame]:
     """The sync and host rows of the long host-side stretches (qid, step, pid, tid, a, b)."""
     overlap = [pl.col("s") < pl.col("b"), pl.col("e") > pl.col("a")]
     calls = _stabbing(longs, sync, overlap)
@@ -158,7 +214,9 @@ def _held(longs: pl.DataFrame, iv: pl.DataFrame, sync: pl.DataFrame) -> list[pl.
         calls.with_row_index("i").select((pl.col("i").cast(pl.Int64) + n).alias("qid"), *_BY,
                                          pl.col("s").alias("a"), pl.col("e").alias("b")),
     ])
-    who = holders(iv, asks)
+    # the host intervals holding a stretch's midpoint only: the others hold nothing
+    near = asks.select(*_BY, (pl.col("a") + pl.col("b")).alias("m2"))
+    who = holders(host_intervals(ops, frames, near), asks)
     sync_rows = calls.with_columns(who.slice(n).alias("in")).select(
         "step", pl.lit("sync").alias("cause"),
         pl.concat_str([pl.col("name"), pl.col("in")], separator=" in ").alias("what"),

@@ -107,8 +107,8 @@ def _gpu_ops(k: pl.DataFrame, copies: pl.DataFrame, launches: pl.DataFrame) -> p
     kk = k.select("start_ns", (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"), "launch_id",
                   pl.col("graph").fill_null(False)).join(la, on="launch_id", how="left")
     call = (pl.col("id").alias("launch_id"), pl.col("start_ns").alias("launch_ns"), end, "pid", "tid")
-    by_corr = (launches.filter(pl.col("correlation").is_not_null()).unique("correlation")
-               .select("correlation", *call))
+    by_corr = (launches.select("correlation", *call)  # the columns first: no copy of the rest
+               .filter(pl.col("correlation").is_not_null()).unique("correlation"))
     cc = copies.select("start_ns", "dur_ns", "correlation").drop_nulls(["start_ns", "dur_ns"])
     cc = cc.join(by_corr, on="correlation", how="left").select(
         "start_ns", (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"), "launch_id",

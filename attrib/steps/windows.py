@@ -41,7 +41,8 @@ def own_gpu_work(steps: pl.DataFrame, k: pl.DataFrame, copies: pl.DataFrame | No
                                                                      "correlation": pl.Int64}))
     if "launch_id" not in k.columns:
         k = k.with_columns(pl.lit(None, pl.Int64).alias("launch_id"))
-    kl = k.filter(pl.col("step").is_not_null()).join(
+    kl = k.select("step", "start_ns", "dur_ns", "launch_id")  # the columns first: a narrow copy
+    kl = kl.filter(pl.col("step").is_not_null()).join(
         la.select(pl.col("id").alias("launch_id"), pl.col("start_ns").alias("launch_ns")),
         on="launch_id",
         how="left",
@@ -49,8 +50,8 @@ def own_gpu_work(steps: pl.DataFrame, k: pl.DataFrame, copies: pl.DataFrame | No
     parts = [kl.select("step", "start_ns", (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"),
                        pl.col("launch_ns").cast(pl.Int64))]
     if copies is not None and copies.height and la.height:
-        calls = la.filter(pl.col("correlation").is_not_null()).unique("correlation").select(
-            "correlation", pl.col("start_ns").alias("launch_ns"))
+        calls = (la.select("correlation", pl.col("start_ns").alias("launch_ns"))
+                 .filter(pl.col("correlation").is_not_null()).unique("correlation"))
         c = (
             copies.join(calls, on="correlation", how="inner")
             .drop_nulls(["start_ns", "dur_ns"])
@@ -103,7 +104,7 @@ def windows(steps: pl.DataFrame, k: pl.DataFrame, copies: pl.DataFrame | None = 
             launches: pl.DataFrame | None = None) -> pl.DataFrame:
     """Per step: window_start/end, step_ms, kernel_ms (its own kernels), idle_ms and idle_fraction
     (the window less the time any kernel or copy ran in it)."""
-    ks = k.filter(pl.col("step").is_not_null())
+    ks = k.select("step", "dur_ns").filter(pl.col("step").is_not_null())  # no copy of the rest
     agg = ks.group_by("step").agg(pl.col("dur_ns").sum().alias("kernel_ns"), pl.len().alias("n_kernels"))
     s = _bounds(steps, own_gpu_work(steps, k, copies, launches)).join(agg, on="step", how="left")
     s = s.sort("_s", "step", nulls_last=True)

@@ -1,0 +1,75 @@
+"""Narrower stages that must not change a figure (#22 item 1): the host intervals' order and
+depth without a join of `parents` and a sort, and each idle stretch's holder found a window of
+stretches at a time, against only the intervals that reach into it, from only the intervals
+that hold a stretch's midpoint."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from attrib.steps.idle import _sorted_intervals, holders, host_intervals
+from collectors import load
+
+FIX = Path(__file__).parent / "fixtures"
+SGLANG = FIX / "torch/mi300_sglang_qwen3-8b_decode/capture_bs_32_rank0.json.gz"
+
+
+@pytest.fixture(scope="module")
+def trace():
+    return load(SGLANG)
+
+
+def _intervals(ops: pl.DataFrame, frames: pl.DataFrame) -> pl.DataFrame:
+    """host_intervals' input table, as it builds it."""
+    fr = frames.filter(~pl.col("name").str.starts_with("<built-in"))
+    cols = ["name", "start_ns", "dur_ns", "pid", "tid"]
+    return pl.concat([ops.select("id", *cols),
+                      fr.select((pl.col("id") + (1 << 40)).alias("id"), *cols)]
+                     ).drop_nulls(["start_ns", "dur_ns"])
+
+
+def _stretches(trace) -> pl.DataFrame:
+    """The launches' own spans as stretches (qid, pid, tid, a, b): each held by the op or frame
+    around it."""
+    return (trace.launches.drop_nulls(["start_ns", "dur_ns"])
+            .select("pid", "tid", pl.col("start_ns").alias("a"),
+                    (pl.col("start_ns") + pl.col("dur_ns")).alias("b"))
+            .with_row_index("qid").with_columns(pl.col("qid").cast(pl.Int64)))
+
+
+@pytest.mark.parametrize("cut_ns", [1, 1000])
+def test_host_intervals_are_the_joined_and_sorted_table(trace, cut_ns):
+    # whole microseconds: many starts fall together, so the ties' order (idx) is checked too
+    coarse = pl.col("start_ns") // cut_ns * cut_ns
+    ops = trace.ops.with_columns(coarse)
+    frames = trace.frames.with_columns(coarse)
+    got = host_intervals(ops, frames)
+    want = _sorted_intervals(_intervals(ops, frames))
+    assert got.equals(want) and got.schema == want.schema
+    ties = got.select(pl.struct("pid", "tid", "s").is_duplicated().sum()).item()
+    assert (ties > 0) == (cut_ns > 1)
+
+
+def test_holders_the_same_a_window_at_a_time(trace):
+    iv = host_intervals(trace.ops, trace.frames)
+    q = _stretches(trace)
+    whole = holders(iv, q)
+    assert whole.n_unique() > 3 and q.height > 1000
+    # windows of a few stretches each, against a few hundred intervals
+    assert holders(iv, q, chunk=97).equals(whole)
+    assert holders(iv, q, chunk=iv.height).equals(whole)  # one window a thread
+
+
+def test_holders_the_same_from_the_candidates_only(trace):
+    # the intervals holding no stretch's midpoint are left out of the holders' input
+    q = _stretches(trace)
+    near = q.select("pid", "tid", (pl.col("a") + pl.col("b")).alias("m2"))
+    whole = host_intervals(trace.ops, trace.frames)
+    some = host_intervals(trace.ops, trace.frames, near)
+    assert 0 < some.height < whole.height
+    assert holders(some, q).equals(holders(whole, q))
+    # the candidates keep the whole thread's depth and order
+    assert some.equals(whole.join(some.select("idx"), on="idx", maintain_order="left"))
