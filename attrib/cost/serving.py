@@ -9,17 +9,10 @@ from __future__ import annotations
 
 from math import prod
 
-from attrib.cost.dtypes import (
-    NCCL_TYPES,
-    SIZES,
-    Cost,
-    concrete_bool,
-    concrete_int,
-    tensor,
-    unknown,
-)
+from attrib.cost.dtypes import (NCCL_TYPES, SIZES, Cost, concrete_bool, concrete_int, tensor,
+                                unknown)
 from attrib.cost.elementwise import cache_write
-from attrib.cost.matmul import expected_active_experts
+from attrib.cost.matmul import expected_active_experts, uniform_routing_note
 
 
 def store_cache(dims: list, types: list, concrete: list = ()) -> Cost:
@@ -115,8 +108,7 @@ def fmoe(dims: list, types: list, concrete: list = ()) -> Cost:
     e, n1 = w1.shape[0], w1.shape[1]
     active = expected_active_experts(e, k, t)
     nbytes = x.nbytes + (out.nbytes if out else x.nbytes) + (w1.nbytes + w2.nbytes) * active / e
-    why = (f"uniform routing: E_active = E*(1-(1-k/E)^T), E={e}, k={k}, T={t}; "
-           "FLOPs assume a gated MLP")
+    why = uniform_routing_note(e, k, t)
     return Cost(nbytes, 2.0 * t * k * h * (n1 + n1 / 2), x.dtype, "moe", why)
 
 
