@@ -1,1 +1,2 @@
-"""Bytes and FLOPs: per op from shapes and dtypes, per kernel through its launching op; model-config budgets."""
+"""Bytes and FLOPs: per op from shapes and dtypes, per kernel through its launching op;
+model-config budgets."""

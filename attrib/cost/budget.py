@@ -18,8 +18,8 @@ import polars as pl
 from attrib.cost.matmul import expected_active_experts
 from attrib.cost.weights import Bits, bits_for
 
-_SCHEMA = {"component": pl.Utf8, "weight_bytes": pl.Float64, "kv_bytes": pl.Float64, "act_bytes": pl.Float64,
-           "bytes": pl.Float64, "flops": pl.Float64, "note": pl.Utf8}
+_SCHEMA = {"component": pl.Utf8, "weight_bytes": pl.Float64, "kv_bytes": pl.Float64,
+           "act_bytes": pl.Float64, "bytes": pl.Float64, "flops": pl.Float64, "note": pl.Utf8}
 
 
 @dataclass(frozen=True)
@@ -45,8 +45,9 @@ class ModelShape:
     sliding_window: int = 0
 
 
-SHARDING = ("attention heads split over the ranks (KV heads replicated where fewer than ranks), dense-MLP, "
-            "expert and shared-expert intermediates split, the vocabulary split (embedding, lm_head); "
+SHARDING = ("attention heads split over the ranks (KV heads replicated where fewer than ranks), "
+            "dense-MLP, expert and shared-expert intermediates split, "
+            "the vocabulary split (embedding, lm_head); "
             "norms and the router replicated (vLLM / Megatron tensor parallelism)")
 
 
@@ -67,9 +68,12 @@ def _first(cfg: Mapping[str, Any], *keys: str, default: Any = None) -> Any:
 
 def model_shape(config: Mapping[str, Any]) -> ModelShape:
     """Parse a config.json dict (a nested `text_config` wins for multimodal wrappers)."""
-    cfg = {**config, **config.get("text_config", {})} if isinstance(config.get("text_config"), dict) else config
-    hidden, layers, heads = int(cfg["hidden_size"]), int(cfg["num_hidden_layers"]), int(cfg["num_attention_heads"])
-    experts = int(_first(cfg, "num_experts", "num_local_experts", "n_routed_experts", default=0) or 0)
+    text = config.get("text_config")
+    cfg = {**config, **config.get("text_config", {})} if isinstance(text, dict) else config
+    hidden, layers = int(cfg["hidden_size"]), int(cfg["num_hidden_layers"])
+    heads = int(cfg["num_attention_heads"])
+    expert_keys = ("num_experts", "num_local_experts", "n_routed_experts")
+    experts = int(_first(cfg, *expert_keys, default=0) or 0)
     moe_layers = 0
     if experts:
         sparse_step = int(cfg.get("decoder_sparse_step") or 1)
@@ -87,7 +91,8 @@ def model_shape(config: Mapping[str, Any]) -> ModelShape:
         raise ValueError("MLA attention (kv_lora_rank) is not modelled by the decode budget")
     kinds = list(cfg.get("layer_types") or [])
     if any(k not in ("full_attention", "sliding_attention") for k in kinds):
-        raise ValueError(f"layer types {sorted(set(kinds))} include ones the decode budget does not model")
+        listed = sorted(set(kinds))
+        raise ValueError(f"layer types {listed} include ones the decode budget does not model")
     window = int(cfg.get("sliding_window") or 0)
     return ModelShape(
         hidden=hidden, layers=layers, heads=heads,
@@ -103,21 +108,25 @@ def model_shape(config: Mapping[str, Any]) -> ModelShape:
     )
 
 
-def _row(component: str, weight: float, kv: float, act: float, flops: float, note: str | None = None) -> dict:
-    return {"component": component, "weight_bytes": float(weight), "kv_bytes": float(kv), "act_bytes": float(act),
-            "bytes": float(weight + kv + act), "flops": float(flops), "note": note}
+def _row(component: str, weight: float, kv: float, act: float, flops: float,
+         note: str | None = None) -> dict:
+    return {"component": component, "weight_bytes": float(weight), "kv_bytes": float(kv),
+            "act_bytes": float(act), "bytes": float(weight + kv + act), "flops": float(flops),
+            "note": note}
 
 
-def decode_budget(config: Mapping[str, Any], *, batch: int = 1, context: int, weight_bits: Bits = 16,
-                  kv_bytes: float = 2, act_bytes: float = 2, lm_head_bits: float | None = None,
-                  qkv_fused: bool = True, gate_up_fused: bool = True, tp: int = 1) -> pl.DataFrame:
+def decode_budget(config: Mapping[str, Any], *, batch: int = 1, context: int,
+                  weight_bits: Bits = 16, kv_bytes: float = 2, act_bytes: float = 2,
+                  lm_head_bits: float | None = None, qkv_fused: bool = True,
+                  gate_up_fused: bool = True, tp: int = 1) -> pl.DataFrame:
     """Bytes (weights / KV / activations) and FLOPs of one decode step, one row per component.
 
     batch: sequences, one new token each (tokens per step). context: K/V positions each sequence's
     attention reads this step, the new token included (a static cache read whole: its length).
-    weight_bits: bits per GEMM weight incl. scales (16 bf16, 8 fp8, 4.25 mxfp4, 4.5 Q4_0), one figure or
-    per weight class (attrib.cost.weights: experts, attention, mlp, ..., default); norm and
-    router weights stay at act_bytes. qkv_fused / gate_up_fused: one input read instead of 3 / 2.
+    weight_bits: bits per GEMM weight incl. scales (16 bf16, 8 fp8, 4.25 mxfp4, 4.5 Q4_0), one
+    figure or per weight class (attrib.cost.weights: experts, attention, mlp, ..., default);
+    norm and router weights stay at act_bytes. qkv_fused / gate_up_fused: one input read
+    instead of 3 / 2.
     tp: tensor-parallel ranks; the figures are one rank's shard (SHARDING).
     """
     m = shard(model_shape(config), tp)
@@ -126,7 +135,8 @@ def decode_budget(config: Mapping[str, Any], *, batch: int = 1, context: int, we
     lw = (lm_head_bits if lm_head_bits is not None else bits_for(weight_bits, "lm_head")) / 8
     q_dim, kv_dim = m.heads * d, m.kv_heads * d
     dense_layers = m.layers - m.moe_layers
-    emb_note = "gathered rows, not the table" + (f"; one rank of TP={tp}: {SHARDING}" if tp > 1 else "")
+    tp_note = f"; one rank of TP={tp}: {SHARDING}" if tp > 1 else ""
+    emb_note = "gathered rows, not the table" + tp_note
     rows = [
         _row(
             "embedding",
@@ -142,52 +152,67 @@ def decode_budget(config: Mapping[str, Any], *, batch: int = 1, context: int, we
                      m.layers * t * (h * (1 if qkv_fused else 3) + q_dim + 2 * kv_dim) * a,
                      m.layers * 2 * t * qkv_w))
     full = m.layers - m.sliding_layers
-    positions = full * context + m.sliding_layers * min(context, m.sliding_window)   # summed over layers
-    note = f"K/V read at context {context}" + (
-        f" ({m.sliding_layers} sliding-window layers read {min(context, m.sliding_window)})" if m.sliding_layers else "")
-    rows.append(_row("attention", 0, t * 2 * kv_dim * positions * kv_bytes, m.layers * t * 2 * q_dim * a,
+    window_read = min(context, m.sliding_window)
+    positions = full * context + m.sliding_layers * window_read   # summed over layers
+    sliding_note = f" ({m.sliding_layers} sliding-window layers read {window_read})"
+    note = f"K/V read at context {context}" + (sliding_note if m.sliding_layers else "")
+    kv_read = t * 2 * kv_dim * positions * kv_bytes
+    rows.append(_row("attention", 0, kv_read, m.layers * t * 2 * q_dim * a,
                      4 * t * m.heads * positions * d, note))
-    rows.append(_row("kv_cache_write", 0, m.layers * t * 2 * kv_dim * kv_bytes, m.layers * t * 2 * kv_dim * a, 0,
+    kv_write = m.layers * t * 2 * kv_dim * kv_bytes
+    rows.append(_row("kv_cache_write", 0, kv_write, m.layers * t * 2 * kv_dim * a, 0,
                      "new K/V read and written into the cache"))
-    rows.append(_row("o_proj", m.layers * q_dim * h * w, 0, m.layers * t * (q_dim + h) * a, m.layers * 2 * t * q_dim * h))
+    rows.append(_row("o_proj", m.layers * q_dim * h * w, 0, m.layers * t * (q_dim + h) * a,
+                     m.layers * 2 * t * q_dim * h))
     norms = 2 * m.layers + 1
     norm_w, norm_act = norms * h * a, norms * 2 * t * h * a
     if m.qk_norm:
         norm_w += m.layers * 2 * d * a
         norm_act += m.layers * 2 * t * (q_dim + kv_dim) * a
-    rows.append(_row("norm", norm_w, 0, norm_act, 2 * norm_act / a,
-                     "fused norms; residual adds not counted" + ("; incl. q/k norms" if m.qk_norm else "")))
+    qk_note = "; incl. q/k norms" if m.qk_norm else ""
+    norm_note = "fused norms; residual adds not counted" + qk_note
+    rows.append(_row("norm", norm_w, 0, norm_act, 2 * norm_act / a, norm_note))
     if dense_layers:
         i, w = m.intermediate, bits_for(weight_bits, "mlp") / 8
+        gate_up_reads = 1 if gate_up_fused else 2
         rows.append(_row("mlp_gate_up", dense_layers * h * 2 * i * w, 0,
-                         dense_layers * t * (h * (1 if gate_up_fused else 2) + 2 * i) * a, dense_layers * 4 * t * h * i))
+                         dense_layers * t * (h * gate_up_reads + 2 * i) * a,
+                         dense_layers * 4 * t * h * i))
         rows.append(_row("activation", 0, 0, dense_layers * t * 3 * i * a, dense_layers * t * i))
-        rows.append(_row("mlp_down", dense_layers * i * h * w, 0, dense_layers * t * (i + h) * a, dense_layers * 2 * t * i * h))
+        rows.append(_row("mlp_down", dense_layers * i * h * w, 0, dense_layers * t * (i + h) * a,
+                         dense_layers * 2 * t * i * h))
     if m.moe_layers:
         rows.extend(_moe_rows(m, t, weight_bits, a))
+    tied = "tied to the embedding table (same bytes read)" if m.tie_word_embeddings else None
     rows.append(_row("lm_head", m.vocab * h * lw, 0, t * (h + m.vocab) * a, 2 * t * h * m.vocab,
-                     "tied to the embedding table (same bytes read)" if m.tie_word_embeddings else None))
+                     tied))
     df = pl.DataFrame(rows, schema=_SCHEMA)
     nums = [c for c in _SCHEMA if c not in ("component", "note")]
-    return df.group_by("component", maintain_order=True).agg(
-        *[pl.col(c).sum() for c in nums], pl.col("note").drop_nulls().str.join("; ").alias("note")).with_columns(
-        pl.when(pl.col("note") == "").then(None).otherwise(pl.col("note")).alias("note"))
+    notes = pl.col("note").drop_nulls().str.join("; ").alias("note")
+    summed = df.group_by("component", maintain_order=True).agg(
+        *[pl.col(c).sum() for c in nums], notes)
+    no_blank = pl.when(pl.col("note") == "").then(None).otherwise(pl.col("note"))
+    return summed.with_columns(no_blank.alias("note"))
 
 
 def _moe_rows(m: ModelShape, t: int, bits: Bits, a: float) -> list[dict]:
     h, e, k, mi, n = m.hidden, m.experts, m.top_k, m.moe_intermediate, m.moe_layers
     active = expected_active_experts(e, k, t)
     routed = t * k
-    out = [_row("moe_router", n * h * e * a, 0, n * t * (h + e) * a, n * 2 * t * h * e, "router weights in the model dtype")]
-    out.append(_row("moe_experts", n * active * 3 * h * mi * bits_for(bits, "experts") / 8, 0, n * routed * (2 * h + 3 * mi) * a,
-                    n * 6 * routed * h * mi,
-                    f"expected active experts {active:.3f} of {e} (uniform routing, T={t}, k={k})"))
-    out.append(_row("activation", 0, 0, n * routed * 3 * mi * a, n * routed * mi, "routed experts' gated activation"))
+    out = [_row("moe_router", n * h * e * a, 0, n * t * (h + e) * a, n * 2 * t * h * e,
+                "router weights in the model dtype")]
+    expert_weights = n * active * 3 * h * mi * bits_for(bits, "experts") / 8
+    expert_note = f"expected active experts {active:.3f} of {e} (uniform routing, T={t}, k={k})"
+    out.append(_row("moe_experts", expert_weights, 0, n * routed * (2 * h + 3 * mi) * a,
+                    n * 6 * routed * h * mi, expert_note))
+    out.append(_row("activation", 0, 0, n * routed * 3 * mi * a, n * routed * mi,
+                    "routed experts' gated activation"))
     out.append(_row("moe_combine", 0, 0, n * (routed + t) * h * a, n * routed * h))
     if m.shared_intermediate:
         s = m.shared_intermediate
         gate = h if m.shared_gate else 0
-        out.append(_row("moe_shared_expert", n * (3 * h * s + gate) * bits_for(bits, "shared_experts") / 8, 0, n * t * (2 * h + 6 * s) * a,
+        shared_weights = n * (3 * h * s + gate) * bits_for(bits, "shared_experts") / 8
+        out.append(_row("moe_shared_expert", shared_weights, 0, n * t * (2 * h + 6 * s) * a,
                         n * (6 * t * h * s + 2 * t * gate)))
     return out
 
@@ -196,13 +221,15 @@ def budget_totals(budget: pl.DataFrame, tokens_per_step: int) -> dict[str, float
     """Totals of a decode budget: bytes, weight/KV/activation bytes, GB per token."""
     total = float(budget["bytes"].sum())
     return {"bytes": total, "weight_bytes": float(budget["weight_bytes"].sum()),
-            "kv_bytes": float(budget["kv_bytes"].sum()), "act_bytes": float(budget["act_bytes"].sum()),
+            "kv_bytes": float(budget["kv_bytes"].sum()),
+            "act_bytes": float(budget["act_bytes"].sum()),
             "flops": float(budget["flops"].sum()), "gb_per_token": total / tokens_per_step / 1e9}
 
 
 @dataclass(frozen=True)
 class Budget:
-    """A model config (`--model config.json`) to budget decode bytes where the trace has no shapes."""
+    """A model config (`--model config.json`) to budget decode bytes where the trace has no
+    shapes."""
 
     config: Mapping[str, Any]
     source: str
@@ -215,8 +242,8 @@ class Budget:
         """The decode budget at `batch` tokens per step (needs the context)."""
         if self.context is None:
             raise ValueError("a decode budget needs the context")
-        return decode_budget(self.config, batch=batch, context=self.context, weight_bits=self.weight_bits,
-                             kv_bytes=self.kv_bytes, tp=self.tp)
+        return decode_budget(self.config, batch=batch, context=self.context,
+                             weight_bits=self.weight_bits, kv_bytes=self.kv_bytes, tp=self.tp)
 
     def shape(self) -> ModelShape:
         """The rank's shard of the model's shape."""

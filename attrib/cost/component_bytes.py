@@ -12,7 +12,8 @@ import polars as pl
 from attrib.cost.budget import Budget
 
 
-# cost models whose figures are estimates (iteration-space bounds, a model config, link bytes), not shapes
+# cost models whose figures are estimates (iteration-space bounds, a model config, link bytes),
+# not shapes
 ESTIMATES = ("inductor", "inductor_template", "moe (model config)", "collective (bus bytes)")
 
 
@@ -27,17 +28,21 @@ def over_peak(k: pl.DataFrame, peak_gbs: float | None) -> pl.Expr:
 
 def component_table(k: pl.DataFrame, steps: pl.DataFrame, budget: Budget | None, phase: str,
                     peak_gbs: float | None = None) -> pl.DataFrame:
-    """Per component, medians over the phase's steps: ms, kernels, bytes, flops, ms of priced kernels,
-    ms of kernels priced by an estimate (ESTIMATES).
+    """Per component, medians over the phase's steps: ms, kernels, bytes, flops, ms of priced
+    kernels, ms of kernels priced by an estimate (ESTIMATES).
 
     peak_gbs: the device's peak bandwidth. A kernel priced above it adds no bytes (its time counts
     as unpriced) and its row names it in `over_peak` (kernel names, '; '-joined; null if none)."""
     hot = over_peak(k, peak_gbs)
     flagged = (k.filter(hot).group_by("component")
                .agg(pl.col("name").unique().sort().str.join("; ").alias("over_peak")))
-    k = k.with_columns(*[pl.when(hot).then(None).otherwise(pl.col(c)).alias(c) for c in ("bytes", "flops")])
+    unpriced = [pl.when(hot).then(None).otherwise(pl.col(c)).alias(c) for c in ("bytes", "flops")]
+    k = k.with_columns(*unpriced)
     known = pl.col("bytes").is_not_null()
-    estimated = known & pl.col("cost_model").is_in(ESTIMATES) if "cost_model" in k.columns else pl.lit(False)
+    if "cost_model" in k.columns:
+        estimated = known & pl.col("cost_model").is_in(ESTIMATES)
+    else:
+        estimated = pl.lit(False)
     per = k.group_by("step", "component").agg(
         pl.col("dur_ns").sum().alias("ns"), pl.len().alias("n"),
         pl.col("bytes").sum().alias("bytes"), pl.col("flops").sum().alias("flops"),
@@ -47,31 +52,35 @@ def component_table(k: pl.DataFrame, steps: pl.DataFrame, budget: Budget | None,
         per, on=["step", "component"], how="left").with_columns(
         *[pl.col(c).fill_null(0) for c in ("ns", "n", "bytes", "flops", "known_ns", "est_ns")],
         pl.col("any_known").fill_null(False))
-    dtype = (k.filter(pl.col("dtype").is_not_null()).group_by("component", "dtype").agg(pl.col("dur_ns").sum())
-             .sort("dur_ns", descending=True).unique("component", keep="first").select("component", "dtype"))
+    typed = k.filter(pl.col("dtype").is_not_null())
+    dtype_ns = typed.group_by("component", "dtype").agg(pl.col("dur_ns").sum())
+    dtype = (dtype_ns.sort("dur_ns", descending=True).unique("component", keep="first")
+             .select("component", "dtype"))   # each component's dtype of most time
     comp = grid.group_by("component").agg(
         (pl.col("ns").median() / 1e6).alias("ms"), pl.col("n").median().alias("kernels"),
         pl.when(pl.col("any_known").any()).then(pl.col("bytes").median()).alias("bytes"),
         pl.when(pl.col("any_known").any()).then(pl.col("flops").median()).alias("flops"),
         (pl.col("known_ns").median() / 1e6).alias("known_ms"),
-        (pl.col("est_ns").median() / 1e6).alias("estimated_ms")).join(dtype, on="component", how="left")
+        (pl.col("est_ns").median() / 1e6).alias("estimated_ms"))
+    comp = comp.join(dtype, on="component", how="left")
     comp = comp.with_columns(pl.lit("shapes").alias("bytes_from"))
     tokens = steps["tokens"].drop_nulls()
     if budget is not None and budget.context is not None and phase == "decode" and tokens.len():
         comp = with_budget(comp, budget, int(tokens.median()))
-    comp = comp.with_columns(
-        pl.when(pl.col("bytes").is_null()).then(None).otherwise(pl.col("bytes_from")).alias("bytes_from")
-    )
+    bytes_from = pl.when(pl.col("bytes").is_null()).then(None).otherwise(pl.col("bytes_from"))
+    comp = comp.with_columns(bytes_from.alias("bytes_from"))
     return comp.join(flagged, on="component", how="left")  # over_peak: null without a peak
 
 
 def with_budget(comp: pl.DataFrame, budget: Budget, tokens_per_step: int) -> pl.DataFrame:
-    """Components without bytes from shapes, or priced for under half their time (a graph replay whose
-    capture lacks some ops), take the budget's bytes and FLOPs (all their time then counts as priced);
-    `bytes_from` names the budget's source for them."""
-    b = budget.table(tokens_per_step).select("component", pl.col("bytes").alias("_bb"), pl.col("flops").alias("_bf"))
+    """Components without bytes from shapes, or priced for under half their time (a graph replay
+    whose capture lacks some ops), take the budget's bytes and FLOPs (all their time then counts
+    as priced); `bytes_from` names the budget's source for them."""
+    b = budget.table(tokens_per_step).select(
+        "component", pl.col("bytes").alias("_bb"), pl.col("flops").alias("_bf"))
     comp = comp.join(b, on="component", how="left")
-    use = (pl.col("bytes").is_null() | (pl.col("known_ms") < 0.5 * pl.col("ms"))) & pl.col("_bb").is_not_null()
+    underpriced = pl.col("bytes").is_null() | (pl.col("known_ms") < 0.5 * pl.col("ms"))
+    use = underpriced & pl.col("_bb").is_not_null()
     return comp.with_columns(
         pl.when(use).then(pl.col("_bb")).otherwise(pl.col("bytes")).alias("bytes"),
         pl.when(use).then(pl.col("_bf")).otherwise(pl.col("flops")).alias("flops"),

@@ -54,7 +54,8 @@ WEIGHT_BITS: dict[str, float] = {
     "q8_0": 8.5,        # GGUF: 32 x 8 bit + fp16 scale per block of 32
 }
 
-# Weight formats of a what-if projection (`--what-if weights=int4`), bits per weight, scales included.
+# Weight formats of a what-if projection (`--what-if weights=int4`), bits per weight, scales
+# included.
 INT4_GROUP = 128   # int4: one fp16 scale per group of 128 weights (GPTQ/AWQ-style, symmetric)
 WHAT_IF_BITS: dict[str, float] = {
     "int4": 4 + 16 / INT4_GROUP,   # 0.5 B + 2/128 B = 0.515625 B per weight
@@ -64,7 +65,8 @@ WHAT_IF_BITS: dict[str, float] = {
 }
 
 # KV-cache element types a model budget accepts, in bytes per element (the same formats' bits / 8).
-KV_BYTES: dict[str, float] = {k: WEIGHT_BITS[k] / 8 for k in ("bf16", "fp16", "fp32", "fp8", "int8", "q8_0", "q4_0")}
+_KV_TYPES = ("bf16", "fp16", "fp32", "fp8", "int8", "q8_0", "q4_0")
+KV_BYTES: dict[str, float] = {k: WEIGHT_BITS[k] / 8 for k in _KV_TYPES}
 
 # Promotion order for elementwise results (bf16 + fp16 promotes to fp32, handled separately).
 _RANK = {"bool": 0, "uint8": 1, "int8": 1, "int16": 2, "int32": 3, "int64": 4,
@@ -88,25 +90,29 @@ class Tensor(NamedTuple):
 
 
 def dtype_of(type_str: Any) -> tuple[str, float] | None:
-    """(canonical, bytes/element) of a profiler type string, None for non-tensors and unknown types."""
+    """(canonical, bytes/element) of a profiler type string, None for non-tensors and unknown
+    types."""
     return TYPES.get(type_str) if isinstance(type_str, str) else None
 
 
 def tensor(dims: list, types: list, i: int) -> Tensor | None:
     """Argument `i` as a Tensor when it is a tensor of known dtype with >= 1 dimension.
 
-    0-dim tensors are treated as scalars (they travel as kernel arguments or are CPU wrapped numbers).
+    0-dim tensors are treated as scalars (they travel as kernel arguments or are CPU wrapped
+    numbers).
     """
     if i >= len(dims) or i >= len(types):
         return None
     shape, dt = dims[i], dtype_of(types[i])
-    if dt is None or not isinstance(shape, list) or not shape or not all(isinstance(x, int) for x in shape):
+    ints = isinstance(shape, list) and bool(shape) and all(isinstance(x, int) for x in shape)
+    if dt is None or not ints:
         return None
     return Tensor(tuple(shape), dt[0], dt[1])
 
 
 def tensors(dims: list, types: list) -> list[Tensor]:
-    """All tensor arguments of known dtype (TensorList elements are skipped: their dtype is not recorded)."""
+    """All tensor arguments of known dtype (TensorList elements are skipped: their dtype is not
+    recorded)."""
     return [t for t in (tensor(dims, types, i) for i in range(len(dims))) if t is not None]
 
 
@@ -166,8 +172,9 @@ def size_of(dtype: str | None) -> float | None:
 class Cost(NamedTuple):
     """Bytes read + written and FLOPs of one op call.
 
-    bytes/flops None = not knowable from what was recorded. dtype: the compute dtype (what picks the
-    roofline ceiling). model: the formula family. assumption: what the figure rests on, when not exact.
+    bytes/flops None = not knowable from what was recorded. dtype: the compute dtype (what picks
+    the roofline ceiling). model: the formula family. assumption: what the figure rests on, when
+    not exact.
     """
 
     bytes: float | None

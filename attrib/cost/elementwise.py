@@ -1,5 +1,5 @@
-"""Cost formulas of the memory-bound families: embedding, index writes / KV-cache writes, elementwise,
-activations, norms, copies, softmax, top-k, reductions, ops with output args.
+"""Cost formulas of the memory-bound families: embedding, index writes / KV-cache writes,
+elementwise, activations, norms, copies, softmax, top-k, reductions, ops with output args.
 
 Bytes = tensors read + tensors written; FLOPs are nominal (about one per output element) and only
 matter for telling these ops are memory-bound.
@@ -10,12 +10,14 @@ from __future__ import annotations
 import re
 from math import prod
 
-from attrib.cost.dtypes import (Cost, Tensor, broadcast, concrete_bool, concrete_dtype, concrete_int, concrete_str,
-                                promote, size_of, tensor, tensors, unknown)
+from attrib.cost.dtypes import (Cost, Tensor, broadcast, concrete_bool, concrete_dtype,
+                                concrete_int, concrete_str, promote, size_of, tensor, tensors,
+                                unknown)
 
 
 def embedding(dims: list, types: list, concrete: list = ()) -> Cost:
-    """aten::embedding(weight[V, H], indices[...]): the gathered rows are read and written, not the table."""
+    """aten::embedding(weight[V, H], indices[...]): the gathered rows are read and written, not
+    the table."""
     w, idx = tensor(dims, types, 0), tensor(dims, types, 1)
     if w is None or idx is None or len(w.shape) != 2:
         return unknown("embedding", "embedding operands not recorded")
@@ -43,12 +45,13 @@ def gather(dims: list, types: list, concrete: list = ()) -> Cost:
         return unknown("gather", "gather operands not recorded")
     row = dim == 0 and len(src.shape) == 2 and len(idx.shape) == 2 and idx.shape[1] == src.shape[1]
     idx_bytes = idx.shape[0] * idx.size if row else idx.nbytes
-    return Cost(2 * idx.numel * src.size + idx_bytes, 0.0, src.dtype, "embedding" if row else "gather")
+    model = "embedding" if row else "gather"
+    return Cost(2 * idx.numel * src.size + idx_bytes, 0.0, src.dtype, model)
 
 
 def index_copy(dims: list, types: list, concrete: list = ()) -> Cost:
-    """aten::index_copy_(self, dim, index[n], source): source read, the same amount written into self
-    (a static KV-cache write), index read."""
+    """aten::index_copy_(self, dim, index[n], source): source read, the same amount written into
+    self (a static KV-cache write), index read."""
     idx, src = tensor(dims, types, 2), tensor(dims, types, 3)
     if src is None:
         return unknown("index_write", "index_copy source not recorded")
@@ -56,19 +59,23 @@ def index_copy(dims: list, types: list, concrete: list = ()) -> Cost:
 
 
 def index_put(dims: list, types: list, concrete: list = ()) -> Cost:
-    """aten::index_put_(self, indices, values, accumulate): values read and scattered (read-modify-write
-    when accumulating). The indices TensorList is not recorded, so its bytes are left out."""
+    """aten::index_put_(self, indices, values, accumulate): values read and scattered
+    (read-modify-write when accumulating). The indices TensorList is not recorded, so its bytes
+    are left out."""
     vals = tensor(dims, types, 2)
     if vals is None:
         return unknown("index_write", "index_put values not recorded or scalar")
     times = 3 if concrete_bool(concrete, 3) else 2
-    return Cost(times * vals.nbytes, 0.0, vals.dtype, "index_write", "index tensor bytes not recorded")
+    why = "index tensor bytes not recorded"
+    return Cost(times * vals.nbytes, 0.0, vals.dtype, "index_write", why)
 
 
 def reshape_and_cache(dims: list, types: list, concrete: list = ()) -> Cost:
-    """vLLM reshape_and_cache[_flash](key[T, H, D], value, key_cache, value_cache, slot_mapping[T], ...):
-    new K/V read, written into the cache at the cache's element size, slot mapping read."""
-    return cache_write(tensor(dims, types, 0), tensor(dims, types, 1), tensor(dims, types, 2), tensor(dims, types, 4))
+    """vLLM reshape_and_cache[_flash](key[T, H, D], value, key_cache, value_cache,
+    slot_mapping[T], ...): new K/V read, written into the cache at the cache's element size,
+    slot mapping read."""
+    key, value, cache, slots = (tensor(dims, types, i) for i in (0, 1, 2, 4))
+    return cache_write(key, value, cache, slots)
 
 
 def cache_write(a: Tensor | None, b: Tensor | None, cache: Tensor | None, index: Tensor | None,
@@ -125,8 +132,9 @@ def activation(dims: list, types: list, concrete: list = (), name: str = "aten::
 
 
 def io_args(dims: list, types: list, concrete: list = (), name: str = "") -> Cost:
-    """Custom ops that take their outputs as arguments (vLLM `_C::silu_and_mul(out, x)`, `_C::rms_norm
-    (out, x, w, eps)`, fp8 quant, aiter fused norms): each tensor argument is read or written once."""
+    """Custom ops that take their outputs as arguments (vLLM `_C::silu_and_mul(out, x)`,
+    `_C::rms_norm(out, x, w, eps)`, fp8 quant, aiter fused norms): each tensor argument is read
+    or written once."""
     ts = tensors(dims, types)
     if not ts:
         return unknown("io_args", "no tensor argument recorded")
@@ -134,8 +142,8 @@ def io_args(dims: list, types: list, concrete: list = (), name: str = "") -> Cos
 
 
 def norm(dims: list, types: list, concrete: list = (), name: str = "aten::rms_norm") -> Cost:
-    """rms_norm / layer_norm (input, normalized_shape, weight?, bias?, eps): input read, weight and bias
-    read, output (input's shape and dtype) written."""
+    """rms_norm / layer_norm (input, normalized_shape, weight?, bias?, eps): input read, weight
+    and bias read, output (input's shape and dtype) written."""
     x = tensor(dims, types, 0)
     if x is None:
         return unknown("norm", "norm input not recorded")
@@ -144,11 +152,13 @@ def norm(dims: list, types: list, concrete: list = (), name: str = "aten::rms_no
 
 
 def fused_add_norm(dims: list, types: list, concrete: list = ()) -> Cost:
-    """In-place residual add + RMSNorm (x, residual, weight, eps): x and residual read and written, weight read."""
+    """In-place residual add + RMSNorm (x, residual, weight, eps): x and residual read and
+    written, weight read."""
     x, res, w = (tensor(dims, types, i) for i in range(3))
     if x is None or res is None:
         return unknown("norm", "fused add-norm operands not recorded")
-    return Cost(2 * x.nbytes + 2 * res.nbytes + (w.nbytes if w else 0), 5.0 * x.numel, x.dtype, "norm")
+    nbytes = 2 * x.nbytes + 2 * res.nbytes + (w.nbytes if w else 0)
+    return Cost(nbytes, 5.0 * x.numel, x.dtype, "norm")
 
 
 def copy_(dims: list, types: list, concrete: list = ()) -> Cost:
@@ -160,8 +170,8 @@ def copy_(dims: list, types: list, concrete: list = ()) -> Cost:
 
 
 def clone(dims: list, types: list, concrete: list = (), name: str = "aten::clone") -> Cost:
-    """aten::clone / contiguous: one read and one write of the tensor. contiguous only launches a copy
-    when its input is not contiguous (ops without kernels carry no time anyway)."""
+    """aten::clone / contiguous: one read and one write of the tensor. contiguous only launches a
+    copy when its input is not contiguous (ops without kernels carry no time anyway)."""
     x = tensor(dims, types, 0)
     if x is None:
         return unknown("copy", "tensor not recorded")
@@ -170,7 +180,8 @@ def clone(dims: list, types: list, concrete: list = (), name: str = "aten::clone
 
 
 def to_copy(dims: list, types: list, concrete: list = (), name: str = "aten::_to_copy") -> Cost:
-    """aten::to / _to_copy: read in the source dtype, write in the target dtype (from the dtype argument).
+    """aten::to / _to_copy: read in the source dtype, write in the target dtype (from the dtype
+    argument).
 
     aten::to to its own dtype returns self (no copy; 0 bytes).
     """
@@ -190,18 +201,21 @@ def to_copy(dims: list, types: list, concrete: list = (), name: str = "aten::_to
     if target is None:
         return unknown("copy", "target dtype not recorded")
     if name == "aten::to" and target == x.dtype:
-        return Cost(0.0, 0.0, x.dtype, "copy", "same dtype: aten::to returns self unless a copy or device move is asked")
+        why = "same dtype: aten::to returns self unless a copy or device move is asked"
+        return Cost(0.0, 0.0, x.dtype, "copy", why)
     return Cost(x.nbytes + x.numel * (size_of(target) or x.size), 0.0, target, "copy")
 
 
 def cat(dims: list, types: list, concrete: list = ()) -> Cost:
-    """aten::cat: the profiler records the inputs as a TensorList without element dtype, so bytes are unknown
-    (the kernel name, e.g. CatArrayBatchedCopy<OpaqueType<2u>>, reveals the element size)."""
+    """aten::cat: the profiler records the inputs as a TensorList without element dtype, so bytes
+    are unknown (the kernel name, e.g. CatArrayBatchedCopy<OpaqueType<2u>>, reveals the element
+    size)."""
     return unknown("copy", "TensorList element dtype not recorded")
 
 
 def softmax(dims: list, types: list, concrete: list = (), name: str = "aten::softmax") -> Cost:
-    """softmax / log_softmax (self, dim, dtype?) and _softmax (self, dim, half_to_float): read + write."""
+    """softmax / log_softmax (self, dim, dtype?) and _softmax (self, dim, half_to_float): read +
+    write."""
     x = tensor(dims, types, 0)
     if x is None:
         return unknown("softmax", "input not recorded")
@@ -223,8 +237,8 @@ def topk(dims: list, types: list, concrete: list = ()) -> Cost:
 
 
 def sort(dims: list, types: list, concrete: list = ()) -> Cost:
-    """aten::sort(self, dim, descending): input read once, sorted values and int64 indices written once
-    (the lower bound; a radix sort makes several passes)."""
+    """aten::sort(self, dim, descending): input read once, sorted values and int64 indices written
+    once (the lower bound; a radix sort makes several passes)."""
     x = tensor(dims, types, 0)
     if x is None:
         return unknown("sort", "input not recorded")
@@ -242,8 +256,8 @@ def scan(dims: list, types: list, concrete: list = ()) -> Cost:
 
 
 def histc(dims: list, types: list, concrete: list = ()) -> Cost:
-    """aten::histc(self, bins, min, max): input read, `bins` counts of its dtype written (MoE routing
-    counts tokens per expert this way)."""
+    """aten::histc(self, bins, min, max): input read, `bins` counts of its dtype written (MoE
+    routing counts tokens per expert this way)."""
     x, bins = tensor(dims, types, 0), concrete_int(concrete, 1)
     if x is None or bins is None:
         return unknown("histc", "input or bins not recorded")
@@ -251,7 +265,8 @@ def histc(dims: list, types: list, concrete: list = ()) -> Cost:
 
 
 def reduction(dims: list, types: list, concrete: list = (), name: str = "aten::sum") -> Cost:
-    """sum / mean / amax / argmax ... (self, dim, keepdim, ...): input read, reduced output written."""
+    """sum / mean / amax / argmax ... (self, dim, keepdim, ...): input read, reduced output
+    written."""
     x = tensor(dims, types, 0)
     if x is None:
         return unknown("reduction", "input not recorded")

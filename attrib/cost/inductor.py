@@ -17,7 +17,8 @@ from __future__ import annotations
 from attrib.cost.dtypes import Cost, Tensor, concrete_int, tensor, unknown
 
 _INT = frozenset({"int64", "int32", "int16", "int8", "uint8"})
-GATHER_RATIO = 8   # the largest buffer this many times the next one, with an index buffer: a gather/scatter
+# the largest buffer this many times the next one, with an index buffer: a gather/scatter
+GATHER_RATIO = 8
 
 
 def category(name: str) -> str:
@@ -51,12 +52,15 @@ def iteration_space(name: str, ts: list[Tensor], sizes: list[int]) -> tuple[int,
         return min(n, top), how
     indexed = any(t.dtype in _INT for t in ts)
     if indexed and len(numels) > 1 and top >= GATHER_RATIO * numels[1]:
-        return numels[1], "no sizes recorded: the largest buffer is indexed (gather/scatter), N = the next largest"
+        how = ("no sizes recorded: the largest buffer is indexed (gather/scatter), "
+               "N = the next largest")
+        return numels[1], how
     return top, "no sizes recorded: N = the largest buffer"
 
 
 def _gemm_flops(ts: list[Tensor]) -> float | None:
-    """2*M*N*K of a template GEMM: an [M, K] and a [K, N] (or [N, K]) operand and an [M, N] output."""
+    """2*M*N*K of a template GEMM: an [M, K] and a [K, N] (or [N, K]) operand and an [M, N]
+    output."""
     two = [t.shape for t in ts if len(t.shape) == 2]
     for a in two:
         for b in two:
@@ -77,12 +81,14 @@ def triton_kernel(dims: list, types: list, concrete: list = (), name: str = "") 
     dtype = max(floats or ts, key=lambda t: t.numel).dtype
     if category(name) == "tem":
         flops = _gemm_flops(ts)
+        shape_note = "" if flops else "; GEMM shape not found"
         return Cost(float(sum(t.nbytes for t in ts)), flops, dtype, "inductor_template",
-                    "Inductor template: every buffer read or written once" + ("" if flops else "; GEMM shape not found"))
+                    "Inductor template: every buffer read or written once" + shape_note)
     n, how = iteration_space(name, ts, _sizes(dims, types, list(concrete)))
     nbytes = sum(min(t.numel, n) * t.size for t in ts)
     clipped = sum(1 for t in ts if t.numel > n)
+    clip_note = f"; {clipped} larger buffer(s) counted at N (gathered/scattered rows)"
     why = (f"estimate: Inductor kernel, each buffer counted up to its iteration space N={n} ({how})"
-           + (f"; {clipped} larger buffer(s) counted at N (gathered/scattered rows)" if clipped else "")
+           + (clip_note if clipped else "")
            + "; in-place buffers counted once")
     return Cost(float(nbytes), float(n), dtype, "inductor", why)

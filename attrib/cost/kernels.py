@@ -31,7 +31,8 @@ _OP_COLS = ("id", *_KEYS, "input_strides")  # what the cost models read of an op
 
 
 def _fill(costs: pl.DataFrame, priced: pl.DataFrame) -> pl.DataFrame:
-    """Ops still unpriced take the price in `priced` (op_id, _fb bytes, _ff flops, _fd dtype, _fm model)."""
+    """Ops still unpriced take the price in `priced` (op_id, _fb bytes, _ff flops, _fd dtype,
+    _fm model)."""
     use = pl.col("_ob").is_null() & pl.col("_fb").is_not_null()
     return costs.join(priced, on="op_id", how="left").with_columns(
         pl.when(use).then(pl.col("_fb")).otherwise(pl.col("_ob")).alias("_ob"),
@@ -51,7 +52,8 @@ def world_size(trace: Trace) -> int | None:
 def _step_sums(steps: pl.DataFrame | None) -> dict[int, dict[str, int]]:
     if steps is None or "marker" not in steps.columns:
         return {}
-    pairs = ((s, vllm_sums(m), vllm_requests(m)) for s, m in steps.select("step", "marker").iter_rows())
+    markers = steps.select("step", "marker").iter_rows()
+    pairs = ((s, vllm_sums(m), vllm_requests(m)) for s, m in markers)
     return {s: v | {"requests": n or 0} for s, v, n in pairs if v}
 
 

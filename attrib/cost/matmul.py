@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from math import prod
 
-from attrib.cost.dtypes import (Cost, Tensor, broadcast, concrete_bool, concrete_dtype, concrete_int, concrete_ints,
-                                size_of, tensor, unknown)
+from attrib.cost.dtypes import (Cost, Tensor, broadcast, concrete_bool, concrete_dtype,
+                                concrete_int, concrete_ints, size_of, tensor, unknown)
 
 
 def gemm_cost(m: float, n: float, k: float, a_size: float, b_size: float, out_size: float,
@@ -27,16 +27,19 @@ def linear(dims: list, types: list, concrete: list = ()) -> Cost:
         return unknown("gemm", "linear operands not recorded or inconsistent")
     bias = tensor(dims, types, 2)
     m, n, k = prod(x.shape[:-1]), w.shape[0], x.shape[-1]
-    nbytes, flops = gemm_cost(m, n, k, x.size, w.size, x.size, extra_bytes=bias.nbytes if bias else 0)
+    bias_bytes = bias.nbytes if bias else 0
+    nbytes, flops = gemm_cost(m, n, k, x.size, w.size, x.size, extra_bytes=bias_bytes)
     return Cost(nbytes, flops, x.dtype, "gemm")
 
 
-def _mm(a: Tensor | None, b: Tensor | None, bias: Tensor | None, out_dtype: str | None = None) -> Cost:
+def _mm(a: Tensor | None, b: Tensor | None, bias: Tensor | None,
+        out_dtype: str | None = None) -> Cost:
     if a is None or b is None or len(a.shape) != 2 or len(b.shape) != 2 or a.shape[1] != b.shape[0]:
         return unknown("gemm", "mm operands not recorded or inconsistent")
     out_size = size_of(out_dtype) or a.size
     (m, k), n = a.shape, b.shape[1]
-    nbytes, flops = gemm_cost(m, n, k, a.size, b.size, out_size, extra_bytes=bias.nbytes if bias else 0)
+    bias_bytes = bias.nbytes if bias else 0
+    nbytes, flops = gemm_cost(m, n, k, a.size, b.size, out_size, extra_bytes=bias_bytes)
     return Cost(nbytes, flops, a.dtype, "gemm")
 
 
@@ -93,7 +96,8 @@ def matmul(dims: list, types: list, concrete: list = ()) -> Cost:
 
 
 def scaled_mm(dims: list, types: list, concrete: list = ()) -> Cost:
-    """aten::_scaled_mm(a[M, K], b[K, N], scale_a, scale_b, bias?, scale_result?, out_dtype?): FP8 GEMM."""
+    """aten::_scaled_mm(a[M, K], b[K, N], scale_a, scale_b, bias?, scale_result?, out_dtype?):
+    FP8 GEMM."""
     a, b = tensor(dims, types, 0), tensor(dims, types, 1)
     base = _mm(a, b, None, concrete_dtype(concrete, 6))
     if base.bytes is None:
@@ -102,19 +106,23 @@ def scaled_mm(dims: list, types: list, concrete: list = ()) -> Cost:
     return base._replace(bytes=base.bytes + scales)
 
 
-def convolution(dims: list, types: list, concrete: list = (), stride: int = 3, bias: int | None = 2) -> Cost:
-    """Convolution (input [N, C_in, *S], weight [C_out, C_in/groups, *k], stride/padding/dilation lists at
-    `stride`, +1, +2): input, weight and bias read once, output written once; 2 FLOPs per multiply-add.
-    Output size per spatial dim: (S + 2p - d(k - 1) - 1) // s + 1. The Gated DeltaNet / Mamba short conv
-    (depthwise, groups = C) is the case seen in traces."""
+def convolution(dims: list, types: list, concrete: list = (), stride: int = 3,
+                bias: int | None = 2) -> Cost:
+    """Convolution (input [N, C_in, *S], weight [C_out, C_in/groups, *k], stride/padding/dilation
+    lists at `stride`, +1, +2): input, weight and bias read once, output written once; 2 FLOPs
+    per multiply-add. Output size per spatial dim: (S + 2p - d(k - 1) - 1) // s + 1. The Gated
+    DeltaNet / Mamba short conv (depthwise, groups = C) is the case seen in traces."""
     x, w = tensor(dims, types, 0), tensor(dims, types, 1)
     if x is None or w is None or len(x.shape) != len(w.shape) or len(x.shape) < 3:
         return unknown("conv", "convolution operands not recorded or inconsistent")
     nsp = len(x.shape) - 2
-    s, p, d = (concrete_ints(concrete, stride + j) or [v] * nsp for j, v in ((0, 1), (1, 0), (2, 1)))
+    # (offset from `stride`, default) of the stride, padding and dilation lists
+    defaults = ((0, 1), (1, 0), (2, 1))
+    s, p, d = (concrete_ints(concrete, stride + j) or [v] * nsp for j, v in defaults)
     if len(s) == 1:
         s, p, d = s * nsp, p * nsp, d * nsp
-    out_sp = [(x.shape[2 + i] + 2 * p[i] - d[i] * (w.shape[2 + i] - 1) - 1) // s[i] + 1 for i in range(nsp)]
+    out_sp = [(x.shape[2 + i] + 2 * p[i] - d[i] * (w.shape[2 + i] - 1) - 1) // s[i] + 1
+              for i in range(nsp)]
     if min(out_sp) <= 0:
         return unknown("conv", "output size from the recorded arguments is empty")
     out = x.shape[0] * w.shape[0] * prod(out_sp)
@@ -124,16 +132,23 @@ def convolution(dims: list, types: list, concrete: list = (), stride: int = 3, b
 
 
 def expected_active_experts(num_experts: int, top_k: int, tokens: float) -> float:
-    """Distinct experts hit by `tokens` tokens each routing to `top_k` of `num_experts`, uniform routing:
-    E * (1 - (1 - k/E)^T)."""
+    """Distinct experts hit by `tokens` tokens each routing to `top_k` of `num_experts`, uniform
+    routing: E * (1 - (1 - k/E)^T)."""
     if num_experts <= 0 or tokens <= 0:
         return 0.0
     return num_experts * (1.0 - (1.0 - min(top_k, num_experts) / num_experts) ** tokens)
 
 
+def uniform_routing_note(e: int, k: int, t: int) -> str:
+    """The note of a fused MoE priced at uniform routing over E experts, top-k, T tokens."""
+    return (f"uniform routing: E_active = E*(1-(1-k/E)^T), E={e}, k={k}, T={t}; "
+            "FLOPs assume a gated MLP")
+
+
 def grouped_mm(dims: list, types: list, concrete: list = (), top_k: int | None = None,
                expert_counts: list[int] | None = None) -> Cost:
-    """aten::_grouped_mm(a[R, K], b[E, K, N], offs[E], bias?, out_dtype?): R routed rows over E experts.
+    """aten::_grouped_mm(a[R, K], b[E, K, N], offs[E], bias?, out_dtype?): R routed rows over E
+    experts.
 
     Weight bytes are charged for the experts actually hit: the nonzero `expert_counts` when known,
     else the uniform-routing expectation with T = R / top_k tokens, else (top_k unknown) R
@@ -157,19 +172,22 @@ def grouped_mm(dims: list, types: list, concrete: list = (), top_k: int | None =
         why = f"uniform routing, top_k unknown: E_active = E*(1-(1-1/E)^R), E={e}, R={rows}"
     active = min(active, float(e), float(rows))
     out_size = size_of(concrete_dtype(concrete, 4)) or a.size
-    nbytes = rows * k * a.size + active * k * n * b.size + rows * n * out_size + (offs.nbytes if offs else 0)
+    a_bytes, b_bytes = rows * k * a.size, active * k * n * b.size
+    nbytes = a_bytes + b_bytes + rows * n * out_size + (offs.nbytes if offs else 0)
     return Cost(nbytes, 2.0 * rows * k * n, a.dtype, "grouped_gemm", why)
 
 
 def fused_experts(dims: list, types: list, concrete: list = ()) -> Cost:
-    """vLLM fused MoE (hidden[T, H], w1[E, N1, H'], w2[E, H, N2'], topk_weights[T, k], topk_ids[T, k], ...).
+    """vLLM fused MoE (hidden[T, H], w1[E, N1, H'], w2[E, H, N2'], topk_weights[T, k],
+    topk_ids[T, k], ...).
 
     Weights are read for the expected active experts (uniform routing, T and k from topk_ids); other
     per-expert tensors (leading dim E: scales, zero points) likewise; the rest in full. Packed
     weights are charged as recorded (container bytes). FLOPs assume a gated MLP (N2 = N1/2).
     """
     x, w1, w2, ids = (tensor(dims, types, i) for i in (0, 1, 2, 4))
-    if x is None or w1 is None or w2 is None or ids is None or len(w1.shape) != 3 or len(ids.shape) != 2:
+    if (x is None or w1 is None or w2 is None or ids is None
+            or len(w1.shape) != 3 or len(ids.shape) != 2):
         return unknown("moe", "fused-experts operands not recorded")
     t, h = prod(x.shape[:-1]), x.shape[-1]
     e, n1 = w1.shape[0], w1.shape[1]
@@ -177,11 +195,11 @@ def fused_experts(dims: list, types: list, concrete: list = ()) -> Cost:
     active = expected_active_experts(e, k, t)
     frac = active / e
     others = [tensor(dims, types, i) for i in range(3, len(dims)) if i != 4]
-    rest = sum((o.nbytes * frac if o.shape[0] == e and len(o.shape) > 1 else o.nbytes) for o in others if o)
+    rest = sum((o.nbytes * frac if o.shape[0] == e and len(o.shape) > 1 else o.nbytes)
+               for o in others if o)
     nbytes = 2 * x.nbytes + (w1.nbytes + w2.nbytes) * frac + ids.nbytes + rest
     flops = 2.0 * t * k * h * (n1 + n1 / 2)
-    why = f"uniform routing: E_active = E*(1-(1-k/E)^T), E={e}, k={k}, T={t}; FLOPs assume a gated MLP"
-    return Cost(nbytes, flops, x.dtype, "moe", why)
+    return Cost(nbytes, flops, x.dtype, "moe", uniform_routing_note(e, k, t))
 
 
 
@@ -192,7 +210,8 @@ def attention(dims: list, types: list, concrete: list = (), layout: str = "bhld"
 
     FLOPs = 2*B*Hq*Lq*Lk*(D + Dv); causal keeps the visible (query, key) pairs: half when Lq == Lk
     (the usual convention);
-    with Lq != Lk the torch-level ops align the mask top-left, flash/efficient forwards bottom-right.
+    with Lq != Lk the torch-level ops align the mask top-left, flash/efficient forwards
+    bottom-right.
     Decode (Lq = 1) reads the whole K/V it is given. Varlen (3-D packed) inputs get bytes, no FLOPs.
     """
     q, k, v = (tensor(dims, types, i) for i in range(3))
@@ -202,14 +221,16 @@ def attention(dims: list, types: list, concrete: list = (), layout: str = "bhld"
     nbytes = q.nbytes + k.nbytes + v.nbytes + q.numel // q.shape[-1] * v.shape[-1] * q.size
     nbytes += mask.nbytes if mask else 0
     if len(q.shape) != 4 or len(k.shape) != 4:
-        return Cost(nbytes, None, q.dtype, "attention", "varlen (packed) layout: FLOPs need per-sequence lengths")
+        why = "varlen (packed) layout: FLOPs need per-sequence lengths"
+        return Cost(nbytes, None, q.dtype, "attention", why)
     if layout == "bhld":
         (b, hq, lq, d), lk = q.shape, k.shape[2]
     else:
         (b, lq, hq, d), lk = q.shape, k.shape[1]
     if causal_index is None:
         causal = False
-    elif layout == "blhd" and causal_index == 9:      # custom_mask_type: 0 none, 1 top-left, 2 bottom-right
+    elif layout == "blhd" and causal_index == 9:
+        # custom_mask_type: 0 none, 1 top-left, 2 bottom-right
         causal = (concrete_int(concrete, 9) or 0) > 0
     else:
         causal = bool(concrete_bool(concrete, causal_index))
@@ -221,7 +242,8 @@ def attention(dims: list, types: list, concrete: list = (), layout: str = "bhld"
         elif layout == "bhld":                          # top-left: query i sees keys 0..i
             m = min(lq, lk)
             pairs = m * (m + 1) / 2.0 + (lq - m) * lk
-        elif lq <= lk:                                  # bottom-right: query i sees lk - lq + i + 1 keys
+        elif lq <= lk:
+            # bottom-right: query i sees lk - lq + i + 1 keys
             pairs = lq * (lk - lq) + lq * (lq + 1) / 2.0
         else:
             pairs = lk * (lk + 1) / 2.0

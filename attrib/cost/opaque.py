@@ -19,9 +19,10 @@ OPAQUE_MOE = ("vllm::moe_forward", "vllm::moe_forward_shared")
 
 
 def moe_forward(dims: list, types: list, budget: Budget) -> Cost:
-    """One vllm::moe_forward call: weights of E_active experts (uniform routing) at the experts' bits
-    (model H and I), activations at the traced (possibly padded) hidden H': T*H' read and written plus
-    T*k*(3H' + 2I) through gate_up (SwiGLU fused), down and the combine (a convention). FLOPs = 6*T*k*H*I."""
+    """One vllm::moe_forward call: weights of E_active experts (uniform routing) at the experts'
+    bits (model H and I), activations at the traced (possibly padded) hidden H': T*H' read and
+    written plus T*k*(3H' + 2I) through gate_up (SwiGLU fused), down and the combine (a
+    convention). FLOPs = 6*T*k*H*I."""
     x, logits = tensor(dims, types, 0), tensor(dims, types, 1)
     m = budget.shape()   # the rank's shard under tensor parallelism
     if x is None or not m.experts or not m.top_k:
@@ -34,8 +35,8 @@ def moe_forward(dims: list, types: list, budget: Budget) -> Cost:
     nbytes = active * 3 * h * i * bits / 8 + 2 * t * hx * x.size + t * k * (3 * hx + 2 * i) * x.size
     tp = f", one rank of TP={budget.tp} (I split)" if budget.tp > 1 else ""
     why = (
-        f"model config ({budget.source}){tp}: E_active = {active:.2f} of {e} (uniform routing, T={t}, "
-        f"k={k}), "
+        f"model config ({budget.source}){tp}: E_active = {active:.2f} of {e} "
+        f"(uniform routing, T={t}, k={k}), "
         f"H={h}, I={i}, {bits:g} bits per expert weight"
     )
     return Cost(nbytes, 6.0 * t * k * h * i, x.dtype, "moe (model config)", why)

@@ -32,8 +32,8 @@ def _load(text: str | None) -> list:
     return value if isinstance(value, list) else []
 
 
-def op_cost(name: str, dims: list | str | None, types: list | str | None, concrete: list | str | None = None,
-            top_k: int | None = None) -> Cost:
+def op_cost(name: str, dims: list | str | None, types: list | str | None,
+            concrete: list | str | None = None, top_k: int | None = None) -> Cost:
     """Price one op call. dims/types/concrete: the parsed lists or their raw JSON text."""
     d = _load(dims) if isinstance(dims, str) or dims is None else dims
     t = _load(types) if isinstance(types, str) or types is None else types
@@ -106,8 +106,8 @@ def op_costs(ops: pl.DataFrame, top_k: int | Mapping[int, int] | None = None) ->
             k = ks if isinstance(ks, int) else ks.get(experts) if experts else None
         c = op_cost(name, d, _load(types), _load(conc), top_k=k)
         rows.append((name, dims, types, conc, c.bytes, c.flops, c.dtype, c.model, c.assumption))
-    priced = pl.DataFrame(rows, schema={**{c: pl.Utf8 for c in _KEYS}, **{k: v for k, v in _OUT.items() if k != "id"}},
-                          orient="row")
+    schema = {**{c: pl.Utf8 for c in _KEYS}, **{k: v for k, v in _OUT.items() if k != "id"}}
+    priced = pl.DataFrame(rows, schema=schema, orient="row")
     priced = pl.concat([first.select(_KEYS), priced.drop(_KEYS)], how="horizontal")
     del named, first, sigs
     # the code-keyed join over the ops that have a formula only; every op by its integer id

@@ -13,7 +13,8 @@ from typing import Any
 
 from attrib.cost.dtypes import KV_BYTES, WEIGHT_BITS, WHAT_IF_BITS
 
-CLASSES = ("attention", "mlp", "experts", "shared_experts", "router", "embedding", "lm_head", "default")
+CLASSES = ("attention", "mlp", "experts", "shared_experts", "router", "embedding", "lm_head",
+           "default")
 Bits = float | Mapping[str, float]
 
 
@@ -25,8 +26,8 @@ def bits_for(bits: Bits, cls: str) -> float:
 
 
 def parse_bits(text: str) -> Bits:
-    """`4.5` or `experts=4.25,attention=16,default=16` (a format name such as mxfp4 or q4_0 stands for
-    its bits); ValueError names what is wrong."""
+    """`4.5` or `experts=4.25,attention=16,default=16` (a format name such as mxfp4 or q4_0
+    stands for its bits); ValueError names what is wrong."""
     def value(v: str) -> float:
         v = v.strip()
         x = WEIGHT_BITS[v.lower()] if v.lower() in WEIGHT_BITS else float(v)
@@ -40,7 +41,8 @@ def parse_bits(text: str) -> Bits:
         cls, sep, v = part.partition("=")
         cls = cls.strip()
         if not sep or cls not in CLASSES:
-            raise ValueError(f"{part.strip()!r}: expected CLASS=BITS with CLASS one of {', '.join(CLASSES)}")
+            raise ValueError(f"{part.strip()!r}: expected CLASS=BITS with CLASS one of "
+                             f"{', '.join(CLASSES)}")
         out[cls] = value(v)
     return out
 
@@ -56,7 +58,8 @@ def from_quantization_config(config: Mapping[str, Any]) -> dict[str, float] | No
     mxfp4 (gpt-oss): routed experts 4.25 (E2M1 + an E8M0 scale per 32), the rest as the model dtype.
     fp8: 8 bits plus one fp32 scale per weight block; awq/gptq: `bits` plus an fp16 scale and a
     packed zero point per group. Modules listed in modules_to_not_convert / ignore stay 16-bit;
-    embeddings and lm_head are not quantized unless the config says so. ValueError for other methods.
+    embeddings and lm_head are not quantized unless the config says so. ValueError for other
+    methods.
     """
     qc = config.get("quantization_config")
     if not isinstance(qc, Mapping):
@@ -73,9 +76,11 @@ def from_quantization_config(config: Mapping[str, Any]) -> dict[str, float] | No
         bits, group = int(qc.get("bits", 4)), int(qc.get("group_size", 128) or 128)
         q = bits + (16 + bits) / (group if group > 0 else 4096)
     else:
-        raise ValueError(f"quantization_config.quant_method {method!r} is not modelled: give --weight-bits")
-    for cls, names in (("attention", ("self_attn", "attn")), ("mlp", ("mlp",)), ("experts", ("experts",)),
-                       ("shared_experts", ("shared_expert",))):
+        raise ValueError(f"quantization_config.quant_method {method!r} is not modelled: "
+                         "give --weight-bits")
+    modules = (("attention", ("self_attn", "attn")), ("mlp", ("mlp",)), ("experts", ("experts",)),
+               ("shared_experts", ("shared_expert",)))
+    for cls, names in modules:
         out[cls] = 16.0 if _not_converted(qc, names) else q
     out["default"] = q
     return out
@@ -95,7 +100,8 @@ class Formats:
     kv: str | None = None
 
     def bits(self, cls: str) -> float | None:
-        """Bits per weight of a class under the what-if (its own entry, else `default`), None to keep."""
+        """Bits per weight of a class under the what-if (its own entry, else `default`), None to
+        keep."""
         name = self.weights.get(cls, self.weights.get("default"))
         return WHAT_IF_BITS[name] if name is not None else None
 
@@ -109,8 +115,8 @@ class Formats:
 
 
 def parse_formats(text: str) -> Formats:
-    """`weights=int4,kv=fp8` or per class (`experts=mxfp4,attention=fp8,default=int8`): `weights` and
-    `default` set every class; ValueError names what is wrong."""
+    """`weights=int4,kv=fp8` or per class (`experts=mxfp4,attention=fp8,default=int8`):
+    `weights` and `default` set every class; ValueError names what is wrong."""
     weights: dict[str, str] = {}
     kv = None
     for part in (p.strip() for p in text.split(",") if p.strip()):

@@ -60,7 +60,8 @@ class Arch:
     mall_mib: float | None = None
     lds_kib: float | None = None
     lds_scope: str | None = None
-    link_gbs: float | None = None  # GPU-to-GPU interconnect, GB/s one direction, per GPU (bus bandwidth)
+    # GPU-to-GPU interconnect, GB/s one direction, per GPU (bus bandwidth)
+    link_gbs: float | None = None
     link_source: str | None = None
     matrix_tflops: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
     vector_tflops: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
@@ -78,13 +79,15 @@ class Arch:
         return hash(self.key)
 
     def bandwidth(self) -> tuple[float, str]:
-        """(GB/s for roofline denominators, "sustained" | "peak"): peak only when no sustained figure."""
+        """(GB/s for roofline denominators, "sustained" | "peak"): peak only when no sustained
+        figure."""
         if self.sustained_bw_gbs:
             return float(self.sustained_bw_gbs), "sustained"
         return float(self.peak_bw_gbs), "peak"
 
     def peak_tflops(self, dtype: str | None, unit: str = "matrix") -> float | None:
-        """Peak TFLOP/s of `dtype` on the matrix (default) or vector unit; falls back to the other unit."""
+        """Peak TFLOP/s of `dtype` on the matrix (default) or vector unit; falls back to the
+        other unit."""
         if dtype is None:
             return None
         dtype = PEAK_KEY.get(dtype, dtype)
@@ -118,7 +121,8 @@ def _entry(key: str, raw: Mapping[str, Any], origin: object) -> Arch:
                  "num_sms_reported"):
         v = raw.get(name)
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0):
-            raise TraceError(origin, f"arch entry [{key}] field {name} must be a positive number, got {v!r}")
+            raise TraceError(origin, f"arch entry [{key}] field {name} must be a positive number, "
+                                     f"got {v!r}")
     for pattern in raw.get("match_names", ()):
         try:
             re.compile(pattern)
@@ -128,10 +132,13 @@ def _entry(key: str, raw: Mapping[str, Any], origin: object) -> Arch:
     for name, value in raw.items():
         if name == "calibrated":   # attrib calibrate's record: device, date, versions, method
             if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
-                raise TraceError(origin, f"arch entry [{key}] calibrated must be a table of strings")
+                why = "calibrated must be a table of strings"
+                raise TraceError(origin, f"arch entry [{key}] {why}")
             value = MappingProxyType(dict(value))
         elif name.endswith("_tflops") or name == "measured_bw_gbs":
-            if not isinstance(value, dict) or not all(isinstance(v, (int, float)) for v in value.values()):
+            numbers = isinstance(value, dict) and all(isinstance(v, (int, float))
+                                                      for v in value.values())
+            if not numbers:
                 raise TraceError(origin, f"arch entry [{key}] {name} must be a table of numbers")
             value = MappingProxyType({str(k): float(v) for k, v in value.items()})
         elif isinstance(value, list):
@@ -154,7 +161,8 @@ def _parse(text: str, origin: object) -> dict[str, Arch]:
 
 
 def load_archs(extra: Path | None = None) -> dict[str, Arch]:
-    """The bundled device database, then `extra` (an --arch-file) overriding same keys / adding new ones."""
+    """The bundled device database, then `extra` (an --arch-file) overriding same keys / adding
+    new ones."""
     bundled = resources.files("attrib").joinpath("data/archs.toml")
     archs = _parse(bundled.read_text(encoding="utf-8"), "attrib/data/archs.toml")
     if extra is not None:
@@ -182,7 +190,8 @@ def _by_name(name: str, archs: Iterable[Arch]) -> Arch | None:
 
 
 def _nearest_memory(cands: list[Arch], total_bytes: Any) -> Arch:
-    """Among candidates, the one whose stated capacity is closest (in ratio) to totalGlobalMem in GiB."""
+    """Among candidates, the one whose stated capacity is closest (in ratio) to totalGlobalMem
+    in GiB."""
     if len(cands) == 1 or not isinstance(total_bytes, (int, float)) or total_bytes <= 0:
         return next((a for a in cands if a.default), cands[0])
     gib = total_bytes / 2**30
@@ -195,7 +204,8 @@ def _from_torch(dev: Mapping[str, Any], archs: list[Arch]) -> Arch | None:
         hit = _by_name(name, archs)
         if hit:
             return hit
-    cands = [a for a in archs if (a.compute_major, a.compute_minor) == (dev.get("computeMajor"), dev.get("computeMinor"))]
+    version = (dev.get("computeMajor"), dev.get("computeMinor"))
+    cands = [a for a in archs if (a.compute_major, a.compute_minor) == version]
     if dev.get("warpSize"):
         cands = [a for a in cands if a.wave_size == dev["warpSize"]]
     if dev.get("numSms"):
@@ -235,7 +245,8 @@ def _from_kernels(names: Iterable[str], archs: Mapping[str, Arch]) -> Arch | Non
 
 def detect(devices: tuple[dict, ...], vendor: str | None,
            kernel_names: Iterable[str] = (), extra: Path | None = None) -> tuple[Arch | None, str]:
-    """(entry, detected_from) with detected_from "deviceProperties" | "agent_info" | "kernel_names" | "unknown".
+    """(entry, detected_from) with detected_from "deviceProperties" | "agent_info" |
+    "kernel_names" | "unknown".
 
     torch deviceProperties: name patterns, else (computeMajor.minor, warpSize, numSms) narrowed by
     totalGlobalMem (ROCm 7.0 writes an empty name: 9.4 / 304 / wave64 still gives MI300X).
@@ -261,7 +272,8 @@ def detect(devices: tuple[dict, ...], vendor: str | None,
 
 
 def override(name: str, extra: Path | None = None) -> Arch:
-    """Resolve `--arch NAME`: a database key, a gfx/sm arch (its default entry) or a product-name match."""
+    """Resolve `--arch NAME`: a database key, a gfx/sm arch (its default entry) or a
+    product-name match."""
     db = load_archs(extra)
     wanted = name.strip()
     if wanted.lower() in db:

@@ -1,4 +1,5 @@
-"""The `--arch-file` entry of a calibration (`attrib calibrate`): measured roofs on a database entry.
+"""The `--arch-file` entry of a calibration (`attrib calibrate`): measured roofs on a database
+entry.
 
 The entry is the database's own for the measured device (found as a trace's deviceProperties
 would find it), with `sustained_bw_gbs` the measured figure, `measured_bw_gbs` (read, write, copy),
@@ -54,10 +55,12 @@ def _own(device: Mapping[str, Any], peak: float) -> dict[str, Any]:
             "vendor": "cpu" if cpu else "amd" if hip else "nvidia",
             "match_names": [_literal(str(device.get("name")))[1:-1]],
             "wave_size": device.get("warpSize") or (64 if hip else 32),
-            "compute_units": device.get("numSms") or 1, "num_sms_reported": device.get("numSms") or 1,
+            "compute_units": device.get("numSms") or 1,
+            "num_sms_reported": device.get("numSms") or 1,
             "compute_major": major, "compute_minor": minor, "peak_bw_gbs": peak,
             "unverified": ["peak_bw_gbs"],
-            "notes": "not in attrib's database: peak_bw_gbs is the measured figure, not a datasheet's"}
+            "notes": ("not in attrib's database: peak_bw_gbs is the measured figure, "
+                      "not a datasheet's")}
 
 
 def entry(cal: Mapping[str, Any]) -> tuple[str, str]:
@@ -78,7 +81,8 @@ def entry(cal: Mapping[str, Any]) -> tuple[str, str]:
     vals["sustained_bw_gbs"] = roof
     vals["sustained_source"] = (f"attrib calibrate {cal['date_utc'][:10]} on {dev.get('name')}: "
                                 f"read {bw.get('read'):g}, copy {bw.get('copy'):g}, "
-                                f"write {bw.get('write'):g} GB/s; the roof is the best of read and copy")
+                                f"write {bw.get('write'):g} GB/s; "
+                                "the roof is the best of read and copy")
     runtime = (f", HIP {dev['hip']}" if dev.get("hip") else
                f", CUDA {dev['cuda']}" if dev.get("cuda") and dev.get("type") != "cpu" else "")
     where = f"torch {dev.get('torch')}{runtime}"

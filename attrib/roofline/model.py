@@ -1,4 +1,5 @@
-"""Achieved vs peak/sustained: per-kernel or per-component roofline, per-phase GB/token and ceiling.
+"""Achieved vs peak/sustained: per-kernel or per-component roofline, per-phase GB/token and
+ceiling.
 
 One memory level (DRAM at the arch's sustained bandwidth, its peak when no sustained figure is
 known) and one compute ceiling per dtype. An achieved figure above the arch's peak is not a result:
@@ -60,39 +61,48 @@ def kernel_roofline(df: pl.DataFrame, arch: Arch | None, what_if: bool = False) 
     over_bw = (pl.col("_gbs") > peak_bw) if peak_bw else pl.lit(False)
     over_fl = pl.col("_tflops") > pl.col("_peak")
     bad = (over_bw.fill_null(False) | over_fl.fill_null(False))
-    bw_why, fl_why = ((f"measured on a faster device than {arch.name}: projection only", "measured on a faster device")
-                      if (what_if and arch) else ("bytes model wrong or data cache-resident", "FLOP model wrong"))
+    if what_if and arch:
+        bw_why = f"measured on a faster device than {arch.name}: projection only"
+        fl_why = "measured on a faster device"
+    else:
+        bw_why, fl_why = "bytes model wrong or data cache-resident", "FLOP model wrong"
     note = (pl.when(over_bw.fill_null(False))
             .then(pl.format("achieved {} GB/s exceeds the {} GB/s peak: {}",
                             pl.col("_gbs").round(1), pl.lit(peak_bw), pl.lit(bw_why)))
             .when(over_fl.fill_null(False))
             .then(pl.format("achieved {} TFLOP/s exceeds the {} peak of {}: {}",
-                            pl.col("_tflops").round(1), pl.col("_peak"), pl.col("_dtype"), pl.lit(fl_why))))
+                            pl.col("_tflops").round(1), pl.col("_peak"), pl.col("_dtype"),
+                            pl.lit(fl_why))))
     roof = pl.max_horizontal("_mem_ms", "_cmp_ms")
+    memory_bound = pl.col("_cmp_ms").is_null() | (pl.col("_mem_ms") >= pl.col("_cmp_ms"))
+    gap = pl.when(pl.col("inconsistent").is_null() & (ms > 0)).then(ms - pl.col("roofline_ms"))
     out = out.with_columns(
         pl.when(~bad).then(pl.col("_gbs")).alias("achieved_gbs"),
         pl.when(~bad).then(pl.col("_tflops")).alias("achieved_tflops"),
         pl.when(pl.col("_mem_ms").is_null()).then(None)
-        .when(pl.col("_cmp_ms").is_null() | (pl.col("_mem_ms") >= pl.col("_cmp_ms"))).then(pl.lit("memory"))
+        .when(memory_bound).then(pl.lit("memory"))
         .otherwise(pl.lit("compute")).alias("bound"),
         pl.when(pl.col("_mem_ms").is_not_null()).then(roof).alias("roofline_ms"),
         note.alias("inconsistent"),
         pl.lit(basis, pl.Utf8).alias("bw_basis"),
-    ).with_columns(pl.when(pl.col("inconsistent").is_null() & (ms > 0)).then(ms - pl.col("roofline_ms")).alias("gap_ms"))
-    return out.drop("_peak", "_roof", "_dtype", "_gbs", "_tflops", "_mem_ms", "_cmp_ms").with_columns(
-        [pl.col(c).cast(t) for c, t in ADDED.items()])
+    ).with_columns(gap.alias("gap_ms"))
+    scratch = ("_peak", "_roof", "_dtype", "_gbs", "_tflops", "_mem_ms", "_cmp_ms")
+    return out.drop(*scratch).with_columns([pl.col(c).cast(t) for c, t in ADDED.items()])
 
 
 def priced(k: pl.DataFrame) -> pl.DataFrame:
-    """One row for kernel_roofline over a set of kernels: ms, bytes and flops of those whose bytes are known."""
+    """One row for kernel_roofline over a set of kernels: ms, bytes and flops of those whose
+    bytes are known."""
     known = k.filter(pl.col("bytes").is_not_null())
+    schema = {"ms": pl.Float64, "bytes": pl.Float64, "flops": pl.Float64}
     return pl.DataFrame({"ms": [known["dur_ns"].sum() / 1e6], "bytes": [known["bytes"].sum()],
-                         "flops": [known["flops"].sum()]}, schema={"ms": pl.Float64, "bytes": pl.Float64, "flops": pl.Float64})
+                         "flops": [known["flops"].sum()]}, schema=schema)
 
 
 def achieved_gbs(k: pl.DataFrame, peak_bw_gbs: float | None = None) -> float | None:
-    """GB/s a set of kernels moves (kernel_roofline's figure over their priced time); None when none is
-    priced, or when it exceeds `peak_bw_gbs` (a bytes model that is wrong is not a result)."""
+    """GB/s a set of kernels moves (kernel_roofline's figure over their priced time); None when
+    none is priced, or when it exceeds `peak_bw_gbs` (a bytes model that is wrong is not a
+    result)."""
     gbs = kernel_roofline(priced(k), None)["achieved_gbs"].item()
     return None if gbs is None or (peak_bw_gbs and gbs > peak_bw_gbs) else float(gbs)
 
@@ -101,10 +111,10 @@ def phase_ceiling(bytes_per_step: float | None, tokens_per_step: int | None, arc
                   roofline_ms: float | None = None) -> tuple[float | None, float | None]:
     """(GB per token, tokens/s ceiling).
 
-    The ceiling is tokens_per_step / the step's roofline time: `roofline_ms` when given (the sum over
-    components of max(memory time, FLOP time at the dtype's compute roof): compute-bound prefill is held to
-    its FLOP floor), else bytes_per_step / BW (BW: the arch's sustained bandwidth, its peak when none
-    is known; `arch.bandwidth()` says which).
+    The ceiling is tokens_per_step / the step's roofline time: `roofline_ms` when given (the sum
+    over components of max(memory time, FLOP time at the dtype's compute roof): compute-bound
+    prefill is held to its FLOP floor), else bytes_per_step / BW (BW: the arch's sustained
+    bandwidth, its peak when none is known; `arch.bandwidth()` says which).
     """
     if not bytes_per_step or not tokens_per_step or bytes_per_step <= 0 or tokens_per_step <= 0:
         return None, None
@@ -112,5 +122,6 @@ def phase_ceiling(bytes_per_step: float | None, tokens_per_step: int | None, arc
     if arch is None:
         return gb_per_token, None
     bw, _ = arch.bandwidth()
-    floor_s = max(roofline_ms / 1e3, bytes_per_step / (bw * 1e9)) if roofline_ms else bytes_per_step / (bw * 1e9)
+    memory_s = bytes_per_step / (bw * 1e9)
+    floor_s = max(roofline_ms / 1e3, memory_s) if roofline_ms else memory_s
     return gb_per_token, tokens_per_step / floor_s

@@ -1,8 +1,8 @@
 """Per-phase roofline figures of the analysis document: achieved GB/s, gap, ceiling.
 
-They read the cost stage's per-component bytes and FLOPs (attrib.cost.component_bytes: from shapes, or
-from a model budget). Achieved figures and gaps are computed over the kernel time whose bytes are known;
-`bytes_known_share` says how much of the time that is.
+They read the cost stage's per-component bytes and FLOPs (attrib.cost.component_bytes: from
+shapes, or from a model budget). Achieved figures and gaps are computed over the kernel time
+whose bytes are known; `bytes_known_share` says how much of the time that is.
 """
 
 from __future__ import annotations
@@ -19,11 +19,14 @@ MIN_KNOWN = 0.5  # share of a phase's kernel time that must be priced for per-st
 
 
 def roofline_rows(comp: pl.DataFrame, arch: Arch | None, what_if: bool = False) -> pl.DataFrame:
-    """Add achieved_gbs, roofline_ms, gap_ms, bound, inconsistent, computed over each row's priced time.
+    """Add achieved_gbs, roofline_ms, gap_ms, bound, inconsistent, computed over each row's
+    priced time.
 
-    A row priced for less than MIN_KNOWN of its time gets `partial` true and no achieved figures or
-    gap: its bytes are a lower bound, and a rate over a sliver of its kernels is not the row's rate."""
-    rows = kernel_roofline(comp.rename({"ms": "_total_ms"}).with_columns(pl.col("known_ms").alias("ms")), arch, what_if)
+    A row priced for less than MIN_KNOWN of its time gets `partial` true and no achieved figures
+    or gap: its bytes are a lower bound, and a rate over a sliver of its kernels is not the
+    row's rate."""
+    priced_time = comp.rename({"ms": "_total_ms"}).with_columns(pl.col("known_ms").alias("ms"))
+    rows = kernel_roofline(priced_time, arch, what_if)
     rows = rows.drop("ms").rename({"_total_ms": "ms"})
     partial = pl.col("bytes").is_not_null() & (pl.col("known_ms") < MIN_KNOWN * pl.col("ms"))
     return rows.with_columns(partial.fill_null(False).alias("partial")).with_columns(
@@ -41,18 +44,22 @@ def counted(comp: pl.DataFrame, what_if: bool = False) -> pl.Expr:
 
 def phase_figures(steps: pl.DataFrame, k: pl.DataFrame, comp: pl.DataFrame, arch: Arch | None,
                   what_if: bool = False) -> dict[str, Any]:
-    """bytes_per_step, gb_per_token, ceiling_tok_s, the share of kernel time whose bytes count, and the
-    components left out for an achieved rate above the device's peak."""
+    """bytes_per_step, gb_per_token, ceiling_tok_s, the share of kernel time whose bytes count,
+    and the components left out for an achieved rate above the device's peak."""
     tokens = steps["tokens"].drop_nulls()
     tps = int(tokens.median()) if tokens.len() else None
     total_ms = float(comp["ms"].sum() or 0)
     use = comp.filter(counted(comp, what_if))
-    excluded = comp.filter(pl.col("bytes").is_not_null() & ~counted(comp, what_if))["component"].to_list()
+    left_out = pl.col("bytes").is_not_null() & ~counted(comp, what_if)
+    excluded = comp.filter(left_out)["component"].to_list()
     known_ms = float(use["known_ms"].sum() or 0)
     share = (known_ms / total_ms) if total_ms else None
     # a sum over a small priced part of the step would read as the step's traffic: leave it unknown
-    bytes_per_step = float(use["bytes"].sum()) if (use.height and share is not None and share >= MIN_KNOWN) else None
+    enough = use.height and share is not None and share >= MIN_KNOWN
+    bytes_per_step = float(use["bytes"].sum()) if enough else None
     roof = use["roofline_ms"].drop_nulls()
-    gbt, ceiling = phase_ceiling(bytes_per_step, tps, arch, float(roof.sum()) if roof.len() else None)
+    roof_ms = float(roof.sum()) if roof.len() else None
+    gbt, ceiling = phase_ceiling(bytes_per_step, tps, arch, roof_ms)
     return {"bytes_per_step": bytes_per_step, "gb_per_token": gbt, "ceiling_tok_s": ceiling,
-            "bytes_known_share": share, "excluded": sorted(excluded), "known_ms": known_ms, "total_ms": total_ms}
+            "bytes_known_share": share, "excluded": sorted(excluded), "known_ms": known_ms,
+            "total_ms": total_ms}

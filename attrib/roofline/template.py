@@ -1,4 +1,5 @@
-"""A device-database entry to fill in (`attrib archs --template`), prefilled from what a trace reported.
+"""A device-database entry to fill in (`attrib archs --template`), prefilled from what a trace
+reported.
 
 An unknown device gets no rooflines or ceilings; measuring one takes a TOML entry passed with
 `--arch-file` (or added to attrib/data/archs.toml with its sources).
@@ -19,7 +20,9 @@ def _key(name: str) -> str:
 def _v(value: Any, placeholder: str, quoted: bool = False) -> str:
     if value is None or value == "":
         return f'"<{placeholder}>"' if quoted else f"<{placeholder}>"
-    return f'"{value}"' if isinstance(value, str) else f"{value:g}" if isinstance(value, float) else str(value)
+    if isinstance(value, str):
+        return f'"{value}"'
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def _literal(name: str) -> str:
@@ -28,28 +31,34 @@ def _literal(name: str) -> str:
 
 
 def template(device: Mapping[str, Any] | None = None) -> str:
-    """TOML text of one entry: required fields first (prefilled from a trace's device record when given:
-    torch deviceProperties or a rocprof agent), then the figures the roofline reads."""
+    """TOML text of one entry: required fields first (prefilled from a trace's device record
+    when given: torch deviceProperties or a rocprof agent), then the figures the roofline
+    reads."""
     d = dict(device or {})
     torch_like = "computeMajor" in d
     name = str(d.get("product_name") or d.get("name") or "")
     gfx = d.get("name") if str(d.get("name", "")).startswith("gfx") else None
-    arch = gfx or (f"sm_{d['computeMajor']}{d.get('computeMinor', 0)}" if torch_like and d.get("warpSize") == 32
-                   and "gfx" not in name else None)
+    nvidia_like = torch_like and d.get("warpSize") == 32 and "gfx" not in name
+    sm = f"sm_{d['computeMajor']}{d.get('computeMinor', 0)}" if nvidia_like else None
+    arch = gfx or sm
     sms = d.get("numSms") or d.get("cu_count")
     mem = d.get("totalGlobalMem")
+    amd_like = (arch or "").startswith("gfx") or re.search(r"amd|radeon|instinct", name, re.I)
     vendor = ("nvidia" if (arch or "").startswith("sm_") or "nvidia" in name.lower() else
-              "amd" if (arch or "").startswith("gfx") or re.search(r"amd|radeon|instinct", name, re.I) else None)
+              "amd" if amd_like else None)
+    pattern = _literal(name) if name else _v(None, "regex on the device name traces report", True)
+    units = d.get("cu_count") or (sms if vendor == "nvidia" else None)
     lines = [
         "# Fill in every <...>, then: attrib analyze TRACE --arch-file this.toml",
-        "# Bandwidth in GB/s (1e9 B/s), throughput in dense TFLOP/s; say where each figure comes from in `sources`.",
+        ("# Bandwidth in GB/s (1e9 B/s), throughput in dense TFLOP/s; "
+         "say where each figure comes from in `sources`."),
         f"[{_key(name)}]",
         f"arch = {_v(arch, 'gfxNNNN or sm_NN', True)}",
         f"name = {_v(name, 'product name', True)}",
         f"vendor = {_v(vendor, 'amd | nvidia', True)}",
-        f"match_names = [{_literal(name) if name else _v(None, 'regex on the device name traces report', True)}]",
+        f"match_names = [{pattern}]",
         f"wave_size = {_v(d.get('warpSize') or d.get('wave_front_size'), '32 | 64')}",
-        f"compute_units = {_v(d.get('cu_count') or (sms if vendor == 'nvidia' else None), 'CUs or SMs')}",
+        f"compute_units = {_v(units, 'CUs or SMs')}",
         f"num_sms_reported = {_v(sms, 'numSms a torch trace reports (WGPs on RDNA)')}",
         f"compute_major = {_v(d.get('computeMajor'), 'major')}",
         f"compute_minor = {_v(d.get('computeMinor'), 'minor')}",
@@ -71,8 +80,10 @@ def template(device: Mapping[str, Any] | None = None) -> str:
 def unknown_device_note(devices: tuple[Mapping[str, Any], ...]) -> str:
     """The note of an analysis whose device is not in the database."""
     d = devices[0] if devices else {}
-    what = ", ".join(f"{k} {d[k]}" for k in ("name", "product_name", "computeMajor", "computeMinor", "numSms",
-                                                "warpSize", "cu_count") if d.get(k) not in (None, ""))
-    return (f"device not in the database ({what or 'no device record in the trace'}): no rooflines, ceilings or "
-            "achieved-vs-peak checks; `attrib archs --template --trace TRACE` prints an entry to fill in, "
-            "then pass it with --arch-file (or measure against a known chip with --arch)")
+    keys = ("name", "product_name", "computeMajor", "computeMinor", "numSms", "warpSize",
+            "cu_count")
+    what = ", ".join(f"{k} {d[k]}" for k in keys if d.get(k) not in (None, ""))
+    record = what or "no device record in the trace"
+    return (f"device not in the database ({record}): no rooflines, ceilings or "
+            "achieved-vs-peak checks; `attrib archs --template --trace TRACE` prints an entry to "
+            "fill in, then pass it with --arch-file (or measure against a known chip with --arch)")
