@@ -1,8 +1,9 @@
 """What names say: the one home of kernel-name patterns and GEMM op names, for every stage and rule.
 
-The kernel -> component patterns are a table (attrib/data/kernel_patterns.csv, `component_patterns`);
-the named patterns here are the rest: library kernel families, tile shapes, ISA tokens, step
-heuristics. A leaf: it imports nothing of attrib, so every layer may read it (tests/test_imports.py).
+The kernel -> component patterns are a table (attrib/data/kernel_patterns.csv,
+`component_patterns`); the named patterns here are the rest: library kernel families, tile shapes,
+ISA tokens, step heuristics. A leaf: it imports nothing of attrib, so every layer may read it
+(tests/test_imports.py).
 """
 
 from __future__ import annotations
@@ -15,11 +16,13 @@ import polars as pl
 # CPU ops that are a GEMM -> index of the input holding the activation [.., tokens, K]; None for
 # batched GEMMs, whose leading dims are batch x heads, not tokens.
 GEMM_OPS: dict[str, int | None] = {
-    "aten::linear": 0, "aten::mm": 0, "aten::matmul": 0, "aten::addmm": 1, "vllm::rocm_unquantized_gemm": 0,
+    "aten::linear": 0, "aten::mm": 0, "aten::matmul": 0, "aten::addmm": 1,
+    "vllm::rocm_unquantized_gemm": 0,
     "aten::_scaled_mm": 0,
     "aten::bmm": None, "aten::baddbmm": None,
 }
-# the same 2-D GEMM ops -> (index of the weight input, its layout): "NK" = [N, K] (linear), "KN" = [K, N]
+# the same 2-D GEMM ops -> (index of the weight input, its layout): "NK" = [N, K] (linear),
+# "KN" = [K, N]
 GEMM_WEIGHTS: dict[str, tuple[int, str]] = {
     "aten::linear": (1, "NK"), "vllm::rocm_unquantized_gemm": (1, "NK"), "aten::mm": (1, "KN"),
     "aten::matmul": (1, "KN"), "aten::addmm": (2, "KN"), "aten::_scaled_mm": (1, "KN"),
@@ -28,9 +31,10 @@ GEMM_WEIGHTS: dict[str, tuple[int, str]] = {
 # CPU ops that route tokens to experts from router logits [.., E]: softmax / top-k over the experts
 ROUTING_OPS = r"^aten::(?:_?softmax|topk)$|topk_softmax|grouped_topk"
 
-# torch.compile (dynamo/inductor) and Triton compile/autotune spans, recorded as ops, annotations or Python
-# frames. Not "Torch-Compiled Region": that span wraps every call of compiled code, compiled or not; not
-# `compile_fx.py(N): wrapper`, the runtime wrapper that runs a cached compiled graph (vLLM).
+# torch.compile (dynamo/inductor) and Triton compile/autotune spans, recorded as ops, annotations or
+# Python frames. Not "Torch-Compiled Region": that span wraps every call of compiled code, compiled
+# or not; not `compile_fx.py(N): wrapper`, the runtime wrapper that runs a cached compiled graph
+# (vLLM).
 COMPILE_SPANS = (
     r"entire_frame_compile|inductor_compile|compile_fx_inner|compile_fx\.<locals>"
     r"|compile_fx\.py\(\d+\): (?:compile_fx|_?compile_fx_inner|fx_codegen_and_compile|fw_compiler)"
@@ -51,18 +55,22 @@ LLAMACPP_MMQ = r"\bmul_mat_q\b|mul_mat_qIL9ggml_type"
 # llama.cpp's RMS norm, which runs one workgroup per row (token)
 LLAMACPP_NORM_ROWS = r"\brms_norm_f32\b|rms_norm_f32I"
 # llama.cpp MMVQ template argument: columns (tokens) of the right-hand side
-LLAMACPP_MMVQ_COLS = r"mul_mat_vec_q<\(ggml_type\)\d+, (\d+)[,>]|mul_mat_vec_qIL9ggml_type\d+ELi(\d+)E"
+LLAMACPP_MMVQ_COLS = (r"mul_mat_vec_q<\(ggml_type\)\d+, (\d+)[,>]"
+                      r"|mul_mat_vec_qIL9ggml_type\d+ELi(\d+)E")
 # torch's cat kernel names its element size (CatArrayBatchedCopy<OpaqueType<2u>, ...>)
 CAT_ELEMENT_BYTES = r"OpaqueType<(\d+)u>"
 # Tensile (rocBLAS / hipBLASLt) macro tile MxNxK
 TENSILE_TILE = r"^Cijk_\w*?_MT(\d+)x(\d+)x(\d+)_"
-# cuBLASLt's nvjet GEMMs (Hopper and later) name their CTA tile: nvjet_sm90_tst_64x8_..., nvjet_sm90_qqtst_128x128_...
+# cuBLASLt's nvjet GEMMs (Hopper and later) name their CTA tile: nvjet_sm90_tst_64x8_...,
+# nvjet_sm90_qqtst_128x128_...
 NVJET_TILE = r"^nvjet_sm\d+_[a-z]*tst_(\d+)x(\d+)_"
 # vLLM ROCm skinny-GEMM kernels
 SKINNY_GEMM = r"^(?:void )?(?:wvSplitK\w*|wv_int4\w*|LLGemm1\w*|LLMM1\w*)"
 # paged decode attention in one pass, and the kernels of a split-KV decode
-PAGED_SINGLE_PASS = r"kernel_paged_attention_2d|chunked_prefill_paged_decode|paged_attention_ll4mi_QKV|kernel_unified_attention_2d"
-SPLIT_KV = r"(?i)unified_attention_3d|reduce_segments|splitkv|split_kv|combine|lean_reduction"  # cuDNN: lean attention
+PAGED_SINGLE_PASS = (r"kernel_paged_attention_2d|chunked_prefill_paged_decode"
+                     r"|paged_attention_ll4mi_QKV|kernel_unified_attention_2d")
+# (cuDNN: lean attention)
+SPLIT_KV = r"(?i)unified_attention_3d|reduce_segments|splitkv|split_kv|combine|lean_reduction"
 # plain identifiers are how Triton names its kernels; these prefixes are vendor libraries
 TRITON_NAME = r"^[A-Za-z_]\w*$"
 NOT_TRITON = r"^(?:Cijk_|nvjet|_ZN|__amd_rocclr|sm\d+_|ampere_|cutlass|cudnn|ck_)"
@@ -72,12 +80,15 @@ ROCPRIM_ARCH = r"target_arch\)?\s*([0-9]{3,4})\b"
 
 # kernel-name families the rules look for
 # vLLM's custom (ll4mi / wmma) paged attention for RDNA
-NAVI_PAGED_ATTENTION = r"paged_attention_ll4mi_QKV|paged_attention_ll4mi_reduce|paged_attention_custom|wmma_paged_attention"
+NAVI_PAGED_ATTENTION = (r"paged_attention_ll4mi_QKV|paged_attention_ll4mi_reduce"
+                        r"|paged_attention_custom|wmma_paged_attention")
 # an FP8 KV cache in vLLM's attention kernel templates
 FP8_KV_CACHE = r"Fp8KVCacheDataType\)[12]|fp8_e4m3|fp8_e5m2"
 # fused attention kernels (flash, memory-efficient, cuDNN, fmha, vLLM paged/unified)
-FUSED_ATTENTION = r"(?i)flash|_efficient_attention|cudnn_attention|attn_fwd|fmha|unified_attention|paged_attention"
-# rocBLAS / legacy Tensile kernels: a 4-field MI token (hipBLASLt's TensileLite: 3 fields and _UserArgs_)
+FUSED_ATTENTION = (r"(?i)flash|_efficient_attention|cudnn_attention|attn_fwd|fmha"
+                   r"|unified_attention|paged_attention")
+# rocBLAS / legacy Tensile kernels: a 4-field MI token (hipBLASLt's TensileLite: 3 fields and
+# _UserArgs_)
 ROCBLAS_TILE = r"^Cijk_\w*_MI\d+x\d+x\d+x\d+_"
 # llama.cpp quantized GEMV (decode)
 LLAMACPP_MMVQ = r"mul_mat_vec_q<"
@@ -88,7 +99,8 @@ FP8_NAME = r"(?i)float8|fp8|e4m3|e5m2"
 # FP8 kernels: names, scaled-mm, FP8 Tensile data types
 FP8_KERNEL = FP8_NAME + r"|(?i:scaled_mm|w8a8|^Cijk_\w*_(?:F8F8S|B8F8HS|F8B8|B8B8|F8H|F8S)_)"
 # activation quantize / dequantize kernels
-QUANTIZE_KERNEL = r"(?i)per_token_group_quant|scaled_fp8_quant|dynamic_\w*quant|quantize|dequant|convert_fp8|to_fp8"
+QUANTIZE_KERNEL = (r"(?i)per_token_group_quant|scaled_fp8_quant|dynamic_\w*quant|quantize"
+                   r"|dequant|convert_fp8|to_fp8")
 # low-bit weight GEMM kernels (int4, MXFP4, AWQ, GPTQ, Marlin)
 LOW_BIT_KERNEL = r"(?i)mxfp4|w4a16|awq|gptq|marlin|q_gemm_rdna3|mxfp4_gemm_rdna3|int4|wvSplitK_int4"
 # GEMM-shaped kernel names (an FP8 name that is a GEMM, not a cast)
@@ -112,8 +124,8 @@ BLOCKING_COPY = r"^(?:cuda|hip|cu)Memcpy(?:2D|3D|Peer|DtoH|HtoD|DtoD|WithStream)
 SYNC = r"^(?:cuda|hip|cu)(?:Stream|Device|Event|Ctx)Synchronize$"
 STREAM_WAIT = r"^(?:cuda|hip|cu)StreamWaitEvent(?:_v2)?$"
 
-# Scaled-dot-product attention ops (torch), by name: the layout of q/k/v ("bhld" | "blhd"), the index
-# of is_causal in the args, the index of the mask argument (or None)
+# Scaled-dot-product attention ops (torch), by name: the layout of q/k/v ("bhld" | "blhd"), the
+# index of is_causal in the args, the index of the mask argument (or None)
 SDPA_ARGS = {
     "aten::scaled_dot_product_attention": ("bhld", 5, 3),
     "aten::_scaled_dot_product_attention_math": ("bhld", 5, 3),

@@ -60,8 +60,8 @@ def _softmax_attention(seq: list[tuple[int, str]]) -> tuple[list[tuple[int, str]
 
 def label(seq: list[tuple[int, str]]) -> dict[int, str]:
     """seq: (kernel id, 'G' gemm | 'R' split-K reduce of the GEMM before it | 'A' attention |
-    'S' softmax of a GEMM-softmax-GEMM attention | 'E' MoE expert | 'N' norm | 'F' activation) in time
-    order -> gemm id -> component."""
+    'S' softmax of a GEMM-softmax-GEMM attention | 'E' MoE expert | 'N' norm | 'F' activation) in
+    time order -> gemm id -> component."""
     seq, att = _softmax_attention(seq)
     owner: dict[int, int] = {}
     prev_g = None
@@ -99,15 +99,16 @@ def _label(seq: list[tuple[int, str]]) -> dict[int, str]:
 
 
 def _by_norms(seq: list[tuple[int, str]]) -> dict[int, str]:
-    """A pre-norm layer without attention kernels: its GEMMs sit between 'N' norm kernels. A stretch
-    holding an 'F' activation is the MLP (gate/up before it, down after); a stretch without one is the
-    attention half (its last GEMM o_proj, the ones before it qkv_proj); GEMMs after the last norm with
-    no activation are the lm_head. Nothing before the first norm, and nothing at all without both a
-    norm and an activation to anchor on."""
+    """A pre-norm layer without attention kernels: its GEMMs sit between 'N' norm kernels. A
+    stretch holding an 'F' activation is the MLP (gate/up before it, down after); a stretch without
+    one is the attention half (its last GEMM o_proj, the ones before it qkv_proj); GEMMs after the
+    last norm with no activation are the lm_head. Nothing before the first norm, and nothing at all
+    without both a norm and an activation to anchor on."""
     kinds = {kind for _, kind in seq}
     if "N" not in kinds or "F" not in kinds:
         return {}
-    stretches: list[list[tuple[int, str]]] = []   # what follows each norm (consecutive norm kernels: one)
+    # what follows each norm (consecutive norm kernels: one)
+    stretches: list[list[tuple[int, str]]] = []
     for kid, kind in seq:
         if kind == "N":
             if not stretches or stretches[-1]:
@@ -131,14 +132,18 @@ def _by_norms(seq: list[tuple[int, str]]) -> dict[int, str]:
 
 def gemm_positions(k: pl.DataFrame) -> pl.DataFrame:
     """Fill `comp` for rows flagged `_gemm` from their position; evidence 'position'."""
+    comp = pl.col("comp")
+    softmax = (comp == "attention") & pl.col("name").str.contains(r"(?i)soft_?max")
+    norm = (comp == "norm") | (comp.is_null() & (pl.col("op") == "aten::rsqrt"))
     kind = (pl.when(pl.col("_gemm") & pl.col("name").str.contains(SPLITK_REDUCE)).then(pl.lit("R"))
             .when(pl.col("_gemm")).then(pl.lit("G"))
-            .when((pl.col("comp") == "attention") & pl.col("name").str.contains(r"(?i)soft_?max")).then(pl.lit("S"))
-            .when(pl.col("comp").is_in(["attention", "linear_attention"])).then(pl.lit("A"))
-            .when(pl.col("comp") == "moe_experts").then(pl.lit("E"))
-            .when((pl.col("comp") == "norm") | (pl.col("comp").is_null() & (pl.col("op") == "aten::rsqrt"))).then(pl.lit("N"))
-            .when(pl.col("comp") == "activation").then(pl.lit("F")))
-    todo = k.with_columns(kind.alias("_kind")).filter(pl.col("_kind").is_not_null() & pl.col("step").is_not_null())
+            .when(softmax).then(pl.lit("S"))
+            .when(comp.is_in(["attention", "linear_attention"])).then(pl.lit("A"))
+            .when(comp == "moe_experts").then(pl.lit("E"))
+            .when(norm).then(pl.lit("N"))
+            .when(comp == "activation").then(pl.lit("F")))
+    placed = pl.col("_kind").is_not_null() & pl.col("step").is_not_null()
+    todo = k.with_columns(kind.alias("_kind")).filter(placed)
     steps = todo.filter(pl.col("_gemm"))["step"].unique().to_list()
     labels: dict[int, str] = {}
     for step in steps:  # one Python pass per step, over its GEMM, attention and expert kernels only
@@ -146,7 +151,8 @@ def gemm_positions(k: pl.DataFrame) -> pl.DataFrame:
         labels.update(label(list(zip(seq["id"].to_list(), seq["_kind"].to_list()))))
     if not labels:
         return k.drop("_gemm")
-    lab = pl.DataFrame({"id": list(labels), "_pos": list(labels.values())}, schema={"id": pl.Int64, "_pos": pl.Utf8})
+    lab = pl.DataFrame({"id": list(labels), "_pos": list(labels.values())},
+                       schema={"id": pl.Int64, "_pos": pl.Utf8})
     k = k.join(lab, on="id", how="left")
     return k.with_columns(
         pl.coalesce("comp", "_pos").alias("comp"),

@@ -1,9 +1,11 @@
 """The MoE router GEMM by shape, where no module scope names it (with_stack off).
 
-A router projects the hidden state [T, K] to one logit per expert [T, E] (E < K), and the next thing
-done with its output is routing: a softmax or top-k over exactly E values, before any other GEMM on
-the thread (vLLM's `topk_softmax` / `grouped_topk` take those logits as one of their inputs). Other GEMMs with N = E are not routed: Qwen3-Next's `in_proj_ba` (N = 2 x value heads,
-16 there as the expert count) feeds the delta rule (sigmoid, softplus over 8 values), never a top-k.
+A router projects the hidden state [T, K] to one logit per expert [T, E] (E < K), and the next
+thing done with its output is routing: a softmax or top-k over exactly E values, before any other
+GEMM on the thread (vLLM's `topk_softmax` / `grouped_topk` take those logits as one of their
+inputs). Other GEMMs with N = E are not routed: Qwen3-Next's `in_proj_ba` (N = 2 x value heads,
+16 there as the expert count) feeds the delta rule (sigmoid, softplus over 8 values), never a
+top-k.
 """
 
 from __future__ import annotations
@@ -29,8 +31,8 @@ def gemm_nk(name: str, dims: str | None) -> tuple[int, int] | None:
 
 
 def _last_dims(dims: str | None) -> list[int]:
-    """The last dim of every tensor input (softmax/topk route their one input; vLLM's topk_softmax and
-    grouped_topk take the gating output [T, E] beside [T, k] outputs and the hidden state)."""
+    """The last dim of every tensor input (softmax/topk route their one input; vLLM's topk_softmax
+    and grouped_topk take the gating output [T, E] beside [T, k] outputs and the hidden state)."""
     try:
         d = orjson.loads(dims or "[]")
     except orjson.JSONDecodeError:
@@ -39,7 +41,8 @@ def _last_dims(dims: str | None) -> list[int]:
 
 
 def routers(ops: pl.DataFrame, k: pl.DataFrame) -> pl.Series:
-    """Ids of the kernels in `k` (id, op_id, op, comp) that are an unnamed (comp null) router GEMM."""
+    """Ids of the kernels in `k` (id, op_id, op, comp) that are an unnamed (comp null) router
+    GEMM."""
     gemm_k = k.filter(pl.col("op").is_in(list(GEMM_OPS)).fill_null(False))
     route = ops.filter(pl.col("name").str.contains(ROUTING_OPS))
     if gemm_k.filter(pl.col("comp").is_null()).height == 0 or route.height == 0:
@@ -51,12 +54,15 @@ def routers(ops: pl.DataFrame, k: pl.DataFrame) -> pl.Series:
     nk = [gemm_nk(n, d) for n, d in sig.iter_rows()]  # one parse per distinct GEMM signature
     sig = sig.with_columns(pl.Series("_n", [x[0] if x else None for x in nk], pl.Int64),
                            pl.Series("_k", [x[1] if x else None for x in nk], pl.Int64))
-    g = g.join(sig, on=["name", "input_dims"], how="left", nulls_equal=True).filter(pl.col("_n") < pl.col("_k"))
+    g = g.join(sig, on=["name", "input_dims"], how="left", nulls_equal=True)
+    g = g.filter(pl.col("_n") < pl.col("_k"))
     dims = route.select("input_dims").unique()
-    dims = dims.with_columns(pl.Series("_n", [_last_dims(d) for d in dims["input_dims"]], pl.List(pl.Int64))).explode("_n")
+    last = pl.Series("_n", [_last_dims(d) for d in dims["input_dims"]], pl.List(pl.Int64))
+    dims = dims.with_columns(last).explode("_n")
     r = route.join(dims, on="input_dims", how="inner", nulls_equal=True).select(
         "pid", "tid", "_n", pl.col("start_ns").alias("_r"))
+    before_next = pl.col("_next").is_null() | (pl.col("_r") < pl.col("_next"))
     hit = g.join(r, on=["pid", "tid", "_n"]).filter(
-        (pl.col("_r") > pl.col("start_ns")) & (pl.col("_next").is_null() | (pl.col("_r") < pl.col("_next"))))
+        (pl.col("_r") > pl.col("start_ns")) & before_next)
     ids = hit["id"].unique().implode()
     return k.filter(pl.col("comp").is_null() & pl.col("op_id").is_in(ids))["id"]

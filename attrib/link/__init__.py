@@ -1,1 +1,2 @@
-"""Linking: kernel <-> runtime launch <-> CPU op <-> nn.Module path; graph replays aligned with their capture."""
+"""Linking: kernel <-> runtime launch <-> CPU op <-> nn.Module path; graph replays aligned with
+their capture."""

@@ -49,9 +49,12 @@ class MergeReport:
 
     def note(self) -> str:
         """The one line the analysis notes carry."""
-        return (f"graph capture: {self.matched} of {self.replayed} replayed kernels matched to {self.segments} "
-                f"captured graphs ({self.groups_exact} of {self.groups} groups exact"
-                + (f", {self.groups_ambiguous} ambiguous: pass --capture-batch" if self.groups_ambiguous else "") + ")")
+        ambiguous = (f", {self.groups_ambiguous} ambiguous: pass --capture-batch"
+                     if self.groups_ambiguous else "")
+        return (f"graph capture: {self.matched} of {self.replayed} replayed kernels matched to "
+                f"{self.segments} captured graphs "
+                f"({self.groups_exact} of {self.groups} groups exact"
+                + ambiguous + ")")
 
 
 def _norm(col: pl.Expr) -> pl.Expr:
@@ -59,8 +62,8 @@ def _norm(col: pl.Expr) -> pl.Expr:
 
 
 def capture_launches(capture: Trace) -> pl.DataFrame:
-    """Named kernel launches inside closed capture segments: id, seg (the begin call's id), pos, name,
-    annotation, batch_size, in capture order."""
+    """Named kernel launches inside closed capture segments: id, seg (the begin call's id), pos,
+    name, annotation, batch_size, in capture order."""
     la = capture.launches.sort([*_BY, "start_ns"])
     begin = pl.col("name").str.contains(r"(?i)StreamBeginCapture")
     end = pl.col("name").str.contains(r"(?i)StreamEndCapture")
@@ -68,36 +71,43 @@ def capture_launches(capture: Trace) -> pl.DataFrame:
         pl.when(begin).then(pl.col("id")).forward_fill().over(_BY).alias("seg"),
         (begin.cast(pl.Int64) - end.cast(pl.Int64)).cum_sum().over(_BY).alias("open"))
     closed = la.filter(end & pl.col("seg").is_not_null()).select("seg").unique()
-    kern = (pl.col("open") > 0) & pl.col("name").str.contains(KERNEL_LAUNCH) & ~pl.col("name").str.contains(
-        GRAPH_LAUNCH) & pl.col("kernel_name").is_not_null()
+    is_launch = (pl.col("name").str.contains(KERNEL_LAUNCH)
+                 & ~pl.col("name").str.contains(GRAPH_LAUNCH))
+    kern = (pl.col("open") > 0) & is_launch & pl.col("kernel_name").is_not_null()
     segs = la.filter(kern).join(closed, on="seg", how="semi")
     if segs.height == 0:
-        return pl.DataFrame(schema={"id": pl.Int64, "seg": pl.Int64, "pos": pl.Int64, "name": pl.Utf8,
-                                    "annotation": pl.Utf8, "batch_size": pl.Int64})
-    begins = la.filter(begin).select(pl.col("id").alias("pid_"), pl.col("start_ns").alias("t_ns"), *_BY)
-    ann = capture.markers.filter((pl.col("side") == "cpu") & pl.col("name").str.contains(_ANNOTATION))
-    inner = innermost(ann.select("id", "start_ns", "dur_ns", *_BY), begins, _BY).join(
-        ann.select(pl.col("id").alias("inner"), pl.col("name").alias("annotation")), on="inner", how="left").join(
-        begins.select("pid_", "t_ns"), on="pid_").select(
-        pl.col("pid_").alias("seg"), "annotation",
-        pl.col("annotation").str.extract(_ANNOTATION, 1).cast(pl.Int64).alias("batch_size"),
-        pl.col("t_ns").alias("seg_ns"))
+        return pl.DataFrame(schema={"id": pl.Int64, "seg": pl.Int64, "pos": pl.Int64,
+                                    "name": pl.Utf8, "annotation": pl.Utf8,
+                                    "batch_size": pl.Int64})
+    begins = la.filter(begin).select(pl.col("id").alias("pid_"), pl.col("start_ns").alias("t_ns"),
+                                     *_BY)
+    is_ann = (pl.col("side") == "cpu") & pl.col("name").str.contains(_ANNOTATION)
+    ann = capture.markers.filter(is_ann)
+    ann_names = ann.select(pl.col("id").alias("inner"), pl.col("name").alias("annotation"))
+    batch = pl.col("annotation").str.extract(_ANNOTATION, 1).cast(pl.Int64)
+    inner = (innermost(ann.select("id", "start_ns", "dur_ns", *_BY), begins, _BY)
+             .join(ann_names, on="inner", how="left")
+             .join(begins.select("pid_", "t_ns"), on="pid_")
+             .select(pl.col("pid_").alias("seg"), "annotation", batch.alias("batch_size"),
+                     pl.col("t_ns").alias("seg_ns")))
     segs = segs.join(inner, on="seg", how="left").sort("seg_ns", "start_ns")
     return segs.select("id", "seg", pl.int_range(pl.len()).over("seg").alias("pos"),
                        _norm(pl.col("kernel_name")).alias("name"), "annotation", "batch_size")
 
 
 def capture_context(capture: Trace, launches: pl.DataFrame) -> pl.DataFrame:
-    """Capture launch id -> op_id, module, module_path, via `attrib.link.launches.link` over one pseudo
-    kernel per launch (External id of the launch, else time containment; module frames)."""
+    """Capture launch id -> op_id, module, module_path, via `attrib.link.launches.link` over one
+    pseudo kernel per launch (External id of the launch, else time containment; module frames)."""
     la = capture.launches.join(launches.select("id"), on="id", how="semi")
-    pseudo = la.select("id", "correlation", pl.lit(False).alias("graph"), pl.col("id").alias("launch_id"))
+    pseudo = la.select("id", "correlation", pl.lit(False).alias("graph"),
+                       pl.col("id").alias("launch_id"))
     got = link(capture.with_tables(kernels=conform("kernels", pseudo)))
     return got.select("id", "op_id", "module", "module_path")
 
 
 def replay_groups(replay: Trace, links: pl.DataFrame) -> pl.DataFrame:
-    """Graph-replayed kernels grouped by their graph launch: launch_id, correlation, ids, names (start order)."""
+    """Graph-replayed kernels grouped by their graph launch: launch_id, correlation, ids, names
+    (start order)."""
     keyed = pl.col("launch_id").is_not_null() | pl.col("correlation").is_not_null()
     k = (replay.kernels.select("id", "name", "start_ns", "correlation")
          .join(links.select("id", "launch_id", "graph"), on="id", how="inner")
@@ -130,8 +140,13 @@ def _pick(names: list[str], seqs: dict[tuple[str, ...], list[int]], ann: list[st
     return cands[0], best, ambiguous
 
 
-def _align(groups: pl.DataFrame, segs: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, int | float | None]]:
-    """Kernel id -> capture launch id for every kernel in a matching block of its group's segment."""
+_PAIRS = {"id": pl.Int64, "capture_launch": pl.Int64}
+
+
+def _align(groups: pl.DataFrame, segs: pl.DataFrame
+           ) -> tuple[pl.DataFrame, dict[str, int | float | None]]:
+    """Kernel id -> capture launch id for every kernel in a matching block of its group's
+    segment."""
     per = segs.group_by("seg", maintain_order=True).agg("id", "name", pl.col("annotation").first())
     seg_ids, seg_names = per["id"].to_list(), [tuple(n) for n in per["name"].to_list()]
     ann = per["annotation"].to_list()
@@ -152,7 +167,7 @@ def _align(groups: pl.DataFrame, segs: pl.DataFrame) -> tuple[pl.DataFrame, dict
         for a, b, n in sm.get_matching_blocks():
             kid.extend(ids[a:a + n])
             lid.extend(seg_ids[s][b:b + n])
-    pairs = pl.DataFrame({"id": kid, "capture_launch": lid}, schema={"id": pl.Int64, "capture_launch": pl.Int64})
+    pairs = pl.DataFrame({"id": kid, "capture_launch": lid}, schema=_PAIRS)
     stats = {"groups_matched": len(ratios), "groups_exact": exact, "groups_ambiguous": ambiguous,
              "mean_ratio": round(sum(ratios) / len(ratios), 4) if ratios else None}
     return pairs, stats
@@ -174,7 +189,7 @@ def merge(replay: Trace, links: pl.DataFrame, capture: Trace, *,
     groups = replay_groups(replay, links)
     n_replayed = int(groups["id"].list.len().sum() or 0)
     pairs, stats = _align(groups, segs) if segs.height and groups.height else (
-        pl.DataFrame(schema={"id": pl.Int64, "capture_launch": pl.Int64}),
+        pl.DataFrame(schema=_PAIRS),
         {"groups_matched": 0, "groups_exact": 0, "groups_ambiguous": 0, "mean_ratio": None})
     ctx = capture_context(capture, segs) if pairs.height else pl.DataFrame(
         schema={"id": pl.Int64, "op_id": pl.Int64, "module": pl.Utf8, "module_path": pl.Utf8})
@@ -184,7 +199,8 @@ def merge(replay: Trace, links: pl.DataFrame, capture: Trace, *,
         pl.col("module_path").alias("c_path"))
     used = got["c_op"].drop_nulls().unique() - offset
     new_ops = (capture.ops.filter(pl.col("id").is_in(used.implode()))
-               .with_columns((pl.col("id") + offset).alias("id"), pl.lit(None, pl.Int64).alias("external_id"),
+               .with_columns((pl.col("id") + offset).alias("id"),
+                             pl.lit(None, pl.Int64).alias("external_id"),
                              pl.lit(None, pl.Int64).alias("parent"))
                .select([c for c in replay.ops.columns if c in capture.ops.columns]))
     ops = pl.concat([replay.ops, new_ops], how="diagonal_relaxed") if new_ops.height else replay.ops
@@ -195,11 +211,13 @@ def merge(replay: Trace, links: pl.DataFrame, capture: Trace, *,
         pl.when(hit).then(pl.col("c_mod")).otherwise(pl.col("module")).alias("module"),
         pl.when(hit).then(pl.col("c_path")).otherwise(pl.col("module_path")).alias("module_path"),
     ).select(links.columns)
-    annotations = segs.group_by("annotation").agg(pl.col("seg").n_unique().alias("n")).sort("annotation")
+    annotations = (segs.group_by("annotation").agg(pl.col("seg").n_unique().alias("n"))
+                   .sort("annotation"))
     report = MergeReport(
         segments=int(segs["seg"].n_unique()), groups=groups.height, replayed=n_replayed,
         matched=pairs.height, unmatched=n_replayed - pairs.height,
-        with_op=int(got["c_op"].is_not_null().sum()), with_module=int(got["c_path"].is_not_null().sum()),
+        with_op=int(got["c_op"].is_not_null().sum()),
+        with_module=int(got["c_path"].is_not_null().sum()),
         ops_appended=new_ops.height, **stats,
         captures={a or "(none)": n for a, n in annotations.iter_rows()})
     return replay.with_tables(ops=ops), out, report

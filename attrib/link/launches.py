@@ -14,7 +14,8 @@ import polars as pl
 from attrib.link.nesting import innermost, parents
 from attrib.trace import Trace
 
-KERNEL_LAUNCH = r"(?i)(launchkernel|launchcooperativekernel|graphlaunch|modulelaunchkernel|cuLaunch)"
+KERNEL_LAUNCH = (r"(?i)(launchkernel|launchcooperativekernel|graphlaunch|modulelaunchkernel"
+                 r"|cuLaunch)")
 _MODULE = r"^nn\.Module: (.+)$"
 _BY = ["pid", "tid"]
 
@@ -29,25 +30,29 @@ def _launch_of(trace: Trace) -> pl.DataFrame:
           .unique("correlation", keep="first"))
     k = trace.kernels.select("id", "correlation", "external_id", "graph", "launch_id")
     k = k.join(la, on="correlation", how="left")
-    # graph replays are the contract's fact (attrib.trace.mark_graph_replays, applied by the collectors)
+    # graph replays are the contract's fact (attrib.trace.mark_graph_replays, applied by the
+    # collectors)
     return k.with_columns(pl.col("launch_id").fill_null(pl.col("launch")).alias("launch_id"),
                           pl.col("graph").fill_null(False).alias("graph"))
 
 
 def module_paths(frames: pl.DataFrame) -> pl.DataFrame:
-    """nn.Module frames with `module` (class name), `module_path` (outer/.../inner instance names)."""
+    """nn.Module frames with `module` (class name), `module_path` (outer/.../inner instance
+    names)."""
     mods = (frames.filter(pl.col("name").str.starts_with("nn.Module: "))
             .with_columns(pl.col("name").str.extract(_MODULE).alias("inst")))
     if mods.height == 0:
-        return mods.select("id", "start_ns", "dur_ns", *_BY, pl.lit("").alias("module"), pl.lit("").alias("module_path"))
+        return mods.select("id", "start_ns", "dur_ns", *_BY, pl.lit("").alias("module"),
+                           pl.lit("").alias("module_path"))
     tree = mods.select("id", *_BY, "start_ns", "dur_ns").pipe(parents, _BY)
     mods = mods.join(tree, on="id")
     paths = mods.filter(pl.col("depth") == 0).select("id", pl.col("inst").alias("module_path"))
     done = [paths]
     for d in range(1, int(mods["depth"].max() or 0) + 1):
         level = mods.filter(pl.col("depth") == d).select("id", "parent", "inst")
-        paths = level.join(paths.rename({"id": "parent", "module_path": "up"}), on="parent", how="left").select(
-            "id", pl.concat_str([pl.col("up").fill_null("?"), pl.col("inst")], separator="/").alias("module_path"))
+        ups = paths.rename({"id": "parent", "module_path": "up"})
+        path = pl.concat_str([pl.col("up").fill_null("?"), pl.col("inst")], separator="/")
+        paths = level.join(ups, on="parent", how="left").select("id", path.alias("module_path"))
         done.append(paths)
     mods = mods.join(pl.concat(done), on="id", how="left")
     return mods.select("id", "start_ns", "dur_ns", *_BY,
@@ -55,8 +60,8 @@ def module_paths(frames: pl.DataFrame) -> pl.DataFrame:
 
 
 def launch_points(k: pl.DataFrame) -> pl.DataFrame:
-    """Where and when each directly launched kernel (not a graph replay) was launched: pid_ (the kernel
-    id), t_ns, pid, tid; the points `innermost` places in ops, frames and modules."""
+    """Where and when each directly launched kernel (not a graph replay) was launched: pid_ (the
+    kernel id), t_ns, pid, tid; the points `innermost` places in ops, frames and modules."""
     return k.filter(pl.col("launch_ns").is_not_null() & ~pl.col("graph")).select(
         pl.col("id").alias("pid_"), pl.col("launch_ns").alias("t_ns"),
         pl.col("launch_pid").alias("pid"), pl.col("launch_tid").alias("tid"))
@@ -73,7 +78,8 @@ def link(trace: Trace) -> pl.DataFrame:
     k = _launch_of(trace)
     ext = pl.coalesce(pl.when(~pl.col("graph")).then(pl.col("external_id")),
                       pl.when(~pl.col("graph")).then(pl.col("launch_ext")))
-    k = k.with_columns(ext.alias("ext")).join(_ops_by_ext(trace.ops).rename({"external_id": "ext"}), on="ext", how="left")
+    op_of_ext = _ops_by_ext(trace.ops).rename({"external_id": "ext"})
+    k = k.with_columns(ext.alias("ext")).join(op_of_ext, on="ext", how="left")
     pts = launch_points(k)
     by_time = innermost(trace.ops.select("id", "start_ns", "dur_ns", *_BY), pts, _BY).rename(
         {"pid_": "id", "inner": "op_time"})
@@ -85,4 +91,5 @@ def link(trace: Trace) -> pl.DataFrame:
     how = (pl.when(pl.col("op_ext").is_not_null()).then(pl.lit("external_id"))
            .when(pl.col("op_time").is_not_null()).then(pl.lit("time")))
     return k.select("id", "launch_id", "launch_name", "graph",
-                    pl.coalesce("op_ext", "op_time").alias("op_id"), how.alias("link"), "module", "module_path")
+                    pl.coalesce("op_ext", "op_time").alias("op_id"), how.alias("link"),
+                    "module", "module_path")

@@ -16,17 +16,20 @@ import polars as pl
 def _stream(intervals: pl.DataFrame, points: pl.DataFrame | None, by: list[str]) -> pl.DataFrame:
     # Keys are doubled times so that at equal times ends come before starts and points,
     # and a point at an interval's start is inside it.
-    starts = intervals.select(*by, (pl.col("start_ns") * 2 + 1).alias("key"), pl.lit(0).alias("order"),
-                              pl.lit(1).alias("delta"), pl.col("id").alias("iid"), pl.lit(None, pl.Int64).alias("pid_"))
+    none = pl.lit(None, pl.Int64)
+    starts = intervals.select(*by, (pl.col("start_ns") * 2 + 1).alias("key"),
+                              pl.lit(0).alias("order"), pl.lit(1).alias("delta"),
+                              pl.col("id").alias("iid"), none.alias("pid_"))
     end = pl.col("start_ns") + pl.col("dur_ns")
-    ends = intervals.select(*by, (end * 2 + (pl.col("dur_ns") <= 0).cast(pl.Int64)).alias("key"),
-                            pl.lit(2).alias("order"), pl.lit(-1).alias("delta"), pl.lit(None, pl.Int64).alias("iid"),
-                            pl.lit(None, pl.Int64).alias("pid_"))
+    end_key = end * 2 + (pl.col("dur_ns") <= 0).cast(pl.Int64)
+    ends = intervals.select(*by, end_key.alias("key"),
+                            pl.lit(2).alias("order"), pl.lit(-1).alias("delta"),
+                            none.alias("iid"), none.alias("pid_"))
     parts = [starts, ends]
     if points is not None:
-        parts.append(points.select(*by, (pl.col("t_ns") * 2 + 1).alias("key"), pl.lit(1).alias("order"),
-                                   pl.lit(0).alias("delta"), pl.lit(None, pl.Int64).alias("iid"),
-                                   pl.col("pid_")))
+        parts.append(points.select(*by, (pl.col("t_ns") * 2 + 1).alias("key"),
+                                   pl.lit(1).alias("order"), pl.lit(0).alias("delta"),
+                                   none.alias("iid"), pl.col("pid_")))
     ev = _sorted(pl.concat(parts, how="vertical_relaxed"), by)
     # each group's deltas sum to 0 (every interval starts and ends in its group), so the running sum
     # over the sorted whole is each group's own: no per-group window needed
@@ -36,7 +39,8 @@ def _stream(intervals: pl.DataFrame, points: pl.DataFrame | None, by: list[str])
 def _sorted(ev: pl.DataFrame, by: list[str]) -> pl.DataFrame:
     """ev sorted by (*by, key, order). Where the groups, the key's span and the order fit in one
     Int64 (group rank, key - min, order: 62 bits), by that one column, stably: ~4x faster than
-    four keys and the same rows in the same order (the four-key sort keeps equal rows' order too)."""
+    four keys and the same rows in the same order (the four-key sort keeps equal rows' order
+    too)."""
     four = [*by, "key", "order"]
     if ev.height == 0 or any(ev[c].null_count() for c in by) or ev["key"].null_count():
         return ev.sort(four)
@@ -173,13 +177,14 @@ def parents(intervals: pl.DataFrame, by: list[str]) -> pl.DataFrame:
     got = _narrow(intervals, None, by)
     lv = got[0] if got else _levels(_stream(intervals, None, by), by)
     up = lv.select(*by, "key", pl.col("iid").alias("parent"), (pl.col("depth") + 1).alias("depth"))
-    out = lv.join_asof(up, on="key", by=[*by, "depth"], strategy="backward", allow_exact_matches=False,
-                       check_sortedness=False)
+    out = lv.join_asof(up, on="key", by=[*by, "depth"], strategy="backward",
+                       allow_exact_matches=False, check_sortedness=False)
     return out.select(pl.col("iid").alias("id"), "depth", "parent")
 
 
 def innermost(intervals: pl.DataFrame, points: pl.DataFrame, by: list[str]) -> pl.DataFrame:
-    """For points (pid_, t_ns, *by): columns pid_, inner (innermost containing interval id or null)."""
+    """For points (pid_, t_ns, *by): columns pid_, inner (innermost containing interval id or
+    null)."""
     if points.height == 0 or intervals.height == 0:
         return points.select("pid_", pl.lit(None, pl.Int64).alias("inner"))
     got = _narrow(intervals, points, by)
@@ -190,6 +195,6 @@ def innermost(intervals: pl.DataFrame, points: pl.DataFrame, by: list[str]) -> p
         lv = _levels(ev, by)
         pts = (ev.filter(pl.col("pid_").is_not_null())
                .select(*by, "key", "pid_", (pl.col("open") - 1).alias("depth")).sort("key"))
-    out = pts.join_asof(lv.rename({"iid": "inner"}), on="key", by=[*by, "depth"], strategy="backward",
-                        check_sortedness=False)
+    out = pts.join_asof(lv.rename({"iid": "inner"}), on="key", by=[*by, "depth"],
+                        strategy="backward", check_sortedness=False)
     return out.select("pid_", pl.when(pl.col("depth") >= 0).then(pl.col("inner")).alias("inner"))

@@ -1,5 +1,6 @@
-"""Context length (K/V positions read per sequence) of each step: from the attention ops' shapes, the
-vLLM step annotation, or the capture's provenance stamp plus the decode steps since the prefill.
+"""Context length (K/V positions read per sequence) of each step: from the attention ops' shapes,
+the vLLM step annotation, or the capture's provenance stamp plus the decode steps since the
+prefill.
 """
 
 from __future__ import annotations
@@ -14,8 +15,10 @@ from attrib.steps.phases import vllm_sums
 
 # Ops whose input 1 is K laid out [batch, kv_heads, positions, head_dim]: positions = dims[1][-2].
 # (the public op and its backends' aten::_scaled_dot_product_* ops, the math fallback aside)
-SDPA_OPS = (SDPA, SDPA_CPU_FLASH, *(n for n in SDPA_ARGS if n.startswith("aten::_scaled_dot_product_")
-                                    and not n.endswith("_math")))
+SDPA_OPS = (SDPA, SDPA_CPU_FLASH,
+            *(n for n in SDPA_ARGS
+              if n.startswith("aten::_scaled_dot_product_") and not n.endswith("_math")))
+_STEP_CONTEXT = {"step": pl.Int64, "context": pl.Int64}
 
 
 def _k_positions(dims: str | None) -> int | None:
@@ -28,14 +31,16 @@ def _k_positions(dims: str | None) -> int | None:
 
 def from_shapes(ops: pl.DataFrame | None, steps: pl.DataFrame) -> pl.DataFrame:
     """step, context: the median K length of the SDPA ops inside each step's CPU window."""
-    empty = pl.DataFrame(schema={"step": pl.Int64, "context": pl.Int64})
+    empty = pl.DataFrame(schema=_STEP_CONTEXT)
     if ops is None or "input_dims" not in ops.columns or "cpu_start" not in steps.columns:
         return empty
     att = ops.filter(pl.col("name").is_in(SDPA_OPS) & pl.col("input_dims").is_not_null())
     if not att.height:
         return empty
-    att = att.with_columns(pl.col("input_dims").map_elements(_k_positions, return_dtype=pl.Int64).alias("context"))
-    win = steps.filter(pl.col("cpu_start").is_not_null()).select("step", "cpu_start", "cpu_end").sort("cpu_start")
+    k_len = pl.col("input_dims").map_elements(_k_positions, return_dtype=pl.Int64)
+    att = att.with_columns(k_len.alias("context"))
+    win = (steps.filter(pl.col("cpu_start").is_not_null())
+           .select("step", "cpu_start", "cpu_end").sort("cpu_start"))
     hit = (att.select("start_ns", "context").drop_nulls().sort("start_ns")
            .join_asof(win, left_on="start_ns", right_on="cpu_start", strategy="backward")
            .filter(pl.col("start_ns") < pl.col("cpu_end")))
@@ -43,14 +48,14 @@ def from_shapes(ops: pl.DataFrame | None, steps: pl.DataFrame) -> pl.DataFrame:
 
 
 def from_annotation(steps: pl.DataFrame) -> pl.DataFrame:
-    """step, context: in decode steps (one query token per request, so Σq counts the requests), vLLM's
-    Σk over the step's requests divided by Σq: the mean context per sequence."""
+    """step, context: in decode steps (one query token per request, so Σq counts the requests),
+    vLLM's Σk over the step's requests divided by Σq: the mean context per sequence."""
     rows = []
     for step, phase, marker in steps.select("step", "phase", "marker").iter_rows():
         sums = vllm_sums(marker) if phase == "decode" else None
         if sums and sums["sk"] and sums["sq"]:
             rows.append((step, round(sums["sk"] / sums["sq"])))
-    return pl.DataFrame(rows, schema={"step": pl.Int64, "context": pl.Int64}, orient="row")
+    return pl.DataFrame(rows, schema=_STEP_CONTEXT, orient="row")
 
 
 def from_provenance(steps: pl.DataFrame, provenance: dict[str, Any]) -> pl.DataFrame:
@@ -58,24 +63,29 @@ def from_provenance(steps: pl.DataFrame, provenance: dict[str, Any]) -> pl.DataF
     prefill (decode step n after a prefill of P positions reads P + n); the prefill reads P."""
     base = provenance.get("context_length")
     if not isinstance(base, int) or base <= 0:
-        return pl.DataFrame(schema={"step": pl.Int64, "context": pl.Int64})
-    s = steps.sort("window_start").with_columns((pl.col("phase") == "prefill").cum_sum().alias("_gen"))
+        return pl.DataFrame(schema=_STEP_CONTEXT)
+    generation = (pl.col("phase") == "prefill").cum_sum().alias("_gen")
+    s = steps.sort("window_start").with_columns(generation)
     s = s.with_columns(pl.when(pl.col("phase") == "decode")
                        .then(pl.lit(base) + pl.col("phase").eq("decode").cum_sum().over("_gen"))
                        .otherwise(pl.lit(base)).cast(pl.Int64).alias("context"))
     return s.select("step", "context")
 
 
-def step_context(steps: pl.DataFrame, ops: pl.DataFrame | None, provenance: dict[str, Any]) -> pl.DataFrame:
-    """step, context, context_from: shapes first, then the vLLM annotation, then the provenance stamp."""
+def step_context(steps: pl.DataFrame, ops: pl.DataFrame | None,
+                 provenance: dict[str, Any]) -> pl.DataFrame:
+    """step, context, context_from: shapes first, then the vLLM annotation, then the provenance
+    stamp."""
     out = steps.select("step")
-    for name, got in (("attention shapes", from_shapes(ops, steps)), ("step annotation", from_annotation(steps)),
-                      ("provenance context_length", from_provenance(steps, provenance))):
+    sources = (("attention shapes", from_shapes(ops, steps)),
+               ("step annotation", from_annotation(steps)),
+               ("provenance context_length", from_provenance(steps, provenance)))
+    for name, got in sources:
         got = got.rename({"context": "_c"})
         out = out.join(got, on="step", how="left")
         if "context" not in out.columns:
-            out = out.with_columns(pl.col("_c").alias("context"),
-                                   pl.when(pl.col("_c").is_not_null()).then(pl.lit(name)).alias("context_from"))
+            named = pl.when(pl.col("_c").is_not_null()).then(pl.lit(name))
+            out = out.with_columns(pl.col("_c").alias("context"), named.alias("context_from"))
         else:
             out = out.with_columns(
                 pl.when(pl.col("context").is_null() & pl.col("_c").is_not_null()).then(pl.lit(name))

@@ -49,7 +49,8 @@ def inside(t: pl.Series, spans: pl.DataFrame) -> pl.Series:
 
 
 def mark_excluded(steps: pl.DataFrame, trace: Trace) -> pl.DataFrame:
-    """steps (with window_start/end, step_ms, n_kernels) + `excluded`: "compile" | "warm-up" | null."""
+    """steps (with window_start/end, step_ms, n_kernels) + `excluded`: "compile" | "warm-up" |
+    null."""
     sp = compile_spans(trace)
     has_compile = pl.Series([False] * steps.height, dtype=pl.Boolean)
     if sp.height and steps.height:

@@ -66,7 +66,8 @@ def _holding(iv: pl.DataFrame, near: pl.DataFrame) -> pl.Series:
     for (pid, tid), pts in near.partition_by(_BY, as_dict=True).items():
         m2 = pts["m2"].drop_nulls().sort()
         mine = iv.select(pl.col("pid").eq_missing(pid) & pl.col("tid").eq_missing(tid)).to_series()
-        held = m2.search_sorted(iv["e"] * 2, side="right") > m2.search_sorted(iv["s"] * 2, side="left")
+        upto_end = m2.search_sorted(iv["e"] * 2, side="right")
+        held = upto_end > m2.search_sorted(iv["s"] * 2, side="left")
         keep = keep | (mine & held)
     return keep
 

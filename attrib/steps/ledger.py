@@ -75,38 +75,38 @@ def _busy_rows(
         cov = covered(w0, w1, cs, ce)
         starts = np.sort(s)
         n = np.searchsorted(starts, w1) - np.searchsorted(starts, w0)
+        ns = np.rint(cov - prev).astype(np.int64)
         rows.append(pl.DataFrame({"step": steps, "cause": cause, "what": what,
-                                  "ns": np.rint(cov - prev).astype(np.int64), "n": n.astype(np.int64)}))
+                                  "ns": ns, "n": n.astype(np.int64)}))
         prev = cov
     return rows, (cs, ce)
 
 
 def _kernel_groups(k: pl.DataFrame) -> list[tuple[str, str, pl.DataFrame]]:
     comp = k.with_columns(pl.col("component").fill_null("other"))
-    tot = comp.group_by("component").agg(pl.col("dur_ns").sum()).with_columns(
-        (pl.col("component") == "communication").alias("_last")).sort(["_last", "dur_ns", "component"],
-                                                                      descending=[False, True, False])
+    last = (pl.col("component") == "communication").alias("_last")
+    tot = (comp.group_by("component").agg(pl.col("dur_ns").sum()).with_columns(last)
+           .sort(["_last", "dur_ns", "component"], descending=[False, True, False]))
     return [("kernels", c, comp.filter(pl.col("component") == c)) for c in tot["component"]]
 
 
 def _copy_groups(copies: pl.DataFrame) -> list[tuple[str, str, pl.DataFrame]]:
-    c = copies.drop_nulls(["start_ns", "dur_ns"]).with_columns(
-        pl.concat_str(
-            [pl.col("kind").fill_null("copy"), pl.col("direction")], separator=" ", ignore_nulls=True
-        ).alias("_what")
-    )
+    parts = [pl.col("kind").fill_null("copy"), pl.col("direction")]
+    what = pl.concat_str(parts, separator=" ", ignore_nulls=True).alias("_what")
+    c = copies.drop_nulls(["start_ns", "dur_ns"]).with_columns(what)
     return [("copy", w, c.filter(pl.col("_what") == w)) for w in sorted(c["_what"].unique())]
 
 
 def _gpu_ops(k: pl.DataFrame, copies: pl.DataFrame, launches: pl.DataFrame) -> pl.DataFrame:
-    """Every kernel and copy: start_ns, end_ns, graph, launch_id and its launch call's start, end and
-    thread (launch_ns, launch_end, pid, tid)."""
+    """Every kernel and copy: start_ns, end_ns, graph, launch_id and its launch call's start, end
+    and thread (launch_ns, launch_end, pid, tid)."""
     end = (pl.col("start_ns") + pl.col("dur_ns").fill_null(0)).alias("launch_end")
-    la = launches.select(pl.col("id").alias("launch_id"), pl.col("start_ns").alias("launch_ns"), end,
-                         "pid", "tid")
+    la = launches.select(pl.col("id").alias("launch_id"), pl.col("start_ns").alias("launch_ns"),
+                         end, "pid", "tid")
     kk = k.select("start_ns", (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"), "launch_id",
                   pl.col("graph").fill_null(False)).join(la, on="launch_id", how="left")
-    call = (pl.col("id").alias("launch_id"), pl.col("start_ns").alias("launch_ns"), end, "pid", "tid")
+    call = (pl.col("id").alias("launch_id"), pl.col("start_ns").alias("launch_ns"), end,
+            "pid", "tid")
     by_corr = (launches.select("correlation", *call)  # the columns first: no copy of the rest
                .filter(pl.col("correlation").is_not_null()).unique("correlation"))
     cc = copies.select("start_ns", "dur_ns", "correlation").drop_nulls(["start_ns", "dur_ns"])
@@ -116,7 +116,8 @@ def _gpu_ops(k: pl.DataFrame, copies: pl.DataFrame, launches: pl.DataFrame) -> p
     cols = pl.Schema({"start_ns": pl.Int64, "end_ns": pl.Int64, "launch_id": pl.Int64,
                       "graph": pl.Boolean, "launch_ns": pl.Int64, "launch_end": pl.Int64,
                       "pid": pl.Int64, "tid": pl.Int64})
-    return pl.concat([kk.select(list(cols)).cast(cols), cc.select(list(cols)).cast(cols)]).sort("start_ns")
+    both = [kk.select(list(cols)).cast(cols), cc.select(list(cols)).cast(cols)]
+    return pl.concat(both).sort("start_ns")
 
 
 def _gaps(
@@ -125,7 +126,8 @@ def _gaps(
     parts = []
     for step, a, b in zip(steps, w0, w1):
         ga, gb = complement(int(a), int(b), *busy)
-        parts.append(pl.DataFrame({"step": np.full(len(ga), step, dtype=np.int64), "a": ga, "b": gb}))
+        of_step = np.full(len(ga), step, dtype=np.int64)
+        parts.append(pl.DataFrame({"step": of_step, "a": ga, "b": gb}))
     return (
         pl.concat(parts)
         if parts
@@ -154,8 +156,8 @@ def _neighbours(gaps: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
     return g.with_columns(same.fill_null(False).alias("in_graph")).sort("step", "a")
 
 
-def _event_times(trace_tables: tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame], threads: pl.DataFrame
-                 ) -> tuple[np.ndarray, np.ndarray]:
+def _event_times(trace_tables: tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame],
+                 threads: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """Sorted start times of the CPU events (ops and runtime calls; Python frames) on the
     launching threads."""
     ops, frames, launches = trace_tables
@@ -166,8 +168,8 @@ def _event_times(trace_tables: tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame], 
 
 
 def _profiler(rows: pl.DataFrame, events: tuple[np.ndarray, np.ndarray]) -> pl.DataFrame:
-    """Carve the profiler estimate out of host and launch rows: events starting in the row's stretch
-    times PROFILER_NS, at most the row's own ns."""
+    """Carve the profiler estimate out of host and launch rows: events starting in the row's
+    stretch times PROFILER_NS, at most the row's own ns."""
     a, b = rows["start_ns"].to_numpy(), rows["end_ns"].to_numpy()
     n_op = np.searchsorted(events[0], b) - np.searchsorted(events[0], a)
     n_fr = np.searchsorted(events[1], b) - np.searchsorted(events[1], a)
@@ -177,18 +179,20 @@ def _profiler(rows: pl.DataFrame, events: tuple[np.ndarray, np.ndarray]) -> pl.D
     kept = rows.with_columns((pl.col("ns") - est).alias("ns"))
     prof = rows.select("step", pl.lit("profiler").alias("cause"),
                        pl.lit("estimate: CPU events x measured cost per event").alias("what"),
-                       "start_ns", "end_ns", pl.Series("ns", est, dtype=pl.Int64)).filter(pl.col("ns") > 0)
+                       "start_ns", "end_ns", pl.Series("ns", est, dtype=pl.Int64))
+    prof = prof.filter(pl.col("ns") > 0)
     return pl.concat([kept, prof])
 
 
 def ledger(steps: pl.DataFrame, k: pl.DataFrame, copies: pl.DataFrame, launches: pl.DataFrame,
            ops: pl.DataFrame, frames: pl.DataFrame) -> Ledger:
-    """The ledger of every step with a window (see the module docstring). k: kernels with start_ns,
-    dur_ns, component, launch_id, graph."""
+    """The ledger of every step with a window (see the module docstring). k: kernels with
+    start_ns, dur_ns, component, launch_id, graph."""
     st = steps.drop_nulls(["window_start", "window_end"]).sort("window_start")
     if st.height == 0:
         return Ledger(pl.DataFrame(schema=STEP_LEDGER), pl.DataFrame(schema=INTERVALS))
-    w0, w1, ids = (st["window_start"].to_numpy(), st["window_end"].to_numpy(), st["step"].to_numpy())
+    w0, w1 = st["window_start"].to_numpy(), st["window_end"].to_numpy()
+    ids = st["step"].to_numpy()
     kk = k.drop_nulls(["start_ns", "dur_ns"])
     empty = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
     krows, kbusy = _busy_rows(w0, w1, ids, _kernel_groups(kk), empty)
@@ -199,7 +203,8 @@ def ledger(steps: pl.DataFrame, k: pl.DataFrame, copies: pl.DataFrame, launches:
     main = tuple(threads.row(0)[:2]) if threads.height else (None, None)
     g = _neighbours(_gaps(w0, w1, ids, busy), ops_all)
     starts = pl.DataFrame({"step": ids, "w0": w0}).cast(pl.Int64)
-    idle = idle_rows(g, ops, frames, launches, main, starts).sort("step", "start_ns", "cause", "what")
+    idle = idle_rows(g, ops, frames, launches, main, starts)
+    idle = idle.sort("step", "start_ns", "cause", "what")
     idle = _profiler(idle, _event_times((ops, frames, launches), threads.select(_BY)))
     gap_rows = idle.group_by("step", "cause", "what").agg(
         pl.col("ns").sum(), pl.len().cast(pl.Int64).alias("n")
@@ -216,21 +221,28 @@ def _ranked(rows: pl.DataFrame) -> pl.DataFrame:
     return rows.sort(["ms_per_step", "cause", "what"], descending=[True, False, False])
 
 
+def _counted(steps: pl.DataFrame, phase: str) -> pl.DataFrame:
+    """The counted steps of `phase`: not excluded, with a window."""
+    return steps.filter((pl.col("phase") == phase) & pl.col("excluded").is_null()
+                        & pl.col("window_start").is_not_null())
+
+
 def phase_ledger(led: Ledger, steps: pl.DataFrame, phase: str) -> pl.DataFrame:
-    """The mean step of `phase` (its counted steps: not excluded): cause, what, ms_per_step, share of
-    the mean step, n_per_step (intervals or kernels), median_us (of the idle intervals behind the row;
-    null for kernels, copies and the profiler estimate). The rows sum to the mean step time."""
-    counted = steps.filter((pl.col("phase") == phase) & pl.col("excluded").is_null()
-                           & pl.col("window_start").is_not_null())
+    """The mean step of `phase` (its counted steps: not excluded): cause, what, ms_per_step, share
+    of the mean step, n_per_step (intervals or kernels), median_us (of the idle intervals behind
+    the row; null for kernels, copies and the profiler estimate). The rows sum to the mean step
+    time."""
+    counted = _counted(steps, phase)
     n = counted.height
-    schema = pl.Schema({"cause": pl.Utf8, "what": pl.Utf8, "ms_per_step": pl.Float64, "share": pl.Float64,
-              "n_per_step": pl.Float64, "median_us": pl.Float64})
+    schema = pl.Schema({"cause": pl.Utf8, "what": pl.Utf8, "ms_per_step": pl.Float64,
+                        "share": pl.Float64, "n_per_step": pl.Float64, "median_us": pl.Float64})
     if n == 0:
         return pl.DataFrame(schema=schema)
     mean_ms = float((counted["window_end"] - counted["window_start"]).sum()) / n / 1e6
     mine = counted.select("step")
     rows = led.steps.join(mine, on="step", how="semi").group_by("cause", "what").agg(
-        (pl.col("ns").sum() / n / 1e6).alias("ms_per_step"), (pl.col("n").sum() / n).alias("n_per_step"))
+        (pl.col("ns").sum() / n / 1e6).alias("ms_per_step"),
+        (pl.col("n").sum() / n).alias("n_per_step"))
     med = (
         led.intervals.join(mine, on="step", how="semi")
         .group_by("cause", "what")
@@ -242,7 +254,8 @@ def phase_ledger(led: Ledger, steps: pl.DataFrame, phase: str) -> pl.DataFrame:
 
 
 def median_gap_us(led: Ledger | None, steps: pl.DataFrame, phase: str) -> float | None:
-    """The median of a phase's gaps between launches (the ledger's intervals), in us; None without."""
+    """The median of a phase's gaps between launches (the ledger's intervals), in us; None
+    without."""
     if led is None:
         return None
     rows = phase_ledger(led, steps, phase).filter(pl.col("what") == "between launches")
@@ -255,18 +268,19 @@ def typical_ledger(led: Ledger, steps: pl.DataFrame, phase: str) -> pl.DataFrame
     (0 in a step without it), share of the median step. What findings cite beside the phase figures
     (medians): one slow first step does not set every step's cost."""
     mean = phase_ledger(led, steps, phase)
-    counted = steps.filter((pl.col("phase") == phase) & pl.col("excluded").is_null()
-                           & pl.col("window_start").is_not_null())
+    counted = _counted(steps, phase)
     if not counted.height or not mean.height:
         return mean
     grid = (counted.select("step").join(mean.select("cause", "what"), how="cross")
             .join(led.steps, on=["step", "cause", "what"], how="left")
             .with_columns(pl.col("ns").fill_null(0), pl.col("n").fill_null(0)))
-    med = grid.group_by("cause", "what").agg((pl.col("ns").median() / 1e6).alias("ms_per_step"),
-                                             pl.col("n").median().cast(pl.Float64).alias("n_per_step"))
+    med = grid.group_by("cause", "what").agg(
+        (pl.col("ns").median() / 1e6).alias("ms_per_step"),
+        pl.col("n").median().cast(pl.Float64).alias("n_per_step"))
     step_ms = float(num_or_zero((counted["window_end"] - counted["window_start"]).median())) / 1e6
-    out = med.join(mean.select("cause", "what", "median_us"), on=["cause", "what"], how="left").with_columns(
-        (pl.col("ms_per_step") / step_ms if step_ms else pl.lit(None, pl.Float64)).alias("share"))
+    share = pl.col("ms_per_step") / step_ms if step_ms else pl.lit(None, pl.Float64)
+    medians = mean.select("cause", "what", "median_us")
+    out = med.join(medians, on=["cause", "what"], how="left").with_columns(share.alias("share"))
     return _ranked(out.select(mean.columns))
 
 

@@ -156,7 +156,11 @@ def split_tokens(kernels: pl.DataFrame, min_period: int = 2) -> pl.DataFrame:
     idx = np.searchsorted(starts, k["start_ns"].to_numpy(), side="right") - 1
     valid = idx >= 0
     if partial:
-        valid &= idx < len(bounds) - 1 if ends is None else k["start_ns"].to_numpy() <= loop["start_ns"][ends[-1]]
+        if ends is None:
+            complete = idx < len(bounds) - 1
+        else:
+            complete = k["start_ns"].to_numpy() <= loop["start_ns"][ends[-1]]
+        valid &= complete
     k = k.with_columns(step=pl.Series(np.where(valid, idx, -1)).cast(pl.Int64))
     k = k.with_columns(step=pl.when(pl.col("step") >= 0).then(pl.col("step")))
     phases = k.filter(pl.col("step").is_not_null()).group_by("step").agg(

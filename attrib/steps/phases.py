@@ -15,7 +15,12 @@ import re
 import orjson
 import polars as pl
 
-from attrib.components.patterns import GEMM_OPS, LLAMACPP_MMQ, LLAMACPP_MMVQ_COLS, LLAMACPP_NORM_ROWS
+from attrib.components.patterns import (
+    GEMM_OPS,
+    LLAMACPP_MMQ,
+    LLAMACPP_MMVQ_COLS,
+    LLAMACPP_NORM_ROWS,
+)
 from attrib.link.launches import KERNEL_LAUNCH
 from attrib.link.nesting import innermost
 from attrib.steps.excluded import compile_spans, inside
@@ -25,13 +30,18 @@ from attrib.trace import STEP_NAME, Trace
 
 TOKEN_PHASES = ("decode", "mixed")  # phases whose steps generate tokens
 PHASE_ORDER = {"prefill": 0, "mixed": 1, "decode": 2}  # the order phases are reported in
-DEFAULT_MAP = {"prefill": "prefill", "decode": "decode", "mixed": "mixed", "extend": "prefill", "generate": "decode"}
-_VLLM = re.compile(r"^execute_(?:(?P<total>\d+)_)?context_(?P<nctx>\d+)\((?P<cb>[^)]*)\)_generation_(?P<ngen>\d+)\((?P<gb>[^)]*)\)")
+DEFAULT_MAP = {"prefill": "prefill", "decode": "decode", "mixed": "mixed",
+               "extend": "prefill", "generate": "decode"}
+_VLLM = re.compile(r"^execute_(?:(?P<total>\d+)_)?context_(?P<nctx>\d+)\((?P<cb>[^)]*)\)"
+                   r"_generation_(?P<ngen>\d+)\((?P<gb>[^)]*)\)")
 _SGLANG = re.compile(r"^step\[(?P<mode>[A-Z]+)(?:\s+bs=(?P<bs>\d+))?")
 _LEAD_NUM = re.compile(r"^(?:sq)?(\d+)")
 _SOURCE_ORDER = ("annotation", "vllm annotation", "sglang annotation")
-STEP_COLS = {"step": pl.Int64, "phase": pl.Utf8, "tokens": pl.Int64, "tokens_from": pl.Utf8, "marker": pl.Utf8,
-             "cpu_start": pl.Int64, "cpu_end": pl.Int64, "gpu_start": pl.Int64, "gpu_end": pl.Int64}
+STEP_COLS = {"step": pl.Int64, "phase": pl.Utf8, "tokens": pl.Int64, "tokens_from": pl.Utf8,
+             "marker": pl.Utf8, "cpu_start": pl.Int64, "cpu_end": pl.Int64,
+             "gpu_start": pl.Int64, "gpu_end": pl.Int64}
+_SGLANG_PHASES = {"DECODE": "decode", "EXTEND": "prefill", "PREFILL": "prefill", "MIXED": "mixed"}
+_KERNEL_STEP = {"id": pl.Int64, "step": pl.Int64}
 
 
 def parse_marker(name: str, phase_map: dict[str, str]) -> tuple[str, int | None, str] | None:
@@ -54,9 +64,10 @@ def parse_marker(name: str, phase_map: dict[str, str]) -> tuple[str, int | None,
     m = _SGLANG.match(name)
     if m:
         mode = m["mode"]
-        phase = {"DECODE": "decode", "EXTEND": "prefill", "PREFILL": "prefill", "MIXED": "mixed"}.get(mode)
+        phase = _SGLANG_PHASES.get(mode)
         if phase:
-            return phase, int(m["bs"]) if (m["bs"] and phase == "decode") else None, "sglang annotation"
+            batch = int(m["bs"]) if (m["bs"] and phase == "decode") else None
+            return phase, batch, "sglang annotation"
     return None
 
 
@@ -64,8 +75,9 @@ _VLLM_SUMS = re.compile(r"(sqsq|sqsk|sq|sk)(\d+)")
 
 
 def vllm_sums(marker: str | None) -> dict[str, int] | None:
-    """Σq, Σk (context), Σq², Σq·k over a step's requests, from vLLM's detailed step annotation
-    (`execute_N_context_n(sq..sk..sqsq..sqsk..)_generation_m(...)`); None for other names."""
+    """Σq, Σk (context), Σq², Σq·k over a step's requests, from vLLM's detailed step
+    annotation (`execute_N_context_n(sq..sk..sqsq..sqsk..)_generation_m(...)`); None for other
+    names."""
     m = _VLLM.match(marker or "")
     if not m:
         return None
@@ -99,10 +111,12 @@ def _spans(trace: Trace, phase_map: dict[str, str]) -> pl.DataFrame:
         parsed = {n: ("unknown", None, "ProfilerStep") for n in step_names}
     if not step_names:
         return pl.DataFrame(schema=STEP_COLS)
+    tokens_from = [parsed[n][2] if parsed[n][1] is not None else None for n in step_names]
     info = pl.DataFrame({"marker": step_names, "phase": [parsed[n][0] for n in step_names],
                          "tokens": [parsed[n][1] for n in step_names],
-                         "tokens_from": [parsed[n][2] if parsed[n][1] is not None else None for n in step_names]},
-                        schema={"marker": pl.Utf8, "phase": pl.Utf8, "tokens": pl.Int64, "tokens_from": pl.Utf8})
+                         "tokens_from": tokens_from},
+                        schema={"marker": pl.Utf8, "phase": pl.Utf8, "tokens": pl.Int64,
+                                "tokens_from": pl.Utf8})
     sel = mk.filter(pl.col("name").is_in(step_names))
     cpu = sel.filter(pl.col("side") == "cpu").select(
         pl.col("name").alias("marker"), "external_id", pl.col("start_ns").alias("cpu_start"),
@@ -111,8 +125,10 @@ def _spans(trace: Trace, phase_map: dict[str, str]) -> pl.DataFrame:
     g = sel.filter(pl.col("side") == "gpu").select(
         "external_id", pl.col("name").alias("gname"), pl.col("start_ns").alias("gpu_start"),
         (pl.col("start_ns") + pl.col("dur_ns")).alias("gpu_end"))
-    gpu = pl.concat([g.filter(pl.col("external_id").is_not_null()).group_by("external_id", "gname").agg(
-        pl.col("gpu_start").min(), pl.col("gpu_end").max()), g.filter(pl.col("external_id").is_null())])
+    has_id = pl.col("external_id").is_not_null()
+    hull = g.filter(has_id).group_by("external_id", "gname").agg(
+        pl.col("gpu_start").min(), pl.col("gpu_end").max())
+    gpu = pl.concat([hull, g.filter(~has_id)])
     if cpu.height:
         spans = cpu.join(gpu, on="external_id", how="left").drop("gname")
     else:
@@ -132,49 +148,54 @@ def _forward_spans(trace: Trace) -> pl.DataFrame:
     nxt = pl.col("start_ns").shift(-1).fill_null(pl.lit(last))
     return (emb.with_row_index("step").select(
         "step", pl.lit("unknown").alias("phase"), pl.lit(None, pl.Int64).alias("tokens"),
-        pl.lit(None, pl.Utf8).alias("tokens_from"), pl.lit("forward (embedding op)").alias("marker"),
+        pl.lit(None, pl.Utf8).alias("tokens_from"),
+        pl.lit("forward (embedding op)").alias("marker"),
         pl.col("start_ns").alias("cpu_start"), nxt.alias("cpu_end"),
         pl.lit(None, pl.Int64).alias("gpu_start"), pl.lit(None, pl.Int64).alias("gpu_end"))
         .cast(STEP_COLS))
 
 
 def _launching_embeddings(trace: Trace) -> pl.DataFrame:
-    """t: start of each embedding op that is a forward pass: not traced by a compile (fake tensors),
-    and, in a trace with GPU launches, one that launched GPU work (its gather kernel)."""
+    """t: start of each embedding op that is a forward pass: not traced by a compile (fake
+    tensors), and, in a trace with GPU launches, one that launched GPU work (its gather kernel)."""
     ops = trace.ops.filter(pl.col("name") == "aten::embedding")
     ops = ops.filter(~inside(ops["start_ns"], compile_spans(trace)))
     calls = trace.launches.filter(pl.col("name").str.contains(KERNEL_LAUNCH))
     if calls.height:
-        pts = calls.select(pl.col("id").alias("pid_"), pl.col("start_ns").alias("t_ns"), "pid", "tid")
+        pts = calls.select(pl.col("id").alias("pid_"), pl.col("start_ns").alias("t_ns"),
+                           "pid", "tid")
         hit = innermost(ops.select("id", "start_ns", "dur_ns", "pid", "tid"), pts, ["pid", "tid"])
-        ops = ops.join(
-            hit.drop_nulls("inner").select(pl.col("inner").alias("id")).unique(), on="id", how="semi"
-        )
+        launched = hit.drop_nulls("inner").select(pl.col("inner").alias("id")).unique()
+        ops = ops.join(launched, on="id", how="semi")
     return ops.select(pl.col("start_ns").alias("t")).sort("t")
 
 
 def _split_forwards(spans: pl.DataFrame, trace: Trace) -> pl.DataFrame:
-    """Step spans (ProfilerStep or user annotations, not a serving engine's own step annotation) that
-    hold several forward passes (several embedding ops: one prof.step() or record_function around a
-    whole generate() call) become one step per forward pass. The pieces tile the span: each runs
-    from its embedding op to the next (the first from the span's start, the last to its end), so the
-    host time between forward passes stays in the piece it follows. A piece's phase and tokens come
-    from its shapes (one new token per sequence is decode); `annotated_phase` keeps the span's."""
+    """Step spans (ProfilerStep or user annotations, not a serving engine's own step annotation)
+    that hold several forward passes (several embedding ops: one prof.step() or record_function
+    around a whole generate() call) become one step per forward pass. The pieces tile the span:
+    each runs from its embedding op to the next (the first from the span's start, the last to its
+    end), so the host time between forward passes stays in the piece it follows. A piece's phase
+    and tokens come from its shapes (one new token per sequence is decode); `annotated_phase`
+    keeps the span's."""
     emb = _launching_embeddings(trace)
     if spans.height == 0 or emb.height <= 1:
         return spans
-    engine = pl.col("marker").str.contains(_VLLM.pattern) | pl.col("marker").str.contains(_SGLANG.pattern)
+    marker = pl.col("marker")
+    engine = marker.str.contains(_VLLM.pattern) | marker.str.contains(_SGLANG.pattern)
     rows = []
     for r in spans.with_columns(engine.alias("_engine")).iter_rows(named=True):
         engine, c0, c1 = r.pop("_engine"), r["cpu_start"], r["cpu_end"]
-        ts = [] if engine else emb.filter((pl.col("t") >= c0) & (pl.col("t") < c1))["t"].to_list()
+        in_span = (pl.col("t") >= c0) & (pl.col("t") < c1)
+        ts = [] if engine else emb.filter(in_span)["t"].to_list()
         if len(ts) < 2:
             rows.append(r)
             continue
         cuts = [c0, *ts[1:], c1]
         phase = "unknown" if r["phase"] in ("unknown", "decode") else r["phase"]
         for i in range(len(cuts) - 1):
-            rows.append(r | {"cpu_start": cuts[i], "cpu_end": cuts[i + 1], "marker": f"{r['marker']} forward {i}",
+            rows.append(r | {"cpu_start": cuts[i], "cpu_end": cuts[i + 1],
+                             "marker": f"{r['marker']} forward {i}",
                              "phase": phase, "tokens": None, "tokens_from": None,
                              "gpu_start": r["gpu_start"] if i == 0 else None,
                              "gpu_end": r["gpu_end"] if i == len(cuts) - 2 else None})
@@ -187,7 +208,7 @@ def _periodic(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
     without one, the whole trace is one step of unknown phase."""
     k = trace.kernels.select("id", "name", "start_ns", "dur_ns")
     if k.height == 0:
-        return pl.DataFrame(schema=STEP_COLS), pl.DataFrame(schema={"id": pl.Int64, "step": pl.Int64})
+        return pl.DataFrame(schema=STEP_COLS), pl.DataFrame(schema=_KERNEL_STEP)
     got = split_tokens(k)
     if got["step"].null_count() == got.height:
         got = k.with_columns(pl.lit(0, pl.Int64).alias("step"), pl.lit("unknown").alias("phase"))
@@ -197,15 +218,19 @@ def _periodic(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
     steps = got.filter(pl.col("step").is_not_null()).group_by("step").agg(
         pl.col("phase").first(), pl.col("start_ns").min().alias("cpu_start"),
         (pl.col("start_ns") + pl.col("dur_ns")).max().alias("cpu_end"))
-    steps = steps.select("step", "phase", pl.lit(None, pl.Int64).alias("tokens"), pl.lit(None, pl.Utf8).alias("tokens_from"),
+    steps = steps.select("step", "phase", pl.lit(None, pl.Int64).alias("tokens"),
+                         pl.lit(None, pl.Utf8).alias("tokens_from"),
                          pl.lit(marker).alias("marker"), "cpu_start", "cpu_end",
-                         pl.col("cpu_start").alias("gpu_start"), pl.col("cpu_end").alias("gpu_end")).cast(STEP_COLS).sort("step")
+                         pl.col("cpu_start").alias("gpu_start"),
+                         pl.col("cpu_end").alias("gpu_end"))
+    steps = steps.cast(STEP_COLS).sort("step")
     return steps, got.filter(pl.col("step").is_not_null()).select("id", "step")
 
 
 def _assign(spans: pl.DataFrame, keys: pl.DataFrame, start: str, end: str) -> pl.DataFrame:
     """keys (id, t) -> step whose [start, end) holds t (latest-starting span first)."""
-    s = spans.filter(pl.col(start).is_not_null()).select("step", pl.col(start).alias("t"), pl.col(end).alias("_end")).sort("t")
+    s = (spans.filter(pl.col(start).is_not_null())
+         .select("step", pl.col(start).alias("t"), pl.col(end).alias("_end")).sort("t"))
     out = keys.sort("t").join_asof(s, on="t", strategy="backward", check_sortedness=False)
     return out.filter(pl.col("t") < pl.col("_end")).select("id", "step")
 
@@ -221,21 +246,25 @@ def assign_steps(trace: Trace, links: pl.DataFrame, phase_map: dict[str, str] | 
             pl.lit(None, pl.Int64).alias("fwd_start"), pl.lit(None, pl.Int64).alias("fwd_end"))
     if spans.height == 0 and trace.ops.height == 0:
         return _periodic(trace)
-    k = trace.kernels.select("id", "start_ns").join(
-        links.select("id", "graph", "launch_id"), on="id", how="left").join(
-        trace.launches.select(pl.col("id").alias("launch_id"), pl.col("start_ns").alias("launch_ns")),
-        on="launch_id", how="left")
+    launch_times = trace.launches.select(pl.col("id").alias("launch_id"),
+                                         pl.col("start_ns").alias("launch_ns"))
+    k = (trace.kernels.select("id", "start_ns")
+         .join(links.select("id", "graph", "launch_id"), on="id", how="left")
+         .join(launch_times, on="launch_id", how="left"))
     if spans.height == 0:
-        return spans, pl.DataFrame(schema={"id": pl.Int64, "step": pl.Int64})
-    # Launched kernels (graph replays too: by their graph launch) go by their launch time in the CPU
-    # range, so a host that runs ahead still gives each step its own kernels; unlaunched kernels by
-    # their own start in the GPU range (or, without one, until the next step starts).
-    by_launch = k.filter(pl.col("launch_ns").is_not_null()).select("id", pl.col("launch_ns").alias("t"))
-    rest = k.join(by_launch.select("id"), on="id", how="anti").select("id", pl.col("start_ns").alias("t"))
+        return spans, pl.DataFrame(schema=_KERNEL_STEP)
+    # Launched kernels (graph replays too: by their graph launch) go by their launch time in the
+    # CPU range, so a host that runs ahead still gives each step its own kernels; unlaunched
+    # kernels by their own start in the GPU range (or, without one, until the next step starts).
+    by_launch = (k.filter(pl.col("launch_ns").is_not_null())
+                 .select("id", pl.col("launch_ns").alias("t")))
+    rest = (k.join(by_launch.select("id"), on="id", how="anti")
+            .select("id", pl.col("start_ns").alias("t")))
     gpu_or_next = spans.with_columns(
         pl.coalesce("gpu_start", "cpu_start").alias("g0"),
         pl.coalesce("gpu_end", pl.col("cpu_start").shift(-1), pl.lit(2**62)).alias("g1"))
-    got = pl.concat([_assign(spans, by_launch, "cpu_start", "cpu_end"), _assign(gpu_or_next, rest, "g0", "g1")])
+    got = pl.concat([_assign(spans, by_launch, "cpu_start", "cpu_end"),
+                     _assign(gpu_or_next, rest, "g0", "g1")])
     return spans, got
 
 
@@ -255,7 +284,8 @@ def tokens_from_shapes(trace: Trace, spans: pl.DataFrame) -> pl.DataFrame:
              .with_columns((pl.col("name") != "aten::embedding").alias("_gemm"))
              .sort("_gemm", "start_ns").unique("step", keep="first"))
     rows = []
-    for step, name, dim_text in first.select("step", "name", "input_dims").iter_rows():  # one row per step
+    # one row per step
+    for step, name, dim_text in first.select("step", "name", "input_dims").iter_rows():
         if name == "aten::embedding":
             shape = _ids_shape(dim_text)
             if shape:
@@ -272,7 +302,7 @@ def _operand(dim_text: str | None, i: int) -> list[int] | None:
         dims = orjson.loads(dim_text) if dim_text else None
     except orjson.JSONDecodeError:
         return None
-    if isinstance(dims, list) and len(dims) > i and isinstance(dims[i], list) and all(isinstance(x, int) for x in dims[i]):
+    if isinstance(dims, list) and len(dims) > i and _int_list(dims[i]):
         return dims[i]
     return None
 
@@ -282,23 +312,28 @@ def tokens_from_kernel_names(kernels: pl.DataFrame) -> pl.DataFrame:
     argument ncols_dst (mul_mat_vec_q<(ggml_type)T, ncols_dst, ...> demangled,
     _Z13mul_mat_vec_qIL9ggml_typeTELiNE... mangled), the most common value. A prefill step (more
     MMQ `mul_mat_q` GEMMs than GEMVs): the rows of its RMS norms (rms_norm_f32 runs one workgroup
-    per row: grid x = tokens), the most common value. Columns: step, name_tokens, name_tokens_from."""
+    per row: grid x = tokens), the most common value. Columns: step, name_tokens,
+    name_tokens_from."""
     cols = pl.coalesce(*[pl.col("name").str.extract(LLAMACPP_MMVQ_COLS, g) for g in (1, 2)])
     k = kernels.filter(pl.col("step").is_not_null())
     gemv = k.select("step", cols.cast(pl.Int64).alias("n")).drop_nulls().group_by("step").agg(
         pl.col("n").mode().min().alias("_gemv"), pl.len().alias("_n_gemv"))
-    mmq = k.filter(pl.col("name").str.contains(LLAMACPP_MMQ)).group_by("step").agg(pl.len().alias("_n_mmq"))
+    mmq = (k.filter(pl.col("name").str.contains(LLAMACPP_MMQ)).group_by("step")
+           .agg(pl.len().alias("_n_mmq")))
     if "grid" in k.columns:
-        rows = k.filter(pl.col("name").str.contains(LLAMACPP_NORM_ROWS) & pl.col("grid").is_not_null()).group_by("step").agg(
+        norm = pl.col("name").str.contains(LLAMACPP_NORM_ROWS) & pl.col("grid").is_not_null()
+        rows = k.filter(norm).group_by("step").agg(
             pl.col("grid").list.first().mode().max().alias("_rows"))
     else:
         rows = pl.DataFrame(schema={"step": pl.Int64, "_rows": pl.Int64})
     got = gemv.join(mmq, on="step", how="full", coalesce=True).join(rows, on="step", how="left")
-    prefill = (pl.col("_n_mmq").fill_null(0) > pl.col("_n_gemv").fill_null(0)) & pl.col("_rows").is_not_null()
+    more_mmq = pl.col("_n_mmq").fill_null(0) > pl.col("_n_gemv").fill_null(0)
+    prefill = more_mmq & pl.col("_rows").is_not_null()
+    tokens = pl.when(prefill).then(pl.col("_rows")).otherwise(pl.col("_gemv")).cast(pl.Int64)
+    source = (pl.when(prefill).then(pl.lit("llama.cpp rms_norm rows (prefill, MMQ)"))
+              .when(pl.col("_gemv").is_not_null()).then(pl.lit("llama.cpp mul_mat_vec_q ncols")))
     return got.select(
-        "step", pl.when(prefill).then(pl.col("_rows")).otherwise(pl.col("_gemv")).cast(pl.Int64).alias("name_tokens"),
-        pl.when(prefill).then(pl.lit("llama.cpp rms_norm rows (prefill, MMQ)"))
-        .when(pl.col("_gemv").is_not_null()).then(pl.lit("llama.cpp mul_mat_vec_q ncols")).alias("name_tokens_from"),
+        "step", tokens.alias("name_tokens"), source.alias("name_tokens_from"),
     ).filter(pl.col("name_tokens").is_not_null())
 
 
@@ -309,6 +344,11 @@ def _ids_shape(dim_text: str | None) -> list[int] | None:
         dims = orjson.loads(dim_text)
     except orjson.JSONDecodeError:
         return None
-    if len(dims) > 1 and isinstance(dims[1], list) and dims[1] and all(isinstance(x, int) for x in dims[1]):
+    if len(dims) > 1 and dims[1] and _int_list(dims[1]):
         return dims[1]
     return None
+
+
+def _int_list(x: object) -> bool:
+    """Whether `x` is a list of ints."""
+    return isinstance(x, list) and all(isinstance(v, int) for v in x)

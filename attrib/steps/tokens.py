@@ -6,29 +6,38 @@ import orjson
 import polars as pl
 
 
-def fill_tokens_and_phase(spans: pl.DataFrame, shapes: pl.DataFrame, notes: list[str]) -> pl.DataFrame:
+def fill_tokens_and_phase(spans: pl.DataFrame, shapes: pl.DataFrame,
+                          notes: list[str]) -> pl.DataFrame:
     s = spans.join(shapes.rename({"tokens": "shape_tokens"}), on="step", how="left")
+    from_shape = pl.col("tokens").is_null() & pl.col("shape_tokens").is_not_null()
+    shape_source = (pl.when(pl.col("per_seq").is_not_null()).then(pl.lit("embedding input shape"))
+                    .otherwise(pl.lit("projection GEMM input shape")))
     s = s.with_columns(
-        pl.when(pl.col("tokens").is_null() & pl.col("shape_tokens").is_not_null())
-        .then(pl.when(pl.col("per_seq").is_not_null()).then(pl.lit("embedding input shape"))
-              .otherwise(pl.lit("projection GEMM input shape"))).otherwise(pl.col("tokens_from")).alias("tokens_from"),
+        pl.when(from_shape).then(shape_source).otherwise(pl.col("tokens_from"))
+        .alias("tokens_from"),
         pl.coalesce("tokens", "shape_tokens").alias("tokens"))
     guessed = (pl.col("phase") == "unknown") & pl.col("per_seq").is_not_null()
     if s.filter(guessed).height:
-        notes.append("phase of steps without a phase annotation decided from shapes (1 new token per sequence = decode)")
+        notes.append("phase of steps without a phase annotation decided from shapes "
+                     "(1 new token per sequence = decode)")
+    by_shape = (pl.when(pl.col("per_seq") == 1).then(pl.lit("decode"))
+                .otherwise(pl.lit("prefill")))
     s = s.with_columns(
-        pl.when(guessed).then(pl.when(pl.col("per_seq") == 1).then(pl.lit("decode")).otherwise(pl.lit("prefill")))
-        .otherwise(pl.col("phase")).alias("phase"))
-    # decode steps replayed from a graph have no embedding op: one token per sequence of the prefill batch
-    batch = s.filter((pl.col("phase") == "prefill") & pl.col("per_seq").is_not_null() & (pl.col("per_seq") > 0)).select(
-        (pl.col("shape_tokens") // pl.col("per_seq")).alias("b"))
-    if batch.height and s.filter((pl.col("phase") == "decode") & pl.col("tokens").is_null()).height:
+        pl.when(guessed).then(by_shape).otherwise(pl.col("phase")).alias("phase"))
+    # decode steps replayed from a graph have no embedding op: one token per sequence of the
+    # prefill batch
+    prefill = ((pl.col("phase") == "prefill") & pl.col("per_seq").is_not_null()
+               & (pl.col("per_seq") > 0))
+    batch = s.filter(prefill).select((pl.col("shape_tokens") // pl.col("per_seq")).alias("b"))
+    untokened = (pl.col("phase") == "decode") & pl.col("tokens").is_null()
+    if batch.height and s.filter(untokened).height:
         b = int(batch["b"][0])
-        notes.append(f"decode tokens per step taken as the prefill batch ({b} sequences x 1 token): no shapes in decode")
+        notes.append(f"decode tokens per step taken as the prefill batch ({b} sequences x 1 "
+                     "token): no shapes in decode")
         s = s.with_columns(
-            pl.when((pl.col("phase") == "decode") & pl.col("tokens").is_null()).then(pl.lit("prefill batch"))
+            pl.when(untokened).then(pl.lit("prefill batch"))
             .otherwise(pl.col("tokens_from")).alias("tokens_from"),
-            pl.when((pl.col("phase") == "decode") & pl.col("tokens").is_null()).then(pl.lit(b))
+            pl.when(untokened).then(pl.lit(b))
             .otherwise(pl.col("tokens")).alias("tokens"))
     return s.drop("shape_tokens", "per_seq")
 
@@ -37,9 +46,11 @@ def tokens_from_names(steps: pl.DataFrame, named: pl.DataFrame) -> pl.DataFrame:
     """Steps still without a token count take it from llama.cpp kernels (GEMV names, norm rows)."""
     s = steps.join(named, on="step", how="left")
     use = pl.col("tokens").is_null() & pl.col("name_tokens").is_not_null()
-    return s.with_columns(
-        pl.when(use).then(pl.col("name_tokens_from")).otherwise(pl.col("tokens_from")).alias("tokens_from"),
-        pl.when(use).then(pl.col("name_tokens")).otherwise(pl.col("tokens")).alias("tokens")).drop("name_tokens", "name_tokens_from")
+    s = s.with_columns(
+        pl.when(use).then(pl.col("name_tokens_from")).otherwise(pl.col("tokens_from"))
+        .alias("tokens_from"),
+        pl.when(use).then(pl.col("name_tokens")).otherwise(pl.col("tokens")).alias("tokens"))
+    return s.drop("name_tokens", "name_tokens_from")
 
 
 CONVOLUTIONS = ("aten::convolution", "aten::conv2d", "aten::conv3d", "aten::_convolution")
@@ -80,5 +91,6 @@ def with_units(steps: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
                 rows.append((step, b))
     per = pl.DataFrame(rows, schema=schema, orient="row")
     out = steps.join(per, on="step", how="left")
-    unit = pl.when(pl.col("samples").is_not_null()).then(pl.lit("samples")).otherwise(pl.lit("tokens"))
+    unit = (pl.when(pl.col("samples").is_not_null()).then(pl.lit("samples"))
+            .otherwise(pl.lit("tokens")))
     return out.with_columns(unit.alias("unit"))

@@ -19,15 +19,16 @@ QUEUED_NS = 100_000
 
 
 def _covered(intervals: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    iv = intervals.select("start_ns", (pl.col("start_ns") + pl.col("dur_ns")).alias("end")).drop_nulls()
+    end = (pl.col("start_ns") + pl.col("dur_ns")).alias("end")
+    iv = intervals.select("start_ns", end).drop_nulls()
     s, e = iv["start_ns"].to_numpy().astype(np.int64), iv["end"].to_numpy().astype(np.int64)
     return merge(s, e)
 
 
 def busy_ns(steps: pl.DataFrame, gpu: pl.DataFrame) -> pl.Series:
-    """Per step window: nanoseconds in which any kernel, memcpy or memset of `gpu` (start_ns, dur_ns)
-    ran, overlaps counted once, whichever step launched it (a kernel left over from the previous
-    step keeps the GPU busy in this one)."""
+    """Per step window: nanoseconds in which any kernel, memcpy or memset of `gpu` (start_ns,
+    dur_ns) ran, overlaps counted once, whichever step launched it (a kernel left over from the
+    previous step keeps the GPU busy in this one)."""
     ms, me = _covered(gpu)
     w0, w1 = steps["window_start"].to_numpy(), steps["window_end"].to_numpy()
     return pl.Series("busy_ns", covered(w0, w1, ms, me).astype(np.int64), dtype=pl.Int64)
@@ -37,8 +38,9 @@ def own_gpu_work(steps: pl.DataFrame, k: pl.DataFrame, copies: pl.DataFrame | No
                  launches: pl.DataFrame | None) -> pl.DataFrame:
     """step, start_ns, end_ns, launch_ns of each step's GPU work: its kernels, and the copies
     whose runtime call (same correlation id) was made in its CPU range."""
-    la = (launches if launches is not None else pl.DataFrame(schema={"id": pl.Int64, "start_ns": pl.Int64,
-                                                                     "correlation": pl.Int64}))
+    no_launches = pl.DataFrame(schema={"id": pl.Int64, "start_ns": pl.Int64,
+                                       "correlation": pl.Int64})
+    la = launches if launches is not None else no_launches
     if "launch_id" not in k.columns:
         k = k.with_columns(pl.lit(None, pl.Int64).alias("launch_id"))
     kl = k.select("step", "start_ns", "dur_ns", "launch_id")  # the columns first: a narrow copy
@@ -47,8 +49,8 @@ def own_gpu_work(steps: pl.DataFrame, k: pl.DataFrame, copies: pl.DataFrame | No
         on="launch_id",
         how="left",
     )
-    parts = [kl.select("step", "start_ns", (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"),
-                       pl.col("launch_ns").cast(pl.Int64))]
+    end_ns = (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns")
+    parts = [kl.select("step", "start_ns", end_ns, pl.col("launch_ns").cast(pl.Int64))]
     if copies is not None and copies.height and la.height:
         calls = (la.select("correlation", pl.col("start_ns").alias("launch_ns"))
                  .filter(pl.col("correlation").is_not_null()).unique("correlation"))
@@ -62,11 +64,7 @@ def own_gpu_work(steps: pl.DataFrame, k: pl.DataFrame, copies: pl.DataFrame | No
         c = c.join_asof(win, on="launch_ns", strategy="backward").filter(
             pl.col("launch_ns") < pl.col("cpu_end")
         )
-        parts.append(
-            c.select(
-                "step", "start_ns", (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"), "launch_ns"
-            )
-        )
+        parts.append(c.select("step", "start_ns", end_ns, "launch_ns"))
     return pl.concat(parts).cast({"step": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64})
 
 
@@ -79,10 +77,12 @@ def _bounds(steps: pl.DataFrame, own: pl.DataFrame) -> pl.DataFrame:
     queued = (pl.col("g0") - pl.col("_l0") > QUEUED_NS).fill_null(False)
     start = pl.when(queued).then(pl.min_horizontal("gpu_start", "g0")).otherwise(
         pl.min_horizontal("cpu_start", "gpu_start", "g0"))
-    return s.with_columns(start.alias("_s"), pl.max_horizontal("cpu_end", "gpu_end", "g1").alias("_e"))
+    end = pl.max_horizontal("cpu_end", "gpu_end", "g1")
+    return s.with_columns(start.alias("_s"), end.alias("_e"))
 
 
-def _clamp(starts: list[int | None], ends: list[int | None]) -> tuple[list[int | None], list[int | None]]:
+def _clamp(starts: list[int | None], ends: list[int | None]
+           ) -> tuple[list[int | None], list[int | None]]:
     """Sequential windows: each starts no earlier than the previous one ends."""
     w0: list[int | None] = []
     w1: list[int | None] = []
@@ -105,7 +105,8 @@ def windows(steps: pl.DataFrame, k: pl.DataFrame, copies: pl.DataFrame | None = 
     """Per step: window_start/end, step_ms, kernel_ms (its own kernels), idle_ms and idle_fraction
     (the window less the time any kernel or copy ran in it)."""
     ks = k.select("step", "dur_ns").filter(pl.col("step").is_not_null())  # no copy of the rest
-    agg = ks.group_by("step").agg(pl.col("dur_ns").sum().alias("kernel_ns"), pl.len().alias("n_kernels"))
+    agg = ks.group_by("step").agg(pl.col("dur_ns").sum().alias("kernel_ns"),
+                                  pl.len().alias("n_kernels"))
     s = _bounds(steps, own_gpu_work(steps, k, copies, launches)).join(agg, on="step", how="left")
     s = s.sort("_s", "step", nulls_last=True)
     w0, w1 = _clamp(s["_s"].to_list(), s["_e"].to_list())
@@ -113,9 +114,10 @@ def windows(steps: pl.DataFrame, k: pl.DataFrame, copies: pl.DataFrame | None = 
         pl.Series("window_start", w0, dtype=pl.Int64), pl.Series("window_end", w1, dtype=pl.Int64)
     )
     s = s.drop("g0", "_l0", "g1", "_s", "_e").sort("step")
-    gpu = pl.concat([k.select("start_ns", "dur_ns")] + ([copies.select("start_ns", "dur_ns")] if copies is not None else []))
-    s = s.with_columns(pl.when(pl.col("n_kernels").is_not_null() & pl.col("window_start").is_not_null())
-                       .then(busy_ns(s, gpu)).alias("busy_ns"))
+    copy_spans = [copies.select("start_ns", "dur_ns")] if copies is not None else []
+    gpu = pl.concat([k.select("start_ns", "dur_ns"), *copy_spans])
+    ran = pl.col("n_kernels").is_not_null() & pl.col("window_start").is_not_null()
+    s = s.with_columns(pl.when(ran).then(busy_ns(s, gpu)).alias("busy_ns"))
     span = pl.col("window_end") - pl.col("window_start")
     return s.with_columns(
         (span / 1e6).alias("step_ms"),
