@@ -1,7 +1,7 @@
 """Build the Analysis of an Attribution: per phase its figures, components and top kernels.
 
-Per-step figures are medians over a phase's counted steps; a figure that cannot be known is None and,
-where useful, a note says why. Findings and bottlenecks are added after the rules ran
+Per-step figures are medians over a phase's counted steps; a figure that cannot be known is
+None and, where useful, a note says why. Findings and bottlenecks are added after the rules ran
 (`attrib.analysis.bottlenecks.rank`).
 """
 
@@ -79,7 +79,8 @@ def _component(r: dict[str, Any], total: float, n: int) -> Component:
 
 def _components(k: pl.DataFrame, steps: pl.DataFrame, budget: Budget | None, phase: str,
                 arch: Arch | None, what_if: bool) -> tuple[pl.DataFrame, tuple[Component, ...]]:
-    # a kernel above the traced device's peak adds no bytes (under a what-if the times are another chip's)
+    # a kernel above the traced device's peak adds no bytes
+    # (under a what-if the times are another chip's)
     peak = arch.peak_bw_gbs if (arch is not None and not what_if) else None
     comp = roofline_rows(component_table(k, steps, budget, phase, peak_gbs=peak), arch, what_if)
     ev = (k.group_by("component", "evidence").len().group_by("component")
@@ -130,8 +131,9 @@ def _ledger_rows(led: Ledger | None, all_steps: pl.DataFrame, phase: str) -> tup
     if led is None:
         return ()
     rows = phase_ledger(led, all_steps, phase)
-    return tuple(LedgerRow(cause=r["cause"], what=r["what"], ms_per_step=r["ms_per_step"], share=r["share"],
-                           n_per_step=r["n_per_step"], median_us=r["median_us"])
+    return tuple(LedgerRow(cause=r["cause"], what=r["what"], ms_per_step=r["ms_per_step"],
+                           share=r["share"], n_per_step=r["n_per_step"],
+                           median_us=r["median_us"])
                  for r in rows.iter_rows(named=True))
 
 
@@ -153,8 +155,8 @@ def _step_ledgers(led: Ledger | None, steps: pl.DataFrame) -> tuple[tuple[Ledger
     return tuple(tuple(by_step.get(s, ())) for s in order["step"].to_list())
 
 
-def _phase(phase: str, steps: pl.DataFrame, k: pl.DataFrame, arch: Arch | None, budget: Budget | None,
-           what_if: bool, context: pl.DataFrame, t0_ns: int, top_n: int,
+def _phase(phase: str, steps: pl.DataFrame, k: pl.DataFrame, arch: Arch | None,
+           budget: Budget | None, what_if: bool, context: pl.DataFrame, t0_ns: int, top_n: int,
            excluded: tuple[ExcludedStep, ...], led: Ledger | None = None,
            all_steps: pl.DataFrame | None = None) -> Phase:
     n = steps.height
@@ -167,11 +169,15 @@ def _phase(phase: str, steps: pl.DataFrame, k: pl.DataFrame, arch: Arch | None, 
     fig = phase_figures(steps, k, comp, arch, what_if)
     comm = sum(c.ms or 0 for c in rows if c.component == "communication")
     rate = _r(tps / (step_med / 1e3), 2) if (tps and step_med) else None
+    tokens_from = (_text(steps["tokens_from"].drop_nulls().mode().first())
+                   if tokens.len() else None)
+    series = step_series(steps, k, context, t0_ns, [c.component for c in rows])
     ph = Phase(
         phase=phase, steps=n, tokens_per_step=tps,
-        tokens_from=_text(steps["tokens_from"].drop_nulls().mode().first()) if tokens.len() else None,
+        tokens_from=tokens_from,
         step_ms=StepMs(_r(step_med), _r(_q(steps["step_ms"], 0.1)), _r(_q(steps["step_ms"], 0.9))),
-        kernel_ms=_r(_q(steps["kernel_ms"], 0.5)), idle_fraction=_r(_q(steps["idle_fraction"], 0.5)),
+        kernel_ms=_r(_q(steps["kernel_ms"], 0.5)),
+        idle_fraction=_r(_q(steps["idle_fraction"], 0.5)),
         idle_ms=_r(_q(steps["idle_ms"], 0.5)),
         bytes_per_step=fig["bytes_per_step"], gb_per_token=_r(fig["gb_per_token"], 6),
         bytes_known_share=_r(fig["bytes_known_share"]),
@@ -179,8 +185,7 @@ def _phase(phase: str, steps: pl.DataFrame, k: pl.DataFrame, arch: Arch | None, 
         excluded_components=tuple(fig["excluded"]), communication_share=_r(comm / total),
         component_rows=rows, kernel_rows=_top_kernels(k, arch, what_if, top_n, n),
         context_from=_text(ctx_from.mode().first()) if ctx_from.len() else None,
-        per_step=replace(step_series(steps, k, context, t0_ns, [c.component for c in rows]),
-                         ledger=_step_ledgers(led, steps)),
+        per_step=replace(series, ledger=_step_ledgers(led, steps)),
         excluded_steps=excluded, known_ms=fig["known_ms"] * n, total_ms=fig["total_ms"] * n,
         ledger_rows=_ledger_rows(led, all_steps if all_steps is not None else steps, phase))
     return _per_sample(ph, steps)
@@ -193,8 +198,8 @@ def _per_sample(ph: Phase, steps: pl.DataFrame) -> Phase:
         return ph
     samples = int(_num(steps["samples"].median()))
     step_ms, gb = ph.step_ms.median, ph.bytes_per_step
-    return replace(ph, tokens_per_step=None, tokens_from=None, gb_per_token=None, ceiling_tok_s=None,
-                   achieved_tok_s=None, samples_per_step=samples,
+    return replace(ph, tokens_per_step=None, tokens_from=None, gb_per_token=None,
+                   ceiling_tok_s=None, achieved_tok_s=None, samples_per_step=samples,
                    achieved_samples_s=_r(samples / (step_ms / 1e3), 2) if step_ms else None,
                    gb_per_sample=_r(gb / samples / 1e9, 6) if gb else None)
 
@@ -207,7 +212,8 @@ def _excluded(out: pl.DataFrame) -> tuple[ExcludedStep, ...]:
 
 
 def distributed(trace: Trace) -> Distributed | None:
-    """The process group of the traced rank (Kineto `distributedInfo`): backend, rank, world size."""
+    """The process group of the traced rank (Kineto `distributedInfo`): backend, rank,
+    world size."""
     info = trace.meta.top.get("distributedInfo") if trace.meta.top else None
     if not isinstance(info, dict):
         return None
@@ -251,11 +257,13 @@ def _resolve_device(a: Attribution, arch: Arch | None, arch_from: str | None,
         if arch is None:
             notes.append(unknown_device_note(t.meta.devices))
     elif arch_from == "override":
-        notes.append(f"what-if: kernel times measured on the traced device, bytes and FLOPs set against "
+        notes.append(f"what-if: kernel times measured on the traced device, "
+                     f"bytes and FLOPs set against "
                      f"{arch.name} ({arch.arch}): rooflines and the ceiling are a projection")
     if arch is not None and arch.calibrated:
         c = arch.calibrated
-        notes.append(f"rooflines use {arch.sustained_bw_gbs:g} GB/s as the sustained roof, measured by "
+        notes.append(f"rooflines use {arch.sustained_bw_gbs:g} GB/s as the sustained roof, "
+                     f"measured by "
                      f"attrib calibrate on {c.get('device')} ({c.get('date_utc', '?')[:10]}; "
                      f"datasheet peak {arch.peak_bw_gbs:g} GB/s)")
         if arch.measured_tflops:
@@ -268,8 +276,8 @@ def _resolve_device(a: Attribution, arch: Arch | None, arch_from: str | None,
     return arch, arch_from
 
 
-def _phases(a: Attribution, phase: str | None, arch: Arch | None, budget: Budget | None, what_if: bool,
-            top: int, notes: list[str], context: pl.DataFrame) -> tuple[Phase, ...]:
+def _phases(a: Attribution, phase: str | None, arch: Arch | None, budget: Budget | None,
+            what_if: bool, top: int, notes: list[str], context: pl.DataFrame) -> tuple[Phase, ...]:
     k = a.kernels
     t0_ns = int(_num(a.steps["window_start"].min())) if a.steps.height else 0
     out = []
@@ -278,8 +286,10 @@ def _phases(a: Attribution, phase: str | None, arch: Arch | None, budget: Budget
         if phase and ph != phase:
             continue
         st = a.steps.filter(pl.col("phase") == ph)
-        left = st.filter(pl.col("excluded").is_not_null()) if "excluded" in st.columns else st.clear()
-        keep = st.join(left.select("step"), on="step", how="anti") if left.height < st.height else st
+        left = (st.filter(pl.col("excluded").is_not_null())
+                if "excluded" in st.columns else st.clear())
+        keep = (st.join(left.select("step"), on="step", how="anti")
+                if left.height < st.height else st)
         kk = k.filter((pl.col("phase") == ph) & pl.col("step").is_in(keep["step"].implode()))
         excluded = _excluded(left if keep is not st else left.clear())
         out.append(_phase(ph, keep, kk, arch, budget, what_if, context, t0_ns, top, excluded,
@@ -311,7 +321,8 @@ def _source(a: Attribution) -> Source:
 
 
 def _coverage(a: Attribution, phases: tuple[Phase, ...]) -> Coverage:
-    # the counted steps' kernels (a compile or warm-up step left out of the figures is left out here)
+    # the counted steps' kernels
+    # (a compile or warm-up step left out of the figures is left out here)
     st = a.steps
     counted = st.filter(pl.col("excluded").is_null()) if "excluded" in st.columns else st
     in_steps = a.kernels.filter(pl.col("step").is_in(counted["step"].implode()))
@@ -344,13 +355,15 @@ def build(a: Attribution, phase: str | None = None, arch: Arch | None = None,
     phases = _phases(a, phase, arch, budget, what_if, top, notes, context)
     phases = _with_speculative(phases, a, plain_ms)
     for sp in (p.speculative for p in phases if p.speculative is not None):
-        notes.append(f"decode is a speculative loop: its tokens/step and tok/s count the tokens each "
-                     f"verify pass checks; it generated {sp.effective_tok_s} tok/s (speculative section)")
+        notes.append(f"decode is a speculative loop: its tokens/step and tok/s count "
+                     f"the tokens each verify pass checks; it generated "
+                     f"{sp.effective_tok_s} tok/s (speculative section)")
     given = Given(model=budget is not None, capture=capture is not None)
     notes += phase_notes(phases, arch.name if arch is not None else None, what_if, given)
     outside = k.filter(pl.col("step").is_null())
     if outside.height:
-        notes.append(f"{outside.height} kernels ({_num(outside['dur_ns'].sum()) / 1e6:.3f} ms) fall outside "
+        outside_ms = _num(outside['dur_ns'].sum()) / 1e6
+        notes.append(f"{outside.height} kernels ({outside_ms:.3f} ms) fall outside "
                      "every step")
     if not t.kernels.height:
         notes.append("no GPU kernels: a CPU-only trace (steps and phases only)")
@@ -383,7 +396,8 @@ def _with_context(budget: Budget | None, steps: pl.DataFrame, context: pl.DataFr
 
 
 def finish(an: Analysis, findings: tuple[Finding, ...]) -> Analysis:
-    """The analysis with the rules' findings: bottlenecks ranked, the summary's verdict per phase."""
+    """The analysis with the rules' findings: bottlenecks ranked, the summary's verdict
+    per phase."""
     done = replace(an, findings=findings, phases=rank(an.phases, findings))
     if done.summary is None:
         return done
