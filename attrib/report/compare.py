@@ -1,6 +1,6 @@
-"""Before/after: two sides (each one or more analysis documents of the same stack) compared per phase
-and per component, with statistics over steps. The result is a typed `Comparison`; its `to_dict()`
-is the `attrib.compare/1` document.
+"""Before/after: two sides (each one or more analysis documents of the same stack) compared
+per phase and per component, with statistics over steps. The result is a typed
+`Comparison`; its `to_dict()` is the `attrib.compare/1` document.
 
 Per row (the whole step, then each component): the medians over the pooled steps of each side,
 their difference, the two-sided Mann-Whitney U p-value, and a bootstrap 95% CI of the difference of
@@ -61,7 +61,8 @@ class Stats:
 
 @dataclass(frozen=True)
 class Row:
-    """A compared row: the step of a phase (name: the phase) or a component, per step and per token."""
+    """A compared row: the step of a phase (name: the phase) or a component, per step and
+    per token."""
 
     name: str
     step: bool
@@ -75,7 +76,8 @@ class Row:
 
 @dataclass(frozen=True)
 class PhaseComparison:
-    """One phase: its step row, the summed kernel time, the component rows (largest change first)."""
+    """One phase: its step row, the summed kernel time, the component rows
+    (largest change first)."""
 
     phase: str
     step: Row
@@ -150,7 +152,8 @@ class Comparison:
                 "min_effect_pct": self.min_effect_pct,
                 "bootstrap": {"resamples": self.resamples, "seed": self.seed},
                 "phases": {p.phase: p.rows_dict() for p in self.phases}, "summary": summary,
-                "gate": None if self.gate is None else self.gate.to_dict(), "notes": list(self.notes),
+                "gate": None if self.gate is None else self.gate.to_dict(),
+                "notes": list(self.notes),
                 "findings": [f.to_json() for f in self.findings]}
 
 
@@ -167,8 +170,8 @@ def _boot_medians(groups: list[np.ndarray], rng: np.random.Generator) -> np.ndar
     for i, g in enumerate(groups):
         padded[i, : len(g)] = g
     tr = rng.integers(0, t, (BOOT, t)) if t > 1 else np.zeros((BOOT, 1), dtype=int)
-    n = lens[tr]                                                     # (BOOT, t) steps of each drawn trace
-    idx = (rng.random((BOOT, t, nmax)) * n[..., None]).astype(int)   # step draws within the trace
+    n = lens[tr]  # (BOOT, t) steps of each drawn trace
+    idx = (rng.random((BOOT, t, nmax)) * n[..., None]).astype(int)  # step draws within the trace
     vals = padded[tr[..., None], idx]
     vals[np.arange(nmax)[None, None, :] >= n[..., None]] = np.nan
     return np.nanmedian(vals.reshape(BOOT, -1), axis=1)
@@ -206,9 +209,10 @@ def stats(base: list[list[float]], cand: list[list[float]],
     pct = delta / mb * 100 if mb else None
     big = abs(delta) >= MIN_EFFECT_MS and (pct is None or abs(pct) >= min_effect_pct)
     sig = p < ALPHA and (lo > 0 or hi < 0) and big
+    verdict = SAME if not sig else ("slower" if delta > 0 else "faster")
     return Stats(int(len(pb)), int(len(pc)), round(mb, 4), round(mc, 4), round(delta, 4),
                  None if pct is None else round(pct, 2), float(f"{p:.4g}"),
-                 round(lo, 4), round(hi, 4), SAME if not sig else ("slower" if delta > 0 else "faster"))
+                 round(lo, 4), round(hi, 4), verdict)
 
 
 def _phase(docs: list[dict[str, Any]], phase: str) -> list[dict[str, Any]]:
@@ -239,8 +243,8 @@ def _cause(step: Stats, kernels: Stats, comps: tuple[Row, ...]) -> str | None:
     if step.verdict not in CHANGED:
         return None
     if kernels.verdict == SAME:
-        return ("host-side: the step time changed but the summed kernel time did not (launch, CPU or "
-                "sync time)")
+        return ("host-side: the step time changed but the summed kernel time did not "
+                "(launch, CPU or sync time)")
     moved = sorted((r for r in comps if r.stats.verdict in CHANGED),
                    key=lambda r: -abs(r.stats.delta_ms or 0))
     words = [f"{r.name} {r.stats.verdict} ({r.stats.delta_ms:+.3f} ms)" for r in moved]
@@ -255,12 +259,12 @@ def _mismatch_line(diff: dict[str, Any]) -> str | None:
 
 def _gate(phases: tuple[PhaseComparison, ...], pct: float, runs_known: bool,
           not_comparable: str | None, allow_mismatch: bool) -> Gate:
-    """Exit 1 when a phase's per-token GPU kernel time, or its per-token step time, is significantly
-    slower by more than pct. A step-time change with the kernel time unchanged (host-side) is gated only
-    when run-to-run variance is known (several traces per side): host time differs widely between two
-    runs of the same stack, so one trace per side cannot tell a host regression from noise. Exit 3,
-    whatever the numbers, when the stamps say the two sides are not a matched baseline (unless
-    allow_mismatch)."""
+    """Exit 1 when a phase's per-token GPU kernel time, or its per-token step time, is
+    significantly slower by more than pct. A step-time change with the kernel time unchanged
+    (host-side) is gated only when run-to-run variance is known (several traces per side): host
+    time differs widely between two runs of the same stack, so one trace per side cannot tell
+    a host regression from noise. Exit 3, whatever the numbers, when the stamps say the two
+    sides are not a matched baseline (unless allow_mismatch)."""
     failed, reasons, not_gated = [], {}, {}
     for ph in phases:
         tok, ktok = ph.step.per_token, ph.kernels.per_token
@@ -271,8 +275,9 @@ def _gate(phases: tuple[PhaseComparison, ...], pct: float, runs_known: bool,
             if ktok.verdict == "slower" or runs_known:
                 why.append(f"step time per token {tok.delta_pct:+.1f}%")
             else:
-                not_gated[ph.phase] = (f"step time per token {tok.delta_pct:+.1f}% with kernel time "
-                                       "unchanged (host-side): not gated, run-to-run variance unknown "
+                not_gated[ph.phase] = (f"step time per token {tok.delta_pct:+.1f}% "
+                                       "with kernel time unchanged (host-side): not gated, "
+                                       "run-to-run variance unknown "
                                        "with one trace per side (pass -b/-c runs)")
         if why:
             failed.append(ph.phase)
@@ -316,5 +321,7 @@ def compare(base: list[dict[str, Any]], cand: list[dict[str, Any]],
                 "then steps")
     gate = None if gate_pct is None else _gate(out, gate_pct, n_b > 1 and n_c > 1,
                                                _mismatch_line(diff), allow_mismatch)
-    return Comparison(tuple(d["source"]["path"] for d in base), tuple(d["source"]["path"] for d in cand),
-                      diff, variance, min_effect_pct, out, gate, tuple(notes), findings)
+    base_paths = tuple(d["source"]["path"] for d in base)
+    cand_paths = tuple(d["source"]["path"] for d in cand)
+    return Comparison(base_paths, cand_paths, diff,
+                      variance, min_effect_pct, out, gate, tuple(notes), findings)
