@@ -34,7 +34,8 @@ def top_cause(phase: dict[str, Any]) -> dict[str, Any] | None:
     if not rows:
         return None
     r = max(rows, key=lambda r: r["ms_per_step"])
-    return {"cause": r["cause"], "what": r["what"], "ms_per_step": r["ms_per_step"], "share": r["share"]}
+    return {"cause": r["cause"], "what": r["what"], "ms_per_step": r["ms_per_step"],
+            "share": r["share"]}
 
 
 def _phase(doc: dict[str, Any], name: str) -> dict[str, Any] | None:
@@ -45,17 +46,20 @@ def _row(doc: dict[str, Any], ph: dict[str, Any]) -> dict[str, Any]:
     tok = ph["tokens_per_step"]
     med = ph["step_ms"]["median"]
     prov = doc.get("provenance") or {}
-    return {"path": doc["source"]["path"], "created_utc": prov.get("created_utc"), "steps": ph["steps"],
+    return {"path": doc["source"]["path"], "created_utc": prov.get("created_utc"),
+            "steps": ph["steps"],
             "tokens_per_step": tok, "step_ms": med,
             "ms_per_token": round(med / tok, 4) if med is not None and tok else None,
             "achieved_tok_s": ph["achieved_tok_s"], "gb_per_token": ph["gb_per_token"],
             "top_cause": top_cause(ph)}
 
 
-def _flags(row: dict[str, Any], prev: dict[str, Any], vs: dict[str, Any], min_effect: float) -> list[str]:
+def _flags(row: dict[str, Any], prev: dict[str, Any], vs: dict[str, Any],
+           min_effect: float) -> list[str]:
     out = []
     if vs["verdict"] in ("faster", "slower"):
-        out.append(f"{vs['verdict']}: step time per token {vs['delta_pct']:+.1f}% (p {vs['p_value']:.2g})")
+        out.append(f"{vs['verdict']}: step time per token {vs['delta_pct']:+.1f}% "
+                   f"(p {vs['p_value']:.2g})")
     if row["tokens_per_step"] != prev["tokens_per_step"]:
         out.append(f"tokens/step {prev['tokens_per_step']} -> {row['tokens_per_step']}")
     g0, g1 = prev["gb_per_token"], row["gb_per_token"]
@@ -82,13 +86,16 @@ def trend(docs: list[dict[str, Any]], phase: str = "decode", window: int = WINDO
         row = _row(doc, ph)
         if rows:
             same = [p for p in phases if p["tokens_per_step"] == ph["tokens_per_step"]]
-            base = same[-window:] if same and same[-1] is phases[-1] else []   # since the last change
-            vs = stats(_series(base, "step_ms", per_token=True), _series([ph], "step_ms", per_token=True),
-                       min_effect_pct).to_dict()
+            # since the last change
+            base = same[-window:] if same and same[-1] is phases[-1] else []
+            before = _series(base, "step_ms", per_token=True)
+            now = _series([ph], "step_ms", per_token=True)
+            vs = stats(before, now, min_effect_pct).to_dict()
             if not base:
                 vs["verdict"] = "not comparable: tokens/step changed"
-            row["vs_previous"] = {"files": len(base), **{k: vs[k] for k in (
-                "base_ms", "cand_ms", "delta_pct", "p_value", "ci_low_ms", "ci_high_ms", "verdict")}}
+            keys = ("base_ms", "cand_ms", "delta_pct", "p_value", "ci_low_ms", "ci_high_ms",
+                    "verdict")
+            row["vs_previous"] = {"files": len(base), **{k: vs[k] for k in keys}}
             row["changes"] = _flags(row, rows[-1], vs, min_effect_pct)
         else:
             row["vs_previous"], row["changes"] = None, []
@@ -96,8 +103,8 @@ def trend(docs: list[dict[str, Any]], phase: str = "decode", window: int = WINDO
         phases.append(ph)
     return {"schema": SCHEMA_ID, "phase": phase, "files": len(docs), "window": window,
             "alpha": ALPHA, "min_effect_pct": min_effect_pct,
-            "compared_on": "step ms per token, each file against the window of files before it at the "
-                           "same tokens per step",
+            "compared_on": "step ms per token, each file against the window of files "
+                           "before it at the same tokens per step",
             "rows": rows, "changed": [r["path"] for r in rows if r["changes"]], "notes": notes}
 
 
@@ -110,7 +117,8 @@ def render(doc: dict[str, Any]) -> str:
     head = (f"{'#':>3}  {'captured (UTC)':<20} {'tok/step':>8} {'ms/tok':>8} {'tok/s':>9} "
             f"{'GB/tok':>9}  {'vs before':<22} top cause")
     lines = [f"attrib trend: {doc['files']} files, phase {doc['phase']} (each against the "
-             f"{doc['window']} before it; p < {doc['alpha']}, change >= {doc['min_effect_pct']:g}%)", head]
+             f"{doc['window']} before it; p < {doc['alpha']}, "
+             f"change >= {doc['min_effect_pct']:g}%)", head]
     for i, r in enumerate(doc["rows"]):
         vs = r["vs_previous"]
         verdict = "-" if vs is None or not vs["files"] else (
@@ -119,7 +127,8 @@ def render(doc: dict[str, Any]) -> str:
         c = r["top_cause"]
         share = f" ({c['share']:.0%})" if c and c["share"] is not None else ""
         cause = "-" if c is None else f"{c['cause']}: {c['what']} {c['ms_per_step']:.3g} ms{share}"
-        lines.append(f"{i:>3}  {str(r['created_utc'] or '-'):<20} {_cell(r['tokens_per_step'], '{}'):>8} "
+        when = str(r["created_utc"] or "-")
+        lines.append(f"{i:>3}  {when:<20} {_cell(r['tokens_per_step'], '{}'):>8} "
                      f"{_cell(r['ms_per_token']):>8} {_cell(r['achieved_tok_s']):>9} "
                      f"{_cell(r['gb_per_token']):>9}  {verdict:<22} {cause}")
         lines += [f"{'':>5}! {flag}" for flag in r["changes"]]
