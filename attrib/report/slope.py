@@ -1,7 +1,8 @@
-"""Context slope: traces of one stack at different context lengths -> per component, decode time per
-step against context, t = a + b*L (scipy linregress over every step of every trace, L the step's
-context), b in microseconds per 1k context tokens with its 95% CI; and the context at which attention
-overtakes the weight-bound components (where the two fitted lines cross). The attrib.slope/1 document.
+"""Context slope: traces of one stack at different context lengths -> per component, decode
+time per step against context, t = a + b*L (scipy linregress over every step of every trace,
+L the step's context), b in microseconds per 1k context tokens with its 95% CI; and the
+context at which attention overtakes the weight-bound components (where the two fitted lines
+cross). The attrib.slope/1 document.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from attrib.report.provenance_diff import provenance_diff
 SCHEMA_ID = "attrib.slope/1"
 WEIGHT_BOUND = GEMM_COMPONENTS  # their time per step does not follow the context
 MIN_CONTEXTS = 2
-# stamp fields that follow the context by construction (a cache sized to the prompt): not a different stack
+# stamp fields that follow the context by construction (a cache sized to the prompt):
+# not a different stack
 CONTEXT_KEYS = ("context_length", "tokens_per_step", "model_config.max_position_embeddings")
 SAME_BYTES = 0.01    # bytes per step this close in every trace: the same work
 DRIFT_SHARE = 0.10   # the same work whose fitted time moves by more than this share of it: drift
@@ -91,7 +93,8 @@ class Slope:
     def to_dict(self) -> dict[str, Any]:
         """The attrib.slope/1 document."""
         wb = {"components": list(self.weight_bound)}
-        return {"schema": SCHEMA_ID, "phase": self.phase, "traces": [asdict(t) for t in self.traces],
+        return {"schema": SCHEMA_ID, "phase": self.phase,
+                "traces": [asdict(t) for t in self.traces],
                 "rows": [r.to_dict() for r in self.rows],
                 "weight_bound": wb | (self.weight_fit.to_dict() if self.weight_fit else {}),
                 "drift": [asdict(d) for d in self.drift], "crossover": asdict(self.crossover),
@@ -111,7 +114,8 @@ def _points(phs: list[dict[str, Any]], get) -> tuple[list[float], list[float]]:
 
 
 def fit(xs: list[float], ys: list[float]) -> Fit | None:
-    """slope (us per 1k context), its 95% CI, intercept (us), r2, n; None below 3 points or 2 contexts."""
+    """slope (us per 1k context), its 95% CI, intercept (us), r2, n; None below 3 points or
+    2 contexts."""
     if len(xs) < 3 or len(set(xs)) < MIN_CONTEXTS:
         return None
     from scipy.stats import linregress, t as student_t  # ~0.5 s to import: only slope pays it
@@ -156,12 +160,13 @@ def _crossover(att: Fit | None, weights: Fit | None, lo: float, hi: float) -> Cr
     if att is None or weights is None:
         return Crossover(None, "no attention or no weight-bound component in the traces")
     if att.ci_low <= 0:
-        return Crossover(None, "the attention slope is not significantly above 0: no crossover claimed")
+        return Crossover(None, "the attention slope is not significantly above 0: "
+                               "no crossover claimed")
     da = att.slope_us_per_1k - weights.slope_us_per_1k
     gap = weights.intercept_us - att.intercept_us  # at L = 0
     if gap <= 0:
-        return Crossover(0, "attention already takes longer than the weight-bound components at any "
-                            "context")
+        return Crossover(0, "attention already takes longer than the weight-bound components "
+                            "at any context")
     if da <= 0:
         return Crossover(None, "attention grows no faster than the weight-bound components: no "
                                "crossover")
@@ -216,7 +221,8 @@ def _notes(phs: list[dict[str, Any]], docs: list[dict[str, Any]], traces: tuple[
         notes.append("not one model? the weight-bound components move "
                      + ", ".join(f"{b / 1e6:.1f}" for b in wb) + " MB per step across the traces")
     if len(distinct) < 3:
-        notes.append(f"{len(distinct)} distinct contexts: a slope from fewer than 3 is weakly supported")
+        notes.append(f"{len(distinct)} distinct contexts: "
+                     "a slope from fewer than 3 is weakly supported")
     missing = [str(tr.path) for tr in traces if tr.context_min is None]
     if missing:
         notes.append("no context known (no attention shapes, vLLM annotation or provenance "
@@ -240,7 +246,9 @@ def slope(docs: list[dict[str, Any]], phase: str = "decode") -> Slope:
         return Slope(phase, traces, (), (), None, (), Crossover(None, why), (why,))
     rows, fits = _fits(phs, comps)
     present = [c for c in WEIGHT_BOUND if c in comps]
-    weights = fit(*_points(phs, lambda s, i: sum(_comp(s, i, c) for c in present))) if present else None
+    weights = None
+    if present:
+        weights = fit(*_points(phs, lambda s, i: sum(_comp(s, i, c) for c in present)))
     contexts = [x for tr in traces for x in (tr.context_min, tr.context_max) if x is not None]
     lo, hi = min(contexts, default=0), max(contexts, default=0)
     drifted = drift(phs, fits, lo, hi)
