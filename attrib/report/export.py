@@ -1,4 +1,5 @@
-"""Perfetto export: the original Kineto trace with attrib's attribution added, loadable in ui.perfetto.dev.
+"""Perfetto export: the original Kineto trace with attrib's attribution added, loadable in
+ui.perfetto.dev.
 
 Each kernel event's args gain `component`, `phase`, `step`, `bytes` and `gbs` (achieved GB/s of that
 kernel, bytes / duration; null where the bytes are unknown). A process "attrib" is added with one
@@ -37,7 +38,8 @@ def _pid(events: list[Any]) -> int:
 
 
 def _meta(pid: int, tid: int | None, kind: str, name: str | int) -> dict[str, Any]:
-    ev = {"ph": "M", "pid": pid, "name": kind, "args": {"name" if "name" in kind else "sort_index": name}}
+    key = "name" if "name" in kind else "sort_index"
+    ev = {"ph": "M", "pid": pid, "name": kind, "args": {key: name}}
     if tid is not None:
         ev["tid"] = tid
     return ev
@@ -57,7 +59,8 @@ def annotate(doc: dict[str, Any], kernels: pl.DataFrame, steps: pl.DataFrame) ->
         pl.when((pl.col("dur_ns") > 0) & pl.col("bytes").is_not_null())
         .then((pl.col("bytes") / pl.col("dur_ns")).round(1)).alias("gbs")).sort("event")
     pid = _pid(events)
-    added: list[dict[str, Any]] = [_meta(pid, None, "process_name", PROCESS), _meta(pid, None, "process_sort_index", -1)]
+    added: list[dict[str, Any]] = [_meta(pid, None, "process_name", PROCESS),
+                                   _meta(pid, None, "process_sort_index", -1)]
     per_comp: dict[str, list[dict[str, Any]]] = {}
     for at, comp, phase, step, nbytes, _, gbs in k.iter_rows():
         ev = _kernel_event(events, at)
@@ -65,7 +68,8 @@ def annotate(doc: dict[str, Any], kernels: pl.DataFrame, steps: pl.DataFrame) ->
             raise ValueError(f"kernel at traceEvents[{at}] is not a kernel event of the document")
         old = ev.get("args")
         args: dict[str, Any] = old if isinstance(old, dict) else {}
-        args.update(component=comp, phase=phase, step=step, bytes=None if nbytes is None else round(nbytes), gbs=gbs)
+        rounded = None if nbytes is None else round(nbytes)
+        args.update(component=comp, phase=phase, step=step, bytes=rounded, gbs=gbs)
         ev["args"] = args
         per_comp.setdefault(comp or "unattributed", []).append(ev)
     share = sorted(per_comp, key=lambda c: -sum(float(e.get("dur") or 0) for e in per_comp[c]))
@@ -75,17 +79,21 @@ def annotate(doc: dict[str, Any], kernels: pl.DataFrame, steps: pl.DataFrame) ->
         starts = [float(e["ts"]) for e in evs]
         lanes = _lanes(starts, [s + float(e.get("dur") or 0) for s, e in zip(starts, evs)])
         for lane in range(max(lanes) + 1):
-            added += [_meta(pid, tid + lane, "thread_name", comp if lane == 0 else f"{comp} #{lane + 1}"),
+            name = comp if lane == 0 else f"{comp} #{lane + 1}"
+            added += [_meta(pid, tid + lane, "thread_name", name),
                       _meta(pid, tid + lane, "thread_sort_index", rank * 100 + lane + 1)]
         for e, lane in zip(evs, lanes):
-            added.append({"ph": "X", "cat": "attrib", "name": e.get("name", ""), "pid": pid, "tid": tid + lane,
-                          "ts": e["ts"], "dur": e.get("dur") or 0, "args": {"component": comp, **{
-                              x: e["args"][x] for x in ("phase", "step", "bytes", "gbs")}}})
+            figs = {x: e["args"][x] for x in ("phase", "step", "bytes", "gbs")}
+            added.append({"ph": "X", "cat": "attrib", "name": e.get("name", ""), "pid": pid,
+                          "tid": tid + lane, "ts": e["ts"], "dur": e.get("dur") or 0,
+                          "args": {"component": comp, **figs}})
         tid += max(lanes) + 1
     added += [_meta(pid, 0, "thread_name", "steps"), _meta(pid, 0, "thread_sort_index", 0)]
     s = steps.filter(pl.col("window_start").is_not_null()).sort("window_start")
-    for step, phase, tokens, w0, w1 in s.select("step", "phase", "tokens", "window_start", "window_end").iter_rows():
-        added.append({"ph": "X", "cat": "attrib", "name": f"{phase} step {step}", "pid": pid, "tid": 0,
-                      "ts": w0 / 1e3, "dur": (w1 - w0) / 1e3, "args": {"phase": phase, "step": step, "tokens": tokens}})
+    windows = s.select("step", "phase", "tokens", "window_start", "window_end")
+    for step, phase, tokens, w0, w1 in windows.iter_rows():
+        added.append({"ph": "X", "cat": "attrib", "name": f"{phase} step {step}", "pid": pid,
+                      "tid": 0, "ts": w0 / 1e3, "dur": (w1 - w0) / 1e3,
+                      "args": {"phase": phase, "step": step, "tokens": tokens}})
     events.extend(added)
     return doc
