@@ -78,8 +78,8 @@ def _bottlenecks(ph: Phase, findings: tuple[Finding, ...]) -> list[str]:
                      fmt.pct(r.share_of_step), r.what, refs or "-"))
     out = []
     if rows:
-        out += ["**Bottlenecks**, ranked by the milliseconds per step a fix could recover (gap to the roofline, "
-                "GPU idle, rules' estimates):", ""]
+        out += ["**Bottlenecks**, ranked by the milliseconds per step a fix could recover "
+                "(gap to the roofline, GPU idle, rules' estimates):", ""]
         out += table(fmt.BOTTLENECK_HEAD + ("findings",), rows)
     total = fmt.total_line(ph, findings)
     if total:
@@ -87,24 +87,29 @@ def _bottlenecks(ph: Phase, findings: tuple[Finding, ...]) -> list[str]:
     for u in b.unpriced:
         out += [
             "",
-            f"- {esc(u.component)}: {fmt.num(u.ms_per_step)} ms/step ({fmt.pct(u.share)}), {esc(u.why)}",
+            f"- {esc(u.component)}: {fmt.num(u.ms_per_step)} ms/step "
+            f"({fmt.pct(u.share)}), {esc(u.why)}",
         ]
     return out
 
 
-def render(an: Analysis, plots: dict[str, str] | None = None, plot_note: str | None = None) -> str:
-    """The report; plots: plot name -> SVG file name beside the report; plot_note: why there are none."""
+def render(an: Analysis, plots: dict[str, str] | None = None,
+           plot_note: str | None = None) -> str:
+    """The report; plots: plot name -> SVG file name beside the report; plot_note: why there
+    are none."""
     src, plots = an.source, plots or {}
     out = (
         [f"# attrib report: {esc(src.path)}", ""] + _verdict(an)
         + ["", "## Run", "", f"- device: {esc(fmt.device_line(an.device))}"]
         + [f"- {esc(x)}" for x in [fmt.distributed_line(an)] if x]
         + [
-            f"- source: {esc(src.format)}, {src.kernels} kernels, {src.kernel_ms:.3f} ms kernel time (total)"
+            f"- source: {esc(src.format)}, {src.kernels} kernels, "
+            f"{src.kernel_ms:.3f} ms kernel time (total)"
         ]
     )
     prov = fmt.provenance(an.provenance)
-    out.append(f"- run: {esc(prov)}" if prov else "- run: no provenance stamp (capture with collectors.capture to record one)")
+    unstamped = "- run: no provenance stamp (capture with collectors.capture to record one)"
+    out.append(f"- run: {esc(prov)}" if prov else unstamped)
     out.append(f"- coverage: {esc(fmt.coverage_line(an))}")
     if plot_note:
         out += ["", f"_{esc(plot_note)}_"]
@@ -120,8 +125,10 @@ def render(an: Analysis, plots: dict[str, str] | None = None, plot_note: str | N
         if where:
             out += ["", esc(where)]
         out += [""] + _bottlenecks(ph, findings)
-        out += ["", "**Components** (medians per step):", ""] + table(fmt.COMPONENT_HEAD, fmt.component_rows(ph))
-        out += ["", "**Top kernels** (per step):", ""] + table(fmt.TOP_HEAD, fmt.top_rows(ph, None, None))
+        out += ["", "**Components** (medians per step):", ""]
+        out += table(fmt.COMPONENT_HEAD, fmt.component_rows(ph))
+        out += ["", "**Top kernels** (per step):", ""]
+        out += table(fmt.TOP_HEAD, fmt.top_rows(ph, None, None))
         out += spec_report.markdown(ph, table, esc)
         for key, title in (("roofline", "roofline"), ("steps", "per-step time by component")):
             name = plots.get(f"{ph.phase}_{key}")
