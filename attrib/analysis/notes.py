@@ -32,7 +32,8 @@ def _bytes_known(ph: Phase, given: Given) -> str | None:
     if share is None:
         return None
     if ph.gb_per_token is not None and share < 0.95:
-        return f"{ph.phase}: bytes known for {share:.0%} of kernel time; gb_per_token is a lower bound"
+        return (f"{ph.phase}: bytes known for {share:.0%} of kernel time; "
+                "gb_per_token is a lower bound")
     if ph.gb_per_token is None and share < MIN_KNOWN:
         return (f"{ph.phase}: bytes known for {share:.0%} of kernel time, too little for GB/token"
                 + given.hint())
@@ -42,17 +43,18 @@ def _bytes_known(ph: Phase, given: Given) -> str | None:
 def _left_out(ph: Phase) -> list[str]:
     out = []
     if ph.excluded_components:
-        out.append(f"{ph.phase}: {', '.join(ph.excluded_components)} left out of GB/token and the "
-                   "ceiling: achieved rate above the device's peak (their bytes model is wrong or the "
-                   "data cache-resident)")
+        out.append(f"{ph.phase}: {', '.join(ph.excluded_components)} left out of GB/token "
+                   "and the ceiling: achieved rate above the device's peak "
+                   "(their bytes model is wrong or the data cache-resident)")
     for c in ph.component_rows:
         if c.over_peak:
-            out.append(f"{ph.phase}: {c.component}: kernels priced above the device's peak, their bytes not "
-                       f"counted (a wrong bytes model or cache-resident data): {c.over_peak}")
+            out.append(f"{ph.phase}: {c.component}: kernels priced above the device's peak, "
+                       "their bytes not counted (a wrong bytes model or cache-resident data): "
+                       f"{c.over_peak}")
     partial = [c.component for c in ph.component_rows if c.partial]
     if partial:
-        out.append(f"{ph.phase}: {', '.join(partial)} priced for under {MIN_KNOWN:.0%} of their time: "
-                   "their bytes are a lower bound, no GB/s or gap shown")
+        out.append(f"{ph.phase}: {', '.join(partial)} priced for under {MIN_KNOWN:.0%} "
+                   "of their time: their bytes are a lower bound, no GB/s or gap shown")
     return out
 
 
@@ -65,8 +67,8 @@ def phase_notes(phases: Sequence[Phase], device: str | None, what_if: bool,
     if what_if:
         over = sorted({c.component for c in rows})
         if over:
-            notes.append(f"what-if: {', '.join(over)} ran faster on the traced device than {device}'s "
-                         "peak allows: the projection is out of reach for them")
+            notes.append(f"what-if: {', '.join(over)} ran faster on the traced device "
+                         f"than {device}'s peak allows: the projection is out of reach for them")
     else:
         notes += list({c.inconsistent: None for c in rows if c.inconsistent})
     return notes
