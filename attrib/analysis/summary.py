@@ -66,7 +66,8 @@ class Action:
 @dataclass(frozen=True)
 class PhaseSummary:
     """A phase's verdict: rate (tok/s, or samples/s) against its ceiling, the step, the top rows of
-    the step's time (mean step: `mean_step_ms`), the top actions, the step's distance to its floor."""
+    the step's time (mean step: `mean_step_ms`), the top actions, the step's distance to its
+    floor."""
 
     phase: str
     steps: int
@@ -122,8 +123,9 @@ def _row_evidence(b: Bottleneck) -> str:
     if b.kind == "GPU idle":
         return f"the GPU waits {b.ms_per_step:.3f} ms a step between kernels (launch, CPU, sync)"
     e = b.evidence
-    rate = ", ".join(x for x in (
-        _rate(e.get("achieved_gbs"), "{:.0f} GB/s"), _rate(e.get("achieved_tflops"), "{:.1f} TFLOP/s")) if x)
+    rates = (_rate(e.get("achieved_gbs"), "{:.0f} GB/s"),
+             _rate(e.get("achieved_tflops"), "{:.1f} TFLOP/s"))
+    rate = ", ".join(x for x in rates if x)
     ms, roof = e.get("ms"), e.get("roofline_ms")
     if isinstance(ms, float) and isinstance(roof, float):
         at = f" at {rate}" if rate else ""
@@ -264,7 +266,8 @@ def facts(an: Analysis, model: str | None = None) -> tuple[Fact, ...]:
     derived = (_median_int(ph.per_step.context)
                if ph is not None and not ph.samples_per_step else None)
     if derived is not None and ph is not None:
-        out.append(Fact("context", str(derived), f"{ph.phase} median ({ph.context_from or 'trace'})"))
+        source = f"{ph.phase} median ({ph.context_from or 'trace'})"
+        out.append(Fact("context", str(derived), source))
     elif ctx and not (ph is not None and ph.samples_per_step):
         out.append(Fact("context", ctx, "stamp"))
     for key in ("dtype", "quantization", "kv_cache_dtype"):
@@ -276,7 +279,8 @@ def facts(an: Analysis, model: str | None = None) -> tuple[Fact, ...]:
     return tuple(out)
 
 
-def assumed(an: Analysis, model: str | None, capture: str | None, context: int | None) -> tuple[str, ...]:
+def assumed(an: Analysis, model: str | None, capture: str | None,
+            context: int | None) -> tuple[str, ...]:
     """What the figures rest on beyond the trace: --model, --capture, a what-if, estimated bytes."""
     out = []
     if model:
@@ -286,7 +290,8 @@ def assumed(an: Analysis, model: str | None, capture: str | None, context: int |
         out.append(f"--capture {capture}: replayed kernels' ops and shapes from the capture trace")
     dev = an.device
     if dev.what_if:
-        out.append(f"--arch {dev.arch}: a projection onto {dev.name} (times measured on the traced device)")
+        out.append(f"--arch {dev.arch}: a projection onto {dev.name} "
+                   "(times measured on the traced device)")
     if dev.known and dev.roofline_bw_basis == "peak":
         out.append(f"rooflines at the {dev.peak_bw_gbs:g} GB/s peak (no sustained figure known)")
     est = sorted({c.component for p in an.phases for c in p.component_rows
