@@ -1,20 +1,22 @@
 """Is the baseline matched? The two sides' provenance stamps and devices, diffed.
 
-A difference in what changes the work or the kernels (model, device arch, dtype, quantization, batch,
-context, speculative mode, KV-cache dtype, tokens per step, kernel-relevant environment variables) makes
-the comparison "not a matched baseline". Other stamp differences (versions, runner, attention
-implementation: often the change under test) are listed, not judged. Where both stamps carry the
-model's config (`model_config`, top level or under `extra`), the model is matched on that config
-(less private `_` keys and the library version), and a different free-text `model` label is only listed.
+A difference in what changes the work or the kernels (model, device arch, dtype, quantization,
+batch, context, speculative mode, KV-cache dtype, tokens per step, kernel-relevant environment
+variables) makes the comparison "not a matched baseline". Other stamp differences (versions,
+runner, attention implementation: often the change under test) are listed, not judged. Where both
+stamps carry the model's config (`model_config`, top level or under `extra`), the model is
+matched on that config (less private `_` keys and the library version), and a different
+free-text `model` label is only listed.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-MATCH_KEYS = ("model", "dtype", "quantization", "batch", "context_length", "speculative", "kv_cache_dtype")
-INFO_SKIP = ("env", "versions", "gpu", "model_config", "capture_name", "created_utc", "host", "trace", "steps",
-             "capture", "schema", "param_bytes", "tiny")
+MATCH_KEYS = ("model", "dtype", "quantization", "batch", "context_length", "speculative",
+              "kv_cache_dtype")
+INFO_SKIP = ("env", "versions", "gpu", "model_config", "capture_name", "created_utc", "host",
+             "trace", "steps", "capture", "schema", "param_bytes", "tiny")
 
 
 NONE_WORDS = ("none", "null", "")  # a stamp's spelled-out nothing: the same as no value
@@ -39,7 +41,8 @@ def _config(d: dict[str, Any]) -> dict[str, Any] | None:
     cfg = p.get("model_config") or (p.get("extra") or {}).get("model_config")
     if not isinstance(cfg, dict):
         return None
-    return {k: v for k, v in sorted(cfg.items()) if not k.startswith("_") and k != "transformers_version"}
+    return {k: v for k, v in sorted(cfg.items())
+            if not k.startswith("_") and k != "transformers_version"}
 
 
 def _fields(docs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -73,7 +76,8 @@ def _flat(d: dict[str, Any]) -> dict[str, Any]:
 
 
 def provenance_diff(base: list[dict[str, Any]], cand: list[dict[str, Any]]) -> dict[str, Any]:
-    """{"mismatch": [{key, base, cand}], "other": [...], "within_side": [...], "unstamped": [...]}."""
+    """{"mismatch": [{key, base, cand}], "other": [...], "within_side": [...],
+    "unstamped": [...]}."""
     docs = base + cand
     mismatch, within = [], []
     for key, get in _fields(docs).items():
@@ -83,7 +87,8 @@ def provenance_diff(base: list[dict[str, Any]], cand: list[dict[str, Any]]) -> d
         if _values(base, get) != _values(cand, get):
             mismatch.append({"key": key, "base": _one(base, get), "cand": _one(cand, get)})
     matched = {m["key"] for m in mismatch}
-    skip = (set(MATCH_KEYS) - {"model"}) | set(INFO_SKIP)  # a model label differing beside a matched config is listed
+    # a model label differing beside a matched config is listed
+    skip = (set(MATCH_KEYS) - {"model"}) | set(INFO_SKIP)
     flat = [_flat(d) for d in docs]
     keys = sorted({k for f in flat for k in f if k not in skip and k not in matched})
     other = []
