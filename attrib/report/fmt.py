@@ -12,8 +12,9 @@ from attrib.analysis.finding import JSON, Finding, count
 from attrib.analysis.model import Analysis, Device, Phase
 from attrib.analysis.summary import Action, PhaseSummary, Summary
 
-PROV_KEYS = ("model", "quantization", "dtype", "batch", "concurrency", "context_length", "kv_cache_dtype",
-             "kv_cache_state", "speculative", "correctness_gate", "baseline_id")
+PROV_KEYS = ("model", "quantization", "dtype", "batch", "concurrency", "context_length",
+             "kv_cache_dtype", "kv_cache_state", "speculative", "correctness_gate",
+             "baseline_id")
 
 
 def num(x: Any, fmt: str = "{:.3f}", none: str = "-") -> str:
@@ -34,7 +35,8 @@ def short(name: str, width: int | None, end: bool = False) -> str:
         return "…"[:width]
     if end:
         return name[: width - 1].rstrip() + "…"
-    head = -(-2 * (width - 1) // 3)  # two thirds from the start: a kernel's name opens with its kind
+    # two thirds from the start: a kernel's name opens with its kind
+    head = -(-2 * (width - 1) // 3)
     tail = width - 1 - head
     return name[:head] + "…" + (name[-tail:] if tail else "")
 
@@ -76,7 +78,8 @@ def device_line(dev: Device) -> str:
 
 def phase_headline(ph: Phase) -> str:
     sm = ph.step_ms
-    per = (f"{ph.samples_per_step} samples/step (a vision/diffusion forward: no token figure applies)"
+    per = (f"{ph.samples_per_step} samples/step "
+           "(a vision/diffusion forward: no token figure applies)"
            if ph.samples_per_step else
            f"{num(ph.tokens_per_step, '{}')} tokens/step ({ph.tokens_from or 'unknown source'})")
     return (f"{count(ph.steps, 'step')}, {per}; step {num(sm.median)} ms"
@@ -115,8 +118,8 @@ def phase_rates(ph: Phase, world: int | None = None) -> str:
     return ", ".join(out)
 
 
-COMPONENT_HEAD = ("component", "kernels/step", "ms/step", "share", "MB/step", "GB/s", "TFLOP/s", "bound",
-                  "bytes known", "gap ms/step", "evidence (kernels/step)")
+COMPONENT_HEAD = ("component", "kernels/step", "ms/step", "share", "MB/step", "GB/s",
+                  "TFLOP/s", "bound", "bytes known", "gap ms/step", "evidence (kernels/step)")
 
 
 LEDGER_ROWS = 4  # the ledger rows under a phase's headline
@@ -138,7 +141,8 @@ def component_rows(ph: Phase) -> list[tuple[str, ...]]:
         evs: Mapping[str, float | int | None] = c.evidence_per_step or c.evidence
         model = " [model]" if (c.bytes_from or "").startswith("model") else ""
         mb = num(c.bytes and c.bytes / 1e6, "{:.1f}")
-        if (c.estimated_share or 0) >= 0.5 and mb != "-":  # mostly an estimate (Inductor, model config)
+        # mostly an estimate (Inductor, model config)
+        if (c.estimated_share or 0) >= 0.5 and mb != "-":
             mb = "~" + mb
         if c.partial:  # priced for under half its time: a lower bound, no rate
             mb, model = ">=" + mb, model + f" [priced {(c.bytes_known_share or 0) * 100:.0f}%]"
@@ -155,8 +159,9 @@ TOP_HEAD = ("ms/step", "calls/step", "component", "GB/s", "TFLOP/s", "kernel")
 
 def top_rows(ph: Phase, top: int | None, width: int | None) -> list[tuple[str, ...]]:
     kern = ph.kernel_rows if top is None else ph.kernel_rows[:top]
-    return [(num(t.ms), num(t.calls_per_step, "{:g}"), str(t.component), num(t.achieved_gbs, "{:.0f}"),
-             num(t.achieved_tflops, "{:.2f}"), short(t.name, width)) for t in kern]
+    return [(num(t.ms), num(t.calls_per_step, "{:g}"), str(t.component),
+             num(t.achieved_gbs, "{:.0f}"), num(t.achieved_tflops, "{:.2f}"),
+             short(t.name, width)) for t in kern]
 
 
 BOTTLENECK_HEAD = ("#", "where", "recoverable ms/step", "of step", "what")
@@ -170,8 +175,8 @@ def bottleneck_rows(ph: Phase) -> list[tuple[str, ...]]:
 def finding_lines(f: Finding) -> tuple[str, str | None, str | None]:
     """(headline, evidence line, remedy) of a finding."""
     ms = f.ms_per_step
-    head = (f"[{f.severity}] {f.rule}" + (f" ({round(ms, 4):.3f} ms/step)" if ms is not None else "")
-            + f": {f.title}")
+    cost = f" ({round(ms, 4):.3f} ms/step)" if ms is not None else ""
+    head = f"[{f.severity}] {f.rule}" + cost + f": {f.title}"
     evl = ", ".join(f"{k}={ev(v)}" for k, v in f.evidence.items()) if f.evidence else None
     return head, evl, f.remedy
 
