@@ -1,5 +1,5 @@
-"""The report's plots as SVG text (matplotlib, the `plot` extra): roofline, per-step stack, timeline,
-and compare's per-component deltas and slope's time against context.
+"""The report's plots as SVG text (matplotlib, the `plot` extra): roofline, per-step stack,
+timeline, and compare's per-component deltas and slope's time against context.
 
 Each function takes the typed Analysis, one of its phases, or a Comparison/Slope (never the trace)
 and returns SVG markup, or None when there is nothing to plot. `available()` says whether
@@ -27,7 +27,8 @@ MISSING = "plots omitted: matplotlib is not installed (pip install 'attrib[plot]
 PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7",
            "#9c755f", "#bab0ac", "#86bcb6", "#d37295")
 IDLE = "#d9d9d9"
-# the ledger's causes of a step's non-kernel time: hatched, in hues apart from the components' palette
+# the ledger's causes of a step's non-kernel time: hatched, in hues apart from the
+# components' palette
 CAUSE_COLORS = {"copy": "#17becf", "outside": "#393b79", "sync": "#d62728", "host": "#8c6d31",
                 "launch": "#bcbd22", "profiler": "#e7cb94"}
 CAUSE_HATCH = "////"
@@ -75,7 +76,8 @@ def _svg(fig: Any) -> str:
     with rc_context(RC):
         FigureCanvasSVG(fig).print_svg(buf, metadata={"Date": None, "Creator": None})
     text = buf.getvalue()
-    return re.sub(r"^.*?(<svg\b)", r"\1", text, count=1, flags=re.S)  # drop the XML prolog and DOCTYPE
+    # drop the XML prolog and DOCTYPE
+    return re.sub(r"^.*?(<svg\b)", r"\1", text, count=1, flags=re.S)
 
 
 def _colors(names: list[str]) -> dict[str, str]:
@@ -112,7 +114,8 @@ def _axes_box(fig: Any, ax: Any) -> Box:
 
 
 def _label_points(fig: Any, ax: Any, pts: Sequence[tuple[float, float, str]]) -> int:
-    """Write each point's label where it collides with no other label or marker; the count placed."""
+    """Write each point's label where it collides with no other label or marker; the count
+    placed."""
     anchors = [_to_points(fig, ax, x, y) for x, y, _ in pts]
     spots = place(anchors, [t for _, _, t in pts], FONT, _axes_box(fig, ax))
     for (x, y, text), spot in zip(pts, spots):
@@ -256,8 +259,8 @@ def _merged(spans: Sequence[tuple[float, float]], gap: float) -> list[tuple[floa
 def timeline(an: Analysis) -> str | None:
     """Every step of every phase on the trace's time axis: the step window (outline) and, inside it,
     when its kernels ran (fill: the union of kernel intervals, at their true GPU times)."""
-    phases = [ph for ph in an.phases
-              if any(s is not None and d for s, d in zip(ph.per_step.start_ms, ph.per_step.step_ms))]
+    phases = [ph for ph in an.phases if any(
+        s is not None and d for s, d in zip(ph.per_step.start_ms, ph.per_step.step_ms))]
     if not phases:
         return None
     ends = [s + d for ph in phases for s, d in zip(ph.per_step.start_ms, ph.per_step.step_ms)
@@ -270,7 +273,8 @@ def timeline(an: Analysis) -> str | None:
     for i, ph in enumerate(phases):
         ser = ph.per_step
         spans = [(s, d) for s, d in zip(ser.start_ms, ser.step_ms) if s is not None and d]
-        ax.broken_barh(spans, (i - 0.35, 0.7), facecolors="none", edgecolor=colors[ph.phase], lw=0.6)
+        ax.broken_barh(spans, (i - 0.35, 0.7), facecolors="none", edgecolor=colors[ph.phase],
+                       lw=0.6)
         busy = _merged(sorted(b for step in ser.busy_ms for b in step), gap)
         ax.broken_barh(busy, (i - 0.25, 0.5), facecolors=colors[ph.phase], lw=0)
     ax.set_yticks(range(len(phases)), [ph.phase for ph in phases])
@@ -281,7 +285,8 @@ def timeline(an: Analysis) -> str | None:
 
 
 def report_plots(an: Analysis) -> dict[str, str]:
-    """name -> SVG for the report: timeline, then per phase its roofline and (decode-like) step stack."""
+    """name -> SVG for the report: timeline, then per phase its roofline and (decode-like)
+    step stack."""
     if not available():
         return {}
     out = {}
