@@ -3,7 +3,8 @@
 Three sources, never added to each other (one row per place the time goes):
 - a component's gap to its roofline (`gap_ms`: its time above max(bytes / BW, FLOPs / peak));
 - the GPU idle time of a step (launch and CPU time between kernels: `idle_ms`);
-- a rule's finding with its own estimate (`ms_per_step`) that no component or idle row already holds.
+- a rule's finding with its own estimate (`ms_per_step`) that no component or idle row already
+  holds.
 A finding is attached to the rows it names (`Finding.components`, or `explains="idle"`); one that
 names no phase is about the token-generating phases. The row's recoverable time is the larger of
 the two estimates. Components with no bytes or FLOPs have no roofline: they are listed after the
@@ -61,7 +62,8 @@ def _idle_row(ph: Phase) -> _Row | None:
         return None
     return _Row("GPU idle", None, ph.idle_ms,
                 f"GPU idle {ph.idle_ms:.3f} ms/step between kernels (launch, CPU and sync time)",
-                {"idle_ms": ph.idle_ms, "idle_fraction": ph.idle_fraction, "kernel_ms": ph.kernel_ms})
+                {"idle_ms": ph.idle_ms, "idle_fraction": ph.idle_fraction,
+                 "kernel_ms": ph.kernel_ms})
 
 
 def _about(f: Finding, ph: Phase, comps: set[str]) -> bool:
@@ -92,7 +94,8 @@ def _attach(rows: list[_Row], i: int, f: Finding, idle: _Row | None) -> None:
         target.findings.append(i)
     if ms is not None and len(targets) == 1 and (targets[0].ms is None or ms > targets[0].ms):
         targets[0].ms = round(ms, 4)
-        targets[0].what = f.title  # the row says what the larger estimate is, not the figure it replaced
+        # the row says what the larger estimate is, not the figure it replaced
+        targets[0].what = f.title
 
 
 def phase_bottlenecks(ph: Phase, findings: tuple[Finding, ...]) -> Bottlenecks:
