@@ -24,7 +24,8 @@ def _col(df: pl.DataFrame, name: str, nd: int = 4) -> tuple[Any, ...]:
     return tuple(s.round(nd).to_list() if s.dtype.is_float() else s.to_list())
 
 
-def _busy(k: pl.DataFrame, steps: list[int], t0_ns: int) -> tuple[tuple[tuple[float, float], ...], ...]:
+def _busy(k: pl.DataFrame, steps: list[int],
+          t0_ns: int) -> tuple[tuple[tuple[float, float], ...], ...]:
     """Per step (in `steps` order), the union of its kernels' [start, end) in ms from t0_ns, gaps
     under BUSY_GAP_MS closed."""
     k = k.filter(pl.col("step").is_not_null()).select("step", "start_ns", "dur_ns")
@@ -52,7 +53,8 @@ def step_series(steps: pl.DataFrame, k: pl.DataFrame, context: pl.DataFrame, t0_
            .group_by("step", "component").agg((pl.col("dur_ns").sum() / 1e6).round(4)))
     ms = dict(zip(zip(per["step"].to_list(), per["component"].to_list()), per["dur_ns"].to_list()))
     order = s["step"].to_list()
-    comp = {c: tuple(ms.get((st, c), 0.0) for st in order) for c in components}  # one query, not one a component
+    # one query, not one a component
+    comp = {c: tuple(ms.get((st, c), 0.0) for st in order) for c in components}
     s = s.with_columns(((pl.col("window_start") - t0_ns) / 1e6).alias("start_ms"))
     return StepSeries(
         step=tuple(s["step"].to_list()), start_ms=_col(s, "start_ms", 3),
