@@ -27,9 +27,9 @@ def _figure(v: object) -> str:
 class Finding:
     """One pathology hit.
 
-    ms_per_step: the milliseconds per step it explains; phase: the phase it is about (None: the whole
-    trace); components: the component rows it accounts for; explains: the non-component row it
-    accounts for ("idle": the GPU idle row, "step": the whole step's distance from its floor);
+    ms_per_step: the milliseconds per step it explains; phase: the phase it is about (None: the
+    whole trace); components: the component rows it accounts for; explains: the non-component row
+    it accounts for ("idle": the GPU idle row, "step": the whole step's distance from its floor);
     evidence: the raw figures behind it; projection: measured on another device and projected."""
 
     rule: str
@@ -66,7 +66,8 @@ class Finding:
             return f"{ms:.3f} ms of each {step:.3f} ms step ({ms / step:.0%})"
         figures = [(k, v) for k, v in self.evidence.items() if k not in ("phase", "steps")
                    and isinstance(v, (int, float, str)) and not isinstance(v, bool)]
-        return "; ".join(f"{k.replace('_', ' ')} {_figure(v)}" for k, v in figures[:3]) or self.title
+        phrase = "; ".join(f"{k.replace('_', ' ')} {_figure(v)}" for k, v in figures[:3])
+        return phrase or self.title
 
     def to_json(self) -> dict[str, object]:
         ms = self.ms_per_step
