@@ -15,7 +15,8 @@ MARGIN = 1.5    # points around every box
 MARKER = 3.5    # half the side of a marker's box
 RADII = (3.0, 7.0, 12.0, 18.0, 26.0, 36.0, 48.0)
 DIRECTIONS = ((1, 1), (1, -1), (-1, 1), (-1, -1), (1, 0), (-1, 0), (0, 1), (0, -1),
-              (1, 0.5), (1, -0.5), (-1, 0.5), (-1, -0.5), (0.5, 1), (-0.5, 1), (0.5, -1), (-0.5, -1))
+              (1, 0.5), (1, -0.5), (-1, 0.5), (-1, -0.5),
+              (0.5, 1), (-0.5, 1), (0.5, -1), (-0.5, -1))
 LEADER = 12.0  # a label this far from its point or more gets a thin line to it
 
 
