@@ -49,5 +49,6 @@ def printable_tree(obj: Any) -> Any:
     if isinstance(obj, dict):
         return {printable(str(k)): printable_tree(v) for k, v in obj.items()}
     if is_dataclass(obj) and not isinstance(obj, type):
-        return replace(obj, **{f.name: printable_tree(getattr(obj, f.name)) for f in fields(obj) if f.init})
+        clean = {f.name: printable_tree(getattr(obj, f.name)) for f in fields(obj) if f.init}
+        return replace(obj, **clean)
     return obj
