@@ -1,4 +1,5 @@
-"""Progress on stderr for work that takes a while: shown only on a terminal, only after `after` seconds."""
+"""Progress on stderr for work that takes a while: shown only on a terminal, only after `after`
+seconds."""
 
 from __future__ import annotations
 
@@ -53,7 +54,8 @@ def bar(label: str, total: int, stream: TextIO | None = None,
         if shown:
             n = count[0]
             full = width * n // max(total, 1)
-            line = f"attrib: {label} [{'#' * full}{'.' * (width - full)}] {n}/{total} {printable(name)}"
+            bar = "#" * full + "." * (width - full)
+            line = f"attrib: {label} [{bar}] {n}/{total} {printable(name)}"
             out.write(line[:160].ljust(80) + "\r")
             out.flush()
 
