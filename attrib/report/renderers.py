@@ -20,7 +20,8 @@ from attrib.report import csv_tables, html, markdown, parquet_tables, table, xls
 @dataclass(frozen=True)
 class View:
     """What a renderer may be asked for beyond the analysis: top kernels and the terminal's width
-    (None: all, whole), the plots (name -> SVG text, or -> file name for "files"), and why there are none."""
+    (None: all, whole), the plots (name -> SVG text, or -> file name for "files"), and why there
+    are none."""
 
     top: int | None = None
     width: int | None = None
@@ -61,7 +62,8 @@ def _html(an: Analysis, view: View) -> str:
 
 
 def _needs_output(an: Analysis, view: View) -> str:
-    raise UsageError("this format writes files: give -o (a folder for csv and parquet, FILE.xlsx for xlsx)")
+    raise UsageError("this format writes files: "
+                     "give -o (a folder for csv and parquet, FILE.xlsx for xlsx)")
 
 
 RENDERERS: tuple[Renderer, ...] = (
