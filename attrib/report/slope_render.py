@@ -1,4 +1,5 @@
-"""Renderers of a Slope: terminal table, JSON and one self-contained HTML page. Print, never compute."""
+"""Renderers of a Slope: terminal table, JSON and one self-contained HTML page. Print, never
+compute."""
 
 from __future__ import annotations
 
@@ -18,8 +19,9 @@ def _trace_lines(s: Slope) -> list[str]:
 
 
 def body_rows(s: Slope) -> list[tuple[str, ...]]:
-    return [(r.component, f"{r.fit.slope_us_per_1k:.3f}", f"[{r.fit.ci_low:.3f}, {r.fit.ci_high:.3f}]",
-             f"{r.fit.intercept_us:.1f}", f"{r.fit.r2:.3f}", str(r.fit.n)) for r in s.rows]
+    return [(r.component, f"{r.fit.slope_us_per_1k:.3f}",
+             f"[{r.fit.ci_low:.3f}, {r.fit.ci_high:.3f}]", f"{r.fit.intercept_us:.1f}",
+             f"{r.fit.r2:.3f}", str(r.fit.n)) for r in s.rows]
 
 
 def summary_lines(s: Slope) -> list[str]:
