@@ -46,7 +46,8 @@ def _keep(head: Row, rows: Sequence[Row], width: int | None, drop: Sequence[str]
     keep = list(range(len(head)))
 
     def need(cols: list[int]) -> int:
-        return indent + sum(max(len(r[i]) for r in [head, *rows]) for i in cols) + 2 * (len(cols) - 1)
+        widths = sum(max(len(r[i]) for r in [head, *rows]) for i in cols)
+        return indent + widths + 2 * (len(cols) - 1)
 
     gone = list(drop)
     while True:
@@ -138,7 +139,8 @@ def _phase(an: Analysis, ph: Phase, top: int | None, width: int | None) -> list[
                       "     ", sentence=True)
     lines.append("   top kernels (per step):")
     lines += grid(fmt.TOP_HEAD, fmt.top_rows(ph, top, None), width, TOP_DROP, "kernel", "     ")
-    lines += spec_report.text(ph, lambda head, rows, indent: grid(head, rows, width, (), None, indent))
+    lines += spec_report.text(
+        ph, lambda head, rows, indent: grid(head, rows, width, (), None, indent))
     return lines
 
 
