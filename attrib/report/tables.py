@@ -19,7 +19,8 @@ NAMES = ("components", "top_kernels", "steps", "ledger", "step_ledger")
 DESCRIBE = {
     "components": "per phase and component: medians per step (ms, bytes, GB/s, roofline)",
     "top_kernels": "per phase: the top kernels by time per step",
-    "steps": "per counted step: window, kernel and idle ms, tokens, context; a ms column per component",
+    "steps": "per counted step: window, kernel and idle ms, tokens, context; "
+             "a ms column per component",
     "ledger": "per phase: the mean counted step's time by cause (sums to the step)",
     "step_ledger": "per step: its window's time by cause (sums to the window)",
 }
@@ -109,7 +110,8 @@ def tables(an: Analysis) -> dict[str, pl.DataFrame]:
 
 def index(an: Analysis, frames: Mapping[str, pl.DataFrame], files: Mapping[str, str],
           fmt: str) -> bytes:
-    """index.json: the schema id, the trace, and per table its file, rows and (name, dtype) columns."""
+    """index.json: the schema id, the trace, and per table its file, rows and (name, dtype)
+    columns."""
     doc = {"schema": SCHEMA_ID, "source": an.source.path, "format": fmt,
            "tables": [{"name": n, "file": files[n], "rows": df.height, "description": DESCRIBE[n],
                        "columns": [{"name": c, "dtype": str(t)} for c, t in df.schema.items()]}
