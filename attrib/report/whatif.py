@@ -23,7 +23,8 @@ def headline(w: WhatIf) -> str:
     if len(pairs) == 1 and len(w.weight_bits_from) > 1:
         (old, new), = pairs
         bits = f"weights ({', '.join(w.weight_bits_from)}) {old:g} -> {new:g} bits"
-    kv = f"KV {w.kv_bytes_from:g} -> {w.kv_bytes_to:g} B" if w.kv_bytes_to != w.kv_bytes_from else ""
+    kv = (f"KV {w.kv_bytes_from:g} -> {w.kv_bytes_to:g} B"
+          if w.kv_bytes_to != w.kv_bytes_from else "")
     return (f"what-if {w.formats} ({w.label}) on {w.phase}: {w.gb_per_token:.4f} -> "
             f"{w.projected_gb_per_token:.4f} GB/token, ceiling {_n(w.ceiling_tok_s)} -> "
             f"{_n(w.projected_ceiling_tok_s)} tok/s at context {w.context}, {w.tokens_per_step} "
