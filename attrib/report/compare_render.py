@@ -63,8 +63,8 @@ def header_lines(c: Comparison) -> list[str]:
         out.append("NOT A MATCHED BASELINE: " + "; ".join(
             f"{m['key']}: {fmt.ev(m['base'])} vs {fmt.ev(m['cand'])}" for m in d["mismatch"]))
     else:
-        out.append("matched baseline (model, arch, dtype, batch, context, speculative mode, KV dtype, "
-                   "tokens/step, env)")
+        out.append("matched baseline (model, arch, dtype, batch, context, speculative mode, "
+                   "KV dtype, tokens/step, env)")
     if d["unstamped"]:
         out.append(f"no provenance stamp: {', '.join(d['unstamped'])}")
     if d["other"]:
@@ -169,7 +169,8 @@ def render_json(c: Comparison) -> str:
     return orjson.dumps(c.to_dict(), option=orjson.OPT_INDENT_2).decode() + "\n"
 
 
-def _no_plots(render: Callable[[Comparison], str]) -> Callable[[Comparison, Mapping[str, str]], str]:
+def _no_plots(render: Callable[[Comparison], str]
+              ) -> Callable[[Comparison, Mapping[str, str]], str]:
     return lambda c, plots: render(c)
 
 
