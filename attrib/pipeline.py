@@ -15,10 +15,12 @@ from attrib.cost.budget import Budget, for_world
 from attrib.cost.kernels import kernel_costs, world_size
 from attrib.link.graph_capture import merge
 from attrib.link.launches import link
-from attrib.steps.phases import assign_steps, tokens_from_kernel_names, tokens_from_shapes
+from attrib.steps.chunks import Chunk, plan, window
+from attrib.steps.phases import (annotated_spans, assign_steps, tokens_from_kernel_names,
+                                 tokens_from_shapes)
 from attrib.steps.tokens import fill_tokens_and_phase, tokens_from_names, with_units
 from attrib.steps.excluded import mark_excluded
-from attrib.steps.ledger import Ledger, ledger
+from attrib.steps.ledger import Facts, Ledger, facts, ledger
 from attrib.steps.salvage import drop_empty_steps
 from attrib.steps.speculative import apply_roles
 from attrib.steps.windows import windows
@@ -38,12 +40,14 @@ class Attribution:
 
 
 def attribute(trace: Trace, phase_map: dict[str, str] | None = None, capture: Trace | None = None,
-              capture_batch: int | None = None, budget: Budget | None = None) -> Attribution:
+              capture_batch: int | None = None, budget: Budget | None = None,
+              whole: Facts | None = None) -> Attribution:
     """Run linking, step/phase split and component mapping over a normalized trace.
 
     capture: the graph-capture trace of a replay trace; replayed kernels then get the op, shapes and
     module of the launch that captured them (attrib.link.graph_capture). budget: a model config
-    (`--model`) pricing ops whose weights are not in their arguments (vLLM's moe_forward)."""
+    (`--model`) pricing ops whose weights are not in their arguments (vLLM's moe_forward).
+    whole: the ledger's Facts of the whole trace, when `trace` is a part of it."""
     links = link(trace)
     notes: list[str] = []
     if capture is not None:
@@ -61,7 +65,7 @@ def attribute(trace: Trace, phase_map: dict[str, str] | None = None, capture: Tr
     steps, trace = drop_empty_steps(steps, trace)  # a salvaged trace: steps cut before their kernels
     steps = with_units(steps, trace.ops)
     budget = for_world(budget, world_size(trace))   # a tensor-parallel rank reads its shard
-    led = ledger(steps, k, trace.copies, trace.launches, trace.ops, trace.frames)
+    led = ledger(steps, k, trace.copies, trace.launches, trace.ops, trace.frames, whole)
     return Attribution(
         trace=trace,
         kernels=kernel_costs(trace, k, steps, budget),
@@ -69,3 +73,68 @@ def attribute(trace: Trace, phase_map: dict[str, str] | None = None, capture: Tr
         notes=tuple(notes),
         ledger=led,
     )
+
+
+def _owned(a: Attribution, chunk: Chunk) -> Attribution:
+    """The part of a chunk's attribution that is its own: the steps that start in its own range
+    (their kernels, ledger rows), and the stepless kernels that start there."""
+    lo, hi = chunk.own
+    mine = a.steps.filter((pl.col("cpu_start") >= lo) & (pl.col("cpu_start") < hi))
+    ids = mine["step"].implode()
+    in_own = pl.col("step").is_null() & (pl.col("start_ns") >= lo) & (pl.col("start_ns") < hi)
+    kernels = a.kernels.filter(pl.col("step").is_in(ids) | in_own)
+    led = a.ledger
+    if led is not None:
+        led = Ledger(led.steps.filter(pl.col("step").is_in(ids)),
+                     led.intervals.filter(pl.col("step").is_in(ids)))
+    return Attribution(a.trace, kernels, mine, a.notes, led)
+
+
+def _renumbered(df: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
+    """`df` with its chunk-local step ids replaced by the whole trace's (steps: step -> new)."""
+    return (df.join(steps, on="step", how="left")
+            .with_columns(pl.col("new").alias("step")).drop("new"))
+
+
+def _merged(trace: Trace, parts: list[Attribution]) -> Attribution:
+    """One attribution from the chunks' own parts, steps numbered across the whole trace."""
+    kernels, steps, led, notes = [], [], [], []
+    first = 0
+    for p in parts:
+        ids = p.steps.select("step", pl.int_range(first, first + p.steps.height).alias("new"))
+        first += p.steps.height
+        steps.append(_renumbered(p.steps, ids))
+        kernels.append(_renumbered(p.kernels, ids))
+        if p.ledger is not None:
+            led.append(Ledger(_renumbered(p.ledger.steps, ids),
+                              _renumbered(p.ledger.intervals, ids)))
+        notes += [n for n in p.notes if n not in notes]
+    ledger_ = None if not led else Ledger(pl.concat([x.steps for x in led]),
+                                          pl.concat([x.intervals for x in led]))
+    return Attribution(trace, pl.concat(kernels).sort("id"), pl.concat(steps),
+                       tuple(notes), ledger_)
+
+
+def attribute_in_chunks(trace: Trace, steps: int, halo: int = 1,
+                        phase_map: dict[str, str] | None = None,
+                        budget: Budget | None = None) -> Attribution:
+    """`attribute`, `steps` annotated steps at a time (attrib.steps.chunks): what each stage
+    holds is bounded by a chunk. A chunk whose ledger Facts are not the whole trace's (known
+    once every chunk is attributed) is attributed again with the whole's. A trace without step
+    annotations is attributed whole."""
+    chunks = plan(annotated_spans(trace, phase_map), steps, halo)
+    if len(chunks) == 1:
+        return attribute(trace, phase_map, budget=budget)
+    parts, local = [], []
+    for c in chunks:
+        part = window(trace, c)
+        a = attribute(part, phase_map, budget=budget)
+        local.append(facts(a.kernels, part.copies, part.launches))
+        parts.append(_owned(a, c))
+    merged = _merged(trace, parts)
+    whole = facts(merged.kernels, trace.copies, trace.launches)
+    for i, c in enumerate(chunks):
+        if not local[i].holds(whole):
+            again = attribute(window(trace, c), phase_map, budget=budget, whole=whole)
+            parts[i] = _owned(again, c)
+    return _merged(trace, parts)

@@ -82,12 +82,61 @@ def _busy_rows(
     return rows, (cs, ce)
 
 
-def _kernel_groups(k: pl.DataFrame) -> list[tuple[str, str, pl.DataFrame]]:
-    comp = k.with_columns(pl.col("component").fill_null("other"))
+@dataclass(frozen=True)
+class Facts:
+    """What a step's ledger reads from the whole trace, not the step: the order in which
+    components take overlapping kernel time (most kernel time first, `communication` last) and
+    the threads that launch GPU work (pid, tid), the one that launches most first."""
+
+    order: tuple[str, ...]
+    threads: tuple[tuple[int, int], ...]
+    overlaps: tuple[tuple[str, str], ...] = ()  # pairs of components whose kernels overlap
+
+    def holds(self, whole: Facts) -> bool:
+        """Whether a part of the trace with these facts gets the ledger the whole trace gives it:
+        the same launching threads (the same one first), and each pair of its components whose
+        kernels overlap in the whole's order (the order of the others decides nothing)."""
+        rank = {c: i for i, c in enumerate(whole.order)}
+        mine = {c: i for i, c in enumerate(self.order)}
+        agree = all((mine[a] < mine[b]) == (rank[a] < rank[b]) for a, b in self.overlaps)
+        same = set(self.threads) == set(whole.threads) and self.threads[:1] == whole.threads[:1]
+        return agree and same
+
+
+def _unions(k: pl.DataFrame) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per component, the union of its kernels' time: sorted disjoint (starts, ends)."""
+    out = {}
+    for (c,), g in k.partition_by("component", as_dict=True).items():
+        out[str(c)] = merge(*_ends(g))
+    return out
+
+
+def _overlapping(k: pl.DataFrame) -> tuple[tuple[str, str], ...]:
+    """The pairs of components some of whose kernels run at the same time."""
+    u = _unions(k.select(pl.col("component").fill_null("other"), "start_ns", "dur_ns"))
+    names = sorted(u)
+    pairs = []
+    for i, a in enumerate(names):
+        a0, a1 = u[a]
+        for b in names[i + 1:]:
+            b0, b1 = u[b]
+            last = np.searchsorted(a0, b1, "left") - 1  # the last of a's starting before b ends
+            if np.any((last >= 0) & (a1[np.maximum(last, 0)] > b0)):
+                pairs.append((a, b))
+    return tuple(pairs)
+
+
+def _component_order(k: pl.DataFrame) -> tuple[str, ...]:
+    comp = k.select(pl.col("component").fill_null("other"), "dur_ns")
     last = (pl.col("component") == "communication").alias("_last")
     tot = (comp.group_by("component").agg(pl.col("dur_ns").sum()).with_columns(last)
            .sort(["_last", "dur_ns", "component"], descending=[False, True, False]))
-    return [("kernels", c, comp.filter(pl.col("component") == c)) for c in tot["component"]]
+    return tuple(tot["component"])
+
+
+def _kernel_groups(k: pl.DataFrame, order: tuple[str, ...]) -> list[tuple[str, str, pl.DataFrame]]:
+    comp = k.with_columns(pl.col("component").fill_null("other"))
+    return [("kernels", c, comp.filter(pl.col("component") == c)) for c in order]
 
 
 def _copy_groups(copies: pl.DataFrame) -> list[tuple[str, str, pl.DataFrame]]:
@@ -184,28 +233,44 @@ def _profiler(rows: pl.DataFrame, events: tuple[np.ndarray, np.ndarray]) -> pl.D
     return pl.concat([kept, prof])
 
 
+def _threads(ops_all: pl.DataFrame) -> tuple[tuple[int, int], ...]:
+    counts = ops_all.select(_BY).drop_nulls().group_by(_BY).len()
+    ranked = counts.sort(["len", *_BY], descending=[True, False, False])  # ties: lowest id
+    return tuple((int(p), int(t)) for p, t in ranked.select(_BY).iter_rows())
+
+
+def facts(k: pl.DataFrame, copies: pl.DataFrame, launches: pl.DataFrame) -> Facts:
+    """The Facts of a trace's kernels (start_ns, dur_ns, component, launch_id, graph), copies
+    and runtime calls."""
+    kk = k.drop_nulls(["start_ns", "dur_ns"])
+    threads = _threads(_gpu_ops(kk, copies, launches))
+    return Facts(_component_order(kk), threads, _overlapping(kk))
+
+
 def ledger(steps: pl.DataFrame, k: pl.DataFrame, copies: pl.DataFrame, launches: pl.DataFrame,
-           ops: pl.DataFrame, frames: pl.DataFrame) -> Ledger:
+           ops: pl.DataFrame, frames: pl.DataFrame, whole: Facts | None = None) -> Ledger:
     """The ledger of every step with a window (see the module docstring). k: kernels with
-    start_ns, dur_ns, component, launch_id, graph."""
+    start_ns, dur_ns, component, launch_id, graph. whole: the Facts of the whole trace when
+    these tables are a part of it (by default, their own)."""
     st = steps.drop_nulls(["window_start", "window_end"]).sort("window_start")
     if st.height == 0:
         return Ledger(pl.DataFrame(schema=STEP_LEDGER), pl.DataFrame(schema=INTERVALS))
     w0, w1 = st["window_start"].to_numpy(), st["window_end"].to_numpy()
     ids = st["step"].to_numpy()
     kk = k.drop_nulls(["start_ns", "dur_ns"])
-    empty = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
-    krows, kbusy = _busy_rows(w0, w1, ids, _kernel_groups(kk), empty)
-    crows, busy = _busy_rows(w0, w1, ids, _copy_groups(copies), kbusy)
     ops_all = _gpu_ops(kk, copies, launches)
-    counts = ops_all.select(_BY).drop_nulls().group_by(_BY).len()
-    threads = counts.sort(["len", *_BY], descending=[True, False, False])   # ties: lowest id
-    main = tuple(threads.row(0)[:2]) if threads.height else (None, None)
+    known = whole or Facts(_component_order(kk), _threads(ops_all))
+    empty = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+    krows, kbusy = _busy_rows(w0, w1, ids, _kernel_groups(kk, known.order), empty)
+    crows, busy = _busy_rows(w0, w1, ids, _copy_groups(copies), kbusy)
+    threads = pl.DataFrame(list(known.threads), schema={"pid": pl.Int64, "tid": pl.Int64},
+                           orient="row")
+    main = known.threads[0] if known.threads else (None, None)
     g = _neighbours(_gaps(w0, w1, ids, busy), ops_all)
     starts = pl.DataFrame({"step": ids, "w0": w0}).cast(pl.Int64)
     idle = idle_rows(g, ops, frames, launches, main, starts)
     idle = idle.sort("step", "start_ns", "cause", "what")
-    idle = _profiler(idle, _event_times((ops, frames, launches), threads.select(_BY)))
+    idle = _profiler(idle, _event_times((ops, frames, launches), threads))
     gap_rows = idle.group_by("step", "cause", "what").agg(
         pl.col("ns").sum(), pl.len().cast(pl.Int64).alias("n")
     )

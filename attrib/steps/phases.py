@@ -138,6 +138,12 @@ def _spans(trace: Trace, phase_map: dict[str, str]) -> pl.DataFrame:
     return spans.with_row_index("step").select(list(STEP_COLS)).cast(STEP_COLS)
 
 
+def annotated_spans(trace: Trace, phase_map: dict[str, str] | None = None) -> pl.DataFrame:
+    """The steps the trace's annotations mark (before any split into forward passes): step,
+    marker, cpu_start/end, gpu_start/end, ... (STEP_COLS)."""
+    return _spans(trace, DEFAULT_MAP | (phase_map or {}))
+
+
 def _forward_spans(trace: Trace) -> pl.DataFrame:
     """No annotations: one step per embedding op (each forward pass starts with one)."""
     emb = trace.ops.filter(pl.col("name") == "aten::embedding").sort("start_ns")
