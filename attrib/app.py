@@ -26,7 +26,9 @@ from attrib.analysis.finding import Finding
 from attrib.analysis.speculative import plain_step_ms
 from attrib.analysis.model import Analysis
 from attrib.options import TOP_KERNELS, Options
-from attrib.pipeline import Attribution, attribute
+from attrib.pipeline import Attribution, attribute, attribute_chunks
+from attrib.steps.chunks import Chunk, plan
+from attrib.steps.phases import annotated_spans
 from attrib.roofline.arch import Arch, detect, load_archs, override
 from attrib.report import ranks as ranks_report
 from attrib.report.export import annotate
@@ -34,6 +36,8 @@ from attrib.steps import ranks as rk
 from attrib.trace import TRUNCATED, Trace
 from collectors import limits, load, reader, resolve
 from collectors.provenance import SUFFIX as STAMP_SUFFIX
+from collectors.kineto_spill import Spill, Unbounded
+from collectors.kineto_stream import Fallback
 
 Warn = Callable[[object, str], None]
 
@@ -202,10 +206,65 @@ def analyze(path: str | Path, *, phase: str | None = None, phase_map: Mapping[st
     return analyze_path(path, opts)
 
 
-def attribution(path: str | Path, opts: Options = Options(), warn: Warn | None = None) -> Attribution:
+# a Kineto trace from this much JSON text on is read from disk a chunk of steps at a time
+BOUNDED_BYTES = 512 << 20
+CHUNK_STEPS = 64  # annotated steps per chunk
+
+
+def _big(path: Path) -> bool:
+    """Whether the file's JSON text is likely BOUNDED_BYTES or more, judged from its size."""
+    try:
+        size = path.stat().st_size
+    except OSError:
+        return False
+    packed = path.name.lower().endswith((".gz", ".xz", ".zst"))
+    return size >= BOUNDED_BYTES // (8 if packed else 1)
+
+
+def bounded(path: str | Path, opts: Options = Options(),
+            steps: int = CHUNK_STEPS) -> Attribution | None:
+    """The attribution of a Kineto trace read from disk `steps` annotated steps at a time
+    (collectors.kineto_spill, attrib.pipeline.attribute_chunks): what it holds is bounded by a
+    chunk. None where the trace must be read whole: not Kineto, a graph-capture trace given, no
+    step annotations, a document the streaming reader cannot cut, or anything the whole-trace
+    reader would warn about."""
+    path = Path(path)
+    if opts.capture is not None or resolve(path)[0] != "torch-json":
+        return None
+    try:
+        spill = Spill.read(path)
+    except Fallback:
+        return None
+    with spill:
+        marks = spill.markers()
+        if marks.meta.warnings:
+            return None
+        chunks = plan(annotated_spans(marks, dict(opts.phase_map)), steps)
+        if len(chunks) == 1:
+            return None
+        def window(c: Chunk) -> Trace:
+            return spill.window(c.host, c.gpu)
+        try:
+            a = attribute_chunks(chunks, window, marks, dict(opts.phase_map), opts.budget,
+                                 gather=True)
+        except (Unbounded, TraceError):
+            return None
+    analyzable(a.trace, path)
+    return a
+
+
+def attribution(path: str | Path, opts: Options = Options(), warn: Warn | None = None,
+                steps: int | None = None) -> Attribution:
     """Load and attribute one trace (with its graph-capture trace when given); warn(path, message) gets
-    each warning of the readers."""
+    each warning of the readers. steps: attribute a big Kineto trace `steps` annotated steps at a
+    time, read from disk (`bounded`); by default CHUNK_STEPS where the file holds BOUNDED_BYTES
+    of JSON or more; 0: never."""
     capture = opts.capture
+    if steps is None:
+        steps = CHUNK_STEPS if _big(Path(path)) else 0
+    got = bounded(path, opts, steps) if steps else None
+    if got is not None:
+        return got
     cap = load(capture) if capture is not None else None
     try:
         trace = analyzable(load(path), path)

@@ -6,11 +6,15 @@ costs. Each stage is a pure function over polars tables.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
+from typing import Callable
 
 import polars as pl
 
 from attrib.components.classify import classify
+from attrib.components.patterns import BLOCKING_COPY, COMPILE_SPANS, FALLBACK_FRAME, SYNC
+from attrib.components.rope_table import CAST_OPS
 from attrib.cost.budget import Budget, for_world
 from attrib.cost.kernels import kernel_costs, world_size
 from attrib.link.graph_capture import merge
@@ -20,9 +24,10 @@ from attrib.steps.phases import (annotated_spans, assign_steps, tokens_from_kern
                                  tokens_from_shapes)
 from attrib.steps.tokens import fill_tokens_and_phase, tokens_from_names, with_units
 from attrib.steps.excluded import mark_excluded
-from attrib.steps.ledger import Facts, Ledger, facts, ledger
+from attrib.steps.ledger import Facts, Ledger, facts, launch_counts, ledger
 from attrib.steps.salvage import drop_empty_steps
-from attrib.steps.speculative import apply_roles
+from attrib.steps.speculative import ATTENTION_OPS, apply_roles
+from attrib.steps.context import SDPA_OPS
 from attrib.steps.windows import windows
 from attrib.trace import Trace
 
@@ -90,6 +95,16 @@ def _owned(a: Attribution, chunk: Chunk) -> Attribution:
     return Attribution(a.trace, kernels, mine, a.notes, led)
 
 
+def _counts(own: Attribution, chunk: Chunk) -> pl.DataFrame:
+    """The kernels and copies each thread launched, of a chunk's own kernels and the copies
+    whose runtime call starts in its own range."""
+    t, (lo, hi) = own.trace, chunk.own
+    calls = t.launches.filter((pl.col("start_ns") >= lo) & (pl.col("start_ns") < hi))
+    copies = t.copies.join(calls.select("correlation").drop_nulls(), on="correlation",
+                           how="semi")
+    return launch_counts(own.kernels, copies, t.launches)
+
+
 def _renumbered(df: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
     """`df` with its chunk-local step ids replaced by the whole trace's (steps: step -> new)."""
     return (df.join(steps, on="step", how="left")
@@ -115,26 +130,91 @@ def _merged(trace: Trace, parts: list[Attribution]) -> Attribution:
                        tuple(notes), ledger_)
 
 
+Load = Callable[[Chunk], Trace]
+# the ops, runtime calls and Python frames the analysis and the rules read by name (beyond those
+# the kernels link to): casts of rotary tables, sequence cats and attention ops (speculative
+# rounds), attention ops with K (context), compile spans, blocking copies and synchronizing
+# calls, linear-attention fallbacks
+_EXACT = (*ATTENTION_OPS, *SDPA_OPS, "aten::cat")
+_NAMED_OPS = "|".join([CAST_OPS, *(f"^{re.escape(o)}$" for o in _EXACT), COMPILE_SPANS])
+_NAMED_CALLS = f"{BLOCKING_COPY}|{SYNC}"
+_NAMED_FRAMES = "|".join([FALLBACK_FRAME, COMPILE_SPANS])
+
+
+def _named(df: pl.DataFrame, pattern: str) -> pl.Expr:
+    names = df["name"].unique()
+    return pl.col("name").is_in(names.filter(names.str.contains(pattern)).implode())
+
+
+def kept(part: Trace, own: Attribution, chunk: Chunk) -> dict[str, pl.DataFrame]:
+    """What the analysis and the rules read of a chunk's trace, of its own part: its own
+    kernels and the copies its runtime calls made; the ops and runtime calls those kernels link
+    to (and the ops' parents); the ops, calls and frames read by name that start in its own
+    range. Rows another chunk keeps too are the same rows (the same ids)."""
+    lo, hi = chunk.own
+    mine = (pl.col("start_ns") >= lo) & (pl.col("start_ns") < hi)
+    k = own.kernels
+    calls = part.launches.filter(mine)
+    linked = calls.select("correlation").drop_nulls()
+    unlinked = ~pl.col("correlation").is_in(part.launches["correlation"].drop_nulls().implode())
+    copies = pl.concat([part.copies.join(linked, on="correlation", how="semi"),
+                        part.copies.filter(unlinked.fill_null(True) & mine)])
+    ops = part.ops.filter(pl.col("id").is_in(k["op_id"].drop_nulls().implode()))
+    parents = part.ops.filter(pl.col("id").is_in(ops["parent"].drop_nulls().implode()))
+    named = part.ops.filter(mine & _named(part.ops, _NAMED_OPS))
+    return {
+        "kernels": part.kernels.join(k.select("id"), on="id", how="semi"),
+        "copies": copies,
+        "ops": pl.concat([ops, parents, named]),
+        "launches": pl.concat([
+            part.launches.filter(pl.col("id").is_in(k["launch_id"].drop_nulls().implode())),
+            calls.filter(_named(calls, _NAMED_CALLS))]),
+        "frames": part.frames.filter(mine & _named(part.frames, _NAMED_FRAMES)),
+    }
+
+
+def _gathered(marks: Trace, kept_parts: list[dict[str, pl.DataFrame]]) -> Trace:
+    """One trace of the chunks' kept tables (each row once, in id order) and the annotations."""
+    tables = {t: pl.concat([p[t] for p in kept_parts], how="diagonal_relaxed")
+                 .unique("id", keep="first").sort("id")
+              for t in kept_parts[0]}
+    return marks.with_tables(**tables)
+
+
+def attribute_chunks(chunks: list[Chunk], load: Load, trace: Trace,
+                     phase_map: dict[str, str] | None = None,
+                     budget: Budget | None = None, gather: bool = False) -> Attribution:
+    """The attribution of a trace chunk by chunk (attrib.steps.chunks): load(chunk) is the
+    trace of one chunk; `trace` is what the result holds as its trace, or with gather, its
+    annotations, to which the chunks' `kept` tables are added. A chunk whose ledger Facts are
+    not the whole trace's (known once every chunk is attributed) is attributed again with the
+    whole's."""
+    parts, local, counts, keep = [], [], [], []
+    for c in chunks:
+        part = load(c)
+        a = attribute(part, phase_map, budget=budget)
+        local.append(facts(a.kernels, part.copies, part.launches))
+        own = _owned(a, c)
+        counts.append(_counts(replace(own, trace=part), c))
+        if gather:
+            keep.append(kept(part, own, c))
+        parts.append(own)
+    if gather:
+        trace = _gathered(trace, keep)
+    merged = _merged(trace, parts)
+    whole = facts(merged.kernels, trace.copies, trace.launches, pl.concat(counts))
+    for i, c in enumerate(chunks):
+        if not local[i].holds(whole):
+            parts[i] = _owned(attribute(load(c), phase_map, budget=budget, whole=whole), c)
+    return _merged(trace, parts)
+
+
 def attribute_in_chunks(trace: Trace, steps: int, halo: int = 1,
                         phase_map: dict[str, str] | None = None,
                         budget: Budget | None = None) -> Attribution:
-    """`attribute`, `steps` annotated steps at a time (attrib.steps.chunks): what each stage
-    holds is bounded by a chunk. A chunk whose ledger Facts are not the whole trace's (known
-    once every chunk is attributed) is attributed again with the whole's. A trace without step
-    annotations is attributed whole."""
+    """`attribute`, `steps` annotated steps at a time (attribute_chunks over attrib.steps.chunks
+    windows of the trace in memory). A trace without step annotations is attributed whole."""
     chunks = plan(annotated_spans(trace, phase_map), steps, halo)
     if len(chunks) == 1:
         return attribute(trace, phase_map, budget=budget)
-    parts, local = [], []
-    for c in chunks:
-        part = window(trace, c)
-        a = attribute(part, phase_map, budget=budget)
-        local.append(facts(a.kernels, part.copies, part.launches))
-        parts.append(_owned(a, c))
-    merged = _merged(trace, parts)
-    whole = facts(merged.kernels, trace.copies, trace.launches)
-    for i, c in enumerate(chunks):
-        if not local[i].holds(whole):
-            again = attribute(window(trace, c), phase_map, budget=budget, whole=whole)
-            parts[i] = _owned(again, c)
-    return _merged(trace, parts)
+    return attribute_chunks(chunks, lambda c: window(trace, c), trace, phase_map, budget)

@@ -14,7 +14,8 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from dataclasses import replace
+from typing import Any, Callable
 
 import msgspec
 import orjson
@@ -239,14 +240,45 @@ def read(path: str | Path, parallel: bool | None = None, block: int = kineto_str
     if got is None:
         got = _whole(path, parallel)
     doc, n_events, parts, notes, warnings = got.doc, got.events, got.parts, got.notes, got.warnings
+    meta = _meta(path, doc, n_events, warnings)
+    tables = built(path, parts, notes, warnings)
+    return Trace.build(replace(meta, warnings=tuple(warnings)), **tables)
+
+
+def _meta(path: Path, doc: Doc, n_events: int, warnings: list[str]) -> Meta:
+    """The trace's Meta from its top-level keys and capture stamp (its warnings: `warnings`, to
+    which a bad stamp adds one)."""
     provenance = dict(read_sidecar(path))
     if "warning" in provenance:
         warnings.append(str(provenance.pop("warning")))
     if isinstance(doc.attrib, dict) and not provenance:
         provenance = doc.attrib
+    vendor, vendor_from = _vendor(doc)
+    return Meta(
+        path=str(path), format="torch-json", events=n_events, vendor=vendor, vendor_from=vendor_from,
+        devices=_devices(doc),
+        runtime={k: getattr(doc, k) for k in _RUNTIME_KEYS if getattr(doc, k) is not None},
+        provenance=provenance,
+        top={k: getattr(doc, k) for k in _FLAG_KEYS if getattr(doc, k) is not None}
+        | ({"distributedInfo": doc.distributedInfo} if doc.distributedInfo else {}),
+        warnings=tuple(warnings),
+    )
+
+
+Renumber = Callable[[str, pl.DataFrame], pl.DataFrame]
+
+
+def built(path: Path, parts: dict[str, list[pl.DataFrame]], notes: Notes, warnings: list[str],
+          renumber: Renumber | None = None) -> dict[str, pl.DataFrame | None]:
+    """The tables of the frames of each table in event order (emptied as they are joined), checked
+    (collectors.validate) and completed; what was dropped or salvaged is added to `warnings`.
+    renumber(table, df): the table with the ids of the whole trace, when `parts` are a part of it
+    (collectors.kineto_spill)."""
     tables = {
         t: _finish(parts.pop(t), notes) for t in list(parts)
     }  # each table's chunks freed as it is built
+    if renumber is not None:
+        tables = {t: None if df is None else renumber(t, df) for t, df in tables.items()}
     flows = tables.pop("flows")
     warnings += notes.warnings()
     tables = validate.tables(tables, warnings, path)
@@ -256,17 +288,7 @@ def read(path: str | Path, parallel: bool | None = None, block: int = kineto_str
     if tables["copies"] is not None:  # "Memcpy HtoD (Pageable -> Device)" -> HtoD
         tables["copies"] = tables["copies"].with_columns(
             pl.col("name").str.extract(r"\b([HDP]to[HDP])\b", 1).alias("direction"))
-    vendor, vendor_from = _vendor(doc)
-    meta = Meta(
-        path=str(path), format="torch-json", events=n_events, vendor=vendor, vendor_from=vendor_from,
-        devices=_devices(doc),
-        runtime={k: getattr(doc, k) for k in _RUNTIME_KEYS if getattr(doc, k) is not None},
-        provenance=provenance,
-        top={k: getattr(doc, k) for k in _FLAG_KEYS if getattr(doc, k) is not None}
-        | ({"distributedInfo": doc.distributedInfo} if doc.distributedInfo else {}),
-        warnings=tuple(warnings),
-    )
-    return Trace.build(meta, **tables)
+    return tables
 
 
 def _fill_correlation(kernels: pl.DataFrame | None, flows: pl.DataFrame | None) -> pl.DataFrame | None:

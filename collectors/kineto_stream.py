@@ -207,14 +207,17 @@ def _fill(buf: bytearray | memoryview, want: int, blocks: _Blocks) -> bytearray:
     return buf if isinstance(buf, bytearray) and len(parts) == 1 else bytearray().join(parts)
 
 
-def read_events(path: Path, block: int = BLOCK) -> Streamed:
+def read_events(path: Path, block: int = BLOCK,
+                parts: dict[str, list[pl.DataFrame]] | None = None) -> Streamed:
     """Stream the document's events into frames (see the module docstring); Fallback where it
-    must be read whole."""
+    must be read whole. parts: where each table's frames go, in event order (by default, lists
+    in memory; collectors.kineto_spill writes them to disk)."""
     inflow = limits.Inflow(path, block)
     blocks = _Blocks(inflow)
     head, view = _header(path, blocks)
     notes, base, pieces = Notes(), 0, 0
-    parts: dict[str, list[pl.DataFrame]] = {t: [] for t in TABLES}
+    if parts is None:
+        parts = {t: [] for t in TABLES}
     want, ended = block, False
     buf: bytearray | memoryview = view
     while blocks.more and not ended:

@@ -12,18 +12,11 @@ import polars as pl
 from attrib.link.nesting import innermost
 from attrib.analysis.model import Analysis
 from attrib.pipeline import Attribution
+from attrib.components.patterns import FALLBACK_FRAME
 from rules.finding import Finding, kernels_in, ns, num, r
 from rules.idle import idle_causes
 from rules.thresholds import Thresholds
 
-# transformers' reference implementations, taken when
-# `is_fast_path_available` is false (and the conv1d functions a transformers
-# modeling file defines for itself: the fast ones live in `causal_conv1d`)
-FALLBACK_FRAME = (
-    r"\): torch_(?:chunk|recurrent|fused_recurrent)_gated_delta_rule$"
-    r"|\): torch_causal_conv1d_(?:update|fn)$"
-    r"|/modeling_\w+\.py\(\d+\): causal_conv1d_(?:update|fn)$"
-)
 # fused kernels of the fast path (flash-linear-attention, causal-conv1d,
 # vLLM/SGLang ports)
 FUSED_KERNEL = (

@@ -138,3 +138,12 @@ SDPA_ARGS = {
 }
 SDPA = "aten::scaled_dot_product_attention"  # the public op every backend runs under
 SDPA_CPU_FLASH = "aten::_scaled_dot_product_flash_attention_for_cpu"  # bhld; not priced
+
+# transformers' reference implementations of linear attention, taken when
+# `is_fast_path_available` is false (and the conv1d functions a transformers
+# modeling file defines for itself: the fast ones live in `causal_conv1d`)
+FALLBACK_FRAME = (
+    r"\): torch_(?:chunk|recurrent|fused_recurrent)_gated_delta_rule$"
+    r"|\): torch_causal_conv1d_(?:update|fn)$"
+    r"|/modeling_\w+\.py\(\d+\): causal_conv1d_(?:update|fn)$"
+)

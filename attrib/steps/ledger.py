@@ -233,17 +233,34 @@ def _profiler(rows: pl.DataFrame, events: tuple[np.ndarray, np.ndarray]) -> pl.D
     return pl.concat([kept, prof])
 
 
+def _per_thread(ops_all: pl.DataFrame) -> pl.DataFrame:
+    return ops_all.select(_BY).drop_nulls().group_by(_BY).len()
+
+
 def _threads(ops_all: pl.DataFrame) -> tuple[tuple[int, int], ...]:
-    counts = ops_all.select(_BY).drop_nulls().group_by(_BY).len()
+    return _thread_order(_per_thread(ops_all))
+
+
+def _thread_order(counts: pl.DataFrame) -> tuple[tuple[int, int], ...]:
     ranked = counts.sort(["len", *_BY], descending=[True, False, False])  # ties: lowest id
     return tuple((int(p), int(t)) for p, t in ranked.select(_BY).iter_rows())
 
 
-def facts(k: pl.DataFrame, copies: pl.DataFrame, launches: pl.DataFrame) -> Facts:
+def launch_counts(k: pl.DataFrame, copies: pl.DataFrame, launches: pl.DataFrame) -> pl.DataFrame:
+    """pid, tid, len: the kernels and copies each thread launched."""
+    return _per_thread(_gpu_ops(k.drop_nulls(["start_ns", "dur_ns"]), copies, launches))
+
+
+def facts(k: pl.DataFrame, copies: pl.DataFrame, launches: pl.DataFrame,
+          counts: pl.DataFrame | None = None) -> Facts:
     """The Facts of a trace's kernels (start_ns, dur_ns, component, launch_id, graph), copies
-    and runtime calls."""
+    and runtime calls; or, given `counts` (launch_counts of its parts, stacked), of kernels
+    alone."""
     kk = k.drop_nulls(["start_ns", "dur_ns"])
-    threads = _threads(_gpu_ops(kk, copies, launches))
+    if counts is None:
+        threads = _threads(_gpu_ops(kk, copies, launches))
+    else:
+        threads = _thread_order(counts.group_by(_BY).agg(pl.col("len").sum()))
     return Facts(_component_order(kk), threads, _overlapping(kk))
 
 

@@ -1,0 +1,239 @@
+"""A Kineto trace streamed to disk, table by table, and read back one chunk of steps at a time.
+
+The streaming reader's frames (collectors.kineto_stream) go to Arrow IPC files in a temporary
+folder instead of memory, `ROWS` rows of a table to a file, with each file's range of start
+times, end times and correlation ids. `Spill.window` reads back the rows of one chunk of steps
+(attrib.steps.chunks: host events that overlap its context, GPU events of its runtime calls or
+in its GPU range) through the files whose ranges can hold them, and builds them into a Trace as
+the whole-trace reader does (collectors.kineto.built), ids included: an id is the row's place
+in its whole table sorted by start time, computed once per table from the start times alone.
+Memory is bounded by a chunk and a file, not by the trace.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from attrib.trace import Meta, Trace, TraceWarning
+from collectors import kineto_stream
+from collectors.kineto import _ns, _meta, built
+from collectors.kineto_events import Notes
+from collectors.kineto_tables import TABLES
+
+ROWS = 1 << 18  # rows of one table per file
+_HOST = ("ops", "frames", "launches", "markers")
+_GPU = ("kernels", "copies", "flows")
+_ORD, _S, _E = "_ord", "_s", "_e"  # the row's place in its table (event order), start, end (ns)
+_LOW = np.iinfo(np.int64).min
+
+
+@dataclass(frozen=True)
+class Part:
+    """One file of a table: its rows' places first..first+rows, the range of their start
+    times and of their ends (t0, t1), and of their correlation ids (None where none)."""
+
+    path: Path
+    first: int
+    rows: int
+    t0: int
+    t1: int
+    c0: int | None
+    c1: int | None
+
+
+def _times(df: pl.DataFrame) -> pl.DataFrame:
+    start = pl.col("start_ns") if "start_ns" in df.columns else _ns("ts")
+    dur = pl.col("dur_ns") if "dur_ns" in df.columns else _ns("dur")
+    return df.with_columns(start.alias(_S), (start + dur.fill_null(0)).alias(_E))
+
+
+class _Sink(list[pl.DataFrame]):
+    """The frames of one table: `append` (what the streaming reader calls) buffers them and
+    writes a file every ROWS rows."""
+
+    def __init__(self, spill: Spill, table: str) -> None:
+        super().__init__()
+        self.spill, self.table, self.rows, self.held = spill, table, 0, 0
+
+    def append(self, df: pl.DataFrame) -> None:
+        super().append(df)
+        self.held += df.height
+        if self.held >= ROWS:
+            self.flush()
+
+    def flush(self) -> None:
+        if not len(self):
+            return
+        df = pl.concat(list(self), how="diagonal_relaxed")
+        self.clear()
+        df = _times(df).with_columns(pl.int_range(self.rows, self.rows + df.height,
+                                                  dtype=pl.Int64).alias(_ORD))
+        path = self.spill.folder / f"{self.table}-{len(self.spill.parts[self.table]):05d}.arrow"
+        df.write_ipc(path)
+        corr = _range(df["correlation"]) if "correlation" in df.columns else None
+        s, e = _range(df[_S]), _range(df[_E])
+        part = Part(path, self.rows, df.height, s[0] if s else _LOW, e[1] if e else _LOW,
+                    corr[0] if corr else None, corr[1] if corr else None)
+        self.spill.parts[self.table].append(part)
+        self.rows += df.height
+        self.held = 0
+
+
+@dataclass
+class Spill:
+    """A trace's tables on disk (see the module docstring). Build with `Spill.read`; `close`
+    (or a `with` block) removes the folder."""
+
+    folder: Path
+    meta: Meta | None = None
+    parts: dict[str, list[Part]] = field(default_factory=lambda: {t: [] for t in TABLES})
+    ids: dict[str, np.ndarray] = field(default_factory=dict)
+    calls: pl.Series | None = None  # every runtime call's correlation id
+
+    @classmethod
+    def read(cls, path: str | Path, folder: str | Path | None = None,
+             block: int = kineto_stream.BLOCK) -> Spill:
+        """Stream the trace at `path` into a new temporary folder (under `folder`); Fallback
+        (collectors.kineto_stream) where it must be read whole, TraceError where it is bad."""
+        path = Path(path)
+        spill = cls(Path(tempfile.mkdtemp(prefix="attrib-spill-", dir=folder)))
+        try:
+            sinks = {t: _Sink(spill, t) for t in TABLES}
+            got = kineto_stream.read_events(path, block, parts=sinks)  # type: ignore[arg-type]
+            for s in sinks.values():
+                s.flush()
+            warnings = list(got.warnings)
+            spill.meta = _meta(path, got.doc, got.events, warnings)
+            every = warnings + got.notes.warnings()
+            spill.meta = replace(spill.meta, warnings=tuple(map(TraceWarning, every)))
+            spill.ids = {t: spill._ids(t) for t in TABLES}
+            spill.calls = spill._column("launches", "correlation").drop_nulls().unique()
+        except BaseException:
+            spill.close()
+            raise
+        return spill
+
+    def close(self) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+    def __enter__(self) -> Spill:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _column(self, table: str, col: str) -> pl.Series:
+        got = [pl.read_ipc(p.path, columns=[col])[col] for p in self.parts[table]]
+        return pl.concat(got) if got else pl.Series(col, [], dtype=pl.Int64)
+
+    def _ids(self, table: str) -> np.ndarray:
+        """Each row's id (by its place in the table): its rank in the table stably sorted by
+        start time, nulls first, as the whole-trace reader numbers it."""
+        start = self._column(table, _S).fill_null(_LOW).to_numpy()
+        ids = np.empty(len(start), dtype=np.int64)
+        ids[np.argsort(start, kind="stable")] = np.arange(len(start), dtype=np.int64)
+        return ids
+
+    def _rows(self, table: str, keep: pl.Expr, parts: list[Part]) -> list[pl.DataFrame]:
+        """The rows that `keep` keeps of the table's files `parts`; where none, no rows with
+        the table's columns (as the whole table filtered would be), if it has any."""
+        out = []
+        for p in parts:
+            df = pl.read_ipc(p.path).filter(keep)
+            if df.height:
+                out.append(df)
+        if not out and self.parts[table]:
+            out.append(pl.read_ipc(self.parts[table][0].path, n_rows=0))
+        return out
+
+    def _host(self, table: str, lo: int, hi: int) -> list[pl.DataFrame]:
+        keep = (pl.col(_S) < hi) & (pl.col(_E) >= lo)
+        parts = [p for p in self.parts[table] if p.t0 < hi and p.t1 >= lo]
+        return self._rows(table, keep, parts)
+
+    def _gpu(self, table: str, corr: pl.Series, gpu: tuple[int, int]) -> list[pl.DataFrame]:
+        assert self.calls is not None
+        lo, hi = gpu
+        span = _range(corr)
+        def maybe(p: Part) -> bool:
+            by_time = p.t0 < hi and p.t1 >= lo  # the part's starts lie below t1
+            if span is None or p.c0 is None or p.c1 is None:
+                return by_time
+            return by_time or (p.c0 <= span[1] and p.c1 >= span[0])
+        key = "correlation"
+        linked = pl.col(key).is_in(self.calls.implode()).fill_null(False)
+        ours = pl.col(key).is_in(corr.implode()).fill_null(False)
+        keep = ours | (~linked & (pl.col(_S) >= lo) & (pl.col(_S) < hi))
+        return self._rows(table, keep, [p for p in self.parts[table] if maybe(p)])
+
+    def _renumber(self, table: str, df: pl.DataFrame) -> pl.DataFrame:
+        ids = self.ids[table][df[_ORD].to_numpy()]
+        return df.with_columns(pl.Series("id", ids, dtype=pl.Int64)).drop(_ORD, _S, _E)
+
+    def markers(self) -> Trace:
+        """The trace's annotations alone (what chunks are planned from)."""
+        parts = {"markers": self._rows("markers", pl.lit(True), self.parts["markers"])}
+        return self._trace(parts)
+
+    def window(self, host: tuple[int, int], gpu: tuple[int, int]) -> Trace:
+        """The trace of one chunk of steps whose context spans `host` and `gpu` ([start, end)
+        ns): attrib.steps.chunks.window, read from disk."""
+        lo, hi = min(host[0], gpu[0]), max(host[1], gpu[1])
+        tables = {t: self._host(t, lo, hi) for t in _HOST if t != "markers"}
+        calls = _concat([df["correlation"] for df in tables["launches"]], "correlation")
+        tables |= {t: self._gpu(t, calls.drop_nulls(), gpu) for t in _GPU}
+        cpu = [m.filter(pl.col("side") == "cpu") for m in self._host("markers", lo, hi)]
+        ext = _concat([m["external_id"] for m in cpu], "external_id")
+        every = self._column("markers", "external_id")  # small: annotations
+        marks = [m for m in cpu if m.height] + self._gpu_marks(ext, every, gpu)
+        return self._trace(tables | {"markers": _unique(marks)})
+
+    def _gpu_marks(self, ext: pl.Series, every: pl.Series,
+                   gpu: tuple[int, int]) -> list[pl.DataFrame]:
+        lo, hi = gpu
+        linked = pl.col("external_id").is_in(every.drop_nulls().implode()).fill_null(False)
+        ours = pl.col("external_id").is_in(ext.drop_nulls().implode()).fill_null(False)
+        keep = (pl.col("side") == "gpu") & (ours | (~linked & (pl.col(_S) >= lo)
+                                                    & (pl.col(_S) < hi)))
+        return self._rows("markers", keep, self.parts["markers"])
+
+    def _trace(self, parts: dict[str, list[pl.DataFrame]]) -> Trace:
+        assert self.meta is not None
+        warnings: list[str] = []
+        full = {t: parts.get(t, []) for t in TABLES}
+        tables = built(Path(self.meta.path), full, Notes(), warnings, self._renumber)
+        if warnings:
+            raise Unbounded(f"{warnings[0]}")
+        return Trace.build(self.meta, **tables)
+
+
+class Unbounded(Exception):
+    """A chunk read back from disk met what the whole-trace reader warns about: read it whole."""
+
+
+def _range(s: pl.Series) -> tuple[int, int] | None:
+    """(min, max) of an integer column, None where it holds no value."""
+    v = s.drop_nulls()
+    if not v.len():
+        return None
+    lo, hi = v.min(), v.max()
+    assert isinstance(lo, int) and isinstance(hi, int)
+    return lo, hi
+
+
+def _concat(series: list[pl.Series], name: str) -> pl.Series:
+    return pl.concat(series) if series else pl.Series(name, [], dtype=pl.Int64)
+
+
+def _unique(frames: list[pl.DataFrame]) -> list[pl.DataFrame]:
+    """Frames with each row (by its place) once, in their place's order."""
+    if not frames:
+        return frames
+    df = pl.concat(frames, how="diagonal_relaxed").unique(_ORD, keep="first").sort(_ORD)
+    return [df]
