@@ -232,23 +232,17 @@ def bounded(path: str | Path, opts: Options = Options(),
     if opts.capture is not None or resolve(path)[0] != "torch-json":
         return None
     try:
-        spill = Spill.read(path)
-    except Fallback:
-        return None
-    with spill:
-        marks = spill.markers()
-        if marks.meta.warnings:
-            return None
-        chunks = plan(annotated_spans(marks, dict(opts.phase_map)), steps)
-        if len(chunks) == 1:
-            return None
-        def window(c: Chunk) -> Trace:
-            return spill.window(c.host, c.gpu)
-        try:
+        with Spill.read(path) as spill:
+            marks = spill.markers()
+            chunks = plan(annotated_spans(marks, dict(opts.phase_map)), steps)
+            if marks.meta.warnings or len(chunks) == 1:
+                return None
+            def window(c: Chunk) -> Trace:
+                return spill.window(c.host, c.gpu)
             a = attribute_chunks(chunks, window, marks, dict(opts.phase_map), opts.budget,
                                  gather=True)
-        except (Unbounded, TraceError):
-            return None
+    except (Fallback, Unbounded, TraceError):  # the whole reader says what it is
+        return None
     analyzable(a.trace, path)
     return a
 

@@ -80,6 +80,22 @@ def attribute(trace: Trace, phase_map: dict[str, str] | None = None, capture: Tr
     )
 
 
+def _interned(s: pl.Series) -> pl.Series:
+    """The column as views of its distinct values, each value's text held once."""
+    distinct = s.unique()
+    codes = s.to_frame().join(distinct.to_frame().with_row_index("_code"), on=s.name,
+                              how="left", maintain_order="left")["_code"]
+    return distinct.gather(codes).alias(s.name)
+
+
+def compact(df: pl.DataFrame) -> pl.DataFrame:
+    """`df` with each text column re-made from its distinct values, each held once: a chunk's
+    part holds no more text than it reads (rows filtered from a table share its text buffers:
+    polars strings are views)."""
+    text = [c for c, t in df.schema.items() if t == pl.String]
+    return df.with_columns([_interned(df[c]) for c in text]) if text else df
+
+
 def _owned(a: Attribution, chunk: Chunk) -> Attribution:
     """The part of a chunk's attribution that is its own: the steps that start in its own range
     (their kernels, ledger rows), and the stepless kernels that start there."""
@@ -87,12 +103,13 @@ def _owned(a: Attribution, chunk: Chunk) -> Attribution:
     mine = a.steps.filter((pl.col("cpu_start") >= lo) & (pl.col("cpu_start") < hi))
     ids = mine["step"].implode()
     in_own = pl.col("step").is_null() & (pl.col("start_ns") >= lo) & (pl.col("start_ns") < hi)
-    kernels = a.kernels.filter(pl.col("step").is_in(ids) | in_own)
+    kernels = compact(a.kernels.filter(pl.col("step").is_in(ids) | in_own))
     led = a.ledger
     if led is not None:
-        led = Ledger(led.steps.filter(pl.col("step").is_in(ids)),
-                     led.intervals.filter(pl.col("step").is_in(ids)))
-    return Attribution(a.trace, kernels, mine, a.notes, led)
+        led = Ledger(compact(led.steps.filter(pl.col("step").is_in(ids))),
+                     compact(led.intervals.filter(pl.col("step").is_in(ids))))
+    bare = a.trace.with_tables(**{t: getattr(a.trace, t).clear() for t in _BIG})
+    return Attribution(bare, kernels, compact(mine), a.notes, led)
 
 
 def _counts(own: Attribution, chunk: Chunk) -> pl.DataFrame:
@@ -131,6 +148,7 @@ def _merged(trace: Trace, parts: list[Attribution]) -> Attribution:
 
 
 Load = Callable[[Chunk], Trace]
+_BIG = ("kernels", "ops", "frames", "launches", "copies")  # a trace's tables but its annotations
 # the ops, runtime calls and Python frames the analysis and the rules read by name (beyond those
 # the kernels link to): casts of rotary tables, sequence cats and attention ops (speculative
 # rounds), attention ops with K (context), compile spans, blocking copies and synchronizing
@@ -162,7 +180,7 @@ def kept(part: Trace, own: Attribution, chunk: Chunk) -> dict[str, pl.DataFrame]
     ops = part.ops.filter(pl.col("id").is_in(k["op_id"].drop_nulls().implode()))
     parents = part.ops.filter(pl.col("id").is_in(ops["parent"].drop_nulls().implode()))
     named = part.ops.filter(mine & _named(part.ops, _NAMED_OPS))
-    return {
+    tables = {
         "kernels": part.kernels.join(k.select("id"), on="id", how="semi"),
         "copies": copies,
         "ops": pl.concat([ops, parents, named]),
@@ -171,6 +189,7 @@ def kept(part: Trace, own: Attribution, chunk: Chunk) -> dict[str, pl.DataFrame]
             calls.filter(_named(calls, _NAMED_CALLS))]),
         "frames": part.frames.filter(mine & _named(part.frames, _NAMED_FRAMES)),
     }
+    return {t: compact(df) for t, df in tables.items()}
 
 
 def _gathered(marks: Trace, kept_parts: list[dict[str, pl.DataFrame]]) -> Trace:
@@ -201,8 +220,10 @@ def attribute_chunks(chunks: list[Chunk], load: Load, trace: Trace,
         parts.append(own)
     if gather:
         trace = _gathered(trace, keep)
-    merged = _merged(trace, parts)
-    whole = facts(merged.kernels, trace.copies, trace.launches, pl.concat(counts))
+        del keep
+    timed = pl.concat([p.kernels.select("component", "start_ns", "dur_ns") for p in parts])
+    whole = facts(timed, trace.copies, trace.launches, pl.concat(counts))
+    del timed
     for i, c in enumerate(chunks):
         if not local[i].holds(whole):
             parts[i] = _owned(attribute(load(c), phase_map, budget=budget, whole=whole), c)

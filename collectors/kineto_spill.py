@@ -57,14 +57,15 @@ class _Sink(list[pl.DataFrame]):
     """The frames of one table: `append` (what the streaming reader calls) buffers them and
     writes a file every ROWS rows."""
 
-    def __init__(self, spill: Spill, table: str) -> None:
+    def __init__(self, spill: Spill, table: str, limit: int) -> None:
         super().__init__()
-        self.spill, self.table, self.rows, self.held = spill, table, 0, 0
+        self.spill, self.table, self.limit = spill, table, limit
+        self.rows = self.held = 0
 
     def append(self, df: pl.DataFrame) -> None:
         super().append(df)
         self.held += df.height
-        if self.held >= ROWS:
+        if self.held >= self.limit:
             self.flush()
 
     def flush(self) -> None:
@@ -98,13 +99,14 @@ class Spill:
 
     @classmethod
     def read(cls, path: str | Path, folder: str | Path | None = None,
-             block: int = kineto_stream.BLOCK) -> Spill:
-        """Stream the trace at `path` into a new temporary folder (under `folder`); Fallback
-        (collectors.kineto_stream) where it must be read whole, TraceError where it is bad."""
+             block: int = kineto_stream.BLOCK, rows: int = ROWS) -> Spill:
+        """Stream the trace at `path` into a new temporary folder (under `folder`), `rows` rows
+        of a table per file; Fallback (collectors.kineto_stream) where it must be read whole,
+        TraceError where it is bad."""
         path = Path(path)
         spill = cls(Path(tempfile.mkdtemp(prefix="attrib-spill-", dir=folder)))
         try:
-            sinks = {t: _Sink(spill, t) for t in TABLES}
+            sinks = {t: _Sink(spill, t, rows) for t in TABLES}
             got = kineto_stream.read_events(path, block, parts=sinks)  # type: ignore[arg-type]
             for s in sinks.values():
                 s.flush()

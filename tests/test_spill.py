@@ -1,0 +1,64 @@
+"""A Kineto trace read from disk a chunk of steps at a time (collectors.kineto_spill,
+attrib.app.bounded) gives each chunk the tables the trace in memory gives it, and `analyze` the
+same document; what it cannot read that way it reads whole."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import orjson
+import pytest
+
+from attrib.app import analysis, attribution, bounded
+from attrib.steps.chunks import plan, window
+from attrib.steps.phases import annotated_spans
+from collectors import load
+from collectors.kineto_spill import Spill
+
+ROOT = Path(__file__).resolve().parents[1]
+CAPTURED = ROOT / "tests" / "fixtures" / "captured"
+DEMO = ROOT / "examples" / "traces" / "h200_qwen3moe_eager_prefill_decode.json.gz"
+TABLES = ("kernels", "ops", "frames", "launches", "markers", "copies")
+
+
+@pytest.mark.parametrize("path", [DEMO, CAPTURED / "tp2_decode_rank0.pt.trace.json.gz"],
+                         ids=lambda p: p.name)
+def test_windows_from_disk_equal_windows_in_memory(path: Path, tmp_path: Path) -> None:
+    """Small files (2,000 rows of a table, 1 MB pieces of JSON): a chunk's rows come from
+    several files, and ids, order, dtypes and values are the whole trace's."""
+    trace = load(path)
+    with Spill.read(path, folder=tmp_path, block=1 << 20, rows=2000) as spill:
+        assert max(len(p) for p in spill.parts.values()) > 2
+        assert spill.meta == trace.meta
+        assert spill.markers().markers.equals(trace.markers)
+        for c in plan(annotated_spans(trace), 2):
+            disk, memory = spill.window(c.host, c.gpu), window(trace, c)
+            for t in TABLES:
+                assert getattr(disk, t).equals(getattr(memory, t)), t
+    assert list(tmp_path.iterdir()) == []  # the folder is removed
+
+
+@pytest.mark.parametrize("path", [DEMO, CAPTURED / "compile_decode.pt.trace.json.gz",
+                                  CAPTURED / "ledger_graph_ahead.json.gz"],
+                         ids=lambda p: p.name)
+def test_bounded_analysis_equals_whole(path: Path) -> None:
+    whole = attribution(path, steps=0)
+    part = attribution(path, steps=2)
+    # read from disk: the trace it holds is what the analysis reads, not every event
+    assert part.trace.frames.height == 0 and part.trace.kernels.height == whole.trace.kernels.height
+    assert part.trace.ops.height < whole.trace.ops.height or whole.trace.ops.height == 0
+    doc = orjson.dumps(analysis(part).to_dict(), option=orjson.OPT_SORT_KEYS)
+    assert doc == orjson.dumps(analysis(whole).to_dict(), option=orjson.OPT_SORT_KEYS)
+
+
+def test_read_whole_where_it_cannot_be_chunked(tmp_path: Path) -> None:
+    # no step annotations (HF generate: steps from the embeddings)
+    assert bounded(CAPTURED / "ledger_generate.json.gz", steps=2) is None
+    # a file cut short: the whole reader's salvage and warning
+    cut = tmp_path / "cut.json.gz"
+    text = gzip.decompress(DEMO.read_bytes())
+    cut.write_bytes(gzip.compress(text[: len(text) * 3 // 4]))
+    assert bounded(cut, steps=2) is None
+    a = attribution(cut, steps=2)
+    assert any(w.kind == "truncated" for w in a.trace.meta.warnings)
