@@ -1,15 +1,15 @@
 """attrib: where an LLM inference step's milliseconds and bytes go, per model component.
 
     import attrib
-    an = attrib.analyze("trace.json.gz", arch="gfx1201")    # an attrib.Analysis (typed, frozen)
-    dec = an.phase("decode")                                 # figures per step, medians over steps
-    dec.components                                           # a polars DataFrame, one row per component
-    an.findings                                              # the rules' findings, by ms per step
-    an.to_dict(), an.to_json()                               # the attrib.analysis/1 document
+    an = attrib.analyze("trace.json.gz", arch="gfx1201") # an attrib.Analysis (typed, frozen)
+    dec = an.phase("decode")                             # figures per step, medians over steps
+    dec.components                                       # a polars DataFrame, one row per component
+    an.findings                                          # the rules' findings, by ms per step
+    an.to_dict(), an.to_json()                           # the attrib.analysis/1 document
 
-`attrib.analyze` is `attrib.app.analyze` and `attrib.Analysis` is `attrib.analysis.Analysis`, resolved
-on first use: `import collectors` loads only the contract modules (attrib.trace, attrib.errors), never
-the engine.
+`attrib.analyze` is `attrib.app.analyze` and `attrib.Analysis` is `attrib.analysis.Analysis`,
+resolved on first use: `import collectors` loads only the contract modules (attrib.trace,
+attrib.errors), never the engine.
 """
 
 from __future__ import annotations

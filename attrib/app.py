@@ -42,7 +42,8 @@ from collectors.kineto_stream import Fallback
 Warn = Callable[[object, str], None]
 
 
-def resolve_arch(arch: str | Arch | None, arch_file: Path | None = None) -> tuple[Arch | None, str | None]:
+def resolve_arch(arch: str | Arch | None,
+                 arch_file: Path | None = None) -> tuple[Arch | None, str | None]:
     """(Arch, "override") for a what-if device given by name or entry; (None, None) to detect it.
 
     An arch file is read here, before any trace, so a bad one fails at once."""
@@ -54,18 +55,24 @@ def resolve_arch(arch: str | Arch | None, arch_file: Path | None = None) -> tupl
     try:
         return override(arch, arch_file), "override"
     except KeyError:
-        raise UsageError(f"unknown arch {arch!r}; known: {', '.join(sorted(load_archs(arch_file)))} "
-                         "(`attrib archs` lists them; `attrib archs --template` prints an entry to add yours with --arch-file)") from None
+        known = ", ".join(sorted(load_archs(arch_file)))
+        raise UsageError(f"unknown arch {arch!r}; known: {known} (`attrib archs` lists them; "
+                         "`attrib archs --template` prints an entry to add yours with "
+                         "--arch-file)") from None
 
 
-def _bits(weight_bits: float | str | Mapping[str, float] | None, config: Mapping[str, Any], origin: object) -> Bits:
-    """--weight-bits (a figure, CLASS=BITS pairs or a mapping) over the config's quantization_config."""
+def _bits(weight_bits: float | str | Mapping[str, float] | None, config: Mapping[str, Any],
+          origin: object) -> Bits:
+    """--weight-bits (a figure, CLASS=BITS pairs or a mapping) over the config's
+    quantization_config."""
     try:
         given = parse_bits(weight_bits) if isinstance(weight_bits, str) else weight_bits
         from_config = from_quantization_config(config)
     except ValueError as exc:
-        raise UsageError(f"--weight-bits: {exc}" if isinstance(weight_bits, str) else f"{origin}: {exc}") from None
-    for v in ([given] if not isinstance(given, Mapping) else given.values()) if given is not None else ():
+        where = "--weight-bits" if isinstance(weight_bits, str) else origin
+        raise UsageError(f"{where}: {exc}") from None
+    values = () if given is None else given.values() if isinstance(given, Mapping) else [given]
+    for v in values:
         if not v > 0:
             raise UsageError(f"weight bits must be > 0, got {v:g}")
     if given is None:
@@ -80,15 +87,17 @@ def model_budget(model: str | Path | Mapping[str, Any] | None, *,
                  kv_dtype: str = "bf16", context: int | None = None) -> Budget | None:
     """A model budget from a HF config (a path or the parsed dict); None without a model.
 
-    weight_bits: one figure, per-class values (`experts=4.25,attention=16,default=16` or a mapping),
-    else what the config's quantization_config says, else 16. Without `context` the decode budget is
-    not applied (its K/V reads need it); ops whose weights the trace hides are still priced."""
+    weight_bits: one figure, per-class values (`experts=4.25,attention=16,default=16` or a
+    mapping), else what the config's quantization_config says, else 16. Without `context` the
+    decode budget is not applied (its K/V reads need it); ops whose weights the trace hides are
+    still priced."""
     if isinstance(weight_bits, (int, float)) and not weight_bits > 0:
         raise UsageError(f"weight bits must be > 0, got {weight_bits:g}")
     if context is not None and context <= 0:
         raise UsageError(f"context must be a positive number of K/V positions, got {context}")
     if kv_dtype not in KV_BYTES:
-        raise UsageError(f"unknown KV-cache dtype {kv_dtype!r}; known: {', '.join(sorted(KV_BYTES))}")
+        raise UsageError(f"unknown KV-cache dtype {kv_dtype!r}; "
+                         f"known: {', '.join(sorted(KV_BYTES))}")
     if model is None and context is not None:
         raise UsageError("--context sets the K/V positions of a --model budget: give --model "
                          "CONFIG with it (without --model the context is read from the trace)")
@@ -116,18 +125,20 @@ def model_budget(model: str | Path | Mapping[str, Any] | None, *,
         raise TraceError(origin, f"not a model config: no {exc.args[0]}") from None
     except (TypeError, ValueError) as exc:
         raise TraceError(origin, f"model config not usable: {exc}") from None
-    bits = _bits(weight_bits, {**text, "quantization_config": config.get("quantization_config",
-                                                                          text.get("quantization_config"))}, origin)
-    return Budget(config=text, source=source, context=context, weight_bits=bits, kv_bytes=KV_BYTES[kv_dtype])
+    quantization = config.get("quantization_config", text.get("quantization_config"))
+    bits = _bits(weight_bits, {**text, "quantization_config": quantization}, origin)
+    return Budget(config=text, source=source, context=context, weight_bits=bits,
+                  kv_bytes=KV_BYTES[kv_dtype])
 
 
 def catalog(arch: str | None = None) -> list[dict[str, Any]]:
-    """The rule catalog (id, archs, needs, references), only the rules for `arch` (a name `attrib archs` lists,
-    or a gfx target) when given."""
+    """The rule catalog (id, archs, needs, references), only the rules for `arch` (a name
+    `attrib archs` lists, or a gfx target) when given."""
     if arch is not None and not arch.startswith("gfx"):
         dev, _ = resolve_arch(arch)
         arch = dev.arch if dev is not None else arch
-    return [{"id": r.id, "archs": ", ".join(r.archs) or "any", "needs": r.needs, "references": list(r.references)}
+    return [{"id": r.id, "archs": ", ".join(r.archs) or "any", "needs": r.needs,
+             "references": list(r.references)}
             for r in rules.CATALOG if arch is None or r.applies(arch)]
 
 
@@ -144,8 +155,8 @@ def analyzable(trace: Trace, path: object) -> Trace:
     m = trace.meta
     if trace.kernels.height:
         if trace.kernels["dur_ns"].max() == 0:
-            raise TraceError(path, f"every kernel has a duration of 0 ({trace.kernels.height:,} kernels): "
-                                   "no GPU time to attribute")
+            raise TraceError(path, "every kernel has a duration of 0 "
+                                   f"({trace.kernels.height:,} kernels): no GPU time to attribute")
         return trace
     cut = next((w for w in m.warnings if w.kind == TRUNCATED), None)
     gpu_run = not reader(m.format).cpu_ops or trace.launches.height or m.devices or m.vendor or cut
@@ -153,7 +164,8 @@ def analyzable(trace: Trace, path: object) -> Trace:
         return trace
     read = f"read {m.events:,} events ({m.format})"
     if cut:
-        read += f"; {cut}: no GPU kernel before the cut (a torch trace lists GPU events after the CPU ones)"
+        read += (f"; {cut}: no GPU kernel before the cut "
+                 "(a torch trace lists GPU events after the CPU ones)")
     elif m.warnings:  # what removed the kernels, if a check did; else the last warning
         dropped = [w for w in m.warnings if re.match(r"\d+ kernels dropped", w)]
         read += f"; {(dropped or m.warnings)[-1]}"
@@ -180,7 +192,8 @@ def options(*, phase: str | None = None, phase_map: Mapping[str, str] | None = N
                    baseline=Path(baseline) if baseline is not None else None)
 
 
-def analyze(path: str | Path, *, phase: str | None = None, phase_map: Mapping[str, str] | None = None,
+def analyze(path: str | Path, *, phase: str | None = None,
+            phase_map: Mapping[str, str] | None = None,
             arch: str | Arch | None = None, arch_file: str | Path | None = None,
             model: str | Path | Mapping[str, Any] | None = None,
             weight_bits: float | str | Mapping[str, float] | None = None, kv_dtype: str = "bf16",
@@ -190,13 +203,13 @@ def analyze(path: str | Path, *, phase: str | None = None, phase_map: Mapping[st
     """Load a trace (any supported format), attribute it, run the rules: its Analysis.
 
     phase: only this phase ("prefill", "decode", ...); phase_map: annotation name -> phase;
-    arch: measure against this device instead of the detected one (a what-if: "gfx1201", "h200", ...);
-    arch_file: TOML of extra device entries; model, weight_bits, kv_dtype, context: a HF config to
-    budget decode bytes the trace has no shapes for; capture (+ capture_batch): the graph-capture trace
-    of a replay trace; top: top kernels per phase; what_if: formats to project decode at
-    (`weights=int4,kv=fp8`, needs model); baseline: a plain decode trace of the target (a
-    speculative loop's speedup is measured against its decode step). `.to_dict()` is the
-    attrib.analysis/1 document.
+    arch: measure against this device instead of the detected one (a what-if: "gfx1201",
+    "h200", ...); arch_file: TOML of extra device entries; model, weight_bits, kv_dtype, context:
+    a HF config to budget decode bytes the trace has no shapes for; capture (+ capture_batch):
+    the graph-capture trace of a replay trace; top: top kernels per phase; what_if: formats to
+    project decode at (`weights=int4,kv=fp8`, needs model); baseline: a plain decode trace of
+    the target (a speculative loop's speedup is measured against its decode step).
+    `.to_dict()` is the attrib.analysis/1 document.
     Bad input raises attrib.errors.TraceError (the file) or UsageError (an argument).
     """
     opts = options(phase=phase, phase_map=phase_map, arch=arch, arch_file=arch_file, model=model,
@@ -249,10 +262,10 @@ def bounded(path: str | Path, opts: Options = Options(),
 
 def attribution(path: str | Path, opts: Options = Options(), warn: Warn | None = None,
                 steps: int | None = None) -> Attribution:
-    """Load and attribute one trace (with its graph-capture trace when given); warn(path, message) gets
-    each warning of the readers. steps: attribute a big Kineto trace `steps` annotated steps at a
-    time, read from disk (`bounded`); by default CHUNK_STEPS where the file holds BOUNDED_BYTES
-    of JSON or more; 0: never."""
+    """Load and attribute one trace (with its graph-capture trace when given); warn(path, message)
+    gets each warning of the readers. steps: attribute a big Kineto trace `steps` annotated steps
+    at a time, read from disk (`bounded`); by default CHUNK_STEPS where the file holds
+    BOUNDED_BYTES of JSON or more; 0: never."""
     capture = opts.capture
     if steps is None:
         steps = CHUNK_STEPS if _big(Path(path)) else 0
@@ -275,7 +288,8 @@ def attribution(path: str | Path, opts: Options = Options(), warn: Warn | None =
 def analyze_path(path: str | Path, opts: Options = Options(), warn: Warn | None = None) -> Analysis:
     """`analyze` with resolved Options (what the CLI builds from its flags).
 
-    warn(path, message) is called with each warning of the readers (what they salvaged or dropped)."""
+    warn(path, message) is called with each warning of the readers (what they salvaged or
+    dropped)."""
     plain = baseline_step_ms(opts)  # a bad baseline fails before the work
     a = attribution(path, opts, warn)
     check_phase(a, opts.phase, path)
@@ -287,7 +301,8 @@ def baseline_step_ms(opts: Options) -> float | None:
     return plain_step_ms(attribution(opts.baseline).steps) if opts.baseline else None
 
 
-def analysis(a: Attribution, opts: Options = Options(), plain_ms: float | None = None) -> Analysis:
+def analysis(a: Attribution, opts: Options = Options(),
+             plain_ms: float | None = None) -> Analysis:
     """The Analysis of an attribution: its figures, the rules' findings, the ranked bottlenecks.
     plain_ms: opts.baseline's plain decode step when already known."""
     budget = for_world(opts.budget, world_size(a.trace))  # the rank's tensor-parallel shard
@@ -306,7 +321,8 @@ def with_what_if(an: Analysis, budget: Budget | None, formats: Formats | None) -
     wi = project(dec, budget, formats, an.device) if dec is not None else None
     if wi is not None:
         return replace(an, what_if=wi)
-    why = "no decode phase" if dec is None else "the decode phase has no tokens, bytes or context"
+    why = ("no decode phase" if dec is None
+           else "the decode phase has no tokens, bytes or context")
     return replace(an, notes=(*an.notes, f"--what-if {formats.label()}: not projected ({why})"))
 
 
@@ -346,8 +362,8 @@ def export_trace(path: str | Path, opts: Options = Options()) -> dict[str, Any]:
         raise TraceError(path, f"{exc}: cannot align") from None
 
 
-CLOCK = ("Kineto baseTimeNanoseconds + ts: each rank's host wall clock (one node: the same clock; "
-         "across nodes only as close as their clock sync)")
+CLOCK = ("Kineto baseTimeNanoseconds + ts: each rank's host wall clock "
+         "(one node: the same clock; across nodes only as close as their clock sync)")
 
 
 def _offset(trace: Trace) -> int:

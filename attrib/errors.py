@@ -13,4 +13,5 @@ class TraceError(Exception):
 
 
 class UsageError(ValueError):
-    """A bad argument (an unknown phase or arch, a negative context...). `str()` is the one-line message."""
+    """A bad argument (an unknown phase or arch, a negative context...). `str()` is the one-line
+    message."""

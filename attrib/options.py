@@ -15,12 +15,13 @@ TOP_KERNELS = 10
 
 @dataclass(frozen=True)
 class Options:
-    """phase: only this phase; phase_map: annotation name -> phase; arch (+ arch_from "override"): the
-    device to measure against instead of the detected one; arch_file: extra device entries; budget: a
-    model config's bytes for ops whose weights the trace hides; capture (+ capture_batch): the
-    graph-capture trace of a replay trace; top: top kernels per phase; what_if: weight/KV formats
-    to project the decode phase at (attrib.analysis.reprice); baseline: a plain decode trace of
-    the target, whose decode step a speculative loop's speedup is measured against."""
+    """phase: only this phase; phase_map: annotation name -> phase; arch (+ arch_from
+    "override"): the device to measure against instead of the detected one; arch_file: extra
+    device entries; budget: a model config's bytes for ops whose weights the trace hides;
+    capture (+ capture_batch): the graph-capture trace of a replay trace; top: top kernels per
+    phase; what_if: weight/KV formats to project the decode phase at (attrib.analysis.reprice);
+    baseline: a plain decode trace of the target, whose decode step a speculative loop's speedup
+    is measured against."""
 
     phase: str | None = None
     phase_map: Mapping[str, str] = field(default_factory=dict)

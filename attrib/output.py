@@ -1,10 +1,11 @@
-"""The one way attrib writes a file: whole or not at all, and never over a file it was not told to replace.
+"""The one way attrib writes a file: whole or not at all, and never over a file it was not told
+to replace.
 
 Each output is written to a hidden temporary file in the target's folder, flushed and fsynced, then
 renamed into place: a failure (a full disk, a signal, a crash) leaves the old file as it was and no
-temporary file behind. Without `force` the last step is an exclusive create (a hard link, which fails
-if the name exists): of concurrent runs writing one name, exactly one wins. The collectors write
-their trace and stamp with it too, so it lives in the contract layer (stdlib only).
+temporary file behind. Without `force` the last step is an exclusive create (a hard link, which
+fails if the name exists): of concurrent runs writing one name, exactly one wins. The collectors
+write their trace and stamp with it too, so it lives in the contract layer (stdlib only).
 """
 
 from __future__ import annotations
@@ -169,6 +170,7 @@ def write_folder(path: Path, files: dict[str, bytes], force: bool) -> None:
         with contextlib.suppress(OSError):
             tmp.rmdir()
         if isinstance(exc, OSError):
-            why = APPEARED if path.exists() else f"cannot write: {exc.strerror or exc}; nothing was written"
+            why = (APPEARED if path.exists()
+                   else f"cannot write: {exc.strerror or exc}; nothing was written")
             raise TraceError(path, why) from None
         raise

@@ -93,7 +93,8 @@ def analyze_one(trace: str, spec: Spec) -> Result:
 
 
 def _outcome(name: str, get: Callable[[], Result]) -> Result:
-    """A task's Result; a worker that died (killed, out of memory) skips its trace, not the sweep."""
+    """A task's Result; a worker that died (killed, out of memory) skips its trace, not the
+    sweep."""
     try:
         return get()
     except Exception as exc:

@@ -20,8 +20,8 @@ from collectors.calibrate import measure as measure_device
 from collectors.sampled import capture
 from collectors.torch_capture import wrap
 
-__all__ = ["load", "sniff", "resolve", "reader", "Reader", "READERS", "capture", "wrap", "measure_device",
-           "traces_in"]
+__all__ = ["load", "sniff", "resolve", "reader", "Reader", "READERS", "capture", "wrap",
+           "measure_device", "traces_in"]
 
 
 def claim(path: Path, head: bytes) -> Reader | None:
@@ -72,7 +72,8 @@ _HEADER_FIELD = re.compile(r'^\s*"?[A-Za-z_][\w .()/%-]*"?\s*$')  # a CSV column
 
 
 def _depth(head: bytes) -> int:
-    """How deep JSON brackets nest in `head` (strings not parsed: a bound, for the error message)."""
+    """How deep JSON brackets nest in `head` (strings not parsed: a bound, for the error
+    message)."""
     depth = top = 0
     for c in head.translate(None, b"\" \t\r\n:,0123456789"):  # brackets (and other text) only
         depth += (c in b"[{") - (c in b"]}")
@@ -81,7 +82,8 @@ def _depth(head: bytes) -> int:
 
 
 def _text(head: bytes) -> str | None:
-    """`head` as text, or None for binary data (a NUL byte, or not UTF-8 before its last 3 bytes)."""
+    """`head` as text, or None for binary data (a NUL byte, or not UTF-8 before its last 3
+    bytes)."""
     if b"\0" in head:
         return None
     try:
@@ -96,23 +98,25 @@ def _unknown(p: Path, head: bytes) -> TraceError:
     if stripped[:1] in (b"{", b"["):
         deep = _depth(head[:65536])
         if deep > 1000:
-            return TraceError(p, f"JSON nested {deep:,}+ levels deep in its first 64 kB (a profiler trace "
-                                 "nests a few): not a trace attrib can read")
+            return TraceError(p, f"JSON nested {deep:,}+ levels deep in its first 64 kB "
+                                 "(a profiler trace nests a few): not a trace attrib can read")
         return TraceError(p, "JSON, but not a torch-profiler or rocprof trace (no traceEvents)")
     if is_utf16(head):
         return utf16_error(p)
     text = _text(head)
     if text is None:
-        return TraceError(p, "binary data, not a trace attrib can read (expected torch-profiler JSON or rocprof output)")
+        return TraceError(p, "binary data, not a trace attrib can read "
+                             "(expected torch-profiler JSON or rocprof output)")
     line = text.removeprefix("\ufeff").split("\n", 1)[0][:300].strip()
     sep = next((c for c in ",;\t|" if c in line), None)
     header = sep is not None and all(_HEADER_FIELD.match(f) for f in line.split(sep))
     if header or (p.name.lower().removesuffix(".gz").endswith(".csv") and sep is not None):
         hint = f" (separated by {sep!r}; rocprof writes ',')" if sep != "," else ""
-        return TraceError(p, f"CSV header{hint} has no known rocprof columns (rocprofv3: Kernel_Name, "
-                             f"Start_Timestamp, End_Timestamp; rocprof v1: Index, KernelName): {line[:120]!r}")
-    return TraceError(p, "not a trace attrib can read: text that is neither JSON nor a CSV with a header "
-                         "(expected torch-profiler JSON or rocprof output)")
+        return TraceError(p, f"CSV header{hint} has no known rocprof columns "
+                             "(rocprofv3: Kernel_Name, Start_Timestamp, End_Timestamp; "
+                             f"rocprof v1: Index, KernelName): {line[:120]!r}")
+    return TraceError(p, "not a trace attrib can read: text that is neither JSON nor a CSV with a "
+                         "header (expected torch-profiler JSON or rocprof output)")
 
 
 def _resolve(path: str | Path) -> tuple[Reader, Path, list[Path]]:
@@ -134,7 +138,8 @@ def _resolve(path: str | Path) -> tuple[Reader, Path, list[Path]]:
 
 
 def resolve(path: str | Path) -> tuple[str, Path]:
-    """(format name, the file or directory to read) for `path` (see the analysis JSON's `source.format`)."""
+    """(format name, the file or directory to read) for `path` (see the analysis JSON's
+    `source.format`)."""
     r, p, _ = _resolve(path)
     return r.name, p
 

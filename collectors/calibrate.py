@@ -26,10 +26,10 @@ MATMUL_N = 8192
 REPS, WARMUP = 20, 3
 KINDS = ("read", "write", "copy")
 DTYPES = ("fp16", "bf16", "fp32", "tf32", "fp8")
-METHOD = ("bandwidth: read x.sum(), write x.fill_(), copy dst.copy_(src) counting read+write bytes; "
-          "per size the median of {reps} timed repetitions after {warmup} warmup, per kind the median "
-          "over sizes {sizes} MiB; matrix: {n}x{n}x{n} matmul, the median of {reps} repetitions "
-          "(fp32 with TF32 off; fp8 e4m3 via torch._scaled_mm, bf16 out)")
+METHOD = ("bandwidth: read x.sum(), write x.fill_(), copy dst.copy_(src) counting read+write "
+          "bytes; per size the median of {reps} timed repetitions after {warmup} warmup, per kind "
+          "the median over sizes {sizes} MiB; matrix: {n}x{n}x{n} matmul, the median of {reps} "
+          "repetitions (fp32 with TF32 off; fp8 e4m3 via torch._scaled_mm, bf16 out)")
 
 Progress = Callable[[str], None]
 
@@ -157,7 +157,10 @@ def _fp8_mm(torch: Any, a: Any, b: Any) -> Callable[[], Any]:
     fp8 = torch.float8_e4m3fnuz if fnuz else torch.float8_e4m3fn
     a8, b8 = a.to(fp8), b.to(fp8).t().contiguous().t()   # the second operand column-major
     one = torch.ones((), device=a.device)
-    fn = lambda: torch._scaled_mm(a8, b8, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)  # noqa: E731
+
+    def fn() -> Any:
+        return torch._scaled_mm(a8, b8, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+
     fn()
     return fn
 
@@ -186,7 +189,8 @@ def _matmul(torch: Any, dev: Any, timer: _Timer, n: int, dtypes: tuple[str, ...]
             fn = _fp8_mm(torch, a, b) if name == "fp8" else (lambda: a @ b)
             tflops[name] = _sig(2 * n**3 / timer.median_s(fn, reps, warmup) / 1e12)
         except Exception as exc:   # a dtype this device or build lacks
-            skipped[name] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"
+            first = str(exc).splitlines()[0][:160] if str(exc) else ""
+            skipped[name] = f"{type(exc).__name__}: {first}"
         finally:
             torch.backends.cuda.matmul.allow_tf32 = tf32
     return tflops, skipped
@@ -204,8 +208,8 @@ def measure(device: str = "cuda", sizes_mib: tuple[int, ...] = SIZES_MIB, matmul
     except RuntimeError:
         dev = None
     if dev is None or dev.type not in ("cpu", "cuda"):
-        raise UsageError(f"--device {device}: calibrate measures a CUDA/ROCm GPU ('cuda', 'cuda:N') "
-                         "or the CPU as a dry run ('cpu')")
+        raise UsageError(f"--device {device}: calibrate measures a CUDA/ROCm GPU "
+                         "('cuda', 'cuda:N') or the CPU as a dry run ('cpu')")
     if dev.type == "cuda":
         if not torch.cuda.is_available():
             build = (f"ROCm {torch.version.hip}" if getattr(torch.version, "hip", None) else
@@ -237,6 +241,7 @@ def _fitting(torch: Any, dev: Any, sizes: tuple[int, ...]) -> tuple[int, ...]:
     free, _ = torch.cuda.mem_get_info(dev)
     fit = tuple(s for s in sizes if 2 * s * 2**20 <= 0.8 * free)
     if not fit:
-        raise UsageError(f"{dev}: {free / 2**30:.1f} GiB free, too little for a {min(sizes)} MiB buffer pair")
+        raise UsageError(f"{dev}: {free / 2**30:.1f} GiB free, too little for a {min(sizes)} MiB "
+                         "buffer pair")
     return fit
 

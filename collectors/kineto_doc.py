@@ -112,9 +112,10 @@ def decode_doc(path: Path, text: bytes, warnings: list[str], before: int = 0,
     return _lenient(path, text, problem, warnings)
 
 
-# A name value on its line, as Kineto writes events (`"ph": "X", "cat": "...", "name": "<value>", "pid": ...`
-# or `"name": "<value>",` alone): the value ends at the first quote followed by `, "key":` or the line's end,
-# so a valid name (`"name": "Iteration Start: PyTorch Profiler", "ph": "i", "s": "g",`) is left as it is
+# A name value on its line, as Kineto writes events
+# (`"ph": "X", "cat": "...", "name": "<value>", "pid": ...` or `"name": "<value>",` alone): the
+# value ends at the first quote followed by `, "key":` or the line's end, so a valid name
+# (`"name": "Iteration Start: PyTorch Profiler", "ph": "i", "s": "g",`) is left as it is
 _NAME_LINE = re.compile(rb'("name": ")(.*?)((?<!\\)"(?=\s*,\s*"[^"\n]+"\s*:|\s*,?\s*$))', re.M)
 _RAW_QUOTE = re.compile(rb'(?<!\\)"')
 

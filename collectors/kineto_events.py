@@ -22,11 +22,12 @@ _NONE = msgspec.Raw(b"")
 # an id past 64 bits, an object as category) is decoded event by event with `_Loose` instead and
 # its bad values are set to null and counted (see `_salvage_chunk`).
 _Int = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
-_INT_ARGS = ("external_id", "correlation", "device", "stream", "registers", "shared_mem", "bytes", "py_id",
-             "py_parent", "module_id")
+_INT_ARGS = ("external_id", "correlation", "device", "stream", "registers", "shared_mem", "bytes",
+             "py_id", "py_parent", "module_id")
+_RAW_ARGS = ("grid", "block", "input_dims", "input_types", "concrete", "input_strides")
 
-# gc=False on every event struct: decoded JSON holds no reference cycles, and structs the cyclic GC does
-# not track spare it repeated walks over every live event (about 1 s of CPU on 1 M events).
+# gc=False on every event struct: decoded JSON holds no reference cycles, and structs the cyclic
+# GC does not track spare it repeated walks over every live event (about 1 s of CPU on 1 M events).
 
 
 class _Args(msgspec.Struct, frozen=True, gc=False):
@@ -99,8 +100,8 @@ class _Loose(msgspec.Struct, gc=False):
 
 DROPPED = Event(cat=None)  # the place of an event that could not be read
 
-# what invalid JSON raises: msgspec 0.18 (the declared floor) raises UnicodeDecodeError for invalid UTF-8
-# in a string, later versions msgspec.DecodeError
+# what invalid JSON raises: msgspec 0.18 (the declared floor) raises UnicodeDecodeError for
+# invalid UTF-8 in a string, later versions msgspec.DecodeError
 DECODE_ERRORS = (msgspec.DecodeError, UnicodeDecodeError)
 _EVENTS = msgspec.json.Decoder(list[Event])
 _LOOSE = msgspec.json.Decoder(_Loose)
@@ -122,19 +123,21 @@ class Notes:
     no_ts: int = 0
 
     def note(self, kind: str, index: int) -> None:
-        self.first[kind] = min(self.first.get(kind, index), index)  # chunks may be salvaged out of order
+        # chunks may be salvaged out of order
+        self.first[kind] = min(self.first.get(kind, index), index)
 
     def warnings(self) -> list[str]:
         out = []
         if self.utf8:
-            out.append(f"{self.utf8} events hold invalid UTF-8 (first: event {self.first['utf8']}); "
-                       "the bad bytes are shown as U+FFFD")
+            out.append(f"{self.utf8} events hold invalid UTF-8 "
+                       f"(first: event {self.first['utf8']}); the bad bytes are shown as U+FFFD")
         if self.nulled:
             what = ", ".join(f"{k} x{n}" for k, n in sorted(self.nulled.items()))
             out.append(f"values of the wrong type or out of range set to null: {what} "
                        f"(first: event {self.first['nulled']})")
         if self.dropped:
-            out.append(f"{self.dropped} malformed events dropped (first: event {self.first['dropped']})")
+            out.append(f"{self.dropped} malformed events dropped "
+                       f"(first: event {self.first['dropped']})")
         if self.no_ph:
             out.append(f"{self.no_ph} profiler events without a 'ph' phase field ignored")
         if self.no_ts:
@@ -172,10 +175,11 @@ def _loose_event(raw: bytes, index: int, notes: Notes) -> Event:
         loose = _LOOSE_ARGS.decode(msgspec.json.encode(ev.args))
         kept = {}
         for name in _INT_ARGS:
-            kept[name], wrong = _clean(getattr(loose, name), "int|str" if name == "bytes" else "int")
+            want = "int|str" if name == "bytes" else "int"
+            kept[name], wrong = _clean(getattr(loose, name), want)
             if wrong:
                 bad.append(name)
-        raws = {n: getattr(loose, n) for n in ("grid", "block", "input_dims", "input_types", "concrete", "input_strides")}
+        raws = {n: getattr(loose, n) for n in _RAW_ARGS}
         args = _Args(kind=loose.kind, kernel=loose.kernel, **kept, **raws)
     for name in bad:
         notes.nulled[name] = notes.nulled.get(name, 0) + 1
@@ -214,7 +218,8 @@ def json_array(raws: list[msgspec.Raw]) -> bytes:
 
 
 def decode_fast(text: bytes | memoryview) -> list[Event]:
-    """A JSON array of events, typed; one bad event raises (DECODE_ERRORS, ValidationError included)."""
+    """A JSON array of events, typed; one bad event raises (DECODE_ERRORS, ValidationError
+    included)."""
     return _EVENTS.decode(text)
 
 

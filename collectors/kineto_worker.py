@@ -37,17 +37,21 @@ import polars as pl
 from collectors.kineto_events import CHUNK, DECODE_ERRORS, Notes, decode_fast, json_array
 from collectors.kineto_tables import TABLES, chunk_frames
 
-# a request: chunk number; its offset and length in the trace file, the CRC-32 of the region's first and
-# last 4 kB, and the file's mtime (ns) and inode when the reader read it (length 0: the chunk's JSON array
-# is in its file in the folder); chunk number END: no more
+# a request: chunk number; its offset and length in the trace file, the CRC-32 of the region's
+# first and last 4 kB, and the file's mtime (ns) and inode when the reader read it (length 0: the
+# chunk's JSON array is in its file in the folder); chunk number END: no more
 _ASK = struct.Struct("<IQQIQQ")
 _EDGE = 4096
 _END = 0xFFFFFFFF
-_ANSWER = struct.Struct("<cIIQQ")  # kind, chunk, tables present (bit mask), events without ph, without ts
-_FRAMES, _FALLBACK, _SKIPPED = b"T", b"F", b"S"  # frames written; fast decode failed; the reader took it back
-IN_FLIGHT = 3  # chunks handed over and not yet answered: one being decoded, two waiting (the reader hands
+# an answer: kind, chunk, tables present (bit mask), events without ph, without ts
+_ANSWER = struct.Struct("<cIIQQ")
+# the kinds: frames written; fast decode failed; the reader took it back
+_FRAMES, _FALLBACK, _SKIPPED = b"T", b"F", b"S"
+# chunks handed over and not yet answered: one being decoded, two waiting (the reader hands
 # chunks over only between two of its own, and the worker may finish two in that time)
-_PATIENCE_S = 60.0  # no answer for this long: the worker is taken to be stuck and its chunks decoded here
+IN_FLIGHT = 3
+# no answer for this long: the worker is taken to be stuck and its chunks decoded here
+_PATIENCE_S = 60.0
 _ROOT = str(Path(__file__).resolve().parents[1])
 _BOOT = ("import sys; sys.path.insert(0, sys.argv[1]); from collectors.kineto_worker import serve; "
          "serve(sys.argv[2], sys.argv[3])")
@@ -89,12 +93,15 @@ def _payload(where: Path, source: str, j: int, start: int, length: int, edges: i
     with open(source, "rb") as fh:
         got = os.preadv(fh.fileno(), [data], start)
         st = os.fstat(fh.fileno())
-    same = (st.st_mtime_ns, st.st_ino) == (mtime_ns, ino) and got == length and _edges(data) == edges
+    same_file = (st.st_mtime_ns, st.st_ino) == (mtime_ns, ino)
+    same = same_file and got == length and _edges(data) == edges
     return buf if same else None
 
 
-def serve(folder: str, source: str = "", inp: IO[bytes] | None = None, out: IO[bytes] | None = None) -> None:
-    """The worker's loop: decode each chunk asked for on `inp`, answer on `out`, until END or EOF."""
+def serve(folder: str, source: str = "", inp: IO[bytes] | None = None,
+          out: IO[bytes] | None = None) -> None:
+    """The worker's loop: decode each chunk asked for on `inp`, answer on `out`, until END or
+    EOF."""
     inp = inp or sys.stdin.buffer
     out = out or sys.stdout.buffer
     where = Path(folder)
@@ -102,8 +109,8 @@ def serve(folder: str, source: str = "", inp: IO[bytes] | None = None, out: IO[b
         j, *region = _ASK.unpack(head)
         if j == _END:
             return
-        try:
-            os.rename(_chunk_file(where, j), where / f"{j}.taken")  # atomic: the reader may have taken it back
+        try:  # a rename is atomic: the reader may have taken the chunk back
+            os.rename(_chunk_file(where, j), where / f"{j}.taken")
         except FileNotFoundError:
             out.write(_ANSWER.pack(_SKIPPED, j, 0, 0, 0))
             out.flush()
@@ -154,16 +161,27 @@ def _cpu_s(pid: int) -> float:
         return 0.0
 
 
+def _spans(text: memoryview, start: int, end: int, first: msgspec.Raw,
+           last: msgspec.Raw) -> bool:
+    """Whether text[start:end] is a region of the text that starts with `first` and ends with
+    `last`."""
+    if not 0 <= start < end <= len(text):
+        return False
+    return (bytes(text[start:start + len(first)]) == bytes(first)
+            and bytes(text[end - len(last):end]) == bytes(last))
+
+
 class Others:
-    """How many CPUs other processes keep busy, from a start to now: the worker only pays where a CPU
-    is free (on a shared machine it would compete with this process for the same core)."""
+    """How many CPUs other processes keep busy, from a start to now: the worker only pays where a
+    CPU is free (on a shared machine it would compete with this process for the same core)."""
 
     def __init__(self) -> None:
         t = os.times()
         self.wall, self.busy, self.own = time.monotonic(), _busy_s(), t.user + t.system
 
     def cpus(self, worker: Worker) -> float | None:
-        """Average CPUs busy with processes other than this one and the worker; None without /proc."""
+        """Average CPUs busy with processes other than this one and the worker; None without
+        /proc."""
         busy, t = _busy_s(), os.times()
         wall = time.monotonic() - self.wall
         if busy is None or self.busy is None or wall <= 0:
@@ -199,8 +217,10 @@ class Worker:
         self.proc, self.folder = proc, folder
         self._text: memoryview | None = None  # the reader's text where it is the trace file's bytes
         self._base = 0
-        self._file: tuple[int, int] = (0, 0)  # the trace file's mtime (ns) and inode when it was read
-        self.answers: dict[int, Answer | None] = {}  # chunk -> frames and counts; None: the reader decodes it
+        # the trace file's mtime (ns) and inode when it was read
+        self._file: tuple[int, int] = (0, 0)
+        # chunk -> frames and counts; None: the reader decodes it
+        self.answers: dict[int, Answer | None] = {}
         self.pending: list[int] = []  # chunks handed over, not answered
         self.taken_back: set[int] = set()  # handed over, then decoded by the reader
         self._buf = b""
@@ -208,7 +228,8 @@ class Worker:
 
     @classmethod
     def start(cls, source: Path) -> Worker | None:
-        """A started worker process, or None where none can be started (the reader then works alone)."""
+        """A started worker process, or None where none can be started (the reader then works
+        alone)."""
         if not sys.executable:
             return None
         shm = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None  # memory, not a disk
@@ -218,8 +239,9 @@ class Worker:
         except OSError:
             return None
         try:
-            proc = subprocess.Popen([sys.executable, "-c", _BOOT, _ROOT, str(folder), str(source)], stdin=subprocess.PIPE,
-                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+            argv = [sys.executable, "-c", _BOOT, _ROOT, str(folder), str(source)]
+            proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    stderr=subprocess.DEVNULL, env=env)
         except (OSError, ValueError):
             shutil.rmtree(folder, ignore_errors=True)
             return None
@@ -232,10 +254,12 @@ class Worker:
         return worker
 
     def file_text(self, text: bytes, stat: os.stat_result) -> None:
-        """The reader's text is the trace file's bytes, read whole (`stat` taken before it was read):
-        the worker reads each chunk's region from the file itself (no copy made here), and decodes it
-        only if the file's mtime and inode and the region's edges are still those the reader saw."""
-        self._text, self._base, self._file = memoryview(text), _address(text), (stat.st_mtime_ns, stat.st_ino)
+        """The reader's text is the trace file's bytes, read whole (`stat` taken before it was
+        read): the worker reads each chunk's region from the file itself (no copy made here), and
+        decodes it only if the file's mtime and inode and the region's edges are still those the
+        reader saw."""
+        self._text, self._base = memoryview(text), _address(text)
+        self._file = (stat.st_mtime_ns, stat.st_ino)
 
     def _region(self, raws: list[msgspec.Raw]) -> tuple[int, int, int, int, int]:
         """The request fields after the chunk number; all 0 where the region is unknown."""
@@ -243,8 +267,7 @@ class Worker:
             return 0, 0, 0, 0, 0
         start = _address(raws[0]) - self._base
         end = _address(raws[-1]) - self._base + len(raws[-1])
-        if not 0 <= start < end <= len(self._text) or bytes(self._text[start:start + len(raws[0])]) != bytes(raws[0]) \
-                or bytes(self._text[end - len(raws[-1]):end]) != bytes(raws[-1]):
+        if not _spans(self._text, start, end, raws[0], raws[-1]):
             return 0, 0, 0, 0, 0
         return start, end - start, _edges(self._text[start:end]), *self._file
 
@@ -258,16 +281,17 @@ class Worker:
                 _chunk_file(self.folder, j).write_bytes(b"" if region[1] else json_array(chunks[j]))
                 self.proc.stdin.write(_ASK.pack(j, *region))
                 self.proc.stdin.flush()
-            except (OSError, ValueError):  # it died, or the folder is full: the reader does the rest
+            except (OSError, ValueError):
+                # it died, or the folder is full: the reader does the rest
                 self._alive = False
                 self.answers[j] = None
                 break
             self.pending.append(j)
 
     def take_back(self, keep: int = 0) -> list[int]:
-        """Handed-over chunks the worker has not started, now the reader's (in increasing order): the
-        latest sent first, leaving it `keep` pending (the one it decodes and the next: the two ends
-        then finish about together)."""
+        """Handed-over chunks the worker has not started, now the reader's (in increasing order):
+        the latest sent first, leaving it `keep` pending (the one it decodes and the next: the two
+        ends then finish about together)."""
         back = []
         for j in reversed(list(self.pending)):
             if len(self.pending) <= keep:
@@ -275,7 +299,8 @@ class Worker:
             try:
                 _chunk_file(self.folder, j).unlink()
             except FileNotFoundError:
-                break  # the worker renamed it first: it has started it, and every chunk sent before it
+                # the worker renamed it first: it has started it, and every chunk sent before it
+                break
             self.pending.remove(j)
             back.append(j)
         self.taken_back.update(back)
@@ -296,7 +321,8 @@ class Worker:
         return self.answers
 
     def _receive(self, wait_s: float) -> bool:
-        """Read whatever answers are there (waiting up to wait_s for the first); whether any came."""
+        """Read whatever answers are there (waiting up to wait_s for the first); whether any
+        came."""
         fd = self.proc.stdout.fileno()
         try:
             if wait_s and not select.select([fd], [], [], wait_s)[0]:

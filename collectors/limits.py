@@ -40,7 +40,8 @@ _KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character de
 
 
 def check_path(path: Path) -> os.stat_result:
-    """The path's stat if it is a regular file or a directory; otherwise a TraceError that says why."""
+    """The path's stat if it is a regular file or a directory; otherwise a TraceError that says
+    why."""
     try:
         st = os.stat(path)
     except OSError as exc:
@@ -53,7 +54,8 @@ def check_path(path: Path) -> os.stat_result:
         raise TraceError(path, f"cannot access: {exc.strerror or exc}") from None
     for test, kind in _KINDS:
         if test(st.st_mode):
-            raise TraceError(path, f"is {kind}, not a regular file (attrib reads regular files and folders)")
+            raise TraceError(path, f"is {kind}, not a regular file "
+                                   "(attrib reads regular files and folders)")
     return st
 
 
@@ -95,12 +97,19 @@ _STREAM_ERRORS = (lzma.LZMAError, EOFError, OSError) + ((zstandard.ZstdError,) i
 
 
 def _no_zstd(path: Path) -> TraceError:
-    return TraceError(path, "zstd-compressed: install the zstandard package (pip install 'attrib[zstd]') "
-                            "or decompress it (zstd -d)")
+    return TraceError(path, "zstd-compressed: install the zstandard package "
+                            "(pip install 'attrib[zstd]') or decompress it (zstd -d)")
+
+
+def _bomb(path: Path, kind: str, limit: int, size: int) -> TraceError:
+    """Data of `kind` (`size` bytes compressed) that expands past `limit` bytes: refused."""
+    return TraceError(path, f"{kind} expands past {limit >> 20} MB ({RATIO_LIMIT}x its "
+                            f"{size / 1e6:.1f} MB): refused as a decompression bomb")
 
 
 def head(path: Path, n: int = 65536) -> bytes:
-    """Up to n leading bytes, decompressed if compressed (b"" when the first block is unreadable)."""
+    """Up to n leading bytes, decompressed if compressed (b"" when the first block is
+    unreadable)."""
     with open_file(path) as fh:
         raw = fh.read(max(n, 1 << 16))
     kind = compression(raw)
@@ -143,8 +152,9 @@ def _past_space(path: Path, raw: bytes, n: int) -> bytes:
                 out += part if out else part.lstrip()
                 if seen > limit:
                     ratio = f"{RATIO_LIMIT}x its {len(raw) / 1e6:.1f} MB"
-                    raise TraceError(path, f"gzip expands past {limit >> 20} MB ({ratio}) of blanks before "
-                                           "any content: refused as a decompression bomb")
+                    raise TraceError(path, f"gzip expands past {limit >> 20} MB ({ratio}) of "
+                                           "blanks before any content: refused as a "
+                                           "decompression bomb")
         except zlib.error:
             break
         if not d.eof or d.unused_data[:2] != GZIP_MAGIC:
@@ -175,8 +185,7 @@ def gunzip(path: Path, raw: bytes) -> tuple[bytearray, bool]:
                 out += d.decompress(buf, _STEP)
                 buf = d.unconsumed_tail
                 if len(out) > limit:
-                    raise TraceError(path, f"gzip expands past {limit >> 20} MB ({RATIO_LIMIT}x its "
-                                           f"{len(raw) / 1e6:.1f} MB): refused as a decompression bomb")
+                    raise _bomb(path, "gzip", limit, len(raw))
         except zlib.error as exc:
             if not out:
                 raise TraceError(path, f"corrupt gzip data ({exc})") from None
@@ -203,8 +212,7 @@ def unpack(path: Path, kind: str, raw: bytes) -> tuple[bytearray, bool]:
             while part := f.read(_STREAM_STEP):
                 out += part
                 if len(out) > limit:
-                    raise TraceError(path, f"{kind} expands past {limit >> 20} MB ({RATIO_LIMIT}x its "
-                                           f"{len(raw) / 1e6:.1f} MB): refused as a decompression bomb")
+                    raise _bomb(path, kind, limit, len(raw))
     except _STREAM_ERRORS as exc:
         if not out:
             raise TraceError(path, f"corrupt or truncated {kind} data ({exc})") from None
@@ -320,7 +328,8 @@ class Inflow:
                         parts, held = [], 0
         except _STREAM_ERRORS as exc:
             if not total:
-                raise TraceError(self.path, f"corrupt or truncated {self.kind} data ({exc})") from None
+                raise TraceError(self.path,
+                                 f"corrupt or truncated {self.kind} data ({exc})") from None
             self.cut = True
         if parts:
             yield b"".join(parts)

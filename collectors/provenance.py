@@ -98,7 +98,8 @@ def _attrib_version() -> str | None:
 
 
 def _host_memory() -> int | None:
-    """Physical memory of the host in bytes (an APU's GPU-visible limit is judged against it); None if unknown."""
+    """Physical memory of the host in bytes (an APU's GPU-visible limit is judged against it);
+    None if unknown."""
     try:
         return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
     except (ValueError, OSError, AttributeError):

@@ -17,7 +17,8 @@ _TORCH = (".json", ".json.gz", ".json.xz", ".json.zst")
 
 READERS: tuple[Reader, ...] = (
     Reader("rocpd", rocpd.sniff, rocpd.read, _ROC, merging("rocpd", rocpd.read)),
-    Reader("rocprofv3-json", v3json.sniff, v3json.read, _ROC, merging("rocprofv3-json", v3json.read)),
+    Reader("rocprofv3-json", v3json.sniff, v3json.read, _ROC,
+           merging("rocprofv3-json", v3json.read)),
     Reader("rocprof-v1", legacy.sniff_v1, legacy.read_v1, _ROC, legacy.read_v1_folder),
     Reader(
         "rocprof-v2",

@@ -97,7 +97,8 @@ class SampledCapture:
         if every is None and trigger_file is None and signal is None:
             raise ValueError("a sampled capture needs every=N, trigger_file= or signal=")
         if keep < 1 or steps < 1 or warmup < 0:
-            raise ValueError(f"need keep >= 1, steps >= 1, warmup >= 0; got {keep}, {steps}, {warmup}")
+            raise ValueError("need keep >= 1, steps >= 1, warmup >= 0; "
+                             f"got {keep}, {steps}, {warmup}")
         self.out_dir, self.every, self.keep, self.steps = Path(out_dir), every, keep, steps
         self.warmup = warmup
         self.trigger = Path(trigger_file) if trigger_file is not None else None

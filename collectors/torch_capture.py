@@ -1,6 +1,7 @@
 """Capture a torch-profiler trace of marked inference steps, with a provenance stamp.
 
-    with collectors.capture("traces/", warmup=2, steps=8, provenance={"model": "Qwen/Qwen3-8B"}) as cap:
+    with collectors.capture("traces/", warmup=2, steps=8,
+                            provenance={"model": "Qwen/Qwen3-8B"}) as cap:
         with cap.phase("prefill", tokens=batch * prompt):
             model(...)
         for _ in range(n):
@@ -104,8 +105,9 @@ def _span_ops(torch: Any) -> tuple[Any, Any]:
     more (the exit, a TorchBind op, scans its argument for fake script objects), each one
     recorded by the Python tracer under with_stack. The exit is called, as record_function does,
     under `DisableTorchFunctionSubclass`, without which it is several times slower (~80 us more
-    per decode step on the H200, bench/capture_overhead.py). (None, None) -- use record_function -- when they are missing or when
-    torch's CUPTI monitor, which record_function also notifies, is on."""
+    per decode step on the H200, bench/capture_overhead.py). (None, None) -- use
+    record_function -- when they are missing or when torch's CUPTI monitor, which
+    record_function also notifies, is on."""
     try:
         from torch.autograd import profiler as ap
 
@@ -225,9 +227,11 @@ class Capture:
                                         on_trace_ready=self._on_ready, **self.options)
                 self._record_function = torch.profiler.record_function
                 self._span_enter, self._span_exit = _span_ops(torch)   # probed before start
-                self._no_tf = getattr(torch._C, "DisableTorchFunctionSubclass", contextlib.nullcontext)
+                self._no_tf = getattr(torch._C, "DisableTorchFunctionSubclass",
+                                      contextlib.nullcontext)
                 if self._machine is None:   # a sampler hands over the fields of its first sample
-                    with contextlib.suppress(Exception):   # the stamp's slow part, outside the window
+                    # the stamp's slow part, outside the window
+                    with contextlib.suppress(Exception):
                         self._machine = _prov.machine_fields(torch)
                 t0 = time.perf_counter()
                 self._prof.start()
@@ -235,7 +239,8 @@ class Capture:
             except Exception as exc:
                 self._prof = None
                 return self._not_started(f"profiler failed to start: {type(exc).__name__}: {exc}")
-            if getattr(torch.version, "hip", None):   # roctx ranges too (no-ops without a ROCTx library)
+            # roctx ranges too (no-ops without a ROCTx library)
+            if getattr(torch.version, "hip", None):
                 self._roctx = roctx
         return self
 
@@ -254,7 +259,8 @@ class Capture:
                 self._fail(f"profiler failed to stop: {type(exc).__name__}: {exc}")
             self._state = "done"
             if not self.result.steps and not self.result.error:
-                self._fail(f"no steps recorded ({self._seen} run, warmup {self.warmup}); nothing exported")
+                self._fail(f"no steps recorded ({self._seen} run, warmup {self.warmup}); "
+                           "nothing exported")
             if self.result.path is None:
                 self._unmake()
             return self.result
@@ -415,7 +421,8 @@ class Capture:
         return self._fail(msg, stop=True)
 
     def _unmake(self) -> None:
-        """Remove the folders start() created, if still empty: a capture that wrote nothing leaves nothing."""
+        """Remove the folders start() created, if still empty: a capture that wrote nothing
+        leaves nothing."""
         for folder in self._made:
             with contextlib.suppress(OSError):
                 folder.rmdir()

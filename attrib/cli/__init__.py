@@ -28,7 +28,8 @@ __all__ = ["check_output", "cli", "main"]
 
 class Signalled(BaseException):
     """SIGTERM or SIGHUP, raised in the main thread as Ctrl-C is, so every cleanup runs (temporary
-    copies of inputs, half-written outputs); not an Exception, so no `except Exception` swallows it."""
+    copies of inputs, half-written outputs); not an Exception, so no `except Exception` swallows
+    it."""
 
     def __init__(self, signum: int):
         super().__init__(signum)
@@ -79,8 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _main(argv)
     except Signalled as exc:
-        click.echo(f"attrib: stopped by {signal.Signals(exc.signum).name}; nothing was left half-written",
-                   err=True)
+        name = signal.Signals(exc.signum).name
+        click.echo(f"attrib: stopped by {name}; nothing was left half-written", err=True)
         return 128 + exc.signum
     finally:
         for sig, handler in old.items():
@@ -104,14 +105,15 @@ def _main(argv: list[str] | None) -> int:
         return exc.exit_code
     except KeyboardInterrupt:
         return 130
-    except MemoryError:  # input larger than this machine (or its memory limit) allows: a fact, not a bug
+    # input larger than this machine (or its memory limit) allows: a fact, not a bug
+    except MemoryError:
         click.echo("attrib: error: out of memory: the input needs more memory than this "
                    "process may use", err=True)
         return 2
     except Exception as exc:  # a bug, not bad input: still one line unless asked for the traceback
         if os.environ.get("ATTRIB_DEBUG"):
             raise
-        click.echo(printable(f"attrib: internal error: {type(exc).__name__}: {exc} (set ATTRIB_DEBUG=1 for a "
-                             "traceback)"), err=True)
+        click.echo(printable(f"attrib: internal error: {type(exc).__name__}: {exc} "
+                             "(set ATTRIB_DEBUG=1 for a traceback)"), err=True)
         return INTERNAL_ERROR
     return rv if isinstance(rv, int) else 0

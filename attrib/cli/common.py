@@ -107,7 +107,8 @@ def apply(f, opts: list):
 
 def file_options(f):
     """--arch-file, -o/--output and --force (compare, ranks)."""
-    arch_file = click.option("--arch-file", type=click.Path(path_type=Path, exists=True, dir_okay=False))
+    arch_file = click.option("--arch-file",
+                             type=click.Path(path_type=Path, exists=True, dir_okay=False))
     return apply(f, [arch_file, *output_options()])
 
 

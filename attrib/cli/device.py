@@ -19,11 +19,12 @@ from attrib.cli.common import check_output, cli, dump, warn, write
 @click.option("--memory-copy-trace", is_flag=True, help="Also trace memory copies.")
 @click.option("--format", "fmt", type=click.Choice(["rocpd", "csv", "json"]), default="rocpd",
               show_default=True)
-@click.option("-d", "--output-dir", "out_dir", type=click.Path(path_type=Path), default=Path("rocprof-out"),
-              show_default=True)
+@click.option("-d", "--output-dir", "out_dir", type=click.Path(path_type=Path),
+              default=Path("rocprof-out"), show_default=True)
 @click.option("--rocprofv3", default="rocprofv3", show_default=True,
               help="Path to rocprofv3 (non-standard installs).")
-@click.option("--analyze/--no-analyze", default=True, show_default=True, help="Analyze what was captured.")
+@click.option("--analyze/--no-analyze", default=True, show_default=True,
+              help="Analyze what was captured.")
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
 def capture(hip_trace: bool, memory_copy_trace: bool, fmt: str, out_dir: Path, rocprofv3: str,
             analyze: bool, cmd: tuple[str, ...]) -> None:
@@ -87,7 +88,8 @@ def _sizes(text: str) -> tuple[int, ...]:
             f"expected MiB figures like 1024,2048, got {text!r}", param_hint="--sizes"
         ) from None
     if not sizes or min(sizes) < 1:
-        raise click.BadParameter(f"sizes must be positive MiB figures, got {text!r}", param_hint="--sizes")
+        raise click.BadParameter(f"sizes must be positive MiB figures, got {text!r}",
+                                 param_hint="--sizes")
     return sizes
 
 
@@ -112,7 +114,8 @@ def _sizes(text: str) -> tuple[int, ...]:
 @click.option(
     "--reps",
     type=click.IntRange(1),
-    help="Timed repetitions per measurement, the median kept (default: collectors.calibrate's REPS).",
+    help="Timed repetitions per measurement, the median kept "
+    "(default: collectors.calibrate's REPS).",
 )
 @click.option(
     "--format",
@@ -150,15 +153,17 @@ def calibrate(
     matmul_n = calib.MATMUL_N if matmul_n is None else matmul_n
     reps = calib.REPS if reps is None else reps
     with bar(f"calibrating {device}", calib.steps(mib)) as tick:
-        cal = measure_device(device, sizes_mib=mib, matmul_n=matmul_n, reps=reps, tick=tick).to_dict()
+        measured = measure_device(device, sizes_mib=mib, matmul_n=matmul_n, reps=reps, tick=tick)
+        cal = measured.to_dict()
     key, toml = calibrated_entry(cal)
     bw, tf = cal["bandwidth_gbs"], cal["matrix_tflops"]
     doc = {"schema": "attrib.calibration/1", **cal, "entry_key": key, "entry": toml}
     write(toml if fmt == "toml" else dump(doc), output, force)
     where = f"; wrote {output}" if output is not None else ""
-    click.echo(printable(f"attrib: {cal['device']['name']}: " + ", ".join(f"{k} {v:g}" for k, v in bw.items())
-                         + " GB/s; " + ", ".join(f"{k} {v:g}" for k, v in tf.items())
-                         + f" TFLOP/s (entry [{key}]{where})"), err=True)
+    gbs = ", ".join(f"{k} {v:g}" for k, v in bw.items())
+    tflops = ", ".join(f"{k} {v:g}" for k, v in tf.items())
+    click.echo(printable(f"attrib: {cal['device']['name']}: {gbs} GB/s; {tflops} TFLOP/s "
+                         f"(entry [{key}]{where})"), err=True)
 
 
 

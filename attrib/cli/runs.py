@@ -27,24 +27,28 @@ from attrib.cli.common import (analyses, check_output, cli, dump, file_options, 
               help="Exit 1 when a phase's per-token time is significantly slower by more than PCT "
                    "percent.")
 @click.option("--min-effect", type=click.FloatRange(0), metavar="PCT",
-              help="Smallest change (percent) called faster/slower (default: attrib.report.compare's "
-                   "MIN_EFFECT_PCT, 3).")
-@click.option("--allow-mismatch", is_flag=True, help="With --gate: gate even when the stamps say the two "
-              "sides are not a matched baseline (else exit 3, not comparable).")
+              help="Smallest change (percent) called faster/slower "
+                   "(default: attrib.report.compare's MIN_EFFECT_PCT, 3).")
+@click.option("--allow-mismatch", is_flag=True,
+              help="With --gate: gate even when the stamps say the two sides are not "
+                   "a matched baseline (else exit 3, not comparable).")
 @click.option("--format", "fmt", type=click.Choice(COMPARE_FORMATS), default=None,
               help="Default: from the output's suffix, else table.")
 @phase_map_option()
 @click.option("--arch", "arch_name", metavar="NAME", help="Measure both sides against this device.")
-@click.option("--baseline", type=click.Path(path_type=Path), help="A plain decode trace of the target: "
-              "both sides' speculative speedup and best K are measured against its decode step.")
+@click.option("--baseline", type=click.Path(path_type=Path),
+              help="A plain decode trace of the target: both sides' speculative speedup "
+                   "and best K are measured against its decode step.")
 @file_options
-def compare(traces: tuple[Path, ...], bases: tuple[Path, ...], cands: tuple[Path, ...], gate: float | None,
-            allow_mismatch: bool, min_effect: float | None, fmt: str | None, phase_map: tuple[str, ...],
-            arch_name: str | None, baseline: Path | None, arch_file: Path | None, output: Path | None,
+def compare(traces: tuple[Path, ...], bases: tuple[Path, ...], cands: tuple[Path, ...],
+            gate: float | None, allow_mismatch: bool, min_effect: float | None,
+            fmt: str | None, phase_map: tuple[str, ...], arch_name: str | None,
+            baseline: Path | None, arch_file: Path | None, output: Path | None,
             force: bool) -> int:
-    """Before/after: attrib compare BASE CAND, or -b BASE1 -b BASE2 -c CAND1 -c CAND2 (runs of one stack):
-    per phase and component, the change with statistics over steps and a verdict. With --gate: exit 1 on
-    a regression, 3 when the stamps say the sides are not a matched baseline.
+    """Before/after: attrib compare BASE CAND, or -b BASE1 -b BASE2 -c CAND1 -c CAND2 (runs of
+    one stack): per phase and component, the change with statistics over steps and a verdict.
+    With --gate: exit 1 on a regression, 3 when the stamps say the sides are not a matched
+    baseline.
 
     \b
     Example: attrib compare before.json.gz after.json.gz --gate 5"""
@@ -71,8 +75,9 @@ def compare(traces: tuple[Path, ...], bases: tuple[Path, ...], cands: tuple[Path
     pm = parse_phase_map(phase_map)
     base_docs = analyses(bases, pm, arch_name, arch_file, baseline)
     cand_docs = analyses(cands, pm, arch_name, arch_file, baseline)
-    cmp = compare_docs([b.to_dict() for b in base_docs], [c.to_dict() for c in cand_docs],
-                       min_effect_pct=min_effect, gate_pct=gate, allow_mismatch=allow_mismatch,
+    base_dicts, cand_dicts = [b.to_dict() for b in base_docs], [c.to_dict() for c in cand_docs]
+    cmp = compare_docs(base_dicts, cand_dicts, min_effect_pct=min_effect, gate_pct=gate,
+                       allow_mismatch=allow_mismatch,
                        findings=tuple(baseline_findings(base_docs[0], cand_docs[0])))
     plots = plots_mod.compare_plots(cmp.phases) if fmt == "html" else {}
     if fmt == "table" and output is None:
@@ -89,16 +94,20 @@ def compare(traces: tuple[Path, ...], bases: tuple[Path, ...], cands: tuple[Path
 
 @cli.command()
 @click.argument("traces", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("--phase", default="decode", show_default=True, help="The phase whose steps are fitted.")
+@click.option("--phase", default="decode", show_default=True,
+              help="The phase whose steps are fitted.")
 @click.option("--format", "fmt", type=click.Choice(SLOPE_FORMATS), default=None,
               help="Default: from the output's suffix, else table.")
 @phase_map_option()
-@click.option("-o", "--output", type=click.Path(path_type=Path), help="Write to FILE instead of stdout.")
+@click.option("-o", "--output", type=click.Path(path_type=Path),
+              help="Write to FILE instead of stdout.")
 @click.option("--force", is_flag=True, help="Overwrite FILE if it exists.")
-def slope(traces: tuple[Path, ...], phase: str, fmt: str | None, phase_map: tuple[str, ...],
+def slope(
+traces: tuple[Path, ...], phase: str, fmt: str | None, phase_map: tuple[str, ...],
           output: Path | None, force: bool) -> None:
-    """Traces of one stack at different context lengths: per component, time per step against context
-    (us per 1k context tokens, 95% CI) and where attention overtakes the weight-bound components.
+    """Traces of one stack at different context lengths: per component, time per step against
+    context (us per 1k context tokens, 95% CI) and where attention overtakes the weight-bound
+    components.
 
     \b
     Example: attrib slope ctx1024.json.gz ctx4096.json.gz ctx16384.json.gz"""
@@ -107,15 +116,17 @@ def slope(traces: tuple[Path, ...], phase: str, fmt: str | None, phase_map: tupl
     from attrib.report.slope import slope as slope_fit
 
     if len(traces) < 2:
-        raise UsageError("slope needs traces at two or more context lengths (three or more to trust it)")
+        raise UsageError("slope needs traces at two or more context lengths "
+                         "(three or more to trust it)")
     fmt = fmt or (renderers.by_suffix(output, "table").name if output else "table")
     if fmt not in slope_render.FORMATS:
         raise UsageError(f"slope writes {', '.join(slope_render.FORMATS)}, not {fmt}")
     check_output(output, force)
-    res = slope_fit([d.to_dict() for d in analyses(traces, parse_phase_map(phase_map), None, None)], phase)
+    docs = analyses(traces, parse_phase_map(phase_map), None, None)
+    res = slope_fit([d.to_dict() for d in docs], phase)
     if not res.rows:
-        raise UsageError(f"no {phase} steps with a known context in two or more traces: nothing to fit "
-                         "(" + "; ".join(res.notes) + ")")
+        raise UsageError(f"no {phase} steps with a known context in two or more traces: "
+                         "nothing to fit (" + "; ".join(res.notes) + ")")
     text = slope_render.FORMATS[fmt](res, plots_mod.slope_plots(res) if fmt == "html" else {})
     write(printable_lines(text) if fmt == "table" else text, output, force)
 
@@ -128,7 +139,8 @@ def _rank_traces(items: tuple[Path, ...]) -> list[Path]:
         if not p.is_dir():
             out.append(p)
             continue
-        found = sorted(f for f in p.iterdir() if f.is_file() and f.name.endswith((".json", ".json.gz"))
+        found = sorted(f for f in p.iterdir() if f.is_file()
+                       and f.name.endswith((".json", ".json.gz"))
                        and not f.name.endswith((".attrib.json", ".model.json")))
         if not found:
             raise TraceError(p, "holds no trace files (*.json, *.json.gz)")
@@ -154,8 +166,9 @@ def _rank_traces(items: tuple[Path, ...]) -> list[Path]:
 @phase_map_option()
 @click.option("--arch", "arch_name", metavar="NAME", help="Take the link bandwidth of this device.")
 @file_options
-def ranks_cmd(traces: tuple[Path, ...], fmt: str | None, link_gbs: float | None, phase_map: tuple[str, ...],
-              arch_name: str | None, arch_file: Path | None, output: Path | None, force: bool) -> None:
+def ranks_cmd(traces: tuple[Path, ...], fmt: str | None, link_gbs: float | None,
+              phase_map: tuple[str, ...], arch_name: str | None, arch_file: Path | None,
+              output: Path | None, force: bool) -> None:
     """The ranks of one run merged (a folder of per-rank traces, or the traces): step times side by
     side, the slowest rank, collectives split into wait, transfer and latency, step-start skew.
 
@@ -169,7 +182,8 @@ def ranks_cmd(traces: tuple[Path, ...], fmt: str | None, link_gbs: float | None,
     fmt = fmt or (renderers.by_suffix(output, "table").name if output else "table")
     check_output(output, force)
     arch, arch_from = resolve_arch(arch_name, arch_file)
-    opts = Options(phase_map=parse_phase_map(phase_map), arch=arch, arch_from=arch_from, arch_file=arch_file)
+    opts = Options(phase_map=parse_phase_map(phase_map), arch=arch, arch_from=arch_from,
+                   arch_file=arch_file)
     paths = _rank_traces(traces)
     with progress(f"analyzing {len(paths)} ranks"):
         doc = merge_ranks(paths, opts, link_gbs, warn=warn)
@@ -214,8 +228,9 @@ def trend(
     output: Path | None,
     force: bool,
 ) -> None:
-    """The rolling captures in FOLDER (collectors.capture(..., every=N)) over time: GB/token, tok/s and
-    the top step-time cause per file, each compared with the files before it as `compare` does.
+    """The rolling captures in FOLDER (collectors.capture(..., every=N)) over time: GB/token,
+    tok/s and the top step-time cause per file, each compared with the files before it as
+    `compare` does.
 
     \b
     Example: attrib trend traces/rolling/"""
@@ -229,7 +244,8 @@ def trend(
     files = traces_in(folder)
     if not files:
         raise TraceError(folder, "holds no trace attrib can read")
-    docs = [d.to_dict() for d in analyses(tuple(files), parse_phase_map(phase_map), None, arch_file)]
+    analysed = analyses(tuple(files), parse_phase_map(phase_map), None, arch_file)
+    docs = [d.to_dict() for d in analysed]
     doc = trend_mod.trend(docs, phase, window, min_effect)
     if not doc["rows"]:
         raise UsageError(f"{folder}: no {phase!r} phase in any of its {len(files)} traces")
@@ -238,7 +254,8 @@ def trend(
 
 
 
-SWEEP_FORMATS = {".parquet": "parquet", ".csv": "csv", ".json": "json", ".md": "md", ".html": "html"}
+SWEEP_FORMATS = {".parquet": "parquet", ".csv": "csv", ".json": "json", ".md": "md",
+                 ".html": "html"}
 
 
 @cli.command()

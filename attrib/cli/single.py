@@ -75,16 +75,16 @@ def _analysis_options(f):
             "--what-if",
             "what_if",
             metavar="CLASS=FORMAT,...",
-            help="With --model: project decode at "
-            "other formats: weights=int4|int8|fp8|mxfp4 (or per class: experts=, attention=, mlp=, lm_head=, "
-            "default=), kv=fp8|int8 (int4: 0.5 B + an fp16 scale per 128).",
+            help="With --model: project decode at other formats: weights=int4|int8|fp8|mxfp4 "
+            "(or per class: experts=, attention=, mlp=, lm_head=, default=), kv=fp8|int8 "
+            "(int4: 0.5 B + an fp16 scale per 128).",
         ),
         click.option(
             "--capture",
             "capture",
             type=click.Path(path_type=Path),
-            help="The graph-capture trace of this "
-            "replay trace (vLLM capture_torch_profiler): replayed kernels get their ops, shapes and modules.",
+            help="The graph-capture trace of this replay trace (vLLM capture_torch_profiler): "
+            "replayed kernels get their ops, shapes and modules.",
         ),
         click.option(
             "--capture-batch",
@@ -200,8 +200,8 @@ def _plot_files(out: Path) -> list[Path]:
               help="Default: from the output's suffix. csv/parquet: a folder of tables (-o DIR).")
 @_analysis_options
 def report(trace: Path, fmt: str | None, **o) -> None:
-    """The bottleneck report of TRACE: -o report.html (one self-contained file) or -o report.md (plots as SVG
-    files beside it).
+    """The bottleneck report of TRACE: -o report.html (one self-contained file) or -o report.md
+    (plots as SVG files beside it).
 
     \b
     Example: attrib report trace.json.gz -o report.html"""
@@ -210,13 +210,15 @@ def report(trace: Path, fmt: str | None, **o) -> None:
     from attrib.report.renderers import View
 
     out = o["output"]
-    r = renderers.by_name(fmt) if fmt else renderers.by_suffix(out) if out else renderers.by_name("md")
+    r = (renderers.by_name(fmt) if fmt else renderers.by_suffix(out) if out
+         else renderers.by_name("md"))
     if r.writes_bytes:
         return _tables(r, trace, o)
     check_output(out, o["force"])
     if r.plots == "files" and out is not None and not o["force"]:
         for f in _plot_files(out):
-            raise TraceError(f, "exists (a plot of an earlier report); pass --force to overwrite it")
+            raise TraceError(f, "exists (a plot of an earlier report); "
+                                "pass --force to overwrite it")
     an = _analyze(trace, o)
     if r.plots is None:
         return write(r.render(an, View()), out, o["force"])
@@ -246,15 +248,17 @@ def report(trace: Path, fmt: str | None, **o) -> None:
 @phase_map_option()
 @click.option("--force", is_flag=True, help="Overwrite FILE if it exists.")
 @click.option("--capture", type=click.Path(path_type=Path),
-              help="The graph-capture trace of this replay trace: replayed kernels get their ops, shapes "
-                   "and bytes.")
-@click.option("--capture-batch", type=int, help="With --capture: the captured batch size to align with.")
+              help="The graph-capture trace of this replay trace: replayed kernels get their ops, "
+                   "shapes and bytes.")
+@click.option("--capture-batch", type=int,
+              help="With --capture: the captured batch size to align with.")
 @click.option("--model", type=click.Path(path_type=Path),
               help="HF config.json: bytes for kernels the trace has no shapes for.")
 @click.option("--context", type=int, help="With --model: K/V positions each decode step reads.")
 def export(trace: Path, output: Path, phase_map: tuple[str, ...], force: bool, capture: Path | None,
            capture_batch: int | None, model: Path | None, context: int | None) -> None:
-    """TRACE with each kernel's component, phase, bytes and GB/s in its args and a track per component.
+    """TRACE with each kernel's component, phase, bytes and GB/s in its args and a track per
+    component.
 
     \b
     Example: attrib export trace.json.gz -o annotated.json.gz"""
@@ -265,8 +269,8 @@ def export(trace: Path, output: Path, phase_map: tuple[str, ...], force: bool, c
     check_output(output, force)
     budget = model_budget(model, context=context)
     with progress(f"annotating {trace}"):
-        opts = Options(phase_map=parse_phase_map(phase_map), capture=capture, capture_batch=capture_batch,
-                       budget=budget)
+        opts = Options(phase_map=parse_phase_map(phase_map), capture=capture,
+                       capture_batch=capture_batch, budget=budget)
         doc = export_trace(trace, opts)
         data = orjson.dumps(doc)
         if output.name.endswith(".gz"):

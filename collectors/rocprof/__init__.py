@@ -1,4 +1,5 @@
-"""rocprof / rocprofv3 outputs: readers into the normalized Trace (registered in collectors.registry).
+"""rocprof / rocprofv3 outputs: readers into the normalized Trace (registered in
+collectors.registry).
 
 Formats (their `source.format` names):
   rocpd           rocprofv3 SQLite `<pid>_results.db` (default since ROCm 7.0), also `.db.gz`

@@ -20,8 +20,8 @@ from collectors import limits, validate
 GZIP_MAGIC = b"\x1f\x8b"
 SQLITE_MAGIC = b"SQLite format 3\x00"
 # rocprofv3 memory-copy directions (CSV and JSON) -> the contract's copies.direction
-COPY_DIRECTIONS = {"HOST_TO_DEVICE": "HtoD", "DEVICE_TO_HOST": "DtoH", "DEVICE_TO_DEVICE": "DtoD",
-                   "HOST_TO_HOST": "HtoH"}
+COPY_DIRECTIONS = {"HOST_TO_DEVICE": "HtoD", "DEVICE_TO_HOST": "DtoH",
+                   "DEVICE_TO_DEVICE": "DtoD", "HOST_TO_HOST": "HtoH"}
 
 # Agent keys kept in Meta.devices (rocprofiler / HSA names), in this order.
 AGENT_KEYS = (
@@ -46,10 +46,12 @@ def head_bytes(path: Path, n: int = 65536) -> bytes:
 
 
 def read_bytes(path: Path) -> bytes:
-    """The whole file, gunzipped (with bounds) if it is gzip; a cut-short gzip is a TraceError."""
+    """The whole file, gunzipped (with bounds) if it is gzip; a cut-short gzip is a
+    TraceError."""
     data, cut = limits.read_bytes(path)
     if cut:
-        raise TraceError(path, "gzip data is truncated (the file was cut short); copy it again")
+        raise TraceError(path, "gzip data is truncated (the file was cut short); "
+                               "copy it again")
     return bytes(data) if isinstance(data, bytearray) else data
 
 
@@ -64,9 +66,9 @@ def _journals(db: Path) -> list[Path]:
 
 @contextlib.contextmanager
 def local_file(path: Path) -> Iterator[Path]:
-    """`path` itself, or a private copy in the temp directory (removed afterwards, also on Ctrl-C and
-    on the CLI's SIGTERM/SIGHUP): gunzipped, or with the journals beside it (they need a writable
-    open, which must never touch the user's files)."""
+    """`path` itself, or a private copy in the temp directory (removed afterwards, also on
+    Ctrl-C and on the CLI's SIGTERM/SIGHUP): gunzipped, or with the journals beside it (they
+    need a writable open, which must never touch the user's files)."""
     journals = [] if is_gzip(path) else _journals(path)
     if not journals and not is_gzip(path):
         yield path
@@ -86,7 +88,8 @@ def local_file(path: Path) -> Iterator[Path]:
 
 def connect(db: Path) -> sqlite3.Connection:
     """A SQLite connection that never writes beside `db`: read-only and immutable (no -wal/-shm
-    files, no locks); a private copy with journals (local_file) is opened writable to apply them."""
+    files, no locks); a private copy with journals (local_file) is opened writable to apply
+    them."""
     uri = f"file:{urllib.parse.quote(str(db.resolve()))}"
     return sqlite3.connect(uri if _journals(db) else uri + "?mode=ro&immutable=1", uri=True)
 
@@ -159,12 +162,13 @@ UTF8_BOM = b"\xef\xbb\xbf"
 
 def is_utf16(head: bytes) -> bool:
     """UTF-16 text: its byte-order mark, or a NUL in every other byte of ASCII text."""
-    return head[:2] in (b"\xff\xfe", b"\xfe\xff") or max(head[0:80:2].count(0), head[1:80:2].count(0)) > 30
+    bom = head[:2] in (b"\xff\xfe", b"\xfe\xff")
+    return bom or max(head[0:80:2].count(0), head[1:80:2].count(0)) > 30
 
 
 def utf16_error(path: Path) -> TraceError:
-    return TraceError(path, "UTF-16 text; attrib reads UTF-8 (rocprof writes it): convert it, e.g. "
-                            f"iconv -f UTF-16 -t UTF-8 {path.name} > utf8-{path.name}")
+    return TraceError(path, "UTF-16 text; attrib reads UTF-8 (rocprof writes it): convert it, "
+                            f"e.g. iconv -f UTF-16 -t UTF-8 {path.name} > utf8-{path.name}")
 
 
 def read_csv(path: Path, warnings: list[str]) -> pl.DataFrame:
@@ -187,10 +191,11 @@ def read_csv(path: Path, warnings: list[str]) -> pl.DataFrame:
         dropped = data[cut + 1:]
         data = data[: cut + 1]
         if dropped.strip():
-            warnings.append(TraceWarning(f"{path.name}: file ends mid-row; the incomplete last row was dropped",
-                                         TRUNCATED))
+            warnings.append(TraceWarning(f"{path.name}: file ends mid-row; "
+                                         "the incomplete last row was dropped", TRUNCATED))
     try:
-        df = pl.read_csv(data, infer_schema=False, truncate_ragged_lines=True, raise_if_empty=False)
+        df = pl.read_csv(data, infer_schema=False, truncate_ragged_lines=True,
+                         raise_if_empty=False)
     except pl.exceptions.PolarsError as exc:
         raise TraceError(path, f"unreadable CSV ({str(exc).splitlines()[0]})") from None
     return df.rename({c: c.strip().lower() for c in df.columns})
@@ -202,16 +207,19 @@ def pick(df: pl.DataFrame, *names: str) -> str | None:
 
 
 # How rocprof spells the columns whose absence is reported (names are matched lower-case).
-_SPELLING = {"kernelname": "KernelName", "beginns": "BeginNs", "endns": "EndNs", "kernel_name": "Kernel_Name",
-             "start_timestamp": "Start_Timestamp", "end_timestamp": "End_Timestamp", "function": "Function"}
+_SPELLING = {"kernelname": "KernelName", "beginns": "BeginNs", "endns": "EndNs",
+             "kernel_name": "Kernel_Name", "start_timestamp": "Start_Timestamp",
+             "end_timestamp": "End_Timestamp", "function": "Function"}
 
 
 def require(df: pl.DataFrame, path: Path, what: str, *names: str) -> str:
-    """The column for `what` (first of names present) or a TraceError naming it as rocprof spells it."""
+    """The column for `what` (first of names present) or a TraceError naming it as rocprof
+    spells it."""
     col = pick(df, *names)
     if col is None:
         found = ", ".join(df.columns[:12]) + (", ..." if df.width > 12 else "")
-        raise TraceError(path, f"{what} lacks the required column {_SPELLING.get(names[0], names[0])!r} "
+        spelt = _SPELLING.get(names[0], names[0])
+        raise TraceError(path, f"{what} lacks the required column {spelt!r} "
                                f"(columns found: {found or 'none'})")
     return col
 
@@ -239,10 +247,12 @@ def int_col(df: pl.DataFrame, *names: str) -> pl.Expr:
     return parse_int(pl.col(col), df.schema[col])
 
 
-_NS_TEXT = r"^\d{1,19}$"  # a timestamp in a CSV: integer ns, nothing else (not 1e5, -0, 0x10, " 12 ")
+# a timestamp in a CSV: integer ns, nothing else (not 1e5, -0, 0x10, " 12 ")
+_NS_TEXT = r"^\d{1,19}$"
 
 
-def strict_times(df: pl.DataFrame, path: Path, cols: list[str], warnings: list[str]) -> pl.DataFrame:
+def strict_times(df: pl.DataFrame, path: Path, cols: list[str],
+                 warnings: list[str]) -> pl.DataFrame:
     """Timestamp columns (text, as read) with every value that is not integer ns set to null (its
     row is then dropped by validation), said in one warning per column naming the first row; a
     column without one integer is a TraceError."""
@@ -263,9 +273,11 @@ def strict_times(df: pl.DataFrame, path: Path, cols: list[str], warnings: list[s
             else "not integer ns"
         )
         if n == df[c].drop_nulls().len():
-            raise TraceError(path, f"every {col} value is {kind}, first {where}: rocprof writes integer "
-                                   "nanoseconds (re-export the CSV without reformatting its numbers)")
-        warnings.append(f"{path.name}: {n} {col} values are {kind} (first: {where}); their rows are dropped")
+            raise TraceError(path, f"every {col} value is {kind}, first {where}: rocprof writes "
+                                   "integer nanoseconds (re-export the CSV without reformatting "
+                                   "its numbers)")
+        warnings.append(f"{path.name}: {n} {col} values are {kind} (first: {where}); "
+                        "their rows are dropped")
         df = df.with_columns(pl.when(bad).then(None).otherwise(pl.col(c)).alias(c))
     return df
 
@@ -333,8 +345,9 @@ def rocminfo_agents(text: str) -> tuple[dict[str, Any], ...]:
             if not line.startswith("  ") or line.startswith("    "):
                 continue  # agent-level keys only (ISA and pool entries are indented deeper)
             key, sep, value = line.strip().partition(":")
-            if sep and key.strip() in _ROCMINFO_FIELDS and _ROCMINFO_FIELDS[key.strip()] not in fields:
-                fields[_ROCMINFO_FIELDS[key.strip()]] = value.strip().split("(")[0].strip()
+            field = _ROCMINFO_FIELDS.get(key.strip())
+            if sep and field is not None and field not in fields:
+                fields[field] = value.strip().split("(")[0].strip()
         if fields.get("type") == "GPU":
             gpus.append(agent_dict(fields, id=len(gpus)))
     return tuple(gpus)
@@ -391,9 +404,11 @@ def _shifted(traces: list[Trace], name: str) -> pl.DataFrame | None:
     parts, offset = [], {"id": 0, "launch": 0, "correlation": 0}
     for t in traces:
         df = getattr(t, name)
-        cols = {"id": "launch" if name == "launches" else "id", "launch_id": "launch", "correlation": "correlation"}
+        cols = {"id": "launch" if name == "launches" else "id", "launch_id": "launch",
+                "correlation": "correlation"}
         if df.height:
-            parts.append(df.with_columns([(pl.col(c) + offset[cols[c]]).alias(c) for c in _KEYED.get(name, ())]))
+            shifted = [(pl.col(c) + offset[cols[c]]).alias(c) for c in _KEYED.get(name, ())]
+            parts.append(df.with_columns(shifted))
         offset["id"] += int(t.kernels["id"].max() or 0) + 1 if t.kernels.height else 0
         offset["launch"] += int(t.launches["id"].max() or 0) + 1 if t.launches.height else 0
         corr = [getattr(t, n)["correlation"].max() for n in ("kernels", "launches", "copies")]
@@ -403,11 +418,15 @@ def _shifted(traces: list[Trace], name: str) -> pl.DataFrame | None:
     return pl.concat(parts, how="diagonal_relaxed") if parts else None
 
 
+def _span(kernels: pl.DataFrame) -> tuple[Any, Any]:
+    """(first start, last end) of a kernels table, in ns."""
+    return kernels["start_ns"].min(), (kernels["start_ns"] + kernels["dur_ns"]).max()
+
+
 def _one_session(path: Path, traces: list[Trace], names: list[str]) -> None:
     """Files of one run overlap in time (processes run together); a file whose kernels all start
     after the others' have ended is another session: refused, naming both."""
-    spans = sorted((t.kernels["start_ns"].min(), (t.kernels["start_ns"] + t.kernels["dur_ns"]).max(), n)
-                   for t, n in zip(traces, names) if t.kernels.height)
+    spans = sorted((*_span(t.kernels), n) for t, n in zip(traces, names) if t.kernels.height)
     if not spans:
         return
     end, last = spans[0][1], spans[0][2]
@@ -430,7 +449,8 @@ def merge(path: Path, fmt: str, traces: list[Trace], names: list[str] | None = N
         return traces[0].with_meta(path=str(path))
     _one_session(path, traces, names or [Path(t.meta.path).name for t in traces])
     warnings = [w for t in traces for w in t.meta.warnings]
-    tables = {name: _shifted(traces, name) for name in ("kernels", "ops", "frames", "launches", "markers", "copies")}
+    tables = {name: _shifted(traces, name)
+              for name in ("kernels", "ops", "frames", "launches", "markers", "copies")}
     tables = validate.tables({k: with_ids(v) for k, v in tables.items()}, warnings)
     devices: list[dict] = []
     for t in traces:

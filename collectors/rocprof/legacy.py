@@ -20,14 +20,16 @@ from attrib.errors import TraceError
 from attrib.trace import Trace
 
 from ._common import (agent_dict, clean_kernel_name, connect, container, csv_columns, finish,
-                      head_bytes, int_col, local_file, merge, plain_name, read_bytes, read_csv, require,
-                      rocminfo_agents, sqlite_format, str_col, strict_times, total_dims)
+                      head_bytes, int_col, local_file, merge, plain_name, read_bytes, read_csv,
+                      require, rocminfo_agents, sqlite_format, str_col, strict_times, total_dims)
 
 V1, V2 = "rocprof-v1", "rocprof-v2"
 
 
-def _v1_kernels(df: pl.DataFrame, path: Path, warnings: list[str], source: str = "CSV") -> pl.DataFrame:
-    """Kernel rows from v1 columns (lower-case names), from CSV, SQLite or JSON args (`source`)."""
+def _v1_kernels(df: pl.DataFrame, path: Path, warnings: list[str],
+                source: str = "CSV") -> pl.DataFrame:
+    """Kernel rows from v1 columns (lower-case names), from CSV, SQLite or JSON args
+    (`source`)."""
     what = f"rocprof kernel {source}"
     name = require(df, path, what, "kernelname", "kernel_name")
     begin = require(df, path, what, "beginns", "start_timestamp")
@@ -73,7 +75,8 @@ def _other_data_agents(other: dict) -> tuple[dict, ...]:
     for key, value in other.items():
         m = re.match(r"Agent(\d+)\.([^.]+(?:\.\(MHz\))?)$", key)
         if m and m.group(2) in _OTHER_KEYS:
-            agents.setdefault(int(m.group(1)), {})[_OTHER_KEYS[m.group(2)]] = str(value).split("(")[0]
+            agent = agents.setdefault(int(m.group(1)), {})
+            agent[_OTHER_KEYS[m.group(2)]] = str(value).split("(")[0]
     gpus = [a for _, a in sorted(agents.items()) if a.get("type") == "GPU"]
     return tuple(agent_dict(a, id=i) for i, a in enumerate(gpus))
 
@@ -90,7 +93,8 @@ def read_v1_db(path: Path) -> Trace:
     with local_file(path) as db:
         try:
             con = connect(db)
-            tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            query = "SELECT name FROM sqlite_master WHERE type='table'"
+            tables = {r[0] for r in con.execute(query)}
             if "KERN" not in tables:
                 raise TraceError(path, "rocprof v1 database without a KERN table")
             cur = con.execute("SELECT * FROM KERN")
@@ -111,7 +115,8 @@ def read_v1_json(path: Path) -> Trace:
     try:
         doc = orjson.loads(read_bytes(path))
     except orjson.JSONDecodeError as exc:
-        raise TraceError(path, f"invalid JSON ({exc.msg} at byte {exc.pos}; file cut short?)") from None
+        raise TraceError(path, f"invalid JSON ({exc.msg} at byte {exc.pos}; "
+                               "file cut short?)") from None
     events = doc.get("traceEvents") if isinstance(doc, dict) else None
     if not isinstance(events, list):
         raise TraceError(path, "no traceEvents list (not a rocprof v1 JSON trace)")
@@ -123,23 +128,27 @@ def read_v1_json(path: Path) -> Trace:
     try:
         df = pl.DataFrame(slices, infer_schema_length=None) if slices else pl.DataFrame()
     except (pl.exceptions.PolarsError, TypeError, ValueError, OverflowError) as exc:
-        raise TraceError(path, f"traceEvents of mixed shapes ({str(exc).splitlines()[0][:120]})") from None
+        first = str(exc).splitlines()[0][:120]
+        raise TraceError(path, f"traceEvents of mixed shapes ({first})") from None
     kernels = markers = None
-    pid = pl.col("pid").cast(pl.Int64, strict=False) if "pid" in df.columns else pl.lit(None, pl.Int64)
+    pid = (pl.col("pid").cast(pl.Int64, strict=False) if "pid" in df.columns
+           else pl.lit(None, pl.Int64))
     if df.height and isinstance(df.schema.get("args"), pl.Struct):
         gpu = df.filter(pid.is_in(gpu_pids))
         if gpu.height:
             args = gpu.select("args").unnest("args")
             kernels = _v1_kernels(args.rename({c: c.lower() for c in args.columns}), path, warnings,
                                   "JSON event args")
-    mark = df.filter(pid == 0) if 0 in names and df.height and {"ts", "dur", "name"} <= set(df.columns) else None
+    timed = df.height and {"ts", "dur", "name"} <= set(df.columns)
+    mark = df.filter(pid == 0) if 0 in names and timed else None
     if mark is not None and mark.height:  # "Markers and Ranges": ts/dur in us (strings)
         def us(c: str) -> pl.Expr:
-            return (pl.col(c).cast(pl.Float64, strict=False) * 1000).round().cast(pl.Int64, strict=False)
+            ns = pl.col(c).cast(pl.Float64, strict=False) * 1000
+            return ns.round().cast(pl.Int64, strict=False)
 
+        tid = pl.col("tid").cast(pl.Int64, strict=False) if "tid" in mark.columns else None
         markers = mark.select(name=pl.col("name").cast(pl.Utf8, strict=False), side=pl.lit("cpu"),
-                              tid=pl.col("tid").cast(pl.Int64, strict=False) if "tid" in mark.columns else None,
-                              start_ns=us("ts"), dur_ns=us("dur"))
+                              tid=tid, start_ns=us("ts"), dur_ns=us("dur"))
     other = doc.get("otherData") if isinstance(doc.get("otherData"), dict) else {}
     info = path.with_name(f"{_stem(path)}.sysinfo.txt")
     devices = (rocminfo_agents(info.read_text(errors="replace")) if info.is_file()

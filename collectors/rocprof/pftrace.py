@@ -225,7 +225,8 @@ def read(path: Path) -> Trace:
     if kernels is not None:  # products only: total workgroups as [n, 1, 1]
         grid, block = total_dims(pl.col("grid_items"), pl.col("block_items"))
         kernels = kernels.with_row_index("id").with_columns(
-            id=pl.col("id").cast(pl.Int64), grid=grid, block=block).drop("grid_items", "block_items")
+            id=pl.col("id").cast(pl.Int64), grid=grid, block=block)
+        kernels = kernels.drop("grid_items", "block_items")
     launches = _table(by_cat.get("hip_api", []), {"corr_id": "correlation", "tid": "tid"})
     markers = _table(by_cat.get("marker_api", []), {"tid": "tid"})
     if markers is not None:

@@ -57,13 +57,14 @@ _DIRECTION = {"CPU>GPU": "HtoD", "GPU>CPU": "DtoH", "GPU>GPU": "DtoD", "CPU>CPU"
 
 
 def _objects(con: sqlite3.Connection) -> set[str]:
-    return {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type IN ('table','view')")}
+    query = "SELECT name FROM sqlite_master WHERE type IN ('table','view')"
+    return {r[0] for r in con.execute(query)}
 
 
 _TEXT = {"name", "mangled", "region", "message", "category", "src_agent_type", "dst_agent_type"}
 # Columns each query reads: a database without them is named, not failed on mid-query.
-_NEEDS = {"rocpd_kernel_dispatch": ("id", "dispatch_id", "kernel_id", "guid", "start", "end", "agent_id",
-                                    "event_id", "grid_size_x", "workgroup_size_x"),
+_NEEDS = {"rocpd_kernel_dispatch": ("id", "dispatch_id", "kernel_id", "guid", "start", "end",
+                                    "agent_id", "event_id", "grid_size_x", "workgroup_size_x"),
           "rocpd_info_kernel_symbol": ("id", "guid", "display_name", "kernel_name"),
           "rocpd_info_agent": ("id", "guid", "logical_index", "type")}
 
@@ -84,7 +85,8 @@ def _check_columns(path: Path, con: sqlite3.Connection) -> None:
         have = {r[1] for r in con.execute(f"PRAGMA table_info({view})")}
         missing = [c for c in needed if c not in have]
         if missing:
-            raise TraceError(path, f"rocpd view {view} has no column {', '.join(repr(c) for c in missing)} "
+            names = ", ".join(repr(c) for c in missing)
+            raise TraceError(path, f"rocpd view {view} has no column {names} "
                                    "(renamed, or another rocpd schema)")
 
 
@@ -95,8 +97,10 @@ def _kernels(con: sqlite3.Connection, warnings: list[str]) -> pl.DataFrame:
     if df.height == 0:
         return df
     extra = df.height - df["_row"].n_unique()
-    if extra:  # a joined table (symbols, agents, events, strings) repeats an id: one row per dispatch
-        warnings.append(f"{extra} kernel rows repeated by duplicate ids in a joined rocpd table; dropped")
+    # a joined table (symbols, agents, events, strings) repeats an id: one row per dispatch
+    if extra:
+        warnings.append(f"{extra} kernel rows repeated by duplicate ids in a joined rocpd table; "
+                        "dropped")
         df = df.unique("_row", keep="first", maintain_order=True)
     df = df.drop("_row")
     g = [pl.col(f"grid_size_{a}").cast(pl.Int64) for a in "xyz"]
@@ -184,14 +188,16 @@ def read(path: Path) -> Trace:
 def _read(path: Path, con: sqlite3.Connection) -> Trace:
     objs = _objects(con)
     if not objs:
-        raise TraceError(path, "SQLite database has no tables (empty, or not rocprofv3 rocpd output)")
+        raise TraceError(path, "SQLite database has no tables "
+                               "(empty, or not rocprofv3 rocpd output)")
     missing = {"rocpd_kernel_dispatch", "rocpd_info_agent"} - objs
     if missing:
         raise TraceError(path, f"not a rocpd database: no {', '.join(sorted(missing))} view")
     _check_columns(path, con)
     top = _top(con, objs)
     warnings: list[str] = []
-    if top.get("schema_version") not in (None, "3") and not str(top["schema_version"]).startswith("3"):
+    version = top.get("schema_version")
+    if version not in (None, "3") and not str(version).startswith("3"):
         warnings.append(f"rocpd schema version {top['schema_version']} (reader written for 3)")
     kernels = _kernels(con, warnings)
     launches = _regions(con, objs, "HIP%")

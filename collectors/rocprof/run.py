@@ -74,8 +74,10 @@ def build_argv(cmd: Sequence[str], out_dir: str | Path, *, kernel_trace: bool = 
     return argv + [str(a) for a in extra_args] + ["--", *[str(c) for c in cmd]]
 
 
-def expand_name(template: str, *, pid: int, hostname: str | None = None, ppid: int | None = None) -> str:
-    """The common rocprofv3 output-name placeholders filled in (%hostname%, %pid%, %ppid%, {..})."""
+def expand_name(template: str, *, pid: int, hostname: str | None = None,
+                ppid: int | None = None) -> str:
+    """The common rocprofv3 output-name placeholders filled in (%hostname%, %pid%, %ppid%,
+    {..})."""
     values = {"hostname": hostname or socket.gethostname(), "pid": str(pid),
               "ppid": str(ppid if ppid is not None else os.getppid())}
     for key, value in values.items():
@@ -87,7 +89,8 @@ def _resolve(rocprofv3: str) -> str:
     found = shutil.which(rocprofv3)
     if found is None:
         raise TraceError(rocprofv3, "rocprofv3 not found: install ROCm's rocprofiler-sdk "
-                                    "(it provides /opt/rocm/bin/rocprofv3) or pass --rocprofv3 PATH")
+                                    "(it provides /opt/rocm/bin/rocprofv3) "
+                                    "or pass --rocprofv3 PATH")
     return found
 
 
@@ -114,7 +117,8 @@ def run(cmd: Sequence[str], out_dir: str | Path = "rocprof-out", *, hip_trace: b
     try:
         proc = subprocess.run(argv, env={**os.environ, **(env or {})}, timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
-        raise TraceError(exe, f"profiled command still running after {timeout} s; stopped") from None
+        raise TraceError(exe, f"profiled command still running after {timeout} s; "
+                              "stopped") from None
     except OSError as exc:
         raise TraceError(exe, f"cannot run rocprofv3 ({exc.strerror or exc})") from None
     after = _snapshot(out)

@@ -17,8 +17,9 @@ import polars as pl
 from attrib.errors import TraceError
 from attrib.trace import Trace
 
-from ._common import (COPY_DIRECTIONS, agent_dict, container, csv_columns, dims, finish, int_col, merge, pick,
-                      plain_name, read_csv, require, str_col, strict_times, workgroups)
+from ._common import (COPY_DIRECTIONS, agent_dict, container, csv_columns, dims, finish, int_col,
+                      merge, pick, plain_name, read_csv, require, str_col, strict_times,
+                      workgroups)
 
 FORMAT = "rocprofv3-csv"
 

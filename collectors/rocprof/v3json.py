@@ -14,8 +14,8 @@ import polars as pl
 from attrib.errors import TraceError
 from attrib.trace import Trace
 
-from ._common import (COPY_DIRECTIONS, agent_dict, clean_kernel_name, container, finish, merge, parse_int,
-                      read_bytes, workgroups)
+from ._common import (COPY_DIRECTIONS, agent_dict, clean_kernel_name, container, finish, merge,
+                      parse_int, read_bytes, workgroups)
 
 FORMAT = "rocprofv3-json"
 
@@ -45,7 +45,8 @@ def _records(path: Path, proc: dict, key: str) -> pl.DataFrame:
     if records is None:
         return pl.DataFrame()
     if not isinstance(records, list):
-        raise TraceError(path, f"buffer_records.{key} is a JSON {type(records).__name__}, expected a list of records")
+        raise TraceError(path, f"buffer_records.{key} is a JSON {type(records).__name__}, "
+                               "expected a list of records")
     records = _dicts(records)
     if not records:
         return pl.DataFrame()
@@ -57,7 +58,8 @@ def _records(path: Path, proc: dict, key: str) -> pl.DataFrame:
 
 
 def _field(df: pl.DataFrame, *path: str) -> pl.Expr:
-    """Nested struct field by path, as Int64 (see parse_int); a null literal when any level is absent."""
+    """Nested struct field by path, as Int64 (see parse_int); a null literal when any level is
+    absent."""
     dtype = df.schema.get(path[0])
     if dtype is None:
         return pl.lit(None, dtype=pl.Int64)
@@ -71,7 +73,9 @@ def _field(df: pl.DataFrame, *path: str) -> pl.Expr:
 
 
 def _of_kind(df: pl.DataFrame, kind: int | None) -> pl.DataFrame:
-    return df.filter(_field(df, "kind") == kind) if kind is not None and "kind" in df.columns else df
+    if kind is None or "kind" not in df.columns:
+        return df
+    return df.filter(_field(df, "kind") == kind)
 
 
 def _times(df: pl.DataFrame) -> dict[str, pl.Expr]:
@@ -98,7 +102,8 @@ def _kernels(path: Path, proc: dict, agents: pl.DataFrame) -> pl.DataFrame:
     out = df.select(
         id=_field(df, *d, "dispatch_id"), kernel_id=_field(df, *d, "kernel_id"), **_times(df),
         agent=_field(df, *d, "agent_id", "handle"), queue=_field(df, *d, "queue_id", "handle"),
-        stream=_field(df, "stream_id", "handle"), correlation=_field(df, "correlation_id", "internal"),
+        stream=_field(df, "stream_id", "handle"),
+        correlation=_field(df, "correlation_id", "internal"),
         external_id=_field(df, "correlation_id", "external"), tid=_field(df, "thread_id"),
         grid=pl.concat_list([workgroups(g, w) for g, w in zip(grid, wg)]),
         block=pl.concat_list(wg), lds_bytes=_field(df, *d, "group_segment_size"),
@@ -118,7 +123,8 @@ def _api(path: Path, proc: dict, key: str, kind_name: str, **extra: str) -> pl.D
     ops_df = pl.DataFrame({"operation": range(len(ops)), "name": ops},
                           schema={"operation": pl.Int64, "name": pl.Utf8})
     corr = df.schema.get("correlation_id")
-    cexpr = _field(df, "correlation_id", "internal") if isinstance(corr, pl.Struct) else _field(df, "correlation_id")
+    internal = ("internal",) if isinstance(corr, pl.Struct) else ()
+    cexpr = _field(df, "correlation_id", *internal)
     out = _of_kind(df, kind).select(operation=_field(df, "operation"), **_times(df),
                                     tid=_field(df, "thread_id"), correlation=cexpr,
                                     **{name: _field(df, src) for name, src in extra.items()})
@@ -126,7 +132,8 @@ def _api(path: Path, proc: dict, key: str, kind_name: str, **extra: str) -> pl.D
 
 
 def _markers(path: Path, proc: dict) -> pl.DataFrame | None:
-    parts = [_api(path, proc, "marker_api", k) for k in ("MARKER_CORE_RANGE_API", "MARKER_CORE_API")]
+    kinds = ("MARKER_CORE_RANGE_API", "MARKER_CORE_API")
+    parts = [_api(path, proc, "marker_api", k) for k in kinds]
     parts = [p for p in parts if p.height]
     if not parts:
         return None
@@ -134,7 +141,8 @@ def _markers(path: Path, proc: dict) -> pl.DataFrame | None:
         [(m.get("key"), m.get("value")) for m in _dicts(_sub(proc, "strings").get("marker_api"))],
         schema={"correlation": pl.Int64, "message": pl.Utf8}, orient="row", strict=False,
     ).unique("correlation", keep="first")
-    df = pl.concat(parts, how="diagonal_relaxed").join(messages, on="correlation", how="left", maintain_order="left")
+    df = pl.concat(parts, how="diagonal_relaxed")
+    df = df.join(messages, on="correlation", how="left", maintain_order="left")
     return (df.filter(pl.col("message").is_not_null())
             .with_columns(name=pl.col("message"), side=pl.lit("cpu")).drop("message", "operation"))
 
@@ -158,7 +166,8 @@ def _agents(proc: dict) -> tuple[pl.DataFrame, tuple[dict, ...]]:
         rows.append((_sub(a, "id").get("handle"), logical))
         if a.get("type") == 2:
             devices.append(agent_dict(a, id=logical, type_index=a.get("logical_node_type_id")))
-    table = pl.DataFrame(rows, schema={"agent": pl.Int64, "device": pl.Int64}, orient="row", strict=False)
+    table = pl.DataFrame(rows, schema={"agent": pl.Int64, "device": pl.Int64}, orient="row",
+                         strict=False)
     return table.unique("agent", keep="first"), tuple(devices)
 
 
@@ -169,7 +178,8 @@ def _process(path: Path, proc: dict) -> Trace:
     meta = _sub(proc, "metadata")
     top = {"pid": meta.get("pid"), "command": meta.get("command"),
            "hostname": _sub(meta, "node").get("hostname")}
-    warnings = [] if proc.get("kernel_symbols") else ["no kernel_symbols table: kernel names unknown"]
+    warnings = ([] if proc.get("kernel_symbols")
+                else ["no kernel_symbols table: kernel names unknown"])
     return finish(path, FORMAT, devices=devices, vendor_from="rocprofv3 JSON agents", top=top,
                   runtime={"profiler": "rocprofv3"}, kernels=kernels, warnings=warnings,
                   launches=launches.drop("operation") if launches.height else None,
@@ -177,12 +187,13 @@ def _process(path: Path, proc: dict) -> Trace:
 
 
 def _invalid(data: bytes, exc: orjson.JSONDecodeError) -> str:
-    """What is wrong where orjson stopped: a NaN/Infinity literal, the end of the data, or the error."""
+    """What is wrong where orjson stopped: a NaN/Infinity literal, the end of the data, or the
+    error."""
     at = data[exc.pos:exc.pos + 9]
     literal = next((w for w in ("NaN", "-Infinity", "Infinity") if at.startswith(w.encode())), None)
     if literal:
-        return (f"invalid JSON: a {literal} literal at byte {exc.pos} (JSON has no {literal}; the writer "
-                "emitted a bare float)")
+        return (f"invalid JSON: a {literal} literal at byte {exc.pos} "
+                f"(JSON has no {literal}; the writer emitted a bare float)")
     if not data[exc.pos:].strip():
         return f"invalid JSON: it ends at byte {exc.pos} inside a value (file cut short?)"
     return f"invalid JSON ({exc.msg} at byte {exc.pos})"
@@ -202,7 +213,8 @@ def read(path: Path) -> Trace:
         raise TraceError(path, "JSON has no 'rocprofiler-sdk-tool' records (not rocprofv3 JSON)")
     if not isinstance(procs, list) or not all(isinstance(p, dict) for p in procs):
         what = type(procs).__name__ if not isinstance(procs, list) else "list holding non-objects"
-        raise TraceError(path, f"'rocprofiler-sdk-tool' is a JSON {what}, expected a list of process records")
+        raise TraceError(path, f"'rocprofiler-sdk-tool' is a JSON {what}, "
+                               "expected a list of process records")
     return merge(path, FORMAT, [_process(path, p) for p in procs])
 
 
