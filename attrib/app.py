@@ -254,7 +254,7 @@ def bounded(path: str | Path, opts: Options = Options(),
                 return spill.window(c.host, c.gpu)
             a = attribute_chunks(chunks, window, marks, dict(opts.phase_map), opts.budget,
                                  gather=True)
-    except (Fallback, Unbounded, TraceError):  # the whole reader says what it is
+    except (Fallback, Unbounded, TraceError, ValueError):  # read whole: that reader says why
         return None
     analyzable(a.trace, path)
     return a

@@ -122,29 +122,37 @@ def _counts(own: Attribution, chunk: Chunk) -> pl.DataFrame:
     return launch_counts(own.kernels, copies, t.launches)
 
 
-def _renumbered(df: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
-    """`df` with its chunk-local step ids replaced by the whole trace's (steps: step -> new)."""
-    return (df.join(steps, on="step", how="left")
-            .with_columns(pl.col("new").alias("step")).drop("new"))
+def _renumbered(df: pl.DataFrame, shift: int) -> pl.DataFrame:
+    """`df` with its chunk-local step ids moved by `shift` to the whole trace's (only the step
+    column is new)."""
+    return df.with_columns(pl.col("step") + shift)
 
 
 def _merged(trace: Trace, parts: list[Attribution]) -> Attribution:
-    """One attribution from the chunks' own parts, steps numbered across the whole trace."""
+    """One attribution from the chunks' own parts, steps numbered across the whole trace; the
+    list is emptied, each part freed as it is taken in. ValueError where a part's steps are
+    not one run of ids (the caller attributes the trace whole)."""
     kernels, steps, led, notes = [], [], [], []
     first = 0
-    for p in parts:
-        ids = p.steps.select("step", pl.int_range(first, first + p.steps.height).alias("new"))
+    parts.reverse()
+    while parts:
+        p = parts.pop()
+        # a chunk's own steps are one run of its step ids (steps are numbered by start)
+        local = p.steps["step"].to_list()
+        low = local[0] if local else 0
+        if local != list(range(low, low + len(local))):
+            raise ValueError("a chunk's own steps are not one run of its step ids")
+        shift = first - low
         first += p.steps.height
-        steps.append(_renumbered(p.steps, ids))
-        kernels.append(_renumbered(p.kernels, ids))
+        steps.append(_renumbered(p.steps, shift))
+        kernels.append(_renumbered(p.kernels, shift))
         if p.ledger is not None:
-            led.append(Ledger(_renumbered(p.ledger.steps, ids),
-                              _renumbered(p.ledger.intervals, ids)))
+            led.append(Ledger(_renumbered(p.ledger.steps, shift),
+                              _renumbered(p.ledger.intervals, shift)))
         notes += [n for n in p.notes if n not in notes]
     ledger_ = None if not led else Ledger(pl.concat([x.steps for x in led]),
                                           pl.concat([x.intervals for x in led]))
-    return Attribution(trace, pl.concat(kernels).sort("id"), pl.concat(steps),
-                       tuple(notes), ledger_)
+    return Attribution(trace, _in_id_order(kernels), pl.concat(steps), tuple(notes), ledger_)
 
 
 Load = Callable[[Chunk], Trace]
@@ -192,11 +200,20 @@ def kept(part: Trace, own: Attribution, chunk: Chunk) -> dict[str, pl.DataFrame]
     return {t: compact(df) for t, df in tables.items()}
 
 
+def _in_id_order(frames: list[pl.DataFrame]) -> pl.DataFrame:
+    """The frames' rows as one table, each id once, in id order: one copy of the rows (the
+    frames, emptied, are freed as it is made)."""
+    df = pl.concat(frames, how="diagonal_relaxed")
+    frames.clear()
+    return df.unique("id", keep="first").sort("id")
+
+
 def _gathered(marks: Trace, kept_parts: list[dict[str, pl.DataFrame]]) -> Trace:
-    """One trace of the chunks' kept tables (each row once, in id order) and the annotations."""
-    tables = {t: pl.concat([p[t] for p in kept_parts], how="diagonal_relaxed")
-                 .unique("id", keep="first").sort("id")
-              for t in kept_parts[0]}
+    """One trace of the chunks' kept tables (each row once, in id order) and the annotations;
+    each table's parts are freed as it is made."""
+    tables = {}
+    for t in list(kept_parts[0]):
+        tables[t] = _in_id_order([p.pop(t) for p in kept_parts])
     return marks.with_tables(**tables)
 
 
