@@ -220,7 +220,7 @@ def analyze(path: str | Path, *, phase: str | None = None,
 
 
 # a Kineto trace from this much JSON text on is read from disk a chunk of steps at a time
-BOUNDED_BYTES = 512 << 20
+BOUNDED_BYTES = 2 << 30
 CHUNK_STEPS = 64  # annotated steps per chunk
 
 
@@ -263,10 +263,11 @@ def bounded(path: str | Path, opts: Options = Options(),
 def attribution(path: str | Path, opts: Options = Options(), warn: Warn | None = None,
                 steps: int | None = None) -> Attribution:
     """Load and attribute one trace (with its graph-capture trace when given); warn(path, message)
-    gets each warning of the readers. steps: attribute a big Kineto trace `steps` annotated steps
-    at a time, read from disk (`bounded`); by default CHUNK_STEPS where the file holds
-    BOUNDED_BYTES of JSON or more; 0: never."""
+    gets each warning of the readers. steps (by default opts.chunk_steps): attribute a Kineto
+    trace `steps` annotated steps at a time, read from disk (`bounded`); None: CHUNK_STEPS where
+    the file holds BOUNDED_BYTES of JSON or more; 0: never."""
     capture = opts.capture
+    steps = opts.chunk_steps if steps is None else steps
     if steps is None:
         steps = CHUNK_STEPS if _big(Path(path)) else 0
     got = bounded(path, opts, steps) if steps else None

@@ -21,7 +21,7 @@ class Options:
     capture (+ capture_batch): the graph-capture trace of a replay trace; top: top kernels per
     phase; what_if: weight/KV formats to project the decode phase at (attrib.analysis.reprice);
     baseline: a plain decode trace of the target, whose decode step a speculative loop's speedup
-    is measured against."""
+    is measured against. chunk_steps: attrib.app.attribution's `steps`."""
 
     phase: str | None = None
     phase_map: Mapping[str, str] = field(default_factory=dict)
@@ -34,3 +34,4 @@ class Options:
     top: int = TOP_KERNELS
     what_if: Formats | None = None  # re-price the decode phase at these formats (needs budget)
     baseline: Path | None = None
+    chunk_steps: int | None = None  # read a big Kineto trace this many steps at a time (0: whole)

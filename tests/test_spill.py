@@ -62,3 +62,17 @@ def test_read_whole_where_it_cannot_be_chunked(tmp_path: Path) -> None:
     assert bounded(cut, steps=2) is None
     a = attribution(cut, steps=2)
     assert any(w.kind == "truncated" for w in a.trace.meta.warnings)
+
+
+def test_cli_chunk_steps(capsys: pytest.CaptureFixture[str]) -> None:
+    """`attrib analyze --chunk-steps N` reads from disk N steps at a time, 0 reads whole: the
+    same document."""
+    from attrib.cli import main
+
+    docs = []
+    for n in ("2", "0"):
+        assert main(["analyze", str(DEMO), "--format", "json", "--chunk-steps", n]) == 0
+        docs.append(orjson.loads(capsys.readouterr().out))
+    assert docs[0] == docs[1]
+    assert main(["analyze", str(DEMO), "--chunk-steps", "-1"]) == 2
+    assert "--chunk-steps" in capsys.readouterr().err

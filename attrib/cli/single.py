@@ -104,6 +104,15 @@ def _analysis_options(f):
             help="Top kernels (and bottlenecks) to show "
             "(default: 5 on a terminal, 10 in files).",
         ),
+        click.option(
+            "--chunk-steps",
+            type=click.IntRange(0),
+            default=None,
+            metavar="N",
+            help="Read a Kineto trace from disk N annotated steps at a time (memory bounded "
+            "by a chunk; the same figures); 0: read it whole. Default: 64 for 2 GB of JSON "
+            "or more.",
+        ),
         *output_options(),
     ]
     return apply(f, opts)
@@ -122,7 +131,7 @@ def _options(o: dict) -> Options:
                    arch_file=o["arch_file"], budget=budget, capture=o["capture"],
                    capture_batch=o["capture_batch"], top=max(o["top"] or TOP_KERNELS, TOP_KERNELS),
                    what_if=parse_what_if(o["what_if"], budget),
-                   baseline=o["baseline"])
+                   baseline=o["baseline"], chunk_steps=o["chunk_steps"])
 
 
 def _analyze(trace: Path, o: dict) -> Analysis:
