@@ -37,8 +37,9 @@ class Attribution:
     """The attributed trace: kernels with step, phase and component; the steps table."""
 
     trace: Trace
-    kernels: pl.DataFrame  # id, name, start_ns, dur_ns, step, phase, component, evidence, op_id, op,
-    #                        module_path, launch_id, graph, bytes, flops, dtype, cost_model
+    # id, name, start_ns, dur_ns, step, phase, component, evidence, op_id, op, module_path,
+    # launch_id, graph, bytes, flops, dtype, cost_model
+    kernels: pl.DataFrame
     steps: pl.DataFrame  # step, phase, tokens, tokens_from, window_start, window_end, ...
     notes: tuple[str, ...]
     ledger: Ledger | None = None  # per step: disjoint (cause, what, ns) rows summing to its window
@@ -60,14 +61,17 @@ def attribute(trace: Trace, phase_map: dict[str, str] | None = None, capture: Tr
         notes.append(report.note())
     spans, kernel_steps = assign_steps(trace, links, phase_map)
     comp = classify(trace, links, kernel_steps)
-    steps = apply_roles(fill_tokens_and_phase(spans, tokens_from_shapes(trace, spans), notes), trace.ops)
+    shaped = fill_tokens_and_phase(spans, tokens_from_shapes(trace, spans), notes)
+    steps = apply_roles(shaped, trace.ops)
     k = (trace.kernels.select("id", "name", "start_ns", "dur_ns")
          .join(comp, on="id", how="left")
          .join(links.select("id", "launch_id", "graph"), on="id", how="left"))
-    steps = tokens_from_names(steps, tokens_from_kernel_names(k.join(trace.kernels.select("id", "grid"), on="id", how="left")))
+    grids = k.join(trace.kernels.select("id", "grid"), on="id", how="left")
+    steps = tokens_from_names(steps, tokens_from_kernel_names(grids))
     k = k.join(steps.select("step", "phase"), on="step", how="left")
     steps = mark_excluded(windows(steps, k, trace.copies, trace.launches), trace)
-    steps, trace = drop_empty_steps(steps, trace)  # a salvaged trace: steps cut before their kernels
+    # a salvaged trace: steps cut before their kernels
+    steps, trace = drop_empty_steps(steps, trace)
     steps = with_units(steps, trace.ops)
     budget = for_world(budget, world_size(trace))   # a tensor-parallel rank reads its shard
     led = ledger(steps, k, trace.copies, trace.launches, trace.ops, trace.frames, whole)
