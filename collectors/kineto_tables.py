@@ -133,8 +133,22 @@ def _series(name: str, values: list[Any]) -> pl.Series:
         return pl.Series(name, values, dtype=dtype, strict=False)
 
 
+def ns(col: str) -> pl.Expr:
+    """Microseconds -> integer ns; a value that does not fit (1e300) is null, dropped by
+    validation."""
+    us = pl.col(col).cast(pl.Float64, strict=False)
+    return (us * 1000.0).round(0).cast(pl.Int64, strict=False)
+
+
 def _frame(cols: dict[str, Any]) -> pl.DataFrame:
-    return pl.DataFrame([v.alias(k) if isinstance(v, pl.Series) else _series(k, v) for k, v in cols.items()])
+    """The chunk's columns, its times (`ts`, `dur`: float us) as `start_ns`, `dur_ns` at the
+    end: converted piece by piece, so no table-sized float column or transient is ever held."""
+    df = pl.DataFrame(
+        [v.alias(k) if isinstance(v, pl.Series) else _series(k, v) for k, v in cols.items()])
+    times = ns("ts").alias("start_ns"), ns("dur").alias("dur_ns")
+    return df.with_columns(*times).drop("ts", "dur")
+
+
 TABLES = ("kernels", *_COLUMNS)
 
 
