@@ -102,7 +102,7 @@ def _launches(evs: list[Event]) -> dict[str, Any]:
 def _flows(evs: list[Event]) -> dict[str, Any]:
     """Flow ends (`ac2g` ph f) sit on the GPU event; their id is the correlation."""
     return {"pid": [e.pid for e in evs], "tid": [e.tid for e in evs], "ts": [e.ts for e in evs],
-            "dur": [0 for _ in evs], "correlation": [e.id for e in evs]}
+            "correlation": [e.id for e in evs]}  # no duration: only start and id are read
 
 
 def _markers(evs: list[Event]) -> dict[str, Any]:
@@ -145,8 +145,9 @@ def _frame(cols: dict[str, Any]) -> pl.DataFrame:
     end: converted piece by piece, so no table-sized float column or transient is ever held."""
     df = pl.DataFrame(
         [v.alias(k) if isinstance(v, pl.Series) else _series(k, v) for k, v in cols.items()])
-    times = ns("ts").alias("start_ns"), ns("dur").alias("dur_ns")
-    return df.with_columns(*times).drop("ts", "dur")
+    us = [c for c in ("ts", "dur") if c in df.columns]
+    named = {"ts": "start_ns", "dur": "dur_ns"}
+    return df.with_columns(ns(c).alias(named[c]) for c in us).drop(us)
 
 
 TABLES = ("kernels", *_COLUMNS)

@@ -144,3 +144,25 @@ def test_unsorted_and_unlinked_events_give_one_table_every_way(tmp_path) -> None
     key = ["start_ns", "stream", "name", "correlation"]
     want = kineto.read(_SMALL).kernels.select(key).sort(key)
     assert_frame_equal(got.kernels.select(key).sort(key), want)
+
+
+def test_ids_repeated_across_a_chunk_boundary_are_found() -> None:
+    """A reader's table is its pieces joined (one chunk each): a correlation id or start time
+    repeated just across the boundary of two chunks is seen as a hash of every row sees it."""
+    launches = kineto.read(_SMALL).launches
+    a, b = launches.head(500), launches.slice(500, 500)
+    last = a["correlation"][-1]
+    b = b.with_columns(pl.when(pl.int_range(pl.len()) == 0).then(last)
+                       .otherwise(pl.col("correlation")).alias("correlation"))
+    joined = pl.concat([a, b], rechunk=False)
+    assert joined["correlation"].n_chunks() == 2
+    warnings: list[str] = []
+    validate.table("launches", joined, warnings)
+    shared = int(joined["correlation"].is_duplicated().sum())
+    assert shared == 2 and warnings == [
+        "2 runtime calls share their correlation id with another; their kernels are left "
+        "unlinked (which call launched them cannot be told)"]
+    again = a.tail(1).with_columns(pl.lit(10**9, dtype=pl.Int64).alias("id"))
+    copy = pl.concat([a, again], rechunk=False)
+    kept = validate.table("launches", copy, [])
+    assert kept is not None and kept.height == a.height  # the copy across the boundary dropped
