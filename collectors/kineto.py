@@ -43,11 +43,6 @@ _FLAG_KEYS = ("schemaVersion", "record_shapes", "with_stack", "with_modules", "w
 # ---------------------------------------------------------------- events to columns
 
 
-def _ns(col: str) -> pl.Expr:
-    """Microseconds -> integer ns; a value that does not fit (1e300) is null, dropped by validation."""
-    return (pl.col(col).cast(pl.Float64, strict=False) * 1000.0).round(0).cast(pl.Int64, strict=False)
-
-
 def _chunk_tables(path: Path, raws: list[msgspec.Raw], base: int, notes: Notes) -> dict[str, pl.DataFrame]:
     check_sizes(path, raws, base)
     return chunk_frames(decode_chunk(raws, base, notes), notes, base)
@@ -97,25 +92,40 @@ def _dims(col: str) -> pl.Expr:
     return pl.when(c.str.contains(_DIMS)).then(c).otherwise(None).str.json_decode(pl.List(pl.Int64))
 
 
-def _finish(parts: list[pl.DataFrame], notes: Notes) -> pl.DataFrame | None:
-    """One table from its chunks' frames (emptied as they are joined: only the table is held)."""
-    if not parts:
-        return None
-    df = pl.concat(parts, how="diagonal_relaxed")
-    parts.clear()
-    df = df.with_columns(_ns("ts").alias("start_ns"), _ns("dur").alias("dur_ns")).drop("ts", "dur")
+def _decode_dims(df: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, int]]:
+    """The frame with its grid/block JSON decoded (`_dims`), and how many values were bad."""
+    bad: dict[str, int] = {}
     for c in ("grid", "block"):
         if c in df.columns:
-            bad = df.select((pl.col(c).is_not_null() & ~pl.col(c).str.contains(_DIMS)).sum()).item()
-            if bad:
-                notes.nulled[c] = notes.nulled.get(c, 0) + bad
-                notes.first.setdefault("nulled", 0)
+            wrong = pl.col(c).is_not_null() & ~pl.col(c).str.contains(_DIMS)
+            bad[c] = df.select(wrong.sum()).item()
             df = df.with_columns(_dims(c))
+    return df, bad
+
+
+def _finish(parts: list[pl.DataFrame], notes: Notes) -> pl.DataFrame | None:
+    """One table from its chunks' frames (times already in ns: collectors.kineto_tables), which
+    it takes over: decoded piece by piece (only a piece's transients at a time), joined without
+    a copy (the pieces become the table's chunks) and emptied."""
+    if not parts:
+        return None
+    bad: dict[str, int] = {}
+    for i, part in enumerate(parts):
+        parts[i], wrong = _decode_dims(part)
+        for c, n in wrong.items():
+            bad[c] = bad.get(c, 0) + n
+    for c, n in bad.items():
+        if n:
+            notes.nulled[c] = notes.nulled.get(c, 0) + n
+            notes.first.setdefault("nulled", 0)
+    df = pl.concat(parts, how="diagonal_relaxed")
+    parts.clear()
     if (
         df["start_ns"].null_count() or not df["start_ns"].is_sorted()
     ):  # a stable sort of sorted rows is those rows: no copy then
         df = df.sort("start_ns", maintain_order=True)
-    return df.with_row_index("id").with_columns(pl.col("id").cast(pl.Int64))
+    row = pl.int_range(pl.len(), dtype=pl.Int64).alias("id")  # not via UInt32: no second column
+    return df.select(row, pl.all())
 
 
 # ---------------------------------------------------------------- metadata
@@ -274,15 +284,20 @@ def built(path: Path, parts: dict[str, list[pl.DataFrame]], notes: Notes, warnin
     (collectors.validate) and completed; what was dropped or salvaged is added to `warnings`.
     renumber(table, df): the table with the ids of the whole trace, when `parts` are a part of it
     (collectors.kineto_spill)."""
+    flow_parts = parts.pop("flows", [])
     tables = {
         t: _finish(parts.pop(t), notes) for t in list(parts)
     }  # each table's chunks freed as it is built
+    if not _unlinked(tables["kernels"]):
+        flow_parts.clear()  # no kernel takes its correlation from a flow arrow
+    flows = _finish(flow_parts, notes)
     if renumber is not None:
         tables = {t: None if df is None else renumber(t, df) for t, df in tables.items()}
-    flows = tables.pop("flows")
+        flows = None if flows is None else renumber("flows", flows)
     warnings += notes.warnings()
     tables = validate.tables(tables, warnings, path)
     tables["kernels"] = _fill_correlation(tables["kernels"], flows)
+    del flows
     if tables["kernels"] is not None:  # "Dispatch Task" kernels, graph launches, shared correlation ids
         tables["kernels"] = mark_graph_replays(tables["kernels"], tables["launches"])
     if tables["copies"] is not None:  # "Memcpy HtoD (Pageable -> Device)" -> HtoD
@@ -291,9 +306,14 @@ def built(path: Path, parts: dict[str, list[pl.DataFrame]], notes: Notes, warnin
     return tables
 
 
+def _unlinked(kernels: pl.DataFrame | None) -> bool:
+    """Whether some kernel lacks a correlation (one a flow arrow may give)."""
+    return kernels is not None and kernels["correlation"].null_count() > 0
+
+
 def _fill_correlation(kernels: pl.DataFrame | None, flows: pl.DataFrame | None) -> pl.DataFrame | None:
     """Kernels whose args lack a correlation take it from the flow arrow that ends on them."""
-    if kernels is None or flows is None or kernels["correlation"].null_count() == 0:
+    if kernels is None or flows is None or not _unlinked(kernels):
         return kernels
     f = flows.select("pid", "tid", "start_ns", pl.col("correlation").alias("_flow")).unique(["pid", "tid", "start_ns"])
     return (kernels.join(f, on=["pid", "tid", "start_ns"], how="left")

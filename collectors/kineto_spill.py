@@ -22,7 +22,7 @@ import polars as pl
 
 from attrib.trace import Meta, Trace, TraceWarning
 from collectors import kineto_stream
-from collectors.kineto import _ns, _meta, built
+from collectors.kineto import _meta, built
 from collectors.kineto_events import Notes
 from collectors.kineto_tables import TABLES
 
@@ -48,9 +48,11 @@ class Part:
 
 
 def _times(df: pl.DataFrame) -> pl.DataFrame:
-    start = pl.col("start_ns") if "start_ns" in df.columns else _ns("ts")
-    dur = pl.col("dur_ns") if "dur_ns" in df.columns else _ns("dur")
-    return df.with_columns(start.alias(_S), (start + dur.fill_null(0)).alias(_E))
+    """`df` with each row's start and end in ns (_S, _E; a row without a duration ends where
+    it starts)."""
+    start = pl.col("start_ns")
+    end = start + pl.col("dur_ns").fill_null(0) if "dur_ns" in df.columns else start
+    return df.with_columns(start.alias(_S), end.alias(_E))
 
 
 class _Sink(list[pl.DataFrame]):

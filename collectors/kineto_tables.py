@@ -102,7 +102,7 @@ def _launches(evs: list[Event]) -> dict[str, Any]:
 def _flows(evs: list[Event]) -> dict[str, Any]:
     """Flow ends (`ac2g` ph f) sit on the GPU event; their id is the correlation."""
     return {"pid": [e.pid for e in evs], "tid": [e.tid for e in evs], "ts": [e.ts for e in evs],
-            "dur": [0 for _ in evs], "correlation": [e.id for e in evs]}
+            "correlation": [e.id for e in evs]}  # no duration: only start and id are read
 
 
 def _markers(evs: list[Event]) -> dict[str, Any]:
@@ -133,8 +133,23 @@ def _series(name: str, values: list[Any]) -> pl.Series:
         return pl.Series(name, values, dtype=dtype, strict=False)
 
 
+def ns(col: str) -> pl.Expr:
+    """Microseconds -> integer ns; a value that does not fit (1e300) is null, dropped by
+    validation."""
+    us = pl.col(col).cast(pl.Float64, strict=False)
+    return (us * 1000.0).round(0).cast(pl.Int64, strict=False)
+
+
 def _frame(cols: dict[str, Any]) -> pl.DataFrame:
-    return pl.DataFrame([v.alias(k) if isinstance(v, pl.Series) else _series(k, v) for k, v in cols.items()])
+    """The chunk's columns, its times (`ts`, `dur`: float us) as `start_ns`, `dur_ns` at the
+    end: converted piece by piece, so no table-sized float column or transient is ever held."""
+    df = pl.DataFrame(
+        [v.alias(k) if isinstance(v, pl.Series) else _series(k, v) for k, v in cols.items()])
+    us = [c for c in ("ts", "dur") if c in df.columns]
+    named = {"ts": "start_ns", "dur": "dur_ns"}
+    return df.with_columns(ns(c).alias(named[c]) for c in us).drop(us)
+
+
 TABLES = ("kernels", *_COLUMNS)
 
 

@@ -32,16 +32,58 @@ _ROWS = {"kernels": "kernels", "ops": "CPU ops", "frames": "Python frames", "lau
          "markers": "annotations", "copies": "copies"}
 
 
+def _sorted_starts(df: pl.DataFrame) -> pl.Series:
+    """The table's start times without nulls, sorted: the column itself where it already is
+    (readers sort by start), so no copy of it is made."""
+    s = df["start_ns"]
+    if s.null_count() or not s.is_sorted():
+        s = s.drop_nulls().sort()
+    return s
+
+
+def _increasing(s: pl.Series) -> bool:
+    """Whether the column, nulls aside, strictly increases (then no value repeats): a check
+    without hashing, true of the correlation ids of runtime calls sorted by start. Chunk by
+    chunk (a reader's table is its pieces joined), so no copy of the column is made."""
+    if s.null_count():
+        s = s.drop_nulls()
+    last = None
+    for c in s.get_chunks():
+        n = c.len()
+        if n == 0:
+            continue
+        if last is not None and not c[0] > last:
+            return False
+        if n > 1 and not (c.slice(1) > c.slice(0, n - 1)).all():
+            return False
+        last = c[-1]
+    return True
+
+
+def _within(df: pl.DataFrame, lo: int, hi: int) -> bool:
+    """Whether every row has a start and a duration, neither negative, and lies in [lo, hi]:
+    judged from the columns' extremes alone (no column of row ends is built)."""
+    start, dur = df["start_ns"], df["dur_ns"]
+    if start.null_count() or dur.null_count():
+        return False
+    first, last, longest, shortest = start.min(), start.max(), dur.max(), dur.min()
+    if not all(isinstance(v, int) for v in (first, last, longest, shortest)):
+        return False
+    return bool(0 <= first and lo <= first and 0 <= shortest and last + longest <= hi)
+
+
 def _times(df: pl.DataFrame, label: str, warnings: list[str]) -> pl.DataFrame:
     """Drop rows without a start or duration, with a negative duration, or outside the run's span."""
     start, dur = pl.col("start_ns"), pl.col("dur_ns")
     missing = start.is_null() | dur.is_null()
     negative = (dur < 0) | (start < 0)  # no profiler clock runs before 0
-    s = df["start_ns"].drop_nulls().sort()  # readers sort by start: no work then
+    s = _sorted_starts(df)
     if s.len():
         n = s.len() - 1
         mid = s[n // 2]
         half = max(WINDOW_NS, 10 * (s[n * 9 // 10] - s[n // 10]))
+        if _within(df, mid - half, mid + half):
+            return df
         outside = (start < mid - half) | (start + dur > mid + half)
     else:
         outside = pl.lit(False)
@@ -67,14 +109,44 @@ def _exact(df: pl.DataFrame, c: str) -> pl.Expr:
     return pl.col(c).cast(pl.Categorical).to_physical() if df.schema[c] == pl.Utf8 else pl.col(c)
 
 
+def _shared_start(df: pl.DataFrame) -> pl.Series:
+    """Rows whose start time another row may share (a null start counts as shared): only they
+    can be a copy of another row. Sorted starts (readers sort by them) are compared with their
+    neighbours, not hashed."""
+    s = df["start_ns"]
+    if s.null_count() or not s.is_sorted():
+        return s.is_duplicated() | s.is_null()
+    same = s.slice(1) == s.slice(0, s.len() - 1)  # row i + 1 starts when row i does
+    edge = pl.Series([False])
+    return pl.concat([edge, same]) | pl.concat([same, edge])
+
+
+def _first_copies(df: pl.DataFrame, names: list[str]) -> pl.Series | None:
+    """True where no earlier row is equal on the columns `names`; None where every row is the
+    first. With a start time among them, only the rows that share their start with another
+    row are compared."""
+    key = pl.struct([_exact(df, c) for c in names]).is_first_distinct()
+    if "start_ns" in names and not df["start_ns"].null_count() and _increasing(df["start_ns"]):
+        return None  # every row starts after the one before: none is a copy
+    if "start_ns" not in names:
+        first = df.select(key).to_series()
+    else:
+        shared = _shared_start(df)
+        if not shared.any():
+            return None
+        first = pl.repeat(True, df.height, eager=True).scatter(
+            shared.arg_true(), df.filter(shared).select(key).to_series())
+    return None if first.all() else first
+
+
 def _duplicates(df: pl.DataFrame, table: str, label: str, warnings: list[str]) -> pl.DataFrame:
-    key = [_exact(df, c) for c in _SAME_EVENT.get(table, ()) if c in df.columns]
-    if not key or df.height < 2:
+    names = [c for c in _SAME_EVENT.get(table, ()) if c in df.columns]
+    if not names or df.height < 2:
         return df
-    first = pl.struct(key).is_first_distinct()
-    dup = df.select(first.not_().sum()).item()
-    if not dup:
+    first = _first_copies(df, names)
+    if first is None:
         return df
+    dup = df.height - int(first.sum())
     warnings.append(f"{dup} {label} are exact copies of another row (the same event written twice); dropped")
     return df.filter(first)
 
@@ -83,8 +155,7 @@ def _ids(df: pl.DataFrame, label: str, warnings: list[str]) -> pl.DataFrame:
     """Ids unique: a repeated id (e.g. dispatch ids of two processes) gets a fresh one."""
     if "id" not in df.columns or df.height < 2:
         return df
-    ids = df["id"]
-    if not ids.null_count() and ids.is_sorted() and ids.diff().drop_nulls().min() > 0:
+    if not df["id"].null_count() and _increasing(df["id"]):
         return df  # row numbers (strictly increasing): unique without hashing
     first = pl.col("id").is_first_distinct() & pl.col("id").is_not_null()
     repeated = df.height - df.select(first.sum()).item()
@@ -118,6 +189,8 @@ def _ambiguous_correlation(launches: pl.DataFrame, warnings: list[str]) -> pl.Da
     """A correlation id must key one runtime call; a shared one links no kernel (it cannot be told which)."""
     if "correlation" not in launches.columns or launches.height < 2:
         return launches
+    if _increasing(launches["correlation"]):
+        return launches  # no id repeats
     shared = pl.col("correlation").is_not_null() & pl.col("correlation").is_duplicated()
     n = launches.select(shared.sum()).item()
     if not n:
@@ -161,10 +234,13 @@ def unit_break(tabs: dict[str, pl.DataFrame | None]) -> str | None:
         df = tabs.get(name)
         if df is None or "start_ns" not in df.columns:
             continue
-        s = df["start_ns"].drop_nulls().filter(df["start_ns"].drop_nulls() > 0).sort()
+        s = _sorted_starts(df)
+        s = s.filter(s > 0) if s.len() and s[0] <= 0 else s
         if s.len() < 2:
             continue
         medians[name] = float(s[s.len() // 2])
+        if s[-1] < 99 * s[0]:
+            continue  # no start 100x the one before it: no column of ratios needed
         ratio = s.slice(1) / s.slice(0, s.len() - 1)
         k = int(ratio.arg_max())
         low, high = s.slice(0, k + 1), s.slice(k + 1)
@@ -192,6 +268,8 @@ def two_sessions(launches: pl.DataFrame | None) -> str | None:
     time later: two sessions in one trace (one merged with a shifted copy of itself)."""
     if launches is None or launches.height < 20 or "correlation" not in launches.columns:
         return None
+    if _increasing(launches["correlation"]):
+        return None  # no id repeats
     pairs = (launches.filter(pl.col("correlation").is_not_null()).group_by("correlation")
              .agg(pl.len().alias("n"), (pl.col("start_ns").max() - pl.col("start_ns").min()).alias("shift"))
              .filter(pl.col("n") == 2))
