@@ -29,7 +29,7 @@ from attrib.steps.salvage import drop_empty_steps
 from attrib.steps.speculative import ATTENTION_OPS, apply_roles
 from attrib.steps.context import SDPA_OPS
 from attrib.steps.windows import windows
-from attrib.trace import Trace
+from attrib.trace import SCHEMAS, Trace
 
 
 @dataclass(frozen=True)
@@ -169,6 +169,11 @@ _EXACT = (*ATTENTION_OPS, *SDPA_OPS, "aten::cat")
 _NAMED_OPS = "|".join([CAST_OPS, *(f"^{re.escape(o)}$" for o in _EXACT), COMPILE_SPANS])
 _NAMED_CALLS = f"{BLOCKING_COPY}|{SYNC}"
 _NAMED_FRAMES = "|".join([FALLBACK_FRAME, COMPILE_SPANS])
+# columns only the attribution's stages read (launch geometry, the cost model's strides and
+# scalar arguments): the analysis and the rules never do
+_ATTRIBUTION_ONLY = {"kernels": ("grid", "block", "registers", "lds_bytes"),
+                     "launches": ("grid", "block", "kernel_name"),
+                     "ops": ("concrete_inputs", "input_strides")}
 
 
 def _named(df: pl.DataFrame, pattern: str) -> pl.Expr:
@@ -201,7 +206,7 @@ def kept(part: Trace, own: Attribution, chunk: Chunk) -> dict[str, pl.DataFrame]
             calls.filter(_named(calls, _NAMED_CALLS))]),
         "frames": part.frames.filter(mine & _named(part.frames, _NAMED_FRAMES)),
     }
-    return {t: compact(df) for t, df in tables.items()}
+    return {t: compact(df.drop(_ATTRIBUTION_ONLY.get(t, ()))) for t, df in tables.items()}
 
 
 def _in_id_order(frames: list[pl.DataFrame]) -> pl.DataFrame:
@@ -214,10 +219,13 @@ def _in_id_order(frames: list[pl.DataFrame]) -> pl.DataFrame:
 
 def _gathered(marks: Trace, kept_parts: list[dict[str, pl.DataFrame]]) -> Trace:
     """One trace of the chunks' kept tables (each row once, in id order) and the annotations;
-    each table's parts are freed as it is made."""
+    each table's parts are freed as it is made. The columns only the attribution reads are
+    null (a null literal holds no rows)."""
     tables = {}
     for t in list(kept_parts[0]):
-        tables[t] = _in_id_order([p.pop(t) for p in kept_parts])
+        df = _in_id_order([p.pop(t) for p in kept_parts])
+        nulls = [pl.lit(None, SCHEMAS[t][c]).alias(c) for c in _ATTRIBUTION_ONLY.get(t, ())]
+        tables[t] = df.with_columns(nulls).select(df.columns) if nulls else df
     return marks.with_tables(**tables)
 
 
