@@ -206,9 +206,7 @@ def kept(part: Trace, own: Attribution, chunk: Chunk) -> dict[str, pl.DataFrame]
             calls.filter(_named(calls, _NAMED_CALLS))]),
         "frames": part.frames.filter(mine & _named(part.frames, _NAMED_FRAMES)),
     }
-    # each chunk's rows in id order, once: chunk after chunk, the whole needs no sort
-    return {t: compact(df.drop(_ATTRIBUTION_ONLY.get(t, ())).unique("id").sort("id"))
-            for t, df in tables.items()}
+    return {t: compact(df.drop(_ATTRIBUTION_ONLY.get(t, ()))) for t, df in tables.items()}
 
 
 def _in_id_order(frames: list[pl.DataFrame]) -> pl.DataFrame:
@@ -216,10 +214,12 @@ def _in_id_order(frames: list[pl.DataFrame]) -> pl.DataFrame:
     frames, emptied, are freed as it is made)."""
     df = pl.concat(frames, how="diagonal_relaxed")
     frames.clear()
-    ids = df["id"]
-    if ids.is_sorted() and ids.n_unique() == ids.len():  # chunk after chunk: no copy
-        return df
     return df.unique("id", keep="first").sort("id")
+
+
+def _in_order(table: str, columns: list[str]) -> list[str]:
+    """The contract's columns of `table`, then the others of `columns`."""
+    return [*SCHEMAS[table], *(c for c in columns if c not in SCHEMAS[table])]
 
 
 def _gathered(marks: Trace, kept_parts: list[dict[str, pl.DataFrame]]) -> Trace:
@@ -255,35 +255,13 @@ def attribute_chunks(chunks: list[Chunk], load: Load, trace: Trace,
     if gather:
         trace = _gathered(trace, keep)
         del keep
-        trace = trace.with_tables(kernels=trace.kernels.drop(_SHARED))
     timed = pl.concat([p.kernels.select("component", "start_ns", "dur_ns") for p in parts])
     whole = facts(timed, trace.copies, trace.launches, pl.concat(counts))
     del timed
     for i, c in enumerate(chunks):
         if not local[i].holds(whole):
             parts[i] = _owned(attribute(load(c), phase_map, budget=budget, whole=whole), c)
-    merged = _merged(trace, parts)
-    return _sharing(merged) if gather else merged
-
-
-# columns of the rules' kernel table that the attributed kernels hold too (the same rows)
-_SHARED = ("name", "start_ns", "dur_ns")
-
-
-def _sharing(a: Attribution) -> Attribution:
-    """`a` whose trace's kernel table takes _SHARED from the attributed kernels (the same
-    rows in the same order: the columns are shared, not copied)."""
-    k, extra = a.kernels, a.trace.kernels
-    if not k["id"].equals(extra["id"]):
-        raise ValueError("the chunks' kernels are not the rules' kernels")
-    both = pl.concat([extra, k.select(_SHARED)], how="horizontal")
-    order = _in_order("kernels", both.columns)
-    return replace(a, trace=a.trace.with_tables(kernels=both.select(order)))
-
-
-def _in_order(table: str, columns: list[str]) -> list[str]:
-    """The contract's columns of `table`, then the others of `columns`."""
-    return [*SCHEMAS[table], *(c for c in columns if c not in SCHEMAS[table])]
+    return _merged(trace, parts)
 
 
 def attribute_in_chunks(trace: Trace, steps: int, halo: int = 1,
