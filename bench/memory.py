@@ -1,7 +1,7 @@
 """Peak RSS and time of reading one huge Kineto trace, against the orjson parse floor.
 
     python bench/memory.py [--sizes 1,4,8] [--gzip] [--dir DIR] [--floor-max 1] [--analyze-max 1]
-                           [--reuse] [--no-reader]
+                           [--reuse] [--no-reader] [--chunk-steps N]
 
 For each size (GB of raw JSON) it builds a trace from the demo trace with bench/scale.py (events
 repeated with shifted times and ids; plain JSON, or gzip'd with --gzip), then runs, each in a
@@ -13,7 +13,8 @@ measured and marked so). Peak RSS is of the whole process tree: the sum of VmRSS
 and its descendants, polled every 20 ms, or the kernel's own peak of the process (wait4) where
 that is larger. Wall and CPU (user + system, the process and its reaped children) per run. Each
 trace is deleted after its runs (--keep keeps them; --reuse takes one already in --dir and
-keeps it, so two checkouts run on one file). Prints a table and writes JSON lines to -o.
+keeps it, so two checkouts run on one file; --chunk-steps N is passed to `attrib analyze`).
+Prints a table and writes JSON lines to -o.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ t = time.perf_counter()
 from attrib.cli import main
 out = io.StringIO()
 with contextlib.redirect_stdout(out):
-    rc = main(["analyze", sys.argv[1], "--format", "json"])
+    rc = main(["analyze", sys.argv[1], "--format", "json", *sys.argv[2:]])
 assert rc == 0, rc
 print({"wall_s": time.perf_counter() - t})
 """
@@ -106,12 +107,13 @@ def _tree_rss_mb(pid: int) -> float:
     return total
 
 
-def measure(code: str, trace: Path) -> dict:
-    """Run `code` on the trace in a fresh interpreter: its printed dict, peak tree RSS, CPU."""
+def measure(code: str, trace: Path, *extra: str) -> dict:
+    """Run `code` on the trace (and `extra` arguments) in a fresh interpreter: its printed
+    dict, peak tree RSS, CPU."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     proc = subprocess.Popen(
-        [sys.executable, "-c", code, str(trace)], stdout=subprocess.PIPE, env=env, text=True
-    )
+        [sys.executable, "-c", code, str(trace), *extra], stdout=subprocess.PIPE, env=env,
+        text=True)
     peak = 0.0
     t = time.perf_counter()
     while True:
@@ -165,6 +167,8 @@ def main() -> int:
     ap.add_argument("--reuse", action="store_true",
                     help="use a trace already in --dir (implies --keep): before/after on one file")
     ap.add_argument("--no-reader", action="store_true", help="skip the reader-only run")
+    ap.add_argument("--chunk-steps", type=int, default=None,
+                    help="attrib analyze --chunk-steps N (0: read whole; default: its own)")
     ap.add_argument("-o", type=Path, help="append JSON lines of the results here")
     args = ap.parse_args()
     args.dir.mkdir(parents=True, exist_ok=True)
@@ -182,7 +186,10 @@ def main() -> int:
                 row["before"] = measure(_BEFORE, trace)
             if gb <= args.analyze_max:
                 try:
-                    row["analyze"] = measure(_ANALYZE, trace)
+                    chunks = () if args.chunk_steps is None else ("--chunk-steps",
+                                                                  str(args.chunk_steps))
+                    row["analyze"] = measure(_ANALYZE, trace, *chunks)
+                    row["chunk_steps"] = args.chunk_steps
                 except RuntimeError as exc:  # e.g. an optional dependency missing where it runs
                     print(exc, file=sys.stderr)
             if gb <= args.floor_max:
