@@ -220,7 +220,7 @@ def analyze(path: str | Path, *, phase: str | None = None,
 
 
 # a Kineto trace from this much JSON text on is read from disk a chunk of steps at a time
-BOUNDED_BYTES = 2 << 30
+BOUNDED_BYTES = 1 << 30
 CHUNK_STEPS = 64  # annotated steps per chunk
 
 

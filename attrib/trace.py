@@ -71,7 +71,7 @@ def mark_graph_replays(kernels: pl.DataFrame, launches: pl.DataFrame | None) -> 
     if "correlation" not in kernels.columns:
         return kernels
     flag = pl.col("graph").fill_null(False) if "graph" in kernels.columns else pl.lit(False)
-    shared = pl.col("correlation").is_not_null() & (pl.len().over("correlation") > 1)
+    shared = pl.col("correlation").is_not_null() & pl.col("correlation").is_duplicated()
     graph = flag | shared
     if launches is not None and {"correlation", "name"} <= set(launches.columns):
         by_graph = (launches.filter(pl.col("correlation").is_not_null() & pl.col("name").str.contains(GRAPH_LAUNCH))

@@ -110,7 +110,7 @@ def _analysis_options(f):
             default=None,
             metavar="N",
             help="Read a Kineto trace from disk N annotated steps at a time (memory bounded "
-            "by a chunk; the same figures); 0: read it whole. Default: 64 for 2 GB of JSON "
+            "by a chunk; the same figures); 0: read it whole. Default: 64 for 1 GiB of JSON "
             "or more.",
         ),
         *output_options(),
