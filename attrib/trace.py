@@ -26,9 +26,9 @@ SCHEMAS: dict[str, dict[str, DType]] = {
         "correlation": _I64, "external_id": _I64, "grid": _INTS, "block": _INTS,
         "registers": _I64, "lds_bytes": _I64, "launch_id": _I64, "graph": pl.Boolean,
     },
-    # CPU-side ops (aten / custom ops). input_dims/input_types/input_strides keep the raw JSON text of
-    # the profiler's "Input Dims"/"Input type"/"Input Strides" (parsed only by the cost model, only
-    # where needed).
+    # CPU-side ops (aten / custom ops). input_dims/input_types/input_strides keep the raw JSON text
+    # of the profiler's "Input Dims"/"Input type"/"Input Strides" (parsed only by the cost model,
+    # only where needed).
     "ops": {
         "id": _I64, "name": _STR, "start_ns": _I64, "dur_ns": _I64, "pid": _I64, "tid": _I64,
         "external_id": _I64, "parent": _I64, "input_dims": _STR, "input_types": _STR,
@@ -44,14 +44,16 @@ SCHEMAS: dict[str, dict[str, DType]] = {
     # (ROCm launches; graph-capture traces).
     "launches": {
         "id": _I64, "name": _STR, "start_ns": _I64, "dur_ns": _I64, "pid": _I64, "tid": _I64,
-        "correlation": _I64, "external_id": _I64, "kernel_name": _STR, "grid": _INTS, "block": _INTS,
+        "correlation": _I64, "external_id": _I64, "kernel_name": _STR, "grid": _INTS,
+        "block": _INTS,
     },
     # Annotations and ranges. side: "cpu" | "gpu".
     "markers": {
         "id": _I64, "name": _STR, "start_ns": _I64, "dur_ns": _I64, "side": _STR, "pid": _I64,
         "tid": _I64, "external_id": _I64,
     },
-    # GPU memcpy/memset activity. kind: "memcpy" | "memset"; direction e.g. "HtoD" (null if unknown).
+    # GPU memcpy/memset activity. kind: "memcpy" | "memset"; direction e.g. "HtoD" (null if
+    # unknown).
     "copies": {
         "id": _I64, "name": _STR, "start_ns": _I64, "dur_ns": _I64, "device": _I64, "stream": _I64,
         "correlation": _I64, "external_id": _I64, "bytes": _I64, "kind": _STR, "direction": _STR,
@@ -65,17 +67,18 @@ GRAPH_LAUNCH = r"(?i)graphlaunch"
 
 
 def mark_graph_replays(kernels: pl.DataFrame, launches: pl.DataFrame | None) -> pl.DataFrame:
-    """`kernels` with `graph` true where a kernel was replayed from a graph: its source marked it, the
-    launch sharing its correlation id is a graph launch, or its correlation id keys more than one kernel
-    (one graph launch issues them all). The one definition; collectors apply it to the tables they build."""
+    """`kernels` with `graph` true where a kernel was replayed from a graph: its source marked it,
+    the launch sharing its correlation id is a graph launch, or its correlation id keys more than
+    one kernel (one graph launch issues them all). The one definition; collectors apply it to the
+    tables they build."""
     if "correlation" not in kernels.columns:
         return kernels
     flag = pl.col("graph").fill_null(False) if "graph" in kernels.columns else pl.lit(False)
     shared = pl.col("correlation").is_not_null() & pl.col("correlation").is_duplicated()
     graph = flag | shared
     if launches is not None and {"correlation", "name"} <= set(launches.columns):
-        by_graph = (launches.filter(pl.col("correlation").is_not_null() & pl.col("name").str.contains(GRAPH_LAUNCH))
-                    ["correlation"].unique())
+        is_graph = pl.col("correlation").is_not_null() & pl.col("name").str.contains(GRAPH_LAUNCH)
+        by_graph = launches.filter(is_graph)["correlation"].unique()
         graph = graph | pl.col("correlation").is_in(by_graph.implode()).fill_null(False)
     return kernels.with_columns(graph.alias("graph"))
 
@@ -115,12 +118,14 @@ def conform(table: str, df: pl.DataFrame | None) -> pl.DataFrame:
     return df.select(*cols, *extra)
 
 
-TRUNCATED = "truncated"  # the kind of a warning that the file was cut short and what preceded the cut was read
+# the kind of a warning that the file was cut short and what preceded the cut was read
+TRUNCATED = "truncated"
 
 
 class TraceWarning(str):
-    """A reader's warning: the message (the string itself) and its `kind`, TRUNCATED or "note", so that
-    what to do about it never depends on searching the text. Plain strings given to Meta are notes."""
+    """A reader's warning: the message (the string itself) and its `kind`, TRUNCATED or "note", so
+    that what to do about it never depends on searching the text. Plain strings given to Meta are
+    notes."""
 
     kind: str
 
@@ -136,8 +141,8 @@ class Meta:
 
     device: one dict per visible device, as the source recorded it (torch `deviceProperties`,
     rocprof agent info). vendor: "nvidia" | "amd" | None. provenance: the capture stamp (see
-    collectors.capture), {} when absent. top: other top-level scalars of the source. warnings: what the
-    reader salvaged or dropped (TraceWarning: message and kind), printed by the CLI on stderr.
+    collectors.capture), {} when absent. top: other top-level scalars of the source. warnings: what
+    the reader salvaged or dropped (TraceWarning: message and kind), printed by the CLI on stderr.
     """
 
     path: str

@@ -33,34 +33,40 @@ from collectors.provenance import read_sidecar
 
 _DOC = DOC  # the document decoder under its former name (tests split a trace with it)
 __all__ = ["read", "read_document", "repair_names", "sniff"]
-_RUNTIME_KEYS = ("cuda_runtime_version", "cuda_driver_version", "cupti_version", "roctracer_version",
-                 "hip_runtime_version", "hip_driver_version")
-PARALLEL_BYTES = 64 << 20  # JSON text from which a worker process decodes chunks too (about 170k events)
-_FLAG_KEYS = ("schemaVersion", "record_shapes", "with_stack", "with_modules", "with_flops", "profile_memory",
-              "trace_id", "displayTimeUnit", "baseTimeNanoseconds", "traceName")
+_RUNTIME_KEYS = ("cuda_runtime_version", "cuda_driver_version", "cupti_version",
+                 "roctracer_version", "hip_runtime_version", "hip_driver_version")
+# JSON text from which a worker process decodes chunks too (about 170k events)
+PARALLEL_BYTES = 64 << 20
+_FLAG_KEYS = ("schemaVersion", "record_shapes", "with_stack", "with_modules", "with_flops",
+              "profile_memory", "trace_id", "displayTimeUnit", "baseTimeNanoseconds", "traceName")
 
 
 # ---------------------------------------------------------------- events to columns
 
 
-def _chunk_tables(path: Path, raws: list[msgspec.Raw], base: int, notes: Notes) -> dict[str, pl.DataFrame]:
+_Frames = dict[str, pl.DataFrame]
+
+
+def _chunk_tables(path: Path, raws: list[msgspec.Raw], base: int, notes: Notes) -> _Frames:
     check_sizes(path, raws, base)
     return chunk_frames(decode_chunk(raws, base, notes), notes, base)
 
 
-def _serial(path: Path, chunks: list[list[msgspec.Raw]], notes: Notes) -> list[dict[str, pl.DataFrame]]:
+def _serial(path: Path, chunks: list[list[msgspec.Raw]], notes: Notes) -> list[_Frames]:
     return [_chunk_tables(path, c, i * CHUNK, notes) for i, c in enumerate(chunks)]
 
 
 def _parallel(path: Path, chunks: list[list[msgspec.Raw]], notes: Notes,
-              worker: Worker) -> list[dict[str, pl.DataFrame]]:
+              worker: Worker) -> list[_Frames]:
     """The chunks' frames, the worker decoding from the back while this process decodes from the
     front (collectors.kineto_worker); chunks it did not answer are decoded here. Notes keep the
-    first event of each kind whatever the order, so frames, notes and errors are the serial path's."""
-    for i, c in enumerate(chunks):  # an oversized event is refused before any decoding, as in the serial path
+    first event of each kind whatever the order, so frames, notes and errors are the serial
+    path's."""
+    # an oversized event is refused before any decoding, as in the serial path
+    for i, c in enumerate(chunks):
         check_sizes(path, c, i * CHUNK)
     claims = Claims(len(chunks))
-    out: dict[int, dict[str, pl.DataFrame]] = {}
+    out: dict[int, _Frames] = {}
     while True:
         worker.pump(chunks, claims)
         j = claims.front()
@@ -146,15 +152,18 @@ def _devices(doc: Doc) -> tuple[dict[str, Any], ...]:
 
 def _events(path: Path, doc: Doc, warnings: list[str],
             worker: Worker | None) -> tuple[int, dict[str, list[pl.DataFrame]], Notes]:
-    """(events, frames per table in event order, notes) of the document's events, which it then drops
-    (the raw slices hold the whole file)."""
+    """(events, frames per table in event order, notes) of the document's events, which it then
+    drops (the raw slices hold the whole file)."""
     events = doc.traceEvents
     if not events:
         raise TraceError(path, "no events: traceEvents is missing or empty")
     notes = Notes()
     chunks = [events[i:i + CHUNK] for i in range(0, len(events), CHUNK)]
     clean = not warnings and len(chunks) > 1  # a salvaged or repaired document is read the one way
-    frames = _parallel(path, chunks, notes, worker) if worker is not None and clean else _serial(path, chunks, notes)
+    if worker is not None and clean:
+        frames = _parallel(path, chunks, notes, worker)
+    else:
+        frames = _serial(path, chunks, notes)
     doc.traceEvents = []
     return len(events), {t: [f[t] for f in frames if t in f] for t in TABLES}, notes
 
@@ -195,8 +204,9 @@ def sniff(path: Path, head: bytes) -> bool:
 def _whole(path: Path, parallel: bool | None) -> Streamed:
     """The document read whole (the text, then its events split), decoded with a worker process
     where `parallel` asks for one (see `read`)."""
-    # the worker starts up while the file is read and split; the kernel counts the RSS of the reader at
-    # that moment in the worker's peak (exec after vfork), so it starts before the text is in memory
+    # the worker starts up while the file is read and split; the kernel counts the RSS of the
+    # reader at that moment in the worker's peak (exec after vfork), so it starts before the
+    # text is in memory
     others = Others()
     worker = Worker.start(path) if parallel or (parallel is None and _likely_big(path)) else None
     try:
@@ -209,10 +219,13 @@ def _whole(path: Path, parallel: bool | None) -> Streamed:
         doc = decode_doc(path, text, warnings)
         keys = text.count(b'"traceEvents"')  # C speed; a name holding it has its quotes escaped
         if keys > 1:
-            warnings.append(f"the document holds the key 'traceEvents' {keys} times (a duplicated key); the "
-                            f"last list is read ({len(doc.traceEvents):,} events), the others are ignored")
-        if worker is not None and before is not None and isinstance(text, bytes) and len(text) == before.st_size:
-            worker.file_text(text, before)  # a plain file read whole: the worker reads its chunks from it
+            warnings.append(f"the document holds the key 'traceEvents' {keys} times "
+                            f"(a duplicated key); the last list is read "
+                            f"({len(doc.traceEvents):,} events), the others are ignored")
+        if (worker is not None and before is not None and isinstance(text, bytes)
+                and len(text) == before.st_size):
+            # a plain file read whole: the worker reads its chunks from it
+            worker.file_text(text, before)
         del text
         if worker is not None and parallel is None and not _cpu_free(others, worker):
             worker.close()
@@ -236,8 +249,8 @@ def _streamed(path: Path, block: int) -> Streamed | None:
 
 
 def read(path: str | Path, parallel: bool | None = None, block: int = kineto_stream.BLOCK) -> Trace:
-    """Read a Kineto trace (`.json`, `.json.gz`, `.pt.trace.json.gz`, `.json.xz`, `.json.zst`) into the
-    normalized Trace.
+    """Read a Kineto trace (`.json`, `.json.gz`, `.pt.trace.json.gz`, `.json.xz`, `.json.zst`)
+    into the normalized Trace.
 
     The file is streamed in pieces of about `block` bytes of JSON text (collectors.kineto_stream:
     memory bounded by the tables, not the file); a document that cannot be cut cleanly is read
@@ -265,8 +278,8 @@ def _meta(path: Path, doc: Doc, n_events: int, warnings: list[str]) -> Meta:
         provenance = doc.attrib
     vendor, vendor_from = _vendor(doc)
     return Meta(
-        path=str(path), format="torch-json", events=n_events, vendor=vendor, vendor_from=vendor_from,
-        devices=_devices(doc),
+        path=str(path), format="torch-json", events=n_events,
+        vendor=vendor, vendor_from=vendor_from, devices=_devices(doc),
         runtime={k: getattr(doc, k) for k in _RUNTIME_KEYS if getattr(doc, k) is not None},
         provenance=provenance,
         top={k: getattr(doc, k) for k in _FLAG_KEYS if getattr(doc, k) is not None}
@@ -298,7 +311,8 @@ def built(path: Path, parts: dict[str, list[pl.DataFrame]], notes: Notes, warnin
     tables = validate.tables(tables, warnings, path)
     tables["kernels"] = _fill_correlation(tables["kernels"], flows)
     del flows
-    if tables["kernels"] is not None:  # "Dispatch Task" kernels, graph launches, shared correlation ids
+    # "Dispatch Task" kernels, graph launches, shared correlation ids
+    if tables["kernels"] is not None:
         tables["kernels"] = mark_graph_replays(tables["kernels"], tables["launches"])
     if tables["copies"] is not None:  # "Memcpy HtoD (Pageable -> Device)" -> HtoD
         tables["copies"] = tables["copies"].with_columns(
@@ -311,16 +325,18 @@ def _unlinked(kernels: pl.DataFrame | None) -> bool:
     return kernels is not None and kernels["correlation"].null_count() > 0
 
 
-def _fill_correlation(kernels: pl.DataFrame | None, flows: pl.DataFrame | None) -> pl.DataFrame | None:
+def _fill_correlation(kernels: pl.DataFrame | None,
+                      flows: pl.DataFrame | None) -> pl.DataFrame | None:
     """Kernels whose args lack a correlation take it from the flow arrow that ends on them."""
     if kernels is None or flows is None or not _unlinked(kernels):
         return kernels
-    f = flows.select("pid", "tid", "start_ns", pl.col("correlation").alias("_flow")).unique(["pid", "tid", "start_ns"])
+    key = ["pid", "tid", "start_ns"]
+    f = flows.select(*key, pl.col("correlation").alias("_flow")).unique(key)
     return (kernels.join(f, on=["pid", "tid", "start_ns"], how="left")
             .with_columns(pl.col("correlation").fill_null(pl.col("_flow"))).drop("_flow"))
 
 
-# ---------------------------------------------------------------- the document itself (for rewriting it)
+# ------------------------------------------------------- the document itself (for rewriting it)
 
 
 def read_document(path: str | Path) -> dict[str, Any]:

@@ -28,8 +28,8 @@ _SAME_EVENT = {
     "launches": ("name", "start_ns", "dur_ns", "pid", "tid"),
     "markers": ("name", "start_ns", "dur_ns", "pid", "tid", "side"),
 }
-_ROWS = {"kernels": "kernels", "ops": "CPU ops", "frames": "Python frames", "launches": "runtime calls",
-         "markers": "annotations", "copies": "copies"}
+_ROWS = {"kernels": "kernels", "ops": "CPU ops", "frames": "Python frames",
+         "launches": "runtime calls", "markers": "annotations", "copies": "copies"}
 
 
 def _sorted_starts(df: pl.DataFrame) -> pl.Series:
@@ -73,7 +73,8 @@ def _within(df: pl.DataFrame, lo: int, hi: int) -> bool:
 
 
 def _times(df: pl.DataFrame, label: str, warnings: list[str]) -> pl.DataFrame:
-    """Drop rows without a start or duration, with a negative duration, or outside the run's span."""
+    """Drop rows without a start or duration, with a negative duration, or outside the run's
+    span."""
     start, dur = pl.col("start_ns"), pl.col("dur_ns")
     missing = start.is_null() | dur.is_null()
     negative = (dur < 0) | (start < 0)  # no profiler clock runs before 0
@@ -87,8 +88,9 @@ def _times(df: pl.DataFrame, label: str, warnings: list[str]) -> pl.DataFrame:
         outside = (start < mid - half) | (start + dur > mid + half)
     else:
         outside = pl.lit(False)
+    only_outside = outside.fill_null(False) & ~missing & ~negative.fill_null(False)
     flags = df.select(missing.sum().alias("m"), negative.fill_null(False).sum().alias("n"),
-                      (outside.fill_null(False) & ~missing & ~negative.fill_null(False)).sum().alias("o")).row(0)
+                      only_outside.sum().alias("o")).row(0)
     if not any(flags):
         return df
     m, n, o = flags
@@ -147,7 +149,8 @@ def _duplicates(df: pl.DataFrame, table: str, label: str, warnings: list[str]) -
     if first is None:
         return df
     dup = df.height - int(first.sum())
-    warnings.append(f"{dup} {label} are exact copies of another row (the same event written twice); dropped")
+    warnings.append(f"{dup} {label} are exact copies of another row "
+                    "(the same event written twice); dropped")
     return df.filter(first)
 
 
@@ -170,23 +173,27 @@ def _ids(df: pl.DataFrame, label: str, warnings: list[str]) -> pl.DataFrame:
 def _names(df: pl.DataFrame, label: str, warnings: list[str]) -> pl.DataFrame:
     if "name" not in df.columns or df.schema["name"] != pl.Utf8:
         return df
-    nameless = pl.col("name").is_null() | (pl.col("name") == "")  # a missing "name" key is read as ""
+    # a missing "name" key is read as ""
+    nameless = pl.col("name").is_null() | (pl.col("name") == "")
     nulls, longest = df.select(
         nameless.sum().alias("n"), pl.col("name").str.len_bytes().max().alias("l")
     ).row(0)
     if nulls:
         every = "every one of the " if nulls == df.height else ""
         warnings.append(f"{every}{nulls} {label} have no name; shown as '?'")
-        df = df.with_columns(pl.when(nameless).then(pl.lit("?")).otherwise(pl.col("name")).alias("name"))
+        shown = pl.when(nameless).then(pl.lit("?")).otherwise(pl.col("name"))
+        df = df.with_columns(shown.alias("name"))
     if (longest or 0) > NAME_LIMIT:
         n = df.select((pl.col("name").str.len_bytes() > NAME_LIMIT).sum()).item()
-        warnings.append(f"{n} {label} have names over {NAME_LIMIT} bytes; cut to {NAME_LIMIT} characters")
+        warnings.append(f"{n} {label} have names over {NAME_LIMIT} bytes; "
+                        f"cut to {NAME_LIMIT} characters")
         df = df.with_columns(pl.col("name").str.slice(0, NAME_LIMIT))
     return df
 
 
 def _ambiguous_correlation(launches: pl.DataFrame, warnings: list[str]) -> pl.DataFrame:
-    """A correlation id must key one runtime call; a shared one links no kernel (it cannot be told which)."""
+    """A correlation id must key one runtime call; a shared one links no kernel (it cannot be
+    told which)."""
     if "correlation" not in launches.columns or launches.height < 2:
         return launches
     if _increasing(launches["correlation"]):
@@ -195,9 +202,10 @@ def _ambiguous_correlation(launches: pl.DataFrame, warnings: list[str]) -> pl.Da
     n = launches.select(shared.sum()).item()
     if not n:
         return launches
-    warnings.append(f"{n} runtime calls share their correlation id with another; their kernels are left "
-                    "unlinked (which call launched them cannot be told)")
-    return launches.with_columns(pl.when(shared).then(None).otherwise(pl.col("correlation")).alias("correlation"))
+    warnings.append(f"{n} runtime calls share their correlation id with another; "
+                    "their kernels are left unlinked (which call launched them cannot be told)")
+    unshared = pl.when(shared).then(None).otherwise(pl.col("correlation"))
+    return launches.with_columns(unshared.alias("correlation"))
 
 
 def table(name: str, df: pl.DataFrame | None, warnings: list[str]) -> pl.DataFrame | None:
@@ -216,7 +224,8 @@ def table(name: str, df: pl.DataFrame | None, warnings: list[str]) -> pl.DataFra
     return df
 
 
-# Two clocks a factor of about 1e3 or 1e6 apart: us beside ns, or s beside us (drift and run length widen it)
+# Two clocks a factor of about 1e3 or 1e6 apart: us beside ns, or s beside us (drift and run
+# length widen it)
 _UNIT_RATIOS = ((200, 5_000, "1e3"), (200_000, 5_000_000, "1e6"))
 
 
@@ -250,28 +259,30 @@ def unit_break(tabs: dict[str, pl.DataFrame | None]) -> str | None:
                 return (
                     f"{_ROWS[name]} change time unit: {low.len():,} start near "
                     f"{low.median() / 1e9:.3g} s and "
-                    f"{high.len():,} near {high.median() / 1e9:.3g} s, {unit}x apart (some written in "
-                    "another unit)"
+                    f"{high.len():,} near {high.median() / 1e9:.3g} s, {unit}x apart "
+                    "(some written in another unit)"
                 )
     for cpu in ("ops", "launches"):
         if "kernels" in medians and cpu in medians:
             a, b = medians["kernels"], medians[cpu]
             unit = _unit(max(a, b) / min(a, b))
             if unit:
-                return (f"kernels start near {a / 1e9:.3g} s and {_ROWS[cpu]} near {b / 1e9:.3g} s, {unit}x "
+                return (f"kernels start near {a / 1e9:.3g} s and "
+                        f"{_ROWS[cpu]} near {b / 1e9:.3g} s, {unit}x "
                         "apart: one side's timestamps are in another unit")
     return None
 
 
 def two_sessions(launches: pl.DataFrame | None) -> str | None:
-    """Half or more of the runtime calls repeat their correlation id exactly once, the repeat the same
-    time later: two sessions in one trace (one merged with a shifted copy of itself)."""
+    """Half or more of the runtime calls repeat their correlation id exactly once, the repeat the
+    same time later: two sessions in one trace (one merged with a shifted copy of itself)."""
     if launches is None or launches.height < 20 or "correlation" not in launches.columns:
         return None
     if _increasing(launches["correlation"]):
         return None  # no id repeats
+    span = pl.col("start_ns").max() - pl.col("start_ns").min()
     pairs = (launches.filter(pl.col("correlation").is_not_null()).group_by("correlation")
-             .agg(pl.len().alias("n"), (pl.col("start_ns").max() - pl.col("start_ns").min()).alias("shift"))
+             .agg(pl.len().alias("n"), span.alias("shift"))
              .filter(pl.col("n") == 2))
     if 2 * pairs.height * 2 < launches.height:
         return None
@@ -280,10 +291,10 @@ def two_sessions(launches: pl.DataFrame | None) -> str | None:
     if shift <= 0 or same < 0.9 * pairs.height:
         return None
     return (
-        f"{2 * pairs.height:,} runtime calls repeat their correlation id once, each {shift / 1e9:.3f} "
-        f"s later: "
-        "two profiling sessions in one trace (merged with a shifted copy?); analyze each session's trace "
-        "on its own"
+        f"{2 * pairs.height:,} runtime calls repeat their correlation id once, "
+        f"each {shift / 1e9:.3f} s later: "
+        "two profiling sessions in one trace (merged with a shifted copy?); "
+        "analyze each session's trace on its own"
     )
 
 
