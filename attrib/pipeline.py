@@ -209,12 +209,53 @@ def kept(part: Trace, own: Attribution, chunk: Chunk) -> dict[str, pl.DataFrame]
     return {t: compact(df.drop(_ATTRIBUTION_ONLY.get(t, ()))) for t, df in tables.items()}
 
 
+def _first_in_id_order(frames: list[pl.DataFrame]) -> pl.Series:
+    """Where each id first appears in the frames' rows end to end, in id order."""
+    ids = pl.concat([f.select("id") for f in frames], how="vertical_relaxed")
+    firsts = ids.with_row_index("_at").unique("id", keep="first")
+    return firsts.sort("id")["_at"]
+
+
+def _column(frames: list[pl.DataFrame], name: str) -> list[pl.Series]:
+    """The frames' column `name` (nulls where a frame lacks it)."""
+    return [f[name] if name in f.columns else pl.Series(name, [None] * f.height)
+            for f in frames]
+
+
+def _joined(parts: list[pl.Series]) -> pl.Series:
+    """The parts end to end, in their common supertype."""
+    return pl.concat([s.to_frame() for s in parts], how="vertical_relaxed").to_series()
+
+
+def _text(parts: list[pl.Series], at: pl.Series) -> pl.Series:
+    """Text rows `at` of the parts end to end, as views of their distinct values (a gather of
+    the text itself would copy each row's bytes)."""
+    distinct = _joined([s.unique() for s in parts]).unique()
+    table = distinct.to_frame().with_row_index("_code")
+    codes = pl.concat([s.to_frame().join(table, on=s.name, how="left",
+                                         maintain_order="left")["_code"] for s in parts])
+    return distinct.gather(codes.gather(at))
+
+
+def _gathered_column(frames: list[pl.DataFrame], name: str, at: pl.Series) -> pl.Series:
+    parts = _column(frames, name)
+    if any(s.dtype == pl.String for s in parts):
+        return _text([s.cast(pl.String) for s in parts], at)
+    return _joined(parts).gather(at)
+
+
 def _in_id_order(frames: list[pl.DataFrame]) -> pl.DataFrame:
-    """The frames' rows as one table, each id once, in id order: one copy of the rows (the
-    frames, emptied, are freed as it is made)."""
-    df = pl.concat(frames, how="diagonal_relaxed")
+    """The frames' rows as one table, each id once (its first row), in id order. Built a column
+    at a time, each column taken out of the frames as it is made: the rows are held about once
+    (the frames, emptied, are freed)."""
+    names = list(dict.fromkeys(c for f in frames for c in f.columns))
+    at = _first_in_id_order(frames)
+    columns = []
+    for name in names:
+        columns.append(_gathered_column(frames, name, at))
+        frames[:] = [f.drop(name, strict=False) for f in frames]
     frames.clear()
-    return df.unique("id", keep="first").sort("id")
+    return pl.DataFrame(columns)
 
 
 def _in_order(table: str, columns: list[str]) -> list[str]:

@@ -140,8 +140,9 @@ class Spill:
         """Each row's id (by its place in the table): its rank in the table stably sorted by
         start time, nulls first, as the whole-trace reader numbers it."""
         start = self._column(table, _S).fill_null(_LOW).to_numpy()
-        ids = np.empty(len(start), dtype=np.int64)
-        ids[np.argsort(start, kind="stable")] = np.arange(len(start), dtype=np.int64)
+        kind = np.uint32 if len(start) < 1 << 32 else np.int64  # held for every row: 4 bytes
+        ids = np.empty(len(start), dtype=kind)
+        ids[np.argsort(start, kind="stable")] = np.arange(len(start), dtype=kind)
         return ids
 
     def _rows(self, table: str, keep: pl.Expr, parts: list[Part]) -> list[pl.DataFrame]:

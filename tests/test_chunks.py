@@ -87,3 +87,22 @@ def test_facts_guard_overlapping_components() -> None:
                                                   on=["step", "what"], suffix="_was")
     change = moved.filter(pl.col("ns") != pl.col("ns_was"))
     assert sorted((change["ns"] - change["ns_was"]).to_list()) == [-224, 224]
+
+
+def test_in_id_order_is_concat_unique_sort() -> None:
+    """The kept tables' merge, built a column at a time with its text re-made from the distinct
+    values, equals concat + first row of each id + id order: parts that overlap (as halo chunks
+    do), out of order, one part lacking a column (nulls there), text with nulls."""
+    from attrib.pipeline import _in_id_order
+
+    ops = load(CASES[-1][0]).ops
+    n = ops.height
+    parts = [ops.slice(n // 2), ops.slice(0, n // 2 + 50).drop("input_types"),
+             ops.slice(n // 3, 100)]
+    expected = (pl.concat(parts, how="diagonal_relaxed").unique("id", keep="first")
+                .sort("id"))
+    assert expected["input_types"].null_count() > 0 and expected.height == n
+    got = _in_id_order(parts)
+    assert parts == []
+    assert got.columns == expected.columns
+    assert got.equals(expected)

@@ -73,3 +73,18 @@ def test_holders_the_same_from_the_candidates_only(trace):
     assert holders(some, q).equals(holders(whole, q))
     # the candidates keep the whole thread's depth and order
     assert some.equals(whole.join(some.select("idx"), on="idx", maintain_order="left"))
+
+
+def test_grouped_by_codes_equals_group_by(trace) -> None:
+    """attrib.frames.grouped (text keys grouped by category codes) gives group_by's groups and
+    sums, text keys back as text, null keys kept, on a real capture's kernels."""
+    from attrib.frames import grouped
+
+    k = trace.kernels.with_columns(
+        pl.when(pl.col("stream") == pl.col("stream").min()).then(None)
+        .otherwise(pl.col("name")).alias("name"))
+    aggs = (pl.len().alias("n"), pl.col("dur_ns").sum().alias("ns"))
+    got = grouped(k, ["name", "stream"], *aggs).sort("name", "stream", nulls_last=True)
+    want = k.group_by("name", "stream").agg(*aggs).sort("name", "stream", nulls_last=True)
+    assert got.schema == want.schema and got["name"].null_count() == 1
+    assert got.equals(want)

@@ -23,6 +23,7 @@ from attrib.analysis.series import step_series
 from attrib.analysis.speculative import speculative
 from attrib.cost.budget import Budget
 from attrib.cost.component_bytes import component_table
+from attrib.frames import grouped
 from attrib.options import TOP_KERNELS
 from attrib.pipeline import Attribution
 from attrib.roofline.arch import Arch, detect
@@ -83,7 +84,7 @@ def _components(k: pl.DataFrame, steps: pl.DataFrame, budget: Budget | None, pha
     # (under a what-if the times are another chip's)
     peak = arch.peak_bw_gbs if (arch is not None and not what_if) else None
     comp = roofline_rows(component_table(k, steps, budget, phase, peak_gbs=peak), arch, what_if)
-    ev = (k.group_by("component", "evidence").len().group_by("component")
+    ev = (grouped(k, ["component", "evidence"], pl.len()).group_by("component")
           .agg(pl.struct("evidence", "len").alias("ev")))
     comp = comp.join(ev, on="component", how="left")
     total = float(comp["ms"].sum()) or 1.0
@@ -94,7 +95,8 @@ def _components(k: pl.DataFrame, steps: pl.DataFrame, budget: Budget | None, pha
 
 def _top_table(k: pl.DataFrame, arch: Arch | None, what_if: bool, top_n: int) -> pl.DataFrame:
     known = pl.col("bytes").is_not_null()
-    top = (k.group_by("name", "component").agg(
+    top = (grouped(
+        k, ["name", "component"],
         pl.len().alias("calls"), pl.col("dur_ns").sum().alias("ns"),
         pl.when(known.any()).then(pl.col("bytes").sum()).alias("bytes"),
         pl.col("flops").sum().alias("flops"),
@@ -276,6 +278,11 @@ def _resolve_device(a: Attribution, arch: Arch | None, arch_from: str | None,
     return arch, arch_from
 
 
+# the kernel columns a phase's figures read (a phase's kernels are copied without the others)
+_PHASE_COLUMNS = ("step", "name", "component", "evidence", "start_ns", "dur_ns", "bytes", "flops",
+                  "dtype", "cost_model")
+
+
 def _phases(a: Attribution, phase: str | None, arch: Arch | None, budget: Budget | None,
             what_if: bool, top: int, notes: list[str], context: pl.DataFrame) -> tuple[Phase, ...]:
     k = a.kernels
@@ -290,7 +297,8 @@ def _phases(a: Attribution, phase: str | None, arch: Arch | None, budget: Budget
                 if "excluded" in st.columns else st.clear())
         keep = (st.join(left.select("step"), on="step", how="anti")
                 if left.height < st.height else st)
-        kk = k.filter((pl.col("phase") == ph) & pl.col("step").is_in(keep["step"].implode()))
+        in_phase = (pl.col("phase") == ph) & pl.col("step").is_in(keep["step"].implode())
+        kk = k.filter(in_phase).select(*(c for c in _PHASE_COLUMNS if c in k.columns))
         excluded = _excluded(left if keep is not st else left.clear())
         out.append(_phase(ph, keep, kk, arch, budget, what_if, context, t0_ns, top, excluded,
                           a.ledger, a.steps))
@@ -325,7 +333,8 @@ def _coverage(a: Attribution, phases: tuple[Phase, ...]) -> Coverage:
     # (a compile or warm-up step left out of the figures is left out here)
     st = a.steps
     counted = st.filter(pl.col("excluded").is_null()) if "excluded" in st.columns else st
-    in_steps = a.kernels.filter(pl.col("step").is_in(counted["step"].implode()))
+    kernels = a.kernels.select("step", "component", "dur_ns")
+    in_steps = kernels.filter(pl.col("step").is_in(counted["step"].implode()))
     attributed = _num(in_steps.filter(pl.col("component") != "other")["dur_ns"].sum())
     step_ns = _num(in_steps["dur_ns"].sum())
     # the same figure as the phase lines: priced time whose bytes count, over the phases' time

@@ -10,6 +10,7 @@ from __future__ import annotations
 import polars as pl
 
 from attrib.cost.budget import Budget
+from attrib.frames import grouped
 
 
 # cost models whose figures are estimates (iteration-space bounds, a model config, link bytes),
@@ -43,7 +44,8 @@ def component_table(k: pl.DataFrame, steps: pl.DataFrame, budget: Budget | None,
         estimated = known & pl.col("cost_model").is_in(ESTIMATES)
     else:
         estimated = pl.lit(False)
-    per = k.group_by("step", "component").agg(
+    per = grouped(
+        k, ["step", "component"],
         pl.col("dur_ns").sum().alias("ns"), pl.len().alias("n"),
         pl.col("bytes").sum().alias("bytes"), pl.col("flops").sum().alias("flops"),
         pl.col("dur_ns").filter(known).sum().alias("known_ns"), known.any().alias("any_known"),
@@ -52,8 +54,8 @@ def component_table(k: pl.DataFrame, steps: pl.DataFrame, budget: Budget | None,
         per, on=["step", "component"], how="left").with_columns(
         *[pl.col(c).fill_null(0) for c in ("ns", "n", "bytes", "flops", "known_ns", "est_ns")],
         pl.col("any_known").fill_null(False))
-    typed = k.filter(pl.col("dtype").is_not_null())
-    dtype_ns = typed.group_by("component", "dtype").agg(pl.col("dur_ns").sum())
+    typed = k.select("component", "dtype", "dur_ns").filter(pl.col("dtype").is_not_null())
+    dtype_ns = grouped(typed, ["component", "dtype"], pl.col("dur_ns").sum())
     dtype = (dtype_ns.sort("dur_ns", descending=True).unique("component", keep="first")
              .select("component", "dtype"))   # each component's dtype of most time
     comp = grid.group_by("component").agg(

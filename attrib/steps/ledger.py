@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
+from attrib.frames import grouped
 from attrib.steps.idle import idle_rows
 from attrib.steps.spans import complement, covered, merge
 
@@ -322,14 +323,14 @@ def phase_ledger(led: Ledger, steps: pl.DataFrame, phase: str) -> pl.DataFrame:
         return pl.DataFrame(schema=schema)
     mean_ms = float((counted["window_end"] - counted["window_start"]).sum()) / n / 1e6
     mine = counted.select("step")
-    rows = led.steps.join(mine, on="step", how="semi").group_by("cause", "what").agg(
-        (pl.col("ns").sum() / n / 1e6).alias("ms_per_step"),
-        (pl.col("n").sum() / n).alias("n_per_step"))
-    med = (
-        led.intervals.join(mine, on="step", how="semi")
-        .group_by("cause", "what")
-        .agg(((pl.col("end_ns") - pl.col("start_ns")).median() / 1e3).alias("median_us"))
-    )
+    rows = grouped(led.steps.join(mine, on="step", how="semi"), ["cause", "what"],
+                   (pl.col("ns").sum() / n / 1e6).alias("ms_per_step"),
+                   (pl.col("n").sum() / n).alias("n_per_step"))
+    # the intervals of the phase's steps, selected inside the groups (not copied out first)
+    counted_gap = (pl.col("end_ns") - pl.col("start_ns")).filter(
+        pl.col("step").is_in(mine["step"].implode()))
+    med = grouped(led.intervals, ["cause", "what"],
+                  (counted_gap.median() / 1e3).alias("median_us"))
     out = rows.join(med, on=["cause", "what"], how="left").with_columns(
         (pl.col("ms_per_step") / mean_ms if mean_ms else pl.lit(None, pl.Float64)).alias("share"))
     return _ranked(out.select(list(schema)).cast(schema))
