@@ -58,12 +58,15 @@ def _ms(sub: pl.DataFrame) -> float:
     return float(ns(sub) / 1e6 / max(sub["step"].n_unique(), 1))
 
 
-def _dtype_counts(a: Attribution) -> pl.DataFrame:
-    """Per op (op_id): how many distinct float/int dtypes its inputs have."""
+def _dtype_counts(a: Attribution, op_ids: pl.Series) -> pl.DataFrame:
+    """Per aten::copy_ op of `op_ids` (op_id): how many distinct float/int dtypes its inputs
+    have (only a copy_'s dtypes are read: the other ops' text is never parsed)."""
     quoted = pl.col("input_types").str.extract_all(r'"([^"]+)"')
     numeric = pl.element().str.contains(r"(?i)float|half|bfloat|int")
     dtypes = quoted.list.eval(pl.element().filter(numeric)).list.n_unique()
-    return a.trace.ops.select(pl.col("id").alias("op_id"), dtypes.alias("_dtypes"))
+    copies = a.trace.ops.filter((pl.col("name") == "aten::copy_")
+                                & pl.col("id").is_in(op_ids.drop_nulls().implode()))
+    return copies.select(pl.col("id").alias("op_id"), dtypes.alias("_dtypes"))
 
 
 def _feeding_runs(g: list[bool], c: list[bool], q: list[bool]) -> list[bool]:
@@ -103,7 +106,7 @@ def _fp8(a: Attribution) -> tuple[pl.DataFrame, pl.DataFrame]:
     # a same-dtype copy_ is a layout copy (not)
     converts = (pl.col("op") != "aten::copy_") | (pl.col("_dtypes").fill_null(2) > 1)
     qop = op.str.contains(QUANT_OPS) & converts
-    k = k.join(_dtype_counts(a), on="op_id", how="left").with_columns(
+    k = k.join(_dtype_counts(a, k["op_id"]), on="op_id", how="left").with_columns(
         gemm.alias("_gemm"), cast.alias("_cast"), named_quant.alias("_named"),
         qop.alias("_qop"))
     g, c, q = k["_gemm"].to_list(), k["_cast"].to_list(), k["_qop"].to_list()
