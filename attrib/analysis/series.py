@@ -12,6 +12,7 @@ import numpy as np
 import polars as pl
 
 from attrib.analysis.model import StepSeries
+from attrib.frames import grouped
 from attrib.steps.spans import merge
 
 BUSY_GAP_MS = 0.02  # kernel gaps shorter than this join in the timeline's busy spans (20 us)
@@ -28,7 +29,7 @@ def _busy(k: pl.DataFrame, steps: list[int],
           t0_ns: int) -> tuple[tuple[tuple[float, float], ...], ...]:
     """Per step (in `steps` order), the union of its kernels' [start, end) in ms from t0_ns, gaps
     under BUSY_GAP_MS closed."""
-    k = k.filter(pl.col("step").is_not_null()).select("step", "start_ns", "dur_ns")
+    k = k.select("step", "start_ns", "dur_ns").filter(pl.col("step").is_not_null())
     by = {int(g["step"][0]): g for g in k.partition_by("step")} if k.height else {}
     out: list[tuple[tuple[float, float], ...]] = []
     for st in steps:
@@ -49,8 +50,9 @@ def step_series(steps: pl.DataFrame, k: pl.DataFrame, context: pl.DataFrame, t0_
                 components: list[str]) -> StepSeries:
     """steps (one phase), its kernels, step -> context; t0_ns: the trace's first step start."""
     s = steps.sort("window_start").join(context, on="step", how="left")
-    per = (k.filter(pl.col("step").is_not_null() & pl.col("component").is_in(components))
-           .group_by("step", "component").agg((pl.col("dur_ns").sum() / 1e6).round(4)))
+    timed = k.select("step", "component", "dur_ns").filter(
+        pl.col("step").is_not_null() & pl.col("component").is_in(components))
+    per = grouped(timed, ["step", "component"], (pl.col("dur_ns").sum() / 1e6).round(4))
     ms = dict(zip(zip(per["step"].to_list(), per["component"].to_list()), per["dur_ns"].to_list()))
     order = s["step"].to_list()
     # one query, not one a component

@@ -310,6 +310,24 @@ def _counted(steps: pl.DataFrame, phase: str) -> pl.DataFrame:
                         & pl.col("window_start").is_not_null())
 
 
+def _median_gaps(intervals: pl.DataFrame, mine: pl.DataFrame,
+                 pairs: pl.DataFrame) -> pl.DataFrame:
+    """cause, what, median_us: the median interval of each (cause, what) of `pairs` over the
+    steps `mine`, each a filter of the intervals in one query (a group-by of them all copies
+    every row; a pair with a null key never joins)."""
+    pairs = pairs.drop_nulls()
+    counted = pl.col("step").is_in(mine["step"].implode())
+
+    def median_us(cause: str, what: str) -> pl.Expr:
+        rows = counted & (pl.col("cause") == cause) & (pl.col("what") == what)
+        gap = pl.col("end_ns").filter(rows) - pl.col("start_ns").filter(rows)
+        return gap.median() / 1e3
+
+    medians = [median_us(c, w).alias(str(i)) for i, (c, w) in enumerate(pairs.iter_rows())]
+    values = intervals.select(medians).row(0) if medians else ()
+    return pairs.with_columns(pl.Series("median_us", values, dtype=pl.Float64))
+
+
 def phase_ledger(led: Ledger, steps: pl.DataFrame, phase: str) -> pl.DataFrame:
     """The mean step of `phase` (its counted steps: not excluded): cause, what, ms_per_step, share
     of the mean step, n_per_step (intervals or kernels), median_us (of the idle intervals behind
@@ -326,11 +344,7 @@ def phase_ledger(led: Ledger, steps: pl.DataFrame, phase: str) -> pl.DataFrame:
     rows = grouped(led.steps.join(mine, on="step", how="semi"), ["cause", "what"],
                    (pl.col("ns").sum() / n / 1e6).alias("ms_per_step"),
                    (pl.col("n").sum() / n).alias("n_per_step"))
-    # the intervals of the phase's steps, selected inside the groups (not copied out first)
-    counted_gap = (pl.col("end_ns") - pl.col("start_ns")).filter(
-        pl.col("step").is_in(mine["step"].implode()))
-    med = grouped(led.intervals, ["cause", "what"],
-                  (counted_gap.median() / 1e3).alias("median_us"))
+    med = _median_gaps(led.intervals, mine, rows.select("cause", "what"))
     out = rows.join(med, on=["cause", "what"], how="left").with_columns(
         (pl.col("ms_per_step") / mean_ms if mean_ms else pl.lit(None, pl.Float64)).alias("share"))
     return _ranked(out.select(list(schema)).cast(schema))
