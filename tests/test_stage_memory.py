@@ -76,9 +76,9 @@ def test_holders_the_same_from_the_candidates_only(trace):
 
 
 def test_grouped_by_codes_equals_group_by(trace) -> None:
-    """attrib.frames.grouped (text keys grouped by category codes) gives group_by's groups and
+    """attrib.trace.grouped (text keys grouped by category codes) gives group_by's groups and
     sums, text keys back as text, null keys kept, on a real capture's kernels."""
-    from attrib.frames import grouped
+    from attrib.trace import grouped
 
     k = trace.kernels.with_columns(
         pl.when(pl.col("stream") == pl.col("stream").min()).then(None)

@@ -23,7 +23,6 @@ from attrib.analysis.series import step_series
 from attrib.analysis.speculative import speculative
 from attrib.cost.budget import Budget
 from attrib.cost.component_bytes import component_table
-from attrib.frames import grouped
 from attrib.options import TOP_KERNELS
 from attrib.pipeline import Attribution
 from attrib.roofline.arch import Arch, detect
@@ -33,7 +32,7 @@ from attrib.roofline.template import unknown_device_note
 from attrib.steps.context import step_context
 from attrib.steps.ledger import Ledger, phase_ledger
 from attrib.steps.phases import PHASE_ORDER
-from attrib.trace import Trace
+from attrib.trace import Trace, grouped
 
 
 

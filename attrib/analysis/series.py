@@ -12,7 +12,7 @@ import numpy as np
 import polars as pl
 
 from attrib.analysis.model import StepSeries
-from attrib.frames import grouped
+from attrib.trace import grouped
 from attrib.steps.spans import merge
 
 BUSY_GAP_MS = 0.02  # kernel gaps shorter than this join in the timeline's busy spans (20 us)

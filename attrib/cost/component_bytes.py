@@ -10,7 +10,7 @@ from __future__ import annotations
 import polars as pl
 
 from attrib.cost.budget import Budget
-from attrib.frames import grouped
+from attrib.trace import grouped
 
 
 # cost models whose figures are estimates (iteration-space bounds, a model config, link bytes),

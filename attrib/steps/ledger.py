@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from attrib.frames import grouped
+from attrib.trace import grouped
 from attrib.steps.idle import idle_rows
 from attrib.steps.spans import complement, covered, merge
 
