@@ -16,7 +16,7 @@ from attrib.components.patterns import (
 )
 from attrib.analysis.model import Analysis
 from attrib.pipeline import Attribution
-from rules.finding import Finding, first_names, kernels_in, ns, num, r
+from rules.finding import Finding, first_names, kernels_in, ns, num, r, steps_in
 from rules.thresholds import Thresholds
 
 FP8_OP = r"_scaled_mm|fp8|float8|w8a8"
@@ -46,7 +46,7 @@ P15_REFS = (
     "https://github.com/vllm-project/vllm/pull/40977",
 )
 # the marker columns _fp8 adds and drops again
-_MARKS = ("_gemm", "_cast", "_named", "_qop", "_run", "_dtypes")
+_MARKS = ("_gemm", "_cast", "_named", "_qop", "_run", "_dtypes", "_fp8_name", "_bare_cast")
 
 
 def _share(k: pl.DataFrame, sub: pl.DataFrame) -> float:
@@ -86,29 +86,39 @@ def _feeding_runs(g: list[bool], c: list[bool], q: list[bool]) -> list[bool]:
     return mark
 
 
+def _name_marks(names: pl.Series) -> pl.DataFrame:
+    """Per distinct kernel name, the FP8 marks its name alone gives (patterns run once a
+    name, not once a kernel)."""
+    # vLLM's kAuto KV template is not FP8
+    name = pl.col("name").str.replace_all(r"Fp8KVCacheDataType\)0", "")
+    cast = name.str.contains(FP8_NAME)
+    fused = name.str.contains(r"(?i)fp8\w*quant")
+    return names.unique().to_frame().with_columns(
+        cast.alias("_cast"),
+        (name.str.contains(QUANTIZE_KERNEL) & cast | fused).alias("_named"),
+        name.str.contains(FP8_KERNEL).alias("_fp8_name"),
+        (cast & ~name.str.contains(GEMM_LIKE)).alias("_bare_cast"))
+
+
 def _fp8(a: Attribution) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(FP8 GEMM kernels, activation-quantize kernels) inside steps.
-    Quantize kernels: named so (vLLM's fused quant kernels), or the run of
+    """(FP8 GEMM kernels, activation-quantize kernels) inside steps: name, op, start_ns,
+    dur_ns, step. Quantize kernels: named so (vLLM's fused quant kernels), or the run of
     torch ops (abs, amax, div, clamp, casts) just before an FP8 GEMM that
     ends in a float8 cast (torch-native per-token quantization, e.g.
     vLLM's RowWiseTorchFP8ScaledMMLinearKernel)."""
-    k = kernels_in(a).sort("start_ns")
-    # vLLM's kAuto KV template is not FP8
-    name = pl.col("name").str.replace_all(r"Fp8KVCacheDataType\)0", "")
+    steps = steps_in(a)["step"].implode()
+    k = (a.kernels.select("name", "op", "op_id", "start_ns", "dur_ns", "step")
+         .filter(pl.col("step").is_in(steps)).sort("start_ns"))
     op = pl.col("op").fill_null("")
-    cast = name.str.contains(FP8_NAME)
-    fused = name.str.contains(r"(?i)fp8\w*quant")
-    named_quant = name.str.contains(QUANTIZE_KERNEL) & cast | fused
-    fp8_gemm = name.str.contains(FP8_KERNEL) | op.str.contains(FP8_OP)
-    bare_cast = cast & ~name.str.contains(GEMM_LIKE)
-    gemm = fp8_gemm & ~bare_cast
+    fp8_gemm = pl.col("_fp8_name") | op.str.contains(FP8_OP)
+    gemm = fp8_gemm & ~pl.col("_bare_cast")
     # a copy_ between two dtypes is a cast (part of quantizing);
     # a same-dtype copy_ is a layout copy (not)
     converts = (pl.col("op") != "aten::copy_") | (pl.col("_dtypes").fill_null(2) > 1)
     qop = op.str.contains(QUANT_OPS) & converts
-    k = k.join(_dtype_counts(a, k["op_id"]), on="op_id", how="left").with_columns(
-        gemm.alias("_gemm"), cast.alias("_cast"), named_quant.alias("_named"),
-        qop.alias("_qop"))
+    k = (k.join(_name_marks(k["name"]), on="name", how="left", maintain_order="left")
+         .join(_dtype_counts(a, k["op_id"]), on="op_id", how="left", maintain_order="left")
+         .with_columns(gemm.alias("_gemm"), qop.alias("_qop")))
     g, c, q = k["_gemm"].to_list(), k["_cast"].to_list(), k["_qop"].to_list()
     mark = _feeding_runs(g, c, q)
     # typed: an empty trace has no rows
