@@ -26,7 +26,7 @@ from attrib.analysis.finding import Finding
 from attrib.analysis.speculative import plain_step_ms
 from attrib.analysis.model import Analysis
 from attrib.options import TOP_KERNELS, Options
-from attrib.pipeline import Attribution, attribute, attribute_chunks
+from attrib.pipeline import Attribution, NotOneRun, attribute, attribute_chunks
 from attrib.steps.chunks import Chunk, plan
 from attrib.steps.phases import annotated_spans
 from attrib.roofline.arch import Arch, detect, load_archs, override
@@ -254,7 +254,7 @@ def bounded(path: str | Path, opts: Options = Options(),
                 return spill.window(c.host, c.gpu)
             a = attribute_chunks(chunks, window, marks, dict(opts.phase_map), opts.budget,
                                  gather=True)
-    except (Fallback, Unbounded, TraceError, ValueError):  # read whole: that reader says why
+    except (Fallback, Unbounded, TraceError, NotOneRun):  # read whole: that reader says why
         return None
     analyzable(a.trace, path)
     return a

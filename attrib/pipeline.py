@@ -86,10 +86,7 @@ def attribute(trace: Trace, phase_map: dict[str, str] | None = None, capture: Tr
 
 def _interned(s: pl.Series) -> pl.Series:
     """The column as views of its distinct values, each value's text held once."""
-    distinct = s.unique()
-    codes = s.to_frame().join(distinct.to_frame().with_row_index("_code"), on=s.name,
-                              how="left", maintain_order="left")["_code"]
-    return distinct.gather(codes).alias(s.name)
+    return _as_views([s])
 
 
 def compact(df: pl.DataFrame) -> pl.DataFrame:
@@ -132,9 +129,13 @@ def _renumbered(df: pl.DataFrame, shift: int) -> pl.DataFrame:
     return df.with_columns(pl.col("step") + shift)
 
 
+class NotOneRun(Exception):
+    """A chunk's own steps are not one run of its step ids: its parts cannot be merged."""
+
+
 def _merged(trace: Trace, parts: list[Attribution]) -> Attribution:
     """One attribution from the chunks' own parts, steps numbered across the whole trace; the
-    list is emptied, each part freed as it is taken in. ValueError where a part's steps are
+    list is emptied, each part freed as it is taken in. NotOneRun where a part's steps are
     not one run of ids (the caller attributes the trace whole)."""
     kernels, steps, led, notes = [], [], [], []
     first = 0
@@ -145,7 +146,7 @@ def _merged(trace: Trace, parts: list[Attribution]) -> Attribution:
         local = p.steps["step"].to_list()
         low = local[0] if local else 0
         if local != list(range(low, low + len(local))):
-            raise ValueError("a chunk's own steps are not one run of its step ids")
+            raise NotOneRun("a chunk's own steps are not one run of its step ids")
         shift = first - low
         first += p.steps.height
         steps.append(_renumbered(p.steps, shift))
@@ -227,20 +228,21 @@ def _joined(parts: list[pl.Series]) -> pl.Series:
     return pl.concat([s.to_frame() for s in parts], how="vertical_relaxed").to_series()
 
 
-def _text(parts: list[pl.Series], at: pl.Series) -> pl.Series:
-    """Text rows `at` of the parts end to end, as views of their distinct values (a gather of
-    the text itself would copy each row's bytes)."""
+def _as_views(parts: list[pl.Series], at: pl.Series | None = None) -> pl.Series:
+    """Text rows `at` (all by default) of the parts end to end, as views of their distinct
+    values, each value's text held once (a gather of the text itself would copy each row's
+    bytes)."""
     distinct = _joined([s.unique() for s in parts]).unique()
     table = distinct.to_frame().with_row_index("_code")
     codes = pl.concat([s.to_frame().join(table, on=s.name, how="left",
                                          maintain_order="left")["_code"] for s in parts])
-    return distinct.gather(codes.gather(at))
+    return distinct.gather(codes if at is None else codes.gather(at))
 
 
 def _gathered_column(frames: list[pl.DataFrame], name: str, at: pl.Series) -> pl.Series:
     parts = _column(frames, name)
     if any(s.dtype == pl.String for s in parts):
-        return _text([s.cast(pl.String) for s in parts], at)
+        return _as_views([s.cast(pl.String) for s in parts], at)
     return _joined(parts).gather(at)
 
 
