@@ -97,7 +97,8 @@ class Spill:
     meta: Meta | None = None
     parts: dict[str, list[Part]] = field(default_factory=lambda: {t: [] for t in TABLES})
     ids: dict[str, np.ndarray] = field(default_factory=dict)
-    calls: pl.Series | None = None  # every runtime call's correlation id
+    # per GPU table, the places of its rows that no runtime call launched (few: found once)
+    unlinked: dict[str, pl.Series] = field(default_factory=dict)
 
     @classmethod
     def read(cls, path: str | Path, folder: str | Path | None = None,
@@ -117,7 +118,8 @@ class Spill:
             every = warnings + got.notes.warnings()
             spill.meta = replace(spill.meta, warnings=tuple(map(TraceWarning, every)))
             spill.ids = {t: spill._ids(t) for t in TABLES}
-            spill.calls = spill._column("launches", "correlation").drop_nulls().unique()
+            calls = spill._column("launches", "correlation").drop_nulls().unique()
+            spill.unlinked = {t: spill._unlinked(t, calls) for t in _GPU}
         except BaseException:
             spill.close()
             raise
@@ -145,6 +147,14 @@ class Spill:
         ids[np.argsort(start, kind="stable")] = np.arange(len(start), dtype=kind)
         return ids
 
+    def _unlinked(self, table: str, calls: pl.Series) -> pl.Series:
+        """The places of the table's rows whose correlation id is no runtime call's."""
+        got = [pl.read_ipc(p.path, columns=[_ORD, "correlation"]) for p in self.parts[table]]
+        if not got:
+            return pl.Series(_ORD, [], dtype=pl.Int64)
+        linked = pl.col("correlation").is_in(calls.implode()).fill_null(False)
+        return pl.concat(got).filter(~linked)[_ORD]
+
     def _rows(self, table: str, keep: pl.Expr, parts: list[Part]) -> list[pl.DataFrame]:
         """The rows that `keep` keeps of the table's files `parts`; where none, no rows with
         the table's columns (as the whole table filtered would be), if it has any."""
@@ -163,7 +173,6 @@ class Spill:
         return self._rows(table, keep, parts)
 
     def _gpu(self, table: str, corr: pl.Series, gpu: tuple[int, int]) -> list[pl.DataFrame]:
-        assert self.calls is not None
         lo, hi = gpu
         span = _range(corr)
         def maybe(p: Part) -> bool:
@@ -172,9 +181,9 @@ class Spill:
                 return by_time
             return by_time or (p.c0 <= span[1] and p.c1 >= span[0])
         key = "correlation"
-        linked = pl.col(key).is_in(self.calls.implode()).fill_null(False)
+        unlinked = pl.col(_ORD).is_in(self.unlinked[table].implode())
         ours = pl.col(key).is_in(corr.implode()).fill_null(False)
-        keep = ours | (~linked & (pl.col(_S) >= lo) & (pl.col(_S) < hi))
+        keep = ours | (unlinked & (pl.col(_S) >= lo) & (pl.col(_S) < hi))
         return self._rows(table, keep, [p for p in self.parts[table] if maybe(p)])
 
     def _renumber(self, table: str, df: pl.DataFrame) -> pl.DataFrame:
