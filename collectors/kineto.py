@@ -263,12 +263,12 @@ def read(path: str | Path, parallel: bool | None = None, block: int = kineto_str
     if got is None:
         got = _whole(path, parallel)
     doc, n_events, parts, notes, warnings = got.doc, got.events, got.parts, got.notes, got.warnings
-    meta = _meta(path, doc, n_events, warnings)
+    meta = document_meta(path, doc, n_events, warnings)
     tables = built(path, parts, notes, warnings)
     return Trace.build(replace(meta, warnings=tuple(warnings)), **tables)
 
 
-def _meta(path: Path, doc: Doc, n_events: int, warnings: list[str]) -> Meta:
+def document_meta(path: Path, doc: Doc, n_events: int, warnings: list[str]) -> Meta:
     """The trace's Meta from its top-level keys and capture stamp (its warnings: `warnings`, to
     which a bad stamp adds one)."""
     provenance = dict(read_sidecar(path))

@@ -22,7 +22,7 @@ import polars as pl
 
 from attrib.trace import Meta, Trace, TraceWarning
 from collectors import kineto_stream
-from collectors.kineto import _meta, built
+from collectors.kineto import built, document_meta
 from collectors.kineto_events import Notes
 from collectors.kineto_tables import TABLES
 
@@ -114,7 +114,7 @@ class Spill:
             for s in sinks.values():
                 s.flush()
             warnings = list(got.warnings)
-            spill.meta = _meta(path, got.doc, got.events, warnings)
+            spill.meta = document_meta(path, got.doc, got.events, warnings)
             every = warnings + got.notes.warnings()
             spill.meta = replace(spill.meta, warnings=tuple(map(TraceWarning, every)))
             spill.ids = {t: spill._ids(t) for t in TABLES}
