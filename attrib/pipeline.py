@@ -130,7 +130,8 @@ def _renumbered(df: pl.DataFrame, shift: int) -> pl.DataFrame:
 
 
 class NotOneRun(Exception):
-    """A chunk's own steps are not one run of its step ids: its parts cannot be merged."""
+    """A chunk's own steps are not one run of its step ids, or its kept kernels are not its
+    own: its parts cannot be merged."""
 
 
 def _merged(trace: Trace, parts: list[Attribution]) -> Attribution:
@@ -171,10 +172,16 @@ _NAMED_OPS = "|".join([CAST_OPS, *(f"^{re.escape(o)}$" for o in _EXACT), COMPILE
 _NAMED_CALLS = f"{BLOCKING_COPY}|{SYNC}"
 _NAMED_FRAMES = "|".join([FALLBACK_FRAME, COMPILE_SPANS])
 # columns only the attribution's stages read (launch geometry, the cost model's strides and
-# scalar arguments): the analysis and the rules never do
-_ATTRIBUTION_ONLY = {"kernels": ("grid", "block", "registers", "lds_bytes"),
-                     "launches": ("grid", "block", "kernel_name"),
-                     "ops": ("concrete_inputs", "input_strides")}
+# scalar arguments, the ids that link events, the devices, streams and threads of GPU work and
+# ops): no stage after it does (the analysis, the rules, export), so the kept tables hold them
+# null (a null literal holds no rows)
+_UNREAD = {"kernels": ("grid", "block", "registers", "lds_bytes", "device", "stream",
+                       "correlation", "external_id", "launch_id", "pid", "tid"),
+           "launches": ("grid", "block", "kernel_name", "external_id"),
+           "ops": ("concrete_inputs", "input_strides", "pid", "tid", "external_id")}
+# the trace's kernel columns the attributed kernels hold too: the kept table takes them from
+# those (one copy of each, not two)
+_SHARED = ("name", "start_ns", "dur_ns")
 
 
 def _named(df: pl.DataFrame, pattern: str) -> pl.Expr:
@@ -207,7 +214,19 @@ def kept(part: Trace, own: Attribution, chunk: Chunk) -> dict[str, pl.DataFrame]
             calls.filter(_named(calls, _NAMED_CALLS))]),
         "frames": part.frames.filter(mine & _named(part.frames, _NAMED_FRAMES)),
     }
-    return {t: compact(df.drop(_ATTRIBUTION_ONLY.get(t, ()))) for t, df in tables.items()}
+    return {t: compact(_nulled(df, _held_null(t))) for t, df in tables.items()}
+
+
+def _held_null(table: str) -> tuple[str, ...]:
+    """The columns of a kept table that are null until the merge: those no later stage reads,
+    and for kernels those taken from the attributed kernels."""
+    return (*_UNREAD.get(table, ()), *(_SHARED if table == "kernels" else ()))
+
+
+def _nulled(df: pl.DataFrame, columns: tuple[str, ...]) -> pl.DataFrame:
+    """`df` with those of `columns` it has null, in their dtypes (literals: no rows held)."""
+    return df.with_columns(pl.lit(None, df.schema[c]).alias(c) for c in columns
+                           if c in df.columns)
 
 
 def _first_in_id_order(frames: list[pl.DataFrame]) -> pl.Series:
@@ -267,14 +286,27 @@ def _in_order(table: str, columns: list[str]) -> list[str]:
 
 def _gathered(marks: Trace, kept_parts: list[dict[str, pl.DataFrame]]) -> Trace:
     """One trace of the chunks' kept tables (each row once, in id order) and the annotations;
-    each table's parts are freed as it is made. The columns only the attribution reads are
-    null (a null literal holds no rows)."""
+    each table's parts are freed as it is made. The columns held null stay null literals (the
+    kernels' shared ones are filled by `_with_shared`)."""
     tables = {}
     for t in list(kept_parts[0]):
-        df = _in_id_order([p.pop(t) for p in kept_parts])
-        nulls = [pl.lit(None, SCHEMAS[t][c]).alias(c) for c in _ATTRIBUTION_ONLY.get(t, ())]
-        tables[t] = df.with_columns(nulls).select(_in_order(t, df.columns)) if nulls else df
+        parts = [p.pop(t) for p in kept_parts]
+        schema = parts[0].schema
+        null = [c for c in _held_null(t) if c in schema]
+        df = _in_id_order([f.drop(null) for f in parts])
+        nulls = [pl.lit(None, schema[c]).alias(c) for c in null]
+        tables[t] = df.with_columns(nulls).select(_in_order(t, list(schema)))
     return marks.with_tables(**tables)
+
+
+def _with_shared(a: Attribution) -> Attribution:
+    """`a` with its trace's kernels' `_SHARED` columns those of its attributed kernels (the same
+    rows, in the same id order: their buffers shared)."""
+    t, k = a.trace.kernels, a.kernels
+    if not t["id"].equals(k["id"]):
+        raise NotOneRun("the kept kernels are not the attributed kernels")
+    kernels = t.with_columns(k[c] for c in _SHARED)
+    return replace(a, trace=a.trace.with_tables(kernels=kernels))
 
 
 def attribute_chunks(chunks: list[Chunk], load: Load, trace: Trace,
@@ -304,7 +336,8 @@ def attribute_chunks(chunks: list[Chunk], load: Load, trace: Trace,
     for i, c in enumerate(chunks):
         if not local[i].holds(whole):
             parts[i] = _owned(attribute(load(c), phase_map, budget=budget, whole=whole), c)
-    return _merged(trace, parts)
+    merged = _merged(trace, parts)
+    return _with_shared(merged) if gather else merged
 
 
 def attribute_in_chunks(trace: Trace, steps: int, halo: int = 1,

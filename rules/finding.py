@@ -70,9 +70,12 @@ def steps_in(a: Attribution, phase: str | None = None) -> pl.DataFrame:
     return st if phase is None else st.filter(pl.col("phase") == phase)
 
 
-def kernels_in(a: Attribution, phase: str | None = None) -> pl.DataFrame:
-    """The kernels of those steps (of `phase`, else of every phase)."""
-    return a.kernels.filter(pl.col("step").is_in(steps_in(a, phase)["step"].implode()))
+def kernels_in(a: Attribution, phase: str | None = None,
+               columns: tuple[str, ...] | None = None) -> pl.DataFrame:
+    """The kernels of those steps (of `phase`, else of every phase); only `columns` (and step)
+    where given: the filter copies no other."""
+    k = a.kernels if columns is None else a.kernels.select("step", *columns)
+    return k.filter(pl.col("step").is_in(steps_in(a, phase)["step"].implode()))
 
 
 def is_rdna(arch_name: str | None) -> bool:
