@@ -17,7 +17,7 @@ from attrib.components.patterns import (
 )
 from attrib.analysis.model import Analysis
 from attrib.pipeline import Attribution
-from rules.finding import Finding, is_rdna, kernels_in, ns, num, r
+from rules.finding import Finding, is_rdna, kernel_ns, kernels_in, ns, num, r
 from rules.thresholds import Thresholds
 
 # eager attention in HF: q@k^T (bmm), softmax, attn@v (bmm);
@@ -176,10 +176,12 @@ def navi_paged_attention_traps(a: Attribution, an: Analysis, th: Thresholds) -> 
 
 
 def _op_names(a: Attribution, phase: str) -> pl.DataFrame:
-    """The phase's kernels with the name of their launching op and of that op's parent."""
+    """The phase's kernels (name, dur_ns, component, op_id, step) with the name of their
+    launching op and of that op's parent."""
     ops = a.trace.ops.select(pl.col("id").alias("op_id"), pl.col("name").alias("op_name"), "parent")
     parents = a.trace.ops.select(pl.col("id").alias("parent"), pl.col("name").alias("parent_name"))
-    return (kernels_in(a, phase).join(ops, on="op_id", how="left")
+    k = kernels_in(a, phase, columns=("name", "dur_ns", "component", "op_id"))
+    return (k.join(ops, on="op_id", how="left")
             .join(parents, on="parent", how="left"))
 
 
@@ -191,9 +193,9 @@ def unfused_attention(a: Attribution, an: Analysis, th: Thresholds) -> list[Find
         return []
     out = []
     for ph in an.phases:
-        plain = kernels_in(a, ph.phase)
-        fused = plain.filter(pl.col("name").str.contains(FUSED_ATTENTION))
-        if not plain.height or fused.height:
+        total = kernel_ns(a, ph.phase)
+        fused = kernels_in(a, ph.phase, pl.col("name").str.contains(FUSED_ATTENTION))
+        if not total or fused.height:
             continue  # (checked before the joins with the ops table)
         k = _op_names(a, ph.phase)
         attn = pl.col("component") == "attention"
@@ -203,8 +205,7 @@ def unfused_attention(a: Attribution, an: Analysis, th: Thresholds) -> list[Find
         softmax = op.str.contains(SOFTMAX_OP) | parent.str.contains(SOFTMAX_OP)
         unf = k.filter(math | (attn & (softmax | op.str.contains(BMM_OP))))
         soft = unf.filter(softmax)
-        total = ns(k)
-        if not soft.height or not total:
+        if not soft.height:
             continue
         share = ns(unf) / total
         if share <= th.unfused_attention_share:

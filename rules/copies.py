@@ -40,7 +40,7 @@ def host_copies_in_decode(a: Attribution, an: Analysis, th: Thresholds) -> list[
         c = _in_windows(a, phase)
         host = c.filter(pl.coalesce("direction", "name").str.contains(HOST))
         # copy kernels (rocclr blits) have no direction: reported, not counted as host traffic
-        blits = kernels_in(a, phase).filter(pl.col("component") == "memcpy")
+        blits = kernels_in(a, phase, pl.col("component") == "memcpy")
         steps = max(ph.steps, 1)
         host_ms = ns(host) / 1e6 / steps
         share = host_ms / ph.step_ms.median

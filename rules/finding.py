@@ -70,12 +70,22 @@ def steps_in(a: Attribution, phase: str | None = None) -> pl.DataFrame:
     return st if phase is None else st.filter(pl.col("phase") == phase)
 
 
-def kernels_in(a: Attribution, phase: str | None = None,
+def _in_steps(a: Attribution, phase: str | None) -> pl.Expr:
+    return pl.col("step").is_in(steps_in(a, phase)["step"].implode())
+
+
+def kernels_in(a: Attribution, phase: str | None = None, where: pl.Expr | None = None,
                columns: tuple[str, ...] | None = None) -> pl.DataFrame:
-    """The kernels of those steps (of `phase`, else of every phase); only `columns` (and step)
-    where given: the filter copies no other."""
+    """The kernels of those steps (of `phase`, else of every phase), those `where` holds for if
+    given; only `columns` (and step) where given. The filter copies no other row or column."""
     k = a.kernels if columns is None else a.kernels.select("step", *columns)
-    return k.filter(pl.col("step").is_in(steps_in(a, phase)["step"].implode()))
+    keep = _in_steps(a, phase)
+    return k.filter(keep if where is None else keep & where)
+
+
+def kernel_ns(a: Attribution, phase: str | None = None) -> float:
+    """The summed `dur_ns` of kernels_in(a, phase), without copying them."""
+    return num(a.kernels.select(pl.col("dur_ns").filter(_in_steps(a, phase)).sum()).item())
 
 
 def is_rdna(arch_name: str | None) -> bool:

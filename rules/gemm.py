@@ -19,7 +19,7 @@ from attrib.analysis.model import Analysis, Component
 from attrib.components.taxonomy import GEMM_COMPONENTS
 from attrib.pipeline import Attribution
 from attrib.roofline.model import achieved_gbs
-from rules.finding import DECODE_LIKE, Finding, kernels_in, ns, num, r
+from rules.finding import DECODE_LIKE, Finding, kernel_ns, kernels_in, ns, num, r
 from rules.thresholds import Thresholds
 
 P01_REFS = (
@@ -55,11 +55,10 @@ def big_tile_decode_gemm(a: Attribution, an: Analysis, th: Thresholds) -> list[F
     tokens = ph.tokens_per_step if ph else None
     if ph is None or not tokens or tokens > th.max_decode_tokens:
         return []
-    k = kernels_in(a, "decode")
-    total = ns(k)
+    total = kernel_ns(a, "decode")
     smaller = pl.min_horizontal("mt_m", "mt_n")
     tiles = (
-        k.filter(pl.col("component").is_in(GEMM_COMPONENTS))
+        kernels_in(a, "decode", pl.col("component").is_in(GEMM_COMPONENTS))
         .with_columns(
             pl.col("name").str.extract_groups(TENSILE_TILE).alias("mt"),
             pl.col("name").str.extract_groups(NVJET_TILE).alias("nv"),
@@ -126,9 +125,8 @@ def skinny_gemm_gfx1151(a: Attribution, an: Analysis, th: Thresholds) -> list[Fi
     slow or dominating decode."""
     out = []
     for phase in DECODE_LIKE:
-        k = kernels_in(a, phase)
-        sk = k.filter(pl.col("name").str.contains(SKINNY_GEMM))
-        total = ns(k)
+        sk = kernels_in(a, phase, pl.col("name").str.contains(SKINNY_GEMM))
+        total = kernel_ns(a, phase)
         if not sk.height or not total:
             continue
         share = ns(sk) / total

@@ -79,7 +79,7 @@ def idle_causes(a: Attribution, phase: str) -> pl.DataFrame:
     """Per step of `phase`: step_ms, idle_ms (no kernel running), GPU copy
     ms, and the ms of each cause in CAUSES."""
     st = steps_in(a, phase).drop_nulls(["window_start", "window_end"]).sort("step")
-    k = kernels_in(a, phase, ())  # only counted per step
+    k = kernels_in(a, phase, columns=())  # only counted per step
     calls = a.trace.launches
     cols = ("start_ns", "dur_ns")
     kern = merge(*spans(a.trace.kernels.select(cols).drop_nulls()))

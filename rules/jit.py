@@ -169,10 +169,11 @@ def tunableop_in_window(a: Attribution, an: Analysis, th: Thresholds) -> list[Fi
     sweep = pl.DataFrame()
     if a.trace.ops.height:
         tensile = pl.col("name").str.contains(TENSILE) & pl.col("op_id").is_not_null()
-        dims = a.trace.ops.select(pl.col("id").alias("op_id"), "input_dims")
+        k = a.kernels.filter(tensile)
+        ops = a.trace.ops.filter(pl.col("id").is_in(k["op_id"].implode()))
+        dims = ops.select(pl.col("id").alias("op_id"), "input_dims")
         sweep = (
-            a.kernels.filter(tensile)
-            .join(dims, on="op_id", how="left")
+            k.join(dims, on="op_id", how="left")
             .group_by("op", "input_dims")
             .agg(
                 pl.col("name").n_unique().alias("variants"),

@@ -37,7 +37,7 @@ def kv_cache_recopy(a: Attribution, an: Analysis, th: Thresholds) -> list[Findin
             continue
         kv_write = pl.col("component") == "kv_cache_write"
         cat = pl.col("op").fill_null("").str.contains(CAT)
-        k = kernels_in(a, phase).filter(kv_write & cat)
+        k = kernels_in(a, phase, kv_write & cat)
         if not k.height or k["bytes"].is_null().all():
             continue
         steps = max(ph.steps, 1)

@@ -27,7 +27,7 @@ P07_REFS = (
 def _per_step(a: Attribution, phase: str) -> pl.DataFrame:
     """Per step of `phase`: kernels, distinct CPU launches, kernel time
     replayed from a graph."""
-    k = kernels_in(a, phase, ("graph", "op_id", "launch_id", "dur_ns"))
+    k = kernels_in(a, phase, columns=("graph", "op_id", "launch_id", "dur_ns"))
     replayed = pl.col("graph").fill_null(False)
     with_op = replayed & pl.col("op_id").is_not_null()
     dur = pl.col("dur_ns")

@@ -64,7 +64,8 @@ class Facts:
 def facts(a: Attribution, phase: str) -> Facts:
     """The Facts of `phase` from an attribution."""
     st = steps_in(a, phase).drop_nulls("window_start")
-    k = a.kernels.filter(pl.col("step").is_in(st["step"].implode()))
+    k = a.kernels.select("step", "dur_ns", "graph")  # the columns first: no copy of the rest
+    k = k.filter(pl.col("step").is_in(st["step"].implode()))
     total = num(k["dur_ns"].sum())
     graph = num(k.filter(pl.col("graph").fill_null(False))["dur_ns"].sum())
     replayed = graph / total if total else 0.0

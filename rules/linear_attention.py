@@ -61,10 +61,12 @@ def torch_fallback(a: Attribution, an: Analysis, th: Thresholds) -> list[Finding
     share of the step's launch gaps."""
     out = []
     for ph in an.phases:
-        k = kernels_in(a, ph.phase)
         row = ph.component("linear_attention")
+        if row is None:  # (before the phase's kernels are copied)
+            continue
+        k = kernels_in(a, ph.phase)
         fused = k.filter(pl.col("name").str.contains(FUSED_KERNEL))
-        if row is None or not k.height or fused.height:
+        if not k.height or fused.height:
             continue
         fb = _in_fallback(a, k)
         if not fb.height:

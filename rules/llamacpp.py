@@ -9,7 +9,7 @@ import polars as pl
 from attrib.components.patterns import LLAMACPP_MMQ, LLAMACPP_MMVQ, TENSILE
 from attrib.analysis.model import Analysis
 from attrib.pipeline import Attribution
-from rules.finding import Finding, first_names, kernels_in, ns, num, r
+from rules.finding import Finding, first_names, kernel_ns, kernels_in, ns, num, r
 from attrib.components.taxonomy import GEMM_COMPONENTS
 from rules.thresholds import Thresholds
 
@@ -30,7 +30,7 @@ def mmvq_below_bandwidth(a: Attribution, an: Analysis, th: Thresholds) -> list[F
     (quantized) bytes below `p18_bw_fraction` of the roofline bandwidth
     (bytes from shapes or a --model budget)."""
     ph, bw = an.phase("decode"), an.device.roofline_bw
-    k = kernels_in(a, "decode").filter(pl.col("name").str.contains(LLAMACPP_MMVQ))
+    k = kernels_in(a, "decode", pl.col("name").str.contains(LLAMACPP_MMVQ))
     if ph is None or not bw or not k.height:
         return []
     comps = set(k["component"].unique().to_list())
@@ -82,13 +82,13 @@ def mmq_prefill_microbatch(a: Attribution, an: Analysis, th: Thresholds) -> list
     micro-batches, at least half its kernel time: the -ub size decides MMQ
     vs dequant+BLAS routing and is worth a sweep on RDNA."""
     ph = an.phase("prefill")
-    k = kernels_in(a, "prefill")
-    mmq = k.filter(pl.col("name").str.contains(LLAMACPP_MMQ))
-    total = ns(k)
+    mmq = kernels_in(a, "prefill", pl.col("name").str.contains(LLAMACPP_MMQ))
+    total = kernel_ns(a, "prefill")
     if ph is None or not mmq.height or not total or ns(mmq) / total < 0.5:
         return []
     name = pl.col("name")
-    blas = k.filter(name.str.contains(TENSILE) | name.str.contains(r"dequantize_block"))
+    blas = kernels_in(a, "prefill",
+                      name.str.contains(TENSILE) | name.str.contains(r"dequantize_block"))
     steps = max(ph.steps, 1)
     return [
         Finding(

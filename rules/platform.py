@@ -10,7 +10,7 @@ import polars as pl
 from attrib.components.patterns import AITER_CK, ISA
 from attrib.analysis.model import Analysis
 from attrib.pipeline import Attribution
-from rules.finding import Finding, first_names, kernels_in, ns, num, r
+from rules.finding import Finding, first_names, kernel_ns, kernels_in, ns, num, r
 from rules.thresholds import Thresholds
 
 
@@ -35,12 +35,11 @@ P23_REFS = (
 
 def aiter_on_rdna(a: Attribution, an: Analysis, th: Thresholds) -> list[Finding]:
     """P16: AITER / Composable Kernel kernels (CDNA-tuned, wave64) running on an RDNA device."""
-    k = kernels_in(a)
-    ai = k.filter(pl.col("name").str.contains(AITER_CK))
+    ai = kernels_in(a, where=pl.col("name").str.contains(AITER_CK))
     if not ai.height:
         return []
     steps = max(ai["step"].n_unique(), 1)
-    total = ns(k)
+    total = kernel_ns(a)
     share = ns(ai) / max(total, 1)
     components = sorted(ai["component"].unique().drop_nulls().to_list())
     return [Finding(

@@ -16,7 +16,7 @@ from attrib.components.patterns import (
 )
 from attrib.analysis.model import Analysis
 from attrib.pipeline import Attribution
-from rules.finding import Finding, first_names, kernels_in, ns, num, r, steps_in
+from rules.finding import Finding, first_names, kernel_ns, kernels_in, ns, num, r, steps_in
 from rules.thresholds import Thresholds
 
 FP8_OP = r"_scaled_mm|fp8|float8|w8a8"
@@ -49,8 +49,8 @@ P15_REFS = (
 _MARKS = ("_gemm", "_cast", "_named", "_qop", "_run", "_dtypes", "_fp8_name", "_bare_cast")
 
 
-def _share(k: pl.DataFrame, sub: pl.DataFrame) -> float:
-    total = ns(k)
+def _share(total: float, sub: pl.DataFrame) -> float:
+    """The kernel time of `sub` over `total` ns."""
     return float(ns(sub) / total) if total else 0.0
 
 
@@ -134,16 +134,16 @@ def fp8_emulated_gfx11(a: Attribution, an: Analysis, th: Thresholds) -> list[Fin
     gemm, quant = _fp8(a)
     if not gemm.height and not quant.height:
         return []
-    k = kernels_in(a)
+    total = kernel_ns(a)
     both = pl.concat([gemm, quant])
     return [Finding(
         rule="P13-fp8-emulated-gfx11", severity="high",
         title=f"FP8 kernels on {an.arch}, which has no FP8 matrix unit: "
-              f"{_share(k, both):.0%} of kernel time runs emulated",
+              f"{_share(total, both):.0%} of kernel time runs emulated",
         ms_per_step=_ms(both),
         evidence={"fp8_kernels": gemm.height, "quant_kernels": quant.height,
-                  "share_of_kernel_time": r(_share(k, both)),
-                  "quant_share": r(_share(k, quant)),
+                  "share_of_kernel_time": r(_share(total, both)),
+                  "quant_share": r(_share(total, quant)),
                   "names": first_names(both, 4)},
         remedy="Serve a BF16 or W4A16/W8A16 (AWQ, GPTQ, compressed-tensors) "
                "checkpoint on gfx11; FP8 is native only on gfx12 among RDNA.",
@@ -156,8 +156,7 @@ def fp8_kernel_choice_gfx1201(a: Attribution, an: Analysis, th: Thresholds) -> l
     gemm, quant = _fp8(a)
     if not gemm.height:
         return []
-    k = kernels_in(a)
-    qs = _share(k, quant)
+    qs = _share(kernel_ns(a), quant)
     if qs <= th.quant_share:
         return []
     return [Finding(
@@ -181,10 +180,9 @@ def low_bit_dequant(a: Attribution, an: Analysis, th: Thresholds) -> list[Findin
     `p15_bw_fraction` of the roofline bandwidth, or when MXFP4 kernels run
     at all (software dequantization) for more than `quant_share` of kernel
     time."""
-    k = kernels_in(a)
     name = pl.col("name")
     low_bit = name.str.contains(LOW_BIT_KERNEL) & ~name.str.starts_with("void mul_mat")
-    lb = k.filter(low_bit)
+    lb = kernels_in(a, where=low_bit)
     if not lb.height:
         return []
     known = lb.filter(pl.col("bytes").is_not_null() & (pl.col("bytes") > 0))
@@ -197,7 +195,7 @@ def low_bit_dequant(a: Attribution, an: Analysis, th: Thresholds) -> list[Findin
     )
     frac = gbs / bw if (gbs is not None and bw) else None
     mx = lb.filter(pl.col("name").str.contains(r"(?i)mxfp4|fp4"))
-    share = _share(k, lb)
+    share = _share(kernel_ns(a), lb)
     slow = frac is not None and frac < th.p15_bw_fraction
     software = mx.height > 0 and share > th.quant_share
     if not (slow or software):

@@ -9,7 +9,7 @@ import polars as pl
 from attrib.components.patterns import SORT_SCAN
 from attrib.analysis.model import Analysis
 from attrib.pipeline import Attribution
-from rules.finding import DECODE_LIKE, Finding, kernels_in, ns, num, r
+from rules.finding import DECODE_LIKE, Finding, kernel_ns, kernels_in, ns, num, r
 from rules.thresholds import Thresholds
 
 REFS = (
@@ -58,7 +58,7 @@ def sampler_share(a: Attribution, an: Analysis, th: Thresholds) -> list[Finding]
         if ph is None or not tokens or tokens > th.max_decode_tokens:
             continue
         k = _sampling(a, phase)
-        total = ns(kernels_in(a, phase))
+        total = kernel_ns(a, phase)
         share = ns(k) / total if total else 0.0
         if share <= th.sampler_share:
             continue
