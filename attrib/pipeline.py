@@ -191,9 +191,10 @@ def _named(df: pl.DataFrame, pattern: str) -> pl.Expr:
 
 def kept(part: Trace, own: Attribution, chunk: Chunk) -> dict[str, pl.DataFrame]:
     """What the analysis and the rules read of a chunk's trace, of its own part: its own
-    kernels and the copies its runtime calls made; the ops and runtime calls those kernels link
-    to (and the ops' parents); the ops, calls and frames read by name that start in its own
-    range. Rows another chunk keeps too are the same rows (the same ids)."""
+    kernels and the copies its runtime calls made; the ops those kernels link to (and their
+    parents), and their runtime calls where a later stage reads them (`_reads_launches`); the
+    ops, calls and frames read by name that start in its own range. Rows another chunk keeps
+    too are the same rows (the same ids)."""
     lo, hi = chunk.own
     mine = (pl.col("start_ns") >= lo) & (pl.col("start_ns") < hi)
     k = own.kernels
@@ -205,16 +206,26 @@ def kept(part: Trace, own: Attribution, chunk: Chunk) -> dict[str, pl.DataFrame]
     ops = part.ops.filter(pl.col("id").is_in(k["op_id"].drop_nulls().implode()))
     parents = part.ops.filter(pl.col("id").is_in(ops["parent"].drop_nulls().implode()))
     named = part.ops.filter(mine & _named(part.ops, _NAMED_OPS))
+    linked_calls = part.launches.filter(pl.col("id").is_in(k["launch_id"].drop_nulls().implode()))
     tables = {
         "kernels": part.kernels.join(k.select("id"), on="id", how="semi"),
         "copies": copies,
         "ops": pl.concat([ops, parents, named]),
-        "launches": pl.concat([
-            part.launches.filter(pl.col("id").is_in(k["launch_id"].drop_nulls().implode())),
-            calls.filter(_named(calls, _NAMED_CALLS))]),
+        "launches": pl.concat([linked_calls if _reads_launches(part, own) else linked_calls.clear(),
+                               calls.filter(_named(calls, _NAMED_CALLS))]),
         "frames": part.frames.filter(mine & _named(part.frames, _NAMED_FRAMES)),
     }
+    # each id once, in id order: the chunks' parts are then one run, most often (_one_run)
+    tables = {t: df.unique("id", keep="first").sort("id") for t, df in tables.items()}
     return {t: compact(_nulled(df, _held_null(t))) for t, df in tables.items()}
+
+
+def _reads_launches(part: Trace, own: Attribution) -> bool:
+    """Whether a later stage reads the runtime calls of the chunk's own kernels: the passes of
+    a speculative loop (their forward ends: attrib.steps.rounds), and kernels launched inside a
+    fallback frame (rules.linear_attention). Other chunks keep only the calls read by name."""
+    roles = "role" in own.steps.columns and own.steps["role"].is_not_null().any()
+    return bool(roles) or bool(part.frames["name"].unique().str.contains(FALLBACK_FRAME).any())
 
 
 def _held_null(table: str) -> tuple[str, ...]:
@@ -265,10 +276,33 @@ def _gathered_column(frames: list[pl.DataFrame], name: str, at: pl.Series) -> pl
     return _joined(parts).gather(at)
 
 
+def _one_run(frames: list[pl.DataFrame]) -> bool:
+    """Whether the frames, in one schema, hold their ids in one increasing run end to end (each
+    frame's ids increasing, each frame's below the next's)."""
+    last = None
+    for f in frames:
+        if f.schema != frames[0].schema:
+            return False
+        if not f.height:
+            continue
+        ids = f["id"]
+        if ids.null_count() or not (ids.diff().fill_null(1) > 0).all():
+            return False
+        if last is not None and ids[0] <= last:
+            return False
+        last = ids[-1]
+    return True
+
+
 def _in_id_order(frames: list[pl.DataFrame]) -> pl.DataFrame:
-    """The frames' rows as one table, each id once (its first row), in id order. Built a column
-    at a time, each column taken out of the frames as it is made: the rows are held about once
-    (the frames, emptied, are freed)."""
+    """The frames' rows as one table, each id once (its first row), in id order; the frames
+    are emptied. Frames that are one run of ids are that table as they stand (their chunks
+    kept: nothing is copied). Else it is built a column at a time, each column taken out of
+    the frames as it is made: the rows are held about once."""
+    if frames and _one_run(frames):
+        out = pl.concat(frames, rechunk=False)
+        frames.clear()
+        return out
     names = list(dict.fromkeys(c for f in frames for c in f.columns))
     at = _first_in_id_order(frames)
     columns = []

@@ -106,3 +106,19 @@ def test_in_id_order_is_concat_unique_sort() -> None:
     assert parts == []
     assert got.columns == expected.columns
     assert got.equals(expected)
+
+
+def test_in_id_order_keeps_parts_that_are_one_run() -> None:
+    """Parts whose ids run in one increasing sequence (each chunk's own rows, in order) are the
+    table as they stand, their chunks kept (no copy); one row out of place, and they are merged."""
+    from attrib.pipeline import _in_id_order
+
+    ops = load(CASES[-1][0]).ops.sort("id")
+    n = ops.height
+    cut = [0, n // 3, n // 2, n]
+    run = [ops.slice(a, b - a) for a, b in zip(cut, cut[1:])]
+    got = _in_id_order(list(run))
+    assert got.equals(ops) and got["id"].n_chunks() == 3
+    swapped = [run[1], run[0], run[2]]
+    got = _in_id_order(swapped)
+    assert got.equals(ops) and got["id"].n_chunks() == 1

@@ -297,7 +297,8 @@ def _phases(a: Attribution, phase: str | None, arch: Arch | None, budget: Budget
         keep = (st.join(left.select("step"), on="step", how="anti")
                 if left.height < st.height else st)
         in_phase = (pl.col("phase") == ph) & pl.col("step").is_in(keep["step"].implode())
-        kk = k.filter(in_phase).select(*(c for c in _PHASE_COLUMNS if c in k.columns))
+        cols = [c for c in _PHASE_COLUMNS if c in k.columns]
+        kk = k.lazy().filter(in_phase).select(cols).collect()  # only `cols` are copied
         excluded = _excluded(left if keep is not st else left.clear())
         out.append(_phase(ph, keep, kk, arch, budget, what_if, context, t0_ns, top, excluded,
                           a.ledger, a.steps))
