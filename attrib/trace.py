@@ -190,7 +190,12 @@ def grouped(df: pl.DataFrame, keys: list[str], *aggs: pl.Expr) -> pl.DataFrame:
     """`df.group_by(keys).agg(aggs)`, text keys grouped by their category codes: a group-by on
     text keys copies every row's key bytes (millions of kernel names at a time), codes are 4
     bytes a row. The keys come back as text."""
+    # only the columns it reads: a group-by of a wide table copies more than its keys
+    read = [n for e in aggs for n in e.meta.root_names()]
+    df = df.select(list(dict.fromkeys([*keys, *read])))
     text = [c for c in keys if df.schema[c] == pl.String]
+    if not text:
+        return df.group_by(keys).agg(*aggs)
     by = [pl.col(c).cast(pl.Categorical) if c in text else pl.col(c) for c in keys]
     out = df.group_by(by).agg(*aggs)
-    return out.with_columns(pl.col(text).cast(pl.String)) if text else out
+    return out.with_columns(pl.col(text).cast(pl.String))
