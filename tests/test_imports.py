@@ -8,10 +8,10 @@ A module may import its own layer and earlier ones. `collectors` sit beside the 
 only the contract modules (never the `attrib` package root, whose `analyze` is the engine: a cycle),
 and only app and cli import them. No import inside a function, except of an optional or
 slow-to-import dependency (torch, matplotlib; scipy.stats, ~0.5 s, which only compare and slope use,
-so that `attrib analyze` does not pay it), the one documented lazy `attrib.analyze`, or a module of ours
-that only some runs need (LAZY_OURS: the chunked read of a huge trace, the report formats other than
-the table; the layers still go one way); the CLI
-(attrib/cli/, the last layer) imports each command's engine in that command (a fast start).
+so that `attrib analyze` does not pay it), the one documented lazy `attrib.analyze`, or a module
+of ours that only some runs need (LAZY_OURS: the chunked read of a huge trace, the report formats
+other than the table; the layers still go one way); the CLI (attrib/cli/, the last layer) imports
+each command's engine in that command (a fast start).
 `importlib.import_module("x")` and `__import__("x")` count as imports of x; a computed name is refused.
 `examples/` and `bench/` are users: they import the public API (PUBLIC) and nothing else of ours.
 """
@@ -68,10 +68,10 @@ DYNAMIC = {"import_module", "__import__"}
 # attrib/__init__.py resolves `analyze` on first use (module __getattr__, typed under TYPE_CHECKING) so that
 # `import collectors` loads only the contract: the one import of a later layer that is allowed
 EXCEPTIONS = {("attrib/__init__.py", "attrib.app"), ("attrib/__init__.py", "attrib.analysis")}
-# (importer, module): ours, imported where used because only some runs need it (a fast start: a plain
-# `attrib analyze` loads none of them, tests/test_start.py)
+# (importer, module): ours, imported where used because only some runs need it (a fast start: a
+# plain `attrib analyze` loads none of them, tests/test_start.py)
 LAZY_OURS = {
-    ("attrib/app.py", "attrib.steps.chunks"),  # the chunked read of a trace of BOUNDED_BYTES or more
+    ("attrib/app.py", "attrib.steps.chunks"),  # the chunked read of a trace of BOUNDED_BYTES+
     ("attrib/app.py", "collectors.kineto_spill"),
     ("attrib/pipeline.py", "attrib.steps.chunks"),  # attribute_in_chunks
     *(("attrib/report/renderers.py", f"attrib.report.{m}")
