@@ -52,6 +52,18 @@ def test_analyze_loads_no_chunked_reader_nor_other_formats():
                        "attrib.report.parquet_tables", "attrib.report.xlsx_tables", "secrets"}
 
 
+def test_analyze_loads_the_engine_with_the_gc_paused_and_leaves_it_on():
+    """cli.common.loading: what the imports made is frozen (no collection walks it again); the GC
+    is on again for the analysis."""
+    probe = (f"import gc\nfrom attrib.cli import main\n"
+             f"assert main(['analyze', {str(TRACE)!r}]) == 0\n"
+             "print(gc.isenabled(), gc.get_freeze_count())")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", probe], env=env, check=True, capture_output=True,
+                         text=True).stdout.split()
+    assert out[-2] == "True" and int(out[-1]) > 20_000  # ~80 k: polars, numpy, attrib
+
+
 def test_lean_allocator_is_set_for_analysis_not_for_a_captured_command():
     """attrib's own polars gets one jemalloc arena; `capture -- CMD` leaves CMD's environment as
     the user had it (the variable would reach the user's command)."""

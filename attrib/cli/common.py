@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 @contextlib.contextmanager
 def loading() -> Iterator[None]:
     """Pause the cyclic GC while a command first imports the engine, then freeze what loaded (a
-    fast start: each collection re-walked the ~300 k objects polars, numpy and attrib make at
+    fast start: each collection re-walked the ~80 k containers polars, numpy and attrib make at
     import and freed next to none; ~0.1 s of CPU of `attrib analyze` of a small trace). A no-op
     once the engine is loaded (a second command in one process) or with the GC off."""
     if "attrib.app" in sys.modules or not gc.isenabled():
