@@ -74,6 +74,9 @@ LAZY_OURS = {
     ("attrib/app.py", "attrib.steps.chunks"),  # the chunked read of a trace of BOUNDED_BYTES+
     ("attrib/app.py", "collectors.kineto_spill"),
     ("attrib/pipeline.py", "attrib.steps.chunks"),  # attribute_in_chunks
+    # collectors' capture, wrap and measure_device (module __getattr__): reading needs none
+    *(("collectors/__init__.py", f"collectors.{m}")
+      for m in ("sampled", "torch_capture", "calibrate")),
     *(("attrib/report/renderers.py", f"attrib.report.{m}")
       for m in ("markdown", "html", "csv_tables", "parquet_tables", "xlsx_tables")),
 }

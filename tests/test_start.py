@@ -49,7 +49,8 @@ def test_analyze_loads_no_chunked_reader_nor_other_formats():
     assert {"attrib.pipeline", "attrib.report.table", "collectors.kineto"} <= mods
     assert not mods & {"collectors.kineto_spill", "attrib.steps.chunks", "attrib.report.html",
                        "attrib.report.markdown", "attrib.report.csv_tables",
-                       "attrib.report.parquet_tables", "attrib.report.xlsx_tables", "secrets"}
+                       "attrib.report.parquet_tables", "attrib.report.xlsx_tables", "secrets",
+                       "collectors.sampled", "collectors.torch_capture", "collectors.calibrate"}
 
 
 def test_analyze_loads_the_engine_with_the_gc_paused_and_leaves_it_on():
