@@ -9,7 +9,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 import polars as pl
@@ -27,7 +27,6 @@ from attrib.analysis.speculative import plain_step_ms
 from attrib.analysis.model import Analysis
 from attrib.options import TOP_KERNELS, Options
 from attrib.pipeline import Attribution, NotOneRun, attribute, attribute_chunks
-from attrib.steps.chunks import Chunk, plan
 from attrib.steps.phases import annotated_spans
 from attrib.roofline.arch import Arch, detect, load_archs, override
 from attrib.report import ranks as ranks_report
@@ -36,8 +35,10 @@ from attrib.steps import ranks as rk
 from attrib.trace import TRUNCATED, Trace
 from collectors import limits, load, reader, resolve
 from collectors.provenance import SUFFIX as STAMP_SUFFIX
-from collectors.kineto_spill import Spill, Unbounded
 from collectors.kineto_stream import Fallback
+
+if TYPE_CHECKING:
+    from attrib.steps.chunks import Chunk
 
 Warn = Callable[[object, str], None]
 
@@ -244,6 +245,9 @@ def bounded(path: str | Path, opts: Options = Options(),
     path = Path(path)
     if opts.capture is not None or resolve(path)[0] != "torch-json":
         return None
+    # only a trace read in chunks needs these (a fast start for the rest)
+    from attrib.steps.chunks import plan
+    from collectors.kineto_spill import Spill, Unbounded
     try:
         with Spill.read(path) as spill:
             marks = spill.markers()

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import secrets
 from pathlib import Path
 from typing import IO, Iterator, Sequence
 
@@ -32,7 +31,7 @@ def _mktemp(path: Path) -> tuple[int, str]:
     """A new, empty temporary file beside `path`: its descriptor and name. Mode 0666 less the
     umask, as a plain open would give (tempfile.mkstemp's 0600 would hide outputs from a group)."""
     for _ in range(100):
-        tmp = os.path.join(path.parent, f"{temp_name(path)}{secrets.token_hex(4)}.tmp")
+        tmp = os.path.join(path.parent, f"{temp_name(path)}{os.urandom(4).hex()}.tmp")
         try:
             return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666), tmp
         except FileExistsError:
@@ -153,7 +152,7 @@ def write_folder(path: Path, files: dict[str, bytes], force: bool) -> None:
     if path.is_dir():
         write_files([(path / n, data) for n, data in files.items()], force=True)
         return
-    tmp = path.parent / f"{temp_name(path)}{secrets.token_hex(4)}.tmp"
+    tmp = path.parent / f"{temp_name(path)}{os.urandom(4).hex()}.tmp"
     try:
         os.mkdir(tmp)
         for name, data in files.items():

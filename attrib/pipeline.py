@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import polars as pl
 
@@ -19,7 +19,6 @@ from attrib.cost.budget import Budget, for_world
 from attrib.cost.kernels import kernel_costs, world_size
 from attrib.link.graph_capture import merge
 from attrib.link.launches import link
-from attrib.steps.chunks import Chunk, plan, window
 from attrib.steps.phases import (annotated_spans, assign_steps, tokens_from_kernel_names,
                                  tokens_from_shapes)
 from attrib.steps.tokens import fill_tokens_and_phase, tokens_from_names, with_units
@@ -30,6 +29,9 @@ from attrib.steps.speculative import ATTENTION_OPS, apply_roles
 from attrib.steps.context import SDPA_OPS
 from attrib.steps.windows import windows
 from attrib.trace import SCHEMAS, Trace
+
+if TYPE_CHECKING:
+    from attrib.steps.chunks import Chunk
 
 
 @dataclass(frozen=True)
@@ -161,7 +163,7 @@ def _merged(trace: Trace, parts: list[Attribution]) -> Attribution:
     return Attribution(trace, _in_id_order(kernels), pl.concat(steps), tuple(notes), ledger_)
 
 
-Load = Callable[[Chunk], Trace]
+Load = Callable[["Chunk"], Trace]
 _BIG = ("kernels", "ops", "frames", "launches", "copies")  # a trace's tables but its annotations
 # the ops, runtime calls and Python frames the analysis and the rules read by name (beyond those
 # the kernels link to): casts of rotary tables, sequence cats and attention ops (speculative
@@ -379,6 +381,8 @@ def attribute_in_chunks(trace: Trace, steps: int, halo: int = 1,
                         budget: Budget | None = None) -> Attribution:
     """`attribute`, `steps` annotated steps at a time (attribute_chunks over attrib.steps.chunks
     windows of the trace in memory). A trace without step annotations is attributed whole."""
+    from attrib.steps.chunks import plan, window  # only the chunked path needs it: a fast start
+
     chunks = plan(annotated_spans(trace, phase_map), steps, halo)
     if len(chunks) == 1:
         return attribute(trace, phase_map, budget=budget)

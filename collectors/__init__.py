@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from attrib.errors import TraceError
 from attrib.trace import Trace
@@ -16,12 +17,36 @@ from collectors import limits
 from collectors.reader import Reader
 from collectors.registry import READERS, reader
 from collectors.rocprof._common import head_bytes, is_utf16, utf16_error
-from collectors.calibrate import measure as measure_device
-from collectors.sampled import capture
-from collectors.torch_capture import wrap
+
+if TYPE_CHECKING:
+    from collectors.calibrate import measure as measure_device
+    from collectors.sampled import capture
+    from collectors.torch_capture import wrap
 
 __all__ = ["load", "sniff", "resolve", "reader", "Reader", "READERS", "capture", "wrap",
            "measure_device", "traces_in"]
+
+
+def __getattr__(name: str) -> Any:
+    """capture, wrap and measure_device load their modules on first use: reading a trace needs
+    none of them (a fast start)."""
+    if name == "capture":
+        from collectors.sampled import capture
+
+        return capture
+    if name == "wrap":
+        from collectors.torch_capture import wrap
+
+        return wrap
+    if name == "measure_device":
+        from collectors.calibrate import measure
+
+        return measure
+    raise AttributeError(f"module 'collectors' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
 
 
 def claim(path: Path, head: bytes) -> Reader | None:

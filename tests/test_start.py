@@ -14,9 +14,11 @@ TRACE = ROOT / "tests/fixtures/captured/sweep/sweep_sdpa_b1_p128.pt.trace.json.g
 HEAVY = ("scipy", "matplotlib", "jsonschema", "ray")
 
 
-def loaded(code: str) -> set[str]:
-    """The top-level packages in sys.modules after running `code` in a fresh interpreter."""
-    probe = code + "\nimport sys, json\nprint(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))"
+def loaded(code: str, whole: bool = False) -> set[str]:
+    """The top-level packages (whole: the modules) in sys.modules after running `code` in a fresh
+    interpreter."""
+    names = "sys.modules" if whole else "{m.split('.')[0] for m in sys.modules}"
+    probe = code + f"\nimport sys, json\nprint(json.dumps(sorted({names})))"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     out = subprocess.run([sys.executable, "-c", probe], env=env, check=True,
                          capture_output=True, text=True).stdout
@@ -38,6 +40,29 @@ def test_analyze_loads_no_plotting_statistics_or_schema_modules():
     mods = loaded(f"from attrib.cli import main\nassert main(['analyze', {str(TRACE)!r}]) == 0")
     assert {"polars", "rules", "collectors"} <= mods
     assert not mods & set(HEAVY)
+
+
+def test_analyze_loads_no_chunked_reader_nor_other_formats():
+    """What only a huge trace (read in chunks) or another --format needs stays unloaded."""
+    mods = loaded(f"from attrib.cli import main\nassert main(['analyze', {str(TRACE)!r}]) == 0",
+                  whole=True)
+    assert {"attrib.pipeline", "attrib.report.table", "collectors.kineto"} <= mods
+    assert not mods & {"collectors.kineto_spill", "attrib.steps.chunks", "attrib.report.html",
+                       "attrib.report.markdown", "attrib.report.csv_tables",
+                       "attrib.report.parquet_tables", "attrib.report.xlsx_tables", "secrets",
+                       "collectors.sampled", "collectors.torch_capture", "collectors.calibrate"}
+
+
+def test_analyze_loads_the_engine_with_the_gc_paused_and_leaves_it_on():
+    """cli.common.loading: what the imports made is frozen (no collection walks it again); the GC
+    is on again for the analysis."""
+    probe = (f"import gc\nfrom attrib.cli import main\n"
+             f"assert main(['analyze', {str(TRACE)!r}]) == 0\n"
+             "print(gc.isenabled(), gc.get_freeze_count())")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", probe], env=env, check=True, capture_output=True,
+                         text=True).stdout.split()
+    assert out[-2] == "True" and int(out[-1]) > 20_000  # ~80 k: polars, numpy, attrib
 
 
 def test_lean_allocator_is_set_for_analysis_not_for_a_captured_command():

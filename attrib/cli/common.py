@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import gc
+import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterator
 
 import click
 
@@ -17,6 +20,23 @@ from attrib.version import __version__
 
 if TYPE_CHECKING:
     from attrib.analysis.model import Analysis
+
+
+@contextlib.contextmanager
+def loading() -> Iterator[None]:
+    """Pause the cyclic GC while a command first imports the engine, then freeze what loaded (a
+    fast start: each collection re-walked the ~80 k containers polars, numpy and attrib make at
+    import and freed next to none; ~0.1 s of CPU of `attrib analyze` of a small trace). A no-op
+    once the engine is loaded (a second command in one process) or with the GC off."""
+    if "attrib.app" in sys.modules or not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.freeze()  # module objects live as long as the process: no collection need walk them
+        gc.enable()
 
 def parse_phase_map(items: tuple[str, ...]) -> dict[str, str]:
     out = {}

@@ -23,8 +23,8 @@ if TYPE_CHECKING:
     from attrib.options import Options
     from attrib.report.renderers import Renderer
 
-from attrib.cli.common import (apply, check_output, cli, output_options, parse_phase_map,
-                               phase_map_option, warn, write)
+from attrib.cli.common import (apply, check_output, cli, loading, output_options,
+                               parse_phase_map, phase_map_option, warn, write)
 
 
 def _analysis_options(f):
@@ -136,8 +136,8 @@ def _options(o: dict) -> Options:
 
 def _analyze(trace: Path, o: dict) -> Analysis:
     """Resolve the options of _analysis_options and analyze TRACE (progress on a terminal)."""
-    from attrib.app import analyze_path
-
+    with loading():
+        from attrib.app import analyze_path
     opts = _options(o)
     with progress(f"analyzing {trace}"):
         return analyze_path(trace, opts, warn=warn)
@@ -162,10 +162,11 @@ def analyze(trace: Path, fmt: str, verbose: bool, **o) -> None:
 
     \b
     Example: attrib analyze trace.json.gz --model config.json -v"""
-    from attrib.options import TOP_KERNELS
-    from attrib.report import renderers
-    from attrib.report.renderers import View
-    from attrib.report.table import terminal_width
+    with loading():
+        from attrib.options import TOP_KERNELS
+        from attrib.report import renderers
+        from attrib.report.renderers import View
+        from attrib.report.table import terminal_width
 
     r = renderers.by_name(fmt)
     if r.writes_bytes:
@@ -214,9 +215,10 @@ def report(trace: Path, fmt: str | None, **o) -> None:
 
     \b
     Example: attrib report trace.json.gz -o report.html"""
-    from attrib.report import plots as plots_mod
-    from attrib.report import renderers
-    from attrib.report.renderers import View
+    with loading():
+        from attrib.report import plots as plots_mod
+        from attrib.report import renderers
+        from attrib.report.renderers import View
 
     out = o["output"]
     r = (renderers.by_name(fmt) if fmt else renderers.by_suffix(out) if out

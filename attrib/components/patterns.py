@@ -8,6 +8,8 @@ ISA tokens, step heuristics. A leaf: it imports nothing of attrib, so every laye
 
 from __future__ import annotations
 
+import csv
+import io
 from functools import lru_cache
 from importlib import resources
 
@@ -111,9 +113,15 @@ SORT_SCAN = r"(?i)sort|scan|cumsum|radix"
 
 @lru_cache(maxsize=1)
 def component_patterns() -> pl.DataFrame:
-    """The kernel-name -> component table (priority, component, pattern, family), by priority."""
-    text = resources.files("attrib").joinpath("data/kernel_patterns.csv").read_bytes()
-    return pl.read_csv(text).sort("priority", maintain_order=True)
+    """The kernel-name -> component table (priority, component, pattern, family), by priority.
+    Read with the csv module (an empty field null, as polars reads it): polars' CSV reader takes
+    ~5 ms to start for these 25 lines."""
+    text = resources.files("attrib").joinpath("data/kernel_patterns.csv").read_text("utf-8")
+    header, *rows = csv.reader(io.StringIO(text))
+    cols: dict[str, list[object]] = {h: [r[i] or None for r in rows] for i, h in enumerate(header)}
+    cols["priority"] = [None if v is None else int(str(v)) for v in cols["priority"]]
+    table = pl.DataFrame(cols, schema={h: pl.Int64 if h == "priority" else pl.Utf8 for h in header})
+    return table.sort("priority", maintain_order=True)
 
 # Tensile GEMM kernels (rocBLAS and hipBLASLt); hipBLASLt's TensileLite kernels carry _UserArgs_
 TENSILE = r"^Cijk_"

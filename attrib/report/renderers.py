@@ -14,7 +14,7 @@ from pathlib import Path
 
 from attrib.analysis.model import Analysis
 from attrib.errors import UsageError
-from attrib.report import csv_tables, html, markdown, parquet_tables, table, xlsx_tables
+from attrib.report import table
 
 
 @dataclass(frozen=True)
@@ -53,12 +53,42 @@ def _table(an: Analysis, view: View) -> str:
     return table.render(an, top=view.top, width=view.width, verbose=view.verbose)
 
 
+# the formats other than the terminal's table and JSON import their module when they render (a
+# fast start: `attrib analyze` prints a table)
 def _markdown(an: Analysis, view: View) -> str:
+    from attrib.report import markdown
+
     return markdown.render(an, dict(view.plots), view.plot_note)
 
 
 def _html(an: Analysis, view: View) -> str:
+    from attrib.report import html
+
     return html.render(an, dict(view.plots), view.plot_note)
+
+
+def _csv(an: Analysis) -> dict[str, bytes]:
+    from attrib.report import csv_tables
+
+    return csv_tables.render(an)
+
+
+def _parquet(an: Analysis) -> dict[str, bytes]:
+    from attrib.report import parquet_tables
+
+    return parquet_tables.render(an)
+
+
+def _xlsx(an: Analysis) -> bytes:
+    from attrib.report import xlsx_tables
+
+    return xlsx_tables.render(an)
+
+
+def _xlsx_check() -> None:
+    from attrib.report import xlsx_tables
+
+    xlsx_tables.check()
 
 
 def _needs_output(an: Analysis, view: View) -> str:
@@ -71,10 +101,9 @@ RENDERERS: tuple[Renderer, ...] = (
     Renderer("json", (".json",), _json),
     Renderer("md", (".md", ".markdown"), _markdown, plots="files"),
     Renderer("html", (".html", ".htm"), _html, plots="inline"),
-    Renderer("csv", (), _needs_output, folder=csv_tables.render),
-    Renderer("parquet", (), _needs_output, folder=parquet_tables.render),
-    Renderer("xlsx", (".xlsx",), _needs_output, binary=xlsx_tables.render,
-             check=xlsx_tables.check),
+    Renderer("csv", (), _needs_output, folder=_csv),
+    Renderer("parquet", (), _needs_output, folder=_parquet),
+    Renderer("xlsx", (".xlsx",), _needs_output, binary=_xlsx, check=_xlsx_check),
 )
 
 TABLE_FORMATS = tuple(r.name for r in RENDERERS if r.writes_bytes)

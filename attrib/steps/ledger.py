@@ -22,7 +22,8 @@ counted steps and sums to the mean step time.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 import polars as pl
@@ -52,6 +53,21 @@ class Ledger:
 
     steps: pl.DataFrame
     intervals: pl.DataFrame
+    # phase_ledger and typical_ledger by (function, phase), with the steps frame they read: the
+    # analysis and several rules ask for the same phase's ledger (one query each)
+    _memo: dict[tuple[str, str], tuple[pl.DataFrame, pl.DataFrame]] = field(
+        default_factory=dict, init=False, repr=False, compare=False)
+
+
+def _memoized(led: Ledger, kind: str, steps: pl.DataFrame, phase: str,
+              compute: Callable[[], pl.DataFrame]) -> pl.DataFrame:
+    """compute(), once per (kind, phase) of `led` while asked with the same `steps` frame."""
+    got = led._memo.get((kind, phase))
+    if got is not None and got[0] is steps:
+        return got[1]
+    out = compute()
+    led._memo[(kind, phase)] = (steps, out)
+    return out
 
 
 def _ends(df: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
@@ -333,6 +349,10 @@ def phase_ledger(led: Ledger, steps: pl.DataFrame, phase: str) -> pl.DataFrame:
     of the mean step, n_per_step (intervals or kernels), median_us (of the idle intervals behind
     the row; null for kernels, copies and the profiler estimate). The rows sum to the mean step
     time."""
+    return _memoized(led, "phase", steps, phase, lambda: _phase_ledger(led, steps, phase))
+
+
+def _phase_ledger(led: Ledger, steps: pl.DataFrame, phase: str) -> pl.DataFrame:
     counted = _counted(steps, phase)
     n = counted.height
     schema = pl.Schema({"cause": pl.Utf8, "what": pl.Utf8, "ms_per_step": pl.Float64,
@@ -364,6 +384,11 @@ def typical_ledger(led: Ledger, steps: pl.DataFrame, phase: str) -> pl.DataFrame
     """`phase_ledger`'s rows for the typical step: each row's median over the phase's counted steps
     (0 in a step without it), share of the median step. What findings cite beside the phase figures
     (medians): one slow first step does not set every step's cost."""
+    return _memoized(led, "typical", steps, phase,
+                     lambda: _typical_ledger(led, steps, phase))
+
+
+def _typical_ledger(led: Ledger, steps: pl.DataFrame, phase: str) -> pl.DataFrame:
     mean = phase_ledger(led, steps, phase)
     counted = _counted(steps, phase)
     if not counted.height or not mean.height:
