@@ -61,6 +61,26 @@ def test_timeline_fills_where_the_kernels_ran(dense):
     assert "busy_ms" not in dense.to_dict()["phases"][1]["per_step"]
 
 
+def test_busy_spans_are_as_fine_as_the_timeline_shows(moe):
+    """The eager MoE decode has a busy span per kernel or so at 20 us; the series keeps them
+    only as fine as a pixel of the phase's axis, and the timeline, which closes gaps under a
+    pixel of its own (longer) axis, draws the same fill from either."""
+    from attrib.analysis.series import BUSY_GAP_MS, TIMELINE_PIXELS, _busy
+    from attrib.app import attribution
+
+    a = attribution(MOE)
+    ser = moe.phase("decode").per_step
+    t0 = int(a.steps["window_start"].min())
+    fine = _busy(a.kernels, list(ser.step), t0, BUSY_GAP_MS)
+    ends = [s + d for ph in moe.phases for s, d in zip(ph.per_step.start_ms, ph.per_step.step_ms)]
+    gap = max(ends) / TIMELINE_PIXELS
+    assert sum(map(len, fine)) > 10 * sum(map(len, ser.busy_ms))
+    drawn = [plots._merged(sorted(b for st in spans for b in st), gap)
+             for spans in (fine, ser.busy_ms)]
+    flat = [[x for span in d for x in span] for d in drawn]
+    assert len(drawn[0]) == len(drawn[1]) and flat[0] == pytest.approx(flat[1], abs=2e-4)
+
+
 def test_roofline_numbers_every_point_and_names_it(moe, dense):
     for an in (moe, dense):
         for ph in an.phases:

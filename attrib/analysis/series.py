@@ -16,6 +16,9 @@ from attrib.trace import grouped
 from attrib.steps.spans import merge
 
 BUSY_GAP_MS = 0.02  # kernel gaps shorter than this join in the timeline's busy spans (20 us)
+# the timeline plot's width in gaps it can show: it closes gaps under 1/TIMELINE_PIXELS of the
+# time axis, so the busy spans need no finer ones (an eager decode has a span per kernel)
+TIMELINE_PIXELS = 1500
 
 
 def _col(df: pl.DataFrame, name: str, nd: int = 4) -> tuple[Any, ...]:
@@ -25,13 +28,14 @@ def _col(df: pl.DataFrame, name: str, nd: int = 4) -> tuple[Any, ...]:
     return tuple(s.round(nd).to_list() if s.dtype.is_float() else s.to_list())
 
 
-def _busy(k: pl.DataFrame, steps: list[int],
-          t0_ns: int) -> tuple[tuple[tuple[float, float], ...], ...]:
+def _busy(k: pl.DataFrame, steps: list[int], t0_ns: int,
+          gap_ms: float = BUSY_GAP_MS) -> tuple[tuple[tuple[float, float], ...], ...]:
     """Per step (in `steps` order), the union of its kernels' [start, end) in ms from t0_ns, gaps
-    under BUSY_GAP_MS closed."""
+    under gap_ms closed."""
     k = k.select("step", "start_ns", "dur_ns").filter(pl.col("step").is_not_null())
     by = {int(g["step"][0]): g for g in k.partition_by("step")} if k.height else {}
     out: list[tuple[tuple[float, float], ...]] = []
+    gap = int(gap_ms * 1e6)
     for st in steps:
         g = by.get(st)
         if g is None:
@@ -39,7 +43,6 @@ def _busy(k: pl.DataFrame, steps: list[int],
             continue
         s = g["start_ns"].to_numpy().astype(np.int64)
         e = s + g["dur_ns"].to_numpy().astype(np.int64)
-        gap = int(BUSY_GAP_MS * 1e6)
         ms, me = merge(s, e + gap)
         out.append(tuple((round((a - t0_ns) / 1e6, 4), round((b - gap - t0_ns) / 1e6, 4))
                          for a, b in zip(ms.tolist(), me.tolist())))
@@ -63,4 +66,12 @@ def step_series(steps: pl.DataFrame, k: pl.DataFrame, context: pl.DataFrame, t0_
         step_ms=_col(s, "step_ms"), kernel_ms=_col(s, "kernel_ms"),
         idle_ms=_col(s, "idle_ms"), kernels=_col(s, "n_kernels"),
         tokens=_col(s, "tokens"), context=_col(s, "context"), components=comp,
-        busy_ms=_busy(k, s["step"].to_list(), t0_ns))
+        busy_ms=_busy(k, s["step"].to_list(), t0_ns, _gap_ms(s)))
+
+
+def _gap_ms(s: pl.DataFrame) -> float:
+    """The gap the busy spans close: BUSY_GAP_MS, or a pixel of the phase's own time axis where
+    that is wider (the timeline's axis, of every phase, is at least as long)."""
+    ends = (s["start_ms"].round(3) + s["step_ms"].round(4)).drop_nulls()  # as the plot reads
+    end = float(ends.max()) if ends.len() else 0.0
+    return max(BUSY_GAP_MS, end / TIMELINE_PIXELS)

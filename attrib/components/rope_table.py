@@ -35,10 +35,15 @@ def _is_table_cast(dims_text: str | None, types_text: str | None) -> bool:
 
 def rope_table_casts(ops: pl.DataFrame) -> pl.Series:
     """Ids of the ops that cast a rotary cos/sin table (see the module doc)."""
-    cand = ops.filter(pl.col("name").str.contains(CAST_OPS))
-    sigs = cand.select("input_dims", "input_types").unique()
-    hits = [(d, t) for d, t in sigs.iter_rows() if _is_table_cast(d, t)]
+    names = ops["name"].unique()
+    casts = names.filter(names.str.contains(CAST_OPS)).implode()  # each name matched once
+    sig = ["input_dims", "input_types"]
+    cand = ops.select("id", "name", *sig).filter(pl.col("name").is_in(casts))
+    hits = [(d, t) for d, t in cand.select(sig).unique().iter_rows() if _is_table_cast(d, t)]
     if not hits:
         return pl.Series("id", [], dtype=pl.Int64)
-    keys = pl.DataFrame(hits, schema={"input_dims": pl.Utf8, "input_types": pl.Utf8}, orient="row")
-    return cand.join(keys, on=["input_dims", "input_types"])["id"]
+    keys = pl.DataFrame(hits, schema={c: pl.Utf8 for c in sig}, orient="row")
+    # the few casts whose texts are a hit's, then the pairs (a join on two text keys copies
+    # the text of every row)
+    cand = cand.filter(*(pl.col(c).is_in(keys[c].implode()) for c in sig))
+    return cand.join(keys, on=sig)["id"]

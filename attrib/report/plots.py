@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from attrib.analysis.model import Analysis, Phase
+from attrib.analysis.series import TIMELINE_PIXELS
 from attrib.cost.dtypes import PEAK_KEY
 from attrib.report.compare import CHANGED, PhaseComparison
 from attrib.report.labels import LEADER, Box, place
@@ -265,7 +266,7 @@ def timeline(an: Analysis) -> str | None:
         return None
     ends = [s + d for ph in phases for s, d in zip(ph.per_step.start_ms, ph.per_step.step_ms)
             if s is not None and d]
-    gap = max(ends) / 1500  # narrower than a pixel or so: closed
+    gap = max(ends) / TIMELINE_PIXELS  # narrower than a pixel or so: closed
     colors = _colors([ph.phase for ph in an.phases])
     h = 0.9 + 0.45 * len(phases)
     fig = _figure(7.2, h, left=0.1, bottom=0.55 / h)
