@@ -196,6 +196,12 @@ def grouped(df: pl.DataFrame, keys: list[str], *aggs: pl.Expr) -> pl.DataFrame:
     text = [c for c in keys if df.schema[c] == pl.String]
     if not text:
         return df.group_by(keys).agg(*aggs)
-    by = [pl.col(c).cast(pl.Categorical) if c in text else pl.col(c) for c in keys]
-    out = df.group_by(by).agg(*aggs)
-    return out.with_columns(pl.col(text).cast(pl.String))
+    # by the codes' integers (a group-by on categorical keys encodes their text, row by row),
+    # each code's text joined back from its first row
+    code = {c: f"_code_{c}" for c in text}
+    coded = df.with_columns(pl.col(c).cast(pl.Categorical).to_physical().alias(code[c])
+                            for c in text)
+    out = coded.drop(text).group_by([code.get(c, c) for c in keys]).agg(*aggs)
+    for c in text:
+        out = out.join(coded.select(code[c], c).unique(code[c]), on=code[c], how="left")
+    return out.drop(code.values()).select(*keys, pl.exclude(keys))

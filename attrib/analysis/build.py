@@ -100,7 +100,7 @@ def _top_table(k: pl.DataFrame, arch: Arch | None, what_if: bool, top_n: int) ->
         pl.when(known.any()).then(pl.col("bytes").sum()).alias("bytes"),
         pl.col("flops").sum().alias("flops"),
         pl.col("dtype").drop_nulls().first().alias("dtype"),
-        pl.col("dur_ns").filter(known).sum().alias("known_ns"))
+        pl.when(known).then(pl.col("dur_ns")).otherwise(0).sum().alias("known_ns"))
         .sort("ns", descending=True).head(top_n)
         .with_columns((pl.col("known_ns") / 1e6).alias("ms")))
     if not top.height:

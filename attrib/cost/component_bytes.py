@@ -27,6 +27,11 @@ def over_peak(k: pl.DataFrame, peak_gbs: float | None) -> pl.Expr:
             & (pl.col("bytes") / pl.col("dur_ns") > peak_gbs)).fill_null(False)
 
 
+def _dur_where(mask: pl.Expr) -> pl.Expr:
+    """The summed dur_ns of the rows `mask` holds for (elementwise: no filtered copy a group)."""
+    return pl.when(mask).then(pl.col("dur_ns")).otherwise(0).sum()
+
+
 def component_table(k: pl.DataFrame, steps: pl.DataFrame, budget: Budget | None, phase: str,
                     peak_gbs: float | None = None) -> pl.DataFrame:
     """Per component, medians over the phase's steps: ms, kernels, bytes, flops, ms of priced
@@ -37,19 +42,20 @@ def component_table(k: pl.DataFrame, steps: pl.DataFrame, budget: Budget | None,
     hot = over_peak(k, peak_gbs)
     flagged = (k.filter(hot).group_by("component")
                .agg(pl.col("name").unique().sort().str.join("; ").alias("over_peak")))
-    unpriced = [pl.when(hot).then(None).otherwise(pl.col(c)).alias(c) for c in ("bytes", "flops")]
-    k = k.with_columns(*unpriced)
-    known = pl.col("bytes").is_not_null()
+    # a hot kernel's bytes and FLOPs are null (expressions: the kernels are not copied)
+    bytes_, flops = (pl.when(hot).then(None).otherwise(pl.col(c)) for c in ("bytes", "flops"))
+    known = bytes_.is_not_null()
     if "cost_model" in k.columns:
         estimated = known & pl.col("cost_model").is_in(ESTIMATES)
     else:
         estimated = pl.lit(False)
+    dur = pl.col("dur_ns")
     per = grouped(
         k, ["step", "component"],
-        pl.col("dur_ns").sum().alias("ns"), pl.len().alias("n"),
-        pl.col("bytes").sum().alias("bytes"), pl.col("flops").sum().alias("flops"),
-        pl.col("dur_ns").filter(known).sum().alias("known_ns"), known.any().alias("any_known"),
-        pl.col("dur_ns").filter(estimated).sum().alias("est_ns"))
+        dur.sum().alias("ns"), pl.len().alias("n"),
+        bytes_.sum().alias("bytes"), flops.sum().alias("flops"),
+        _dur_where(known).alias("known_ns"), known.any().alias("any_known"),
+        _dur_where(estimated).alias("est_ns"))
     grid = steps.select("step").join(per.select("component").unique(), how="cross").join(
         per, on=["step", "component"], how="left").with_columns(
         *[pl.col(c).fill_null(0) for c in ("ns", "n", "bytes", "flops", "known_ns", "est_ns")],
