@@ -26,7 +26,7 @@ from collectors.kineto import built, document_meta
 from collectors.kineto_events import Notes
 from collectors.kineto_tables import TABLES
 
-ROWS = 1 << 18  # rows of one table per file
+ROWS = 1 << 15  # rows of one table per file
 _HOST = ("ops", "frames", "launches", "markers")
 _GPU = ("kernels", "copies", "flows")
 _ORD, _S, _E = "_ord", "_s", "_e"  # the row's place in its table (event order), start, end (ns)
