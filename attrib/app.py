@@ -240,8 +240,8 @@ def bounded(path: str | Path, opts: Options = Options(),
     """The attribution of a Kineto trace read from disk `steps` annotated steps at a time
     (collectors.kineto_spill, attrib.pipeline.attribute_chunks): what it holds is bounded by a
     chunk. None where the trace must be read whole: not Kineto, a graph-capture trace given, no
-    step annotations, a document the streaming reader cannot cut, or anything the whole-trace
-    reader would warn about."""
+    step annotations, no GPU kernels (the whole reader says what it read), a document the
+    streaming reader cannot cut, or anything the whole-trace reader would warn about."""
     path = Path(path)
     if opts.capture is not None or resolve(path)[0] != "torch-json":
         return None
@@ -252,7 +252,8 @@ def bounded(path: str | Path, opts: Options = Options(),
         with Spill.read(path) as spill:
             marks = spill.markers()
             chunks = plan(annotated_spans(marks, dict(opts.phase_map)), steps)
-            if marks.meta.warnings or len(chunks) == 1:
+            kernels = sum(p.rows for p in spill.parts["kernels"])
+            if marks.meta.warnings or len(chunks) == 1 or not kernels:
                 return None
             def window(c: Chunk) -> Trace:
                 return spill.window(c.host, c.gpu)

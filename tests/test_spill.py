@@ -65,6 +65,12 @@ def test_read_whole_where_it_cannot_be_chunked(tmp_path: Path) -> None:
     assert bounded(cut, steps=2) is None
     a = attribution(cut, steps=2)
     assert any(w.kind == "truncated" for w in a.trace.meta.warnings)
+    # no GPU kernels, the runtime calls kept: the whole reader's verdict, not a chunk's view
+    doc = orjson.loads(text)
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("cat") != "kernel"]
+    bare = tmp_path / "no_kernels.json"
+    bare.write_bytes(orjson.dumps(doc))
+    assert bounded(bare, steps=2) is None
 
 
 def test_cli_chunk_steps(capsys: pytest.CaptureFixture[str]) -> None:
