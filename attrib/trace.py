@@ -189,19 +189,21 @@ class Trace:
 def grouped(df: pl.DataFrame, keys: list[str], *aggs: pl.Expr) -> pl.DataFrame:
     """`df.group_by(keys).agg(aggs)`, text keys grouped by their category codes: a group-by on
     text keys copies every row's key bytes (millions of kernel names at a time), codes are 4
-    bytes a row. The keys come back as text."""
+    bytes a row. The keys (text or categorical) come back as text."""
     # only the columns it reads: a group-by of a wide table copies more than its keys
     read = [n for e in aggs for n in e.meta.root_names()]
     df = df.select(list(dict.fromkeys([*keys, *read])))
-    text = [c for c in keys if df.schema[c] == pl.String]
+    text = [c for c in keys if df.schema[c] in (pl.String, pl.Categorical)]
     if not text:
         return df.group_by(keys).agg(*aggs)
     # by the codes' integers (a group-by on categorical keys encodes their text, row by row),
-    # each code's text joined back from its first row
+    # each code's text joined back (one row of the code gives it)
     code = {c: f"_code_{c}" for c in text}
     coded = df.with_columns(pl.col(c).cast(pl.Categorical).to_physical().alias(code[c])
                             for c in text)
     out = coded.drop(text).group_by([code.get(c, c) for c in keys]).agg(*aggs)
     for c in text:
-        out = out.join(coded.select(code[c], c).unique(code[c]), on=code[c], how="left")
+        # (a category cast to text is a copy of its text: cast once a code)
+        texts = coded.select(code[c], c).unique(code[c]).with_columns(pl.col(c).cast(pl.String))
+        out = out.join(texts, on=code[c], how="left")
     return out.drop(code.values()).select(*keys, pl.exclude(keys))

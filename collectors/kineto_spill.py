@@ -16,6 +16,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -96,7 +97,8 @@ class Spill:
     folder: Path
     meta: Meta | None = None
     parts: dict[str, list[Part]] = field(default_factory=lambda: {t: [] for t in TABLES})
-    ids: dict[str, np.ndarray] = field(default_factory=dict)
+    # per table, the file of its rows' ids by place (read where a window needs them: not held)
+    ids: dict[str, tuple[Path, np.dtype[Any]]] = field(default_factory=dict)
     # per GPU table, the places of its rows that no runtime call launched (few: found once)
     unlinked: dict[str, pl.Series] = field(default_factory=dict)
 
@@ -117,7 +119,7 @@ class Spill:
             spill.meta = document_meta(path, got.doc, got.events, warnings)
             every = warnings + got.notes.warnings()
             spill.meta = replace(spill.meta, warnings=tuple(map(TraceWarning, every)))
-            spill.ids = {t: spill._ids(t) for t in TABLES}
+            spill.ids = {t: spill._ids_file(t) for t in TABLES}
             calls = spill._column("launches", "correlation").drop_nulls().unique()
             spill.unlinked = {t: spill._unlinked(t, calls) for t in _GPU}
         except BaseException:
@@ -146,6 +148,13 @@ class Spill:
         ids = np.empty(len(start), dtype=kind)
         ids[np.argsort(start, kind="stable")] = np.arange(len(start), dtype=kind)
         return ids
+
+    def _ids_file(self, table: str) -> tuple[Path, np.dtype[Any]]:
+        """The table's ids (`_ids`) written to a file of the folder, and their dtype."""
+        ids = self._ids(table)
+        path = self.folder / f"{table}.ids"
+        ids.tofile(path)
+        return path, ids.dtype
 
     def _unlinked(self, table: str, calls: pl.Series) -> pl.Series:
         """The places of the table's rows whose correlation id is no runtime call's."""
@@ -187,7 +196,10 @@ class Spill:
         return self._rows(table, keep, [p for p in self.parts[table] if maybe(p)])
 
     def _renumber(self, table: str, df: pl.DataFrame) -> pl.DataFrame:
-        ids = self.ids[table][df[_ORD].to_numpy()]
+        path, kind = self.ids[table]
+        places = df[_ORD].to_numpy()
+        # mapped for this read only: the pages it touched go with the map
+        ids = np.memmap(path, dtype=kind, mode="r")[places] if len(places) else places
         return df.with_columns(pl.Series("id", ids, dtype=pl.Int64)).drop(_ORD, _S, _E)
 
     def markers(self) -> Trace:

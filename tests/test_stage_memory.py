@@ -88,3 +88,7 @@ def test_grouped_by_codes_equals_group_by(trace) -> None:
     want = k.group_by("name", "stream").agg(*aggs).sort("name", "stream", nulls_last=True)
     assert got.schema == want.schema and got["name"].null_count() == 1
     assert got.equals(want)
+    # the keys as categories (a phase's copy of its kernels): the same groups, text again
+    cats = k.with_columns(pl.col("name").cast(pl.Categorical))
+    got = grouped(cats, ["name", "stream"], *aggs).sort("name", "stream", nulls_last=True)
+    assert got.equals(want)

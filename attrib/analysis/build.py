@@ -99,7 +99,7 @@ def _top_table(k: pl.DataFrame, arch: Arch | None, what_if: bool, top_n: int) ->
         pl.len().alias("calls"), pl.col("dur_ns").sum().alias("ns"),
         pl.when(known.any()).then(pl.col("bytes").sum()).alias("bytes"),
         pl.col("flops").sum().alias("flops"),
-        pl.col("dtype").drop_nulls().first().alias("dtype"),
+        pl.col("dtype").drop_nulls().first().cast(pl.String).alias("dtype"),
         pl.when(known).then(pl.col("dur_ns")).otherwise(0).sum().alias("known_ns"))
         .sort("ns", descending=True).head(top_n)
         .with_columns((pl.col("known_ns") / 1e6).alias("ms")))
@@ -282,6 +282,14 @@ _PHASE_COLUMNS = ("step", "name", "component", "evidence", "start_ns", "dur_ns",
                   "dtype", "cost_model")
 
 
+def _phase_columns(k: pl.DataFrame) -> list[pl.Expr]:
+    """The `_PHASE_COLUMNS` of the kernels, their text as categories: a phase's copy of its
+    kernels holds 4 bytes a text value, not a 16-byte view (its figures group and compare
+    them; what they return is text again, attrib.trace.grouped)."""
+    return [pl.col(c).cast(pl.Categorical) if k.schema[c] == pl.String else pl.col(c)
+            for c in _PHASE_COLUMNS if c in k.columns]
+
+
 def _phases(a: Attribution, phase: str | None, arch: Arch | None, budget: Budget | None,
             what_if: bool, top: int, notes: list[str], context: pl.DataFrame) -> tuple[Phase, ...]:
     k = a.kernels
@@ -297,8 +305,7 @@ def _phases(a: Attribution, phase: str | None, arch: Arch | None, budget: Budget
         keep = (st.join(left.select("step"), on="step", how="anti")
                 if left.height < st.height else st)
         in_phase = (pl.col("phase") == ph) & pl.col("step").is_in(keep["step"].implode())
-        cols = [c for c in _PHASE_COLUMNS if c in k.columns]
-        kk = k.lazy().filter(in_phase).select(cols).collect()  # only `cols` are copied
+        kk = k.lazy().filter(in_phase).select(_phase_columns(k)).collect()
         excluded = _excluded(left if keep is not st else left.clear())
         out.append(_phase(ph, keep, kk, arch, budget, what_if, context, t0_ns, top, excluded,
                           a.ledger, a.steps))

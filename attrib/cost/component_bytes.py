@@ -40,8 +40,8 @@ def component_table(k: pl.DataFrame, steps: pl.DataFrame, budget: Budget | None,
     peak_gbs: the device's peak bandwidth. A kernel priced above it adds no bytes (its time counts
     as unpriced) and its row names it in `over_peak` (kernel names, '; '-joined; null if none)."""
     hot = over_peak(k, peak_gbs)
-    flagged = (k.filter(hot).group_by("component")
-               .agg(pl.col("name").unique().sort().str.join("; ").alias("over_peak")))
+    names = pl.col("name").cast(pl.String).unique().sort().str.join("; ")
+    flagged = grouped(k.filter(hot), ["component"], names.alias("over_peak"))
     # a hot kernel's bytes and FLOPs are null (expressions: the kernels are not copied)
     bytes_, flops = (pl.when(hot).then(None).otherwise(pl.col(c)) for c in ("bytes", "flops"))
     known = bytes_.is_not_null()
