@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Callable
 import polars as pl
 
 from attrib.components.classify import classify
-from attrib.components.patterns import BLOCKING_COPY, COMPILE_SPANS, FALLBACK_FRAME, SYNC
+from attrib.components.patterns import (BLOCKING_COPY, COMPILE_SPANS, FALLBACK_FRAME,
+                                        MATH_SDPA, SOFTMAX_OP, SYNC)
 from attrib.components.rope_table import CAST_OPS
 from attrib.cost.budget import Budget, for_world
 from attrib.cost.kernels import kernel_costs, world_size
@@ -172,6 +173,7 @@ _BIG = ("kernels", "ops", "frames", "launches", "copies")  # a trace's tables bu
 _EXACT = (*ATTENTION_OPS, *SDPA_OPS, "aten::cat")
 _NAMED_OPS = "|".join([CAST_OPS, *(f"^{re.escape(o)}$" for o in _EXACT), COMPILE_SPANS])
 _NAMED_CALLS = f"{BLOCKING_COPY}|{SYNC}"
+_PARENTS = f"{MATH_SDPA}|{SOFTMAX_OP}"  # the ops' parents read by name
 _NAMED_FRAMES = "|".join([FALLBACK_FRAME, COMPILE_SPANS])
 # columns only the attribution's stages read (launch geometry, the cost model's strides and
 # scalar arguments, the ids that link events, the devices, streams and threads of GPU work and
@@ -193,10 +195,10 @@ def _named(df: pl.DataFrame, pattern: str) -> pl.Expr:
 
 def kept(part: Trace, own: Attribution, chunk: Chunk) -> dict[str, pl.DataFrame]:
     """What the analysis and the rules read of a chunk's trace, of its own part: its own
-    kernels and the copies its runtime calls made; the ops those kernels link to (and their
-    parents), and their runtime calls where a later stage reads them (`_reads_launches`); the
-    ops, calls and frames read by name that start in its own range. Rows another chunk keeps
-    too are the same rows (the same ids)."""
+    kernels and the copies its runtime calls made; the ops those kernels link to (and those of
+    their parents read by name), and their runtime calls where a later stage reads them
+    (`_reads_launches`); the ops, calls and frames read by name that start in its own range.
+    Rows another chunk keeps too are the same rows (the same ids)."""
     lo, hi = chunk.own
     mine = (pl.col("start_ns") >= lo) & (pl.col("start_ns") < hi)
     k = own.kernels
@@ -206,7 +208,9 @@ def kept(part: Trace, own: Attribution, chunk: Chunk) -> dict[str, pl.DataFrame]
     copies = pl.concat([part.copies.join(linked, on="correlation", how="semi"),
                         part.copies.filter(unlinked.fill_null(True) & mine)])
     ops = part.ops.filter(pl.col("id").is_in(k["op_id"].drop_nulls().implode()))
-    parents = part.ops.filter(pl.col("id").is_in(ops["parent"].drop_nulls().implode()))
+    # a parent is read for its name alone, and only these (rules.attention's unfused ops)
+    parents = part.ops.filter(pl.col("id").is_in(ops["parent"].drop_nulls().implode())
+                              & _named(part.ops, _PARENTS))
     named = part.ops.filter(mine & _named(part.ops, _NAMED_OPS))
     linked_calls = part.launches.filter(pl.col("id").is_in(k["launch_id"].drop_nulls().implode()))
     tables = {

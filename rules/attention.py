@@ -9,22 +9,19 @@ import orjson
 import polars as pl
 
 from attrib.components.patterns import (
+    BMM_OP,
     FP8_KV_CACHE,
     FUSED_ATTENTION,
+    MATH_SDPA,
     NAVI_PAGED_ATTENTION,
     PAGED_SINGLE_PASS,
+    SOFTMAX_OP,
     SPLIT_KV,
 )
 from attrib.analysis.model import Analysis
 from attrib.pipeline import Attribution
 from rules.finding import Finding, is_rdna, kernel_ns, kernels_in, ns, num, r
 from rules.thresholds import Thresholds
-
-# eager attention in HF: q@k^T (bmm), softmax, attn@v (bmm);
-# SDPA's math fallback is the same in one op
-MATH_SDPA = r"^aten::_scaled_dot_product_attention_math$"
-SOFTMAX_OP = r"^aten::(?:_?softmax|_safe_softmax)$"
-BMM_OP = r"^aten::(?:bmm|matmul|baddbmm)$"
 
 P10_REFS = (
     "https://github.com/vllm-project/vllm/issues/50264",

@@ -89,6 +89,12 @@ FP8_KV_CACHE = r"Fp8KVCacheDataType\)[12]|fp8_e4m3|fp8_e5m2"
 # fused attention kernels (flash, memory-efficient, cuDNN, fmha, vLLM paged/unified)
 FUSED_ATTENTION = (r"(?i)flash|_efficient_attention|cudnn_attention|attn_fwd|fmha"
                    r"|unified_attention|paged_attention")
+# the ops of unfused attention: eager attention in HF is q@k^T (bmm), softmax, attn@v (bmm);
+# SDPA's math fallback is the same in one op (rules.attention; the chunked read keeps the ops'
+# parents these name)
+MATH_SDPA = r"^aten::_scaled_dot_product_attention_math$"
+SOFTMAX_OP = r"^aten::(?:_?softmax|_safe_softmax)$"
+BMM_OP = r"^aten::(?:bmm|matmul|baddbmm)$"
 # rocBLAS / legacy Tensile kernels: a 4-field MI token (hipBLASLt's TensileLite: 3 fields and
 # _UserArgs_)
 ROCBLAS_TILE = r"^Cijk_\w*_MI\d+x\d+x\d+x\d+_"
