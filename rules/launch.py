@@ -34,8 +34,8 @@ def _per_step(a: Attribution, phase: str) -> pl.DataFrame:
     return k.group_by("step").agg(
         pl.len().alias("kernels"),
         pl.col("launch_id").drop_nulls().n_unique().alias("launches"),
-        dur.filter(replayed).sum().alias("graph_ns"),
-        dur.filter(with_op).sum().alias("graph_op_ns"),
+        pl.when(replayed).then(dur).otherwise(0).sum().alias("graph_ns"),  # (no filtered copy)
+        pl.when(with_op).then(dur).otherwise(0).sum().alias("graph_op_ns"),
         dur.sum().alias("ns"))
 
 

@@ -39,7 +39,11 @@ def rope_table_casts(ops: pl.DataFrame) -> pl.Series:
     casts = names.filter(names.str.contains(CAST_OPS)).implode()  # each name matched once
     sig = ["input_dims", "input_types"]
     cand = ops.select("id", "name", *sig).filter(pl.col("name").is_in(casts))
-    hits = [(d, t) for d, t in cand.select(sig).unique().iter_rows() if _is_table_cast(d, t)]
+    # the distinct signatures by their category codes (a unique on two text columns encodes
+    # every row's text)
+    codes = [pl.col(c).cast(pl.Categorical).to_physical().alias(f"_{c}") for c in sig]
+    sigs = cand.select(*sig, *codes).unique([f"_{c}" for c in sig]).select(sig)
+    hits = [(d, t) for d, t in sigs.iter_rows() if _is_table_cast(d, t)]
     if not hits:
         return pl.Series("id", [], dtype=pl.Int64)
     keys = pl.DataFrame(hits, schema={c: pl.Utf8 for c in sig}, orient="row")
