@@ -393,12 +393,18 @@ def _typical_ledger(led: Ledger, steps: pl.DataFrame, phase: str) -> pl.DataFram
     counted = _counted(steps, phase)
     if not counted.height or not mean.height:
         return mean
-    grid = (counted.select("step").join(mean.select("cause", "what"), how="cross")
-            .join(led.steps, on=["step", "cause", "what"], how="left")
+    # every counted step x every row, 0 where a step lacks it; the rows by their index (a grid
+    # of steps x rows with the text keys would encode their text in every cell)
+    pairs = mean.select("cause", "what").with_row_index("_row")
+    present = (led.steps.filter(pl.col("step").is_in(counted["step"].implode()))
+               .join(pairs, on=["cause", "what"]).select("step", "_row", "ns", "n"))
+    grid = (counted.select("step").join(pairs.select("_row"), how="cross")
+            .join(present, on=["step", "_row"], how="left")
             .with_columns(pl.col("ns").fill_null(0), pl.col("n").fill_null(0)))
-    med = grid.group_by("cause", "what").agg(
+    med = grid.group_by("_row").agg(
         (pl.col("ns").median() / 1e6).alias("ms_per_step"),
         pl.col("n").median().cast(pl.Float64).alias("n_per_step"))
+    med = pairs.join(med, on="_row").drop("_row")
     step_ms = float(num_or_zero((counted["window_end"] - counted["window_start"]).median())) / 1e6
     share = pl.col("ms_per_step") / step_ms if step_ms else pl.lit(None, pl.Float64)
     medians = mean.select("cause", "what", "median_us")
