@@ -33,16 +33,21 @@ def _busy(k: pl.DataFrame, steps: list[int], t0_ns: int,
     """Per step (in `steps` order), the union of its kernels' [start, end) in ms from t0_ns, gaps
     under gap_ms closed."""
     k = k.select("step", "start_ns", "dur_ns").filter(pl.col("step").is_not_null())
-    by = {int(g["step"][0]): g for g in k.partition_by("step")} if k.height else {}
+    k = k.sort("step")  # each step's kernels one slice of three arrays (not a frame a step)
+    ids = k["step"].to_numpy()
+    starts = k["start_ns"].to_numpy().astype(np.int64)
+    ends = starts + k["dur_ns"].to_numpy().astype(np.int64)
+    firsts = np.r_[0, np.flatnonzero(np.diff(ids)) + 1] if len(ids) else np.zeros(0, int)
+    lasts = np.r_[firsts[1:], len(ids)]
+    bounds = dict(zip(ids[firsts].tolist(), zip(firsts.tolist(), lasts.tolist())))
     out: list[tuple[tuple[float, float], ...]] = []
     gap = int(gap_ms * 1e6)
     for st in steps:
-        g = by.get(st)
-        if g is None:
+        if st not in bounds:
             out.append(())
             continue
-        s = g["start_ns"].to_numpy().astype(np.int64)
-        e = s + g["dur_ns"].to_numpy().astype(np.int64)
+        lo, hi = bounds[st]
+        s, e = starts[lo:hi], ends[lo:hi]
         ms, me = merge(s, e + gap)
         out.append(tuple((round((a - t0_ns) / 1e6, 4), round((b - gap - t0_ns) / 1e6, 4))
                          for a, b in zip(ms.tolist(), me.tolist())))
