@@ -92,3 +92,22 @@ def test_grouped_by_codes_equals_group_by(trace) -> None:
     cats = k.with_columns(pl.col("name").cast(pl.Categorical))
     got = grouped(cats, ["name", "stream"], *aggs).sort("name", "stream", nulls_last=True)
     assert got.equals(want)
+
+
+def test_component_table_by_step_batches_equals_one_batch(monkeypatch) -> None:
+    """The per-step component sums, a few steps at a time, give the one-batch table exactly
+    (the demo decode: 6 steps in batches of 2; its kernels as a phase copies them)."""
+    from attrib.analysis.build import _phase_columns
+    from attrib.app import attribution
+    from attrib.cost import component_bytes
+
+    a = attribution(Path(__file__).parents[1] / "examples/traces"
+                    / "h200_qwen3moe_eager_prefill_decode.json.gz")
+    steps = a.steps.filter(pl.col("phase") == "decode")
+    k = a.kernels.lazy().filter(pl.col("step").is_in(steps["step"].implode()))
+    k = k.select(_phase_columns(a.kernels)).collect()
+    whole = component_bytes.component_table(k, steps, None, "decode", peak_gbs=4800)
+    monkeypatch.setattr(component_bytes, "STEP_BATCH", 2)
+    parts = component_bytes.component_table(k, steps, None, "decode", peak_gbs=4800)
+    assert steps.height > 2 * 2 and whole.height > 5
+    assert parts.sort("component").equals(whole.sort("component"))

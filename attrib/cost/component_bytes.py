@@ -27,6 +27,9 @@ def over_peak(k: pl.DataFrame, peak_gbs: float | None) -> pl.Expr:
             & (pl.col("bytes") / pl.col("dur_ns") > peak_gbs)).fill_null(False)
 
 
+STEP_BATCH = 1024  # steps a per-step group-by takes at a time
+
+
 def _dur_where(mask: pl.Expr) -> pl.Expr:
     """The summed dur_ns of the rows `mask` holds for (elementwise: no filtered copy a group)."""
     return pl.when(mask).then(pl.col("dur_ns")).otherwise(0).sum()
@@ -50,12 +53,17 @@ def component_table(k: pl.DataFrame, steps: pl.DataFrame, budget: Budget | None,
     else:
         estimated = pl.lit(False)
     dur = pl.col("dur_ns")
-    per = grouped(
-        k, ["step", "component"],
-        dur.sum().alias("ns"), pl.len().alias("n"),
-        bytes_.sum().alias("bytes"), flops.sum().alias("flops"),
-        _dur_where(known).alias("known_ns"), known.any().alias("any_known"),
-        _dur_where(estimated).alias("est_ns"))
+    aggs = (dur.sum().alias("ns"), pl.len().alias("n"),
+            bytes_.sum().alias("bytes"), flops.sum().alias("flops"),
+            _dur_where(known).alias("known_ns"), known.any().alias("any_known"),
+            _dur_where(estimated).alias("est_ns"))
+    # a step's groups are its own: the steps a batch at a time hold a batch's temporaries
+    batches = steps["step"].unique().sort().to_list()
+    read = k.select(c for c in k.columns if c in ("step", "component", "dur_ns", "bytes",
+                                                 "flops", "cost_model"))
+    per = pl.concat([grouped(read.filter(pl.col("step").is_in(batches[i:i + STEP_BATCH])),
+                             ["step", "component"], *aggs)
+                     for i in range(0, max(len(batches), 1), STEP_BATCH)])
     grid = steps.select("step").join(per.select("component").unique(), how="cross").join(
         per, on=["step", "component"], how="left").with_columns(
         *[pl.col(c).fill_null(0) for c in ("ns", "n", "bytes", "flops", "known_ns", "est_ns")],
