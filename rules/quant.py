@@ -16,7 +16,7 @@ from attrib.components.patterns import (
 )
 from attrib.analysis.model import Analysis
 from attrib.pipeline import Attribution
-from rules.finding import Finding, first_names, kernel_ns, kernels_in, ns, num, r, steps_in
+from rules.finding import Finding, first_names, kernel_ns, kernels_in, ns, num, r
 from rules.thresholds import Thresholds
 
 FP8_OP = r"_scaled_mm|fp8|float8|w8a8"
@@ -106,9 +106,7 @@ def _fp8(a: Attribution) -> tuple[pl.DataFrame, pl.DataFrame]:
     torch ops (abs, amax, div, clamp, casts) just before an FP8 GEMM that
     ends in a float8 cast (torch-native per-token quantization, e.g.
     vLLM's RowWiseTorchFP8ScaledMMLinearKernel)."""
-    steps = steps_in(a)["step"].implode()
-    k = (a.kernels.select("name", "op", "op_id", "start_ns", "dur_ns", "step")
-         .filter(pl.col("step").is_in(steps)).sort("start_ns"))
+    k = kernels_in(a, columns=("name", "op", "op_id", "start_ns", "dur_ns")).sort("start_ns")
     op = pl.col("op").fill_null("")
     fp8_gemm = pl.col("_fp8_name") | op.str.contains(FP8_OP)
     gemm = fp8_gemm & ~pl.col("_bare_cast")
