@@ -29,7 +29,7 @@ from attrib.steps.salvage import drop_empty_steps
 from attrib.steps.speculative import ATTENTION_OPS, apply_roles
 from attrib.steps.context import SDPA_OPS
 from attrib.steps.windows import windows
-from attrib.trace import SCHEMAS, Trace
+from attrib.trace import SCHEMAS, Trace, coded, views
 
 if TYPE_CHECKING:
     from attrib.steps.chunks import Chunk
@@ -80,7 +80,7 @@ def attribute(trace: Trace, phase_map: dict[str, str] | None = None, capture: Tr
     led = ledger(steps, k, trace.copies, trace.launches, trace.ops, trace.frames, whole)
     return Attribution(
         trace=trace,
-        kernels=kernel_costs(trace, k, steps, budget),
+        kernels=coded(kernel_costs(trace, k, steps, budget)),
         steps=steps,
         notes=tuple(notes),
         ledger=led,
@@ -345,7 +345,8 @@ def _with_shared(a: Attribution) -> Attribution:
     t, k = a.trace.kernels, a.kernels
     if not t["id"].equals(k["id"]):
         raise NotOneRun("the kept kernels are not the attributed kernels")
-    kernels = t.with_columns(k[c] for c in _SHARED)
+    kernels = t.with_columns(views(k[c]) if k.schema[c] == pl.Categorical else k[c]
+                             for c in _SHARED)
     return replace(a, trace=a.trace.with_tables(kernels=kernels))
 
 

@@ -20,7 +20,7 @@ from attrib.components.patterns import (
 )
 from attrib.analysis.model import Analysis
 from attrib.pipeline import Attribution
-from rules.finding import Finding, is_rdna, kernel_ns, kernels_in, ns, num, r
+from rules.finding import Finding, is_rdna, kernel_ns, kernels_in, kernels_where, ns, num, r
 from rules.thresholds import Thresholds
 
 P10_REFS = (
@@ -84,7 +84,7 @@ def decode_attention_no_split_kv(a: Attribution, an: Analysis, th: Thresholds) -
         return []
     if (att.share or 0) <= th.attention_share:
         return []
-    k = kernels_in(a, "decode")
+    k = kernels_in(a, "decode", columns=("name", "component", "op_id"))
     if k.filter(pl.col("name").str.contains(SPLIT_KV)).height:
         return []
     attn = k.filter(pl.col("component") == "attention")
@@ -139,11 +139,11 @@ def navi_paged_attention_traps(a: Attribution, an: Analysis, th: Thresholds) -> 
     """P12: vLLM's custom (ll4mi) paged attention on RDNA with what it
     does not support: fp8 KV (from the KV-write kernel's template or the
     stamp), a block size other than 16 or ALiBi (from the stamp)."""
-    k = a.kernels.filter(pl.col("name").str.contains(NAVI_PAGED_ATTENTION))
+    k = kernels_where(a, pl.col("name").str.contains(NAVI_PAGED_ATTENTION))
     if not k.height:
         return []
     kv = str(an.stamp("kv_cache_dtype") or "")
-    fp8_writes = a.kernels.filter(pl.col("name").str.contains(FP8_KV_CACHE))
+    fp8_writes = kernels_where(a, pl.col("name").str.contains(FP8_KV_CACHE), ("name",))
     fp8 = "fp8" in kv.lower() or fp8_writes.height > 0
     block = an.stamp("block_size") or an.env_var("VLLM_BLOCK_SIZE")
     traps = (
@@ -173,13 +173,17 @@ def navi_paged_attention_traps(a: Attribution, an: Analysis, th: Thresholds) -> 
 
 
 def _op_names(a: Attribution, phase: str) -> pl.DataFrame:
-    """The phase's kernels (name, dur_ns, component, op_id, step) with the name of their
-    launching op and of that op's parent."""
+    """The phase's kernels (name, dur_ns, component, op_id, step) launched by an op whose
+    name, or whose parent's, is one P17 reads (math SDPA, softmax, bmm), with those two names
+    (the other kernels' ops match none of its tests)."""
     ops = a.trace.ops.select(pl.col("id").alias("op_id"), pl.col("name").alias("op_name"), "parent")
     parents = a.trace.ops.select(pl.col("id").alias("parent"), pl.col("name").alias("parent_name"))
-    k = kernels_in(a, phase, columns=("name", "dur_ns", "component", "op_id"))
-    return (k.join(ops, on="op_id", how="left")
-            .join(parents, on="parent", how="left"))
+    named = ops.join(parents, on="parent", how="left")
+    read = named.filter(pl.col("op_name").str.contains(f"{MATH_SDPA}|{SOFTMAX_OP}|{BMM_OP}")
+                        | pl.col("parent_name").str.contains(f"{MATH_SDPA}|{SOFTMAX_OP}"))
+    k = kernels_in(a, phase, pl.col("op_id").is_in(read["op_id"].implode()),
+                   ("name", "dur_ns", "component", "op_id"))
+    return k.join(read, on="op_id", how="left")
 
 
 def unfused_attention(a: Attribution, an: Analysis, th: Thresholds) -> list[Finding]:

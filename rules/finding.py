@@ -11,6 +11,7 @@ import polars as pl
 from attrib.analysis.finding import SEVERITIES, Finding
 from attrib.analysis.model import Analysis
 from attrib.pipeline import Attribution
+from attrib.trace import as_text
 from attrib.steps.phases import TOKEN_PHASES
 from rules.thresholds import Thresholds
 
@@ -74,13 +75,42 @@ def _in_steps(a: Attribution, phase: str | None) -> pl.Expr:
     return pl.col("step").is_in(steps_in(a, phase)["step"].implode())
 
 
+def _rows(k: pl.DataFrame, keep: pl.Expr, where: pl.Expr | None,
+          columns: list[str]) -> pl.DataFrame:
+    """`columns` of the rows of `k` that `keep` and `where` hold for, copied once. `where` reads
+    text views of only its columns, of the rows `keep` holds for; on one text column (a test of
+    each row's text), its distinct values."""
+    if where is None:
+        return k.lazy().filter(keep).select(columns).collect()
+    read = list(dict.fromkeys(where.meta.root_names()))
+    if len(read) == 1 and k.schema[read[0]] == pl.Categorical:
+        values = k.select(pl.col(read[0]).unique())
+        hits = values.filter(as_text(values).select(where).to_series())
+        keep, read = keep & pl.col(read[0]).is_in(hits.to_series().implode()), []
+    elif not read:
+        keep = keep & where
+    if not read:
+        return k.lazy().filter(keep).select(columns).collect()
+    at = k.with_row_index("_at").select(list(dict.fromkeys(["_at", *read,
+                                                            *keep.meta.root_names()])))
+    at = at.filter(keep)
+    return k.select(columns)[at.filter(as_text(at.select(read)).select(where).to_series())["_at"]]
+
+
 def kernels_in(a: Attribution, phase: str | None = None, where: pl.Expr | None = None,
                columns: tuple[str, ...] | None = None) -> pl.DataFrame:
     """The kernels of those steps (of `phase`, else of every phase), those `where` holds for if
-    given; only `columns` (and step) where given. The filter copies no other row or column."""
-    k = a.kernels if columns is None else a.kernels.select("step", *columns)
-    keep = _in_steps(a, phase)
-    return k.filter(keep if where is None else keep & where)
+    given; only `columns` (and step) where given. The filter copies no other row or column;
+    the categories of the attribution's text are text again (`as_text`)."""
+    out = a.kernels.columns if columns is None else list(dict.fromkeys(["step", *columns]))
+    return as_text(_rows(a.kernels, _in_steps(a, phase), where, out))
+
+
+def kernels_where(a: Attribution, where: pl.Expr,
+                  columns: tuple[str, ...] | None = None) -> pl.DataFrame:
+    """Every kernel `where` holds for, in a step or not, as `kernels_in` gives them."""
+    out = a.kernels.columns if columns is None else list(columns)
+    return as_text(_rows(a.kernels, pl.lit(True), where, out))
 
 
 def kernel_ns(a: Attribution, phase: str | None = None) -> float:

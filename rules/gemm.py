@@ -19,7 +19,8 @@ from attrib.analysis.model import Analysis, Component
 from attrib.components.taxonomy import GEMM_COMPONENTS
 from attrib.pipeline import Attribution
 from attrib.roofline.model import achieved_gbs
-from rules.finding import DECODE_LIKE, Finding, kernel_ns, kernels_in, ns, num, r
+from rules.finding import (DECODE_LIKE, Finding, kernel_ns, kernels_in, kernels_where, ns,
+                           num, r)
 from rules.thresholds import Thresholds
 
 P01_REFS = (
@@ -47,6 +48,10 @@ def _tile_dim(group: str) -> pl.Expr:
     return pl.coalesce(tensile, nvjet).cast(pl.Int64)
 
 
+# what P02 reads of each GEMM: its tile (name), component, time and what the roofline prices
+TILE_COLUMNS = ("name", "component", "dur_ns", "bytes", "flops", "dtype")
+
+
 def big_tile_decode_gemm(a: Attribution, an: Analysis, th: Thresholds) -> list[Finding]:
     """P02: M<=4 decode GEMMs served by BLAS kernels with >= 64x64 tiles
     (Tensile macro tiles; cuBLASLt nvjet CTA tiles): the token side of each
@@ -58,7 +63,7 @@ def big_tile_decode_gemm(a: Attribution, an: Analysis, th: Thresholds) -> list[F
     total = kernel_ns(a, "decode")
     smaller = pl.min_horizontal("mt_m", "mt_n")
     tiles = (
-        kernels_in(a, "decode", pl.col("component").is_in(GEMM_COMPONENTS))
+        kernels_in(a, "decode", pl.col("component").is_in(GEMM_COMPONENTS), TILE_COLUMNS)
         .with_columns(
             pl.col("name").str.extract_groups(TENSILE_TILE).alias("mt"),
             pl.col("name").str.extract_groups(NVJET_TILE).alias("nv"),
@@ -170,7 +175,7 @@ def rocblas_fallback(a: Attribution, an: Analysis, th: Thresholds) -> list[Findi
     4-field MI token), none on hipBLASLt or most of the GEMM time
     (`p03_rocblas_share`), or prefill GEMMs (>= `p03_min_tokens` tokens)
     far below the device's matrix peak."""
-    cijk = a.kernels.filter(pl.col("name").str.contains(TENSILE))
+    cijk = kernels_where(a, pl.col("name").str.contains(TENSILE))
     if not cijk.height:
         return []
     legacy = cijk.filter(

@@ -11,7 +11,7 @@ from attrib.components.patterns import NOT_TRITON, TENSILE, TRITON_NAME
 from attrib.analysis.model import Analysis
 from attrib.pipeline import Attribution
 from attrib.steps.excluded import compile_events
-from rules.finding import Finding, ns, num, r
+from rules.finding import Finding, kernels_where, ns, num, r
 from rules.intervals import covered, merge, spans, total
 from rules.thresholds import Thresholds
 
@@ -64,7 +64,7 @@ def compile_in_window(a: Attribution, an: Analysis, th: Thresholds) -> list[Find
     median, and steps whose kernel count is an outlier of their phase."""
     sp = compile_events(a.trace)
     name = pl.col("name")
-    k = a.kernels.filter(name.str.contains(TRITON_NAME) & ~name.str.contains(NOT_TRITON))
+    k = kernels_where(a, name.str.contains(TRITON_NAME) & ~name.str.contains(NOT_TRITON))
     cold = (
         k.sort("start_ns")
         .group_by("name", "phase")
@@ -169,7 +169,7 @@ def tunableop_in_window(a: Attribution, an: Analysis, th: Thresholds) -> list[Fi
     sweep = pl.DataFrame()
     if a.trace.ops.height:
         tensile = pl.col("name").str.contains(TENSILE) & pl.col("op_id").is_not_null()
-        k = a.kernels.filter(tensile)
+        k = kernels_where(a, tensile)
         ops = a.trace.ops.filter(pl.col("id").is_in(k["op_id"].implode()))
         dims = ops.select(pl.col("id").alias("op_id"), "input_dims")
         sweep = (
@@ -185,7 +185,7 @@ def tunableop_in_window(a: Attribution, an: Analysis, th: Thresholds) -> list[Fi
         )
     if not (enabled and tuning) and not sweep.height:
         return []
-    gemm_ms = ns(a.kernels.filter(pl.col("name").str.contains(TENSILE))) / 1e6
+    gemm_ms = ns(kernels_where(a, pl.col("name").str.contains(TENSILE), ("dur_ns",))) / 1e6
     steps = max(a.steps.height, 1)
     swept_ms = float(num(sweep["ms"].sum())) if sweep.height else gemm_ms
     return [

@@ -16,6 +16,7 @@ from attrib.components.patterns import (
 )
 from attrib.analysis.model import Analysis
 from attrib.pipeline import Attribution
+from attrib.trace import as_text
 from rules.finding import Finding, first_names, kernel_ns, kernels_in, ns, num, r
 from rules.thresholds import Thresholds
 
@@ -100,13 +101,24 @@ def _name_marks(names: pl.Series) -> pl.DataFrame:
         (cast & ~name.str.contains(GEMM_LIKE)).alias("_bare_cast"))
 
 
+def _may_hold_fp8(a: Attribution) -> bool:
+    """Whether any kernel's name or op may be FP8 (a GEMM or a named quantize kernel): else
+    `_fp8` finds none, and reads no kernel row."""
+    names = as_text(a.kernels.select(pl.col("name").unique()))["name"]
+    ops = as_text(a.kernels.select(pl.col("op").unique()))["op"].drop_nulls()
+    marks = _name_marks(names)
+    return bool(marks["_fp8_name"].any() or marks["_named"].any()
+                or ops.str.contains(FP8_OP).any())
+
+
 def _fp8(a: Attribution) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(FP8 GEMM kernels, activation-quantize kernels) inside steps: name, op, start_ns,
     dur_ns, step. Quantize kernels: named so (vLLM's fused quant kernels), or the run of
     torch ops (abs, amax, div, clamp, casts) just before an FP8 GEMM that
     ends in a float8 cast (torch-native per-token quantization, e.g.
     vLLM's RowWiseTorchFP8ScaledMMLinearKernel)."""
-    k = kernels_in(a, columns=("name", "op", "op_id", "start_ns", "dur_ns")).sort("start_ns")
+    k = kernels_in(a, columns=("name", "op", "op_id", "start_ns", "dur_ns"),
+                   where=None if _may_hold_fp8(a) else pl.lit(False)).sort("start_ns")
     op = pl.col("op").fill_null("")
     fp8_gemm = pl.col("_fp8_name") | op.str.contains(FP8_OP)
     gemm = fp8_gemm & ~pl.col("_bare_cast")

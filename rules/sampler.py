@@ -34,18 +34,20 @@ def _vocab(a: Attribution, k: pl.DataFrame) -> int | None:
     return int(num(dims.max())) if dims.len() else None
 
 
+SAMPLING_COLUMNS = ("name", "start_ns", "dur_ns", "component", "op", "op_id")
+
+
 def _sampling(a: Attribution, phase: str) -> pl.DataFrame:
     """The phase's sampling kernels: classified `sampler`, or launched in a
     step after its last lm_head kernel (logits processing and sampling
     follow the LM head in every token step)."""
-    k = kernels_in(a, phase)
     end = (pl.col("start_ns") + pl.col("dur_ns")).max().alias("_head_end")
-    head = k.filter(pl.col("component") == "lm_head").group_by("step").agg(end)
-    k = k.join(head, on="step", how="left")
-    head_end = pl.col("_head_end")
+    heads = kernels_in(a, phase, pl.col("component") == "lm_head", ("start_ns", "dur_ns"))
+    head = heads.group_by("step").agg(end)
+    head_end = pl.col("step").replace_strict(head["step"], head["_head_end"], default=None)
     after_head = head_end.is_not_null() & (pl.col("start_ns") >= head_end)
     sampler = pl.col("component") == "sampler"
-    return k.filter(sampler | after_head).drop("_head_end")
+    return kernels_in(a, phase, sampler | after_head, SAMPLING_COLUMNS)
 
 
 def sampler_share(a: Attribution, an: Analysis, th: Thresholds) -> list[Finding]:

@@ -9,6 +9,7 @@ import jsonschema
 import polars as pl
 import pytest
 
+from attrib.trace import as_text
 from attrib.pipeline import attribute
 from attrib.analysis.build import build
 from attrib.components.taxonomy import TAXONOMY
@@ -51,7 +52,7 @@ def test_moe_components(moe):
     for c in ("qkv_proj", "o_proj", "attention", "moe_experts", "moe_router", "norm", "kv_cache_write", "rope"):
         assert comps[c]["kernels"] >= 8, c
     # q, k, v Linear layers come before attention, o_proj after: 3 vs 1 GEMMs per layer (+ split-K reduce)
-    k = a.kernels.filter(pl.col("phase") == "decode")
+    k = as_text(a.kernels).filter(pl.col("phase") == "decode")
     per_step = k.filter(pl.col("step") == k["step"].min())
     assert per_step.filter(pl.col("component") == "qkv_proj").height == 24
     assert per_step.filter((pl.col("component") == "o_proj") & pl.col("name").str.contains("nvjet")).height == 8

@@ -9,6 +9,7 @@ from functools import cache
 import polars as pl
 import pytest
 
+from attrib.trace import as_text
 from attrib.pipeline import Attribution, attribute
 from attrib.analysis import Analysis
 from attrib.analysis.build import build
@@ -78,7 +79,7 @@ def test_gated_deltanet_is_linear_attention_with_its_projections():
     # are its input projections (qkv_proj), out_proj its output projection (o_proj); its recurrence,
     # conv and gating (torch fallbacks: aten kernels inside the module) are linear_attention.
     a, doc = analysed("qwen3next_decode")
-    k = a.kernels.filter(pl.col("phase") == "decode")
+    k = as_text(a.kernels).filter(pl.col("phase") == "decode")
     step = k.filter(pl.col("step") == k["step"].min())
     gdn = step.filter(pl.col("module_path").str.contains("Qwen3NextGatedDeltaNet"))
     lin = gdn.filter(pl.col("module_path").str.contains(r"GatedDeltaNet_\d+/Linear_\d+$"))
@@ -97,7 +98,7 @@ def test_shared_experts_by_class_path(name, layers):
     # .../DeepseekV3MoE_0/DeepseekV3MLP_1/Linear_13 are the shared expert (an MLP directly in an MoE
     # block): gate, up, down GEMMs and the activation; Qwen3-Next's shared_expert_gate Linear too.
     a, _ = analysed(name)
-    k = a.kernels.filter(pl.col("phase") == "decode")
+    k = as_text(a.kernels).filter(pl.col("phase") == "decode")
     step = k.filter(pl.col("step") == k["step"].min())
     shared = step.filter(pl.col("module_path").str.contains(r"(?:SparseMoeBlock|MoE)_\d+/\w+MLP_\d+(?:/|$)"))
     assert shared.height > 0 and set(shared["component"]) == {"moe_shared_expert"}
@@ -119,7 +120,7 @@ def test_tensor_parallel_all_reduce_is_communication():
     for rank in (0, 1):
         a, doc = analysed(f"tp2_decode_rank{rank}")
         assert doc["distributed"] == {"backend": "nccl", "rank": rank, "world_size": 2}
-        k = a.kernels.filter(pl.col("phase") == "decode")
+        k = as_text(a.kernels).filter(pl.col("phase") == "decode")
         nccl = k.filter(pl.col("name").str.starts_with("ncclDevKernel_AllReduce"))
         steps = a.steps.filter(pl.col("phase") == "decode").height
         assert nccl.height == 8 * steps and set(nccl["component"]) == {"communication"}
@@ -164,7 +165,7 @@ def test_a_named_kernel_has_the_same_components_in_prefill_and_decode(name):
     # several MLPs, so per name the set of components, prefill against decode)
     from attrib.components.classify import by_name
     a, _ = analysed(name)
-    k = a.kernels.filter(pl.col("phase").is_in(["prefill", "decode"]) & (pl.col("evidence") != "compile"))
+    k = as_text(a.kernels).filter(pl.col("phase").is_in(["prefill", "decode"]) & (pl.col("evidence") != "compile"))
     named = by_name(k["name"]).filter(~pl.col("name_comp").is_in(["gemm", "copy", "elementwise"]) & pl.col("name_comp").is_not_null())
     k = k.join(named.select("name"), on="name")
     def comps(phase: str) -> pl.DataFrame:
@@ -239,7 +240,7 @@ def test_inductor_static_cache_writes_are_kv_cache_write():
     StaticCache with Inductor kernels named for index_copy: kv_cache_write, 2 per layer and step (they
     were `other` and, for V, `rope` by position), as the eager prefill's index_copy kernels are."""
     a, doc = analysed("compile_decode")
-    k = a.kernels.filter(pl.col("evidence") != "compile")
+    k = as_text(a.kernels).filter(pl.col("evidence") != "compile")
     dec = k.filter((pl.col("phase") == "decode") & pl.col("name").str.contains(r"^triton_\w*fused\w*_index_copy"))
     assert dec.height == 2 * 4 * _phase(doc, "decode")["steps"] + 2 * 4     # + the left-out compiling call's own
     assert set(dec["component"]) == {"kv_cache_write"}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
+from attrib.trace import as_text
 from attrib.pipeline import attribute
 from attrib.analysis.build import build
 from attrib.report.table import render
@@ -64,7 +65,7 @@ def test_evidence_labels_are_true(dense, vllm):
 def test_moe_routing_kernels_beat_the_coarse_moe_op(vllm):
     # gpt-oss under vLLM: the routing kernels run under SortTokens, the expert GEMMs and the combine
     # scatter under vllm::moe_forward; the names say which part of the MoE each one is.
-    k = vllm.kernels.filter(pl.col("step").is_not_null())
+    k = as_text(vllm.kernels).filter(pl.col("step").is_not_null())
     comp = dict(k.group_by("name").agg(pl.col("component").unique()).select(
         "name", pl.col("component").list.join(",")).iter_rows())
     assert comp["_sum_bitmatrix_rows"] == "moe_dispatch"
@@ -123,7 +124,7 @@ def test_world_size_and_communication_share(fixtures):
     # MI350X training trace: 1,310 ncclDevKernel_Generic_1 calls are communication, a line of the phase
     t = load(fixtures / "rocprof" / "gfx950_rocprofv3_json" / "908_results.json.gz")
     a = attribute(t)
-    nccl = a.kernels.filter(pl.col("name").str.starts_with("ncclDevKernel") & pl.col("step").is_not_null())
+    nccl = as_text(a.kernels).filter(pl.col("name").str.starts_with("ncclDevKernel") & pl.col("step").is_not_null())
     assert nccl.height > 0 and set(nccl["component"]) == {"communication"}
     an = build(a)
     doc = an.to_dict()
@@ -147,7 +148,7 @@ def test_llamacpp_legacy_rocprof_steps_are_forward_passes(fixtures):
     steps = a.steps.sort("step")
     assert steps.height == 2 and set(steps["phase"]) == {"prefill"}
     assert steps["tokens"].to_list() == [512, 512]  # rms_norm_f32 runs one workgroup per row
-    k = a.kernels.filter(pl.col("step").is_not_null()).sort("start_ns")
+    k = as_text(a.kernels).filter(pl.col("step").is_not_null()).sort("start_ns")
     for step in (0, 1):
         s = k.filter(pl.col("step") == step)
         assert s.filter(pl.col("component") == "lm_head")["name"].str.contains(r"ggml_type\)14").all()
@@ -175,5 +176,5 @@ def test_llamacpp_legacy_rocprof_steps_are_forward_passes(fixtures):
 def test_llamacpp_rocpd_decode_stays_one_token_per_step(fixtures):
     a = attribute(load(fixtures / "rocprof" / "gfx1201_llamacpp_rocpd_rocm7.2" / "32432_results.db.gz"))
     assert a.steps.height == 9 and set(a.steps["phase"]) == {"decode"} and set(a.steps["tokens"]) == {1}
-    k = a.kernels.filter(pl.col("step").is_not_null() & ~pl.col("name").str.starts_with("__amd_rocclr"))
+    k = as_text(a.kernels).filter(pl.col("step").is_not_null() & ~pl.col("name").str.starts_with("__amd_rocclr"))
     assert set(k.group_by("step").len()["len"]) == {615}

@@ -8,6 +8,7 @@ import math
 import orjson
 import polars as pl
 
+from attrib.trace import as_text
 from attrib.cost import serving as sv
 from attrib.cost.dtypes import Cost
 from attrib.cost.registry import BY_NAME, CONTEXT, MODELS, Call, CostModel, shape_model
@@ -56,7 +57,7 @@ def test_fp8_collective_is_labelled_fp8_and_sized_one_byte():
 
 def test_collectives_priced_through_the_registry_on_the_tp_capture():
     a = attribute(load(TP2))
-    coll = a.kernels.filter(pl.col("name").str.contains("AllReduce") & (pl.col("phase") == "decode"))
+    coll = as_text(a.kernels).filter(pl.col("name").str.contains("AllReduce") & (pl.col("phase") == "decode"))
     assert coll.height == 6 * 8 and coll["cost_model"].unique().to_list() == ["collective (bus bytes)"]
     assert coll["bytes"].to_list() == [8 * 2048 * 2.0] * coll.height
     assert coll["dtype"].unique().to_list() == ["bf16"]

@@ -8,6 +8,7 @@ import orjson
 import polars as pl
 import pytest
 
+from attrib.trace import as_text
 from attrib.app import analyze, model_budget, resolve_arch
 from attrib.cli import main
 from attrib.cost.ops import op_cost
@@ -60,7 +61,7 @@ def test_inductor_kernel_with_sizes_uses_its_xnumel(vllm_capture):
     # the padded copy reads the input once and writes the padded output once.
     assert _op_bytes(vllm_capture, "triton_poi_fused_constant_pad_nd_moe_forward_0") == pytest.approx(
         8192 * 2880 * 2 + 8192 * 3072 * 2)
-    model = vllm_capture.kernels.filter(pl.col("name").str.starts_with("triton_"))["cost_model"].unique().to_list()
+    model = as_text(vllm_capture.kernels).filter(pl.col("name").str.starts_with("triton_"))["cost_model"].unique().to_list()
     assert model == ["inductor"]
 
 
@@ -315,7 +316,7 @@ def test_compiled_decode_gb_per_token_matches_the_hand_count(compiled):
     figure). Before Inductor kernels were priced at what they touch, each embedding-fused norm was
     charged the whole 131 MB table: 0.18 GB/token."""
     a = attribute(load(CAPTURED / "compile_decode.pt.trace.json.gz"))
-    k = a.kernels.filter((pl.col("phase") == "decode") & (pl.col("evidence") != "compile"))
+    k = as_text(a.kernels).filter((pl.col("phase") == "decode") & (pl.col("evidence") != "compile"))
     k = k.join(a.trace.ops.select(pl.col("id").alias("op_id"), "input_dims"), on="op_id")
     steps = k["step"].n_unique()
     expand = k.filter(pl.col("op").str.starts_with("triton_")

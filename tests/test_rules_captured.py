@@ -12,6 +12,7 @@ import polars as pl
 import pytest
 from conftest import FIXTURES
 
+from attrib.trace import as_text
 from attrib.pipeline import Attribution, attribute
 from attrib.analysis import Analysis
 from attrib.analysis.build import build
@@ -140,7 +141,7 @@ def test_p10_single_pass_decode_attention_at_16k_keys_and_quiet_below_8k_or_with
     (slope_ctx16384) has its split-KV partner (lean_reduction) and runs near the roofline."""
     f = _fired("nosplit_ctx16384")["P10-decode-attention-no-split-kv"]
     a = _a("nosplit_ctx16384")
-    att = a.kernels.filter((pl.col("phase") == "decode") & (pl.col("component") == "attention")
+    att = as_text(a.kernels).filter((pl.col("phase") == "decode") & (pl.col("component") == "attention")
                            & pl.col("step").is_in(a.steps.filter(pl.col("excluded").is_null())["step"].implode()))
     steps = att["step"].n_unique()
     assert att["name"].str.starts_with("fmha_cutlassF").all() and att.height == 4 * steps  # one per layer
@@ -167,7 +168,7 @@ def test_p02_fp8_decode_gemms_on_128x128_tiles_and_bf16_on_small_tiles_stay_quie
     nvjet 128x128 tiles (32x the token count); the bf16 decodes at M <= 4 get 64x8 / 8x64 tiles."""
     f = _fired("fp8_w8a8_decode")["P02-decode-gemm-big-tile"]
     a = _a("fp8_w8a8_decode")
-    dec = a.kernels.filter(pl.col("step").is_in(a.steps.filter((pl.col("phase") == "decode")
+    dec = as_text(a.kernels).filter(pl.col("step").is_in(a.steps.filter((pl.col("phase") == "decode")
                                                                 & pl.col("excluded").is_null())["step"].implode()))
     big = dec.filter(pl.col("name").str.contains(r"^nvjet_sm90_qqtst_128x128_"))
     steps = dec["step"].n_unique()

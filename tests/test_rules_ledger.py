@@ -9,6 +9,7 @@ from pathlib import Path
 
 import polars as pl
 
+from attrib.trace import as_text
 from attrib.components.patterns import COMPILE_SPANS
 from attrib.pipeline import Attribution, attribute
 from attrib.analysis import Analysis
@@ -108,7 +109,7 @@ def test_p03_on_real_rocblas_tensile_kernels_projected_onto_gfx1151() -> None:
     """The MI300 ResNet step: 28 rocBLAS-named Tensile kernels (no UserArgs, 4-field MI token) are 67% of
     its Cijk_ GEMM time beside 12 hipBLASLt ones. On MI300 P03 does not apply; projected onto gfx1151
     the fallback is named. The SGLang decode (hipBLASLt UserArgs kernels only) stays quiet."""
-    cijk = attributed(RESNET).kernels.filter(pl.col("name").str.starts_with("Cijk_"))
+    cijk = as_text(attributed(RESNET).kernels).filter(pl.col("name").str.starts_with("Cijk_"))
     legacy = cijk.filter(~pl.col("name").str.contains("_UserArgs_"))
     share = legacy["dur_ns"].sum() / cijk["dur_ns"].sum()
     f = rocblas_fallback(attributed(RESNET), doc(RESNET, "gfx1151"), TH)

@@ -111,3 +111,79 @@ def test_component_table_by_step_batches_equals_one_batch(monkeypatch) -> None:
     parts = component_bytes.component_table(k, steps, None, "decode", peak_gbs=4800)
     assert steps.height > 2 * 2 and whole.height > 5
     assert parts.sort("component").equals(whole.sort("component"))
+
+
+def test_grouped_in_any_order_equals_group_by(trace) -> None:
+    """grouped(any_order=True) (the streaming engine) gives the eager group-by's counts and
+    integer sums on a real capture's kernels, keys as text or categories."""
+    from attrib.trace import grouped
+
+    aggs = (pl.len().alias("n"), pl.col("dur_ns").sum().alias("ns"),
+            pl.col("start_ns").min().alias("first_ns"))
+    want = trace.kernels.group_by("name", "stream").agg(*aggs).sort("name", "stream")
+    cats = trace.kernels.with_columns(pl.col("name").cast(pl.Categorical))
+    for k in (trace.kernels, cats):
+        got = grouped(k, ["name", "stream"], *aggs, any_order=True).sort("name", "stream")
+        assert got.equals(want)
+
+
+def _demo():
+    from attrib.app import attribution
+
+    return attribution(Path(__file__).parents[1] / "examples/traces"
+                       / "h200_qwen3moe_eager_prefill_decode.json.gz")
+
+
+def test_attributed_text_is_categories_and_views_give_it_back() -> None:
+    """An attribution's kernels hold their text as categories (4 bytes a row); `as_text` gives
+    the text the cast gives, nulls kept (its memory is bench/memory.py's to measure)."""
+    from attrib.trace import as_text, views
+
+    k = _demo().kernels
+    text = [c for c, t in k.schema.items() if t == pl.Categorical]
+    assert {"name", "component", "op", "module_path"} <= set(text)
+    back = as_text(k)
+    assert all(back.schema[c] == pl.String for c in text)
+    for c in text:
+        assert back[c].to_list() == k[c].cast(pl.String).to_list()
+    assert k["dtype"].null_count() > 0 and back["dtype"].null_count() == k["dtype"].null_count()
+    assert views(k["name"].head(0)).len() == 0 and views(k["dtype"]).dtype == pl.String
+
+
+def test_kernels_in_reads_text_as_the_string_filter_does() -> None:
+    """rules.finding.kernels_in / kernels_where on the categories give the rows a filter of the
+    text gives: a test of one text column (its distinct values), of two columns (text views of
+    the step's rows), of no text; `columns` only."""
+    from attrib.trace import as_text
+    from rules.finding import kernels_in, kernels_where, steps_in
+
+    a = _demo()
+    text = as_text(a.kernels)
+    decode = pl.col("step").is_in(steps_in(a, "decode")["step"].implode())
+    gemm = pl.col("name").str.contains("nvjet")
+    two = (pl.col("component") == "o_proj") | pl.col("op").fill_null("").str.contains("mm")
+    short = pl.col("dur_ns") < 3000
+    for where in (gemm, two, short):
+        want = text.filter(decode & where)
+        assert want.height > 10
+        assert kernels_in(a, "decode", where).equals(want)
+        cols = ("name", "dur_ns")
+        assert kernels_in(a, "decode", where, cols).equals(want.select("step", *cols))
+        assert kernels_where(a, where).equals(text.filter(where))
+    assert kernels_in(a, "decode").equals(text.filter(decode))
+
+
+def test_top_table_from_its_top_groups_equals_every_group(monkeypatch) -> None:
+    """The top-kernels table built from the kernels of its top groups only (ties included)
+    equals the one built from every kernel, on the demo decode's phase copy."""
+    from attrib.analysis import build
+
+    a = _demo()
+    steps = a.steps.filter(pl.col("phase") == "decode")
+    k = a.kernels.lazy().filter(pl.col("step").is_in(steps["step"].implode()))
+    k = k.select(build._phase_columns(a.kernels)).collect()
+    got = {n: build._top_table(k, None, False, n) for n in (1, 3, 10, 10_000)}
+    monkeypatch.setattr(build, "_top_rows", lambda k, top_n: k)
+    for n, table in got.items():
+        assert table.height == min(n, k.select("name", "component").unique().height)
+        assert table.equals(build._top_table(k, None, False, n)), n

@@ -60,7 +60,8 @@ def step_series(steps: pl.DataFrame, k: pl.DataFrame, context: pl.DataFrame, t0_
     s = steps.sort("window_start").join(context, on="step", how="left")
     timed = k.select("step", "component", "dur_ns").filter(
         pl.col("step").is_not_null() & pl.col("component").is_in(components))
-    per = grouped(timed, ["step", "component"], (pl.col("dur_ns").sum() / 1e6).round(4))
+    per = grouped(timed, ["step", "component"], (pl.col("dur_ns").sum() / 1e6).round(4),
+                  any_order=True)
     ms = dict(zip(zip(per["step"].to_list(), per["component"].to_list()), per["dur_ns"].to_list()))
     order = s["step"].to_list()
     # one query, not one a component

@@ -27,7 +27,7 @@ def over_peak(k: pl.DataFrame, peak_gbs: float | None) -> pl.Expr:
             & (pl.col("bytes") / pl.col("dur_ns") > peak_gbs)).fill_null(False)
 
 
-STEP_BATCH = 1024  # steps a per-step group-by takes at a time
+STEP_BATCH = 256  # steps a per-step group-by takes at a time
 
 
 def _dur_where(mask: pl.Expr) -> pl.Expr:
@@ -44,7 +44,7 @@ def component_table(k: pl.DataFrame, steps: pl.DataFrame, budget: Budget | None,
     as unpriced) and its row names it in `over_peak` (kernel names, '; '-joined; null if none)."""
     hot = over_peak(k, peak_gbs)
     names = pl.col("name").cast(pl.String).unique().sort().str.join("; ")
-    flagged = grouped(k.filter(hot), ["component"], names.alias("over_peak"))
+    flagged = grouped(k.filter(hot), ["component"], names.alias("over_peak"), any_order=True)
     # a hot kernel's bytes and FLOPs are null (expressions: the kernels are not copied)
     bytes_, flops = (pl.when(hot).then(None).otherwise(pl.col(c)) for c in ("bytes", "flops"))
     known = bytes_.is_not_null()
@@ -69,7 +69,7 @@ def component_table(k: pl.DataFrame, steps: pl.DataFrame, budget: Budget | None,
         *[pl.col(c).fill_null(0) for c in ("ns", "n", "bytes", "flops", "known_ns", "est_ns")],
         pl.col("any_known").fill_null(False))
     typed = k.select("component", "dtype", "dur_ns").filter(pl.col("dtype").is_not_null())
-    dtype_ns = grouped(typed, ["component", "dtype"], pl.col("dur_ns").sum())
+    dtype_ns = grouped(typed, ["component", "dtype"], pl.col("dur_ns").sum(), any_order=True)
     dtype = (dtype_ns.sort("dur_ns", descending=True).unique("component", keep="first")
              .select("component", "dtype"))   # each component's dtype of most time
     comp = grid.group_by("component").agg(

@@ -363,7 +363,7 @@ def _phase_ledger(led: Ledger, steps: pl.DataFrame, phase: str) -> pl.DataFrame:
     mine = counted.select("step")
     rows = grouped(led.steps.join(mine, on="step", how="semi"), ["cause", "what"],
                    (pl.col("ns").sum() / n / 1e6).alias("ms_per_step"),
-                   (pl.col("n").sum() / n).alias("n_per_step"))
+                   (pl.col("n").sum() / n).alias("n_per_step"), any_order=True)
     med = _median_gaps(led.intervals, mine, rows.select("cause", "what"))
     out = rows.join(med, on=["cause", "what"], how="left").with_columns(
         (pl.col("ms_per_step") / mean_ms if mean_ms else pl.lit(None, pl.Float64)).alias("share"))
