@@ -41,7 +41,8 @@ class Attribution:
 
     trace: Trace
     # id, name, start_ns, dur_ns, step, phase, component, evidence, op_id, op, module_path,
-    # launch_id, graph, bytes, flops, dtype, cost_model
+    # launch_id, graph, bytes, flops, dtype, cost_model; the text columns as categories (4 bytes
+    # a row: attrib.trace.coded), text again through attrib.trace.as_text
     kernels: pl.DataFrame
     steps: pl.DataFrame  # step, phase, tokens, tokens_from, window_start, window_end, ...
     notes: tuple[str, ...]

@@ -202,7 +202,7 @@ def grouped(df: pl.DataFrame, keys: list[str], *aggs: pl.Expr,
     # only the columns it reads: a group-by of a wide table copies more than its keys
     read = [n for e in aggs for n in e.meta.root_names()]
     lf = df.lazy().select(list(dict.fromkeys([*keys, *read])))
-    engine: EngineType = "streaming" if any_order else "in-memory"
+    engine: EngineType = "streaming" if any_order and df.height >= SMALL_ROWS else "in-memory"
     text = [c for c in keys if df.schema[c] in (pl.String, pl.Categorical)]
     if not text:
         return lf.group_by(keys).agg(*aggs).collect(engine=engine)
@@ -227,9 +227,16 @@ def coded(df: pl.DataFrame) -> pl.DataFrame:
     return df.with_columns(pl.col(text).cast(pl.Categorical)) if text else df
 
 
+# rows below which a table is small: its text a cast, its group-bys eager (the queries that
+# spare a big table's memory cost a small one more time than they save)
+SMALL_ROWS = 1 << 16
+
+
 def views(s: pl.Series) -> pl.Series:
     """A categorical column as text, each row a view of its code's text, held once (a cast
-    copies every row's bytes)."""
+    copies every row's bytes; below SMALL_ROWS rows that costs less than the views' queries)."""
+    if s.len() < SMALL_ROWS:
+        return s.cast(pl.String)
     distinct = s.unique().drop_nulls()
     codes = distinct.to_physical()
     # where each code's text sits in `distinct`, indexed by the code
@@ -242,4 +249,8 @@ def views(s: pl.Series) -> pl.Series:
 def as_text(df: pl.DataFrame) -> pl.DataFrame:
     """`df` with its categorical columns as text (`views`): what the text functions read."""
     cats = [c for c, t in df.schema.items() if t == pl.Categorical]
-    return df.with_columns(views(df[c]) for c in cats) if cats else df
+    if not cats:
+        return df
+    if df.height < SMALL_ROWS:
+        return df.with_columns(pl.col(cats).cast(pl.String))
+    return df.with_columns(views(df[c]) for c in cats)

@@ -11,7 +11,7 @@ import polars as pl
 from attrib.analysis.finding import SEVERITIES, Finding
 from attrib.analysis.model import Analysis
 from attrib.pipeline import Attribution
-from attrib.trace import as_text
+from attrib.trace import SMALL_ROWS, as_text
 from attrib.steps.phases import TOKEN_PHASES
 from rules.thresholds import Thresholds
 
@@ -83,6 +83,9 @@ def _rows(k: pl.DataFrame, keep: pl.Expr, where: pl.Expr | None,
     if where is None:
         return k.lazy().filter(keep).select(columns).collect()
     read = list(dict.fromkeys(where.meta.root_names()))
+    if k.height < SMALL_ROWS:  # small: the rows as text at once, fewer queries
+        rows = k.lazy().filter(keep).select(list(dict.fromkeys([*columns, *read]))).collect()
+        return as_text(rows).filter(where).select(columns)
     if len(read) == 1 and k.schema[read[0]] == pl.Categorical:
         values = k.select(pl.col(read[0]).unique())
         hits = values.filter(as_text(values).select(where).to_series())

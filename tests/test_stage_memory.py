@@ -113,11 +113,15 @@ def test_component_table_by_step_batches_equals_one_batch(monkeypatch) -> None:
     assert parts.sort("component").equals(whole.sort("component"))
 
 
-def test_grouped_in_any_order_equals_group_by(trace) -> None:
-    """grouped(any_order=True) (the streaming engine) gives the eager group-by's counts and
-    integer sums on a real capture's kernels, keys as text or categories."""
+@pytest.mark.parametrize("small", [0, 1 << 16])
+def test_grouped_in_any_order_equals_group_by(trace, small, monkeypatch) -> None:
+    """grouped(any_order=True) (the streaming engine from SMALL_ROWS rows) gives the eager
+    group-by's counts and integer sums on a real capture's kernels, keys as text or
+    categories."""
+    from attrib import trace as trace_module
     from attrib.trace import grouped
 
+    monkeypatch.setattr(trace_module, "SMALL_ROWS", small)
     aggs = (pl.len().alias("n"), pl.col("dur_ns").sum().alias("ns"),
             pl.col("start_ns").min().alias("first_ns"))
     want = trace.kernels.group_by("name", "stream").agg(*aggs).sort("name", "stream")
@@ -134,11 +138,15 @@ def _demo():
                        / "h200_qwen3moe_eager_prefill_decode.json.gz")
 
 
-def test_attributed_text_is_categories_and_views_give_it_back() -> None:
+@pytest.mark.parametrize("small", [0, 1 << 16])
+def test_attributed_text_is_categories_and_views_give_it_back(small, monkeypatch) -> None:
     """An attribution's kernels hold their text as categories (4 bytes a row); `as_text` gives
-    the text the cast gives, nulls kept (its memory is bench/memory.py's to measure)."""
+    the text the cast gives, nulls kept, as views (from SMALL_ROWS rows) or a cast (its memory
+    is bench/memory.py's to measure)."""
+    from attrib import trace as trace_module
     from attrib.trace import as_text, views
 
+    monkeypatch.setattr(trace_module, "SMALL_ROWS", small)
     k = _demo().kernels
     text = [c for c, t in k.schema.items() if t == pl.Categorical]
     assert {"name", "component", "op", "module_path"} <= set(text)
@@ -150,13 +158,19 @@ def test_attributed_text_is_categories_and_views_give_it_back() -> None:
     assert views(k["name"].head(0)).len() == 0 and views(k["dtype"]).dtype == pl.String
 
 
-def test_kernels_in_reads_text_as_the_string_filter_does() -> None:
+@pytest.mark.parametrize("small", [0, 1 << 16])
+def test_kernels_in_reads_text_as_the_string_filter_does(small, monkeypatch) -> None:
     """rules.finding.kernels_in / kernels_where on the categories give the rows a filter of the
     text gives: a test of one text column (its distinct values), of two columns (text views of
-    the step's rows), of no text; `columns` only."""
+    the step's rows), of no text; `columns` only; a big table's paths (SMALL_ROWS 0) and a
+    small one's."""
+    from attrib import trace as trace_module
     from attrib.trace import as_text
+    from rules import finding
     from rules.finding import kernels_in, kernels_where, steps_in
 
+    monkeypatch.setattr(trace_module, "SMALL_ROWS", small)
+    monkeypatch.setattr(finding, "SMALL_ROWS", small)
     a = _demo()
     text = as_text(a.kernels)
     decode = pl.col("step").is_in(steps_in(a, "decode")["step"].implode())
@@ -182,6 +196,7 @@ def test_top_table_from_its_top_groups_equals_every_group(monkeypatch) -> None:
     steps = a.steps.filter(pl.col("phase") == "decode")
     k = a.kernels.lazy().filter(pl.col("step").is_in(steps["step"].implode()))
     k = k.select(build._phase_columns(a.kernels)).collect()
+    monkeypatch.setattr(build, "SMALL_ROWS", 0)  # the demo's 4,977 kernels as a big table's
     got = {n: build._top_table(k, None, False, n) for n in (1, 3, 10, 10_000)}
     monkeypatch.setattr(build, "_top_rows", lambda k, top_n: k)
     for n, table in got.items():

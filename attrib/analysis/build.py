@@ -32,7 +32,7 @@ from attrib.roofline.template import unknown_device_note
 from attrib.steps.context import step_context
 from attrib.steps.ledger import Ledger, phase_ledger
 from attrib.steps.phases import PHASE_ORDER
-from attrib.trace import Trace, grouped
+from attrib.trace import SMALL_ROWS, Trace, grouped
 
 
 
@@ -96,6 +96,8 @@ def _top_rows(k: pl.DataFrame, top_n: int) -> pl.DataFrame:
     """The kernels of the (name, component) groups whose summed time is among the `top_n`
     largest, ties included: what the top table's float sums read (a group-by of every kernel
     in a fixed order holds ~45 bytes a row; the times sum in any order)."""
+    if k.height < SMALL_ROWS:
+        return k
     ns = grouped(k, ["name", "component"], pl.col("dur_ns").sum(), any_order=True)
     if top_n <= 0 or ns.height <= top_n:
         return k
