@@ -196,9 +196,9 @@ def grouped(df: pl.DataFrame, keys: list[str], *aggs: pl.Expr,
     bytes a row. The keys (text or categorical) come back as text.
 
     any_order: the aggregations give the same result in any order of a group's rows (counts,
-    sums of integers, min, max; not float sums, first or last). It then runs on the streaming
-    engine: a few bytes a group, where an eager group-by holds ~45 bytes a row (64 MB for 1.4 M
-    kernels), but a group's rows meet in no fixed order."""
+    sums of integers, min, max; not float sums, first or last). From SMALL_ROWS rows it then
+    runs on the streaming engine: a few bytes a group, where an eager group-by holds ~45 bytes a
+    row (64 MB for 1.4 M kernels), but a group's rows meet in no fixed order."""
     # only the columns it reads: a group-by of a wide table copies more than its keys
     read = [n for e in aggs for n in e.meta.root_names()]
     lf = df.lazy().select(list(dict.fromkeys([*keys, *read])))

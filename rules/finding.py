@@ -78,22 +78,20 @@ def _in_steps(a: Attribution, phase: str | None) -> pl.Expr:
 def _rows(k: pl.DataFrame, keep: pl.Expr, where: pl.Expr | None,
           columns: list[str]) -> pl.DataFrame:
     """`columns` of the rows of `k` that `keep` and `where` hold for, copied once. `where` reads
-    text views of only its columns, of the rows `keep` holds for; on one text column (a test of
-    each row's text), its distinct values."""
-    if where is None:
-        return k.lazy().filter(keep).select(columns).collect()
-    read = list(dict.fromkeys(where.meta.root_names()))
-    if k.height < SMALL_ROWS:  # small: the rows as text at once, fewer queries
+    text views of only its text columns, of the rows `keep` holds for; on one text column (a
+    test of each row's text), its distinct values."""
+    read = [] if where is None else list(dict.fromkeys(where.meta.root_names()))
+    text = [c for c in read if k.schema[c] == pl.Categorical]
+    if where is not None and k.height < SMALL_ROWS:  # small: the rows as text, fewer queries
         rows = k.lazy().filter(keep).select(list(dict.fromkeys([*columns, *read]))).collect()
         return as_text(rows).filter(where).select(columns)
-    if len(read) == 1 and k.schema[read[0]] == pl.Categorical:
-        values = k.select(pl.col(read[0]).unique())
-        hits = values.filter(as_text(values).select(where).to_series())
-        keep, read = keep & pl.col(read[0]).is_in(hits.to_series().implode()), []
-    elif not read:
-        keep = keep & where
-    if not read:
-        return k.lazy().filter(keep).select(columns).collect()
+    if where is not None and read == text and len(text) == 1:
+        values = k.select(pl.col(text[0]).unique())
+        hits = values.filter(as_text(values).select(where).to_series()).to_series()
+        keep, where = keep & pl.col(text[0]).is_in(hits.implode()), None
+    if where is None or not text:
+        both = keep if where is None else keep & where
+        return k.lazy().filter(both).select(columns).collect()
     at = k.with_row_index("_at").select(list(dict.fromkeys(["_at", *read,
                                                             *keep.meta.root_names()])))
     at = at.filter(keep)
