@@ -41,8 +41,10 @@ PROFILER_NS = {"op": 2_070, "frame": 1_330}
 _BY = ["pid", "tid"]
 STEP_LEDGER = pl.Schema({"step": pl.Int64, "cause": pl.Utf8, "what": pl.Utf8, "ns": pl.Int64,
                          "n": pl.Int64})
-INTERVALS = pl.Schema({"step": pl.Int64, "cause": pl.Utf8, "what": pl.Utf8, "start_ns": pl.Int64,
-                       "end_ns": pl.Int64})
+# an interval's cause and what as categories: 4 bytes a row, not a 16-byte view (1.75 M idle
+# intervals at 8 GB of trace)
+INTERVALS = pl.Schema({"step": pl.Int64(), "cause": pl.Categorical(), "what": pl.Categorical(),
+                       "start_ns": pl.Int64(), "end_ns": pl.Int64()})
 
 
 @dataclass(frozen=True)
@@ -311,7 +313,8 @@ def ledger(steps: pl.DataFrame, k: pl.DataFrame, copies: pl.DataFrame, launches:
     per_step = pl.concat([*krows, *crows, gap_rows.select(list(STEP_LEDGER))]).cast(STEP_LEDGER)
     per_step = per_step.filter(pl.col("ns") > 0).sort(
         "step", "ns", "cause", "what", descending=[False, True, False, False])
-    return Ledger(per_step, idle.filter(pl.col("cause") != "profiler").select(list(INTERVALS)))
+    intervals = idle.filter(pl.col("cause") != "profiler").select(list(INTERVALS))
+    return Ledger(per_step, intervals.cast(INTERVALS))
 
 
 def _ranked(rows: pl.DataFrame) -> pl.DataFrame:
