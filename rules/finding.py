@@ -114,6 +114,12 @@ def kernels_where(a: Attribution, where: pl.Expr,
     return as_text(_rows(a.kernels, pl.lit(True), where, out))
 
 
+def distinct(a: Attribution, column: str) -> pl.Series:
+    """The distinct values of one of the kernels' columns, text as text (a test of every
+    kernel's name runs once a name)."""
+    return as_text(a.kernels.select(pl.col(column).unique()))[column]
+
+
 def kernel_ns(a: Attribution, phase: str | None = None) -> float:
     """The summed `dur_ns` of kernels_in(a, phase), without copying them."""
     return num(a.kernels.select(pl.col("dur_ns").filter(_in_steps(a, phase)).sum()).item())

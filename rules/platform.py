@@ -10,8 +10,7 @@ import polars as pl
 from attrib.components.patterns import AITER_CK, ISA
 from attrib.analysis.model import Analysis
 from attrib.pipeline import Attribution
-from attrib.trace import as_text
-from rules.finding import Finding, first_names, kernel_ns, kernels_in, ns, num, r
+from rules.finding import Finding, distinct, first_names, kernel_ns, kernels_in, ns, num, r
 from rules.thresholds import Thresholds
 
 
@@ -97,9 +96,7 @@ def hsa_override(a: Attribution, an: Analysis, th: Thresholds) -> list[Finding]:
     differ from the device's arch."""
     dev = an.device
     v = an.env_var("HSA_OVERRIDE_GFX_VERSION")
-    names = as_text(a.kernels.select(pl.col("name").unique()))
-    tokens = names.select(pl.col("name").str.extract(ISA).alias("isa"))
-    isa = tokens.drop_nulls()["isa"].unique().sort().to_list()
+    isa = distinct(a, "name").str.extract(ISA).drop_nulls().unique().sort().to_list()
     own = (dev.arch or "").removeprefix("gfx")
     other = (
         [f"gfx{i}" for i in isa if own and i != own]

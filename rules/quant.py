@@ -16,8 +16,7 @@ from attrib.components.patterns import (
 )
 from attrib.analysis.model import Analysis
 from attrib.pipeline import Attribution
-from attrib.trace import as_text
-from rules.finding import Finding, first_names, kernel_ns, kernels_in, ns, num, r
+from rules.finding import Finding, distinct, first_names, kernel_ns, kernels_in, ns, num, r
 from rules.thresholds import Thresholds
 
 FP8_OP = r"_scaled_mm|fp8|float8|w8a8"
@@ -104,9 +103,8 @@ def _name_marks(names: pl.Series) -> pl.DataFrame:
 def _may_hold_fp8(a: Attribution) -> bool:
     """Whether any kernel's name or op may be FP8 (a GEMM or a named quantize kernel): else
     `_fp8` finds none, and reads no kernel row."""
-    names = as_text(a.kernels.select(pl.col("name").unique()))["name"]
-    ops = as_text(a.kernels.select(pl.col("op").unique()))["op"].drop_nulls()
-    marks = _name_marks(names)
+    marks = _name_marks(distinct(a, "name"))
+    ops = distinct(a, "op").drop_nulls()
     return bool(marks["_fp8_name"].any() or marks["_named"].any()
                 or ops.str.contains(FP8_OP).any())
 
