@@ -28,15 +28,13 @@ from collectors.kineto_doc import DOC, Doc, check_sizes, decode_doc, read_bytes,
 from collectors.kineto_events import CHUNK, Notes, decode_chunk
 from collectors.kineto_stream import Streamed
 from collectors.kineto_tables import TABLES, chunk_frames
-from collectors.kineto_worker import Claims, Others, Worker
+from collectors.kineto_worker import PARALLEL_BYTES, Claims, Others, Worker, likely_big
 from collectors.provenance import read_sidecar
 
 _DOC = DOC  # the document decoder under its former name (tests split a trace with it)
 __all__ = ["read", "read_document", "repair_names", "sniff"]
 _RUNTIME_KEYS = ("cuda_runtime_version", "cuda_driver_version", "cupti_version",
                  "roctracer_version", "hip_runtime_version", "hip_driver_version")
-# JSON text from which a worker process decodes chunks too (about 170k events)
-PARALLEL_BYTES = 64 << 20
 _FLAG_KEYS = ("schemaVersion", "record_shapes", "with_stack", "with_modules", "with_flops",
               "profile_memory", "trace_id", "displayTimeUnit", "baseTimeNanoseconds", "traceName")
 
@@ -175,26 +173,6 @@ def _stat(path: Path) -> os.stat_result | None:
         return None
 
 
-_COMPRESSED = (".gz", ".xz", ".zst")
-
-
-def _likely_big(path: Path) -> bool:
-    """Whether the file's JSON text will be PARALLEL_BYTES or more, judged from its size on disk."""
-    try:
-        size = path.stat().st_size
-    except OSError:
-        return False
-    return size >= PARALLEL_BYTES // (8 if path.name.lower().endswith(_COMPRESSED) else 1)
-
-
-def _cpu_free(others: Others, worker: Worker) -> bool:
-    """Whether a CPU was free while the file was read and split: other processes kept less than
-    half a CPU busy and there is one besides this process's (where /proc cannot say: two CPUs)."""
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    busy = others.cpus(worker)
-    return cpus >= 2 and (busy is None or busy + 1.5 <= cpus)
-
-
 def sniff(path: Path, head: bytes) -> bool:
     """A JSON document that names a torch-profiler key in its first bytes."""
     return head.lstrip()[:1] in (b"{", b"[") and (
@@ -208,7 +186,7 @@ def _whole(path: Path, parallel: bool | None) -> Streamed:
     # reader at that moment in the worker's peak (exec after vfork), so it starts before the
     # text is in memory
     others = Others()
-    worker = Worker.start(path) if parallel or (parallel is None and _likely_big(path)) else None
+    worker = Worker.start(path) if parallel or (parallel is None and likely_big(path)) else None
     try:
         before = _stat(path)
         text, warnings = read_bytes(path)
@@ -227,7 +205,7 @@ def _whole(path: Path, parallel: bool | None) -> Streamed:
             # a plain file read whole: the worker reads its chunks from it
             worker.file_text(text, before)
         del text
-        if worker is not None and parallel is None and not _cpu_free(others, worker):
+        if worker is not None and parallel is None and not others.free(worker):
             worker.close()
             worker = None
         n_events, parts, notes = _events(path, doc, warnings, worker)
@@ -237,10 +215,10 @@ def _whole(path: Path, parallel: bool | None) -> Streamed:
     return Streamed(doc, n_events, parts, notes, warnings)
 
 
-def _streamed(path: Path, block: int) -> Streamed | None:
+def _streamed(path: Path, block: int, parallel: bool | None) -> Streamed | None:
     """The document streamed (collectors.kineto_stream); None where it must be read whole."""
     try:
-        got = kineto_stream.read_events(path, block)
+        got = kineto_stream.read_events(path, block, parallel=parallel)
     except kineto_stream.Fallback:
         return None
     if not got.events:
@@ -255,11 +233,12 @@ def read(path: str | Path, parallel: bool | None = None, block: int = kineto_str
     The file is streamed in pieces of about `block` bytes of JSON text (collectors.kineto_stream:
     memory bounded by the tables, not the file); a document that cannot be cut cleanly is read
     whole, as it is with block=0. parallel=True: read whole, decoded with a worker process too
-    (collectors.kineto_worker); None: a document read whole uses the worker when its text is at
-    least PARALLEL_BYTES and a CPU was free while it was read and split. The tables are the same
-    whichever way it is read."""
+    (collectors.kineto_worker); False: no worker; None: a streamed file of PARALLEL_BYTES or more
+    (judged from its size) is decoded with a worker while a CPU is free for it, and a document
+    read whole uses one when its text is that large and a CPU was free while it was read and
+    split. The tables are the same whichever way it is read."""
     path = Path(path)
-    got = None if parallel or block <= 0 else _streamed(path, block)
+    got = None if parallel or block <= 0 else _streamed(path, block, parallel)
     if got is None:
         got = _whole(path, parallel)
     doc, n_events, parts, notes, warnings = got.doc, got.events, got.parts, got.notes, got.warnings

@@ -104,15 +104,17 @@ class Spill:
 
     @classmethod
     def read(cls, path: str | Path, folder: str | Path | None = None,
-             block: int = kineto_stream.BLOCK, rows: int = ROWS) -> Spill:
+             block: int = kineto_stream.BLOCK, rows: int = ROWS,
+             parallel: bool | None = None) -> Spill:
         """Stream the trace at `path` into a new temporary folder (under `folder`), `rows` rows
-        of a table per file; Fallback (collectors.kineto_stream) where it must be read whole,
-        TraceError where it is bad."""
+        of a table per file (with a worker process as `parallel` says: collectors.kineto_stream);
+        Fallback where it must be read whole, TraceError where it is bad."""
         path = Path(path)
         spill = cls(Path(tempfile.mkdtemp(prefix="attrib-spill-", dir=folder)))
         try:
             sinks = {t: _Sink(spill, t, rows) for t in TABLES}
-            got = kineto_stream.read_events(path, block, parts=sinks)  # type: ignore[arg-type]
+            got = kineto_stream.read_events(path, block, parts=sinks,  # type: ignore[arg-type]
+                                            parallel=parallel)
             for s in sinks.values():
                 s.flush()
             warnings = list(got.warnings)

@@ -10,6 +10,12 @@ ends after a whole event of the list (a cut inside a string or a nested object f
 earlier cut is tried then. The last piece and what follows the list (the closing keys) are read
 as one small document by collectors.kineto_doc, with its salvage of a cut-short file.
 
+A large file is decoded by two processes: while fewer than IN_FLIGHT pieces are pending with the
+worker (collectors.kineto_worker), the next piece is handed to it, its cut checked by a decode of
+the list's structure alone (msgspec.Raw: no typed fields); the others are decoded here. Frames
+go to their tables in event order whoever built them; a piece the worker could not decode (bad
+events to salvage) or did not answer is decoded here, so the tables are the serial reader's.
+
 A document this reader cannot cut cleanly (invalid JSON inside the list, a key repeated, no
 list near the start) raises `Fallback`: the whole-text reader reads it, so warnings, salvage and
 errors are always that reader's, and this one only bounds memory.
@@ -19,6 +25,7 @@ from __future__ import annotations
 
 import ctypes
 import re
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +38,7 @@ from collectors import limits
 from collectors.kineto_doc import DOC, Doc, check_sizes, cut_warning, decode_doc
 from collectors.kineto_events import CHUNK, DECODE_ERRORS, Notes, decode_chunk, decode_fast
 from collectors.kineto_tables import TABLES, chunk_frames
+from collectors.kineto_worker import Others, Worker, cpus, likely_big
 
 BLOCK = 8 << 20  # JSON text per piece
 HEADER_LIMIT = 16 << 20  # the top-level keys before the event list, at most
@@ -42,6 +50,7 @@ _RAWS = msgspec.json.Decoder(list[msgspec.Raw])
 _ERRORS = (*DECODE_ERRORS, RecursionError)
 Frames = dict[str, pl.DataFrame]
 TRIM_EVERY = 16  # pieces between two returns of the C heap's free memory to the system
+AHEAD = 16  # pieces built past the oldest one still with the worker, at most
 
 
 def trim() -> None:
@@ -118,41 +127,71 @@ def _piece(path: Path, text: memoryview, base: int, notes: Notes) -> tuple[Frame
 
 
 @dataclass
+class _Given:
+    """A piece for the worker: its JSON array (kept, to be decoded here if no frames come back)
+    and its first event's index."""
+
+    text: bytes
+    base: int
+
+
+def _checked(path: Path, text: memoryview, base: int) -> tuple[_Given, int] | _Broken:
+    """A JSON array of events (event base onwards) copied for the worker and its event count,
+    its cut checked as `_piece` checks it (by the same decoder's structure), or where the text
+    stops being a list of whole events."""
+    given = _Given(bytes(text), base)
+    try:
+        raws = _RAWS.decode(given.text)
+    except _ERRORS as exc:
+        return _broken(exc, len(text))
+    if len(text) > limits.EVENT_LIMIT:
+        check_sizes(path, raws, base)
+    return given, len(raws)
+
+
+@dataclass
 class _Cut:
-    """The next piece: its frames and events (None where no cut held), where the rest of the
-    buffer starts, and whether the event list ends in the buffer."""
+    """The next piece: its frames, or the piece for the worker, and its events (neither where no
+    cut held), where the rest of the buffer starts, and whether the event list ends in it."""
 
     frames: Frames | None = None
     events: int = 0
     rest: int = 0
     ended: bool = False
+    given: _Given | None = None
 
 
-def _closed(path: Path, buf: bytearray, end: int, base: int,
-            notes: Notes) -> tuple[Frames, int] | _Broken:
-    """`_piece` of the buffer's `[` and events up to `end`, closed by a `]` written in place of
-    the byte at `end` (a comma or a space between two events) while it is read: no copy."""
+def _closed(path: Path, buf: bytearray, end: int, base: int, notes: Notes,
+            give: bool) -> tuple[Frames | _Given, int] | _Broken:
+    """`_piece` (`_checked` where `give`) of the buffer's `[` and events up to `end`, closed by
+    a `]` written in place of the byte at `end` (a comma or a space between two events) while
+    it is read: no copy."""
     was = buf[end]
     buf[end] = ord("]")
     try:
-        return _piece(path, memoryview(buf)[: end + 1], base, notes)
+        view = memoryview(buf)[: end + 1]
+        return _checked(path, view, base) if give else _piece(path, view, base, notes)
     finally:
         buf[end] = was
 
 
-def _next_piece(path: Path, buf: bytearray, base: int, notes: Notes) -> _Cut:
+def _next_piece(path: Path, buf: bytearray, base: int, notes: Notes, give: bool) -> _Cut:
     """Cut the buffer (`[` and the events after it) at its last `}, {` that holds (at most
-    _TRIES tried). JSON broken before the end of a piece is invalid inside the list (Fallback)
-    or the list's end (a cut before it is tried, and the caller reads the rest as the tail)."""
+    _TRIES tried); `give`: for the worker. JSON broken before the end of a piece is invalid
+    inside the list (Fallback) or the list's end (a cut before it is tried, and the caller reads
+    the rest as the tail)."""
     hi, ended = len(buf), False
     for _ in range(_TRIES):
         cut = _last_cut(buf, hi)
         if cut is None:
             break
         end, rest = cut
-        got = _closed(path, buf, end, base, notes)
+        got = _closed(path, buf, end, base, notes, give)
         if not isinstance(got, _Broken):
-            return _Cut(got[0], got[1], rest, ended)
+            made, events = got
+            if isinstance(made, _Given):
+                return _Cut(None, events, rest, ended, made)
+            return _Cut(made, events, rest, ended)
         at = got.at  # in the buffer: the piece is its head
         if at < end and not got.ended:
             raise Fallback  # invalid JSON inside the list: the whole-text reader repairs or names it
@@ -207,32 +246,26 @@ def _fill(buf: bytearray | memoryview, want: int, blocks: _Blocks) -> bytearray:
     return buf if isinstance(buf, bytearray) and len(parts) == 1 else bytearray().join(parts)
 
 
-def read_events(path: Path, block: int = BLOCK,
-                parts: dict[str, list[pl.DataFrame]] | None = None) -> Streamed:
-    """Stream the document's events into frames (see the module docstring); Fallback where it
-    must be read whole. parts: where each table's frames go, in event order (by default, lists
-    in memory; collectors.kineto_spill writes them to disk)."""
-    inflow = limits.Inflow(path, block)
-    blocks = _Blocks(inflow)
-    head, view = _header(path, blocks)
-    notes, base, pieces = Notes(), 0, 0
-    if parts is None:
-        parts = {t: [] for t in TABLES}
-    want, ended = block, False
+def _pieces(path: Path, blocks: _Blocks, view: memoryview, block: int,
+            ahead: _Ahead) -> tuple[bytearray | memoryview, int]:
+    """Cut the list into pieces, each decoded here or given to the worker (`ahead`), until it
+    ends: (what is left of the buffer, the events put)."""
+    want, ended, base, pieces = block, False, 0, 0
     buf: bytearray | memoryview = view
     while blocks.more and not ended:
         buf = _fill(buf, want, blocks)
         if not blocks.more:
             break
-        cut = _next_piece(path, buf, base, notes)
+        cut = _next_piece(path, buf, base, ahead.notes, ahead.give())
         ended = cut.ended
-        if cut.frames is None and not ended:  # no clean cut: a longer event, or JSON to read whole
+        if cut.frames is None and cut.given is None and not ended:
+            # no clean cut: a longer event, or JSON to read whole
             if len(buf) - 1 > limits.EVENT_LIMIT + 2 * block:
                 raise Fallback
             want = 2 * (len(buf) - 1)
             continue
-        for t, df in (cut.frames or {}).items():
-            parts[t].append(df)
+        if cut.frames is not None or cut.given is not None:
+            ahead.put(cut.given or cut.frames or {})
         base += cut.events
         pieces += 1
         if pieces % TRIM_EVERY == 0:
@@ -241,6 +274,114 @@ def read_events(path: Path, block: int = BLOCK,
             buf = buf[cut.rest - 1:]
             buf[0] = ord("[")  # in place of the comma (or space) before the next event
         want = block
+    return buf, base
+
+
+class _Ahead:
+    """Where the pieces' frames go, in event order: at once for a piece decoded here; for one with
+    the worker, when it answers (the pieces built after it wait, AHEAD at most). A piece it did
+    not answer with frames is decoded here."""
+
+    def __init__(self, path: Path, parts: dict[str, list[pl.DataFrame]], notes: Notes,
+                 worker: Worker | None, watch: bool) -> None:
+        self.path, self.parts, self.notes, self.worker = path, parts, notes, worker
+        self.queue: deque[tuple[int, Frames | _Given]] = deque()
+        self.count = 0
+        self.others = Others() if watch else None
+        self.handing = worker is not None
+
+    def give(self) -> bool:
+        """Whether the next piece goes to the worker: it has room, and where the CPUs are
+        watched, a CPU has been free for it (checked every TRIM_EVERY pieces; once not, it is
+        given no more)."""
+        w = self.worker
+        if w is None or not self.handing:
+            return False
+        if self.others is not None and self.count % TRIM_EVERY == TRIM_EVERY - 1:
+            self.handing = self.others.free(w)
+        return self.handing and w.room()
+
+    def put(self, made: Frames | _Given) -> None:
+        """The next piece: its frames, or the piece for the worker."""
+        j, self.count = self.count, self.count + 1
+        if isinstance(made, _Given) and not (self.worker and self.worker.hand(j, made.base,
+                                                                               made.text)):
+            made = self._here(made)
+        self.queue.append((j, made))
+        if self.worker is not None and len(self.queue) > AHEAD:
+            self.worker.wait(self.queue[0][0])
+        self._drain()
+
+    def _here(self, given: _Given) -> Frames:
+        got = _piece(self.path, memoryview(given.text), given.base, self.notes)
+        assert not isinstance(got, _Broken)  # its cut was checked by the same decoder
+        return got[0]
+
+    def _drain(self) -> None:
+        """Put the frames of the pieces at the front that are ready."""
+        w = self.worker
+        if w is not None:
+            w.room()  # takes in the answers that came
+        while self.queue:
+            j, made = self.queue[0]
+            if isinstance(made, _Given):
+                assert w is not None
+                if j in w.pending and w.alive:
+                    return
+                answer = w.answers.pop(j, None)
+                if answer is None:  # its fast decode failed, it was taken back, or it died
+                    made = self._here(made)
+                else:
+                    made = answer[0]
+                    self.notes.no_ph += answer[1]
+                    self.notes.no_ts += answer[2]
+            self.queue.popleft()
+            for t, df in made.items():
+                self.parts[t].append(df)
+
+    def finish(self) -> None:
+        """Every piece's frames put: those the worker has not started decoded here, then the
+        rest waited for."""
+        w = self.worker
+        if w is None:
+            return
+        back = set(w.take_back(keep=1))
+        self.queue = deque((j, self._here(m) if j in back and isinstance(m, _Given) else m)
+                           for j, m in self.queue)
+        while self.queue:
+            self._drain()
+            if self.queue:
+                w.wait(self.queue[0][0])
+
+
+def _worker(path: Path, parallel: bool | None) -> Worker | None:
+    """A worker process where `parallel` asks for one, or where it is None, the file is large
+    and there are two CPUs (it is then given pieces only while a CPU is free for it)."""
+    if parallel is False or (parallel is None and not (likely_big(path) and cpus() >= 2)):
+        return None
+    return Worker.start(path)
+
+
+def read_events(path: Path, block: int = BLOCK, parts: dict[str, list[pl.DataFrame]] | None = None,
+                parallel: bool | None = None) -> Streamed:
+    """Stream the document's events into frames (see the module docstring); Fallback where it
+    must be read whole. parts: where each table's frames go, in event order (by default, lists
+    in memory; collectors.kineto_spill writes them to disk). parallel: with a worker process
+    (`_worker`); the frames are the same either way."""
+    inflow = limits.Inflow(path, block)
+    blocks = _Blocks(inflow)
+    head, view = _header(path, blocks)
+    notes = Notes()
+    if parts is None:
+        parts = {t: [] for t in TABLES}
+    worker = _worker(path, parallel)
+    try:
+        ahead = _Ahead(path, parts, notes, worker, watch=parallel is None)
+        buf, base = _pieces(path, blocks, view, block, ahead)
+        ahead.finish()
+    finally:
+        if worker is not None:
+            worker.close()
     rest = _fill(buf, 0, blocks)
     while blocks.more:  # the list has ended: the keys after it
         rest += blocks.take()

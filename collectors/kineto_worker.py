@@ -1,8 +1,9 @@
 """A second process that decodes chunks of a large Kineto trace while the reader decodes the others.
 
-The reader (collectors.kineto) takes chunks from the front of the trace; between two of its chunks
-it hands chunks from the back to the worker, keeping two in flight, until the two ends meet. A
-chunk travels as a file of one JSON array in a private folder (in /dev/shm where there is one), its
+The whole-text reader (collectors.kineto) takes chunks from the front of the trace; between two of
+its chunks it hands chunks from the back to the worker, keeping two in flight, until the two ends
+meet. The streaming reader (collectors.kineto_stream) hands it each piece it cuts while fewer than
+IN_FLIGHT are pending, and decodes the others itself. A chunk travels as a file of one JSON array in a private folder (in /dev/shm where there is one), its
 frames come back as Arrow IPC files built by collectors.kineto_tables (the code the reader runs);
 the pipes carry only a few bytes per chunk, so no thread of the reader ever waits on them. A chunk
 the worker has not started when the fronts meet is taken back: whoever renames or removes its file
@@ -37,10 +38,11 @@ import polars as pl
 from collectors.kineto_events import CHUNK, DECODE_ERRORS, Notes, decode_fast, json_array
 from collectors.kineto_tables import TABLES, chunk_frames
 
-# a request: chunk number; its offset and length in the trace file, the CRC-32 of the region's
-# first and last 4 kB, and the file's mtime (ns) and inode when the reader read it (length 0: the
-# chunk's JSON array is in its file in the folder); chunk number END: no more
-_ASK = struct.Struct("<IQQIQQ")
+# a request: chunk number; its first event's index in traceEvents; its offset and length in the
+# trace file, the CRC-32 of the region's first and last 4 kB, and the file's mtime (ns) and inode
+# when the reader read it (length 0: the chunk's JSON array is in its file in the folder); chunk
+# number END: no more
+_ASK = struct.Struct("<IQQQIQQ")
 _EDGE = 4096
 _END = 0xFFFFFFFF
 # an answer: kind, chunk, tables present (bit mask), events without ph, without ts
@@ -57,6 +59,9 @@ _BOOT = ("import sys; sys.path.insert(0, sys.argv[1]); from collectors.kineto_wo
          "serve(sys.argv[2], sys.argv[3])")
 
 Answer = tuple[dict[str, pl.DataFrame], int, int]  # frames, events without ph, events without ts
+# JSON text from which a worker process decodes chunks too (about 170k events)
+PARALLEL_BYTES = 64 << 20
+_COMPRESSED = (".gz", ".xz", ".zst")
 
 
 def _chunk_file(folder: Path, j: int) -> Path:
@@ -106,7 +111,7 @@ def serve(folder: str, source: str = "", inp: IO[bytes] | None = None,
     out = out or sys.stdout.buffer
     where = Path(folder)
     while len(head := inp.read(_ASK.size)) == _ASK.size:
-        j, *region = _ASK.unpack(head)
+        j, base, *region = _ASK.unpack(head)
         if j == _END:
             return
         try:  # a rename is atomic: the reader may have taken the chunk back
@@ -126,7 +131,7 @@ def serve(folder: str, source: str = "", inp: IO[bytes] | None = None,
             continue
         del payload
         notes = Notes()
-        frames = chunk_frames(evs, notes, j * CHUNK)
+        frames = chunk_frames(evs, notes, base)
         del evs
         mask = 0
         for t, df in frames.items():
@@ -135,6 +140,20 @@ def serve(folder: str, source: str = "", inp: IO[bytes] | None = None,
         out.write(_ANSWER.pack(_FRAMES, j, mask, notes.no_ph, notes.no_ts))
         out.flush()
     shutil.rmtree(where, ignore_errors=True)  # EOF: the reader is gone
+
+
+def likely_big(path: Path) -> bool:
+    """Whether the file's JSON text will be PARALLEL_BYTES or more, judged from its size on disk."""
+    try:
+        size = path.stat().st_size
+    except OSError:
+        return False
+    return size >= PARALLEL_BYTES // (8 if path.name.lower().endswith(_COMPRESSED) else 1)
+
+
+def cpus() -> int:
+    """The CPUs this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def _ticks_s() -> float:
@@ -188,6 +207,12 @@ class Others:
             return None
         mine = t.user + t.system - self.own + _cpu_s(worker.proc.pid)
         return max(0.0, busy - self.busy - mine) / wall
+
+    def free(self, worker: Worker) -> bool:
+        """Whether a CPU was free since the start: other processes kept less than half a CPU busy
+        and there is one besides this process's (where /proc cannot say: two CPUs)."""
+        busy = self.cpus(worker)
+        return cpus() >= 2 and (busy is None or busy + 1.5 <= cpus())
 
 
 class Claims:
@@ -279,7 +304,7 @@ class Worker:
             try:
                 region = self._region(chunks[j])
                 _chunk_file(self.folder, j).write_bytes(b"" if region[1] else json_array(chunks[j]))
-                self.proc.stdin.write(_ASK.pack(j, *region))
+                self.proc.stdin.write(_ASK.pack(j, j * CHUNK, *region))
                 self.proc.stdin.flush()
             except (OSError, ValueError):
                 # it died, or the folder is full: the reader does the rest
@@ -287,6 +312,38 @@ class Worker:
                 self.answers[j] = None
                 break
             self.pending.append(j)
+
+    @property
+    def alive(self) -> bool:
+        return self._alive
+
+    def room(self) -> bool:
+        """Whether it is alive and has fewer than IN_FLIGHT chunks pending."""
+        self._receive(0.0)
+        return self._alive and len(self.pending) < IN_FLIGHT
+
+    def hand(self, j: int, base: int, text: bytes) -> bool:
+        """Hand over chunk `j` (the JSON array `text`, its first event traceEvents[base]), written
+        to the folder; False where it cannot be (it died, or the folder is full)."""
+        try:
+            _chunk_file(self.folder, j).write_bytes(text)
+            self.proc.stdin.write(_ASK.pack(j, base, 0, 0, 0, 0, 0))
+            self.proc.stdin.flush()
+        except (OSError, ValueError):
+            self._alive = False
+            return False
+        self.pending.append(j)
+        return True
+
+    def wait(self, j: int) -> None:
+        """Wait until chunk `j` is answered or taken back, or the worker is gone or stuck (no
+        answer for _PATIENCE_S: it is then given up, its pending chunks the reader's)."""
+        last = time.monotonic()
+        while j in self.pending and self._alive:
+            if self._receive(1.0):
+                last = time.monotonic()
+            elif time.monotonic() - last >= _PATIENCE_S:
+                self._alive = False
 
     def take_back(self, keep: int = 0) -> list[int]:
         """Handed-over chunks the worker has not started, now the reader's (in increasing order):
@@ -310,7 +367,7 @@ class Worker:
         """Wait for the answers still due; a chunk without an answer (the worker died or stuck) is
         left out, for the reader to decode."""
         try:
-            self.proc.stdin.write(_ASK.pack(_END, 0, 0, 0, 0, 0))
+            self.proc.stdin.write(_ASK.pack(_END, 0, 0, 0, 0, 0, 0))
             self.proc.stdin.close()
         except (OSError, ValueError):
             pass
