@@ -24,6 +24,7 @@ errors are always that reader's, and this one only bounds memory.
 from __future__ import annotations
 
 import ctypes
+import os
 import re
 from collections import deque
 from dataclasses import dataclass
@@ -128,25 +129,36 @@ def _piece(path: Path, text: memoryview, base: int, notes: Notes) -> tuple[Frame
 
 @dataclass
 class _Given:
-    """A piece for the worker: its JSON array (kept, to be decoded here if no frames come back)
-    and its first event's index."""
+    """A piece for the worker: the buffer it was cut from (kept, not copied: the reader goes on
+    with a copy of the rest), its end there, its first event's index, and where its events
+    start in the trace file (None where the buffer is not the file's bytes: compressed)."""
 
-    text: bytes
+    buf: bytearray
+    end: int
     base: int
+    start: int | None
+
+    def text(self) -> memoryview:
+        """The piece's JSON array: `[`, its events, and a `]` written over the byte after them
+        (the reader no longer reads it)."""
+        self.buf[self.end] = ord("]")
+        return memoryview(self.buf)[: self.end + 1]
 
 
-def _checked(path: Path, text: memoryview, base: int) -> tuple[_Given, int] | _Broken:
-    """A JSON array of events (event base onwards) copied for the worker and its event count,
-    its cut checked as `_piece` checks it (by the same decoder's structure), or where the text
-    stops being a list of whole events."""
-    given = _Given(bytes(text), base)
+def _checked(path: Path, buf: bytearray, end: int, base: int,
+             origin: int | None) -> tuple[_Given, int] | _Broken:
+    """The buffer's `[` and events up to `end` (closed there by a `]`) for the worker, and its
+    event count, its cut checked as `_piece` checks it (by the same decoder's structure alone);
+    or where the text stops being a list of whole events. origin: the buffer's place in the
+    trace file (None where it is not the file's bytes)."""
+    text = memoryview(buf)[: end + 1]
     try:
-        raws = _RAWS.decode(given.text)
+        raws = _RAWS.decode(text)
     except _ERRORS as exc:
         return _broken(exc, len(text))
     if len(text) > limits.EVENT_LIMIT:
         check_sizes(path, raws, base)
-    return given, len(raws)
+    return _Given(buf, end, base, None if origin is None else origin + 1), len(raws)
 
 
 @dataclass
@@ -161,32 +173,35 @@ class _Cut:
     given: _Given | None = None
 
 
-def _closed(path: Path, buf: bytearray, end: int, base: int, notes: Notes,
-            give: bool) -> tuple[Frames | _Given, int] | _Broken:
+def _closed(path: Path, buf: bytearray, end: int, base: int, notes: Notes, give: bool,
+            origin: int | None) -> tuple[Frames | _Given, int] | _Broken:
     """`_piece` (`_checked` where `give`) of the buffer's `[` and events up to `end`, closed by
     a `]` written in place of the byte at `end` (a comma or a space between two events) while
     it is read: no copy."""
     was = buf[end]
     buf[end] = ord("]")
     try:
-        view = memoryview(buf)[: end + 1]
-        return _checked(path, view, base) if give else _piece(path, view, base, notes)
+        if give:
+            return _checked(path, buf, end, base, origin)
+        return _piece(path, memoryview(buf)[: end + 1], base, notes)
     finally:
         buf[end] = was
 
 
-def _next_piece(path: Path, buf: bytearray, base: int, notes: Notes, give: bool) -> _Cut:
+def _next_piece(path: Path, buf: bytearray, base: int, notes: Notes, give: bool,
+                origin: int | None) -> _Cut:
     """Cut the buffer (`[` and the events after it) at its last `}, {` that holds (at most
-    _TRIES tried); `give`: for the worker. JSON broken before the end of a piece is invalid
-    inside the list (Fallback) or the list's end (a cut before it is tried, and the caller reads
-    the rest as the tail)."""
+    _TRIES tried); `give`: for the worker (origin: the buffer's place in the trace file, None
+    where it is not the file's bytes). JSON broken before the end of a piece is invalid inside
+    the list (Fallback) or the list's end (a cut before it is tried, and the caller reads the
+    rest as the tail)."""
     hi, ended = len(buf), False
     for _ in range(_TRIES):
         cut = _last_cut(buf, hi)
         if cut is None:
             break
         end, rest = cut
-        got = _closed(path, buf, end, base, notes, give)
+        got = _closed(path, buf, end, base, notes, give, origin)
         if not isinstance(got, _Broken):
             made, events = got
             if isinstance(made, _Given):
@@ -202,17 +217,20 @@ def _next_piece(path: Path, buf: bytearray, base: int, notes: Notes, give: bool)
 
 
 class _Blocks:
-    """The file's content block by block; `more` is false once it has all been given."""
+    """The file's content block by block; `more` is false once it has all been given, `taken`
+    counts the bytes given."""
 
     def __init__(self, inflow: limits.Inflow) -> None:
         self._it = iter(inflow)
         self.more = True
+        self.taken = 0
 
     def take(self) -> bytes:
         part = next(self._it, None)
         if part is None:
             self.more = False
             return b""
+        self.taken += len(part)
         return part
 
 
@@ -246,17 +264,20 @@ def _fill(buf: bytearray | memoryview, want: int, blocks: _Blocks) -> bytearray:
     return buf if isinstance(buf, bytearray) and len(parts) == 1 else bytearray().join(parts)
 
 
-def _pieces(path: Path, blocks: _Blocks, view: memoryview, block: int,
-            ahead: _Ahead) -> tuple[bytearray | memoryview, int]:
+def _pieces(path: Path, blocks: _Blocks, view: memoryview, block: int, ahead: _Ahead,
+            plain: bool) -> tuple[bytearray | memoryview, int]:
     """Cut the list into pieces, each decoded here or given to the worker (`ahead`), until it
-    ends: (what is left of the buffer, the events put)."""
+    ends: (what is left of the buffer, the events put). plain: the blocks are the file's bytes
+    (each piece's place in the file is then known)."""
     want, ended, base, pieces = block, False, 0, 0
     buf: bytearray | memoryview = view
+    origin = blocks.taken - len(view)  # in the file, of buf[0] (plain) or of the content
     while blocks.more and not ended:
         buf = _fill(buf, want, blocks)
         if not blocks.more:
             break
-        cut = _next_piece(path, buf, base, ahead.notes, ahead.give())
+        where = origin if plain else None
+        cut = _next_piece(path, buf, base, ahead.notes, ahead.give(), where)
         ended = cut.ended
         if cut.frames is None and cut.given is None and not ended:
             # no clean cut: a longer event, or JSON to read whole
@@ -273,6 +294,7 @@ def _pieces(path: Path, blocks: _Blocks, view: memoryview, block: int,
         if cut.rest:
             buf = buf[cut.rest - 1:]
             buf[0] = ord("[")  # in place of the comma (or space) before the next event
+            origin += cut.rest - 1
         want = block
     return buf, base
 
@@ -304,8 +326,8 @@ class _Ahead:
     def put(self, made: Frames | _Given) -> None:
         """The next piece: its frames, or the piece for the worker."""
         j, self.count = self.count, self.count + 1
-        if isinstance(made, _Given) and not (self.worker and self.worker.hand(j, made.base,
-                                                                               made.text)):
+        if isinstance(made, _Given) and not (self.worker and self.worker.hand(
+                j, made.base, made.text(), made.start)):
             made = self._here(made)
         self.queue.append((j, made))
         if self.worker is not None and len(self.queue) > AHEAD:
@@ -313,7 +335,7 @@ class _Ahead:
         self._drain()
 
     def _here(self, given: _Given) -> Frames:
-        got = _piece(self.path, memoryview(given.text), given.base, self.notes)
+        got = _piece(self.path, given.text(), given.base, self.notes)
         assert not isinstance(got, _Broken)  # its cut was checked by the same decoder
         return got[0]
 
@@ -369,6 +391,7 @@ def read_events(path: Path, block: int = BLOCK, parts: dict[str, list[pl.DataFra
     in memory; collectors.kineto_spill writes them to disk). parallel: with a worker process
     (`_worker`); the frames are the same either way."""
     inflow = limits.Inflow(path, block)
+    stat = os.stat(path)  # before it is read: the worker checks the file is still this one
     blocks = _Blocks(inflow)
     head, view = _header(path, blocks)
     notes = Notes()
@@ -376,8 +399,10 @@ def read_events(path: Path, block: int = BLOCK, parts: dict[str, list[pl.DataFra
         parts = {t: [] for t in TABLES}
     worker = _worker(path, parallel)
     try:
+        if worker is not None and inflow.kind is None:
+            worker.reads(stat)  # plain: the worker reads its pieces from the file itself
         ahead = _Ahead(path, parts, notes, worker, watch=parallel is None)
-        buf, base = _pieces(path, blocks, view, block, ahead)
+        buf, base = _pieces(path, blocks, view, block, ahead, inflow.kind is None)
         ahead.finish()
     finally:
         if worker is not None:

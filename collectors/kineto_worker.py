@@ -322,12 +322,22 @@ class Worker:
         self._receive(0.0)
         return self._alive and len(self.pending) < IN_FLIGHT
 
-    def hand(self, j: int, base: int, text: bytes) -> bool:
-        """Hand over chunk `j` (the JSON array `text`, its first event traceEvents[base]), written
-        to the folder; False where it cannot be (it died, or the folder is full)."""
+    def reads(self, stat: os.stat_result) -> None:
+        """The trace file is plain JSON (`stat` taken before it was read): `hand` may give the
+        worker a region of it to read itself."""
+        self._file = (stat.st_mtime_ns, stat.st_ino)
+
+    def hand(self, j: int, base: int, text: memoryview, start: int | None = None) -> bool:
+        """Hand over chunk `j`: the JSON array `text`, its first event traceEvents[base]; its
+        events (text[1:-1]) are the trace file's bytes from `start` where that is given (`reads`),
+        read there by the worker, else written to the folder. False where it cannot be handed
+        over (it died, or the folder is full)."""
+        events = text[1:-1]
+        known = start is not None and self._file != (0, 0)
+        region = (start, len(events), _edges(events), *self._file) if known else (0,) * 5
         try:
-            _chunk_file(self.folder, j).write_bytes(text)
-            self.proc.stdin.write(_ASK.pack(j, base, 0, 0, 0, 0, 0))
+            _chunk_file(self.folder, j).write_bytes(b"" if known else text)
+            self.proc.stdin.write(_ASK.pack(j, base, *region))
             self.proc.stdin.flush()
         except (OSError, ValueError):
             self._alive = False

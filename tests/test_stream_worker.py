@@ -50,9 +50,9 @@ def spy(monkeypatch):
         seen["workers"].append(w)
         return w
 
-    def handed(self, j, base, text):
-        seen["pieces"].append((j, base))
-        return hand(self, j, base, text)
+    def handed(self, j, base, text, start=None):
+        seen["pieces"].append((j, base, start))
+        return hand(self, j, base, text, start)
 
     def putting(self, made):
         seen["put"].append(self.count)
@@ -85,7 +85,60 @@ def test_the_worker_gives_the_frames_of_the_reader_alone(spy, monkeypatch, every
     assert pieces >= 70
     assert (handed == pieces) if every else (0 < handed < pieces)
     # each piece's first event is the count of the events before it
-    assert [b for _, b in spy["pieces"]] == sorted(b for _, b in spy["pieces"])
+    assert [p[1] for p in spy["pieces"]] == sorted(p[1] for p in spy["pieces"])
+    assert all(p[2] is None for p in spy["pieces"])  # gzip: each piece written for the worker
+    _gone(spy)
+
+
+def _plain(tmp_path):
+    p = tmp_path / "plain.json"
+    p.write_bytes(gzip.decompress(EXAMPLE_TRACE.read_bytes()))
+    return p
+
+
+def test_a_plain_files_pieces_are_read_by_the_worker_from_the_file(spy, monkeypatch, tmp_path):
+    """Each piece handed over is a region of the file: the bytes at its offset are its events."""
+    p = _plain(tmp_path)
+    text = p.read_bytes()
+    monkeypatch.setattr(kineto_worker, "IN_FLIGHT", 1 << 20)
+    starts = []
+    hand = Worker.hand
+
+    def handed(self, j, base, piece, start=None):
+        assert bytes(piece[1:-1]) == text[start:start + len(piece) - 2]
+        starts.append(start)
+        return hand(self, j, base, piece, start)
+
+    monkeypatch.setattr(Worker, "hand", handed)
+    alone = kineto_stream.read_events(p, BLOCK, parallel=False)
+    _same(kineto_stream.read_events(p, BLOCK, parallel=True), alone)
+    assert len(starts) >= 70 and starts == sorted(starts)
+    _gone(spy)
+
+
+def test_a_plain_file_changed_while_it_is_read_is_decoded_here(spy, monkeypatch, tmp_path):
+    """Its mtime moved once the first piece was handed over: the worker declines every region
+    (the file may no longer hold what the reader read), and the reader decodes them all."""
+    p = _plain(tmp_path)
+    monkeypatch.setattr(kineto_worker, "IN_FLIGHT", 1 << 20)
+    here = []
+    hand, mine = Worker.hand, kineto_stream._Ahead._here
+
+    def handed(self, j, base, piece, start=None):
+        if not j:
+            st = p.stat()
+            os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+        return hand(self, j, base, piece, start)
+
+    def decoded(self, given):
+        here.append(given.base)
+        return mine(self, given)
+
+    monkeypatch.setattr(Worker, "hand", handed)
+    monkeypatch.setattr(kineto_stream._Ahead, "_here", decoded)
+    alone = kineto_stream.read_events(p, BLOCK, parallel=False)
+    _same(kineto_stream.read_events(p, BLOCK, parallel=True), alone)
+    assert len(here) >= 70
     _gone(spy)
 
 
