@@ -3,14 +3,17 @@
 The whole-text reader (collectors.kineto) takes chunks from the front of the trace; between two of
 its chunks it hands chunks from the back to the worker, keeping two in flight, until the two ends
 meet. The streaming reader (collectors.kineto_stream) hands it each piece it cuts while fewer than
-IN_FLIGHT are pending, and decodes the others itself. A chunk travels as a file of one JSON array in a private folder (in /dev/shm where there is one), its
-frames come back as Arrow IPC files built by collectors.kineto_tables (the code the reader runs);
-the pipes carry only a few bytes per chunk, so no thread of the reader ever waits on them. A chunk
-the worker has not started when the fronts meet is taken back: whoever renames or removes its file
-first (an atomic step) decodes it. The worker answers "fallback" when its fast typed decode fails;
-the reader decodes such chunks itself, as it does the chunks of a worker that could not start, died
-or answered garbage: salvage, warnings and errors are always the serial path's, and the worker can
-make reading faster, never different.
+IN_FLIGHT are pending, and decodes the others itself. A chunk is a region of the trace file where
+the reader's text is the file's bytes (the worker reads it itself, after checking the file's
+mtime, inode and the region's edges), else a file of one JSON array in a private folder (in
+/dev/shm where there is one); its frames come back as Arrow IPC files built by
+collectors.kineto_tables (the code the reader runs); the pipes carry only a few bytes per chunk, so
+no thread of the reader ever waits on them. A chunk the worker has not started when the reader
+takes it back is the reader's: whoever renames or removes its file first (an atomic step) decodes
+it. The worker answers "fallback" when its fast typed decode fails; the reader decodes such chunks
+itself, as it does the chunks of a worker that could not start, died, stalled or answered garbage:
+salvage, warnings and errors are always the serial path's, and the worker can make reading faster,
+never different.
 
 The worker is a fresh interpreter (subprocess, not fork: the reader's polars thread pool is running)
 that imports only msgspec, polars and the collectors package.
