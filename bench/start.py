@@ -1,6 +1,6 @@
 """Start time of the CLI: `attrib --version` and `attrib analyze` of a ~1 MB trace, wall seconds.
 
-    python bench/start.py [--runs 7] [--trace T] [--before /work/main]
+    python bench/start.py [--runs 7] [--trace T] [--before /work/main] [--format json]
 
 Each figure is the median of `--runs` fresh processes (`python -m attrib.cli ...`, bytecode
 cached as an installed package has it), next to the floor of the same interpreter importing
@@ -44,16 +44,18 @@ def median(cmd: list[str], env: dict[str, str], runs: int,
     return statistics.median(w for w, _ in got), statistics.median(c for _, c in got)
 
 
-def figures(root: Path, trace: Path, runs: int) -> dict[str, tuple[float, float]]:
-    """{figure: median seconds} for the checkout at `root`."""
+def figures(root: Path, trace: Path, runs: int,
+            fmt: str | None = None) -> dict[str, tuple[float, float]]:
+    """{figure: median seconds} for the checkout at `root`; `fmt`: analyze's --format (None:
+    its default, the table)."""
     env = {**os.environ, "PYTHONPATH": str(root)}
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     env["PYTHONPYCACHEPREFIX"] = tempfile.gettempdir() + f"/attrib_start_{root.name}"
     py = [sys.executable]
     return {
         "--version": median([*py, "-m", "attrib.cli", "--version"], env, runs, root),
-        "analyze": median([*py, "-m", "attrib.cli", "analyze", str(trace.resolve())], env, runs,
-                          root),
+        "analyze": median([*py, "-m", "attrib.cli", "analyze", str(trace.resolve()),
+                           *(["--format", fmt] if fmt else [])], env, runs, root),
     }
 
 
@@ -62,6 +64,7 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=7)
     ap.add_argument("--trace", type=Path, default=TRACE)
     ap.add_argument("--before", type=Path, help="another checkout to time the same way")
+    ap.add_argument("--format", help="analyze's --format (default: its own, the table)")
     args = ap.parse_args()
     env = {**os.environ}
     env.pop("PYTHONDONTWRITEBYTECODE", None)
@@ -72,9 +75,9 @@ def main() -> int:
           f"load {os.getloadavg()[0]:.2f}; median of {args.runs}")
     print(f"floor (wall, cpu s): python {bare[0]:.3f}, {bare[1]:.3f}; python + import polars, "
           f"numpy {floor[0]:.3f}, {floor[1]:.3f}")
-    rows = [("after", figures(ROOT, args.trace, args.runs))]
+    rows = [("after", figures(ROOT, args.trace, args.runs, args.format))]
     if args.before is not None:
-        rows.insert(0, ("before", figures(args.before, args.trace, args.runs)))
+        rows.insert(0, ("before", figures(args.before, args.trace, args.runs, args.format)))
     for name, f in rows:
         v, a = f["--version"], f["analyze"]
         print(f"{name} (wall, cpu s): attrib --version {v[0]:.3f}, {v[1]:.3f}; "
