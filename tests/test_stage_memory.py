@@ -205,3 +205,23 @@ def test_top_table_from_its_top_groups_equals_every_group(monkeypatch) -> None:
     for n, table in got.items():
         assert table.height == min(n, k.select("name", "component").unique().height)
         assert table.equals(build._top_table(k, None, False, n)), n
+
+
+def test_module_paths_walked_equal_joined() -> None:
+    """attrib.link.launches: a small table's module paths from one walk in Python are the
+    level-by-level joins' rows, in their order (a with_stack capture: nested modules, repeated
+    instance names)."""
+    from attrib.link.launches import _BY, _MODULE, _joined, _walked
+    from attrib.link.nesting import parents
+
+    frames = load(FIX / "captured/hf_llama_cuda_b8_p512.pt.trace.json.gz").frames
+    mods = (frames.filter(pl.col("name").str.starts_with("nn.Module: "))
+            .with_columns(pl.col("name").str.extract(_MODULE).alias("inst")))
+    mods = mods.join(mods.select("id", *_BY, "start_ns", "dur_ns").pipe(parents, _BY), on="id")
+    assert mods["depth"].max() >= 2
+    assert _walked(mods).equals(_joined(mods))
+    # a level missing (its paths `?`) and an instance the pattern could not read (null)
+    odd = mods.filter(pl.col("depth") != 1).with_columns(
+        pl.when(pl.col("depth") == 3).then(None).otherwise(pl.col("inst")).alias("inst"))
+    got = _walked(odd)
+    assert got.equals(_joined(odd)) and got["module_path"].str.starts_with("?/").any()
