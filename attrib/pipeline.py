@@ -23,7 +23,7 @@ from attrib.link.launches import link
 from attrib.steps.phases import (annotated_spans, assign_steps, tokens_from_kernel_names,
                                  tokens_from_shapes)
 from attrib.steps.tokens import fill_tokens_and_phase, tokens_from_names, with_units
-from attrib.steps.excluded import mark_excluded
+from attrib.steps.excluded import compile_spans, mark_excluded
 from attrib.steps.ledger import Facts, Ledger, facts, launch_counts, ledger
 from attrib.steps.salvage import drop_empty_steps
 from attrib.steps.speculative import ATTENTION_OPS, apply_roles
@@ -63,8 +63,9 @@ def attribute(trace: Trace, phase_map: dict[str, str] | None = None, capture: Tr
     if capture is not None:
         trace, links, report = merge(trace, links, capture, batch_size=capture_batch)
         notes.append(report.note())
-    spans, kernel_steps = assign_steps(trace, links, phase_map)
-    comp = classify(trace, links, kernel_steps)
+    compiling = compile_spans(trace)  # the three stages that read them find them once
+    spans, kernel_steps = assign_steps(trace, links, phase_map, compiling)
+    comp = classify(trace, links, kernel_steps, compiling)
     shaped = fill_tokens_and_phase(spans, tokens_from_shapes(trace, spans), notes)
     steps = apply_roles(shaped, trace.ops)
     k = (trace.kernels.select("id", "name", "start_ns", "dur_ns")
@@ -73,7 +74,7 @@ def attribute(trace: Trace, phase_map: dict[str, str] | None = None, capture: Tr
     grids = k.join(trace.kernels.select("id", "grid"), on="id", how="left")
     steps = tokens_from_names(steps, tokens_from_kernel_names(grids))
     k = k.join(steps.select("step", "phase"), on="step", how="left")
-    steps = mark_excluded(windows(steps, k, trace.copies, trace.launches), trace)
+    steps = mark_excluded(windows(steps, k, trace.copies, trace.launches), trace, compiling)
     # a salvaged trace: steps cut before their kernels
     steps, trace = drop_empty_steps(steps, trace)
     steps = with_units(steps, trace.ops)

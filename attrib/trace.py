@@ -191,9 +191,9 @@ class Trace:
 
 def grouped(df: pl.DataFrame, keys: list[str], *aggs: pl.Expr,
             any_order: bool = False) -> pl.DataFrame:
-    """`df.group_by(keys).agg(aggs)`, text keys grouped by their category codes: a group-by on
-    text keys copies every row's key bytes (millions of kernel names at a time), codes are 4
-    bytes a row. The keys (text or categorical) come back as text.
+    """`df.group_by(keys).agg(aggs)`; from SMALL_ROWS rows, text keys grouped by their category
+    codes: a group-by on text keys copies every row's key bytes (millions of kernel names at a
+    time), codes are 4 bytes a row. The keys (text or categorical) come back as text.
 
     any_order: the aggregations give the same result in any order of a group's rows (counts,
     sums of integers, min, max; not float sums, first or last). From SMALL_ROWS rows it then
@@ -206,6 +206,9 @@ def grouped(df: pl.DataFrame, keys: list[str], *aggs: pl.Expr,
     text = [c for c in keys if df.schema[c] in (pl.String, pl.Categorical)]
     if not text:
         return lf.group_by(keys).agg(*aggs).collect(engine=engine)
+    if df.height < SMALL_ROWS:  # small: the key bytes cost less than the codes' extra queries
+        return (lf.group_by(keys).agg(*aggs).with_columns(pl.col(text).cast(pl.String))
+                .collect(engine=engine))
     # by the codes' integers (a group-by on categorical keys encodes their text, row by row),
     # each code's text joined back (one row of the code gives it)
     code = {c: f"_code_{c}" for c in text}

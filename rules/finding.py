@@ -63,12 +63,9 @@ class PairRule:
 def steps_in(a: Attribution, phase: str | None = None) -> pl.DataFrame:
     """The steps the phase figures count (not those the steps stage left
     out: compile, warm-up), of `phase`."""
-    st = (
-        a.steps
-        if "excluded" not in a.steps.columns
-        else a.steps.filter(pl.col("excluded").is_null())
-    )
-    return st if phase is None else st.filter(pl.col("phase") == phase)
+    keep = [] if "excluded" not in a.steps.columns else [pl.col("excluded").is_null()]
+    keep += [] if phase is None else [pl.col("phase") == phase]
+    return a.steps.filter(*keep) if keep else a.steps  # one query
 
 
 def _in_steps(a: Attribution, phase: str | None) -> pl.Expr:
@@ -82,9 +79,11 @@ def _rows(k: pl.DataFrame, keep: pl.Expr, where: pl.Expr | None,
     test of each row's text), its distinct values."""
     read = [] if where is None else list(dict.fromkeys(where.meta.root_names()))
     text = [c for c in read if k.schema[c] == pl.Categorical]
-    if where is not None and k.height < SMALL_ROWS:  # small: the rows as text, fewer queries
-        rows = k.lazy().filter(keep).select(list(dict.fromkeys([*columns, *read]))).collect()
-        return as_text(rows).filter(where).select(columns)
+    if where is not None and k.height < SMALL_ROWS:  # small: the rows as text, one query
+        cols = list(dict.fromkeys([*columns, *read]))
+        cats = [c for c in cols if k.schema[c] == pl.Categorical]
+        return (k.lazy().filter(keep).select(cols).with_columns(pl.col(cats).cast(pl.String))
+                .filter(where).select(columns).collect())
     if where is not None and read == text and len(text) == 1:
         values = k.select(pl.col(text[0]).unique())
         hits = values.filter(as_text(values).select(where).to_series()).to_series()

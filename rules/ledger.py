@@ -223,11 +223,13 @@ def ledger_findings(ledger: pl.DataFrame, f: Facts) -> list[Finding]:
     return out
 
 
-def findings_of(a: Attribution, phase: str) -> list[Finding]:
-    """ledger_findings of one phase of an attribution (its phase ledger and facts)."""
+def findings_of(a: Attribution, phase: str, f: Facts | None = None) -> list[Finding]:
+    """ledger_findings of one phase of an attribution (its phase ledger and facts: `f` where
+    already found)."""
     if a.ledger is None:
         return []
-    return ledger_findings(typical_ledger(a.ledger, a.steps, phase), facts(a, phase))
+    return ledger_findings(typical_ledger(a.ledger, a.steps, phase),
+                           facts(a, phase) if f is None else f)
 
 
 def step_ledger(a: Attribution, an: Analysis, th: Thresholds) -> list[Finding]:
@@ -243,7 +245,7 @@ def step_ledger(a: Attribution, an: Analysis, th: Thresholds) -> list[Finding]:
         eager = f.graph_replayed_share < th.graph_majority
         p06 = ph.phase in DECODE_LIKE and eager
         p06_gaps = th.launch_gap_share * f.step_ms
-        for x in findings_of(a, ph.phase):
+        for x in findings_of(a, ph.phase, f):
             launch = x.rule == "ledger-launch"
             if p06 and launch and (x.ms_per_step or 0) > p06_gaps:
                 continue

@@ -10,7 +10,7 @@ and only app and cli import them. No import inside a function, except of an opti
 slow-to-import dependency (torch, matplotlib; scipy.stats, ~0.5 s, which only compare and slope use,
 so that `attrib analyze` does not pay it), the one documented lazy `attrib.analyze`, or a module
 of ours that only some runs need (LAZY_OURS: the chunked read of a huge trace, the report formats
-other than the table; the layers still go one way); the CLI (attrib/cli/, the last layer) imports
+other than JSON; the layers still go one way); the CLI (attrib/cli/, the last layer) imports
 each command's engine in that command (a fast start).
 `importlib.import_module("x")` and `__import__("x")` count as imports of x; a computed name is refused.
 `examples/` and `bench/` are users: they import the public API (PUBLIC) and nothing else of ours.
@@ -78,7 +78,7 @@ LAZY_OURS = {
     *(("collectors/__init__.py", f"collectors.{m}")
       for m in ("sampled", "torch_capture", "calibrate")),
     *(("attrib/report/renderers.py", f"attrib.report.{m}")
-      for m in ("markdown", "html", "csv_tables", "parquet_tables", "xlsx_tables")),
+      for m in ("table", "markdown", "html", "csv_tables", "parquet_tables", "xlsx_tables")),
 }
 # the last layer: each command imports what it runs, so `--version` and `analyze` load only theirs
 LAZY_DIR = "attrib/cli/"  # its modules

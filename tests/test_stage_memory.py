@@ -76,22 +76,25 @@ def test_holders_the_same_from_the_candidates_only(trace):
 
 
 def test_grouped_by_codes_equals_group_by(trace) -> None:
-    """attrib.trace.grouped (text keys grouped by category codes) gives group_by's groups and
-    sums, text keys back as text, null keys kept, on a real capture's kernels."""
-    from attrib.trace import grouped
+    """attrib.trace.grouped (text keys grouped by category codes from SMALL_ROWS rows, plainly
+    below) gives group_by's groups and sums, text keys back as text, null keys kept, on a real
+    capture's kernels, and on them repeated past SMALL_ROWS."""
+    from attrib.trace import SMALL_ROWS, grouped
 
-    k = trace.kernels.with_columns(
+    one = trace.kernels.with_columns(
         pl.when(pl.col("stream") == pl.col("stream").min()).then(None)
         .otherwise(pl.col("name")).alias("name"))
+    assert one.height < SMALL_ROWS
     aggs = (pl.len().alias("n"), pl.col("dur_ns").sum().alias("ns"))
-    got = grouped(k, ["name", "stream"], *aggs).sort("name", "stream", nulls_last=True)
-    want = k.group_by("name", "stream").agg(*aggs).sort("name", "stream", nulls_last=True)
-    assert got.schema == want.schema and got["name"].null_count() == 1
-    assert got.equals(want)
-    # the keys as categories (a phase's copy of its kernels): the same groups, text again
-    cats = k.with_columns(pl.col("name").cast(pl.Categorical))
-    got = grouped(cats, ["name", "stream"], *aggs).sort("name", "stream", nulls_last=True)
-    assert got.equals(want)
+    for k in (one, pl.concat([one] * (SMALL_ROWS // one.height + 1))):
+        got = grouped(k, ["name", "stream"], *aggs).sort("name", "stream", nulls_last=True)
+        want = k.group_by("name", "stream").agg(*aggs).sort("name", "stream", nulls_last=True)
+        assert got.schema == want.schema and got["name"].null_count() == 1
+        assert got.equals(want)
+        # the keys as categories (a phase's copy of its kernels): the same groups, text again
+        cats = k.with_columns(pl.col("name").cast(pl.Categorical))
+        got = grouped(cats, ["name", "stream"], *aggs).sort("name", "stream", nulls_last=True)
+        assert got.equals(want)
 
 
 def test_component_table_by_step_batches_equals_one_batch(monkeypatch) -> None:
@@ -202,3 +205,23 @@ def test_top_table_from_its_top_groups_equals_every_group(monkeypatch) -> None:
     for n, table in got.items():
         assert table.height == min(n, k.select("name", "component").unique().height)
         assert table.equals(build._top_table(k, None, False, n)), n
+
+
+def test_module_paths_walked_equal_joined() -> None:
+    """attrib.link.launches: a small table's module paths from one walk in Python are the
+    level-by-level joins' rows, in their order (a with_stack capture: nested modules, repeated
+    instance names)."""
+    from attrib.link.launches import _BY, _MODULE, _joined, _walked
+    from attrib.link.nesting import parents
+
+    frames = load(FIX / "captured/hf_llama_cuda_b8_p512.pt.trace.json.gz").frames
+    mods = (frames.filter(pl.col("name").str.starts_with("nn.Module: "))
+            .with_columns(pl.col("name").str.extract(_MODULE).alias("inst")))
+    mods = mods.join(mods.select("id", *_BY, "start_ns", "dur_ns").pipe(parents, _BY), on="id")
+    assert mods["depth"].max() >= 2
+    assert _walked(mods).equals(_joined(mods))
+    # a level missing (its paths `?`) and an instance the pattern could not read (null)
+    odd = mods.filter(pl.col("depth") != 1).with_columns(
+        pl.when(pl.col("depth") == 3).then(None).otherwise(pl.col("inst")).alias("inst"))
+    got = _walked(odd)
+    assert got.equals(_joined(odd)) and got["module_path"].str.starts_with("?/").any()

@@ -53,6 +53,12 @@ def test_analyze_loads_no_chunked_reader_nor_other_formats():
                        "collectors.sampled", "collectors.torch_capture", "collectors.calibrate"}
 
 
+def test_analyze_json_loads_no_table_renderer():
+    mods = loaded(f"from attrib.cli import main\n"
+                  f"assert main(['analyze', {str(TRACE)!r}, '--format', 'json']) == 0", whole=True)
+    assert "attrib.analysis.model" in mods and "attrib.report.table" not in mods
+
+
 def test_analyze_loads_the_engine_with_the_gc_paused_and_leaves_it_on():
     """cli.common.loading: what the imports made is frozen (no collection walks it again); the GC
     is on again for the analysis."""

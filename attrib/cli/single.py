@@ -166,7 +166,6 @@ def analyze(trace: Path, fmt: str, verbose: bool, **o) -> None:
         from attrib.options import TOP_KERNELS
         from attrib.report import renderers
         from attrib.report.renderers import View
-        from attrib.report.table import terminal_width
 
     r = renderers.by_name(fmt)
     if r.writes_bytes:
@@ -175,8 +174,16 @@ def analyze(trace: Path, fmt: str, verbose: bool, **o) -> None:
     an = _analyze(trace, o)
     terminal = o["output"] is None
     view = View(top=o["top"] or (5 if terminal else TOP_KERNELS),
-                width=terminal_width() if terminal else None, verbose=verbose)
+                width=_terminal_width() if terminal and r.name == "table" else None,
+                verbose=verbose)
     write(renderers.by_name(fmt).render(an, view), o["output"], o["force"])
+
+
+def _terminal_width() -> int:
+    """The terminal's width, which only the table reads (JSON loads no table module)."""
+    from attrib.report.table import terminal_width
+
+    return terminal_width()
 
 
 def _tables(r: Renderer, trace: Path, o: dict) -> None:

@@ -339,9 +339,10 @@ def _override(cond: pl.Expr | pl.Series, comp: str, evidence: str) -> tuple[pl.E
             pl.when(cond).then(pl.lit(evidence)).otherwise(pl.col("evidence")).alias("evidence"))
 
 
-def classify(trace: Trace, links: pl.DataFrame, kernel_steps: pl.DataFrame) -> pl.DataFrame:
+def classify(trace: Trace, links: pl.DataFrame, kernel_steps: pl.DataFrame,
+             compiling: pl.DataFrame | None = None) -> pl.DataFrame:
     """One row per kernel: id, step, component, evidence (module | frame | annotation | op | name |
-    position | compile | none)."""
+    position | compile | none). compiling: the trace's compile_spans, where already found."""
     la = trace.launches.select(pl.col("id").alias("launch_id"),
                                pl.col("start_ns").alias("launch_ns"),
                                pl.col("pid").alias("launch_pid"),
@@ -381,8 +382,8 @@ def classify(trace: Trace, links: pl.DataFrame, kernel_steps: pl.DataFrame) -> p
     k = _split_linears(k)
     # kernels launched by a compile or autotune (benchmark GEMMs, cache-flush fills): no model
     # component
-    compiling = inside(k["launch_ns"], compile_spans(trace))
-    k = k.with_columns(*_override(compiling, "other", "compile"))
+    spans = compile_spans(trace) if compiling is None else compiling
+    k = k.with_columns(*_override(inside(k["launch_ns"], spans), "other", "compile"))
     # an unnamed GEMM whose output is routed over exactly its N values: the MoE router (by op and
     # shapes)
     router = pl.col("id").is_in(routers(trace.ops, k).implode())

@@ -12,7 +12,7 @@ from __future__ import annotations
 import polars as pl
 
 from attrib.link.nesting import innermost, parents
-from attrib.trace import Trace
+from attrib.trace import SMALL_ROWS, Trace
 
 KERNEL_LAUNCH = (r"(?i)(launchkernel|launchcooperativekernel|graphlaunch|modulelaunchkernel"
                  r"|cuLaunch)")
@@ -46,6 +46,15 @@ def module_paths(frames: pl.DataFrame) -> pl.DataFrame:
                            pl.lit("").alias("module_path"))
     tree = mods.select("id", *_BY, "start_ns", "dur_ns").pipe(parents, _BY)
     mods = mods.join(tree, on="id")
+    walked = _walked if mods.height < SMALL_ROWS else _joined
+    mods = mods.join(walked(mods), on="id", how="left")
+    return mods.select("id", "start_ns", "dur_ns", *_BY,
+                       pl.col("inst").str.replace(r"_\d+$", "").alias("module"), "module_path")
+
+
+def _joined(mods: pl.DataFrame) -> pl.DataFrame:
+    """id, module_path of module frames (id, parent, depth, inst): a level of the tree at a
+    time, each path its parent's (`?` where the level above lacks it) + `/` + its instance."""
     paths = mods.filter(pl.col("depth") == 0).select("id", pl.col("inst").alias("module_path"))
     done = [paths]
     for d in range(1, int(mods["depth"].max() or 0) + 1):
@@ -54,9 +63,33 @@ def module_paths(frames: pl.DataFrame) -> pl.DataFrame:
         path = pl.concat_str([pl.col("up").fill_null("?"), pl.col("inst")], separator="/")
         paths = level.join(ups, on="parent", how="left").select("id", path.alias("module_path"))
         done.append(paths)
-    mods = mods.join(pl.concat(done), on="id", how="left")
-    return mods.select("id", "start_ns", "dur_ns", *_BY,
-                       pl.col("inst").str.replace(r"_\d+$", "").alias("module"), "module_path")
+    return pl.concat(done)
+
+
+def _walked(mods: pl.DataFrame) -> pl.DataFrame:
+    """What `_joined` gives, in its row order, from one walk of the rows in Python: a small
+    table's levels cost more queries than rows."""
+    ids, ups, insts, depths = (mods[c].to_list() for c in ("id", "parent", "inst", "depth"))
+    out_ids: list[int] = []
+    out: list[str | None] = []
+    above: dict[int, str | None] = {}  # the paths of the level above, by id
+    level: dict[int, str | None] = {}
+    at = -1
+    for i in sorted(range(len(ids)), key=depths.__getitem__):  # stable: each level in row order
+        d = depths[i]
+        if d != at:
+            above, level, at = (level if d == at + 1 else {}), {}, d
+        inst = insts[i]
+        if d == 0:
+            path = inst
+        else:
+            up = above.get(ups[i]) if ups[i] is not None else None
+            path = None if inst is None else f"{'?' if up is None else up}/{inst}"
+        level[ids[i]] = path
+        out_ids.append(ids[i])
+        out.append(path)
+    return pl.DataFrame({"id": out_ids, "module_path": out},
+                        schema={"id": mods.schema["id"], "module_path": pl.String})
 
 
 def launch_points(k: pl.DataFrame) -> pl.DataFrame:

@@ -14,7 +14,6 @@ from pathlib import Path
 
 from attrib.analysis.model import Analysis
 from attrib.errors import UsageError
-from attrib.report import table
 
 
 @dataclass(frozen=True)
@@ -49,12 +48,14 @@ def _json(an: Analysis, view: View) -> str:
     return an.to_json()
 
 
+# the formats other than JSON import their module when they render (a fast start: `attrib
+# analyze` loads only the one it prints)
 def _table(an: Analysis, view: View) -> str:
+    from attrib.report import table
+
     return table.render(an, top=view.top, width=view.width, verbose=view.verbose)
 
 
-# the formats other than the terminal's table and JSON import their module when they render (a
-# fast start: `attrib analyze` prints a table)
 def _markdown(an: Analysis, view: View) -> str:
     from attrib.report import markdown
 

@@ -51,7 +51,8 @@ def kernel_roofline(df: pl.DataFrame, arch: Arch | None, what_if: bool = False) 
     ms, nbytes, flops = (pl.col(c).cast(pl.Float64) for c in ("ms", "bytes", "flops"))
     timed = pl.when(ms > 0)
     dtype = pl.col("dtype") if "dtype" in df.columns else pl.lit(None, pl.Utf8)
-    out = df.with_columns(*_peaks(df, arch), dtype.alias("_dtype")).with_columns(
+    # one lazy query: the eager steps below were a query each
+    out = df.lazy().with_columns(*_peaks(df, arch), dtype.alias("_dtype")).with_columns(
         timed.then(nbytes / ms / 1e6).alias("_gbs"),
         timed.then(flops / ms / 1e9).alias("_tflops"),
         pl.when(nbytes > 0).then(flops / nbytes).alias("intensity"),
@@ -87,7 +88,8 @@ def kernel_roofline(df: pl.DataFrame, arch: Arch | None, what_if: bool = False) 
         pl.lit(basis, pl.Utf8).alias("bw_basis"),
     ).with_columns(gap.alias("gap_ms"))
     scratch = ("_peak", "_roof", "_dtype", "_gbs", "_tflops", "_mem_ms", "_cmp_ms")
-    return out.drop(*scratch).with_columns([pl.col(c).cast(t) for c, t in ADDED.items()])
+    return (out.drop(*scratch).with_columns([pl.col(c).cast(t) for c, t in ADDED.items()])
+            .collect())
 
 
 def priced(k: pl.DataFrame) -> pl.DataFrame:

@@ -48,10 +48,11 @@ def inside(t: pl.Series, spans: pl.DataFrame) -> pl.Series:
     return pl.Series(hit & t.is_not_null().to_numpy())
 
 
-def mark_excluded(steps: pl.DataFrame, trace: Trace) -> pl.DataFrame:
+def mark_excluded(steps: pl.DataFrame, trace: Trace,
+                  compiling: pl.DataFrame | None = None) -> pl.DataFrame:
     """steps (with window_start/end, step_ms, n_kernels) + `excluded`: "compile" | "warm-up" |
-    null."""
-    sp = compile_spans(trace)
+    null. compiling: the trace's compile_spans, where already found."""
+    sp = compile_spans(trace) if compiling is None else compiling
     has_compile = pl.Series([False] * steps.height, dtype=pl.Boolean)
     if sp.height and steps.height:
         starts = sp["start_ns"].to_numpy()

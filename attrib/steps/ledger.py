@@ -85,20 +85,28 @@ def _busy_rows(
     base: tuple[np.ndarray, np.ndarray],
 ) -> tuple[list[pl.DataFrame], tuple[np.ndarray, np.ndarray]]:
     """Rows of busy time per (cause, what) group, each group given what the union of the earlier
-    ones leaves: covered(union up to it) - covered(union before it)."""
-    rows, (cs, ce) = [], base
+    ones leaves: covered(union up to it) - covered(union before it). One frame of the groups'
+    rows in their order (none without groups)."""
+    (cs, ce), labels, ns, n = base, [], [], []
     prev = covered(w0, w1, cs, ce)
     for cause, what, df in groups:
         s, e = _ends(df)
         cs, ce = merge(np.concatenate([cs, s]), np.concatenate([ce, e]))
         cov = covered(w0, w1, cs, ce)
         starts = np.sort(s)
-        n = np.searchsorted(starts, w1) - np.searchsorted(starts, w0)
-        ns = np.rint(cov - prev).astype(np.int64)
-        rows.append(pl.DataFrame({"step": steps, "cause": cause, "what": what,
-                                  "ns": ns, "n": n.astype(np.int64)}))
+        n.append((np.searchsorted(starts, w1) - np.searchsorted(starts, w0)).astype(np.int64))
+        ns.append(np.rint(cov - prev).astype(np.int64))
+        labels.append((cause, what))
         prev = cov
-    return rows, (cs, ce)
+    if not labels:
+        return [], (cs, ce)
+    each = len(steps)
+    rows = pl.DataFrame({"step": np.tile(steps, len(labels)),
+                         "cause": [c for c, _ in labels for _ in range(each)],
+                         "what": [w for _, w in labels for _ in range(each)],
+                         "ns": np.concatenate(ns), "n": np.concatenate(n)},
+                        schema_overrides={"cause": pl.String, "what": pl.String})
+    return [rows], (cs, ce)
 
 
 @dataclass(frozen=True)

@@ -161,11 +161,12 @@ def _forward_spans(trace: Trace) -> pl.DataFrame:
         .cast(STEP_COLS))
 
 
-def _launching_embeddings(trace: Trace) -> pl.DataFrame:
+def _launching_embeddings(trace: Trace, compiling: pl.DataFrame) -> pl.DataFrame:
     """t: start of each embedding op that is a forward pass: not traced by a compile (fake
-    tensors), and, in a trace with GPU launches, one that launched GPU work (its gather kernel)."""
+    tensors; `compiling`: compile_spans), and, in a trace with GPU launches, one that launched GPU
+    work (its gather kernel)."""
     ops = trace.ops.filter(pl.col("name") == "aten::embedding")
-    ops = ops.filter(~inside(ops["start_ns"], compile_spans(trace)))
+    ops = ops.filter(~inside(ops["start_ns"], compiling))
     calls = trace.launches.filter(pl.col("name").str.contains(KERNEL_LAUNCH))
     if calls.height:
         pts = calls.select(pl.col("id").alias("pid_"), pl.col("start_ns").alias("t_ns"),
@@ -176,7 +177,7 @@ def _launching_embeddings(trace: Trace) -> pl.DataFrame:
     return ops.select(pl.col("start_ns").alias("t")).sort("t")
 
 
-def _split_forwards(spans: pl.DataFrame, trace: Trace) -> pl.DataFrame:
+def _split_forwards(spans: pl.DataFrame, trace: Trace, compiling: pl.DataFrame) -> pl.DataFrame:
     """Step spans (ProfilerStep or user annotations, not a serving engine's own step annotation)
     that hold several forward passes (several embedding ops: one prof.step() or record_function
     around a whole generate() call) become one step per forward pass. The pieces tile the span:
@@ -184,8 +185,10 @@ def _split_forwards(spans: pl.DataFrame, trace: Trace) -> pl.DataFrame:
     end), so the host time between forward passes stays in the piece it follows. A piece's phase
     and tokens come from its shapes (one new token per sequence is decode); `annotated_phase`
     keeps the span's."""
-    emb = _launching_embeddings(trace)
-    if spans.height == 0 or emb.height <= 1:
+    if spans.height == 0:
+        return spans
+    emb = _launching_embeddings(trace, compiling)
+    if emb.height <= 1:
         return spans
     marker = pl.col("marker")
     engine = marker.str.contains(_VLLM.pattern) | marker.str.contains(_SGLANG.pattern)
@@ -241,11 +244,13 @@ def _assign(spans: pl.DataFrame, keys: pl.DataFrame, start: str, end: str) -> pl
     return out.filter(pl.col("t") < pl.col("_end")).select("id", "step")
 
 
-def assign_steps(trace: Trace, links: pl.DataFrame, phase_map: dict[str, str] | None = None
-                 ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(steps table, kernel id -> step). Kernels outside every step get no row."""
+def assign_steps(trace: Trace, links: pl.DataFrame, phase_map: dict[str, str] | None = None,
+                 compiling: pl.DataFrame | None = None) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(steps table, kernel id -> step). Kernels outside every step get no row. compiling: the
+    trace's compile_spans, where already found."""
     pmap = DEFAULT_MAP | (phase_map or {})
-    spans = mark_roles(_split_forwards(_spans(trace, pmap), trace), trace.frames)
+    compiling = compile_spans(trace) if compiling is None else compiling
+    spans = mark_roles(_split_forwards(_spans(trace, pmap), trace, compiling), trace.frames)
     if spans.height == 0:
         spans = _forward_spans(trace).with_columns(
             pl.lit(None, pl.Utf8).alias("role"), pl.lit(None, pl.Utf8).alias("model"),
