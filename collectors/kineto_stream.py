@@ -309,7 +309,7 @@ class _Ahead:
         self.path, self.parts, self.notes, self.worker = path, parts, notes, worker
         self.queue: deque[tuple[int, Frames | _Given]] = deque()
         self.count = 0
-        self.others = Others() if watch else None
+        self.others = Others() if watch and worker is not None else None
         self.handing = worker is not None
 
     def give(self) -> bool:
