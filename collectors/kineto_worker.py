@@ -290,7 +290,8 @@ class Worker:
         self._file = (stat.st_mtime_ns, stat.st_ino)
 
     def _region(self, raws: list[msgspec.Raw]) -> tuple[int, int, int, int, int]:
-        """The request fields after the chunk number; all 0 where the region is unknown."""
+        """The request's region fields (after the chunk number and its first event); all 0 where
+        the region is unknown."""
         if self._text is None:
             return 0, 0, 0, 0, 0
         start = _address(raws[0]) - self._base
@@ -304,17 +305,24 @@ class Worker:
         region of the trace file, else the chunk's JSON array written to the folder."""
         self._receive(0.0)
         while self._alive and len(self.pending) < IN_FLIGHT and (j := claims.back()) is not None:
-            try:
-                region = self._region(chunks[j])
-                _chunk_file(self.folder, j).write_bytes(b"" if region[1] else json_array(chunks[j]))
-                self.proc.stdin.write(_ASK.pack(j, j * CHUNK, *region))
-                self.proc.stdin.flush()
-            except (OSError, ValueError):
-                # it died, or the folder is full: the reader does the rest
-                self._alive = False
-                self.answers[j] = None
+            region = self._region(chunks[j])
+            if not self._send(j, j * CHUNK, region, b"" if region[1] else json_array(chunks[j])):
+                self.answers[j] = None  # the reader does the rest
                 break
-            self.pending.append(j)
+
+    def _send(self, j: int, base: int, region: tuple[int, ...], payload: bytes | memoryview
+              ) -> bool:
+        """Write chunk j's file (its JSON array, or nothing where `region` says where it is in
+        the trace file) and ask for it; False where it died or the folder is full."""
+        try:
+            _chunk_file(self.folder, j).write_bytes(payload)
+            self.proc.stdin.write(_ASK.pack(j, base, *region))
+            self.proc.stdin.flush()
+        except (OSError, ValueError):
+            self._alive = False
+            return False
+        self.pending.append(j)
+        return True
 
     @property
     def alive(self) -> bool:
@@ -338,15 +346,7 @@ class Worker:
         events = text[1:-1]
         known = start is not None and self._file != (0, 0)
         region = (start, len(events), _edges(events), *self._file) if known else (0,) * 5
-        try:
-            _chunk_file(self.folder, j).write_bytes(b"" if known else text)
-            self.proc.stdin.write(_ASK.pack(j, base, *region))
-            self.proc.stdin.flush()
-        except (OSError, ValueError):
-            self._alive = False
-            return False
-        self.pending.append(j)
-        return True
+        return self._send(j, base, region, b"" if known else text)
 
     def wait(self, j: int) -> None:
         """Wait until chunk `j` is answered or taken back, or the worker is gone or stuck (no
