@@ -71,16 +71,21 @@ def test_analyze_loads_the_engine_with_the_gc_paused_and_leaves_it_on():
     assert out[-2] == "True" and int(out[-1]) > 20_000  # ~80 k: polars, numpy, attrib
 
 
-def test_lean_allocator_is_set_for_analysis_not_for_a_captured_command():
-    """attrib's own polars gets one jemalloc arena; `capture -- CMD` leaves CMD's environment as
-    the user had it (the variable would reach the user's command)."""
+def test_lean_settings_are_set_for_analysis_not_for_a_captured_command():
+    """attrib's own polars gets one jemalloc arena and numpy's OpenBLAS no worker threads;
+    `capture -- CMD` leaves CMD's environment as the user had it (the variables would reach
+    the user's command); a value of the user's own is kept."""
     probe = ("import os\nfrom attrib.cli import main\ntry:\n    main([{args}])\n"
-             "except SystemExit:\n    pass\nprint(os.environ.get('_RJEM_MALLOC_CONF'))")
-    env = {k: v for k, v in os.environ.items() if k != "_RJEM_MALLOC_CONF"}
+             "except SystemExit:\n    pass\nprint(os.environ.get('_RJEM_MALLOC_CONF'), "
+             "os.environ.get('OPENBLAS_NUM_THREADS'))")
+    lean = ("_RJEM_MALLOC_CONF", "OPENBLAS_NUM_THREADS")
+    env = {k: v for k, v in os.environ.items() if k not in lean}
     env["PYTHONPATH"] = str(ROOT)
-    def last(args: str) -> str:
-        out = subprocess.run([sys.executable, "-c", probe.format(args=args)], env=env,
+    def last(args: str, **own: str) -> list[str]:
+        out = subprocess.run([sys.executable, "-c", probe.format(args=args)], env={**env, **own},
                              check=True, capture_output=True, text=True).stdout
-        return out.splitlines()[-1]
-    assert last("'--version'").startswith("narenas:1")
-    assert last("'capture', '--help'") == "None"
+        return out.splitlines()[-1].split()
+    alloc, blas = last("'--version'")
+    assert alloc.startswith("narenas:1") and blas == "1"
+    assert last("'capture', '--help'") == ["None", "None"]
+    assert last("'--version'", OPENBLAS_NUM_THREADS="4")[1] == "4"
