@@ -232,13 +232,13 @@ def read(path: str | Path, parallel: bool | None = None, block: int = kineto_str
 
     The file is streamed in pieces of about `block` bytes of JSON text (collectors.kineto_stream:
     memory bounded by the tables, not the file); a document that cannot be cut cleanly is read
-    whole, as it is with block=0. parallel=True: read whole, decoded with a worker process too
-    (collectors.kineto_worker); False: no worker; None: a streamed file of PARALLEL_BYTES or more
-    (judged from its size) is decoded with a worker while a CPU is free for it, and a document
-    read whole uses one when its text is that large and a CPU was free while it was read and
-    split. The tables are the same whichever way it is read."""
+    whole, as it is with block=0. parallel: whether a worker process decodes beside this one
+    (collectors.kineto_worker), streamed or read whole: True always, False never, None where
+    the file holds PARALLEL_BYTES of JSON or more (a streamed file judged from its size, a
+    document read whole from its text) and a CPU is free for it. The tables are the same
+    whichever way it is read."""
     path = Path(path)
-    got = None if parallel or block <= 0 else _streamed(path, block, parallel)
+    got = None if block <= 0 else _streamed(path, block, parallel)
     if got is None:
         got = _whole(path, parallel)
     doc, n_events, parts, notes, warnings = got.doc, got.events, got.parts, got.notes, got.warnings

@@ -137,7 +137,7 @@ def test_unsorted_and_unlinked_events_give_one_table_every_way(tmp_path) -> None
     p = tmp_path / "shuffled.json"
     p.write_bytes(orjson.dumps(doc))
     got = kineto.read(p, block=1 << 16)
-    for other in (kineto.read(p, block=0), kineto.read(p, parallel=True)):
+    for other in (kineto.read(p, block=0), kineto.read(p, block=0, parallel=True)):
         for t in TABLES:
             assert_frame_equal(getattr(got, t), getattr(other, t))
     assert lost > 100 and got.kernels["start_ns"].is_sorted()

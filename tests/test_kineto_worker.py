@@ -38,7 +38,7 @@ def _chunks(text: bytes) -> list:
 def test_parallel_read_equals_serial_read():
     serial = kineto.read(EXAMPLE_TRACE, parallel=False)
     assert serial.meta.events > CHUNK  # at least two chunks, so the worker has one to take
-    _same(kineto.read(EXAMPLE_TRACE, parallel=True), serial)
+    _same(kineto.read(EXAMPLE_TRACE, block=0, parallel=True), serial)
 
 
 def test_worker_answers_every_chunk_with_the_serial_frames():
@@ -113,7 +113,7 @@ def test_bad_events_in_the_workers_chunk_are_salvaged_as_in_the_serial_path(tmp_
     serial = kineto.read(p, parallel=False)
     assert any("set to null" in w for w in serial.meta.warnings)
     assert any("without a 'ph'" in w for w in serial.meta.warnings)
-    _same(kineto.read(p, parallel=True), serial)
+    _same(kineto.read(p, block=0, parallel=True), serial)
 
 
 def test_an_oversized_event_in_the_workers_chunk_is_the_serial_error(tmp_path, monkeypatch):
@@ -140,7 +140,7 @@ def test_a_salvaged_document_is_read_serially(tmp_path):
     p.write_bytes(text[: len(text) * 9 // 10])
     serial = kineto.read(p, parallel=False)
     assert serial.meta.warnings and serial.kernels.height > 0
-    _same(kineto.read(p, parallel=True), serial)
+    _same(kineto.read(p, block=0, parallel=True), serial)
 
 
 def _plain(tmp_path):
@@ -174,7 +174,7 @@ def test_a_plain_file_is_read_by_the_worker_from_the_file_itself(tmp_path):
     for j, c in enumerate(chunks):
         want = chunk_frames(decode_chunk(c, j * CHUNK, Notes()), Notes(), j * CHUNK)
         assert all(answers[j][0][t].equals(want[t]) for t in want)
-    _same(kineto.read(p, parallel=True), kineto.read(p, parallel=False))
+    _same(kineto.read(p, block=0, parallel=True), kineto.read(p, parallel=False))
 
 
 def test_a_file_changed_after_it_was_read_is_not_decoded_by_the_worker(tmp_path):

@@ -16,7 +16,7 @@ import pytest
 from polars.testing import assert_frame_equal
 
 from attrib.errors import TraceError
-from collectors import kineto_stream, kineto_worker, limits
+from collectors import kineto, kineto_stream, kineto_worker, limits
 from collectors.kineto_spill import Spill
 from collectors.kineto_stream import Streamed
 from collectors.kineto_worker import Worker
@@ -87,6 +87,23 @@ def test_the_worker_gives_the_frames_of_the_reader_alone(spy, monkeypatch, every
     # each piece's first event is the count of the events before it
     assert [p[1] for p in spy["pieces"]] == sorted(p[1] for p in spy["pieces"])
     assert all(p[2] is None for p in spy["pieces"])  # gzip: each piece written for the worker
+    _gone(spy)
+
+
+def test_parallel_means_a_worker_beside_the_reader_streamed_or_whole(spy):
+    """kineto.read(parallel=True) streams with a worker, as read_events does; block=0 reads
+    whole with one; parallel=False starts none. The same trace every way."""
+    alone = kineto.read(EXAMPLE_TRACE, block=BLOCK, parallel=False)
+    assert not spy["workers"]
+    streamed = kineto.read(EXAMPLE_TRACE, block=BLOCK, parallel=True)
+    assert len(spy["workers"]) == 1 and spy["pieces"]  # the streamed reader handed it pieces
+    spy["pieces"].clear()
+    whole = kineto.read(EXAMPLE_TRACE, block=0, parallel=True)
+    assert len(spy["workers"]) == 2 and not spy["pieces"]  # the whole-text reader's worker
+    for t in (streamed, whole):
+        assert t.meta == alone.meta
+        for name in ("kernels", "ops", "frames", "launches", "markers", "copies"):
+            assert_frame_equal(getattr(t, name), getattr(alone, name))
     _gone(spy)
 
 
