@@ -29,7 +29,7 @@ from attrib.steps.salvage import drop_empty_steps
 from attrib.steps.speculative import ATTENTION_OPS, apply_roles
 from attrib.steps.context import SDPA_OPS
 from attrib.steps.windows import windows
-from attrib.trace import SCHEMAS, Trace, coded, views
+from attrib.trace import SCHEMAS, Trace, as_views, coded, compact, joined, views
 
 if TYPE_CHECKING:
     from attrib.steps.chunks import Chunk
@@ -87,19 +87,6 @@ def attribute(trace: Trace, phase_map: dict[str, str] | None = None, capture: Tr
         notes=tuple(notes),
         ledger=led,
     )
-
-
-def _interned(s: pl.Series) -> pl.Series:
-    """The column as views of its distinct values, each value's text held once."""
-    return _as_views([s])
-
-
-def compact(df: pl.DataFrame) -> pl.DataFrame:
-    """`df` with each text column re-made from its distinct values, each held once: a chunk's
-    part holds no more text than it reads (rows filtered from a table share its text buffers:
-    polars strings are views)."""
-    text = [c for c, t in df.schema.items() if t == pl.String]
-    return df.with_columns([_interned(df[c]) for c in text]) if text else df
 
 
 def _owned(a: Attribution, chunk: Chunk) -> Attribution:
@@ -261,27 +248,11 @@ def _column(frames: list[pl.DataFrame], name: str) -> list[pl.Series]:
             for f in frames]
 
 
-def _joined(parts: list[pl.Series]) -> pl.Series:
-    """The parts end to end, in their common supertype."""
-    return pl.concat([s.to_frame() for s in parts], how="vertical_relaxed").to_series()
-
-
-def _as_views(parts: list[pl.Series], at: pl.Series | None = None) -> pl.Series:
-    """Text rows `at` (all by default) of the parts end to end, as views of their distinct
-    values, each value's text held once (a gather of the text itself would copy each row's
-    bytes)."""
-    distinct = _joined([s.unique() for s in parts]).unique()
-    table = distinct.to_frame().with_row_index("_code")
-    codes = pl.concat([s.to_frame().join(table, on=s.name, how="left",
-                                         maintain_order="left")["_code"] for s in parts])
-    return distinct.gather(codes if at is None else codes.gather(at))
-
-
 def _gathered_column(frames: list[pl.DataFrame], name: str, at: pl.Series) -> pl.Series:
     parts = _column(frames, name)
     if any(s.dtype == pl.String for s in parts):
-        return _as_views([s.cast(pl.String) for s in parts], at)
-    return _joined(parts).gather(at)
+        return as_views([s.cast(pl.String) for s in parts], at)
+    return joined(parts).gather(at)
 
 
 def _one_run(frames: list[pl.DataFrame]) -> bool:

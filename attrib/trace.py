@@ -223,6 +223,12 @@ def grouped(df: pl.DataFrame, keys: list[str], *aggs: pl.Expr,
     return out.drop(code.values()).select(*keys, pl.exclude(keys))
 
 
+# Text columns, each distinct value's text held once. Polars strings are 16-byte views, so a
+# column gathered from its distinct values by code holds each text once: `interned` (the
+# reader's columns, from Python values), `as_views` and `compact` (parts and filtered tables),
+# `views` (a categorical column as text); `coded` keeps a column as 4-byte codes instead.
+
+
 def coded(df: pl.DataFrame) -> pl.DataFrame:
     """`df` with its text columns as categories: 4 bytes a row, not a 16-byte view (an
     attribution's kernels: millions of rows of a few thousand names, components, modules)."""
@@ -247,6 +253,41 @@ def views(s: pl.Series) -> pl.Series:
     at = pl.repeat(None, size, dtype=pl.UInt32, eager=True)
     at = at.scatter(codes, pl.Series(range(distinct.len()), dtype=pl.UInt32))
     return distinct.cast(pl.String).gather(at.gather(s.to_physical())).alias(s.name)
+
+
+def interned(values: list[str | None]) -> pl.Series:
+    """A text column whose repeated values share their bytes: each distinct value stored once and
+    every row a 16-byte view of it (polars strings are views; a gather copies views, not text).
+    Values and dtype are those of `pl.Series(values, dtype=pl.Utf8)`; the memory is rows x 16
+    bytes plus the distinct text (kernel names of 500 bytes, shape lists repeated per layer), and
+    it is built faster than the plain column."""
+    seen: dict[str | None, int] = {}
+    codes = [seen.setdefault(v, len(seen)) for v in values]
+    return pl.Series(list(seen), dtype=pl.Utf8).gather(pl.Series(codes, dtype=pl.UInt32))
+
+
+def joined(parts: list[pl.Series]) -> pl.Series:
+    """The parts end to end, in their common supertype."""
+    return pl.concat([s.to_frame() for s in parts], how="vertical_relaxed").to_series()
+
+
+def as_views(parts: list[pl.Series], at: pl.Series | None = None) -> pl.Series:
+    """Text rows `at` (all by default) of the parts end to end, as views of their distinct
+    values, each value's text held once (a gather of the text itself would copy each row's
+    bytes)."""
+    distinct = joined([s.unique() for s in parts]).unique()
+    table = distinct.to_frame().with_row_index("_code")
+    codes = pl.concat([s.to_frame().join(table, on=s.name, how="left",
+                                         maintain_order="left")["_code"] for s in parts])
+    return distinct.gather(codes if at is None else codes.gather(at))
+
+
+def compact(df: pl.DataFrame) -> pl.DataFrame:
+    """`df` with each text column re-made from its distinct values, each held once: a part
+    holds no more text than it reads (rows filtered from a table share its text buffers:
+    polars strings are views)."""
+    text = [c for c, t in df.schema.items() if t == pl.String]
+    return df.with_columns([as_views([df[c]]) for c in text]) if text else df
 
 
 def as_text(df: pl.DataFrame) -> pl.DataFrame:

@@ -11,18 +11,8 @@ from typing import Any
 import msgspec
 import polars as pl
 
+from attrib.trace import interned
 from collectors.kineto_events import Event, Notes
-
-
-def interned(values: list[str | None]) -> pl.Series:
-    """A text column whose repeated values share their bytes: each distinct value stored once and
-    every row a 16-byte view of it (polars strings are views; a gather copies views, not text).
-    Values and dtype are those of `pl.Series(values, dtype=pl.Utf8)`; the memory is rows x 16
-    bytes plus the distinct text (kernel names of 500 bytes, shape lists repeated per layer), and
-    it is built faster than the plain column."""
-    seen: dict[str | None, int] = {}
-    codes = [seen.setdefault(v, len(seen)) for v in values]
-    return pl.Series(list(seen), dtype=pl.Utf8).gather(pl.Series(codes, dtype=pl.UInt32))
 
 
 def _raw(rs: list[msgspec.Raw]) -> pl.Series:

@@ -1,4 +1,4 @@
-"""The Kineto reader's compact text columns (collectors.kineto_tables.interned): each distinct
+"""The Kineto reader's compact text columns (attrib.trace.interned): each distinct
 name or shape text is stored once and rows share it, with the values, dtype and figures of
 plain text columns, on real traces."""
 
@@ -17,7 +17,7 @@ from attrib.app import analysis
 from attrib.pipeline import attribute
 from attrib.trace import TABLES, Trace
 from collectors import kineto, validate
-from collectors.kineto_tables import interned
+from attrib.trace import interned
 from conftest import EXAMPLE_TRACE, FIXTURES
 
 
