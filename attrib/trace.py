@@ -31,7 +31,8 @@ SCHEMAS: dict[str, dict[str, DType]] = {
     },
     # CPU-side ops (aten / custom ops). input_dims/input_types/input_strides keep the raw JSON text
     # of the profiler's "Input Dims"/"Input type"/"Input Strides" (parsed only by the cost model,
-    # only where needed).
+    # only where needed), as the file wrote it: compact from Kineto, one number a line in a
+    # pretty-printed file (`dims_text` is the text a pattern reads).
     "ops": {
         "id": _I64, "name": _STR, "start_ns": _I64, "dur_ns": _I64, "pid": _I64, "tid": _I64,
         "external_id": _I64, "parent": _I64, "input_dims": _STR, "input_types": _STR,
@@ -98,6 +99,13 @@ def step_name(phase: str, tokens: int | None = None) -> str:
     if isinstance(tokens, bool) or int(tokens) != tokens or tokens < 0:
         raise ValueError(f"tokens must be a non-negative integer, got {tokens!r}")
     return f"{phase} (tokens={int(tokens)})"
+
+
+def dims_text(col: str = "input_dims") -> pl.Expr:
+    """A shape column's JSON text without whitespace, `[[32000,2048],[8,512],[],[],[]]`,
+    however the file spaced it (Kineto writes `[[32000, 2048], ...]`; a pretty-printed trace
+    one number a line): the text a pattern over shapes matches."""
+    return pl.col(col).str.replace_all(r"\s+", "")
 
 
 def empty(table: str) -> pl.DataFrame:

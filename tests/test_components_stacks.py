@@ -3,6 +3,7 @@ attention, shared experts, glue kernels and their evidence, on the real fixtures
 
 from __future__ import annotations
 
+import orjson
 import polars as pl
 import pytest
 
@@ -178,3 +179,49 @@ def test_llamacpp_rocpd_decode_stays_one_token_per_step(fixtures):
     assert a.steps.height == 9 and set(a.steps["phase"]) == {"decode"} and set(a.steps["tokens"]) == {1}
     k = as_text(a.kernels).filter(pl.col("step").is_not_null() & ~pl.col("name").str.starts_with("__amd_rocclr"))
     assert set(k.group_by("step").len()["len"]) == {615}
+
+
+def test_one_forward_that_looks_up_several_embedding_tables_is_one_step(fixtures):
+    # MI300 BERT-small (TraceLens): one ProfilerStep#6 around one forward pass, which looks up
+    # its word (30522 rows), token-type (2) and position (512) tables: three aten::embedding
+    # ops. Only the token table's lookup marks a forward pass: one step, the ProfilerStep's span,
+    # every kernel in it, its tokens the word lookup's [1, 141] ids.
+    t = load(fixtures / "torch" / "mi300_bert_small.json.gz")
+    emb = t.ops.filter(pl.col("name") == "aten::embedding").sort("start_ns")
+    rows = [orjson.loads(d)[0][0] for d in emb["input_dims"]]
+    assert rows == [30522, 2, 512]  # checked by hand: one BertEmbeddings forward
+    span = t.markers.filter((pl.col("name") == "ProfilerStep#6") & (pl.col("side") == "cpu"))
+    a = attribute(t)
+    assert a.steps.height == 1
+    step = a.steps.row(0, named=True)
+    assert step["cpu_start"] == span["start_ns"][0]
+    assert step["cpu_end"] == span["start_ns"][0] + span["dur_ns"][0]
+    assert step["tokens"] == 141 and step["phase"] == "prefill"
+    assert a.kernels["step"].null_count() == 0 and a.kernels.height == t.kernels.height == 60
+    # without the ProfilerStep (derived here: markers dropped) the forward pass is the step
+    bare = attribute(t.with_tables(markers=t.markers.clear()))
+    assert bare.steps.height == 1 and bare.steps["marker"][0] == "forward (embedding op)"
+    assert bare.steps["cpu_start"][0] == emb["start_ns"][0]
+
+
+def test_pretty_printed_shapes_give_the_same_components(fixtures):
+    # A trace re-written by a tool that pretty-prints JSON (TraceLens' test traces are: each
+    # shape one number a line) holds the same shapes. Derived here from the captured HF Llama
+    # run as captured without with_stack (frames dropped: the ops and shapes decide), its ops'
+    # shapes and concrete inputs indented. Its rotary table GEMMs (inv_freq [1, 32, 1] @
+    # positions [1, 1, T]) stay rope by op and shapes, its embedding gather the embedding.
+    t = load(fixtures / "captured" / "hf_llama_cuda_b8_p512.pt.trace.json.gz")
+    t = t.with_tables(frames=t.frames.clear())
+
+    def pretty(text: str) -> str:
+        return orjson.dumps(orjson.loads(text), option=orjson.OPT_INDENT_2).decode()
+
+    cols = ("input_dims", "concrete_inputs")
+    ops = t.ops.with_columns(pl.col(c).map_elements(pretty, return_dtype=pl.String) for c in cols)
+    assert ops["input_dims"].str.contains("\n").sum() > 1000
+    k = as_text(attribute(t).kernels)
+    got = as_text(attribute(t.with_tables(ops=ops)).kernels)
+    assert got.select("id", "component", "evidence").equals(k.select("id", "component", "evidence"))
+    by_op = k.filter(pl.col("evidence") == "op")
+    assert by_op.filter((pl.col("component") == "rope") & (pl.col("op") == "aten::bmm")).height == 9
+    assert by_op.filter((pl.col("component") == "embedding") & (pl.col("op") == "aten::gather")).height

@@ -21,7 +21,7 @@ from attrib.components.router import routers
 from attrib.link.launches import launch_points
 from attrib.link.nesting import innermost
 from attrib.steps.excluded import compile_spans, inside
-from attrib.trace import Trace
+from attrib.trace import Trace, dims_text
 
 _PSEUDO = ("gemm", "copy", "elementwise")
 
@@ -148,8 +148,8 @@ def _hints(trace: Trace, k: pl.DataFrame) -> pl.DataFrame:
 def _row_gather(ops: pl.DataFrame, k: pl.DataFrame) -> pl.Expr:
     """'embedding' for kernels of an aten::gather that picks whole rows of a 2-D table
     (self [V, H], dim 0, index [T, H]): an embedding lookup written as gather."""
-    widths = pl.col("input_dims").str.extract_groups(r"^\[\[\d+, (\d+)\], \[\], \[\d+, (\d+)\]")
-    dim = pl.col("concrete_inputs").str.extract(r'^\["[^"]*", "(\d+)"', 1).alias("dim")
+    widths = dims_text().str.extract_groups(r"^\[\[\d+,(\d+)\],\[\],\[\d+,(\d+)\]")
+    dim = pl.col("concrete_inputs").str.extract(r'^\[\s*"[^"]*",\s*"(\d+)"', 1).alias("dim")
     g = ops.filter(pl.col("name") == "aten::gather").select("id", widths, dim)
     g = g.unnest("input_dims").filter((pl.col("1") == pl.col("2")) & (pl.col("dim") == "0"))
     return pl.when(pl.col("op_id").is_in(g["id"].implode())).then(pl.lit("embedding"))
@@ -160,8 +160,8 @@ def _outer_product(ops: pl.DataFrame) -> pl.Expr:
     table (inv_freq [d/2, 1] @ positions [1, T]), never a projection (compiled graphs call it as
     aten::mm)."""
     is_mm = pl.col("name").is_in(["aten::mm", "aten::bmm", "aten::matmul"])
-    inner_one = pl.col("input_dims").str.contains(r"^\[\[(?:\d+, )*\d+, 1\], \[(?:\d+, )*1, \d+\]")
-    g = ops.filter(is_mm & inner_one)
+    inner_one = dims_text().str.contains(r"^\[\[(?:\d+,)*\d+,1\],\[(?:\d+,)*1,\d+\]")
+    g = ops.filter(is_mm).filter(inner_one)  # the text rewritten for the GEMMs alone
     return pl.when(pl.col("op_id").is_in(g["id"].implode())).then(pl.lit("rope"))
 
 

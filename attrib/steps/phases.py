@@ -26,7 +26,7 @@ from attrib.link.nesting import innermost
 from attrib.steps.excluded import compile_spans, inside
 from attrib.steps.periodic import split_tokens
 from attrib.steps.speculative import mark_roles
-from attrib.trace import STEP_NAME, Trace
+from attrib.trace import STEP_NAME, Trace, dims_text
 
 TOKEN_PHASES = ("decode", "mixed")  # phases whose steps generate tokens
 PHASE_ORDER = {"prefill": 0, "mixed": 1, "decode": 2}  # the order phases are reported in
@@ -145,8 +145,9 @@ def annotated_spans(trace: Trace, phase_map: dict[str, str] | None = None) -> pl
 
 
 def _forward_spans(trace: Trace) -> pl.DataFrame:
-    """No annotations: one step per embedding op (each forward pass starts with one)."""
-    emb = trace.ops.filter(pl.col("name") == "aten::embedding").sort("start_ns")
+    """No annotations: one step per token lookup (`_token_lookups`: each forward pass starts
+    with one)."""
+    emb = _token_lookups(trace.ops.filter(pl.col("name") == "aten::embedding")).sort("start_ns")
     if emb.height == 0:
         return pl.DataFrame(schema=STEP_COLS)
     # the last forward pass runs to the end of the host's last op, not to the end of time
@@ -161,12 +162,26 @@ def _forward_spans(trace: Trace) -> pl.DataFrame:
         .cast(STEP_COLS))
 
 
+def _token_lookups(ops: pl.DataFrame) -> pl.DataFrame:
+    """The embedding ops that look up a token table: where the tables' rows are known (the
+    first of the op's shapes), those on a table of the most rows. One forward pass looks up its
+    token table once, and may look up smaller ones beside it: BERT its position and token-type
+    tables, GPT-2 and OPT their position tables, T5 its relative-position bias in a layer. An op
+    of unknown table is kept."""
+    rows = dims_text().str.extract(r"^\[\[(\d+),", 1).cast(pl.Int64, strict=False)
+    ops = ops.with_columns(rows.alias("_rows"))
+    most = ops["_rows"].max()
+    if most is None:  # no table known
+        return ops.drop("_rows")
+    return ops.filter(pl.col("_rows").is_null() | (pl.col("_rows") == most)).drop("_rows")
+
+
 def _launching_embeddings(trace: Trace, compiling: pl.DataFrame) -> pl.DataFrame:
-    """t: start of each embedding op that is a forward pass: not traced by a compile (fake
-    tensors; `compiling`: compile_spans), and, in a trace with GPU launches, one that launched GPU
-    work (its gather kernel)."""
+    """t: start of each embedding op that is a forward pass: a token lookup (`_token_lookups`),
+    not traced by a compile (fake tensors; `compiling`: compile_spans), and, in a trace with GPU
+    launches, one that launched GPU work (its gather kernel)."""
     ops = trace.ops.filter(pl.col("name") == "aten::embedding")
-    ops = ops.filter(~inside(ops["start_ns"], compiling))
+    ops = _token_lookups(ops.filter(~inside(ops["start_ns"], compiling)))
     calls = trace.launches.filter(pl.col("name").str.contains(KERNEL_LAUNCH))
     if calls.height:
         pts = calls.select(pl.col("id").alias("pid_"), pl.col("start_ns").alias("t_ns"),
