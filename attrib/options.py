@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
+
+import msgspec
+from msgspec import field
 
 from attrib.cost.budget import Budget
 from attrib.cost.weights import Formats
@@ -13,8 +15,7 @@ from attrib.roofline.arch import Arch
 TOP_KERNELS = 10
 
 
-@dataclass(frozen=True)
-class Options:
+class Options(msgspec.Struct, frozen=True):
     """phase: only this phase; phase_map: annotation name -> phase; arch (+ arch_from
     "override"): the device to measure against instead of the detected one; arch_file: extra
     device entries; budget: a model config's bytes for ops whose weights the trace hides;

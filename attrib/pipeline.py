@@ -7,9 +7,10 @@ costs. Each stage is a pure function over polars tables.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Callable
 
+import msgspec
+from msgspec.structs import replace
 import polars as pl
 
 from attrib.components.classify import classify
@@ -35,8 +36,7 @@ if TYPE_CHECKING:
     from attrib.steps.chunks import Chunk
 
 
-@dataclass(frozen=True)
-class Attribution:
+class Attribution(msgspec.Struct, frozen=True):
     """The attributed trace: kernels with step, phase and component; the steps table."""
 
     trace: Trace

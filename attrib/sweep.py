@@ -12,10 +12,10 @@ import multiprocessing
 import os
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import polars as pl
 
 from attrib.app import analyze_path, resolve_arch, trace_files
@@ -26,8 +26,7 @@ from attrib.report import sweep as table_mod
 Done = Callable[[str], None]
 
 
-@dataclass(frozen=True)
-class Spec:
+class Spec(msgspec.Struct, frozen=True):
     """What every task needs to analyse its trace, in plain values a process or a Ray task can
     receive (a resolved Arch holds mapping proxies, which do not pickle)."""
 
@@ -42,8 +41,7 @@ class Spec:
                        arch_file=path)
 
 
-@dataclass(frozen=True)
-class Result:
+class Result(msgspec.Struct, frozen=True):
     """One trace's outcome: its rows, or the line that says why it was skipped."""
 
     trace: str
@@ -52,8 +50,7 @@ class Result:
     warnings: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
-class Sweep:
+class Sweep(msgspec.Struct, frozen=True):
     table: pl.DataFrame
     failed: tuple[Result, ...]
     warnings: tuple[str, ...]

@@ -8,9 +8,11 @@ not know are present and null. `SCHEMAS` is the single definition of every table
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, cast
 
+import msgspec
+from msgspec import field
+from msgspec.structs import force_setattr, replace
 import polars as pl
 
 if TYPE_CHECKING:
@@ -146,8 +148,7 @@ class TraceWarning(str):
         return w
 
 
-@dataclass(frozen=True)
-class Meta:
+class Meta(msgspec.Struct, frozen=True):
     """What is known about the trace as a whole.
 
     device: one dict per visible device, as the source recorded it (torch `deviceProperties`,
@@ -168,11 +169,10 @@ class Meta:
     warnings: tuple[TraceWarning, ...] = ()
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "warnings", tuple(TraceWarning(w) for w in self.warnings))
+        force_setattr(self, "warnings", tuple(TraceWarning(w) for w in self.warnings))
 
 
-@dataclass(frozen=True)
-class Trace:
+class Trace(msgspec.Struct, frozen=True):
     """The normalized trace. Build with `Trace.build(meta, kernels=df, ...)`."""
 
     meta: Meta

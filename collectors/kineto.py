@@ -14,10 +14,10 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from dataclasses import replace
 from typing import Any, Callable
 
 import msgspec
+from msgspec.structs import replace
 import orjson
 import polars as pl
 

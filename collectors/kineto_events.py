@@ -10,10 +10,10 @@ index, so the reader can say what it changed in one warning per kind.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from typing import Annotated, Any
 
 import msgspec
+from msgspec import field
 
 CHUNK = 32768
 _NONE = msgspec.Raw(b"")
@@ -31,7 +31,7 @@ _RAW_ARGS = ("grid", "block", "input_dims", "input_types", "concrete", "input_st
 
 
 class _Args(msgspec.Struct, frozen=True, gc=False):
-    external_id: _Int | None = msgspec.field(name="External id", default=None)
+    external_id: _Int | None = field(name="External id", default=None)
     correlation: _Int | None = None
     device: _Int | None = None
     stream: _Int | None = None
@@ -39,16 +39,16 @@ class _Args(msgspec.Struct, frozen=True, gc=False):
     block: msgspec.Raw = _NONE
     kind: Any = None
     kernel: Any = None
-    registers: _Int | None = msgspec.field(name="registers per thread", default=None)
-    shared_mem: _Int | None = msgspec.field(name="shared memory", default=None)
+    registers: _Int | None = field(name="registers per thread", default=None)
+    shared_mem: _Int | None = field(name="shared memory", default=None)
     bytes: _Int | str | None = None  # ROCm runtime memcpy calls write it as a string
-    input_dims: msgspec.Raw = msgspec.field(name="Input Dims", default=_NONE)
-    input_types: msgspec.Raw = msgspec.field(name="Input type", default=_NONE)
-    concrete: msgspec.Raw = msgspec.field(name="Concrete Inputs", default=_NONE)
-    input_strides: msgspec.Raw = msgspec.field(name="Input Strides", default=_NONE)
-    py_id: _Int | None = msgspec.field(name="Python id", default=None)
-    py_parent: _Int | None = msgspec.field(name="Python parent id", default=None)
-    module_id: _Int | None = msgspec.field(name="Python module id", default=None)
+    input_dims: msgspec.Raw = field(name="Input Dims", default=_NONE)
+    input_types: msgspec.Raw = field(name="Input type", default=_NONE)
+    concrete: msgspec.Raw = field(name="Concrete Inputs", default=_NONE)
+    input_strides: msgspec.Raw = field(name="Input Strides", default=_NONE)
+    py_id: _Int | None = field(name="Python id", default=None)
+    py_parent: _Int | None = field(name="Python parent id", default=None)
+    module_id: _Int | None = field(name="Python module id", default=None)
 
 
 _NO_ARGS = _Args()
@@ -67,7 +67,7 @@ class Event(msgspec.Struct, gc=False):
 
 
 class _LooseArgs(msgspec.Struct, frozen=True, gc=False):
-    external_id: Any = msgspec.field(name="External id", default=None)
+    external_id: Any = field(name="External id", default=None)
     correlation: Any = None
     device: Any = None
     stream: Any = None
@@ -75,16 +75,16 @@ class _LooseArgs(msgspec.Struct, frozen=True, gc=False):
     block: msgspec.Raw = _NONE
     kind: Any = None
     kernel: Any = None
-    registers: Any = msgspec.field(name="registers per thread", default=None)
-    shared_mem: Any = msgspec.field(name="shared memory", default=None)
+    registers: Any = field(name="registers per thread", default=None)
+    shared_mem: Any = field(name="shared memory", default=None)
     bytes: Any = None
-    input_dims: msgspec.Raw = msgspec.field(name="Input Dims", default=_NONE)
-    input_types: msgspec.Raw = msgspec.field(name="Input type", default=_NONE)
-    concrete: msgspec.Raw = msgspec.field(name="Concrete Inputs", default=_NONE)
-    input_strides: msgspec.Raw = msgspec.field(name="Input Strides", default=_NONE)
-    py_id: Any = msgspec.field(name="Python id", default=None)
-    py_parent: Any = msgspec.field(name="Python parent id", default=None)
-    module_id: Any = msgspec.field(name="Python module id", default=None)
+    input_dims: msgspec.Raw = field(name="Input Dims", default=_NONE)
+    input_types: msgspec.Raw = field(name="Input type", default=_NONE)
+    concrete: msgspec.Raw = field(name="Concrete Inputs", default=_NONE)
+    input_strides: msgspec.Raw = field(name="Input Strides", default=_NONE)
+    py_id: Any = field(name="Python id", default=None)
+    py_parent: Any = field(name="Python parent id", default=None)
+    module_id: Any = field(name="Python module id", default=None)
 
 
 class _Loose(msgspec.Struct, gc=False):
@@ -111,8 +111,7 @@ _FLOAT_FIELDS = ("ts", "dur")
 _LIMIT = 2**63
 
 
-@dataclass
-class Notes:
+class Notes(msgspec.Struct):
     """What salvaging changed: counts and the first event index of each kind."""
 
     utf8: int = 0

@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import msgspec
+from msgspec import field
+from msgspec.structs import replace
 import numpy as np
 import polars as pl
 
@@ -34,8 +36,7 @@ _ORD, _S, _E = "_ord", "_s", "_e"  # the row's place in its table (event order),
 _LOW = np.iinfo(np.int64).min
 
 
-@dataclass(frozen=True)
-class Part:
+class Part(msgspec.Struct, frozen=True):
     """One file of a table: its rows' places first..first+rows, the range of their start
     times and of their ends (t0, t1), and of their correlation ids (None where none)."""
 
@@ -89,8 +90,7 @@ class _Sink(list[pl.DataFrame]):
         self.held = 0
 
 
-@dataclass
-class Spill:
+class Spill(msgspec.Struct):
     """A trace's tables on disk (see the module docstring). Build with `Spill.read`; `close`
     (or a `with` block) removes the folder."""
 

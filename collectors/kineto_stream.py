@@ -27,7 +27,6 @@ import ctypes
 import os
 import re
 from collections import deque
-from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
@@ -69,8 +68,7 @@ class Fallback(Exception):
     """The document is not one the streaming reader cuts cleanly; read it whole."""
 
 
-@dataclass
-class Streamed:
+class Streamed(msgspec.Struct):
     """What the reader made of the document: its top-level keys (`doc`, its event list emptied),
     the event count, the frames of each table in event order, the salvage notes and warnings."""
 
@@ -91,8 +89,7 @@ def _last_cut(buf: bytes | bytearray, hi: int) -> tuple[int, int] | None:
     return None
 
 
-@dataclass
-class _Broken:
+class _Broken(msgspec.Struct):
     """Where a piece's JSON broke (a byte of the piece; its length where the input ran out) and
     whether the list closed there (text after a complete `[...]`)."""
 
@@ -127,8 +124,7 @@ def _piece(path: Path, text: memoryview, base: int, notes: Notes) -> tuple[Frame
     return chunk_frames(evs, notes, base), len(evs)
 
 
-@dataclass
-class _Given:
+class _Given(msgspec.Struct):
     """A piece for the worker: the buffer it was cut from (kept, not copied: the reader goes on
     with a copy of the rest), its end there, its first event's index, and where its events
     start in the trace file (None where the buffer is not the file's bytes: compressed)."""
@@ -161,8 +157,7 @@ def _checked(path: Path, buf: bytearray, end: int, base: int,
     return _Given(buf, end, base, None if origin is None else origin + 1), len(raws)
 
 
-@dataclass
-class _Cut:
+class _Cut(msgspec.Struct):
     """The next piece: its frames, or the piece for the worker, and its events (neither where no
     cut held), where the rest of the buffer starts, and whether the event list ends in it."""
 

@@ -4,15 +4,15 @@ file, how it reads one (or a folder of them), and what its traces can hold."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from attrib.trace import Trace
 
 
-@dataclass(frozen=True)
-class Reader:
+class Reader(msgspec.Struct, frozen=True):
     """One trace format.
 
     name: the format name (the analysis JSON's `source.format`); sniff(path, head): whether a file

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
 from typing import cast
 
+import msgspec
+from msgspec.structs import replace
 import polars as pl
 
 from attrib.analysis.finding import SEVERITIES, Finding
@@ -28,8 +29,7 @@ def _applies(archs: tuple[str, ...], arch_name: str | None) -> bool:
     return not archs or (arch_name is not None and arch_name.startswith(archs))
 
 
-@dataclass(frozen=True)
-class Rule:
+class Rule(msgspec.Struct, frozen=True):
     """A catalog entry: id, the function, the archs it applies to (prefixes; empty = every device),
     what it needs from a trace, and its references."""
 
@@ -46,8 +46,7 @@ class Rule:
 PairFn = Callable[[Analysis, Analysis, Thresholds], list[Finding]]
 
 
-@dataclass(frozen=True)
-class PairRule:
+class PairRule(msgspec.Struct, frozen=True):
     """A catalog entry over two analyses (a baseline and a candidate: `attrib compare`)."""
 
     id: str

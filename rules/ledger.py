@@ -14,11 +14,11 @@ profiler's own cost is named as a caveat.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
+import msgspec
+from msgspec.structs import replace
 import polars as pl
 
-from dataclasses import replace as _with
 
 from attrib.analysis.finding import count
 from attrib.analysis.model import Analysis, LedgerRow
@@ -49,8 +49,7 @@ KNOWN_OPS = ((r"cudnn_attention|_scaled_dot_product_cudnn", CUDNN_SDPA),)
 _FRAME = re.compile(r"^.+ \(.+\.py:\d+\)$")
 
 
-@dataclass(frozen=True)
-class Facts:
+class Facts(msgspec.Struct, frozen=True):
     """What the findings need beside the phase ledger: the phase, its
     counted steps, their median step time and the share of its kernel
     time replayed from graphs."""
@@ -249,5 +248,5 @@ def step_ledger(a: Attribution, an: Analysis, th: Thresholds) -> list[Finding]:
             launch = x.rule == "ledger-launch"
             if p06 and launch and (x.ms_per_step or 0) > p06_gaps:
                 continue
-            out.append(_with(x, phase=ph.phase, explains="idle"))
+            out.append(replace(x, phase=ph.phase, explains="idle"))
     return out

@@ -8,11 +8,11 @@ one, else our proposal (said in the comment).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 
 
-@dataclass(frozen=True)
-class Thresholds:
+
+class Thresholds(msgspec.Struct, frozen=True):
     # P06 launch-bound decode: launch gaps above this share of the step (catalog: idle > 0.3)
     launch_gap_share: float = 0.3
     # share of a phase's kernel time replayed from graphs to call it graphed

@@ -35,7 +35,7 @@ def test_every_entry_loads_with_consistent_fields():
     archs = load_archs()
     assert set(archs) == {"radeon-8060s", "r9700", "rx-9070-xt", "rx-7900-xtx", "mi300x", "mi325x",
                           "mi355x", "mi350x", "h100-sxm", "h200-sxm", "b200", "gb200"}
-    fields = set(Arch.__dataclass_fields__)
+    fields = set(Arch.__struct_fields__)
     for a in archs.values():
         assert a.peak_bw_gbs > 0 and a.sources, a.key
         assert a.sustained_bw_gbs is not None or "peak" in (a.sustained_source or ""), a.key

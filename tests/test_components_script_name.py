@@ -3,8 +3,8 @@ its script renamed sampler_capture.py (as the issue's capture was named) classif
 
 from __future__ import annotations
 
-from dataclasses import replace
-
+import msgspec
+from msgspec.structs import replace
 import polars as pl
 
 from attrib.pipeline import attribute

@@ -94,7 +94,8 @@ def test_graph_replayed_decode_has_unknown_bytes_unless_a_model_is_given(tmp_pat
 TRACED_ON = {"h200_qwen3moe_eager_prefill_decode.json.gz": "h200-sxm", "h100_hf_qwen1.5-0.5b-chat.json.gz": "h100-sxm",
              "h200_dense_prefill_cudagraph_decode.json.gz": "h200-sxm", "mi300_hf_qwen1.5-0.5b-chat.json.gz": "mi300x",
              "graph_execution.json.gz": "mi300x", "32432_results.db.gz": "r9700", "gfx1151_llamacpp_rocprofv3_csv": "radeon-8060s",
-             "results.csv.gz": "r9700", "908_results.json.gz": "mi350x"}
+             "results.csv.gz": "r9700", "908_results.json.gz": "mi350x",
+             "mi300_bert_small.json.gz": "mi300x"}
 
 
 @pytest.mark.parametrize("path", ALL, ids=lambda p: Path(p).name)

@@ -5,9 +5,10 @@ tables in each test; a what-if device is named in the test."""
 
 from __future__ import annotations
 
-import dataclasses
 from functools import cache
 
+import msgspec
+from msgspec.structs import replace
 import polars as pl
 import pytest
 from conftest import FIXTURES
@@ -129,7 +130,7 @@ def test_linear_attention_torch_fallback_fires_on_qwen3next_and_not_elsewhere() 
     )
     for other in ("sdpa_attn_a", "deepseekv3_decode", "compile_decode"):
         assert "linear-attention-torch-fallback" not in _fired(other)
-    no_frames = dataclasses.replace(a, trace=a.trace.with_tables(frames=a.trace.frames.clear()))
+    no_frames = replace(a, trace=a.trace.with_tables(frames=a.trace.frames.clear()))
     assert not [f for f in run(no_frames, _doc("qwen3next_decode", None))
                 if f.rule == "linear-attention-torch-fallback"]
 

@@ -6,9 +6,10 @@ a what-if device). Numbers are derived from the trace's own tables where possibl
 
 from __future__ import annotations
 
-import dataclasses
 from functools import cache
 
+import msgspec
+from msgspec.structs import replace
 import polars as pl
 import pytest
 from test_rules import TRACES, analysis_of, attribution, doc, fired
@@ -161,7 +162,7 @@ def test_p23_hsa_override_added_to_a_real_stamp() -> None:
     tr = load(TRACES["mi300_hf"])
     prov = dict(tr.meta.provenance) | {"env": {"HSA_OVERRIDE_GFX_VERSION": "11.0.0"}}
     a = attribution("mi300_hf")
-    a = dataclasses.replace(a, trace=tr.with_meta(provenance=prov))
+    a = replace(a, trace=tr.with_meta(provenance=prov))
     f = _found(a, build(a))["P23-hsa-override-gfx-version"]
     assert f.evidence["override_as_arch"] == "gfx1100" and f.evidence["kernel_isa_tokens"] == ["gfx942"]
     assert f.severity == "high"
@@ -173,7 +174,7 @@ def test_p20_gtt_limit_with_host_memory_added_to_a_real_stamp_projected_onto_gfx
     gfx1151 = override("gfx1151")
     assert "P20-gtt-limit-default" not in _found(a, build(a, arch=gfx1151, arch_from="override"))
     host = dict(tr.meta.provenance["host"]) | {"memory_bytes": 512 * 2**30}  # the field the stamp now records
-    a = dataclasses.replace(a, trace=tr.with_meta(provenance=dict(tr.meta.provenance) | {"host": host}))
+    a = replace(a, trace=tr.with_meta(provenance=dict(tr.meta.provenance) | {"host": host}))
     f = _found(a, build(a, arch=gfx1151, arch_from="override"))["P20-gtt-limit-default"]
     total = tr.meta.devices[0]["totalGlobalMem"]
     assert f.evidence["fraction"] == pytest.approx(total / (512 * 2**30), abs=1e-3) and f.projection

@@ -3,10 +3,11 @@ on real MI300 kernels projected onto RDNA/Strix devices (--arch), all on real fi
 
 from __future__ import annotations
 
-import dataclasses
 from functools import cache
 from pathlib import Path
 
+import msgspec
+from msgspec.structs import replace
 import polars as pl
 
 from attrib.trace import as_text
@@ -130,6 +131,6 @@ def test_p12_on_real_ll4mi_paged_attention_projected_onto_gfx1201() -> None:
     assert len(f) == 1 and f[0].severity == "info"
     assert f[0].evidence["calls"] == 72 and f[0].evidence["traps"] == []
     assert any("paged_attention_ll4mi_QKV" in n for n in f[0].evidence["kernels"])
-    bad = dataclasses.replace(d, provenance={"kv_cache_dtype": "fp8_e4m3", "block_size": 32})
+    bad = replace(d, provenance={"kv_cache_dtype": "fp8_e4m3", "block_size": 32})
     g = navi_paged_attention_traps(a, bad, TH)[0]
     assert g.severity == "high" and len(g.evidence["traps"]) == 2

@@ -14,7 +14,9 @@ step's distance from its floor) is the phase's total, not a row.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+import msgspec
+from msgspec import field
+from msgspec.structs import replace
 
 from attrib.analysis.finding import Evidence, Finding
 from attrib.analysis.model import Bottleneck, Bottlenecks, Phase, Total, Unpriced
@@ -23,8 +25,7 @@ from attrib.steps.phases import TOKEN_PHASES
 MIN_UNPRICED_SHARE = 0.05  # an unpriced component below this share of the phase is not listed
 
 
-@dataclass
-class _Row:
+class _Row(msgspec.Struct):
     """A bottleneck row while findings are attached to it."""
 
     kind: str

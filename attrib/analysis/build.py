@@ -7,10 +7,11 @@ None and, where useful, a note says why. Findings and bottlenecks are added afte
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, cast
 
+import msgspec
+from msgspec.structs import replace
 import polars as pl
 
 from attrib.analysis.model import (Analysis, Component, Coverage, Device, Distributed, ExcludedStep,

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
 from typing import Union
+
+import msgspec
+from msgspec import field
+from msgspec.structs import replace
 
 SEVERITIES = ("high", "medium", "info")
 # what a finding's ms_per_step accounts for, besides the components it names
@@ -23,8 +26,7 @@ def _figure(v: object) -> str:
     return f"{v:.4g}" if isinstance(v, float) else str(v)
 
 
-@dataclass(frozen=True)
-class Finding:
+class Finding(msgspec.Struct, frozen=True):
     """One pathology hit.
 
     ms_per_step: the milliseconds per step it explains; phase: the phase it is about (None: the

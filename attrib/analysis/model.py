@@ -7,12 +7,15 @@ records, each also given as a polars DataFrame. `Analysis.to_dict()` is the only
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Mapping
 
+import msgspec
+from msgspec import field
+from msgspec.structs import fields, replace
 import orjson
 import polars as pl
 
+from attrib.analysis.records import as_dict
 from attrib.analysis.finding import JSON, Evidence, Finding
 from attrib.cost.dtypes import PEAK_KEY
 from attrib.analysis.whatif import WhatIf
@@ -25,7 +28,7 @@ SCHEMA_ID = "attrib.analysis/1"
 
 
 def _record(obj: object) -> dict[str, object]:
-    out: dict[str, object] = asdict(obj)  # type: ignore[call-overload]
+    out: dict[str, object] = as_dict(obj)
     return out
 
 
@@ -51,8 +54,7 @@ def _frame(rows: tuple[object, ...], cls: type) -> pl.DataFrame:
     return pl.DataFrame({f.name: [] for f in fields(cls)})
 
 
-@dataclass(frozen=True)
-class Source:
+class Source(msgspec.Struct, frozen=True):
     path: str | None
     format: str
     events: int
@@ -62,8 +64,7 @@ class Source:
     kernels_outside_steps: int
 
 
-@dataclass(frozen=True)
-class Device:
+class Device(msgspec.Struct, frozen=True):
     """The device the rooflines are drawn for (None fields where unknown)."""
 
     arch: str | None
@@ -128,15 +129,13 @@ class Device:
                 "vendor": self.vendor}
 
 
-@dataclass(frozen=True)
-class StepMs:
+class StepMs(msgspec.Struct, frozen=True):
     median: float | None
     p10: float | None
     p90: float | None
 
 
-@dataclass(frozen=True)
-class Component:
+class Component(msgspec.Struct, frozen=True):
     """One component's row of a phase (per step)."""
 
     component: str
@@ -162,8 +161,7 @@ class Component:
     evidence_per_step: dict[str, float | None]
 
 
-@dataclass(frozen=True)
-class TopKernel:
+class TopKernel(msgspec.Struct, frozen=True):
     """A kernel name's totals in a phase (figures per step)."""
 
     name: str
@@ -180,8 +178,7 @@ class TopKernel:
     bytes_known_share: float | None
 
 
-@dataclass(frozen=True)
-class ExcludedStep:
+class ExcludedStep(msgspec.Struct, frozen=True):
     step: int
     reason: str
     step_ms: float | None
@@ -189,8 +186,7 @@ class ExcludedStep:
     kernel_ms: float | None
 
 
-@dataclass(frozen=True)
-class LedgerRow:
+class LedgerRow(msgspec.Struct, frozen=True):
     """Where a step's time goes: one cause (kernels, copy, outside, sync, host, launch, profiler),
     what holds it (a component, an op or frame, a call), ms per step and its share of the step;
     n_per_step: intervals (or kernels) behind it; median_us: the median interval (idle rows)."""
@@ -203,8 +199,7 @@ class LedgerRow:
     median_us: float | None = None
 
 
-@dataclass(frozen=True)
-class StepSeries:
+class StepSeries(msgspec.Struct, frozen=True):
     """Per-step figures of a phase in time order (columnar)."""
 
     step: tuple[int, ...]
@@ -236,8 +231,7 @@ class StepSeries:
         return out
 
 
-@dataclass(frozen=True)
-class Bottleneck:
+class Bottleneck(msgspec.Struct, frozen=True):
     """A ranked place the step's time goes: a roofline gap, GPU idle, or a finding's estimate."""
 
     kind: str
@@ -257,16 +251,14 @@ class Bottleneck:
                 "findings": list(self.findings), "rank": self.rank}
 
 
-@dataclass(frozen=True)
-class Unpriced:
+class Unpriced(msgspec.Struct, frozen=True):
     component: str
     ms_per_step: float | None
     share: float | None
     why: str
 
 
-@dataclass(frozen=True)
-class Total:
+class Total(msgspec.Struct, frozen=True):
     """The finding that states the whole step's distance from its floor."""
 
     finding: int
@@ -274,8 +266,7 @@ class Total:
     title: str
 
 
-@dataclass(frozen=True)
-class Bottlenecks:
+class Bottlenecks(msgspec.Struct, frozen=True):
     ranked: tuple[Bottleneck, ...] = ()
     unpriced: tuple[Unpriced, ...] = ()
     total: Total | None = None
@@ -286,8 +277,7 @@ class Bottlenecks:
                 "total": None if self.total is None else _record(self.total)}
 
 
-@dataclass(frozen=True)
-class Phase:
+class Phase(msgspec.Struct, frozen=True):
     """One phase's figures (medians over its counted steps; per step unless named a total)."""
 
     phase: str
@@ -365,21 +355,18 @@ class Phase:
         }
 
 
-@dataclass(frozen=True)
-class Coverage:
+class Coverage(msgspec.Struct, frozen=True):
     attributed_share: float | None
     bytes_known_share: float | None
 
 
-@dataclass(frozen=True)
-class Distributed:
+class Distributed(msgspec.Struct, frozen=True):
     backend: str | None
     rank: int | None
     world_size: int | None
 
 
-@dataclass(frozen=True)
-class Analysis:
+class Analysis(msgspec.Struct, frozen=True):
     """The analysis of one trace: its source, device, capture stamp, phases, findings and notes."""
 
     source: Source

@@ -4,8 +4,9 @@ priced from a sliver of their time, rates above the device's peak."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+import msgspec
 
 from attrib.roofline.tables import MIN_KNOWN
 
@@ -13,8 +14,7 @@ if TYPE_CHECKING:
     from attrib.analysis.model import Phase
 
 
-@dataclass(frozen=True)
-class Given:
+class Given(msgspec.Struct, frozen=True):
     """What the user gave beside the trace: a model config (--model), a capture (--capture)."""
 
     model: bool = False

@@ -15,9 +15,10 @@ row's floor does not move with the format. Ceiling: tokens per step / the sum of
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
 from typing import Any
 
+import msgspec
+from msgspec.structs import replace
 import polars as pl
 
 from attrib.analysis.model import Component, Device, Phase

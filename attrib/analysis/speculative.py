@@ -17,8 +17,8 @@ Timing figures leave out each span's first round (it holds the prefill).
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
 
+import msgspec
 import polars as pl
 
 from attrib.steps.rounds import rounds as find_rounds
@@ -28,8 +28,7 @@ DRAFT = "draft model"
 NO_DRAFT = "no draft model (prompt lookup / n-gram)"
 
 
-@dataclass(frozen=True)
-class Round:
+class Round(msgspec.Struct, frozen=True):
     """One round: draft passes, one verify pass of `verified` tokens; ms of each part."""
 
     round: int
@@ -44,8 +43,7 @@ class Round:
     prefill: bool
 
 
-@dataclass(frozen=True)
-class Depth:
+class Depth(msgspec.Struct, frozen=True):
     """The expected outcome of speculating K tokens a round (K = 0: plain decode)."""
 
     k: int
@@ -54,8 +52,7 @@ class Depth:
     speedup: float | None
 
 
-@dataclass(frozen=True)
-class Speculative:
+class Speculative(msgspec.Struct, frozen=True):
     """A phase's speculative loop, measured (module docstring)."""
 
     proposer: str  # "draft model" | "no draft model (prompt lookup / n-gram)"

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
 from statistics import median
 
+import msgspec
+
+from attrib.analysis.records import as_dict
 from attrib.analysis.finding import Finding
 from attrib.analysis.model import Analysis, Bottleneck, Phase
 from attrib.components.taxonomy import GEMM_COMPONENTS
@@ -29,8 +31,7 @@ DTYPE_MIN_SHARE = 0.5  # of GEMM time, priced in one dtype, for the dtype fact
 ESTIMATED = 0.5  # a component whose bytes are mostly an estimate is named under "assumed"
 
 
-@dataclass(frozen=True)
-class Fact:
+class Fact(msgspec.Struct, frozen=True):
     """One key fact of the run: name (model, device, batch, ...), value, where it was read."""
 
     name: str
@@ -38,8 +39,7 @@ class Fact:
     source: str
 
 
-@dataclass(frozen=True)
-class TimeShare:
+class TimeShare(msgspec.Struct, frozen=True):
     """A row of where the mean step's time goes (a ledger row, or kernels/idle without one)."""
 
     cause: str
@@ -48,8 +48,7 @@ class TimeShare:
     share: float | None
 
 
-@dataclass(frozen=True)
-class Action:
+class Action(msgspec.Struct, frozen=True):
     """What to fix, ranked by the ms per step it could recover, with its evidence in one sentence;
     finding: its index in Analysis.findings (None for a bottleneck row no finding explains)."""
 
@@ -63,8 +62,7 @@ class Action:
     finding: int | None
 
 
-@dataclass(frozen=True)
-class PhaseSummary:
+class PhaseSummary(msgspec.Struct, frozen=True):
     """A phase's verdict: rate (tok/s, or samples/s) against its ceiling, the step, the top rows of
     the step's time (mean step: `mean_step_ms`), the top actions, the step's distance to its
     floor."""
@@ -82,19 +80,20 @@ class PhaseSummary:
     above_floor_ms: float | None
 
 
-@dataclass(frozen=True)
-class Summary:
+class Summary(msgspec.Struct, frozen=True):
     facts: tuple[Fact, ...]
     assumed: tuple[str, ...]
     phases: tuple[PhaseSummary, ...]
 
     def to_dict(self) -> dict[str, object]:
         """As JSON: records as objects, tuples as lists."""
-        out: dict[str, object] = asdict(self, dict_factory=lambda kv: {k: _lists(v) for k, v in kv})
+        out: dict[str, object] = _lists(as_dict(self))  # type: ignore[assignment]
         return out
 
 
 def _lists(v: object) -> object:
+    if isinstance(v, dict):
+        return {k: _lists(x) for k, x in v.items()}
     return [_lists(x) for x in v] if isinstance(v, (tuple, list)) else v
 
 

@@ -4,13 +4,15 @@ formats (a projection, not a measurement; attrib.analysis.reprice computes it)."
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+
+import msgspec
+
+from attrib.analysis.records import as_dict
 
 LABEL = "projection"
 
 
-@dataclass(frozen=True)
-class WhatIfRow:
+class WhatIfRow(msgspec.Struct, frozen=True):
     """One component per step: bytes as measured and projected, the part re-priced (weight or
     K/V bytes, before), floors before and after (ms), what bounds it after."""
 
@@ -24,8 +26,7 @@ class WhatIfRow:
     bound: str | None  # "memory" | "compute" after the change
 
 
-@dataclass(frozen=True)
-class WhatIf:
+class WhatIf(msgspec.Struct, frozen=True):
     """The decode phase at other formats (a projection): GB/token, ceiling, per-component floors."""
 
     phase: str
@@ -47,9 +48,9 @@ class WhatIf:
     label: str = LABEL
 
     def to_dict(self) -> dict[str, object]:
-        out = asdict(self)
+        out: dict[str, object] = as_dict(self)
         out["weight_bits_from"] = dict(self.weight_bits_from)
         out["weight_bits_to"] = dict(self.weight_bits_to)
-        out["rows"] = [asdict(r) for r in self.rows]
+        out["rows"] = [as_dict(r) for r in self.rows]
         out["notes"] = list(self.notes)
         return out

@@ -10,9 +10,10 @@ sliding-window layers (`layer_types`); MLA and linear-attention layers are refus
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
 from typing import Any
 
+import msgspec
+from msgspec.structs import replace
 import polars as pl
 
 from attrib.cost.matmul import expected_active_experts
@@ -22,8 +23,7 @@ _SCHEMA = {"component": pl.Utf8, "weight_bytes": pl.Float64, "kv_bytes": pl.Floa
            "act_bytes": pl.Float64, "bytes": pl.Float64, "flops": pl.Float64, "note": pl.Utf8}
 
 
-@dataclass(frozen=True)
-class ModelShape:
+class ModelShape(msgspec.Struct, frozen=True):
     """The dimensions a decode budget needs, read from a config.json."""
 
     hidden: int
@@ -226,8 +226,7 @@ def budget_totals(budget: pl.DataFrame, tokens_per_step: int) -> dict[str, float
             "flops": float(budget["flops"].sum()), "gb_per_token": total / tokens_per_step / 1e9}
 
 
-@dataclass(frozen=True)
-class Budget:
+class Budget(msgspec.Struct, frozen=True):
     """A model config (`--model config.json`) to budget decode bytes where the trace has no
     shapes."""
 

@@ -14,7 +14,9 @@ A new cost model: a module with its `price` function, and one line in `MODELS`.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+
+import msgspec
+from msgspec import field
 
 from attrib.components.patterns import SDPA_ARGS
 from attrib.cost import elementwise as ew
@@ -26,8 +28,7 @@ from attrib.cost.budget import Budget
 from attrib.cost.dtypes import Cost
 
 
-@dataclass(frozen=True)
-class Call:
+class Call(msgspec.Struct, frozen=True):
     """One op call as the trace recorded it, and what a model may need beyond it."""
 
     name: str
@@ -44,8 +45,7 @@ class Call:
 Price = Callable[[Call], Cost]
 
 
-@dataclass(frozen=True)
-class CostModel:
+class CostModel(msgspec.Struct, frozen=True):
     """A cost model and the names it prices."""
 
     price: Price

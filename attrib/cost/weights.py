@@ -8,8 +8,10 @@ shared_experts, router, embedding, lm_head; `default` for any class not given (1
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
+
+import msgspec
+from msgspec import field
 
 from attrib.cost.dtypes import KV_BYTES, WEIGHT_BITS, WHAT_IF_BITS
 
@@ -92,8 +94,7 @@ QUANTIZED = ("attention", "mlp", "experts", "shared_experts", "embedding", "lm_h
 KV_FORMATS = ("bf16", "fp16", "fp8", "int8")
 
 
-@dataclass(frozen=True)
-class Formats:
+class Formats(msgspec.Struct, frozen=True):
     """A what-if: weight format per class (name -> bits, WHAT_IF_BITS) and the KV-cache format."""
 
     weights: Mapping[str, str] = field(default_factory=dict)

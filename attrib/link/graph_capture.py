@@ -16,8 +16,9 @@ order; `batch_size` restricts the choice to one captured batch size.
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass, field
 
+import msgspec
+from msgspec import field
 import polars as pl
 
 from attrib.link.launches import KERNEL_LAUNCH, link
@@ -29,8 +30,7 @@ _ANNOTATION = r"^capture_(\d+)_(\w+)$"
 MIN_RATIO = 0.5
 
 
-@dataclass(frozen=True)
-class MergeReport:
+class MergeReport(msgspec.Struct, frozen=True):
     """How a replay trace was matched to its capture: counts of segments, groups and kernels."""
 
     segments: int        # closed capture segments (one per captured graph)

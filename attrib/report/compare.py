@@ -13,11 +13,12 @@ side (no spread to test against); else `no significant change`.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
 from typing import Any
 
+import msgspec
 import numpy as np
 
+from attrib.analysis.records import as_dict
 from attrib.analysis.finding import Finding
 from attrib.report import speculative as spec_report
 from attrib.report.provenance_diff import provenance_diff
@@ -35,8 +36,7 @@ EXIT_NOT_COMPARABLE = 3  # --gate on a pair the stamps call not a matched baseli
 CHANGED = ("faster", "slower")
 
 
-@dataclass(frozen=True)
-class Stats:
+class Stats(msgspec.Struct, frozen=True):
     """One row's figures: steps per side, medians (ms), their difference, p, the CI, the verdict."""
 
     n_base: int
@@ -51,7 +51,7 @@ class Stats:
     verdict: str
 
     def to_dict(self, *, counts: bool = True, ci: bool = True) -> dict[str, Any]:
-        out = asdict(self)
+        out = as_dict(self)
         if not counts:
             del out["n_base"], out["n_cand"]
         if not ci:
@@ -59,8 +59,7 @@ class Stats:
         return out
 
 
-@dataclass(frozen=True)
-class Row:
+class Row(msgspec.Struct, frozen=True):
     """A compared row: the step of a phase (name: the phase) or a component, per step and
     per token."""
 
@@ -74,8 +73,7 @@ class Row:
         return head | self.stats.to_dict() | {"per_token": self.per_token.to_dict(counts=False)}
 
 
-@dataclass(frozen=True)
-class PhaseComparison:
+class PhaseComparison(msgspec.Struct, frozen=True):
     """One phase: its step row, the summed kernel time, the component rows
     (largest change first)."""
 
@@ -95,8 +93,7 @@ class PhaseComparison:
         return [step] + [r.to_dict() for r in self.components]
 
 
-@dataclass(frozen=True)
-class Gate:
+class Gate(msgspec.Struct, frozen=True):
     """--gate's outcome: failed phases and why, what was not gated, and the exit code (0 pass,
     1 a regression, 3 not comparable: the stamps say not a matched baseline)."""
 
@@ -114,8 +111,7 @@ class Gate:
                 "not_comparable": self.not_comparable, "allow_mismatch": self.allow_mismatch}
 
 
-@dataclass(frozen=True)
-class Comparison:
+class Comparison(msgspec.Struct, frozen=True):
     """The comparison of two sides (what the compare renderers read)."""
 
     base_traces: tuple[str, ...]

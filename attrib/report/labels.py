@@ -7,7 +7,8 @@ may be wider than matplotlib's)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+
+import msgspec
 
 CHAR_W = 0.62   # a digit or lower-case letter, as a share of the font size (DejaVu Sans ~0.6)
 LINE_H = 1.25   # a line's height, as a share of the font size
@@ -20,8 +21,7 @@ DIRECTIONS = ((1, 1), (1, -1), (-1, 1), (-1, -1), (1, 0), (-1, 0), (0, 1), (0, -
 LEADER = 12.0  # a label this far from its point or more gets a thin line to it
 
 
-@dataclass(frozen=True)
-class Box:
+class Box(msgspec.Struct, frozen=True):
     x0: float
     y0: float
     x1: float

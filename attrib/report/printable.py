@@ -9,8 +9,10 @@ characters (C0, DEL, C1, bidirectional overrides) are removed.
 from __future__ import annotations
 
 import re
-from dataclasses import fields, is_dataclass, replace
 from typing import Any
+
+import msgspec
+from msgspec.structs import replace
 
 _ESCAPES = re.compile(
     r"\x1b\[[0-?]*[ -/]*[@-~]"          # CSI: colours, cursor moves, erase
@@ -48,7 +50,7 @@ def printable_tree(obj: Any) -> Any:
         return [printable_tree(v) for v in obj]
     if isinstance(obj, dict):
         return {printable(str(k)): printable_tree(v) for k, v in obj.items()}
-    if is_dataclass(obj) and not isinstance(obj, type):
-        clean = {f.name: printable_tree(getattr(obj, f.name)) for f in fields(obj) if f.init}
+    if isinstance(obj, msgspec.Struct):
+        clean = {f: printable_tree(getattr(obj, f)) for f in obj.__struct_fields__}
         return replace(obj, **clean)
     return obj

@@ -9,15 +9,16 @@ referenced by name), or None (no plots). A table renderer writes bytes instead o
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
+
+import msgspec
+from msgspec import field
 
 from attrib.analysis.model import Analysis
 from attrib.errors import UsageError
 
 
-@dataclass(frozen=True)
-class View:
+class View(msgspec.Struct, frozen=True):
     """What a renderer may be asked for beyond the analysis: top kernels and the terminal's width
     (None: all, whole), the plots (name -> SVG text, or -> file name for "files"), and why there
     are none."""
@@ -29,8 +30,7 @@ class View:
     verbose: bool = False  # the table: findings' raw evidence whole, notes whole
 
 
-@dataclass(frozen=True)
-class Renderer:
+class Renderer(msgspec.Struct, frozen=True):
     name: str
     suffixes: tuple[str, ...]
     render: Callable[[Analysis, View], str]

@@ -7,9 +7,11 @@ cross). The attrib.slope/1 document.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import msgspec
+
+from attrib.analysis.records import as_dict
 from attrib.components.taxonomy import GEMM_COMPONENTS
 from attrib.report.provenance_diff import provenance_diff
 
@@ -23,8 +25,7 @@ SAME_BYTES = 0.01    # bytes per step this close in every trace: the same work
 DRIFT_SHARE = 0.10   # the same work whose fitted time moves by more than this share of it: drift
 
 
-@dataclass(frozen=True)
-class Fit:
+class Fit(msgspec.Struct, frozen=True):
     """t = a + b*L over n points: b in us per 1k context with its 95% CI, a in us, r2.
     points: the (context, ms) pairs fitted (for the plot; not in the JSON)."""
 
@@ -34,16 +35,15 @@ class Fit:
     intercept_us: float
     r2: float
     n: int
-    points: tuple[tuple[float, float], ...] = field(default=(), compare=False, repr=False)
+    points: tuple[tuple[float, float], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
+        out = as_dict(self)
         del out["points"]
         return out
 
 
-@dataclass(frozen=True)
-class SlopeRow:
+class SlopeRow(msgspec.Struct, frozen=True):
     component: str  # "step", "kernels", or a component
     fit: Fit
 
@@ -51,8 +51,7 @@ class SlopeRow:
         return {"component": self.component} | self.fit.to_dict()
 
 
-@dataclass(frozen=True)
-class TraceContext:
+class TraceContext(msgspec.Struct, frozen=True):
     path: str | None
     steps: int
     context_min: int | None
@@ -60,22 +59,19 @@ class TraceContext:
     context_from: str | None
 
 
-@dataclass(frozen=True)
-class Drift:
+class Drift(msgspec.Struct, frozen=True):
     component: str
     moved_us: float
     mean_us: float
     kernels: int | None
 
 
-@dataclass(frozen=True)
-class Crossover:
+class Crossover(msgspec.Struct, frozen=True):
     context: int | None
     why: str
 
 
-@dataclass(frozen=True)
-class Slope:
+class Slope(msgspec.Struct, frozen=True):
     """The context slope of one phase over traces of one stack (what the slope renderers read)."""
 
     phase: str
@@ -94,10 +90,10 @@ class Slope:
         """The attrib.slope/1 document."""
         wb = {"components": list(self.weight_bound)}
         return {"schema": SCHEMA_ID, "phase": self.phase,
-                "traces": [asdict(t) for t in self.traces],
+                "traces": [as_dict(t) for t in self.traces],
                 "rows": [r.to_dict() for r in self.rows],
                 "weight_bound": wb | (self.weight_fit.to_dict() if self.weight_fit else {}),
-                "drift": [asdict(d) for d in self.drift], "crossover": asdict(self.crossover),
+                "drift": [as_dict(d) for d in self.drift], "crossover": as_dict(self.crossover),
                 "notes": list(self.notes)}
 
 

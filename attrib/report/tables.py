@@ -6,12 +6,14 @@ rows, columns and dtypes, under the `attrib.tables/1` schema id."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, fields
 from typing import Any
 
+import msgspec
+from msgspec.structs import fields
 import orjson
 import polars as pl
 
+from attrib.analysis.records import as_dict
 from attrib.analysis.model import Analysis, Component, LedgerRow, Phase, TopKernel
 
 SCHEMA_ID = "attrib.tables/1"
@@ -39,11 +41,12 @@ def _frame(rows: list[dict[str, Any]], schema: dict[str, Any]) -> pl.DataFrame:
 
 
 def _schema(cls: type, head: dict[str, Any]) -> dict[str, Any]:
-    """head, then a column per field of the dataclass `cls`: its annotation's scalar type, text for
+    """head, then a column per field of the record `cls`: its annotation's scalar type, text for
     the rest (a mapping's JSON)."""
     out = dict(head)
+    notes = cls.__annotations__  # the annotations as written (text: postponed evaluation)
     for f in fields(cls):
-        out[f.name] = DTYPES.get(str(f.type).split(" |")[0], pl.Utf8)
+        out[f.name] = DTYPES.get(str(notes[f.name]).split(" |")[0], pl.Utf8)
     return out
 
 
@@ -51,12 +54,12 @@ PHASE = {"phase": pl.Utf8}
 
 
 def components(an: Analysis) -> pl.DataFrame:
-    rows = [{"phase": ph.phase} | _flat(asdict(c)) for ph in an.phases for c in ph.component_rows]
+    rows = [{"phase": ph.phase} | _flat(as_dict(c)) for ph in an.phases for c in ph.component_rows]
     return _frame(rows, _schema(Component, PHASE))
 
 
 def top_kernels(an: Analysis) -> pl.DataFrame:
-    rows = [{"phase": ph.phase, "rank": i + 1} | _flat(asdict(t))
+    rows = [{"phase": ph.phase, "rank": i + 1} | _flat(as_dict(t))
             for ph in an.phases for i, t in enumerate(ph.kernel_rows)]
     return _frame(rows, _schema(TopKernel, PHASE | {"rank": pl.Int64}))
 
@@ -87,7 +90,7 @@ def steps(an: Analysis) -> pl.DataFrame:
 
 
 def _ledger_dict(r: LedgerRow) -> dict[str, Any]:
-    return asdict(r)
+    return as_dict(r)
 
 
 def ledger(an: Analysis) -> pl.DataFrame:

@@ -11,12 +11,13 @@ import re
 import sys
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+import msgspec
+from msgspec import field
 import polars as pl
 
 from attrib.components.patterns import ISA, ROCPRIM_ARCH
@@ -32,8 +33,7 @@ _REQUIRED = ("arch", "name", "vendor", "wave_size", "compute_units", "num_sms_re
              "compute_major", "compute_minor", "peak_bw_gbs")
 
 
-@dataclass(frozen=True)
-class Arch:
+class Arch(msgspec.Struct, frozen=True):
     """One device of the database. TFLOP/s tables are keyed by canonical dtype (bf16, fp8, ...)."""
 
     key: str
@@ -113,7 +113,7 @@ def _entry(key: str, raw: Mapping[str, Any], origin: object) -> Arch:
     missing = [f for f in _REQUIRED if f not in raw]
     if missing:
         raise TraceError(origin, f"arch entry [{key}] lacks {', '.join(missing)}")
-    known = set(Arch.__dataclass_fields__) - {"key"}
+    known = set(Arch.__struct_fields__) - {"key"}
     unknown = sorted(set(raw) - known)
     if unknown:
         raise TraceError(origin, f"arch entry [{key}] has unknown fields {', '.join(unknown)}")

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import fields
 from typing import Any
+
+import msgspec
+from msgspec.structs import fields
 
 from attrib.roofline.arch import Arch, detect
 from attrib.roofline.template import _key, _literal

@@ -13,8 +13,7 @@ that range widened to the halo steps' ranges:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import msgspec
 import polars as pl
 
 from attrib.trace import Trace
@@ -22,8 +21,7 @@ from attrib.trace import Trace
 FAR = 2**62  # the open end of the first and the last chunk
 
 
-@dataclass(frozen=True)
-class Chunk:
+class Chunk(msgspec.Struct, frozen=True):
     """own: the host range [start, end) the chunk's own steps start in. host, gpu: the context,
     host times and GPU times, [start, end)."""
 

@@ -22,9 +22,10 @@ counted steps and sums to the mean step time.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Callable
 
+import msgspec
+from msgspec import field
 import numpy as np
 import polars as pl
 
@@ -47,8 +48,7 @@ INTERVALS = pl.Schema({"step": pl.Int64(), "cause": pl.Categorical(), "what": pl
                        "start_ns": pl.Int64(), "end_ns": pl.Int64()})
 
 
-@dataclass(frozen=True)
-class Ledger:
+class Ledger(msgspec.Struct, frozen=True):
     """steps: step, cause, what, ns, n (rows of one step sum to its window). intervals: the idle
     stretches behind the outside/sync/host/launch rows (step, cause, what, start_ns, end_ns), before
     the profiler estimate is carved out: the per-gap statistics (count, median) come from them."""
@@ -56,9 +56,10 @@ class Ledger:
     steps: pl.DataFrame
     intervals: pl.DataFrame
     # phase_ledger and typical_ledger by (function, phase), with the steps frame they read: the
-    # analysis and several rules ask for the same phase's ledger (one query each)
+    # analysis and several rules ask for the same phase's ledger (one query each). Never given:
+    # each Ledger is built new, never replaced (a replaced one would keep it)
     _memo: dict[tuple[str, str], tuple[pl.DataFrame, pl.DataFrame]] = field(
-        default_factory=dict, init=False, repr=False, compare=False)
+        default_factory=dict)
 
 
 def _memoized(led: Ledger, kind: str, steps: pl.DataFrame, phase: str,
@@ -109,8 +110,7 @@ def _busy_rows(
     return [rows], (cs, ce)
 
 
-@dataclass(frozen=True)
-class Facts:
+class Facts(msgspec.Struct, frozen=True):
     """What a step's ledger reads from the whole trace, not the step: the order in which
     components take overlapping kernel time (most kernel time first, `communication` last) and
     the threads that launch GPU work (pid, tid), the one that launches most first."""
