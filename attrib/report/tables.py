@@ -9,7 +9,6 @@ from collections.abc import Mapping
 from typing import Any
 
 import msgspec
-from msgspec.structs import fields
 import orjson
 import polars as pl
 
@@ -40,13 +39,13 @@ def _frame(rows: list[dict[str, Any]], schema: dict[str, Any]) -> pl.DataFrame:
     return pl.DataFrame(rows, schema=schema) if rows else pl.DataFrame(schema=schema)
 
 
-def _schema(cls: type, head: dict[str, Any]) -> dict[str, Any]:
+def _schema(cls: type[msgspec.Struct], head: dict[str, Any]) -> dict[str, Any]:
     """head, then a column per field of the record `cls`: its annotation's scalar type, text for
     the rest (a mapping's JSON)."""
     out = dict(head)
     notes = cls.__annotations__  # the annotations as written (text: postponed evaluation)
-    for f in fields(cls):
-        out[f.name] = DTYPES.get(str(notes[f.name]).split(" |")[0], pl.Utf8)
+    for name in cls.__struct_fields__:
+        out[name] = DTYPES.get(str(notes[name]).split(" |")[0], pl.Utf8)
     return out
 
 
