@@ -21,8 +21,8 @@ from attrib.cost.budget import Budget, for_world
 from attrib.cost.kernels import kernel_costs, world_size
 from attrib.link.graph_capture import merge
 from attrib.link.launches import link
-from attrib.steps.phases import (annotated_spans, assign_steps, tokens_from_kernel_names,
-                                 tokens_from_shapes)
+from attrib.steps.phases import (annotated_spans, assign_steps, step_spans,
+                                 tokens_from_kernel_names, tokens_from_shapes)
 from attrib.steps.tokens import fill_tokens_and_phase, tokens_from_names, with_units
 from attrib.steps.excluded import compile_spans, mark_excluded
 from attrib.steps.ledger import Facts, Ledger, facts, launch_counts, ledger
@@ -30,6 +30,7 @@ from attrib.steps.salvage import drop_empty_steps
 from attrib.steps.speculative import ATTENTION_OPS, apply_roles
 from attrib.steps.context import SDPA_OPS
 from attrib.steps.windows import windows
+from attrib.threads import both
 from attrib.trace import SCHEMAS, Trace, as_views, coded, compact, joined, views
 
 if TYPE_CHECKING:
@@ -58,16 +59,23 @@ def attribute(trace: Trace, phase_map: dict[str, str] | None = None, capture: Tr
     module of the launch that captured them (attrib.link.graph_capture). budget: a model config
     (`--model`) pricing ops whose weights are not in their arguments (vLLM's moe_forward).
     whole: the ledger's Facts of the whole trace, when `trace` is a part of it."""
-    links = link(trace)
     notes: list[str] = []
-    if capture is not None:
-        trace, links, report = merge(trace, links, capture, batch_size=capture_batch)
+    if capture is None:
+        compiling = compile_spans(trace)  # the three stages that read them find them once
+        # the links and the steps' spans share no result: on two threads
+        links, spans = both(lambda: link(trace),
+                            lambda: step_spans(trace, phase_map, compiling))
+    else:  # the replayed kernels' ops come from the capture: the spans read the merged trace
+        trace, links, report = merge(trace, link(trace), capture, batch_size=capture_batch)
         notes.append(report.note())
-    compiling = compile_spans(trace)  # the three stages that read them find them once
-    spans, kernel_steps = assign_steps(trace, links, phase_map, compiling)
-    comp = classify(trace, links, kernel_steps, compiling)
-    shaped = fill_tokens_and_phase(spans, tokens_from_shapes(trace, spans), notes)
-    steps = apply_roles(shaped, trace.ops)
+        compiling = compile_spans(trace)
+        spans = step_spans(trace, phase_map, compiling)
+    spans, kernel_steps = assign_steps(trace, links, phase_map, compiling, spans)
+    # the components and the steps' tokens share no result: on two threads
+    comp, steps = both(
+        lambda: classify(trace, links, kernel_steps, compiling),
+        lambda: apply_roles(fill_tokens_and_phase(spans, tokens_from_shapes(trace, spans), notes),
+                            trace.ops))
     k = (trace.kernels.select("id", "name", "start_ns", "dur_ns")
          .join(comp, on="id", how="left")
          .join(links.select("id", "launch_id", "graph"), on="id", how="left"))
@@ -79,10 +87,12 @@ def attribute(trace: Trace, phase_map: dict[str, str] | None = None, capture: Tr
     steps, trace = drop_empty_steps(steps, trace)
     steps = with_units(steps, trace.ops)
     budget = for_world(budget, world_size(trace))   # a tensor-parallel rank reads its shard
-    led = ledger(steps, k, trace.copies, trace.launches, trace.ops, trace.frames, whole)
+    led, costed = both(
+        lambda: ledger(steps, k, trace.copies, trace.launches, trace.ops, trace.frames, whole),
+        lambda: kernel_costs(trace, k, steps, budget))
     return Attribution(
         trace=trace,
-        kernels=coded(kernel_costs(trace, k, steps, budget)),
+        kernels=coded(costed),
         steps=steps,
         notes=tuple(notes),
         ledger=led,

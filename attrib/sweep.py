@@ -18,6 +18,7 @@ from typing import Any
 import msgspec
 import polars as pl
 
+from attrib import threads
 from attrib.app import analyze_path, resolve_arch, trace_files
 from attrib.errors import TraceError, UsageError
 from attrib.options import Options
@@ -110,7 +111,9 @@ def _serial(names: Sequence[str], spec: Spec, done: Done) -> list[Result]:
 def _pool(names: Sequence[str], spec: Spec, jobs: int, done: Done) -> list[Result]:
     ctx = multiprocessing.get_context("spawn")
     found: dict[int, Result] = {}
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
+    # workers that take every CPU: each runs its stages in one thread (attrib.threads)
+    init = threads.serial if jobs >= (os.cpu_count() or 1) else None
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=init) as pool:
         futures = {pool.submit(analyze_one, n, spec): i for i, n in enumerate(names)}
         for fut in as_completed(futures):
             i = futures[fut]

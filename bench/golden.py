@@ -1,11 +1,12 @@
 """The JSON of `attrib analyze --format json` on every trace fixture, to check a speed change
 changes no figure.
 
-    python bench/golden.py write DIR [TRACE ...]   # one DIR/<name>.json per trace
+    python bench/golden.py write DIR [TRACE ...] [-- ARG ...]   # one DIR/<name>.json per trace
     python bench/golden.py diff DIR_A DIR_B        # names whose output differs; exit 1 if any
 
 Without TRACE it runs every file under tests/fixtures that is not a README, licence, log, stamp
-(.attrib.json), model config or truth file. Each output file holds the exit status, the stderr
+(.attrib.json), model config or truth file; ARGs after `--` go to analyze (`-- --chunk-steps 2`).
+Each output file holds the exit status, the stderr
 and the stdout of `attrib.cli.main` in this one process, the checkout's path written ROOT.
 """
 
@@ -28,13 +29,13 @@ def traces() -> list[Path]:
                   and not p.name.endswith(SKIP))
 
 
-def run(trace: Path) -> str:
-    """Exit status, stderr and stdout of `attrib analyze TRACE --format json`."""
+def run(trace: Path, extra: tuple[str, ...] = ()) -> str:
+    """Exit status, stderr and stdout of `attrib analyze TRACE --format json EXTRA`."""
     from attrib.cli import main
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = main(["analyze", str(trace), "--format", "json"])
+        rc = main(["analyze", str(trace), "--format", "json", *extra])
     text = f"rc {rc}\n{err.getvalue()}\n{out.getvalue()}"
     return text.replace(str(ROOT), "ROOT")  # the same outputs from two checkouts compare equal
 
@@ -45,10 +46,10 @@ def name(trace: Path) -> str:
     return str(trace.resolve().relative_to(fixtures) if inside else trace.name).replace("/", "__")
 
 
-def write(where: Path, given: list[Path]) -> None:
+def write(where: Path, given: list[Path], extra: tuple[str, ...] = ()) -> None:
     where.mkdir(parents=True, exist_ok=True)
     for t in given or traces():
-        (where / f"{name(t)}.json").write_text(run(t))
+        (where / f"{name(t)}.json").write_text(run(t, extra))
 
 
 def diff(a: Path, b: Path) -> int:
@@ -68,7 +69,8 @@ def diff(a: Path, b: Path) -> int:
 
 def main(argv: list[str]) -> int:
     if len(argv) >= 2 and argv[0] == "write":
-        write(Path(argv[1]), [Path(p) for p in argv[2:]])
+        cut = argv.index("--") if "--" in argv else len(argv)
+        write(Path(argv[1]), [Path(p) for p in argv[2:cut]], tuple(argv[cut + 1:]))
         return 0
     if len(argv) == 3 and argv[0] == "diff":
         return diff(Path(argv[1]), Path(argv[2]))

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from attrib.analysis.model import Analysis
 from attrib.pipeline import Attribution
+from attrib.threads import each
 from rules import (
     attention,
     compare,
@@ -254,7 +255,8 @@ def run(a: Attribution, an: Analysis, rules: tuple[Rule | PairRule, ...] = CATAL
     milliseconds per step (largest first; findings without an estimate
     last), each marked a projection when the device is a what-if."""
     one = [r for r in rules if isinstance(r, Rule) and r.applies(an.arch)]
-    return _marked(an, [f for rule in one for f in rule.fn(a, an, thresholds)])
+    found = each(lambda rule: rule.fn(a, an, thresholds), one)
+    return _marked(an, [f for fs in found for f in fs])
 
 
 def run_pair(base: Analysis, cand: Analysis, rules: tuple[Rule | PairRule, ...] = CATALOG,

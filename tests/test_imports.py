@@ -1,6 +1,6 @@
 """The import contract: the folders are the data flow and imports go one way (read from the source, AST).
 
-    contract (attrib.trace, attrib.errors, attrib.output, attrib.version) < names (attrib.components.patterns)
+    contract (attrib.trace, attrib.errors, attrib.output, attrib.version, attrib.threads) < names (attrib.components.patterns)
     < link < steps < components < cost < roofline < pipeline < options < analysis < rules < report
     < app < sweep < cli
 
@@ -42,7 +42,8 @@ ORDER = (
     "cli",
 )
 RANK = {name: i for i, name in enumerate(ORDER)}
-CONTRACT = {"attrib", "attrib.trace", "attrib.errors", "attrib.output", "attrib.version"}
+CONTRACT = {"attrib", "attrib.trace", "attrib.errors", "attrib.output", "attrib.version",
+            "attrib.threads"}  # threads: a leaf every stage may run its independent parts with
 NAMES = {"attrib.components.patterns"}  # the one home of kernel-name patterns: a leaf every stage reads
 TOP_LEVEL = {
     "__init__.py",
@@ -50,6 +51,7 @@ TOP_LEVEL = {
     "errors.py",
     "output.py",
     "version.py",
+    "threads.py",
     "pipeline.py",
     "options.py",
     "app.py",

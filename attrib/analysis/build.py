@@ -33,6 +33,7 @@ from attrib.roofline.template import unknown_device_note
 from attrib.steps.context import step_context
 from attrib.steps.ledger import Ledger, phase_ledger
 from attrib.steps.phases import PHASE_ORDER
+from attrib.threads import each
 from attrib.trace import SMALL_ROWS, Trace, grouped
 
 
@@ -308,26 +309,28 @@ def _phase_columns(k: pl.DataFrame) -> list[pl.Expr]:
 
 def _phases(a: Attribution, phase: str | None, arch: Arch | None, budget: Budget | None,
             what_if: bool, top: int, notes: list[str], context: pl.DataFrame) -> tuple[Phase, ...]:
-    k = a.kernels
     t0_ns = int(_num(a.steps["window_start"].min())) if a.steps.height else 0
-    out = []
     found = a.steps["phase"].unique().to_list()
-    for ph in sorted(found, key=lambda p: (PHASE_ORDER.get(p, 3), p)):
-        if phase and ph != phase:
-            continue
+    wanted = [p for p in sorted(found, key=lambda p: (PHASE_ORDER.get(p, 3), p))
+              if not phase or p == phase]
+
+    def one(ph: str) -> tuple[Phase, str | None]:
         st = a.steps.filter(pl.col("phase") == ph)
         left = (st.filter(pl.col("excluded").is_not_null())
                 if "excluded" in st.columns else st.clear())
         keep = (st.join(left.select("step"), on="step", how="anti")
                 if left.height < st.height else st)
         in_phase = (pl.col("phase") == ph) & pl.col("step").is_in(keep["step"].implode())
-        kk = k.lazy().filter(in_phase).select(_phase_columns(k)).collect()
+        kk = a.kernels.lazy().filter(in_phase).select(_phase_columns(a.kernels)).collect()
         excluded = _excluded(left if keep is not st else left.clear())
-        out.append(_phase(ph, keep, kk, arch, budget, what_if, context, t0_ns, top, excluded,
-                          a.ledger, a.steps))
-        if left.height and keep is st:
-            notes.append(f"{ph}: every step is {left['excluded'][0]}; none left out of the figures")
-    return tuple(out)
+        note = (f"{ph}: every step is {left['excluded'][0]}; none left out of the figures"
+                if left.height and keep is st else None)
+        return (_phase(ph, keep, kk, arch, budget, what_if, context, t0_ns, top, excluded,
+                       a.ledger, a.steps), note)
+
+    out = each(one, wanted)  # the phases share no result: two at a time
+    notes += [n for _, n in out if n is not None]
+    return tuple(p for p, _ in out)
 
 
 def _with_speculative(phases: tuple[Phase, ...], a: Attribution,

@@ -21,6 +21,7 @@ from attrib.components.router import routers
 from attrib.link.launches import launch_points
 from attrib.link.nesting import innermost
 from attrib.steps.excluded import compile_spans, inside
+from attrib.threads import both
 from attrib.trace import Trace, dims_text
 
 _PSEUDO = ("gemm", "copy", "elementwise")
@@ -353,8 +354,9 @@ def classify(trace: Trace, links: pl.DataFrame, kernel_steps: pl.DataFrame,
          .join(kernel_steps, on="id", how="left")
          .join(op_names, on="op_id", how="left")
          .with_columns(pl.col("graph").fill_null(False)))
-    k = k.join(by_name(k["name"]), on="name", how="left")
-    k = k.join(_hints(trace, k), on="id", how="left")
+    # the names' patterns and the hints around the launches share no result: on two threads
+    names, hints = both(lambda: by_name(k["name"]), lambda: _hints(trace, k))
+    k = k.join(names, on="name", how="left").join(hints, on="id", how="left")
     op_comp = pl.coalesce(_row_gather(trace.ops, k), _outer_product(trace.ops),
                           _first_match(pl.col("op"), list(OP_RULES)))
     specific = (pl.when(pl.col("name_comp").is_in(_PSEUDO)).then(pl.lit(None, pl.Utf8))

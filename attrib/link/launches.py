@@ -12,6 +12,7 @@ from __future__ import annotations
 import polars as pl
 
 from attrib.link.nesting import innermost, parents
+from attrib.threads import both
 from attrib.trace import SMALL_ROWS, Trace
 
 KERNEL_LAUNCH = (r"(?i)(launchkernel|launchcooperativekernel|graphlaunch|modulelaunchkernel"
@@ -114,12 +115,20 @@ def link(trace: Trace) -> pl.DataFrame:
     op_of_ext = _ops_by_ext(trace.ops).rename({"external_id": "ext"})
     k = k.with_columns(ext.alias("ext")).join(op_of_ext, on="ext", how="left")
     pts = launch_points(k)
-    by_time = innermost(trace.ops.select("id", "start_ns", "dur_ns", *_BY), pts, _BY).rename(
-        {"pid_": "id", "inner": "op_time"})
-    mods = module_paths(trace.frames)
-    by_mod = innermost(mods.select("id", "start_ns", "dur_ns", *_BY), pts, _BY).join(
-        mods.select(pl.col("id").alias("inner"), "module", "module_path"), on="inner", how="left"
-    ).select(pl.col("pid_").alias("id"), "module", "module_path")
+
+    def op_by_time() -> pl.DataFrame:
+        spans = trace.ops.select("id", "start_ns", "dur_ns", *_BY)
+        return innermost(spans, pts, _BY).rename({"pid_": "id", "inner": "op_time"})
+
+    def module_by_time() -> pl.DataFrame:
+        mods = module_paths(trace.frames)
+        named = mods.select(pl.col("id").alias("inner"), "module", "module_path")
+        inner = innermost(mods.select("id", "start_ns", "dur_ns", *_BY), pts, _BY)
+        return inner.join(named, on="inner", how="left").select(
+            pl.col("pid_").alias("id"), "module", "module_path")
+
+    # the op and the module around each launch share no result: on two threads
+    by_time, by_mod = both(op_by_time, module_by_time)
     k = k.join(by_time, on="id", how="left").join(by_mod, on="id", how="left")
     how = (pl.when(pl.col("op_ext").is_not_null()).then(pl.lit("external_id"))
            .when(pl.col("op_time").is_not_null()).then(pl.lit("time")))

@@ -29,6 +29,7 @@ from msgspec import field
 import numpy as np
 import polars as pl
 
+from attrib.threads import both
 from attrib.trace import grouped
 from attrib.steps.idle import idle_rows
 from attrib.steps.spans import complement, covered, merge
@@ -310,11 +311,16 @@ def ledger(steps: pl.DataFrame, k: pl.DataFrame, copies: pl.DataFrame, launches:
     threads = pl.DataFrame(list(known.threads), schema={"pid": pl.Int64, "tid": pl.Int64},
                            orient="row")
     main = known.threads[0] if known.threads else (None, None)
-    g = _neighbours(_gaps(w0, w1, ids, busy), ops_all)
     starts = pl.DataFrame({"step": ids, "w0": w0}).cast(pl.Int64)
-    idle = idle_rows(g, ops, frames, launches, main, starts)
-    idle = idle.sort("step", "start_ns", "cause", "what")
-    idle = _profiler(idle, _event_times((ops, frames, launches), threads))
+
+    def idle_of_gaps() -> pl.DataFrame:
+        g = _neighbours(_gaps(w0, w1, ids, busy), ops_all)
+        return idle_rows(g, ops, frames, launches, main, starts).sort(
+            "step", "start_ns", "cause", "what")
+
+    # the gaps' causes and the CPU events' times share no result: on two threads
+    idle, events = both(idle_of_gaps, lambda: _event_times((ops, frames, launches), threads))
+    idle = _profiler(idle, events)
     gap_rows = idle.group_by("step", "cause", "what").agg(
         pl.col("ns").sum(), pl.len().cast(pl.Int64).alias("n")
     )

@@ -259,10 +259,11 @@ def _assign(spans: pl.DataFrame, keys: pl.DataFrame, start: str, end: str) -> pl
     return out.filter(pl.col("t") < pl.col("_end")).select("id", "step")
 
 
-def assign_steps(trace: Trace, links: pl.DataFrame, phase_map: dict[str, str] | None = None,
-                 compiling: pl.DataFrame | None = None) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(steps table, kernel id -> step). Kernels outside every step get no row. compiling: the
-    trace's compile_spans, where already found."""
+def step_spans(trace: Trace, phase_map: dict[str, str] | None = None,
+               compiling: pl.DataFrame | None = None) -> pl.DataFrame:
+    """The steps' spans, before any kernel is assigned to them (they read no link: the
+    pipeline finds them while it links). compiling: the trace's compile_spans, where already
+    found."""
     pmap = DEFAULT_MAP | (phase_map or {})
     compiling = compile_spans(trace) if compiling is None else compiling
     spans = mark_roles(_split_forwards(_spans(trace, pmap), trace, compiling), trace.frames)
@@ -270,6 +271,16 @@ def assign_steps(trace: Trace, links: pl.DataFrame, phase_map: dict[str, str] | 
         spans = _forward_spans(trace).with_columns(
             pl.lit(None, pl.Utf8).alias("role"), pl.lit(None, pl.Utf8).alias("model"),
             pl.lit(None, pl.Int64).alias("fwd_start"), pl.lit(None, pl.Int64).alias("fwd_end"))
+    return spans
+
+
+def assign_steps(trace: Trace, links: pl.DataFrame, phase_map: dict[str, str] | None = None,
+                 compiling: pl.DataFrame | None = None,
+                 spans: pl.DataFrame | None = None) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(steps table, kernel id -> step). Kernels outside every step get no row. compiling: the
+    trace's compile_spans, where already found; spans: its step_spans, where already found."""
+    if spans is None:
+        spans = step_spans(trace, phase_map, compiling)
     if spans.height == 0 and trace.ops.height == 0:
         return _periodic(trace)
     launch_times = trace.launches.select(pl.col("id").alias("launch_id"),
