@@ -49,6 +49,10 @@ class Attribution(msgspec.Struct, frozen=True):
     notes: tuple[str, ...]
     ledger: Ledger | None = None  # per step: disjoint (cause, what, ns) rows summing to its window
 
+    def largest(self) -> int:
+        """Rows of its largest table (a chunked read's trace keeps a part of its tables)."""
+        return max(self.trace.largest(), self.kernels.height)
+
 
 def attribute(trace: Trace, phase_map: dict[str, str] | None = None, capture: Trace | None = None,
               capture_batch: int | None = None, budget: Budget | None = None,
@@ -64,23 +68,28 @@ def attribute(trace: Trace, phase_map: dict[str, str] | None = None, capture: Tr
         compiling = compile_spans(trace)  # the three stages that read them find them once
         # the links and the steps' spans share no result: on two threads
         links, spans = both(lambda: link(trace),
-                            lambda: step_spans(trace, phase_map, compiling))
+                            lambda: step_spans(trace, phase_map, compiling),
+                            rows=trace.largest())
     else:  # the replayed kernels' ops come from the capture: the spans read the merged trace
         trace, links, report = merge(trace, link(trace), capture, batch_size=capture_batch)
         notes.append(report.note())
         compiling = compile_spans(trace)
         spans = step_spans(trace, phase_map, compiling)
     spans, kernel_steps = assign_steps(trace, links, phase_map, compiling, spans)
+
+    def tokens() -> pl.DataFrame:
+        """The steps with their tokens: from shapes, then from kernel names."""
+        shaped = fill_tokens_and_phase(spans, tokens_from_shapes(trace, spans), notes)
+        named = (trace.kernels.select("id", "name", "grid")
+                 .join(kernel_steps, on="id", how="left"))
+        return tokens_from_names(apply_roles(shaped, trace.ops), tokens_from_kernel_names(named))
+
     # the components and the steps' tokens share no result: on two threads
-    comp, steps = both(
-        lambda: classify(trace, links, kernel_steps, compiling),
-        lambda: apply_roles(fill_tokens_and_phase(spans, tokens_from_shapes(trace, spans), notes),
-                            trace.ops))
+    comp, steps = both(lambda: classify(trace, links, kernel_steps, compiling), tokens,
+                       rows=trace.largest())
     k = (trace.kernels.select("id", "name", "start_ns", "dur_ns")
          .join(comp, on="id", how="left")
          .join(links.select("id", "launch_id", "graph"), on="id", how="left"))
-    grids = k.join(trace.kernels.select("id", "grid"), on="id", how="left")
-    steps = tokens_from_names(steps, tokens_from_kernel_names(grids))
     k = k.join(steps.select("step", "phase"), on="step", how="left")
     steps = mark_excluded(windows(steps, k, trace.copies, trace.launches), trace, compiling)
     # a salvaged trace: steps cut before their kernels
@@ -89,7 +98,7 @@ def attribute(trace: Trace, phase_map: dict[str, str] | None = None, capture: Tr
     budget = for_world(budget, world_size(trace))   # a tensor-parallel rank reads its shard
     led, costed = both(
         lambda: ledger(steps, k, trace.copies, trace.launches, trace.ops, trace.frames, whole),
-        lambda: kernel_costs(trace, k, steps, budget))
+        lambda: kernel_costs(trace, k, steps, budget), rows=trace.largest())
     return Attribution(
         trace=trace,
         kernels=coded(costed),

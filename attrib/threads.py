@@ -5,7 +5,9 @@ pool and back), with the GIL released: two stages that share no result overlap o
 with a CPU to spare (on 2 CPUs, a thousand queries of a few hundred rows each take 0.6x their
 serial time on two threads). `both` and `each` return what the serial calls return, in their
 order, whatever thread ran them; the stages they run are pure functions of their arguments.
-One CPU, or ATTRIB_THREADS=1 (a sweep's worker processes), runs them in the calling thread.
+They run in the calling thread on one CPU, under ATTRIB_THREADS=1 (a sweep's busy worker
+processes), and over tables of more than SMALL_ROWS rows: there polars spreads each query over
+the CPUs itself, and two stages at once would hold both stages' transients.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from __future__ import annotations
 import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterable, TypeVar
+
+from attrib.trace import SMALL_ROWS
 
 A = TypeVar("A")
 B = TypeVar("B")
@@ -27,9 +31,10 @@ def _cpus() -> int:
         return os.cpu_count() or 1
 
 
-def spare() -> bool:
-    """Whether a second thread has a CPU to run on (and is not turned off)."""
-    return os.environ.get(ENV) != "1" and _cpus() >= 2
+def spare(rows: int) -> bool:
+    """Whether a second thread is worth it over tables of `rows` rows: it has a CPU to run on,
+    is not turned off, and the tables are small."""
+    return rows <= SMALL_ROWS and os.environ.get(ENV) != "1" and _cpus() >= 2
 
 
 def serial() -> None:
@@ -38,10 +43,10 @@ def serial() -> None:
     os.environ[ENV] = "1"
 
 
-def both(f: Callable[[], A], g: Callable[[], B]) -> tuple[A, B]:
-    """(f(), g()): g on a second thread while f runs on this one. An exception of either is
-    raised here, once both have ended."""
-    if not spare():
+def both(f: Callable[[], A], g: Callable[[], B], *, rows: int) -> tuple[A, B]:
+    """(f(), g()): g on a second thread while f runs on this one, where `spare(rows)` (rows: of
+    the largest table they read). An exception of either is raised here, once both ended."""
+    if not spare(rows):
         return f(), g()
     with ThreadPoolExecutor(1, thread_name_prefix="attrib") as pool:
         later = pool.submit(g)
@@ -49,10 +54,10 @@ def both(f: Callable[[], A], g: Callable[[], B]) -> tuple[A, B]:
         return first, later.result()
 
 
-def each(fn: Callable[[A], B], items: Iterable[A]) -> list[B]:
-    """[fn(x) for x in items], two at a time, in the items' order."""
+def each(fn: Callable[[A], B], items: Iterable[A], *, rows: int) -> list[B]:
+    """[fn(x) for x in items], two at a time where `spare(rows)`, in the items' order."""
     todo = list(items)
-    if len(todo) < 2 or not spare():
+    if len(todo) < 2 or not spare(rows):
         return [fn(x) for x in todo]
     with ThreadPoolExecutor(2, thread_name_prefix="attrib") as pool:
         return list(pool.map(fn, todo))

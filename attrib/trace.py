@@ -190,11 +190,21 @@ class Trace(msgspec.Struct, frozen=True):
             raise ValueError(f"unknown tables: {sorted(unknown)}")
         return cls(meta=meta, **{t: conform(t, tables.get(t)) for t in TABLES})
 
+    def largest(self) -> int:
+        """Rows of its largest table."""
+        return max(getattr(self, t).height for t in TABLES)
+
     def with_tables(self, **tables: pl.DataFrame) -> "Trace":
         return replace(self, **cast("dict[str, Any]", tables))
 
     def with_meta(self, **changes: Any) -> "Trace":
         return replace(self, meta=replace(self.meta, **changes))
+
+
+def engine(rows: int) -> EngineType:
+    """The engine of a lazy query over `rows` rows: below SMALL_ROWS the in-memory one (polars'
+    default picks per query, at ten times the cost of a query of a few thousand rows)."""
+    return "in-memory" if rows < SMALL_ROWS else "auto"
 
 
 def grouped(df: pl.DataFrame, keys: list[str], *aggs: pl.Expr,

@@ -6,7 +6,7 @@ build the same frames from the same events.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import msgspec
 import polars as pl
@@ -15,22 +15,33 @@ from attrib.trace import interned
 from collectors.kineto_events import Event, Notes
 
 
-def _raw(rs: list[msgspec.Raw]) -> pl.Series:
-    """Raw JSON slices as text (null where absent), interned. Joined at C speed and split as one
-    string (JSON text holds no NUL byte): about 30% faster than a bytes object per slice; one slice
-    at a time where that does not give them back one for one."""
+Text = Callable[[list[Any]], pl.Series]  # a text column of Python values
+# the events of a trace whose text columns are built as they come (a column of the values,
+# each row its own bytes: 3x faster than interned); the later ones are interned (each
+# distinct value held once), so a huge trace's text is held once a value
+PLAIN_EVENTS = 1 << 16
+
+
+def _plain(values: list[Any]) -> pl.Series:
+    return pl.Series(values, dtype=pl.Utf8)
+
+
+def _raw(rs: list[msgspec.Raw], text: Text) -> pl.Series:
+    """Raw JSON slices as text (null where absent), a column by `text`. Joined at C speed and
+    split as one string (JSON text holds no NUL byte): about 30% faster than a bytes object per
+    slice; one slice at a time where that does not give them back one for one."""
     try:
         texts = b"\0".join(rs).decode().split("\0")
     except UnicodeDecodeError:
         texts = []
     if len(texts) != len(rs):
         return pl.Series([bytes(r) or None for r in rs], dtype=pl.Binary).cast(pl.Utf8)
-    return interned([t or None for t in texts])
+    return text([t or None for t in texts])
 
 
-def _common(evs: list[Event]) -> dict[str, Any]:
+def _common(evs: list[Event], text: Text) -> dict[str, Any]:
     return {
-        "name": interned([e.name for e in evs]),
+        "name": text([e.name for e in evs]),
         "ts": [e.ts for e in evs],
         "dur": [e.dur for e in evs],
         "pid": [e.pid for e in evs],
@@ -39,64 +50,64 @@ def _common(evs: list[Event]) -> dict[str, Any]:
     }
 
 
-def _gpu(evs: list[Event]) -> dict[str, Any]:
-    cols = _common(evs)
+def _gpu(evs: list[Event], text: Text) -> dict[str, Any]:
+    cols = _common(evs, text)
     cols["device"] = [e.args.device for e in evs]
     cols["stream"] = [e.args.stream for e in evs]
     cols["correlation"] = [e.args.correlation for e in evs]
     return cols
 
 
-def _kernels(evs: list[Event], events: list[int]) -> dict[str, Any]:
-    cols = _gpu(evs)
+def _kernels(evs: list[Event], events: list[int], text: Text) -> dict[str, Any]:
+    cols = _gpu(evs, text)
     cols["event"] = events
-    cols["grid"] = _raw([e.args.grid for e in evs])
-    cols["block"] = _raw([e.args.block for e in evs])
+    cols["grid"] = _raw([e.args.grid for e in evs], text)
+    cols["block"] = _raw([e.args.block for e in evs], text)
     cols["registers"] = [e.args.registers for e in evs]
     cols["lds_bytes"] = [e.args.shared_mem for e in evs]
     cols["graph"] = [e.args.kind == "Dispatch Task" for e in evs]
     return cols
 
 
-def _copies(evs: list[Event]) -> dict[str, Any]:
-    cols = _gpu(evs)
+def _copies(evs: list[Event], text: Text) -> dict[str, Any]:
+    cols = _gpu(evs, text)
     cols["bytes"] = [e.args.bytes for e in evs]
     cols["kind"] = ["memset" if e.cat == "gpu_memset" else "memcpy" for e in evs]
     return cols
 
 
-def _ops(evs: list[Event]) -> dict[str, Any]:
-    cols = _common(evs)
-    cols["input_dims"] = _raw([e.args.input_dims for e in evs])
-    cols["input_types"] = _raw([e.args.input_types for e in evs])
-    cols["concrete_inputs"] = _raw([e.args.concrete for e in evs])
-    cols["input_strides"] = _raw([e.args.input_strides for e in evs])
+def _ops(evs: list[Event], text: Text) -> dict[str, Any]:
+    cols = _common(evs, text)
+    cols["input_dims"] = _raw([e.args.input_dims for e in evs], text)
+    cols["input_types"] = _raw([e.args.input_types for e in evs], text)
+    cols["concrete_inputs"] = _raw([e.args.concrete for e in evs], text)
+    cols["input_strides"] = _raw([e.args.input_strides for e in evs], text)
     return cols
 
 
-def _frames(evs: list[Event]) -> dict[str, Any]:
-    cols = _common(evs)
+def _frames(evs: list[Event], text: Text) -> dict[str, Any]:
+    cols = _common(evs, text)
     del cols["external_id"]
     return cols
 
 
-def _launches(evs: list[Event]) -> dict[str, Any]:
-    cols = _common(evs)
+def _launches(evs: list[Event], text: Text) -> dict[str, Any]:
+    cols = _common(evs, text)
     cols["correlation"] = [e.args.correlation for e in evs]
     cols["kernel_name"] = [e.args.kernel for e in evs]
-    cols["grid"] = _raw([e.args.grid for e in evs])
-    cols["block"] = _raw([e.args.block for e in evs])
+    cols["grid"] = _raw([e.args.grid for e in evs], text)
+    cols["block"] = _raw([e.args.block for e in evs], text)
     return cols
 
 
-def _flows(evs: list[Event]) -> dict[str, Any]:
+def _flows(evs: list[Event], _text: Text) -> dict[str, Any]:
     """Flow ends (`ac2g` ph f) sit on the GPU event; their id is the correlation."""
     return {"pid": [e.pid for e in evs], "tid": [e.tid for e in evs], "ts": [e.ts for e in evs],
             "correlation": [e.id for e in evs]}  # no duration: only start and id are read
 
 
-def _markers(evs: list[Event]) -> dict[str, Any]:
-    cols = _common(evs)
+def _markers(evs: list[Event], text: Text) -> dict[str, Any]:
+    cols = _common(evs, text)
     cols["side"] = ["gpu" if e.cat == "gpu_user_annotation" else "cpu" for e in evs]
     return cols
 
@@ -147,7 +158,8 @@ def chunk_frames(evs: list[Event], notes: Notes, base: int) -> dict[str, pl.Data
     """One chunk's events (evs[i] is traceEvents[base + i]) as a frame per table (tables without
     events left out): complete events (`ph` X) with a start time go to their category's table, flow
     ends (`ac2g` f) to `flows`; profiler events without `ph` or `ts` are counted in `notes`. Kernels
-    keep their index in traceEvents (`event`), which export aligns by."""
+    keep their index in traceEvents (`event`), which export aligns by. Text columns: plain for a
+    chunk that starts in the trace's first PLAIN_EVENTS events, interned after."""
     groups: dict[str, list[Event]] = {t: [] for t in TABLES}
     add = {cat: groups[t].append for cat, t in _TABLE_OF.items()}  # bound appends: the loop runs per event
     flow = groups["flows"].append
@@ -167,5 +179,6 @@ def chunk_frames(evs: list[Event], notes: Notes, base: int) -> dict[str, pl.Data
                 notes.no_ts += 1
         elif e.ph is None:
             notes.no_ph += 1
-    out = {"kernels": _frame(_kernels(groups["kernels"], at))} if at else {}
-    return out | {t: _frame(_COLUMNS[t](groups[t])) for t in _COLUMNS if groups[t]}
+    text = _plain if base < PLAIN_EVENTS else interned
+    out = {"kernels": _frame(_kernels(groups["kernels"], at, text))} if at else {}
+    return out | {t: _frame(_COLUMNS[t](groups[t], text)) for t in _COLUMNS if groups[t]}

@@ -255,7 +255,7 @@ def run(a: Attribution, an: Analysis, rules: tuple[Rule | PairRule, ...] = CATAL
     milliseconds per step (largest first; findings without an estimate
     last), each marked a projection when the device is a what-if."""
     one = [r for r in rules if isinstance(r, Rule) and r.applies(an.arch)]
-    found = each(lambda rule: rule.fn(a, an, thresholds), one)
+    found = each(lambda rule: rule.fn(a, an, thresholds), one, rows=a.largest())
     return _marked(an, [f for fs in found for f in fs])
 
 

@@ -12,7 +12,7 @@ import polars as pl
 from attrib.analysis.finding import SEVERITIES, Finding
 from attrib.analysis.model import Analysis
 from attrib.pipeline import Attribution
-from attrib.trace import SMALL_ROWS, as_text
+from attrib.trace import SMALL_ROWS, as_text, engine
 from attrib.steps.phases import TOKEN_PHASES
 from rules.thresholds import Thresholds
 
@@ -82,14 +82,14 @@ def _rows(k: pl.DataFrame, keep: pl.Expr, where: pl.Expr | None,
         cols = list(dict.fromkeys([*columns, *read]))
         cats = [c for c in cols if k.schema[c] == pl.Categorical]
         return (k.lazy().filter(keep).select(cols).with_columns(pl.col(cats).cast(pl.String))
-                .filter(where).select(columns).collect())
+                .filter(where).select(columns).collect(engine="in-memory"))
     if where is not None and read == text and len(text) == 1:
         values = k.select(pl.col(text[0]).unique())
         hits = values.filter(as_text(values).select(where).to_series()).to_series()
         keep, where = keep & pl.col(text[0]).is_in(hits.implode()), None
     if where is None or not text:
         both = keep if where is None else keep & where
-        return k.lazy().filter(both).select(columns).collect()
+        return k.lazy().filter(both).select(columns).collect(engine=engine(k.height))
     at = k.with_row_index("_at").select(list(dict.fromkeys(["_at", *read,
                                                             *keep.meta.root_names()])))
     at = at.filter(keep)

@@ -11,12 +11,13 @@ from typing import Any
 
 import orjson
 import polars as pl
+import pytest
 from polars.testing import assert_frame_equal
 
 from attrib.app import analysis
 from attrib.pipeline import attribute
 from attrib.trace import TABLES, Trace
-from collectors import kineto, validate
+from collectors import kineto, kineto_tables, validate
 from attrib.trace import interned
 from conftest import EXAMPLE_TRACE, FIXTURES
 
@@ -46,8 +47,16 @@ def _canonical(x: Any) -> Any:
     return x
 
 
-def test_interned_values_and_sharing_on_real_names() -> None:
-    tr = kineto.read(EXAMPLE_TRACE)
+def _interned_read(monkeypatch: pytest.MonkeyPatch) -> Trace:
+    """The demo trace read as events past the first PLAIN_EVENTS are (its ~50 k events are
+    fewer: read as they come, they are plain)."""
+    monkeypatch.setattr(kineto_tables, "PLAIN_EVENTS", 0)
+    return kineto.read(EXAMPLE_TRACE)
+
+
+def test_interned_values_and_sharing_on_real_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    first = kineto.read(EXAMPLE_TRACE).kernels["name"]  # as it comes: fewer than PLAIN_EVENTS
+    tr = _interned_read(monkeypatch)
     names = tr.kernels["name"].to_list() + [None]
     col = interned(names)
     assert col.dtype == pl.Utf8 and col.to_list() == names
@@ -56,10 +65,12 @@ def test_interned_values_and_sharing_on_real_names() -> None:
     assert tr.kernels["name"].n_unique() < 100
     assert _ipc_bytes(col) < _ipc_bytes(plain) / 5
     assert _ipc_bytes(tr.kernels["name"]) < _ipc_bytes(plain) / 5  # as the reader built it
+    # the first PLAIN_EVENTS events are plain: the same values, each row its own bytes
+    assert first.to_list() == names[:-1] and _ipc_bytes(first) > _ipc_bytes(plain) / 2
 
 
-def test_figures_same_as_plain_text_columns() -> None:
-    tr = kineto.read(EXAMPLE_TRACE)
+def test_figures_same_as_plain_text_columns(monkeypatch: pytest.MonkeyPatch) -> None:
+    tr = _interned_read(monkeypatch)
     flat = _plain(tr)
     for t in TABLES:
         assert_frame_equal(getattr(tr, t), getattr(flat, t))

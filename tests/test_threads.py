@@ -12,6 +12,7 @@ import pytest
 
 from attrib import threads
 from attrib.cli import main
+from attrib.trace import SMALL_ROWS
 
 FIXTURES = Path(__file__).parent / "fixtures"
 VLLM = FIXTURES / "torch" / "mi300_vllm_prefilldecode_piecewise"
@@ -25,23 +26,23 @@ def test_both_and_each_keep_order_and_use_a_second_thread(monkeypatch):
     monkeypatch.delenv(threads.ENV, raising=False)
     monkeypatch.setattr(threads, "_cpus", lambda: 2)
     here = _name()
-    a, b = threads.both(_name, _name)
+    a, b = threads.both(_name, _name, rows=10)
     assert a == here and b != here and b.startswith("attrib")
-    got = threads.each(lambda x: (x, _name()), range(6))
+    got = threads.each(lambda x: (x, _name()), range(6), rows=10)
     assert [x for x, _ in got] == list(range(6))
     assert {n for _, n in got} != {here}
 
 
-@pytest.mark.parametrize("why", ["env", "one cpu"])
-def test_serial_when_turned_off_or_one_cpu(monkeypatch, why):
+@pytest.mark.parametrize("why", ["env", "one cpu", "big tables"])
+def test_serial_when_turned_off_one_cpu_or_big_tables(monkeypatch, why):
+    monkeypatch.delenv(threads.ENV, raising=False)
+    monkeypatch.setattr(threads, "_cpus", lambda: 1 if why == "one cpu" else 2)
     if why == "env":
         monkeypatch.setenv(threads.ENV, "1")
-    else:
-        monkeypatch.delenv(threads.ENV, raising=False)
-        monkeypatch.setattr(threads, "_cpus", lambda: 1)
+    rows = SMALL_ROWS + 1 if why == "big tables" else SMALL_ROWS
     here = _name()
-    assert threads.both(_name, _name) == (here, here)
-    assert threads.each(lambda _x: _name(), range(3)) == [here] * 3
+    assert threads.both(_name, _name, rows=rows) == (here, here)
+    assert threads.each(lambda _x: _name(), range(3), rows=rows) == [here] * 3
 
 
 def test_an_error_of_either_side_is_raised(monkeypatch):
@@ -52,9 +53,9 @@ def test_an_error_of_either_side_is_raised(monkeypatch):
         raise ValueError("from the second thread")
 
     with pytest.raises(ValueError, match="second thread"):
-        threads.both(lambda: 1, bad)
+        threads.both(lambda: 1, bad, rows=10)
     with pytest.raises(ZeroDivisionError):
-        threads.each(lambda x: 1 // x, [1, 0, 2])
+        threads.each(lambda x: 1 // x, [1, 0, 2], rows=10)
 
 
 def _analyze_json(args: list[str]) -> str:

@@ -34,7 +34,7 @@ from attrib.steps.context import step_context
 from attrib.steps.ledger import Ledger, phase_ledger
 from attrib.steps.phases import PHASE_ORDER
 from attrib.threads import each
-from attrib.trace import SMALL_ROWS, Trace, grouped
+from attrib.trace import SMALL_ROWS, Trace, engine, grouped
 
 
 
@@ -321,14 +321,15 @@ def _phases(a: Attribution, phase: str | None, arch: Arch | None, budget: Budget
         keep = (st.join(left.select("step"), on="step", how="anti")
                 if left.height < st.height else st)
         in_phase = (pl.col("phase") == ph) & pl.col("step").is_in(keep["step"].implode())
-        kk = a.kernels.lazy().filter(in_phase).select(_phase_columns(a.kernels)).collect()
+        kk = (a.kernels.lazy().filter(in_phase).select(_phase_columns(a.kernels))
+              .collect(engine=engine(a.kernels.height)))
         excluded = _excluded(left if keep is not st else left.clear())
         note = (f"{ph}: every step is {left['excluded'][0]}; none left out of the figures"
                 if left.height and keep is st else None)
         return (_phase(ph, keep, kk, arch, budget, what_if, context, t0_ns, top, excluded,
                        a.ledger, a.steps), note)
 
-    out = each(one, wanted)  # the phases share no result: two at a time
+    out = each(one, wanted, rows=a.largest())  # the phases share no result
     notes += [n for _, n in out if n is not None]
     return tuple(p for p, _ in out)
 

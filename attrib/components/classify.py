@@ -355,7 +355,8 @@ def classify(trace: Trace, links: pl.DataFrame, kernel_steps: pl.DataFrame,
          .join(op_names, on="op_id", how="left")
          .with_columns(pl.col("graph").fill_null(False)))
     # the names' patterns and the hints around the launches share no result: on two threads
-    names, hints = both(lambda: by_name(k["name"]), lambda: _hints(trace, k))
+    names, hints = both(lambda: by_name(k["name"]), lambda: _hints(trace, k),
+                        rows=trace.largest())
     k = k.join(names, on="name", how="left").join(hints, on="id", how="left")
     op_comp = pl.coalesce(_row_gather(trace.ops, k), _outer_product(trace.ops),
                           _first_match(pl.col("op"), list(OP_RULES)))

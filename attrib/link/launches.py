@@ -128,7 +128,7 @@ def link(trace: Trace) -> pl.DataFrame:
             pl.col("pid_").alias("id"), "module", "module_path")
 
     # the op and the module around each launch share no result: on two threads
-    by_time, by_mod = both(op_by_time, module_by_time)
+    by_time, by_mod = both(op_by_time, module_by_time, rows=trace.largest())
     k = k.join(by_time, on="id", how="left").join(by_mod, on="id", how="left")
     how = (pl.when(pl.col("op_ext").is_not_null()).then(pl.lit("external_id"))
            .when(pl.col("op_time").is_not_null()).then(pl.lit("time")))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import polars as pl
 
 from attrib.roofline.arch import Arch
+from attrib.trace import engine
 
 ADDED = {"achieved_gbs": pl.Float64, "achieved_tflops": pl.Float64, "intensity": pl.Float64,
          "bound": pl.Utf8, "roofline_ms": pl.Float64, "gap_ms": pl.Float64, "inconsistent": pl.Utf8,
@@ -89,7 +90,7 @@ def kernel_roofline(df: pl.DataFrame, arch: Arch | None, what_if: bool = False) 
     ).with_columns(gap.alias("gap_ms"))
     scratch = ("_peak", "_roof", "_dtype", "_gbs", "_tflops", "_mem_ms", "_cmp_ms")
     return (out.drop(*scratch).with_columns([pl.col(c).cast(t) for c, t in ADDED.items()])
-            .collect())
+            .collect(engine=engine(df.height)))
 
 
 def priced(k: pl.DataFrame) -> pl.DataFrame:

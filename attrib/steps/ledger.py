@@ -319,7 +319,9 @@ def ledger(steps: pl.DataFrame, k: pl.DataFrame, copies: pl.DataFrame, launches:
             "step", "start_ns", "cause", "what")
 
     # the gaps' causes and the CPU events' times share no result: on two threads
-    idle, events = both(idle_of_gaps, lambda: _event_times((ops, frames, launches), threads))
+    largest = max(df.height for df in (k, copies, launches, ops, frames))
+    idle, events = both(idle_of_gaps, lambda: _event_times((ops, frames, launches), threads),
+                        rows=largest)
     idle = _profiler(idle, events)
     gap_rows = idle.group_by("step", "cause", "what").agg(
         pl.col("ns").sum(), pl.len().cast(pl.Int64).alias("n")
