@@ -146,7 +146,7 @@ def _hints(trace: Trace, k: pl.DataFrame) -> pl.DataFrame:
                        src.alias("hint_src"))
 
 
-def _row_gather(ops: pl.DataFrame, k: pl.DataFrame) -> pl.Expr:
+def _row_gather(ops: pl.DataFrame) -> pl.Expr:
     """'embedding' for kernels of an aten::gather that picks whole rows of a 2-D table
     (self [V, H], dim 0, index [T, H]): an embedding lookup written as gather."""
     widths = dims_text().str.extract_groups(r"^\[\[\d+,(\d+)\],\[\],\[\d+,(\d+)\]")
@@ -354,12 +354,18 @@ def classify(trace: Trace, links: pl.DataFrame, kernel_steps: pl.DataFrame,
          .join(kernel_steps, on="id", how="left")
          .join(op_names, on="op_id", how="left")
          .with_columns(pl.col("graph").fill_null(False)))
-    # the names' patterns and the hints around the launches share no result: on two threads
-    names, hints = both(lambda: by_name(k["name"]), lambda: _hints(trace, k),
-                        rows=trace.largest())
+
+    def names_and_ops() -> tuple[pl.DataFrame, pl.Expr, pl.Series]:
+        """The names' patterns; the component of an op (by its shapes, else its name); the
+        rotary table casts."""
+        op_comp = pl.coalesce(_row_gather(trace.ops), _outer_product(trace.ops),
+                              _first_match(pl.col("op"), list(OP_RULES)))
+        return by_name(k["name"]), op_comp, rope_table_casts(trace.ops)
+
+    # those and the hints around the launches share no result: on two threads
+    (names, op_comp, casts), hints = both(names_and_ops, lambda: _hints(trace, k),
+                                          rows=trace.largest())
     k = k.join(names, on="name", how="left").join(hints, on="id", how="left")
-    op_comp = pl.coalesce(_row_gather(trace.ops, k), _outer_product(trace.ops),
-                          _first_match(pl.col("op"), list(OP_RULES)))
     specific = (pl.when(pl.col("name_comp").is_in(_PSEUDO)).then(pl.lit(None, pl.Utf8))
                 .otherwise(pl.col("name_comp")))
     k = _shared_by_class(k)
@@ -392,7 +398,7 @@ def classify(trace: Trace, links: pl.DataFrame, kernel_steps: pl.DataFrame,
     router = pl.col("id").is_in(routers(trace.ops, k).implode())
     k = k.with_columns(*_override(router, "moe_router", "op"))
     # the rotary cos/sin table cast to 16 bits (a constant recast each step): rope, by op and shapes
-    table = pl.col("comp").is_null() & pl.col("op_id").is_in(rope_table_casts(trace.ops).implode())
+    table = pl.col("comp").is_null() & pl.col("op_id").is_in(casts.implode())
     k = k.with_columns(*_override(table, "rope", "op"))
     gemm = (pl.col("comp").is_null() & (pl.col("name_comp") == "gemm")) | (
         pl.col("comp").is_null() & pl.col("op").is_in(list(GEMM_OPS)).fill_null(False))
