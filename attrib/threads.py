@@ -2,8 +2,8 @@
 
 A small polars query spends most of its time in polars (planning it, handing it to polars'
 pool and back), with the GIL released: two stages that share no result overlap on a machine
-with a CPU to spare (on 2 CPUs, a thousand queries of a few hundred rows each take 0.6x their
-serial time on two threads). `both` and `each` return what the serial calls return, in their
+with a CPU to spare (on 2 CPUs, 800 queries of 300 rows each took 0.5-0.7x their serial time
+on two threads). `both` and `each` return what the serial calls return, in their
 order, whatever thread ran them; the stages they run are pure functions of their arguments.
 They run in the calling thread on one CPU, under ATTRIB_THREADS=1 (a sweep's busy worker
 processes), and over tables of more than SMALL_ROWS rows: there polars spreads each query over
