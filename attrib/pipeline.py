@@ -78,7 +78,8 @@ def attribute(trace: Trace, phase_map: dict[str, str] | None = None, capture: Tr
     spans, kernel_steps = assign_steps(trace, links, phase_map, compiling, spans)
 
     def tokens() -> pl.DataFrame:
-        """The steps with their tokens: from shapes, then from kernel names."""
+        """The steps with their tokens: from shapes, then from kernel names. Its notes are the
+        only ones added while it runs beside classify (which adds none)."""
         shaped = fill_tokens_and_phase(spans, tokens_from_shapes(trace, spans), notes)
         named = (trace.kernels.select("id", "name", "grid")
                  .join(kernel_steps, on="id", how="left"))

@@ -6,8 +6,8 @@ changes no figure.
 
 Without TRACE it runs every file under tests/fixtures that is not a README, licence, log, stamp
 (.attrib.json), model config or truth file; ARGs after `--` go to analyze (`-- --chunk-steps 2`).
-Each output file holds the exit status, the stderr
-and the stdout of `attrib.cli.main` in this one process, the checkout's path written ROOT.
+Each output file holds the exit status, the stderr and the stdout of `attrib.cli.main` in this
+one process, the checkout's path written ROOT.
 """
 
 from __future__ import annotations
