@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 DEMO_TRACE := examples/traces/h200_qwen3moe_eager_prefill_decode.json.gz
 OUT := out
 
-.PHONY: demo test typecheck install dev bench bench-memory floors clean
+.PHONY: demo test typecheck browser install dev bench bench-memory floors clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -32,8 +32,12 @@ demo: $(VENV)/.core
 typecheck: $(VENV)/.dev
 	$(BIN)/python -m mypy --cache-dir $(VENV)/.mypy_cache
 
+# Debian's chromium for the browser tests: installed when missing and root; else they skip, loudly
+browser:
+	@bash .ci/chromium.sh
+
 # one worker per core (CI: 2); a test module stays on one worker, so its cached analyses are shared
-test: $(VENV)/.dev typecheck
+test: $(VENV)/.dev typecheck browser
 	$(BIN)/python -m pytest -q -p no:cacheprovider -n auto --dist loadfile
 
 $(OUT)/scaled_1m.json: bench/scale.py $(DEMO_TRACE) | $(VENV)/.core
@@ -47,17 +51,19 @@ bench: $(VENV)/.core $(OUT)/scaled_1m.json
 bench-memory: $(VENV)/.core
 	$(BIN)/python bench/memory.py --sizes 1,4,8 --gzip --before-max 1 -o $(OUT)/memory.jsonl
 
-# The lowest declared versions (pyproject floors, `>=X` taken as `==X`) in a scratch venv, then the tests.
-# Downloads from the package index, so it is not part of `make test`.
+# The lowest declared versions (`>=X` taken as `==X`) of the dependencies and the plot, zstd and xlsx
+# extras, in a scratch venv; then the demo and each extra's output. Downloads the old releases from
+# the package index; CI runs it (.ci/run).
 FLOORS_VENV ?= .venv-floors
+FLOORS_EXTRAS := plot,zstd,xlsx
 floors:
 	rm -rf $(FLOORS_VENV)
 	$(PY) -m venv $(FLOORS_VENV)
-	$(FLOORS_VENV)/bin/python -m pip install -q --upgrade pip
-	$(PY) .ci/floors.py pyproject.toml > $(FLOORS_VENV)/floors.txt
-	$(FLOORS_VENV)/bin/python -m pip install -q -c $(FLOORS_VENV)/floors.txt -e '.[dev]'
-	$(FLOORS_VENV)/bin/python -m pip freeze --exclude-editable | grep -iE '^(polars|orjson|msgspec|click|scipy|numpy|tomli|pytest|jsonschema|transformers|torch)=='
-	$(FLOORS_VENV)/bin/python -m pytest -q -p no:cacheprovider
+	$(PY) .ci/floors.py pyproject.toml $(FLOORS_EXTRAS) > $(FLOORS_VENV)/floors.txt
+	$(FLOORS_VENV)/bin/python -m pip install -q -c $(FLOORS_VENV)/floors.txt -e '.[$(FLOORS_EXTRAS)]'
+	$(FLOORS_VENV)/bin/python -m pip freeze --exclude-editable | grep -iE '^(polars|orjson|msgspec|click|scipy|numpy|tomli|matplotlib|zstandard|xlsxwriter)=='
+	$(MAKE) --no-print-directory demo VENV=$(FLOORS_VENV) OUT=$(FLOORS_VENV)/out
+	$(FLOORS_VENV)/bin/python .ci/floors_smoke.py $(DEMO_TRACE) $(FLOORS_VENV)/out
 
 clean:
 	rm -rf $(VENV) $(FLOORS_VENV) $(OUT) build *.egg-info

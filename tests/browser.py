@@ -45,11 +45,19 @@ window.addEventListener('load', function () {
 """ % {"id": OUT_ID}
 
 
+MISSING = ("chromium is not installed: apt-get install chromium (`make test` installs it when "
+           "run as root)")
+
+
 def chromium() -> str:
-    """The browser's path; a test failure (not a skip) when it is missing: .ci/run installs it."""
+    """The browser's path. Missing, the test is skipped with the reason on a developer's machine
+    (`make test` installs it when it can: .ci/chromium.sh) and fails under CI=true, which always
+    runs the browser tests."""
     path = shutil.which("chromium") or shutil.which("chromium-browser")
     if path is None:
-        pytest.fail("chromium is not installed (apt-get install chromium; .ci/run installs it)")
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail(MISSING + "; CI must run the browser tests")
+        pytest.skip(MISSING)
     return path
 
 

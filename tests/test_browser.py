@@ -2,8 +2,8 @@
 decode trace, a compare and a slope, each at 1280x900: nothing wider than the window, no two text
 boxes of a plot overlapping, no network request, and the summary box above the fold where the page
 has one. A variant of the report derived inside the test (a wide block, an external image and
-stylesheet, a duplicated plot label) shows each check catches what it is for. Never skipped:
-without chromium the test fails (.ci/run installs Debian's chromium)."""
+stylesheet, a duplicated plot label) shows each check catches what it is for. Without chromium
+it is skipped with the reason, but fails under CI=true (`make test` installs Debian's chromium as root)."""
 
 from __future__ import annotations
 

@@ -72,7 +72,7 @@ def test_html_report_in_headless_chromium(tmp_path):
     # self-contained: nothing loaded from elsewhere (links are only the findings' references)
     head = html.split("<h2>Findings</h2>")[0]
     assert "<link" not in html and " src=" not in html and 'href="http' not in head and "@import" not in html
-    chromium = browser.chromium()  # a failure, never a skip, when it is missing
+    chromium = browser.chromium()  # missing: a skip, a failure under CI
     png = tmp_path / "shot.png"
     r = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
                         f"--screenshot={png}", "--window-size=1280,900", out.as_uri()],
