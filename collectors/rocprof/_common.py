@@ -5,8 +5,11 @@ from __future__ import annotations
 import contextlib
 import re
 import shutil
+import signal
 import sqlite3
 import tempfile
+import threading
+import time
 import urllib.parse
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -94,6 +97,62 @@ def connect(db: Path) -> sqlite3.Connection:
     return sqlite3.connect(uri if _journals(db) else uri + "?mode=ro&immutable=1", uri=True)
 
 
+# A reader's queries on one database may run this long, plus as long again per GB of it: a real
+# rocpd file scans at hundreds of MB/s, so only a view that never ends (or a pathological join)
+# reaches it.
+QUERY_S = 120.0
+QUERY_S_PER_GB = 120.0
+_PROGRESS_OPS = 20_000  # SQLite VM steps between checks (~1 ms)
+_STOP_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
+
+
+def query_limit_s(db: Path) -> float:
+    """The time a reader's queries on `db` may take, all together (QUERY_S, QUERY_S_PER_GB)."""
+    return QUERY_S + QUERY_S_PER_GB * db.stat().st_size / 1e9
+
+
+@contextlib.contextmanager
+def opened(path: Path, db: Path, limit_s: float | None = None) -> Iterator[sqlite3.Connection]:
+    """`connect(db)` (`db` is `path` or its local copy), closed afterwards, its queries bounded:
+    past `limit_s` (default `query_limit_s`) a query is interrupted and the reader fails with a
+    TraceError naming `path`. SIGINT/SIGTERM/SIGHUP, whose Python handlers cannot run inside
+    SQLite's C code, are noted meanwhile, interrupt the query within ~1 ms and are then delivered
+    to the handlers there were (the CLI's: exit 128+N, nothing half-written)."""
+    limit = query_limit_s(db) if limit_s is None else limit_s
+    deadline = time.monotonic() + limit
+    got: list[int] = []
+    con = connect(db)
+    old = _note_signals(got)
+    con.set_progress_handler(lambda: 1 if got or time.monotonic() > deadline else 0,
+                             _PROGRESS_OPS)
+    try:
+        yield con
+    except sqlite3.OperationalError as exc:
+        if got or "interrupted" not in str(exc):
+            raise
+        raise TraceError(path, f"a query ran past {limit:.0f} s and was stopped (a view that "
+                               "never ends, or a pathological join)") from None
+    finally:
+        con.close()
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+        if got:
+            signal.raise_signal(got[0])
+
+
+def _note_signals(got: list[int]) -> dict[signal.Signals, Any]:
+    """Replace the stop signals' handlers (main thread only) by one that appends to `got`; the
+    old handlers, to restore. Signals whose handler is SIG_IGN stay ignored."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    old: dict[signal.Signals, Any] = {}
+    for name in _STOP_SIGNALS:
+        sig = getattr(signal, name, None)
+        if sig is not None and signal.getsignal(sig) not in (signal.SIG_IGN, None):
+            old[sig] = signal.signal(sig, lambda signum, _frame: got.append(signum))
+    return old
+
+
 def plain_name(path: Path) -> str:
     """The file name without a trailing .gz, .xz or .zst."""
     return path.name.removesuffix(".gz").removesuffix(".xz").removesuffix(".zst")
@@ -136,12 +195,8 @@ def sqlite_format(path: Path, head: bytes) -> str | None:
     if b"CREATE TABLE KERN" in head:
         return "rocprof-v1"
     try:
-        with local_file(path) as db:
-            con = connect(db)
-            try:
-                names = {r[0] for r in con.execute("SELECT name FROM sqlite_master")}
-            finally:
-                con.close()
+        with local_file(path) as db, opened(path, db) as con:
+            names = {r[0] for r in con.execute("SELECT name FROM sqlite_master")}
     except (sqlite3.Error, TraceError):
         return "rocpd"
     v1 = "KERN" in names and not any(n.startswith("rocpd") for n in names)

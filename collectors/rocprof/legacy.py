@@ -19,8 +19,8 @@ import polars as pl
 from attrib.errors import TraceError
 from attrib.trace import Trace
 
-from ._common import (agent_dict, clean_kernel_name, connect, container, csv_columns, finish,
-                      head_bytes, int_col, local_file, merge, plain_name, read_bytes, read_csv,
+from ._common import (agent_dict, clean_kernel_name, container, csv_columns, finish,
+                      head_bytes, int_col, local_file, merge, opened, plain_name, read_bytes, read_csv,
                       require, rocminfo_agents, sqlite_format, str_col, strict_times, total_dims)
 
 V1, V2 = "rocprof-v1", "rocprof-v2"
@@ -92,19 +92,16 @@ def read_v1_db(path: Path) -> Trace:
     warnings: list[str] = []
     with local_file(path) as db:
         try:
-            con = connect(db)
-            query = "SELECT name FROM sqlite_master WHERE type='table'"
-            tables = {r[0] for r in con.execute(query)}
-            if "KERN" not in tables:
-                raise TraceError(path, "rocprof v1 database without a KERN table")
-            cur = con.execute("SELECT * FROM KERN")
-            df = pl.DataFrame(cur.fetchall(), schema=[d[0].lower() for d in cur.description],
-                              orient="row", infer_schema_length=None)
+            with opened(path, db) as con:
+                query = "SELECT name FROM sqlite_master WHERE type='table'"
+                tables = {r[0] for r in con.execute(query)}
+                if "KERN" not in tables:
+                    raise TraceError(path, "rocprof v1 database without a KERN table")
+                cur = con.execute("SELECT * FROM KERN")
+                df = pl.DataFrame(cur.fetchall(), schema=[d[0].lower() for d in cur.description],
+                                  orient="row", infer_schema_length=None)
         except sqlite3.DatabaseError as exc:
             raise TraceError(path, f"unreadable SQLite database ({exc})") from None
-        finally:
-            if "con" in locals():
-                con.close()
     kernels = _v1_kernels(df, path, warnings, "table KERN")
     return finish(path, V1, devices=_sysinfo(path, warnings), vendor_from="rocprof v1 sysinfo",
                   warnings=warnings, runtime={"profiler": "rocprof"}, kernels=kernels)

@@ -16,7 +16,7 @@ import polars as pl
 from attrib.errors import TraceError
 from attrib.trace import Trace
 
-from ._common import (agent_dict, connect, dims, finish, local_file, parse_int, sqlite_format,
+from ._common import (agent_dict, dims, finish, local_file, opened, parse_int, sqlite_format,
                       workgroups)
 
 FORMAT = "rocpd"
@@ -174,15 +174,10 @@ def read(path: Path) -> Trace:
     """One rocpd database (plain or .gz) into the normalized Trace."""
     with local_file(path) as db:
         try:
-            con = connect(db)
-        except sqlite3.Error as exc:
-            raise TraceError(path, f"cannot open SQLite database ({exc})") from None
-        try:
-            return _read(path, con)
+            with opened(path, db) as con:
+                return _read(path, con)
         except sqlite3.DatabaseError as exc:
             raise TraceError(path, f"unreadable rocpd database ({exc})") from None
-        finally:
-            con.close()
 
 
 def _read(path: Path, con: sqlite3.Connection) -> Trace:
