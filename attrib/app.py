@@ -436,16 +436,23 @@ def merge_ranks(paths: list[Path], opts: Options = Options(), link_gbs: float | 
     return ranks_report.document(info, table, rk.by_phase(table), split, link, CLOCK, notes)
 
 
-def trace_files(directory: str | Path) -> list[Path]:
+def trace_files(directory: str | Path,
+                skipped: list[tuple[Path, str]] | None = None) -> list[Path]:
     """The files directly inside `directory` that a reader claims, by name (capture stamps and
-    model configs are not traces)."""
+    model configs are not traces). Each other file is appended to `skipped` with the reason."""
     found = []
     for p in sorted(Path(directory).iterdir()):
-        if not p.is_file() or p.name.endswith(STAMP_SUFFIX):
+        if p.name.endswith(STAMP_SUFFIX) or p.name.endswith(".model.json"):
+            continue
+        if not p.is_file():
+            if skipped is not None:
+                skipped.append((p, "not a file"))
             continue
         try:
             resolve(p)
-        except TraceError:
+        except TraceError as exc:
+            if skipped is not None:
+                skipped.append((p, exc.problem))
             continue
         found.append(p)
     return found

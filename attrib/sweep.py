@@ -57,12 +57,14 @@ class Sweep(msgspec.Struct, frozen=True):
     warnings: tuple[str, ...]
 
 
-def traces(paths: Iterable[str | Path]) -> list[Path]:
-    """The traces of `paths`: files as given, folders as the traces directly inside them."""
+def traces(paths: Iterable[str | Path],
+           skipped: list[tuple[Path, str]] | None = None) -> list[Path]:
+    """The traces of `paths`: files as given, folders as the traces directly inside them; the
+    folders' other files go to `skipped` with the reason no reader took them."""
     out: list[Path] = []
     for p in map(Path, paths):
         if p.is_dir():
-            found = trace_files(p)
+            found = trace_files(p, skipped)
             if not found:
                 raise TraceError(p, "is a directory with no trace attrib can read")
             out.extend(found)

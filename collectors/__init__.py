@@ -54,6 +54,9 @@ def claim(path: Path, head: bytes) -> Reader | None:
     return next((r for r in READERS if r.sniff(path, head)), None)
 
 
+TORCH = "torch-json"  # the torch-profiler reader's name (collectors.registry)
+
+
 def _folder_files(directory: Path) -> dict[str, list[Path]]:
     """{format: files} of the profiler outputs directly inside a directory, each file named as
     its reader reads them (a torch trace `.json`/`.json.gz`; rocprof `.db`, `.csv`, ...)."""
@@ -83,6 +86,12 @@ def _folder(p: Path) -> tuple[Reader, Path, list[Path]]:
     r = next((r for r in READERS if r.name in found), None)
     if r is None:
         raise TraceError(p, "is a directory with no profiler output attrib can read")
+    torch = [f for name, files in found.items() if name == TORCH for f in files]
+    if torch and len(found) > 1:  # two profilers' outputs: which run is meant is not ours to pick
+        other = next(f for name, files in found.items() if name != TORCH for f in files)
+        raise TraceError(p, f"is a directory holding both torch-profiler traces ({torch[0].name}"
+                            f"{', ...' if len(torch) > 1 else ''}) and rocprof output "
+                            f"({other.name}): pass the file or folder of the run to analyze")
     files = found[r.name]
     if r.read_folder is not None:
         return r, p, files
@@ -128,6 +137,11 @@ def _unknown(p: Path, head: bytes) -> TraceError:
         return TraceError(p, "JSON, but not a torch-profiler or rocprof trace (no traceEvents)")
     if is_utf16(head):
         return utf16_error(p)
+    if not head.strip(b"\0"):
+        return TraceError(p, f"holds only NUL bytes in its first {len(head):,} bytes (a file never "
+                             "written, or a disk image): not a trace")
+    if head[257:262] == b"ustar":
+        return TraceError(p, "a tar archive: unpack it (tar -xf) and pass the trace inside")
     text = _text(head)
     if text is None:
         return TraceError(p, "binary data, not a trace attrib can read "

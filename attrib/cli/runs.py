@@ -139,11 +139,14 @@ def _rank_traces(items: tuple[Path, ...]) -> list[Path]:
         if not p.is_dir():
             out.append(p)
             continue
+        sidecar = (".attrib.json", ".model.json")
         found = sorted(f for f in p.iterdir() if f.is_file()
-                       and f.name.endswith((".json", ".json.gz"))
-                       and not f.name.endswith((".attrib.json", ".model.json")))
+                       and f.name.endswith((".json", ".json.gz")) and not f.name.endswith(sidecar))
         if not found:
             raise TraceError(p, "holds no trace files (*.json, *.json.gz)")
+        for f in sorted(set(p.iterdir()) - set(found)):
+            if not f.name.endswith(sidecar):
+                warn(f, "not used: a rank is a torch-profiler trace (*.json, *.json.gz)")
         out += found
     return out
 
@@ -316,7 +319,10 @@ def sweep(traces: tuple[Path, ...], jobs: int | None, ray_address: str | None, f
     spec = Spec(tuple(parse_phase_map(phase_map).items()), arch_name,
                 str(arch_file) if arch_file is not None else None)
     spec.options()  # a bad --arch or --arch-file fails here, once, before any trace
-    paths = sweep_traces(traces)
+    skipped: list[tuple[Path, str]] = []
+    paths = sweep_traces(traces, skipped)
+    for path, why in skipped:
+        click.echo(printable(f"attrib: skipped: {path}: {why}"), err=True)
     with bar("sweep", len(paths)) as done:
         res = run(paths, spec, jobs=jobs, ray_address=ray_address or None,
                   use_ray=ray_address is not None, done=done)

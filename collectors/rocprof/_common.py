@@ -216,9 +216,12 @@ UTF8_BOM = b"\xef\xbb\xbf"
 
 
 def is_utf16(head: bytes) -> bool:
-    """UTF-16 text: its byte-order mark, or a NUL in every other byte of ASCII text."""
-    bom = head[:2] in (b"\xff\xfe", b"\xfe\xff")
-    return bom or max(head[0:80:2].count(0), head[1:80:2].count(0)) > 30
+    """UTF-16 text: its byte-order mark, or a NUL in every other byte of ASCII text (the bytes
+    between them not NUL: a run of NULs, or a tar header, is no text)."""
+    if head[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        return True
+    even, odd = head[0:80:2], head[1:80:2]
+    return any(a.count(0) > 30 and len(b) - b.count(0) > 30 for a, b in ((even, odd), (odd, even)))
 
 
 def utf16_error(path: Path) -> TraceError:
