@@ -154,6 +154,24 @@ def _duplicates(df: pl.DataFrame, table: str, label: str, warnings: list[str]) -
     return df.filter(first)
 
 
+def _nested_copies(df: pl.DataFrame, warnings: list[str]) -> pl.DataFrame:
+    """Annotations inside an earlier one of the same name on the same thread and side (a range
+    opened twice: a decorator and a `with`, a wrapper around a wrapper) are one range: the inner
+    copies are dropped with a warning, else each step would be counted twice."""
+    group = [c for c in ("name", "pid", "tid", "side") if c in df.columns]
+    if df.height < 2 or "dur_ns" not in df.columns:
+        return df
+    end = pl.col("start_ns") + pl.col("dur_ns")
+    order = df.with_row_index("_row").sort(["start_ns", "dur_ns"], descending=[False, True])
+    inside = end <= end.cum_max().shift(1).over(group)
+    nested = order.filter(inside.fill_null(False))["_row"]
+    if not nested.len():
+        return df
+    warnings.append(f"{nested.len()} annotations lie inside a copy of themselves (the same name "
+                    "on the same thread: a range opened twice); each counted once")
+    return df.with_row_index("_row").filter(~pl.col("_row").is_in(nested.implode())).drop("_row")
+
+
 def _ids(df: pl.DataFrame, label: str, warnings: list[str]) -> pl.DataFrame:
     """Ids unique: a repeated id (e.g. dispatch ids of two processes) gets a fresh one."""
     if "id" not in df.columns or df.height < 2:
@@ -216,6 +234,8 @@ def table(name: str, df: pl.DataFrame | None, warnings: list[str]) -> pl.DataFra
     if "start_ns" in df.columns and "dur_ns" in df.columns:
         df = _times(df, label, warnings)
     df = _duplicates(df, name, label, warnings)
+    if name == "markers":
+        df = _nested_copies(df, warnings)
     df = _ids(df, label, warnings)
     if name in ("kernels", "copies", "markers"):
         df = _names(df, label, warnings)
@@ -298,11 +318,76 @@ def two_sessions(launches: pl.DataFrame | None) -> str | None:
     )
 
 
+# A GPU's clock against the host's, from kernels and the calls that launched them: every kernel
+# starts after its launch began (seen: 5 us to 146 ms for the earliest kernel of a device on the
+# fixtures, the host far ahead of a busy GPU). Half of them earlier than LEAD_NS, or 99% later
+# than LAG_NS: the two clocks differ (an offset moves every kernel of the device; a few broken
+# timestamps move a few). The first CLOCK_SAMPLE kernels tell.
+LEAD_NS = 1_000_000
+LAG_NS = 1_000_000_000
+CLOCK_SAMPLE = 50_000
+# A kernel cannot outlast the host timeline it was launched in by more than this.
+OUTLAST_NS = 1_000_000_000
+
+
+def clock_break(kernels: pl.DataFrame | None, launches: pl.DataFrame | None) -> str | None:
+    """Where a device's kernels start before the calls that launched them, or every one of them
+    seconds after: its clock is not the host's. None where they agree (or nothing links)."""
+    need = ("correlation", "start_ns")
+    if kernels is None or launches is None or not all(
+            c in t.columns for c in need for t in (kernels, launches)):
+        return None
+    calls = launches.select("correlation", pl.col("start_ns").alias("_call")).drop_nulls()
+    calls = calls.unique("correlation", keep="none")  # an id two calls share tells nothing
+    lag = pl.col("start_ns") - pl.col("_call")
+    by = ["device"] if "device" in kernels.columns else []
+    sample = kernels.head(CLOCK_SAMPLE).select(*by, *need).join(calls, on="correlation")
+    if not sample.height:
+        return None
+    rows = (sample.group_by(by or pl.lit(0).alias("device"))
+            .agg(lag.median().alias("median"), lag.quantile(0.01).alias("early"),
+                 pl.len().alias("n")))
+    for device, median, early, n in rows.sort("device").iter_rows():
+        if median < -LEAD_NS:
+            return (f"device {device}'s kernels start {-median / 1e6:,.1f} ms before the calls "
+                    f"that launched them (the median of {n:,} linked): its clock is not the "
+                    "host's, so its kernels cannot be placed in their steps")
+        if early > LAG_NS:
+            return (f"device {device}'s kernels start {early / 1e9:,.2f} s or more after the "
+                    f"calls that launched them (99% of {n:,} linked): its clock is not the "
+                    "host's, so its kernels cannot be placed in their steps")
+    return None
+
+
+def _outlasting(tabs: dict[str, pl.DataFrame | None], warnings: list[str]) -> None:
+    """Kernels longer than the whole host timeline (launches and ops) by OUTLAST_NS are dropped
+    with a warning: such a duration cannot be true (a kernel of 1e9 us in a 2 s capture)."""
+    kernels = tabs.get("kernels")
+    host = [t for t in (tabs.get("launches"), tabs.get("ops")) if t is not None and t.height]
+    if kernels is None or not kernels.height or not host:
+        return
+    lo = min(int(t["start_ns"].min()) for t in host)
+    hi = max(int((t["start_ns"] + t["dur_ns"]).max()) for t in host)
+    too_long = pl.col("dur_ns") > (hi - lo) + OUTLAST_NS
+    n = kernels.select(too_long.sum()).item()
+    if n:
+        longest = kernels["dur_ns"].max()
+        warnings.append(f"{n} kernels dropped: they last up to {longest / 1e9:,.1f} s, longer "
+                        f"than the whole host timeline ({(hi - lo) / 1e9:,.2f} s)")
+        tabs["kernels"] = kernels.filter(~too_long)
+
+
 def tables(tabs: dict[str, pl.DataFrame | None], warnings: list[str],
            path: object = None) -> dict[str, pl.DataFrame | None]:
-    """Every table through `table()`; warnings are appended to `warnings`. Timestamps in two units,
-    or two sessions in one trace, are a TraceError naming `path` (before anything is dropped)."""
+    """Every table through `table()`; warnings are appended to `warnings`. Timestamps in two units
+    or two sessions in one trace (before anything is dropped), or a GPU clock that is not the
+    host's (after), are a TraceError naming `path`."""
     problem = unit_break(tabs) or two_sessions(tabs.get("launches"))
     if problem and path is not None:
         raise TraceError(path, problem)
-    return {k: table(k, v, warnings) for k, v in tabs.items()}
+    out = {k: table(k, v, warnings) for k, v in tabs.items()}
+    problem = clock_break(out.get("kernels"), out.get("launches"))  # broken rows dropped first
+    if problem and path is not None:
+        raise TraceError(path, problem)
+    _outlasting(out, warnings)
+    return out
