@@ -337,7 +337,8 @@ def clock_break(kernels: pl.DataFrame | None, launches: pl.DataFrame | None) -> 
     if kernels is None or launches is None or not all(
             c in t.columns for c in need for t in (kernels, launches)):
         return None
-    calls = launches.select("correlation", pl.col("start_ns").alias("_call")).drop_nulls()
+    calls = launches.head(2 * CLOCK_SAMPLE).select(
+        "correlation", pl.col("start_ns").alias("_call")).drop_nulls()
     calls = calls.unique("correlation", keep="none")  # an id two calls share tells nothing
     lag = pl.col("start_ns") - pl.col("_call")
     by = ["device"] if "device" in kernels.columns else []
