@@ -16,10 +16,13 @@ import orjson
 import polars as pl
 
 import rules
+from attrib import bounds
+from attrib.bounds import OutOfDomain
 from attrib.cost.budget import Budget, for_world, model_shape
 from attrib.cost.kernels import world_size
 from attrib.cost.dtypes import KV_BYTES
-from attrib.cost.weights import Bits, Formats, from_quantization_config, parse_bits, parse_formats
+from attrib.cost.weights import (CLASSES, Bits, Formats, from_quantization_config, parse_bits,
+                                 parse_formats)
 from attrib.errors import TraceError, UsageError
 from attrib.analysis.build import build, finish
 from attrib.analysis.reprice import project
@@ -63,20 +66,33 @@ def resolve_arch(arch: str | Arch | None,
                          "--arch-file)") from None
 
 
+def _given_bits(weight_bits: float | Mapping[str, float] | None) -> Bits | None:
+    """The API's weight_bits (a figure or a mapping of classes), each value checked."""
+    if weight_bits is None:
+        return None
+    if isinstance(weight_bits, Mapping):
+        unknown = sorted(str(k) for k in weight_bits if k not in CLASSES)
+        if unknown:
+            raise ValueError(f"weight_bits class {unknown[0]!r}: expected one of "
+                             f"{', '.join(CLASSES)}")
+        return {str(k): bounds.bits(v, f"weight bits of {k}") for k, v in weight_bits.items()}
+    return bounds.bits(weight_bits)
+
+
 def _bits(weight_bits: float | str | Mapping[str, float] | None, config: Mapping[str, Any],
           origin: object) -> Bits:
     """--weight-bits (a figure, CLASS=BITS pairs or a mapping) over the config's
     quantization_config."""
     try:
-        given = parse_bits(weight_bits) if isinstance(weight_bits, str) else weight_bits
-        from_config = from_quantization_config(config)
+        given = parse_bits(weight_bits) if isinstance(weight_bits, str) else \
+            _given_bits(weight_bits)
     except ValueError as exc:
-        where = "--weight-bits" if isinstance(weight_bits, str) else origin
-        raise UsageError(f"{where}: {exc}") from None
-    values = () if given is None else given.values() if isinstance(given, Mapping) else [given]
-    for v in values:
-        if not v > 0:
-            raise UsageError(f"weight bits must be > 0, got {v:g}")
+        raise UsageError(f"--weight-bits: {exc}" if isinstance(weight_bits, str)
+                         else str(exc)) from None
+    try:
+        from_config = from_quantization_config(config)
+    except (TypeError, ValueError) as exc:
+        raise TraceError(origin, str(exc)) from None
     if given is None:
         return from_config or 16.0
     if isinstance(given, Mapping):
@@ -92,11 +108,15 @@ def model_budget(model: str | Path | Mapping[str, Any] | None, *,
     weight_bits: one figure, per-class values (`experts=4.25,attention=16,default=16` or a
     mapping), else what the config's quantization_config says, else 16. Without `context` the
     decode budget is not applied (its K/V reads need it); ops whose weights the trace hides are
-    still priced."""
-    if isinstance(weight_bits, (int, float)) and not weight_bits > 0:
-        raise UsageError(f"weight bits must be > 0, got {weight_bits:g}")
-    if context is not None and context <= 0:
-        raise UsageError(f"context must be a positive number of K/V positions, got {context}")
+    still priced. Each figure is checked for its domain (attrib.bounds): a bad argument is a
+    UsageError, a bad config a TraceError naming it, the field and the value."""
+    if not isinstance(weight_bits, str):
+        try:
+            _given_bits(weight_bits)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    if context is not None:
+        bounds.count(context, "context", 1, bounds.MAX_CONTEXT, strict=True)
     if kv_dtype not in KV_BYTES:
         raise UsageError(f"unknown KV-cache dtype {kv_dtype!r}; "
                          f"known: {', '.join(sorted(KV_BYTES))}")
@@ -125,6 +145,8 @@ def model_budget(model: str | Path | Mapping[str, Any] | None, *,
         model_shape(text)
     except KeyError as exc:
         raise TraceError(origin, f"not a model config: no {exc.args[0]}") from None
+    except OutOfDomain as exc:
+        raise TraceError(origin, str(exc)) from None
     except (TypeError, ValueError) as exc:
         raise TraceError(origin, f"model config not usable: {exc}") from None
     quantization = config.get("quantization_config", text.get("quantization_config"))
@@ -184,6 +206,9 @@ def options(*, phase: str | None = None, phase_map: Mapping[str, str] | None = N
     """The Options of `analyze`'s arguments: an arch name or entry resolved, a model config read.
 
     Bad arguments raise UsageError (or TraceError for a bad file) before any trace is read."""
+    bounds.count(top, "top", 1, strict=True)
+    if capture_batch is not None:
+        bounds.count(capture_batch, "capture_batch", 1, bounds.MAX_BATCH, strict=True)
     arch_path = Path(arch_file) if arch_file is not None else None
     dev, dev_from = resolve_arch(arch, arch_path)
     budget = model_budget(model, weight_bits=weight_bits, kv_dtype=kv_dtype, context=context)
@@ -403,6 +428,8 @@ def merge_ranks(paths: list[Path], opts: Options = Options(), link_gbs: float | 
     """The attrib.ranks/1 document of the per-rank traces of one run (attrib.steps.ranks):
     per-rank step times side by side, the slowest rank, collectives split into wait, transfer
     (bus bytes at the device's link bandwidth, or link_gbs) and latency, step-start skew."""
+    if link_gbs is not None:
+        bounds.figure(link_gbs, "link_gbs", 0, bounds.MAX_LINK_GBS, lo_open=True)
     runs: dict[int, tuple[Path, Attribution, int | None]] = {}
     for path in paths:
         a = attribution(path, opts, warn)

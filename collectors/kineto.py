@@ -21,6 +21,7 @@ from msgspec.structs import replace
 import orjson
 import polars as pl
 
+from attrib.bounds import MAX_WORLD, count
 from attrib.errors import TraceError
 from attrib.trace import Meta, Trace, mark_graph_replays
 from collectors import kineto_stream, validate
@@ -29,7 +30,7 @@ from collectors.kineto_events import CHUNK, Notes, decode_chunk
 from collectors.kineto_stream import Streamed
 from collectors.kineto_tables import TABLES, chunk_frames
 from collectors.kineto_worker import PARALLEL_BYTES, Claims, Others, Worker, likely_big
-from collectors.provenance import read_sidecar
+from collectors.provenance import read_sidecar, stamp_numbers
 
 _DOC = DOC  # the document decoder under its former name (tests split a trace with it)
 __all__ = ["read", "read_document", "repair_names", "sniff"]
@@ -254,7 +255,12 @@ def document_meta(path: Path, doc: Doc, n_events: int, warnings: list[str]) -> M
     if "warning" in provenance:
         warnings.append(str(provenance.pop("warning")))
     if isinstance(doc.attrib, dict) and not provenance:
-        provenance = doc.attrib
+        bad = stamp_numbers(doc.attrib, "attrib.")
+        if bad:
+            warnings.append(f"{path}: embedded provenance stamp ignored: {bad}")
+        else:
+            provenance = doc.attrib
+    _check_numbers(path, doc)
     vendor, vendor_from = _vendor(doc)
     return Meta(
         path=str(path), format="torch-json", events=n_events,
@@ -265,6 +271,25 @@ def document_meta(path: Path, doc: Doc, n_events: int, warnings: list[str]) -> M
         | ({"distributedInfo": doc.distributedInfo} if doc.distributedInfo else {}),
         warnings=tuple(warnings),
     )
+
+
+# the largest baseTimeNanoseconds: 2**62 ns since 1970 is the year 2116
+_MAX_BASE_NS = 1 << 62
+
+
+def _check_numbers(path: Path, doc: Doc) -> None:
+    """The top-level figures the analysis computes with, each in its domain; else a TraceError
+    naming the field and the value (a world size of 2**70 or 0 is not a process group)."""
+    info = doc.distributedInfo
+    if isinstance(info, dict):
+        world = info.get("world_size")
+        if world is not None:
+            world = count(world, "distributedInfo.world_size", 1, MAX_WORLD, path)
+        if info.get("rank") is not None:
+            top = (world or MAX_WORLD) - 1
+            count(info["rank"], "distributedInfo.rank", 0, top, path)
+    if doc.baseTimeNanoseconds is not None:
+        count(doc.baseTimeNanoseconds, "baseTimeNanoseconds", 0, _MAX_BASE_NS, path)
 
 
 Renumber = Callable[[str, pl.DataFrame], pl.DataFrame]

@@ -21,6 +21,7 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
+from attrib.bounds import MAX_BATCH, MAX_CONTEXT, out_of_domain, unrepresentable, whole
 from attrib.errors import TraceError
 from attrib.output import commit, staged
 from attrib.version import __version__
@@ -218,5 +219,22 @@ def read_sidecar(trace_path: str | Path) -> dict[str, Any]:
     if doc.get("schema") != SCHEMA:
         return {"warning": f"{path}: provenance sidecar has schema {doc.get('schema')!r}, "
                            f"expected {SCHEMA!r}"}
+    bad = stamp_numbers(doc)
+    if bad:
+        return {"warning": f"{path}: provenance sidecar ignored: {bad}"}
     doc.pop("warning", None)
     return doc
+
+
+# the stamp's figures the analysis computes with, and their domains
+_STAMP_COUNTS = (("context_length", MAX_CONTEXT), ("batch", MAX_BATCH), ("concurrency", MAX_BATCH))
+
+
+def stamp_numbers(doc: dict[str, Any], root: str = "") -> str | None:
+    """What is wrong with a stamp's numbers (`FIELD = VALUE: must be ...`), None when nothing:
+    every number fits a JSON output (64-bit integers, finite floats), and the context, batch and
+    concurrency whole numbers (0: none, as a ViT's context; null: not known)."""
+    for key, hi in _STAMP_COUNTS:
+        if doc.get(key) is not None and whole(doc[key], 0, hi) is None:
+            return out_of_domain(root + key, doc[key], f"a whole number in 0..{hi}")
+    return unrepresentable(doc, root.rstrip(".") or "stamp")

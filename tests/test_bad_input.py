@@ -52,10 +52,10 @@ def test_misspelled_phase_lists_the_phases_found(capsys):
 
 
 @pytest.mark.parametrize("args, words", [
-    (["--weight-bits", "-3"], "weight bits must be > 0, got -3"),
-    (["--weight-bits", "0"], "weight bits must be > 0, got 0"),
-    (["--context", "-5"], "context must be a positive number"),
-    (["--context", "0"], "context must be a positive number"),
+    (["--weight-bits", "-3"], "--weight-bits: weight bits = -3: must be a finite number in 1..32"),
+    (["--weight-bits", "0"], "--weight-bits: weight bits = 0: must be a finite number in 1..32"),
+    (["--context", "-5"], "--context = -5: must be a whole number in 1..16777216"),
+    (["--context", "0"], "--context = 0: must be a whole number in 1..16777216"),
     (["--arch", "gfx9999"], "unknown arch 'gfx9999'; known: "),
 ])
 def test_bad_numbers_and_names_rejected_before_the_work(capsys, no_analysis, args, words):

@@ -1,6 +1,6 @@
 """The import contract: the folders are the data flow and imports go one way (read from the source, AST).
 
-    contract (attrib.trace, attrib.errors, attrib.output, attrib.version, attrib.threads) < names (attrib.components.patterns)
+    contract (attrib.trace, attrib.errors, attrib.bounds, attrib.output, attrib.version, attrib.threads) < names (attrib.components.patterns)
     < link < steps < components < cost < roofline < pipeline < options < analysis < rules < report
     < app < sweep < cli
 
@@ -43,12 +43,14 @@ ORDER = (
 )
 RANK = {name: i for i, name in enumerate(ORDER)}
 CONTRACT = {"attrib", "attrib.trace", "attrib.errors", "attrib.output", "attrib.version",
-            "attrib.threads"}  # threads: a leaf every stage may run its independent parts with
+            "attrib.threads", "attrib.bounds"}  # threads: a leaf every stage may run its independent parts with;
+# bounds: the domain of every number read from outside (readers, cost models and the CLI check the same)
 NAMES = {"attrib.components.patterns"}  # the one home of kernel-name patterns: a leaf every stage reads
 TOP_LEVEL = {
     "__init__.py",
     "trace.py",
     "errors.py",
+    "bounds.py",
     "output.py",
     "version.py",
     "threads.py",

@@ -13,6 +13,7 @@ from attrib.report.formats import COMPARE_FORMATS, SLOPE_FORMATS
 from attrib.report.printable import printable
 from attrib.report.progress import progress
 
+from attrib.cli import numbers
 from attrib.cli.common import (analyses, check_output, cli, dump, file_options, parse_phase_map,
                                phase_map_option, printable_lines, warn, write)
 
@@ -23,10 +24,10 @@ from attrib.cli.common import (analyses, check_output, cli, dump, file_options, 
               help="A baseline trace (repeat for several runs of the baseline).")
 @click.option("-c", "--cand", "cands", multiple=True, type=click.Path(path_type=Path),
               help="A candidate trace (repeat for several runs of the candidate).")
-@click.option("--gate", type=click.FloatRange(0), metavar="PCT",
+@click.option("--gate", type=numbers.PERCENT, metavar="PCT",
               help="Exit 1 when a phase's per-token time is significantly slower by more than PCT "
                    "percent.")
-@click.option("--min-effect", type=click.FloatRange(0), metavar="PCT",
+@click.option("--min-effect", type=numbers.PERCENT, metavar="PCT",
               help="Smallest change (percent) called faster/slower "
                    "(default: attrib.report.compare's MIN_EFFECT_PCT, 3).")
 @click.option("--allow-mismatch", is_flag=True,
@@ -162,7 +163,7 @@ def _rank_traces(items: tuple[Path, ...]) -> list[Path]:
 )
 @click.option(
     "--link-gbs",
-    type=click.FloatRange(min=0, min_open=True),
+    type=numbers.LINK_GBS,
     metavar="GB/S",
     help="Interconnect bandwidth per direction (default: the device's, `attrib archs`).",
 )
@@ -207,7 +208,7 @@ def ranks_cmd(traces: tuple[Path, ...], fmt: str | None, link_gbs: float | None,
 )
 @click.option(
     "--min-effect",
-    type=click.FloatRange(0),
+    type=numbers.PERCENT,
     metavar="PCT",
     help="Smallest change (percent) flagged (default: attrib.report.compare's MIN_EFFECT_PCT, 3).",
 )

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from attrib.options import Options
     from attrib.report.renderers import Renderer
 
+from attrib.cli import numbers
 from attrib.cli.common import (apply, check_output, cli, loading, output_options,
                                parse_phase_map, phase_map_option, warn, write)
 
@@ -67,7 +68,7 @@ def _analysis_options(f):
         ),
         click.option(
             "--context",
-            type=int,
+            type=numbers.CONTEXT,
             help="With --model: K/V positions each decode step reads "
             "(default: the decode steps' median read from the trace).",
         ),
@@ -88,7 +89,7 @@ def _analysis_options(f):
         ),
         click.option(
             "--capture-batch",
-            type=int,
+            type=numbers.BATCH,
             help="With --capture: the captured batch size to align with.",
         ),
         click.option(
@@ -99,7 +100,7 @@ def _analysis_options(f):
         ),
         click.option(
             "--top",
-            type=click.IntRange(1),
+            type=numbers.TOP,
             default=None,
             help="Top kernels (and bottlenecks) to show "
             "(default: 5 on a terminal, 10 in files).",
@@ -268,11 +269,12 @@ def report(trace: Path, fmt: str | None, **o) -> None:
 @click.option("--capture", type=click.Path(path_type=Path),
               help="The graph-capture trace of this replay trace: replayed kernels get their ops, "
                    "shapes and bytes.")
-@click.option("--capture-batch", type=int,
+@click.option("--capture-batch", type=numbers.BATCH,
               help="With --capture: the captured batch size to align with.")
 @click.option("--model", type=click.Path(path_type=Path),
               help="HF config.json: bytes for kernels the trace has no shapes for.")
-@click.option("--context", type=int, help="With --model: K/V positions each decode step reads.")
+@click.option("--context", type=numbers.CONTEXT,
+              help="With --model: K/V positions each decode step reads.")
 def export(trace: Path, output: Path, phase_map: tuple[str, ...], force: bool, capture: Path | None,
            capture_batch: int | None, model: Path | None, context: int | None) -> None:
     """TRACE with each kernel's component, phase, bytes and GB/s in its args and a track per

@@ -16,6 +16,8 @@ import msgspec
 from msgspec.structs import replace
 import polars as pl
 
+from attrib.bounds import (MAX_CONTEXT, MAX_DIM, MAX_EXPERTS, MAX_LAYERS, OutOfDomain,
+                           out_of_domain, span, whole)
 from attrib.cost.matmul import expected_active_experts
 from attrib.cost.weights import Bits, bits_for
 
@@ -66,26 +68,52 @@ def _first(cfg: Mapping[str, Any], *keys: str, default: Any = None) -> Any:
     return next((cfg[k] for k in keys if cfg.get(k) is not None), default)
 
 
+def _dim(cfg: Mapping[str, Any], keys: str | tuple[str, ...], lo: int, hi: int,
+         default: Any = None, why: str = "") -> int:
+    """The first of `keys` the config sets (else `default`), a whole number in lo..hi."""
+    names = (keys,) if isinstance(keys, str) else keys
+    key = next((k for k in names if cfg.get(k) is not None), None)
+    if key is None and default is None:
+        raise KeyError(names[0])
+    value = cfg[key] if key is not None else default
+    got = whole(value, lo, hi)
+    if got is None:
+        raise OutOfDomain(out_of_domain(key or names[0], value,
+                                      f"a whole number in {span(lo, hi)}{why}"))
+    return got
+
+
 def model_shape(config: Mapping[str, Any]) -> ModelShape:
-    """Parse a config.json dict (a nested `text_config` wins for multimodal wrappers)."""
+    """Parse a config.json dict (a nested `text_config` wins for multimodal wrappers). Each figure
+    is checked for its domain (OutOfDomain: a head count of 0, negative layers, ...); KeyError for a
+    missing one."""
     text = config.get("text_config")
     cfg = {**config, **config.get("text_config", {})} if isinstance(text, dict) else config
-    hidden, layers = int(cfg["hidden_size"]), int(cfg["num_hidden_layers"])
-    heads = int(cfg["num_attention_heads"])
+    hidden = _dim(cfg, "hidden_size", 1, MAX_DIM)
+    layers = _dim(cfg, "num_hidden_layers", 1, MAX_LAYERS)
+    heads = _dim(cfg, "num_attention_heads", 1, hidden, why=" (at most hidden_size)")
+    head_dim = _dim(cfg, "head_dim", 1, MAX_DIM, default=hidden // heads)
+    if cfg.get("head_dim") is None and hidden % heads:
+        raise OutOfDomain(out_of_domain("num_attention_heads", cfg["num_attention_heads"],
+                                      f"a divisor of hidden_size {hidden} (no head_dim given)"))
+    kv_heads = _dim(cfg, "num_key_value_heads", 1, heads, default=heads,
+                    why=" (at most num_attention_heads)")
     expert_keys = ("num_experts", "num_local_experts", "n_routed_experts")
-    experts = int(_first(cfg, *expert_keys, default=0) or 0)
+    experts = _dim(cfg, expert_keys, 0, MAX_EXPERTS, default=0)
     moe_layers = 0
     if experts:
-        sparse_step = int(cfg.get("decoder_sparse_step") or 1)
-        dense_first = int(cfg.get("first_k_dense_replace") or 0)
+        sparse_step = _dim(cfg, "decoder_sparse_step", 0, MAX_LAYERS, default=1) or 1
+        dense_first = _dim(cfg, "first_k_dense_replace", 0, MAX_LAYERS, default=0)
         only_mlp = set(cfg.get("mlp_only_layers") or ())
         moe_layers = sum(1 for i in range(layers)
                          if i >= dense_first and i not in only_mlp and (i + 1) % sparse_step == 0)
-    inter = int(cfg.get("intermediate_size") or 0)
-    shared = int(cfg.get("shared_expert_intermediate_size") or 0)
-    moe_inter = int(_first(cfg, "moe_intermediate_size", default=inter) or 0)
+    inter = _dim(cfg, "intermediate_size", 0, MAX_DIM, default=0)
+    shared = _dim(cfg, "shared_expert_intermediate_size", 0, MAX_DIM, default=0)
+    moe_inter = _dim(cfg, "moe_intermediate_size", 0, MAX_DIM, default=inter)
     if not shared and cfg.get("n_shared_experts"):
-        shared = int(cfg["n_shared_experts"]) * moe_inter
+        shared = _dim(cfg, "n_shared_experts", 0, MAX_EXPERTS) * moe_inter
+    top_k = _dim(cfg, ("num_experts_per_tok", "experts_per_token"), 0, experts or MAX_EXPERTS,
+                 default=0, why=" (at most the experts)" if experts else "")
     model_type = str(cfg.get("model_type", ""))
     if cfg.get("kv_lora_rank"):
         raise ValueError("MLA attention (kv_lora_rank) is not modelled by the decode budget")
@@ -93,14 +121,11 @@ def model_shape(config: Mapping[str, Any]) -> ModelShape:
     if any(k not in ("full_attention", "sliding_attention") for k in kinds):
         listed = sorted(set(kinds))
         raise ValueError(f"layer types {listed} include ones the decode budget does not model")
-    window = int(cfg.get("sliding_window") or 0)
+    window = _dim(cfg, "sliding_window", 0, MAX_CONTEXT, default=0)
     return ModelShape(
-        hidden=hidden, layers=layers, heads=heads,
-        kv_heads=int(_first(cfg, "num_key_value_heads", default=heads)),
-        head_dim=int(_first(cfg, "head_dim", default=hidden // heads)),
-        intermediate=inter, vocab=int(cfg["vocab_size"]), experts=experts,
-        top_k=int(_first(cfg, "num_experts_per_tok", "experts_per_token", default=0) or 0),
-        moe_intermediate=moe_inter, shared_intermediate=shared,
+        hidden=hidden, layers=layers, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
+        intermediate=inter, vocab=_dim(cfg, "vocab_size", 1, MAX_DIM), experts=experts,
+        top_k=top_k, moe_intermediate=moe_inter, shared_intermediate=shared,
         shared_gate=bool(shared) and "qwen2_moe" in model_type, moe_layers=moe_layers,
         qk_norm=model_type.startswith("qwen3"),
         tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),

@@ -13,6 +13,9 @@ from typing import Any
 import msgspec
 from msgspec import field
 
+from attrib.bounds import BITS as BOUNDS
+from attrib.bounds import OutOfDomain, out_of_domain, span, whole
+from attrib.bounds import bits as in_bits
 from attrib.cost.dtypes import KV_BYTES, WEIGHT_BITS, WHAT_IF_BITS
 
 CLASSES = ("attention", "mlp", "experts", "shared_experts", "router", "embedding", "lm_head",
@@ -32,10 +35,14 @@ def parse_bits(text: str) -> Bits:
     stands for its bits); ValueError names what is wrong."""
     def value(v: str) -> float:
         v = v.strip()
-        x = WEIGHT_BITS[v.lower()] if v.lower() in WEIGHT_BITS else float(v)
-        if not x > 0:
-            raise ValueError(f"weight bits must be > 0, got {v}")
-        return float(x)
+        if v.lower() in WEIGHT_BITS:
+            return float(WEIGHT_BITS[v.lower()])
+        try:
+            x = float(v)
+        except ValueError:
+            raise ValueError(f"{v!r}: expected bits per weight ({span(*BOUNDS)}) or a format "
+                             f"({', '.join(WEIGHT_BITS)})") from None
+        return in_bits(x)
     if "=" not in text:
         return value(text)
     out: dict[str, float] = {}
@@ -47,6 +54,14 @@ def parse_bits(text: str) -> Bits:
                              f"{', '.join(CLASSES)}")
         out[cls] = value(v)
     return out
+
+
+def count_of(value: Any, field: str, lo: int, hi: int) -> int:
+    """A whole number in lo..hi, else OutOfDomain naming the field and the value."""
+    got = whole(value, lo, hi)
+    if got is None:
+        raise OutOfDomain(out_of_domain(field, value, f"a whole number in {span(lo, hi)}"))
+    return got
 
 
 def _not_converted(qc: Mapping[str, Any], cls_names: tuple[str, ...]) -> bool:
@@ -73,9 +88,19 @@ def from_quantization_config(config: Mapping[str, Any]) -> dict[str, float] | No
         return out
     if method == "fp8":
         block = qc.get("weight_block_size") or [128, 128]
-        q = 8 + 32 / (int(block[0]) * int(block[1]))
+        if not isinstance(block, list) or len(block) != 2:
+            raise OutOfDomain(out_of_domain("quantization_config.weight_block_size", block,
+                                            "two whole numbers (rows, columns)"))
+        rows, cols = (count_of(b, "quantization_config.weight_block_size", 1, 1 << 24)
+                      for b in block)
+        q = 8 + 32 / (rows * cols)
     elif method in ("awq", "gptq"):
-        bits, group = int(qc.get("bits", 4)), int(qc.get("group_size", 128) or 128)
+        bits = count_of(qc.get("bits", 4), "quantization_config.bits", 1, 32)
+        group = qc.get("group_size", 128) or 128
+        if whole(group, -1, 1 << 24) is None:  # -1: one group per row (GPTQ)
+            raise OutOfDomain(out_of_domain("quantization_config.group_size", group,
+                                            "a whole number in -1..16777216"))
+        group = int(group)
         q = bits + (16 + bits) / (group if group > 0 else 4096)
     else:
         raise ValueError(f"quantization_config.quant_method {method!r} is not modelled: "

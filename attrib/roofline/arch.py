@@ -20,6 +20,7 @@ import msgspec
 from msgspec import field
 import polars as pl
 
+from attrib.bounds import toml_text
 from attrib.components.patterns import ISA, ROCPRIM_ARCH
 from attrib.cost.dtypes import PEAK_KEY
 from attrib.errors import TraceError
@@ -148,6 +149,7 @@ def _entry(key: str, raw: Mapping[str, Any], origin: object) -> Arch:
 
 
 def _parse(text: str, origin: object) -> dict[str, Arch]:
+    toml_text(text, origin)  # too large or too deeply nested: refused before the parser recurses
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

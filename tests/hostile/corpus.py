@@ -589,3 +589,56 @@ VARIANTS += [
         option="--arch-file",
     ),
 ]
+
+
+# ------------------------------------------------------------------ issue 39: numbers out of domain
+
+RANK0 = FIX / "captured" / "tp2_decode_rank0.pt.trace.json.gz"  # a real distributedInfo (world 2)
+RANK0_MODEL = FIX / "captured" / "tp2_decode_rank0.model.json"  # its HF config under "config"
+
+
+def _rank0_top(key: str, edit: Callable[[dict], None]) -> Callable[[Path], Path]:
+    """The real TP=2 rank-0 trace with its top-level `key` edited."""
+    def build(d: Path) -> Path:
+        doc = json.loads(gzip.decompress(RANK0.read_bytes()))
+        edit(doc[key])
+        out = d / "rank0.json"
+        out.write_text(json.dumps(doc))
+        return out
+    return build
+
+
+def _model_config(**changes) -> Callable[[Path], Path]:
+    def build(d: Path) -> Path:
+        cfg = {**json.loads(RANK0_MODEL.read_text())["config"], **changes}
+        out = d / "config.json"
+        out.write_text(json.dumps(cfg))
+        return out
+    return build
+
+
+def _deep_arch_file(d: Path) -> Path:
+    """The real device database with one entry's match_names nested 5,000 deep."""
+    text = (ROOT / "attrib" / "data" / "archs.toml").read_text()
+    at = text.index("match_names = [") + len("match_names = ")
+    out = d / "archs.toml"
+    out.write_text(text[:at] + "[" * 5000 + '"x"' + "]" * 5000 + text[text.index("\n", at):])
+    return out
+
+
+NUMBER_VARIANTS = [
+    Variant("kineto-world-size-2^70", "crash", _rank0_top("distributedInfo", lambda i: i.update(world_size=2**70)),
+            "error", "distributedInfo.world_size = 1180591620717411303424"),
+    Variant("kineto-world-size-0", "nonsense", _rank0_top("distributedInfo", lambda i: i.update(world_size=0)),
+            "error", "distributedInfo.world_size = 0"),
+    Variant("model-config-heads-0", "crash", _model_config(num_attention_heads=0), "error",
+            "num_attention_heads = 0", option="--model"),
+    Variant("model-config-negative-hidden", "nonsense", _model_config(hidden_size=-2048), "error",
+            "hidden_size = -2048", option="--model"),
+    Variant("model-config-negative-layers", "nonsense", _model_config(num_hidden_layers=-4), "error",
+            "num_hidden_layers = -4", option="--model"),
+    Variant("arch-file-5000-deep", "crash", _deep_arch_file, "error", "nested more than 32 deep",
+            option="--arch-file"),
+]
+VARIANTS += NUMBER_VARIANTS
+
