@@ -236,6 +236,7 @@ def test_gate_in_range_still_gates(capsys):
     ({"top": -1}, "top = -1: must be a whole number >= 1"),
     ({"top": 0}, "top = 0: must be a whole number >= 1"),
     ({"top": 2.5}, "top = 2.5: must be a whole number >= 1"),
+    ({"top": True}, "top = True: must be a whole number >= 1"),
     ({"capture_batch": -1}, "capture_batch = -1: must be a whole number in 1..1048576"),
     ({"context": 10**20, "model": MODEL},
      "context = 100000000000000000000: must be a whole number in 1..16777216"),
@@ -289,6 +290,27 @@ def test_stamp_out_of_domain_is_left_out_with_a_warning(capsys, tmp_path, field,
     # the trace's own embedded stamp stands in for the sidecar left out
     embedded = json.loads(gzip.decompress(RANK0.read_bytes()))["attrib"]
     assert json.loads(out.out)["provenance"] == embedded
+
+
+def test_embedded_stamp_out_of_domain_is_left_out_with_a_warning(capsys, tmp_path):
+    # the stamp the capture embedded in the trace itself (no sidecar beside the copy): its context
+    # 2**70 (an int no JSON output holds) leaves it out, one warning
+    bad = _trace(tmp_path, lambda d: d["attrib"].update(context_length=2**70))
+    assert main(["analyze", str(bad), "--format", "json"]) == 0
+    out = capsys.readouterr()
+    assert out.err.strip() == (f"attrib: warning: {bad}: {bad}: embedded provenance stamp ignored: "
+                               "attrib.context_length = 1180591620717411303424: must be a whole "
+                               "number in 0..16777216")
+    assert json.loads(out.out)["provenance"] == {}
+
+
+def test_api_merge_ranks_link_gbs():
+    from attrib.app import merge_ranks
+
+    for gbs in (float("nan"), float("inf"), 0.0, -5.0):
+        with pytest.raises(UsageError) as exc:
+            merge_ranks([RANK0, RANK1], link_gbs=gbs)
+        assert str(exc.value) == f"link_gbs = {gbs:g}: must be a finite number > 0 and <= 100000"
 
 
 # ------------------------------------------------------------------ the hostile corpus' variants
