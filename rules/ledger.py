@@ -21,9 +21,11 @@ import polars as pl
 
 
 from attrib.analysis.finding import count
+from attrib.components.patterns import RUNTIME_CALL
 from attrib.analysis.model import Analysis, LedgerRow
 from attrib.pipeline import Attribution
 from attrib.steps.ledger import PROFILER_NS, typical_ledger
+from attrib.trace import GRAPH_LAUNCH
 from rules.finding import (
     DECODE_LIKE,
     HIGH_SHARE,
@@ -75,6 +77,19 @@ def _host_remedy(what: str, ms: float) -> str:
     for pattern, fix in KNOWN_OPS:
         if re.search(pattern, what):
             return fix
+    if re.search(GRAPH_LAUNCH, what):
+        return (f"The host is inside {what} for {ms:.3f} ms a step while the GPU "
+                "waits for the replay: a graph launch costs host time per node. "
+                "Launch the next replay before synchronizing on this one (so the "
+                "launch overlaps the GPU's work), upload the graph once after "
+                "capture (cudaGraphUpload, or one replay before timing), or "
+                "capture fewer, larger nodes.")
+    if re.match(RUNTIME_CALL, what):
+        return (f"The host is inside the runtime call {what} for {ms:.3f} ms a "
+                "step while the GPU waits: make it once, before the steps "
+                "(allocations from a caching allocator or a preallocated pool, "
+                "module and stream setup at start-up), or issue it after the "
+                "step's launches.")
     if what == "untraced host time":
         return ("The host holds the GPU idle outside any recorded op or frame: "
                 "profile with with_stack=True to name the Python code, then "

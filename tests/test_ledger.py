@@ -279,3 +279,41 @@ def test_salvaged_trace_keeps_no_step_without_gpu_work(tmp_path: Path) -> None:
     assert (a.steps["n_kernels"] > 0).all() and (a.steps["kernel_ms"] > 0).all()
     dropped = 7 - a.steps.height
     assert any("truncated" in w and f"dropped {dropped} step(s) with no GPU work" in w for w in said)
+
+
+def test_a_graph_launch_that_holds_the_host_is_its_own_row() -> None:
+    # issue 37 item 5: each decode replay's cudaGraphLaunch holds the host 236-699 us before the
+    # graph's first kernel starts; the GPU waits. The ledger names the call (it read "untraced
+    # host time"), and each stretch behind its rows is the raw one: from the last GPU op's end
+    # before the replay's first kernel to that kernel's start.
+    path = TORCH / "h200_dense_prefill_cudagraph_decode.json.gz"
+    a = attributed(path)
+    gpu = _x(path, "kernel", "gpu_memcpy", "gpu_memset")
+    first: dict = {}
+    for k in _x(path, "kernel"):
+        c = k["args"].get("correlation")
+        first[c] = min(first.get(c, k["ts"]), k["ts"])
+    stretches = []
+    for call in _x(path, "cuda_runtime"):
+        if "GraphLaunch" not in call["name"]:
+            continue
+        b = first[call["args"]["correlation"]]
+        a_end = max(e["ts"] + e["dur"] for e in gpu if e["ts"] + e["dur"] <= b)
+        stretches.append((b - a_end) * 1e3)
+    rows = a.ledger.steps.join(a.steps.select("step", "phase"), on="step")
+    rows = rows.filter(pl.col("phase") == "decode")
+    held = rows.filter((pl.col("cause") == "host") & (pl.col("what") == "cudaGraphLaunch"))
+    assert held.height == len(stretches) == 16  # one replay a decode step (the prefill is eager)
+    # what stays untraced lies outside every graph launch (115 us before the first one)
+    launches = [(c["ts"] * 1e3, (c["ts"] + c["dur"]) * 1e3) for c in _x(path, "cuda_runtime")
+                if "GraphLaunch" in c["name"]]
+    untraced = a.ledger.intervals.filter(pl.col("what") == "untraced host time")
+    for s0, s1 in untraced.select("start_ns", "end_ns").iter_rows():
+        assert all(s1 <= l0 or s0 >= l1 for l0, l1 in launches)
+    # the stretches behind the rows (before the profiler's estimate is carved out of them)
+    got = a.ledger.intervals.filter(pl.col("what") == "cudaGraphLaunch").sort("start_ns")
+    ns = (got["end_ns"] - got["start_ns"]).to_list()
+    assert [round(x / 1e3, 1) for x in ns] == [round(x / 1e3, 1) for x in stretches]
+    assert held["ns"].sum() <= sum(ns)
+    top = _top_idle(a, "decode")
+    assert (top["cause"], top["what"]) == ("host", "cudaGraphLaunch")

@@ -137,6 +137,8 @@ HIPBLASLT_TENSILE = r"_UserArgs_"
 BLOCKING_COPY = r"^(?:cuda|hip|cu)Memcpy(?:2D|3D|Peer|DtoH|HtoD|DtoD|WithStream)?(?:_v2)?$"
 SYNC = r"^(?:cuda|hip|cu)(?:Stream|Device|Event|Ctx)Synchronize$"
 STREAM_WAIT = r"^(?:cuda|hip|cu)StreamWaitEvent(?:_v2)?$"
+# a CUDA/HIP runtime or driver call (what a host stretch held by one is named)
+RUNTIME_CALL = r"^(?:cuda|hip|cu|hsa)[A-Z]\w*$"
 
 # Scaled-dot-product attention ops (torch), by name: the layout of q/k/v ("bhld" | "blhd"), the
 # index of is_causal in the args, the index of the mask argument (or None)

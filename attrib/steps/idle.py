@@ -2,8 +2,8 @@
 attrib.steps.ledger's docstring for the causes. All stretches of a trace at once, as polars joins:
 no Python loop per stretch (a long trace has thousands).
 
-The holder of a stretch [a, b) is the innermost host op or Python frame of the launching thread
-that overlaps at least HOLD_SHARE of it. With HOLD_SHARE = 1/2 such an interval contains the
+The holder of a stretch [a, b) is the innermost host op, Python frame or (long, not synchronizing)
+runtime call of the launching thread that overlaps at least HOLD_SHARE of it. With HOLD_SHARE = 1/2 such an interval contains the
 stretch's midpoint, so the candidates are the intervals that contain it: an inequality join.
 """
 
@@ -34,14 +34,20 @@ def frame_label(name: str) -> str:
 
 
 def host_intervals(ops: pl.DataFrame, frames: pl.DataFrame,
-                   near: pl.DataFrame | None = None) -> pl.DataFrame:
-    """The host threads' ops and Python frames: pid, tid, s, e, depth, idx (order of start within
-    the thread), name. near (pid, tid, m2, a doubled time): only the intervals holding one of its
-    points on their thread are kept (a holder candidate), with the whole thread's depth and idx."""
+                   near: pl.DataFrame | None = None,
+                   calls: pl.DataFrame | None = None) -> pl.DataFrame:
+    """The host threads' ops, Python frames and (given) runtime calls: pid, tid, s, e, depth, idx
+    (order of start within the thread), name. near (pid, tid, m2, a doubled time): only the
+    intervals holding one of its points on their thread are kept (a holder candidate), with the
+    whole thread's depth and idx."""
     frame_id = (pl.col("id") + (1 << 40)).alias("id")
     fr = (frames.select(frame_id, "name", "start_ns", "dur_ns", *_BY)  # no copy of other columns
           .filter(~pl.col("name").str.starts_with("<built-in")))
-    iv = pl.concat([ops.select("id", "name", "start_ns", "dur_ns", *_BY), fr])
+    parts = [ops.select("id", "name", "start_ns", "dur_ns", *_BY), fr]
+    if calls is not None:
+        call_id = (pl.col("id") + (2 << 40)).alias("id")
+        parts.append(calls.select(call_id, "name", "start_ns", "dur_ns", *_BY))
+    iv = pl.concat(parts)
     if iv["start_ns"].null_count() or iv["dur_ns"].null_count():  # else no copy
         iv = iv.drop_nulls(["start_ns", "dur_ns"])
     got = start_order(iv, _BY)
@@ -194,15 +200,24 @@ def idle_rows(g: pl.DataFrame, ops: pl.DataFrame, frames: pl.DataFrame, launches
         (pl.col("h") - pl.col("a")).alias("ns"))
     longs = host_side.filter(~short).with_row_index("qid").select(
         pl.col("qid").cast(pl.Int64), "step", *_BY, "a", pl.col("h").alias("b"))
-    parts = [outside, launch, *_held(longs, ops, frames, sync_calls(launches))]
+    parts = [outside, launch, *_held(longs, ops, frames, launches)]
     return pl.concat([p.select(list(IDLE)).cast(IDLE) for p in parts])
 
 
+def _runtime_holders(launches: pl.DataFrame) -> pl.DataFrame:
+    """The runtime calls that may hold a host stretch as ops do (a graph launch that takes 250 us,
+    an allocation): not the synchronizing ones, whose stretches are `sync` rows; the long ones
+    only (a stretch held is at least LAUNCH_GAP_NS, so a holder is at least half as long)."""
+    is_sync = pl.col("name").str.contains(SYNC) | pl.col("name").str.contains(BLOCKING_COPY)
+    long = pl.col("dur_ns") >= HOLD_SHARE * LAUNCH_GAP_NS
+    return launches.select("id", "name", "start_ns", "dur_ns", *_BY).filter(long & ~is_sync)
+
+
 def _held(longs: pl.DataFrame, ops: pl.DataFrame, frames: pl.DataFrame,
-          sync: pl.DataFrame) -> list[pl.DataFrame]:
+          launches: pl.DataFrame) -> list[pl.DataFrame]:
     """The sync and host rows of the long host-side stretches (qid, step, pid, tid, a, b)."""
     overlap = [pl.col("s") < pl.col("b"), pl.col("e") > pl.col("a")]
-    calls = _stabbing(longs, sync, overlap)
+    calls = _stabbing(longs, sync_calls(launches), overlap)
     if not calls.height:
         calls = pl.DataFrame(schema={"qid": pl.Int64, "step": pl.Int64, "pid": pl.Int64,
                                      "tid": pl.Int64, "a": pl.Int64, "b": pl.Int64, "s": pl.Int64,
@@ -217,7 +232,7 @@ def _held(longs: pl.DataFrame, ops: pl.DataFrame, frames: pl.DataFrame,
     ])
     # the host intervals holding a stretch's midpoint only: the others hold nothing
     near = asks.select(*_BY, (pl.col("a") + pl.col("b")).alias("m2"))
-    who = holders(host_intervals(ops, frames, near), asks)
+    who = holders(host_intervals(ops, frames, near, _runtime_holders(launches)), asks)
     sync_rows = calls.with_columns(who.slice(n).alias("in")).select(
         "step", pl.lit("sync").alias("cause"),
         pl.concat_str([pl.col("name"), pl.col("in")], separator=" in ").alias("what"),
