@@ -43,6 +43,7 @@ class Command(NamedTuple):
     line: int
     text: str
     not_run: str | None
+    shows: tuple[str, ...] = ()  # the output lines a `$ ` block shows under it ("..." left out)
 
 
 def blocks(text: str) -> list[Block]:
@@ -78,10 +79,12 @@ def commands(block: Block) -> list[Command]:
         return []
     prompted = any(ln.startswith("$ ") for ln in block.lines)
     out: list[Command] = []
-    pending, first = "", 0
+    pending, first, showing = "", 0, False
     for n, ln in enumerate(block.lines):
         if prompted and not pending:
             if not ln.startswith("$ "):
+                if showing and ln.strip() not in ("", "..."):
+                    out[-1] = out[-1]._replace(shows=(*out[-1].shows, ln))
                 continue
             ln = ln[2:]
         if not pending:
@@ -93,6 +96,9 @@ def commands(block: Block) -> list[Command]:
         pending = ""
         if cmd.startswith("attrib "):
             out.append(Command(first, cmd, block.not_run))
+            showing = True
+        else:  # another program's output is not an attrib command's
+            showing = False
     return out
 
 
@@ -139,10 +145,11 @@ def test_the_commands_found_and_the_skipped_ones_counted():
 
 def test_blocks_and_marks_are_parsed():
     text = "x\n<!-- not run: needs a GPU -->\n```\nattrib capture --rocprof -- a \\\n  b\n```\n" \
-           "```console\n$ attrib analyze T\nout: attrib line\n```\n```python\nattrib = 1\n```\n"
+           "```console\n$ attrib analyze T\nout: attrib line\n...\n$ echo $?\n0\n```\n" \
+           "```python\nattrib = 1\n```\n"
     got = [c for b in blocks(text) for c in commands(b)]
     assert got == [Command(4, "attrib capture --rocprof -- a    b", "needs a GPU"),
-                   Command(8, "attrib analyze T", None)]
+                   Command(8, "attrib analyze T", None, ("out: attrib line",))]
 
 
 @pytest.mark.parametrize("cmd", RUN, ids=[f"README:{c.line}" for c in RUN])
@@ -163,6 +170,10 @@ def test_readme_command_runs(cmd: Command, tmp_path: Path):
         assert out.resolve().parent == tmp_path.resolve(), f"{cmd.text}: writes outside its folder"
     else:
         assert res.stdout.strip(), f"README.md:{cmd.line}: {cmd.text}: no output"
+    printed = {" ".join(ln.split()) for ln in res.stdout.splitlines()}
+    stale = [ln for ln in cmd.shows if " ".join(ln.split()) not in printed]
+    assert not stale, f"README.md:{cmd.line}: the output shown is not what {cmd.text!r} prints " \
+        f"now (update the README): {stale}"
 
 
 # ---- links between the README and the docs ----------------------------------------------------
