@@ -32,7 +32,7 @@ from attrib.analysis.model import Analysis
 from attrib.options import TOP_KERNELS, Options
 from attrib.pipeline import Attribution, NotOneRun, attribute, attribute_chunks
 from attrib.steps.phases import annotated_spans
-from attrib.roofline.arch import Arch, detect, load_archs, override
+from attrib.roofline.arch import Arch, detect, find, load_archs, override, unknown_arch
 from attrib.report import ranks as ranks_report
 from attrib.report.export import annotate
 from attrib.steps import ranks as rk
@@ -49,9 +49,12 @@ Warn = Callable[[object, str], None]
 
 def resolve_arch(arch: str | Arch | None,
                  arch_file: Path | None = None) -> tuple[Arch | None, str | None]:
-    """(Arch, "override") for a what-if device given by name or entry; (None, None) to detect it.
+    """(Arch, "override") for a device given by name or entry (the analysis measures on it when
+    it is the trace's own device, else projects onto it: attrib.roofline.arch.same_device);
+    (None, None) to detect it.
 
-    An arch file is read here, before any trace, so a bad one fails at once."""
+    An arch file is read here, before any trace, so a bad one fails at once; an unknown name is
+    one line (the closest names, every key)."""
     if arch_file is not None:
         limits.read_bytes(Path(arch_file))  # a regular file (a FIFO would block the TOML reader)
         load_archs(arch_file)
@@ -59,11 +62,8 @@ def resolve_arch(arch: str | Arch | None,
         return arch, ("override" if arch is not None else None)
     try:
         return override(arch, arch_file), "override"
-    except KeyError:
-        known = ", ".join(sorted(load_archs(arch_file)))
-        raise UsageError(f"unknown arch {arch!r}; known: {known} (`attrib archs` lists them; "
-                         "`attrib archs --template` prints an entry to add yours with "
-                         "--arch-file)") from None
+    except KeyError as exc:
+        raise UsageError(exc.args[0]) from None
 
 
 def _given_bits(weight_bits: float | Mapping[str, float] | None) -> Bits | None:
@@ -155,12 +155,26 @@ def model_budget(model: str | Path | Mapping[str, Any] | None, *,
                   kv_bytes=KV_BYTES[kv_dtype])
 
 
-def catalog(arch: str | None = None) -> list[dict[str, Any]]:
+def rule_target(name: str, arch_file: Path | None = None) -> str:
+    """The gfx/sm target of `--arch NAME` for the rule catalog: a name `attrib archs` lists (with
+    --arch-file's entries), or a target some rule names (gfx1103, gfx11); else a UsageError."""
+    db = load_archs(arch_file)
+    dev = find(name, db)
+    if dev is not None:
+        return dev.arch
+    named = {a for r in rules.CATALOG for a in r.archs}
+    if name.strip().lower() in named:
+        return name.strip().lower()
+    raise UsageError(unknown_arch(name, db, sorted(named)))
+
+
+def catalog(arch: str | None = None, arch_file: Path | None = None) -> list[dict[str, Any]]:
     """The rule catalog (id, archs, needs, references), only the rules for `arch` (a name
-    `attrib archs` lists, or a gfx target) when given."""
-    if arch is not None and not arch.startswith("gfx"):
-        dev, _ = resolve_arch(arch)
-        arch = dev.arch if dev is not None else arch
+    `attrib archs` lists, with arch_file's entries, or a target a rule names) when given."""
+    if arch_file is not None:
+        resolve_arch(None, arch_file)   # a bad arch file fails, given a name or not
+    if arch is not None:
+        arch = rule_target(arch, arch_file)
     return [{"id": r.id, "archs": ", ".join(r.archs) or "any", "needs": r.needs,
              "references": list(r.references)}
             for r in rules.CATALOG if arch is None or r.applies(arch)]

@@ -56,7 +56,7 @@ def test_misspelled_phase_lists_the_phases_found(capsys):
     (["--weight-bits", "0"], "--weight-bits: weight bits = 0: must be a finite number in 1..32"),
     (["--context", "-5"], "--context = -5: must be a whole number in 1..16777216"),
     (["--context", "0"], "--context = 0: must be a whole number in 1..16777216"),
-    (["--arch", "gfx9999"], "unknown arch 'gfx9999'; known: "),
+    (["--arch", "gfx9999"], "unknown arch 'gfx9999' (closest: gfx950, gfx942); known: "),
 ])
 def test_bad_numbers_and_names_rejected_before_the_work(capsys, no_analysis, args, words):
     line = _one_line_exit_2(capsys, EXAMPLE_TRACE, *args)

@@ -208,7 +208,10 @@ def test_attrib_rules_lists_the_catalog(capsys) -> None:
     assert "P13-fp8-emulated-gfx11" not in out and "step-time-ledger" in out
     assert main(["rules", "--arch", "gfx1151"]) == 0
     assert "P13-fp8-emulated-gfx11" in capsys.readouterr().out
-    assert main(["rules", "--arch", "gfx9999x"]) == 0  # a gfx target the database lacks: matched by prefix
+    assert main(["rules", "--arch", "gfx1103"]) == 0  # a target the database lacks that a rule names
+    assert "P03-rocblas-tensile-fallback" in capsys.readouterr().out
+    assert main(["rules", "--arch", "gfx9999x"]) == 2  # no such device (issue 38: it listed rules)
+    assert "unknown arch 'gfx9999x'" in capsys.readouterr().err
     assert main(["rules", "--arch", "no-such-gpu"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "unknown arch 'no-such-gpu'" in err

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import sys
 from pathlib import Path
@@ -126,9 +127,34 @@ def apply(f, opts: list):
 
 
 def file_options(f):
-    """--arch-file, -o/--output and --force (compare, ranks)."""
-    arch_file = click.option("--arch-file",
-                             type=click.Path(path_type=Path, exists=True, dir_okay=False))
-    return apply(f, [arch_file, *output_options()])
+    """-o/--output and --force (compare, ranks)."""
+    return apply(f, output_options())
+
+
+ARCH_HELP = ("NAME: a key, gfx/sm target or product name `attrib archs` lists (with --arch-file, "
+             "yours too); an unknown one is an error naming the closest.")
+ARCH_FILE_HELP = ("TOML of your own device entries (`attrib archs --template --trace TRACE`, "
+                  "`attrib calibrate`): added to the database, and for the device an entry "
+                  "describes it wins over the bundled one.")
+
+
+def arch_options(purpose: str, check: bool = True):
+    """--arch NAME (`arch_name`) and --arch-file FILE (`arch_file`), declared once for every
+    command that takes them: `purpose` (what --arch does in that command) opens --arch's help.
+    With `check`, an unknown NAME or a bad FILE fails before the command's work: one line, exit
+    2 (`rules` checks its own: a rule's target is a name there too)."""
+    def decorate(f):
+        @functools.wraps(f)
+        def checked(*args, **kw):
+            if check and (kw.get("arch_name") is not None or kw.get("arch_file") is not None):
+                with loading():
+                    from attrib.app import resolve_arch
+                resolve_arch(kw.get("arch_name"), kw.get("arch_file"))
+            return f(*args, **kw)
+        return apply(checked, [
+            click.option("--arch", "arch_name", metavar="NAME", help=f"{purpose} {ARCH_HELP}"),
+            click.option("--arch-file", type=click.Path(path_type=Path, exists=True,
+                                                        dir_okay=False), help=ARCH_FILE_HELP)])
+    return decorate
 
 

@@ -8,7 +8,7 @@ import click
 
 from attrib.report.printable import printable
 
-from attrib.cli.common import check_output, cli, dump, warn, write
+from attrib.cli.common import arch_options, check_output, cli, dump, warn, write
 
 
 @cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
@@ -47,18 +47,19 @@ def capture(hip_trace: bool, memory_copy_trace: bool, fmt: str, out_dir: Path, r
 
 
 @cli.command()
-@click.option("--arch-file", type=click.Path(path_type=Path, exists=True, dir_okay=False))
+@arch_options("Only the entry this name resolves to.")
 @click.option("--template", "show_template", is_flag=True,
               help="Print an entry to fill in for a device not in the database (pass it back "
                    "with --arch-file).")
 @click.option("--trace", "trace_path", type=click.Path(path_type=Path),
               help="With --template: prefill it from the device this trace recorded.")
-def archs(arch_file: Path | None, show_template: bool, trace_path: Path | None) -> None:
+def archs(arch_name: str | None, arch_file: Path | None, show_template: bool,
+          trace_path: Path | None) -> None:
     """List the device database: bandwidth (peak, sustained), peak matrix TFLOP/s.
 
     \b
     Example: attrib archs --template --trace trace.json.gz > mygpu.toml"""
-    from attrib.roofline.arch import arch_table
+    from attrib.roofline.arch import arch_table, override
     from attrib.roofline.template import template
     from collectors import load
 
@@ -67,6 +68,8 @@ def archs(arch_file: Path | None, show_template: bool, trace_path: Path | None) 
         click.echo(template(devices[0] if devices else None), nl=False)
         return
     t = arch_table(arch_file)
+    if arch_name is not None:
+        t = t.filter(t["key"] == override(arch_name, arch_file).key)
     head = (f"{'key':<14}{'arch':<9}{'CUs':>5}{'peak GB/s':>11}{'sust. GB/s':>12}"
             f"{'bf16 TF':>9}{'fp8 TF':>8}  name")
     click.echo(head)
@@ -76,7 +79,8 @@ def archs(arch_file: Path | None, show_template: bool, trace_path: Path | None) 
         ident = f"{r['key']:<14}{r['arch']:<9}{r['cus']:>5}"
         bws = f"{f(r['peak_bw_gbs']):>11}{f(r['sustained_bw_gbs']):>12}"
         tfs = f"{f(r['bf16_tflops']):>9}{f(r['fp8_tflops']):>8}"
-        click.echo(f"{ident}{bws}{tfs}  {r['name']}")
+        mine = f" [{arch_file}]" if r["user"] else ""
+        click.echo(printable(f"{ident}{bws}{tfs}  {r['name']}{mine}"))
     click.echo("derived and unverified figures are listed per entry in attrib/data/archs.toml")
 
 
@@ -169,16 +173,16 @@ def calibrate(
 
 
 @cli.command("rules")
-@click.option("--arch", "arch_name", metavar="NAME",
-              help="Only the rules that apply to this arch (e.g. gfx1151).")
-def rules_cmd(arch_name: str | None) -> None:
+@arch_options("Only the rules that apply to this device (e.g. gfx1151, or a target a rule names: "
+              "gfx1103).", check=False)
+def rules_cmd(arch_name: str | None, arch_file: Path | None) -> None:
     """List the pathology rules: id, archs, what each needs from a trace, references.
 
     \b
     Example: attrib rules --arch gfx1151"""
     from attrib.app import catalog
 
-    for r in catalog(arch_name):
+    for r in catalog(arch_name, arch_file):
         click.echo(f"{r['id']}  [archs: {r['archs']}]\n    needs: {r['needs']}")
         for ref in r["references"]:
             click.echo(f"    {ref}")

@@ -14,8 +14,8 @@ from attrib.report.printable import printable
 from attrib.report.progress import progress
 
 from attrib.cli import numbers
-from attrib.cli.common import (analyses, check_output, cli, dump, file_options, parse_phase_map,
-                               phase_map_option, printable_lines, warn, write)
+from attrib.cli.common import (analyses, arch_options, check_output, cli, dump, file_options,
+                               parse_phase_map, phase_map_option, printable_lines, warn, write)
 
 
 @cli.command()
@@ -36,7 +36,7 @@ from attrib.cli.common import (analyses, check_output, cli, dump, file_options, 
 @click.option("--format", "fmt", type=click.Choice(COMPARE_FORMATS), default=None,
               help="Default: from the output's suffix, else table.")
 @phase_map_option()
-@click.option("--arch", "arch_name", metavar="NAME", help="Measure both sides against this device.")
+@arch_options("Measure both sides against this device (as `analyze --arch`).")
 @click.option("--baseline", type=click.Path(path_type=Path),
               help="A plain decode trace of the target: both sides' speculative speedup "
                    "and best K are measured against its decode step.")
@@ -168,7 +168,7 @@ def _rank_traces(items: tuple[Path, ...]) -> list[Path]:
     help="Interconnect bandwidth per direction (default: the device's, `attrib archs`).",
 )
 @phase_map_option()
-@click.option("--arch", "arch_name", metavar="NAME", help="Take the link bandwidth of this device.")
+@arch_options("Take the link bandwidth of this device.")
 @file_options
 def ranks_cmd(traces: tuple[Path, ...], fmt: str | None, link_gbs: float | None,
               phase_map: tuple[str, ...], arch_name: str | None, arch_file: Path | None,
@@ -216,7 +216,7 @@ def ranks_cmd(traces: tuple[Path, ...], fmt: str | None, link_gbs: float | None,
     "--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True
 )
 @phase_map_option()
-@click.option("--arch-file", type=click.Path(path_type=Path, exists=True, dir_okay=False))
+@arch_options("Measure every file against this device (as `analyze --arch`).")
 @click.option(
     "-o", "--output", type=click.Path(path_type=Path), help="Write to FILE instead of stdout."
 )
@@ -228,6 +228,7 @@ def trend(
     min_effect: float | None,
     fmt: str,
     phase_map: tuple[str, ...],
+    arch_name: str | None,
     arch_file: Path | None,
     output: Path | None,
     force: bool,
@@ -248,7 +249,7 @@ def trend(
     files = traces_in(folder)
     if not files:
         raise TraceError(folder, "holds no trace attrib can read")
-    analysed = analyses(tuple(files), parse_phase_map(phase_map), None, arch_file)
+    analysed = analyses(tuple(files), parse_phase_map(phase_map), arch_name, arch_file)
     docs = [d.to_dict() for d in analysed]
     doc = trend_mod.trend(docs, phase, window, min_effect)
     if not doc["rows"]:
@@ -282,10 +283,7 @@ SWEEP_FORMATS = {".parquet": "parquet", ".csv": "csv", ".json": "json", ".md": "
     help="Default: from the output's suffix, else table.",
 )
 @phase_map_option()
-@click.option(
-    "--arch", "arch_name", metavar="NAME", help="Measure every trace against this device."
-)
-@click.option("--arch-file", type=click.Path(path_type=Path, exists=True, dir_okay=False))
+@arch_options("Measure every trace against this device (as `analyze --arch`).")
 @click.option(
     "-o",
     "--output",

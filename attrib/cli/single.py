@@ -24,8 +24,11 @@ if TYPE_CHECKING:
     from attrib.report.renderers import Renderer
 
 from attrib.cli import numbers
-from attrib.cli.common import (apply, check_output, cli, loading, output_options,
+from attrib.cli.common import (apply, arch_options, check_output, cli, loading, output_options,
                                parse_phase_map, phase_map_option, warn, write)
+
+ANALYSIS_ARCH = ("The device: the one the trace ran on where the trace does not say (its figures "
+                 "measured on it), or another chip (a what-if: rooflines projected onto it).")
 
 
 def _analysis_options(f):
@@ -33,18 +36,7 @@ def _analysis_options(f):
     opts = [
         click.option("--phase", help="Only this phase (prefill, decode, ...)."),
         phase_map_option(),
-        click.option(
-            "--arch",
-            "arch_name",
-            metavar="NAME",
-            help="Measure against this device instead of the detected "
-            "one (what-if; see `attrib archs`).",
-        ),
-        click.option(
-            "--arch-file",
-            type=click.Path(path_type=Path, exists=True, dir_okay=False),
-            help="TOML with your own measured device entries (added to the database).",
-        ),
+        arch_options(ANALYSIS_ARCH),
         click.option(
             "--model",
             type=click.Path(path_type=Path),

@@ -1,12 +1,16 @@
 """Device specs (attrib/data/archs.toml) and arch detection from what a trace recorded.
 
 `load_archs()` reads the bundled database (plus an optional `--arch-file` whose entries override
-or add); `detect()` picks the entry from torch `deviceProperties`, rocprof agent records or, failing
-both, Tensile `_ISA<gfx>_` kernel names; `override()` resolves `--arch NAME` for what-if runs.
+or add, and come first: the user's entry for a device wins over the bundled one); `detect()` picks
+the entry from torch `deviceProperties`, rocprof agent records or, failing both, Tensile
+`_ISA<gfx>_` kernel names; `override()` resolves `--arch NAME` (an unknown name: `unknown_arch`'s
+one line); `same_device()` says whether `--arch` names the device a trace ran on (measured) or
+another (a what-if projection).
 """
 
 from __future__ import annotations
 
+import difflib
 import re
 import sys
 from collections import Counter
@@ -75,6 +79,7 @@ class Arch(msgspec.Struct, frozen=True):
     unverified: tuple[str, ...] = ()
     sources: tuple[str, ...] = ()
     notes: str | None = None
+    user: bool = False  # from an --arch-file (not a TOML field): wins over the bundled entries
 
     def __hash__(self) -> int:
         return hash(self.key)
@@ -114,7 +119,7 @@ def _entry(key: str, raw: Mapping[str, Any], origin: object) -> Arch:
     missing = [f for f in _REQUIRED if f not in raw]
     if missing:
         raise TraceError(origin, f"arch entry [{key}] lacks {', '.join(missing)}")
-    known = set(Arch.__struct_fields__) - {"key"}
+    known = set(Arch.__struct_fields__) - {"key", "user"}
     unknown = sorted(set(raw) - known)
     if unknown:
         raise TraceError(origin, f"arch entry [{key}] has unknown fields {', '.join(unknown)}")
@@ -163,8 +168,10 @@ def _parse(text: str, origin: object) -> dict[str, Arch]:
 
 
 def load_archs(extra: Path | None = None) -> dict[str, Arch]:
-    """The bundled device database, then `extra` (an --arch-file) overriding same keys / adding
-    new ones."""
+    """The bundled device database with `extra` (an --arch-file) overriding same keys and adding
+    new ones. The file's entries come first and are marked `user`: where one describes the same
+    device as a bundled entry (`attrib archs --template --trace` names it after the device,
+    `nvidia-h200` beside the bundled `h200-sxm`), detection and `--arch gfxNNNN` pick the user's."""
     bundled = resources.files("attrib").joinpath("data/archs.toml")
     archs = _parse(bundled.read_text(encoding="utf-8"), "attrib/data/archs.toml")
     if extra is not None:
@@ -175,13 +182,20 @@ def load_archs(extra: Path | None = None) -> dict[str, Arch]:
             raise TraceError(path, f"cannot read arch file ({exc.strerror})") from None
         except UnicodeDecodeError:
             raise TraceError(path, "not a TOML text file (not UTF-8)") from None
-        archs.update(_parse(text, path))
+        mine = {k: msgspec.structs.replace(a, user=True) for k, a in _parse(text, path).items()}
+        archs = {**mine, **{k: a for k, a in archs.items() if k not in mine}}
     return archs
+
+
+def _preferred(cands: list[Arch]) -> Arch:
+    """Of entries that fit equally: the user's own (an --arch-file), else the default, else the
+    first."""
+    return next((a for a in cands if a.user), next((a for a in cands if a.default), cands[0]))
 
 
 def _default_for(arch: str, archs: Mapping[str, Arch]) -> Arch | None:
     same = [a for a in archs.values() if a.arch == arch]
-    return next((a for a in same if a.default), same[0] if same else None)
+    return _preferred(same) if same else None
 
 
 def _by_name(name: str, archs: Iterable[Arch]) -> Arch | None:
@@ -195,7 +209,7 @@ def _nearest_memory(cands: list[Arch], total_bytes: Any) -> Arch:
     """Among candidates, the one whose stated capacity is closest (in ratio) to totalGlobalMem
     in GiB."""
     if len(cands) == 1 or not isinstance(total_bytes, (int, float)) or total_bytes <= 0:
-        return next((a for a in cands if a.default), cands[0])
+        return _preferred(cands)
     gib = total_bytes / 2**30
     return min(cands, key=lambda a: abs((a.memory_gb or 0) / gib - 1.0) if a.memory_gb else 1e9)
 
@@ -229,7 +243,7 @@ def _from_agent(dev: Mapping[str, Any], archs: list[Arch]) -> Arch | None:
     cus = dev.get("cu_count")
     if cus:
         same = [a for a in same if a.compute_units == cus] or same
-    return next((a for a in same if a.default), same[0])
+    return _preferred(same)
 
 
 def _from_kernels(names: Iterable[str], archs: Mapping[str, Arch]) -> Arch | None:
@@ -274,18 +288,48 @@ def detect(devices: tuple[dict, ...], vendor: str | None,
 
 
 def override(name: str, extra: Path | None = None) -> Arch:
-    """Resolve `--arch NAME`: a database key, a gfx/sm arch (its default entry) or a
-    product-name match."""
+    """Resolve `--arch NAME`: a database key, a gfx/sm arch (its default entry, or the user's) or
+    a product-name match. An unknown name: KeyError with `unknown_arch`'s line."""
     db = load_archs(extra)
+    hit = find(name, db)
+    if hit is None:
+        raise KeyError(unknown_arch(name, db))
+    return hit
+
+
+def find(name: str, db: Mapping[str, Arch]) -> Arch | None:
+    """The entry `--arch NAME` names in `db`, None when none."""
     wanted = name.strip()
+    if not wanted:
+        return None
     if wanted.lower() in db:
         return db[wanted.lower()]
     hit = _default_for(wanted.lower(), db) or _by_name(wanted, db.values())
-    if hit is None:
-        hit = next((a for a in db.values() if a.name.lower() == wanted.lower()), None)
-    if hit is None:
-        raise KeyError(f"unknown arch {name!r}; known: {', '.join(db)}")
-    return hit
+    return hit or next((a for a in db.values() if a.name.lower() == wanted.lower()), None)
+
+
+def unknown_arch(name: str, db: Mapping[str, Arch], also: Iterable[str] = ()) -> str:
+    """One line for an --arch NAME that names no entry: the closest names, then every key with
+    its target (what --arch takes: a key, a gfx/sm target, a product name)."""
+    names = [*db, *sorted({a.arch for a in db.values()}), *also]
+    close = difflib.get_close_matches(name.strip().lower(), list(dict.fromkeys(names)), n=3,
+                                      cutoff=0.6)
+    hint = f" (closest: {', '.join(close)})" if close else ""
+    known = ", ".join(f"{k} ({a.arch})" for k, a in db.items())
+    return (f"unknown arch {name!r}{hint}; known: {known} (`attrib archs` lists them; "
+            "`attrib archs --template` prints an entry to add yours with --arch-file)")
+
+
+def same_device(given: Arch, traced: Arch | None, how: str) -> bool:
+    """Whether `--arch` (`given`) names the device the trace ran on (`traced`, detected from
+    `how`), so that its figures are measured on it, not projected: the same entry; the same gfx/sm
+    target when only kernel names told it (they carry the target, not the product); or any device
+    when the trace does not say which it ran on (the user's word is all there is)."""
+    if traced is None:
+        return True
+    if how == "kernel_names":
+        return traced.arch == given.arch
+    return traced.key == given.key
 
 
 def arch_table(extra: Path | None = None) -> pl.DataFrame:
@@ -294,9 +338,9 @@ def arch_table(extra: Path | None = None) -> pl.DataFrame:
         "key": a.key, "arch": a.arch, "name": a.name, "vendor": a.vendor, "cus": a.compute_units,
         "peak_bw_gbs": a.peak_bw_gbs, "sustained_bw_gbs": a.sustained_bw_gbs,
         "bf16_tflops": a.peak_tflops("bf16"), "fp8_tflops": a.matrix_tflops.get("fp8"),
-        "derived": ", ".join(a.derived),
+        "derived": ", ".join(a.derived), "user": a.user,
     } for a in load_archs(extra).values()]
     return pl.DataFrame(rows, schema={
         "key": pl.Utf8, "arch": pl.Utf8, "name": pl.Utf8, "vendor": pl.Utf8, "cus": pl.Int64,
         "peak_bw_gbs": pl.Float64, "sustained_bw_gbs": pl.Float64, "bf16_tflops": pl.Float64,
-        "fp8_tflops": pl.Float64, "derived": pl.Utf8})
+        "fp8_tflops": pl.Float64, "derived": pl.Utf8, "user": pl.Boolean})
