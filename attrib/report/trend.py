@@ -6,13 +6,19 @@ cost). Each file is compared with the `window` files before it at the same token
 across a batch change) the way `attrib compare` compares two sides (attrib.report.compare.stats:
 Mann-Whitney U, bootstrap CI of the median change, the earlier files as several base runs); a change
 of batch, of GB/token (by `min_effect_pct` or more) or of the top cause is flagged too.
+
+Each comparison carries its noise band (`noise_pct`): how far the change could be from its
+median and still be no change (its bootstrap CI's reach towards zero), never under
+`min_effect_pct`. The label matches the figures: faster/slower is a change beyond the band
+(compare's verdict), "same" one within it, shown with the band ("same +5.0% (±23%)"); a change
+beyond the band that the test does not confirm reads "unclear".
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from attrib.report.compare import ALPHA, MIN_EFFECT_PCT, SAME, _series, stats
+from attrib.report.compare import ALPHA, CHANGED, MIN_EFFECT_PCT, SAME, _series, stats
 
 SCHEMA_ID = "attrib.trend/1"
 WINDOW = 3
@@ -91,11 +97,13 @@ def trend(docs: list[dict[str, Any]], phase: str = "decode", window: int = WINDO
             before = _series(base, "step_ms", per_token=True)
             now = _series([ph], "step_ms", per_token=True)
             vs = stats(before, now, min_effect_pct).to_dict()
+            vs["noise_pct"] = noise_pct(vs, min_effect_pct)
             if not base:
                 vs["verdict"] = "not comparable: tokens/step changed"
             keys = ("base_ms", "cand_ms", "delta_pct", "p_value", "ci_low_ms", "ci_high_ms",
-                    "verdict")
+                    "noise_pct", "verdict")
             row["vs_previous"] = {"files": len(base), **{k: vs[k] for k in keys}}
+            row["vs_previous"]["label"] = label(row["vs_previous"])
             row["changes"] = _flags(row, rows[-1], vs, min_effect_pct)
         else:
             row["vs_previous"], row["changes"] = None, []
@@ -108,6 +116,33 @@ def trend(docs: list[dict[str, Any]], phase: str = "decode", window: int = WINDO
             "rows": rows, "changed": [r["path"] for r in rows if r["changes"]], "notes": notes}
 
 
+def noise_pct(vs: dict[str, Any], min_effect_pct: float) -> float | None:
+    """The noise band of a comparison, percent of the earlier files' median: the distance from
+    the median change to its CI bound nearer zero (so a change beyond the band is one whose CI
+    excludes zero), at least `min_effect_pct`; None when not tested."""
+    base, delta, lo, hi = vs["base_ms"], vs["delta_ms"], vs["ci_low_ms"], vs["ci_high_ms"]
+    if not base or delta is None or lo is None or hi is None:
+        return None
+    reach = delta - lo if delta >= 0 else hi - delta
+    return round(max(reach / base * 100, min_effect_pct), 1)
+
+
+def label(vs: dict[str, Any] | None) -> str:
+    """The row's "vs before" cell: the verdict its figures bear out, with the change and the
+    noise band."""
+    if vs is None or not vs["files"]:
+        return "-"
+    delta, band = vs["delta_pct"], vs.get("noise_pct")
+    if delta is None:
+        return vs["verdict"] if vs["verdict"] != SAME else "same"
+    change = f"{delta:+.1f}%"
+    if band is None:
+        return f"{vs['verdict']} {change}"
+    word = (vs["verdict"] if vs["verdict"] in CHANGED else
+            "same" if abs(delta) <= band else "unclear")
+    return f"{word} {change} (±{band:.2g}%)"
+
+
 def _cell(v: float | None, fmt: str = "{:.4g}") -> str:
     return "-" if v is None else fmt.format(v)
 
@@ -115,22 +150,19 @@ def _cell(v: float | None, fmt: str = "{:.4g}") -> str:
 def render(doc: dict[str, Any]) -> str:
     """The terminal table of a trend document."""
     head = (f"{'#':>3}  {'captured (UTC)':<20} {'tok/step':>8} {'ms/tok':>8} {'tok/s':>9} "
-            f"{'GB/tok':>9}  {'vs before':<22} top cause")
+            f"{'GB/tok':>9}  {'vs before (± noise)':<27} top cause")
     lines = [f"attrib trend: {doc['files']} files, phase {doc['phase']} (each against the "
-             f"{doc['window']} before it; p < {doc['alpha']}, "
-             f"change >= {doc['min_effect_pct']:g}%)", head]
+             f"{doc['window']} before it; faster/slower: p < {doc['alpha']} and a change beyond "
+             f"its noise band, at least {doc['min_effect_pct']:g}%)", head]
     for i, r in enumerate(doc["rows"]):
-        vs = r["vs_previous"]
-        verdict = "-" if vs is None or not vs["files"] else (
-            vs["verdict"] if vs["verdict"] != SAME else "same") + (
-            f" {vs['delta_pct']:+.1f}%" if vs["delta_pct"] is not None else "")
+        verdict = label(r["vs_previous"])
         c = r["top_cause"]
         share = f" ({c['share']:.0%})" if c and c["share"] is not None else ""
         cause = "-" if c is None else f"{c['cause']}: {c['what']} {c['ms_per_step']:.3g} ms{share}"
         when = str(r["created_utc"] or "-")
         lines.append(f"{i:>3}  {when:<20} {_cell(r['tokens_per_step'], '{}'):>8} "
                      f"{_cell(r['ms_per_token']):>8} {_cell(r['achieved_tok_s']):>9} "
-                     f"{_cell(r['gb_per_token']):>9}  {verdict:<22} {cause}")
+                     f"{_cell(r['gb_per_token']):>9}  {verdict:<27} {cause}")
         lines += [f"{'':>5}! {flag}" for flag in r["changes"]]
         lines.append(f"{'':>5}{r['path']}")
     lines += [f"note: {n}" for n in doc["notes"]]
