@@ -26,7 +26,7 @@ from attrib.cost.budget import Budget
 from attrib.cost.component_bytes import component_table
 from attrib.options import TOP_KERNELS
 from attrib.pipeline import Attribution
-from attrib.roofline.arch import Arch, detect
+from attrib.roofline.arch import ARCH_GIVEN, Arch, detect, load_archs, same_device
 from attrib.roofline.model import kernel_roofline
 from attrib.roofline.tables import phase_figures, roofline_rows
 from attrib.roofline.template import unknown_device_note
@@ -269,11 +269,17 @@ def calibration(arch: Arch) -> dict[str, object] | None:
 def _resolve_device(a: Attribution, arch: Arch | None, arch_from: str | None,
                     arch_file: Path | None, notes: list[str]) -> tuple[Arch | None, str | None]:
     t = a.trace
-    if arch is None:
+    if arch is None or arch_from == "override":
         names = t.kernels["name"].unique().head(20000).to_list()
-        arch, arch_from = detect(t.meta.devices, t.meta.vendor, names, extra=arch_file)
+        traced, how = detect(t.meta.devices, t.meta.vendor, names, extra=arch_file)
+    if arch is None:
+        arch, arch_from = traced, how
         if arch is None:
-            notes.append(unknown_device_note(t.meta.devices))
+            targets = tuple(dict.fromkeys(x.arch for x in load_archs(arch_file).values()))
+            notes.append(unknown_device_note(t.meta.devices, t.meta.path, t.meta.vendor, targets))
+    elif arch_from == "override" and same_device(arch, traced, how, t.meta.vendor):
+        # --arch names the device the trace ran on (or the trace does not say): measured on it
+        arch_from = how if traced is not None and traced.key == arch.key else ARCH_GIVEN
     elif arch_from == "override":
         notes.append(f"what-if: kernel times measured on the traced device, "
                      f"bytes and FLOPs set against "

@@ -291,6 +291,9 @@ def assumed(an: Analysis, model: str | None, capture: str | None,
     if dev.what_if:
         out.append(f"--arch {dev.arch}: a projection onto {dev.name} "
                    "(times measured on the traced device)")
+    elif dev.detected_from == "--arch":   # attrib.roofline.arch.ARCH_GIVEN
+        out.append(f"--arch {dev.arch}: the device it ran on, as given (the trace does not tell "
+                   "it apart)")
     if dev.known and dev.roofline_bw_basis == "peak":
         out.append(f"rooflines at the {dev.peak_bw_gbs:g} GB/s peak (no sustained figure known)")
     est = sorted({c.component for p in an.phases for c in p.component_rows

@@ -95,8 +95,11 @@ def wrap(text: str, width: int | None, indent: str = "", more: str | None = None
                         subsequent_indent=more if more is not None else indent + "  ",
                         break_on_hyphens=False) or [indent.rstrip()]
     if lines is not None and len(out) > lines:
-        out = out[:lines]
-        out[-1] = out[-1][: width - 1] + "…"
+        # wrapped again one narrower: the ellipsis follows a whole word (it cut "Radeon" to "Radeo…")
+        out = textwrap.wrap(text, width=width - 1, initial_indent=indent,
+                            subsequent_indent=more if more is not None else indent + "  ",
+                            break_on_hyphens=False)[:lines]
+        out[-1] += "…"
     return out
 
 

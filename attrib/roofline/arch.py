@@ -34,6 +34,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
+ARCH_GIVEN = "--arch"   # detected_from of a device --arch named that the trace could not tell apart
 _REQUIRED = ("arch", "name", "vendor", "wave_size", "compute_units", "num_sms_reported",
              "compute_major", "compute_minor", "peak_bw_gbs")
 
@@ -320,13 +321,14 @@ def unknown_arch(name: str, db: Mapping[str, Arch], also: Iterable[str] = ()) ->
             "`attrib archs --template` prints an entry to add yours with --arch-file)")
 
 
-def same_device(given: Arch, traced: Arch | None, how: str) -> bool:
+def same_device(given: Arch, traced: Arch | None, how: str, vendor: str | None = None) -> bool:
     """Whether `--arch` (`given`) names the device the trace ran on (`traced`, detected from
     `how`), so that its figures are measured on it, not projected: the same entry; the same gfx/sm
-    target when only kernel names told it (they carry the target, not the product); or any device
-    when the trace does not say which it ran on (the user's word is all there is)."""
+    target when only kernel names told it (they carry the target, not the product); or, when the
+    trace does not say which it ran on, any device of the trace's `vendor` (the user's word is all
+    there is; a rocprof trace did not run on an NVIDIA part)."""
     if traced is None:
-        return True
+        return vendor is None or given.vendor == vendor
     if how == "kernel_names":
         return traced.arch == given.arch
     return traced.key == given.key

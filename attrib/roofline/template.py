@@ -77,13 +77,27 @@ def template(device: Mapping[str, Any] | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def unknown_device_note(devices: tuple[Mapping[str, Any], ...]) -> str:
-    """The note of an analysis whose device is not in the database."""
+def unknown_device_note(devices: tuple[Mapping[str, Any], ...], path: str | None = None,
+                        vendor: str | None = None, targets: tuple[str, ...] = ()) -> str:
+    """The note of an analysis whose device is not in the database: with a device record, how to
+    add it; without one (a rocprofv3 CSV without its agent_info.csv, say), precisely what to
+    pass: the database target (of `targets`) the trace's path names, else the targets of its
+    vendor."""
     d = devices[0] if devices else {}
     keys = ("name", "product_name", "computeMajor", "computeMinor", "numSms", "warpSize",
             "cu_count")
     what = ", ".join(f"{k} {d[k]}" for k in keys if d.get(k) not in (None, ""))
-    record = what or "no device record in the trace"
-    return (f"device not in the database ({record}): no rooflines, ceilings or "
+    if not what:
+        named = [t for t in dict.fromkeys(re.findall(r"gfx\d{3,4}[a-z]?|sm_\d{2,3}", path or ""))
+                 if t in targets]
+        prefix = {"amd": "gfx", "nvidia": "sm_"}.get(vendor or "", "")
+        if len(named) == 1:
+            arg = f"--arch {named[0]} (the target its path names)"
+        else:
+            arg = "--arch NAME, one of " + ", ".join(t for t in targets if t.startswith(prefix))
+        return (f"device unknown: the trace records none (no device record, no gfx target in its "
+                f"kernel names): pass the device it ran on, {arg}, and its rooflines and "
+                "ceilings are measured on it (`attrib archs` lists the names)")
+    return (f"device not in the database ({what}): no rooflines, ceilings or "
             "achieved-vs-peak checks; `attrib archs --template --trace TRACE` prints an entry to "
             "fill in, then pass it with --arch-file (or measure against a known chip with --arch)")

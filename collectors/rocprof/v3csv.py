@@ -148,7 +148,10 @@ def read_group(path: Path, files: dict[str, Path]) -> Trace:
     if "agent_info" in files:
         devices = _devices(read_csv(files["agent_info"], warnings))
     else:
-        warnings.append("no agent_info.csv beside the trace: device properties unknown")
+        parts = split_name(files.get("kernel_trace") or next(iter(files.values())))
+        want = f"{parts[0]}_agent_info.csv" if parts and parts[0] else "agent_info.csv"
+        warnings.append(f"no {want} beside the trace (rocprofv3 writes one per process): the "
+                        "trace does not record the device it ran on")
     return finish(path, FORMAT, devices=devices, vendor_from="rocprofv3 CSV output",
                   warnings=warnings, runtime={"profiler": "rocprofv3"}, **tables)
 
