@@ -53,7 +53,8 @@ def test_bandwidth_basis_and_peaks():
     archs = load_archs()
     assert archs["radeon-8060s"].bandwidth() == (212.0, "sustained")
     assert archs["r9700"].bandwidth() == (611.8, "sustained")
-    assert archs["h200-sxm"].bandwidth() == (4800.0, "peak")        # no sustained figure known
+    assert archs["h200-sxm"].bandwidth() == (4272.0, "sustained")   # copy, measured (tests/fixtures/calibrate)
+    assert archs["h100-sxm"].bandwidth() == (3350.0, "peak")        # no sustained figure known
     assert archs["radeon-8060s"].peak_tflops("fp8") is None         # no FP8 WMMA on gfx11
     assert archs["r9700"].peak_tflops("fp8_e4m3fn") == 382.7        # cost-model dtype names map to table keys
     assert archs["h100-sxm"].peak_tflops("fp32") == 66.9            # matrix table lacks fp32: vector fallback

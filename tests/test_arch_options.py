@@ -4,6 +4,7 @@ exit 2, in every command (issue 38, item 1). Real fixtures as the commands' inpu
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -122,3 +123,44 @@ def test_trend_takes_arch(tmp_path):
     out = tmp_path / "t.json"
     assert main(["trend", str(ROLLING), "--arch", "h200-sxm", "--format", "json", "-o", str(out)]) == 0
     assert out.read_text().count('"path"') == 7
+
+
+def _h200_entry(capsys, tmp_path: Path) -> Path:
+    """The user's entry for the H200 of the example trace: `attrib archs --template --trace`,
+    its blanks filled and its commented sustained figure given, as the template says."""
+    assert main(["archs", "--template", "--trace", str(EXAMPLE_TRACE)]) == 0
+    text = capsys.readouterr().out
+    assert "[nvidia-h200]" in text and "match_names = ['NVIDIA H200']" in text
+    text = (text.replace("# sustained_bw_gbs = <measured copy GB/s (rocm_bandwidth_test, nvbandwidth)>",
+                         "sustained_bw_gbs = 4100")
+            .replace('# sustained_source = "<how it was measured>"', 'sustained_source = "our own copy loop"'))
+    path = tmp_path / "nvidia-h200.toml"
+    path.write_text(fill(text, peak_bw_gbs="4800", sources='["NVIDIA H200 datasheet"]', bf16="989.4",
+                         fp16="989.4", fp32="66.9"))
+    return path
+
+
+def test_the_users_entry_wins_over_the_bundled_one_for_its_device(capsys, tmp_path):
+    """Issue 38 item 3: the bundled `h200-sxm` (match_names 'H200(?! NVL)') won over the user's
+    `nvidia-h200` made from the same trace; the user's entry now describes the device."""
+    mine = _h200_entry(capsys, tmp_path)
+    out = tmp_path / "a.json"
+    assert main(["analyze", str(EXAMPLE_TRACE), "--arch-file", str(mine), "--format", "json", "-o", str(out)]) == 0
+    dev = json.loads(out.read_text())["device"]
+    assert (dev["key"], dev["detected_from"]) == ("nvidia-h200", "deviceProperties")
+    assert (dev["roofline_bw_gbs"], dev["roofline_bw_basis"], dev["peak_bw_gbs"]) == (4100, "sustained", 4800)
+    assert dev["sustained_source"] == "our own copy loop"
+    # without the file: the bundled entry, at its measured sustained figure
+    assert main(["analyze", str(EXAMPLE_TRACE), "--format", "json", "-o", str(out), "--force"]) == 0
+    dev = json.loads(out.read_text())["device"]
+    assert (dev["key"], dev["roofline_bw_gbs"], dev["roofline_bw_basis"]) == ("h200-sxm", 4272.0, "sustained")
+    # --arch of the target picks the user's entry too; naming it is measuring on the traced device
+    assert main(["analyze", str(EXAMPLE_TRACE), "--arch-file", str(mine), "--arch", "sm_90",
+                 "--format", "json", "-o", str(out), "--force"]) == 0
+    dev = json.loads(out.read_text())["device"]
+    assert (dev["key"], dev["detected_from"]) == ("nvidia-h200", "deviceProperties")
+    # `attrib archs` lists the user's entry first, marked with its file
+    assert main(["archs", "--arch-file", str(mine)]) == 0
+    rows = capsys.readouterr().out.splitlines()
+    assert rows[1].startswith("nvidia-h200 ") and rows[1].endswith(f"[{mine}]")
+    assert not any(r.endswith(f"[{mine}]") for r in rows[2:])

@@ -87,7 +87,8 @@ def test_h200_entry_is_the_sustained_roof_of_analyze(tmp_path):
     assert any("4382 GB/s as the sustained roof, measured by attrib calibrate" in n for n in dev["notes"])
     plain = analyze(TRACE).to_dict()
     ph, ph0 = dev["phases"][-1], plain["phases"][-1]
-    assert ph0["ceiling_tok_s"] / ph["ceiling_tok_s"] == pytest.approx(4800 / 4382, rel=1e-3)
+    # the bundled entry's roof is the copy figure of this same calibration (4272): the user's wins
+    assert ph0["ceiling_tok_s"] / ph["ceiling_tok_s"] == pytest.approx(4272 / 4382, rel=1e-3)
 
 
 def test_progress_bar_draws_only_on_a_terminal():

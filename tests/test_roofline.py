@@ -1,8 +1,9 @@
 """Roofline over per-kernel / per-component rows and per-phase ceilings, with hand-computed figures.
 
 Bytes/FLOPs are those the cost model gives for real fixture shapes (see test_cost.py); arch figures
-come from attrib/data/archs.toml (H200: peak 4800 GB/s, no sustained figure, bf16 989.4 TFLOP/s;
-Radeon 8060S: sustained 212 of 256 GB/s, no FP8 matrix unit).
+come from attrib/data/archs.toml (H200: sustained 4272 of 4800 GB/s, measured, bf16 989.4 TFLOP/s;
+H100: peak 3350 GB/s, no sustained figure; Radeon 8060S: sustained 212 of 256 GB/s, no FP8 matrix
+unit).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import pytest
 from attrib.roofline.arch import override
 from attrib.roofline.model import ADDED, achieved_gbs, kernel_roofline, phase_ceiling
 
-H200, STRIX = override("h200-sxm"), override("gfx1151")
+H200, H100, STRIX = override("h200-sxm"), override("h100-sxm"), override("gfx1151")
 Q_PROJ = {"bytes": 16_826_368.0, "flops": 67_108_864.0, "dtype": "bf16"}     # decode q_proj, x[4,1,2048]
 QKV_PREFILL = {"bytes": 218_103_808.0, "flops": 412_316_860_416.0, "dtype": "bf16"}  # [8192,4096]x[4096,6144]
 
@@ -24,16 +25,31 @@ def _one(arch, ms, **row) -> dict:
     return out.row(0, named=True)
 
 
-def test_memory_bound_decode_gemv_on_h200_uses_peak():
+def test_memory_bound_decode_gemv_on_h200_uses_its_sustained_bandwidth():
     r = _one(H200, 0.01, **Q_PROJ)
     assert r["achieved_gbs"] == pytest.approx(1682.6368)          # 16,826,368 B / 10 us
     assert r["achieved_tflops"] == pytest.approx(6.7108864)
     assert r["intensity"] == pytest.approx(67_108_864 / 16_826_368)
-    # memory term 16,826,368 / 4800e9 s = 0.0035054933 ms >> compute 67,108,864 / 989.4e12 s = 6.8e-5 ms
-    assert r["bound"] == "memory" and r["bw_basis"] == "peak"
-    assert r["roofline_ms"] == pytest.approx(0.0035054933)
-    assert r["gap_ms"] == pytest.approx(0.01 - 0.0035054933)
+    # memory term 16,826,368 / 4272e9 s = 0.0039387566 ms >> compute 67,108,864 / 989.4e12 s = 6.8e-5 ms
+    assert r["bound"] == "memory" and r["bw_basis"] == "sustained"
+    assert r["roofline_ms"] == pytest.approx(0.0039387566)
+    assert r["gap_ms"] == pytest.approx(0.01 - 0.0039387566)
     assert r["inconsistent"] is None
+
+
+def test_a_device_without_a_sustained_figure_uses_its_peak():
+    r = _one(H100, 0.01, **Q_PROJ)
+    # 16,826,368 / 3350e9 s = 0.0050227964 ms
+    assert r["bw_basis"] == "peak" and r["roofline_ms"] == pytest.approx(0.0050227964)
+    assert phase_ceiling(2_620_519_456, 4, H100)[1] == pytest.approx(4 / (2_620_519_456 / 3.35e12))
+
+
+def test_above_sustained_below_peak_is_a_result():
+    """An lm_head GEMV at 4389.7 GB/s (the H200 sampler capture's decode row): above the 4272 GB/s
+    sustained roof, under the 4800 peak: kept, a negative gap (no time to recover), not nulled."""
+    r = _one(H200, 622_637_824 / 4389.7e6, bytes=622_637_824.0, flops=622_329_856.0, dtype="bf16")
+    assert r["achieved_gbs"] == pytest.approx(4389.7) and r["inconsistent"] is None
+    assert r["gap_ms"] < 0 and r["roofline_ms"] == pytest.approx(622_637_824 / 4272e6)
 
 
 def test_sustained_bandwidth_on_strix_halo():
@@ -90,7 +106,7 @@ def test_per_component_rows_keep_their_columns():
                        "dtype": ["bf16", "bf16"]})
     out = kernel_roofline(df, H200)
     assert out["component"].to_list() == ["qkv_proj", "moe_experts"]
-    assert out["roofline_ms"].to_list() == pytest.approx([168_493_056 / 4.8e9, 1_654_784_000 / 4.8e9])
+    assert out["roofline_ms"].to_list() == pytest.approx([168_493_056 / 4.272e9, 1_654_784_000 / 4.272e9])
     assert out["achieved_gbs"].to_list() == pytest.approx([842.46528, 3309.568])
 
 
@@ -98,7 +114,7 @@ def test_phase_ceiling():
     # Qwen3-MoE fixture budget: 2,620,519,456 B per decode step, 4 tokens -> 0.655129864 GB/token
     gb, ceil = phase_ceiling(2_620_519_456, 4, H200)
     assert gb == pytest.approx(0.655129864)
-    assert ceil == pytest.approx(4 / (2_620_519_456 / 4.8e12))      # 7326.79 tok/s at peak (no sustained figure)
+    assert ceil == pytest.approx(4 / (2_620_519_456 / 4.272e12))    # 6520.84 tok/s at the sustained 4272 GB/s
     assert phase_ceiling(2_620_519_456, 4, STRIX)[1] == pytest.approx(323.59996, rel=1e-6)   # at 212 GB/s
     # dense fixture: 5,097,812,032 B for 8 tokens
     assert phase_ceiling(5_097_812_032, 8, STRIX)[1] == pytest.approx(8 * 212e9 / 5_097_812_032)
@@ -108,8 +124,8 @@ def test_phase_ceiling():
 
 
 def test_rows_without_dtype_get_memory_roofline_only():
-    out = kernel_roofline(pl.DataFrame({"ms": [1.0], "bytes": [4.8e9], "flops": [1e12]}), H200)
-    assert out.row(0, named=True)["roofline_ms"] == pytest.approx(1.0)        # 4.8 GB at 4800 GB/s
+    out = kernel_roofline(pl.DataFrame({"ms": [1.0], "bytes": [4.272e9], "flops": [1e12]}), H200)
+    assert out.row(0, named=True)["roofline_ms"] == pytest.approx(1.0)        # 4.272 GB at 4272 GB/s
     assert out.row(0, named=True)["bound"] == "memory"
 
 

@@ -53,8 +53,11 @@ def test_decode_gb_per_token_and_weights_match_the_analytic_figures(moe):
         assert c[comp]["bytes"] == pytest.approx(weights, rel=0.05), comp
     assert c["moe_experts"]["bytes"] == pytest.approx(EXPERTS_W, rel=0.05)
     assert c["lm_head"]["bound"] == "memory" and c["lm_head"]["achieved_gbs"] > 1000
-    assert ph["ceiling_tok_s"] == pytest.approx(B / (ph["bytes_per_step"] / 4800e9), rel=1e-4)
+    # at the H200's measured sustained 4272 GB/s (the peak, 4800, beside it)
+    assert ph["ceiling_tok_s"] == pytest.approx(B / (ph["bytes_per_step"] / 4272e9), rel=1e-4)
     assert moe["device"]["arch"] == "sm_90" and moe["device"]["detected_from"] == "deviceProperties"
+    assert (moe["device"]["roofline_bw_gbs"], moe["device"]["roofline_bw_basis"]) == (4272.0, "sustained")
+    assert moe["device"]["peak_bw_gbs"] == 4800.0
 
 
 def test_what_if_onto_gfx1151_uses_its_sustained_bandwidth(tmp_path):
@@ -179,8 +182,8 @@ def test_arch_file_entry_with_a_measured_bandwidth_is_detected(tmp_path):
     """A user's own measurement of the H200 (same key) replaces the database entry in detection."""
     text = (Path(__file__).resolve().parents[1] / "attrib" / "data" / "archs.toml").read_text()
     section = text[text.index("[h200-sxm]"):]
-    section = section.replace('sustained_source = "none found; roofline uses the peak"',
-                              'sustained_bw_gbs = 4000.0\nsustained_source = "my stream benchmark"')
+    assert section.count("sustained_bw_gbs = 4272.0") == 1
+    section = section.replace("sustained_bw_gbs = 4272.0", "sustained_bw_gbs = 4000.0")
     mine = tmp_path / "mine.toml"
     mine.write_text(section)
     out = tmp_path / "m.json"

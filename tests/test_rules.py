@@ -204,17 +204,17 @@ def test_memory_bound_gap_lists_components_below_half_the_roofline() -> None:
     f = fired("h200_moe_eager")["roofline-memory-bound-gap"]
     ev = f.evidence
     assert (
-        f.severity == "info" and ev["roofline_bw_gbs"] == 4800.0
-    )  # 0.9 of a 97.6 ms step and ev["roofline_bw_basis"] == "peak"
+        f.severity == "info" and ev["roofline_bw_gbs"] == 4272.0 and ev["roofline_bw_basis"] == "sustained"
+    )  # 0.9 of a 97.6 ms step, at the H200's measured sustained bandwidth
     comps = {c["component"]: c for c in ev["components"]}
     assert set(comps) == {"moe_experts", "norm"}
     assert comps["moe_experts"]["achieved_gbs"] == pytest.approx(2040, rel=0.02)
     assert comps["norm"]["fraction_of_roofline"] < 0.01
-    # each gap by hand from the document's figures: priced ms per step less bytes at the 4800 GB/s peak
+    # each gap by hand from the document's figures: priced ms per step less bytes at the sustained 4272 GB/s
     dec = {c["component"]: c for c in doc("h200_moe_eager")["phases"][-1]["components"]}
     for name, c in comps.items():
         d = dec[name]
-        assert c["gap_ms"] == pytest.approx(d["ms"] * d["bytes_known_share"] - d["bytes"] / 4800e9 * 1e3, abs=2e-3), name
+        assert c["gap_ms"] == pytest.approx(d["ms"] * d["bytes_known_share"] - d["bytes"] / 4272e9 * 1e3, abs=2e-3), name
     # the same kernels against gfx1151's 212 GB/s: the experts run far above it, the norms still below
     comps = {c["component"] for c in fired("h200_moe_eager", "gfx1151")["roofline-memory-bound-gap"].evidence["components"]}
     assert comps == {"norm"}

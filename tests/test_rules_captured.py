@@ -150,7 +150,7 @@ def test_p10_single_pass_decode_attention_at_16k_keys_and_quiet_below_8k_or_with
     gbs = att["bytes"].sum() / att["dur_ns"].sum()  # bytes per ns = GB/s
     assert f.evidence["attention_ms_per_step"] == pytest.approx(ms, rel=1e-3)
     assert f.evidence["achieved_gbs"] == pytest.approx(gbs, rel=1e-2) and gbs < 0.2 * 4800
-    floor = att["bytes"].sum() / steps / 4800e9 * 1e3
+    floor = att["bytes"].sum() / steps / 4272e9 * 1e3   # at the H200's sustained roof (archs.toml)
     assert f.ms_per_step == pytest.approx(ms - floor, rel=1e-2) and f.ms_per_step > 10 * floor
     # keys from the ops' shapes: the prompt plus the decode steps so far (the last step attends to the most)
     assert 16384 < f.evidence["keys"] <= 16384 + 6 and not f.projection
@@ -176,7 +176,7 @@ def test_p02_fp8_decode_gemms_on_128x128_tiles_and_bf16_on_small_tiles_stay_quie
     assert set(big["component"]) == {"qkv_proj", "o_proj", "mlp_gate_up", "mlp_down"}
     assert f.evidence["share_of_decode"] == pytest.approx(big["dur_ns"].sum() / dec["dur_ns"].sum(), abs=1e-3)
     assert f.evidence["tile_waste"] == 128 / 4 and not f.projection
-    ms, floor = big["dur_ns"].sum() / 1e6 / steps, big["bytes"].sum() / 4800e9 * 1e3 / steps
+    ms, floor = big["dur_ns"].sum() / 1e6 / steps, big["bytes"].sum() / 4272e9 * 1e3 / steps
     assert f.ms_per_step == pytest.approx(ms - floor, rel=1e-3) and 0 < f.ms_per_step < ms
     for quiet in ("sampler_b1_v152k", "qwen3next_decode", "deepseekv3_decode", "sdpa_attn_a"):
         assert "P02-decode-gemm-big-tile" not in _fired(quiet)

@@ -70,7 +70,8 @@ def provenance(p: Mapping[str, JSON]) -> str:
 
 def device_line(dev: Device) -> str:
     bws = (("peak", dev.peak_bw_gbs), ("sustained", dev.sustained_bw_gbs))
-    bw = [f"{k} {v:g} GB/s" for k, v in bws if v]
+    bw = [f"{k} {v:g} GB/s" + (" (the rooflines')" if k == dev.roofline_bw_basis else "")
+          for k, v in bws if v]
     detected = dev.detected_from if dev.known else "unknown"
     return (f"{dev.name or '?'} (arch {dev.arch or '?'}, from {detected})"
             + (f"; {', '.join(bw)}" if bw else ""))

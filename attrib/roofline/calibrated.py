@@ -71,7 +71,7 @@ def entry(cal: Mapping[str, Any]) -> tuple[str, str]:
     roof = sustained(cal["bandwidth_gbs"])
     base = _base(dev)
     skip = {"key", "matrix_tflops", "vector_tflops", "maf_tflops", "measured_tflops",
-            "measured_bw_gbs", "calibrated", "sustained_bw_gbs", "sustained_source"}
+            "measured_bw_gbs", "calibrated", "sustained_bw_gbs", "sustained_source", "user"}
     if base is not None:
         defaults = {f.name: f.default for f in fields(Arch)}
         plain = {f.name: getattr(base, f.name) for f in fields(Arch) if f.name not in skip}
