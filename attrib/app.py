@@ -30,7 +30,8 @@ from attrib.analysis.finding import Finding
 from attrib.analysis.speculative import plain_step_ms
 from attrib.analysis.model import Analysis
 from attrib.options import TOP_KERNELS, Options
-from attrib.pipeline import Attribution, NotOneRun, attribute, attribute_chunks
+from attrib.chunked import NotOneRun, attribute_chunks
+from attrib.pipeline import Attribution, attribute
 from attrib.steps.phases import annotated_spans
 from attrib.roofline.arch import Arch, detect, find, load_archs, override, unknown_arch
 from attrib.report import ranks as ranks_report
@@ -278,7 +279,7 @@ def _big(path: Path) -> bool:
 def bounded(path: str | Path, opts: Options = Options(),
             steps: int = CHUNK_STEPS) -> Attribution | None:
     """The attribution of a Kineto trace read from disk `steps` annotated steps at a time
-    (collectors.kineto_spill, attrib.pipeline.attribute_chunks): what it holds is bounded by a
+    (collectors.kineto_spill, attrib.chunked.attribute_chunks): what it holds is bounded by a
     chunk. None where the trace must be read whole: not Kineto, a graph-capture trace given, no
     step annotations, no GPU kernels (the whole reader says what it read), a document the
     streaming reader cannot cut, or anything the whole-trace reader would warn about."""
@@ -298,7 +299,7 @@ def bounded(path: str | Path, opts: Options = Options(),
             def window(c: Chunk) -> Trace:
                 return spill.window(c.host, c.gpu)
             a = attribute_chunks(chunks, window, marks, dict(opts.phase_map), opts.budget,
-                                 gather=True)
+                                 gather=True, reads=rules.reads())
     except (Fallback, Unbounded, TraceError, NotOneRun):  # read whole: that reader says why
         return None
     analyzable(a.trace, path)

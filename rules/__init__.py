@@ -20,7 +20,9 @@ P24, P25 (their signatures live in logs, not traces).
 from __future__ import annotations
 
 from attrib.analysis.model import Analysis
+from attrib.components import rope_table
 from attrib.pipeline import Attribution
+from attrib.reads import Reads, union
 from attrib.threads import each
 from rules import (
     attention,
@@ -149,6 +151,7 @@ CATALOG: tuple[Rule | PairRule, ...] = (
         "CPU ops with shapes (softmax, bmm, SDPA math)",
         (),
         attention.P17_REFS,
+        attention.P17_READS,
     ),
     Rule(
         "P18-llamacpp-mmvq-bandwidth",
@@ -207,6 +210,7 @@ CATALOG: tuple[Rule | PairRule, ...] = (
         "transformers' torch_*_gated_delta_rule / torch_causal_conv1d_*; kernels",
         (),
         linear_attention.REFS,
+        linear_attention.READS,
     ),
     Rule(
         "constant-table-cast-every-step",
@@ -214,6 +218,7 @@ CATALOG: tuple[Rule | PairRule, ...] = (
         "CPU ops with shapes (an fp32 "
         "[>= 4096, <= 512] table cast to 16 bits in the step) and their kernels",
         (),
+        reads=rope_table.READS,
     ),
     Rule(
         "kv-cache-recopied",
@@ -233,6 +238,12 @@ CATALOG: tuple[Rule | PairRule, ...] = (
 )
 
 __all__ = ["CATALOG", "DEFAULT", "Finding", "PairRule", "Rule", "Thresholds", "run", "run_pair"]
+
+
+def reads() -> Reads:
+    """What the rules read by name beyond the kernels' own ops (their `Rule.reads`): the chunked
+    read of a huge trace keeps it."""
+    return union(r.reads for r in CATALOG if isinstance(r, Rule))
 
 
 def _key(f: Finding) -> tuple[float, int]:

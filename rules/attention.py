@@ -20,6 +20,7 @@ from attrib.components.patterns import (
 )
 from attrib.analysis.model import Analysis
 from attrib.pipeline import Attribution
+from attrib.reads import Reads
 from rules.finding import Finding, is_rdna, kernel_ns, kernels_in, kernels_where, ns, num, r
 from rules.thresholds import Thresholds
 
@@ -43,6 +44,9 @@ P17_REFS = (
     "https://github.com/ROCm/flash-attention/issues/27",
     "https://github.com/ROCm/aotriton/issues/16",
 )
+
+# P17: the unfused ops' parents by name (an SDPA math fallback, a softmax)
+P17_READS = Reads(parents=(MATH_SDPA, SOFTMAX_OP))
 
 
 def _seq_dims(dims: str | None) -> list[int]:

@@ -12,6 +12,7 @@ import polars as pl
 from attrib.analysis.finding import SEVERITIES, Finding
 from attrib.analysis.model import Analysis
 from attrib.pipeline import Attribution
+from attrib.reads import Reads
 from attrib.trace import SMALL_ROWS, as_text, engine
 from attrib.steps.phases import TOKEN_PHASES
 from rules.thresholds import Thresholds
@@ -31,13 +32,15 @@ def _applies(archs: tuple[str, ...], arch_name: str | None) -> bool:
 
 class Rule(msgspec.Struct, frozen=True):
     """A catalog entry: id, the function, the archs it applies to (prefixes; empty = every device),
-    what it needs from a trace, and its references."""
+    what it needs from a trace, its references, and the ops, calls and frames it reads by name
+    (the chunked read of a huge trace keeps those: attrib.chunked)."""
 
     id: str
     fn: RuleFn
     needs: str
     archs: tuple[str, ...] = ()
     references: tuple[str, ...] = ()
+    reads: Reads = Reads()  # what it reads by name beyond the kernels' own ops (attrib.reads)
 
     def applies(self, arch_name: str | None) -> bool:
         return _applies(self.archs, arch_name)

@@ -20,6 +20,7 @@ import polars as pl
 
 from attrib.components.patterns import BLOCKING_COPY, SYNC
 from attrib.pipeline import Attribution
+from attrib.reads import Reads
 from rules.finding import kernels_in, steps_in
 from rules.intervals import Spans, covered, merge, spans
 
@@ -42,6 +43,9 @@ REFS = {
     "synchronization": ("https://github.com/warpfront/hipfire/pull/239",),
 }
 ALL_REFS = tuple(dict.fromkeys(u for refs in REFS.values() for u in refs))
+
+# idle_causes: blocking copies and synchronizing calls by name
+READS = Reads(calls=(BLOCKING_COPY, SYNC))
 
 
 def _step_causes(

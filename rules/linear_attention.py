@@ -12,8 +12,10 @@ import polars as pl
 from attrib.link.nesting import innermost
 from attrib.analysis.model import Analysis
 from attrib.pipeline import Attribution
+from attrib.reads import Reads, union
 from attrib.components.patterns import FALLBACK_FRAME
 from rules.finding import Finding, kernels_in, ns, num, r
+from rules import idle
 from rules.idle import idle_causes
 from rules.thresholds import Thresholds
 
@@ -29,6 +31,10 @@ REFS = (
     "https://github.com/Dao-AILab/causal-conv1d",
     "https://github.com/unslothai/unsloth/pull/6850",
 )
+
+# the fallbacks' frames, the runtime calls of kernels launched inside them, idle_causes'
+READS = union([idle.READS, Reads(frames=(FALLBACK_FRAME,),
+                                 kernel_calls_if_frames=(FALLBACK_FRAME,))])
 
 
 def _in_fallback(a: Attribution, k: pl.DataFrame) -> pl.DataFrame:

@@ -1,5 +1,5 @@
 """A trace attributed a few steps at a time gives what the whole trace gives (attrib.steps.chunks,
-attrib.pipeline.attribute_in_chunks), on real captures: a host that runs ahead of the GPU, tensor
+attrib.chunked.attribute_in_chunks), on real captures: a host that runs ahead of the GPU, tensor
 parallel, a compile, blocking copies, prefill then decode."""
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ import polars as pl
 import pytest
 
 from attrib.app import analysis
-from attrib.pipeline import Attribution, attribute, attribute_in_chunks
+from attrib.chunked import attribute_in_chunks
+from attrib.pipeline import Attribution, attribute
 from attrib.steps.chunks import plan, window
 from attrib.steps.ledger import Facts, facts
 from attrib.steps.phases import annotated_spans
@@ -93,7 +94,7 @@ def test_in_id_order_is_concat_unique_sort() -> None:
     """The kept tables' merge, built a column at a time with its text re-made from the distinct
     values, equals concat + first row of each id + id order: parts that overlap (as halo chunks
     do), out of order, one part lacking a column (nulls there), text with nulls."""
-    from attrib.pipeline import _in_id_order
+    from attrib.chunked import _in_id_order
 
     ops = load(CASES[-1][0]).ops
     n = ops.height
@@ -111,7 +112,7 @@ def test_in_id_order_is_concat_unique_sort() -> None:
 def test_in_id_order_keeps_parts_that_are_one_run() -> None:
     """Parts whose ids run in one increasing sequence (each chunk's own rows, in order) are the
     table as they stand, their chunks kept (no copy); one row out of place, and they are merged."""
-    from attrib.pipeline import _in_id_order
+    from attrib.chunked import _in_id_order
 
     ops = load(CASES[-1][0]).ops.sort("id")
     n = ops.height

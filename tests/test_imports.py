@@ -1,7 +1,8 @@
 """The import contract: the folders are the data flow and imports go one way (read from the source, AST).
 
     contract (attrib.trace, attrib.errors, attrib.bounds, attrib.output, attrib.version, attrib.threads) < names (attrib.components.patterns)
-    < link < steps < components < cost < roofline < pipeline < options < analysis < rules < report
+    < link < steps < components < cost < roofline < pipeline < chunked < options < analysis < rules
+    < report
     < app < sweep < cli
 
 A module may import its own layer and earlier ones. `collectors` sit beside the chain: they import
@@ -33,6 +34,7 @@ ORDER = (
     "cost",
     "roofline",
     "pipeline",
+    "chunked",
     "options",
     "analysis",
     "rules",
@@ -43,8 +45,10 @@ ORDER = (
 )
 RANK = {name: i for i, name in enumerate(ORDER)}
 CONTRACT = {"attrib", "attrib.trace", "attrib.errors", "attrib.output", "attrib.version",
-            "attrib.threads", "attrib.bounds"}  # threads: a leaf every stage may run its independent parts with;
-# bounds: the domain of every number read from outside (readers, cost models and the CLI check the same)
+            "attrib.threads", "attrib.bounds", "attrib.reads"}
+# threads: a leaf every stage may run its independent parts with;
+# bounds: the domain of every number read from outside (readers, cost models and the CLI check the same);
+# reads: what the stages and rules read by name (the chunked read keeps it: attrib.chunked)
 NAMES = {"attrib.components.patterns"}  # the one home of kernel-name patterns: a leaf every stage reads
 TOP_LEVEL = {
     "__init__.py",
@@ -55,6 +59,8 @@ TOP_LEVEL = {
     "version.py",
     "threads.py",
     "pipeline.py",
+    "chunked.py",
+    "reads.py",
     "options.py",
     "app.py",
     "sweep.py",
@@ -77,7 +83,7 @@ EXCEPTIONS = {("attrib/__init__.py", "attrib.app"), ("attrib/__init__.py", "attr
 LAZY_OURS = {
     ("attrib/app.py", "attrib.steps.chunks"),  # the chunked read of a trace of BOUNDED_BYTES+
     ("attrib/app.py", "collectors.kineto_spill"),
-    ("attrib/pipeline.py", "attrib.steps.chunks"),  # attribute_in_chunks
+    ("attrib/chunked.py", "attrib.steps.chunks"),  # attribute_in_chunks
     # collectors' capture, wrap and measure_device (module __getattr__): reading needs none
     *(("collectors/__init__.py", f"collectors.{m}")
       for m in ("sampled", "torch_capture", "calibrate")),

@@ -8,6 +8,7 @@ import gzip
 from pathlib import Path
 
 import orjson
+import polars as pl
 import pytest
 
 from attrib.app import analysis, attribution, bounded
@@ -85,3 +86,24 @@ def test_cli_chunk_steps(capsys: pytest.CaptureFixture[str]) -> None:
     assert docs[0] == docs[1]
     assert main(["analyze", str(DEMO), "--chunk-steps", "-1"]) == 2
     assert "--chunk-steps" in capsys.readouterr().err
+
+
+def test_the_chunked_read_keeps_what_the_rules_declare() -> None:
+    """The pipeline knows no rule (issue 40): the ops, runtime calls and frames a chunked read
+    keeps beyond the kernels' own ops are what the stages and the rules declare (attrib.reads).
+    An op no one declares is not kept; declared, every one of them in the trace is."""
+    from attrib.chunked import attribute_chunks
+    from attrib.reads import Reads
+
+    def read(reads: Reads) -> set[int]:
+        with Spill.read(DEMO) as spill:
+            marks = spill.markers()
+            chunks = plan(annotated_spans(marks), 2)
+            a = attribute_chunks(chunks, lambda c: spill.window(c.host, c.gpu), marks,
+                                 gather=True, reads=reads)
+        return set(a.trace.ops.filter(a.trace.ops["name"] == "aten::empty")["id"].to_list())
+
+    every = set(load(DEMO).ops.filter(pl.col("name") == "aten::empty")["id"].to_list())
+    undeclared, declared = read(Reads()), read(Reads(ops=(r"^aten::empty$",)))
+    assert len(every) > 100 and undeclared < every  # aten::empty launches no kernel: not kept
+    assert declared == every

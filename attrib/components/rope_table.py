@@ -11,7 +11,10 @@ from __future__ import annotations
 import orjson
 import polars as pl
 
+from attrib.reads import Reads
+
 CAST_OPS = r"^aten::_?to(?:_copy)?$|^triton_poi_fused__to_copy"
+READS = Reads(ops=(CAST_OPS,))  # the casts of rotary tables, beside their kernels
 MIN_POSITIONS = 4096   # a table of at least this many rows: positions, not a batch of tokens
 MAX_ROTARY = 512       # and at most this many columns: rotary dims
 _HALF = ("c10::BFloat16", "c10::Half")

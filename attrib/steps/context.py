@@ -5,12 +5,14 @@ prefill.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import orjson
 import polars as pl
 
 from attrib.components.patterns import SDPA, SDPA_ARGS, SDPA_CPU_FLASH
+from attrib.reads import Reads
 from attrib.steps.phases import vllm_sums
 
 # Ops whose input 1 is K laid out [batch, kv_heads, positions, head_dim]: positions = dims[1][-2].
@@ -18,6 +20,7 @@ from attrib.steps.phases import vllm_sums
 SDPA_OPS = (SDPA, SDPA_CPU_FLASH,
             *(n for n in SDPA_ARGS
               if n.startswith("aten::_scaled_dot_product_") and not n.endswith("_math")))
+READS = Reads(ops=tuple(f"^{re.escape(o)}$" for o in SDPA_OPS))  # attention ops with K
 _STEP_CONTEXT = {"step": pl.Int64, "context": pl.Int64}
 
 

@@ -13,10 +13,13 @@ import numpy as np
 import polars as pl
 
 from attrib.components.patterns import COMPILE_SPANS
+from attrib.reads import Reads
 from attrib.trace import Trace
 
 OUTLIER = 3.0
 MIN_STEPS = 4
+
+READS = Reads(ops=(COMPILE_SPANS,), frames=(COMPILE_SPANS,))  # compile and autotune spans
 
 
 def compile_events(trace: Trace) -> pl.DataFrame:

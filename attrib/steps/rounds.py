@@ -20,7 +20,11 @@ from typing import Any
 import orjson
 import polars as pl
 
+from attrib.reads import Reads
 from attrib.steps.speculative import PIECE, kv_lengths
+
+# the sequence cats of a round, and the runtime calls of a pass's kernels (its forward's end)
+READS = Reads(ops=(r"^aten::cat$",), kernel_calls_if_roles=True)
 
 ROUND_COLS = {
     "round": pl.Int64, "span": pl.Utf8, "verify_step": pl.Int64, "drafts": pl.Int64,

@@ -15,15 +15,19 @@ puts draft passes in phase `draft` and verify passes in `decode`.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import orjson
 import polars as pl
 
 from attrib.components.patterns import SDPA
 from attrib.link.launches import module_paths
+from attrib.reads import Reads
 
 PIECE = r"^(?P<parent>.+) forward \d+$"
 ATTENTION_OPS = (SDPA,)  # q [B, H, q, D], k [B, Hkv, L, D]
+READS = Reads(ops=tuple(f"^{re.escape(o)}$" for o in ATTENTION_OPS))
 
 
 def _roots(frames: pl.DataFrame) -> pl.DataFrame:
