@@ -15,6 +15,7 @@ interned_data 12, sequence_flags 13, incremental_state_cleared 41, track_descrip
 
 from __future__ import annotations
 
+import math
 import re
 import struct
 from pathlib import Path
@@ -24,8 +25,9 @@ import polars as pl
 
 from attrib.errors import TraceError
 from attrib.trace import Trace
+from collectors import limits
 
-from ._common import container, finish, read_bytes, total_dims
+from ._common import clean_kernel_name, container, finish, total_dims
 
 FORMAT = "pftrace"
 _SLICE_BEGIN, _SLICE_END, _INSTANT = 1, 2, 3
@@ -36,7 +38,10 @@ class _Truncated(ValueError):
 
 
 def _varint(buf: bytes, i: int, end: int) -> tuple[int, int]:
+    """(value, next offset) of the base-128 varint at i: at most 10 bytes, below 2**64 (a longer
+    one is no protobuf, a ValueError)."""
     value = shift = 0
+    start = i
     while True:
         if i >= end:
             raise _Truncated(i)
@@ -44,10 +49,12 @@ def _varint(buf: bytes, i: int, end: int) -> tuple[int, int]:
         i += 1
         value |= (b & 0x7F) << shift
         if b < 0x80:
+            if value >> 64:
+                raise ValueError(f"varint of more than 64 bits at byte {start}")
             return value, i
         shift += 7
-        if shift > 70:
-            raise ValueError(f"bad varint at byte {i}")
+        if shift >= 70:
+            raise ValueError(f"varint of more than 64 bits at byte {start}")
 
 
 def fields(buf: bytes, start: int = 0, end: int | None = None) -> Iterator[tuple[int, int, object]]:
@@ -55,10 +62,17 @@ def fields(buf: bytes, start: int = 0, end: int | None = None) -> Iterator[tuple
     end = len(buf) if end is None else end
     i = start
     while i < end:
-        key, i = _varint(buf, i, end)
+        key = buf[i]
+        if key < 0x80:  # one-byte keys and values (most of them) without a call
+            i += 1
+        else:
+            key, i = _varint(buf, i, end)
         num, wt = key >> 3, key & 7
         if wt == 0:
-            value, i = _varint(buf, i, end)
+            if i < end and buf[i] < 0x80:
+                value, i = buf[i], i + 1
+            else:
+                value, i = _varint(buf, i, end)
         elif wt == 1:
             if i + 8 > end:
                 raise _Truncated(i)
@@ -139,105 +153,196 @@ def _event(buf: bytes, span, tables) -> dict:
     return ev
 
 
-def slices(buf: bytes) -> tuple[list[dict], int]:
-    """All complete slices (name, cat, track, start_ns, end_ns, args) and the packet count."""
+# The columns each category's table takes from the slices' debug annotations: column -> the
+# annotation names that give it, first present wins (rocprofv3's names, older ones after them).
+COLUMNS: dict[str, dict[str, tuple[str, ...]]] = {
+    "kernel_dispatch": {
+        "correlation": ("corr_id",), "device": ("agent",), "queue": ("queue",),
+        "stream": ("stream_ID",), "tid": ("tid",), "kernel_id": ("kernel_id",),
+        "lds_bytes": ("group_segment_size", "LDS_Block_Size"),
+        "scratch_bytes": ("private_segment_size", "Scratch_Size"),
+        "registers": ("VGPR_Count",), "sgprs": ("SGPR_Count",),
+        "grid_items": ("grid_size",), "block_items": ("workgroup_size",)},
+    "hip_api": {"correlation": ("corr_id",), "tid": ("tid",)},
+    "marker_api": {"tid": ("tid",)},
+    "memory_copy": {"correlation": ("corr_id",), "bytes": ("copy_bytes",),
+                    "stream": ("stream_ID",)},
+}
+
+
+_CHUNK = 50_000  # rows held as Python objects before they become a frame (bounds their memory)
+
+
+def slices(buf: bytes) -> tuple[dict[str, pl.DataFrame | None], int, int]:
+    """The complete slices of each category in COLUMNS as a table (`_frame`; None without
+    slices), the number of slices of every category and the packet count."""
     interned: dict[int, dict[int, dict[int, str]]] = {}
     open_: dict[int, list[dict]] = {}
-    out: list[dict] = []
-    packets = 0
+    out: dict[str, list[tuple]] = {cat: [] for cat in COLUMNS}
+    done: dict[str, list[pl.DataFrame]] = {cat: [] for cat in COLUMNS}
+    n_slices = packets = 0
     for num, wt, span in fields(buf):
         if num != 1 or wt != 2:
             continue
         packets += 1
-        ts, seq, ev_span = None, 0, None
+        ts, seq, ev_span, clock_scoped, cleared = None, 0, None, False, False
+        spans = []
         for n, w, v in fields(buf, *span):
             if n == 8 and w == 0:
                 ts = v
+            elif n == 58 and w == 0 and v >= 64:  # a sequence-scoped (maybe incremental) clock
+                clock_scoped = True
             elif n == 10 and w == 0:
                 seq = v
             elif (n == 13 and w == 0 and v & 1) or (n == 41 and w == 0 and v):
-                interned[seq] = {}
+                cleared = True
             elif n == 12 and w == 2:
-                _interned(buf, v, interned.setdefault(seq, {}))
+                spans.append(v)
             elif n == 11 and w == 2:
                 ev_span = v
+        if cleared:  # before this packet's own interned data (field 12 precedes flags, 13)
+            interned[seq] = {}
+        for v in spans:
+            _interned(buf, v, interned.setdefault(seq, {}))
         if ev_span is None:
             continue
         ev = _event(buf, ev_span, interned.get(seq, {}))
-        ev["ts"] = ts
+        ev["ts"] = None if clock_scoped else ts  # only absolute ns are used
         if ev["type"] == _SLICE_BEGIN:
             open_.setdefault(ev["track"], []).append(ev)
-        elif ev["type"] == _SLICE_END and open_.get(ev["track"]):
+            continue
+        if ev["type"] == _SLICE_END and open_.get(ev["track"]):
             begin = open_[ev["track"]].pop()
-            out.append(_slice(begin, ts))
         elif ev["type"] == _INSTANT:
-            out.append(_slice(ev, ts))
-    return out, packets
+            begin = ev
+        else:
+            continue
+        n_slices += 1
+        cols = COLUMNS.get(begin["cat"] or "")
+        if cols is not None:
+            rows = out[begin["cat"]]
+            rows.append(_row(begin, ev["ts"], cols))
+            if len(rows) >= _CHUNK:
+                done[begin["cat"]].append(_frame(rows, cols))
+                rows.clear()
+    tables = {}
+    for cat, cols in COLUMNS.items():
+        parts = done[cat] + ([_frame(out[cat], cols)] if out[cat] else [])
+        tables[cat] = (pl.concat(parts).sort("start_ns", nulls_last=True, maintain_order=True)
+                       if parts else None)
+    return tables, n_slices, packets
 
 
-def _slice(begin: dict, end_ts: int | None) -> dict:
+def _row(begin: dict, end_ts: int | None, cols: dict[str, tuple[str, ...]]) -> tuple:
     args = begin["args"]
-    start = args.get("begin_ns", begin["ts"])
-    end = args.get("end_ns", end_ts)
-    return {"name": begin["name"], "cat": begin["cat"], "track": begin["track"],
-            "start_ns": start, "end_ns": end, "args": args}
+    start = _num(args.get("begin_ns", begin["ts"]))
+    end = _num(args.get("end_ns", end_ts))
+    values = (_num(next((args[k] for k in keys if k in args), None)) for keys in cols.values())
+    return (begin["name"], start, _dur(start, end), *values)
 
 
-def _num(value) -> int | None:
-    m = re.search(r"-?\d+", str(value)) if value is not None else None
-    return int(m.group()) if m else None
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+# an integer as text: bare, or after a label ("Agent-1", "GPU 0": the writer's agent index)
+_INT_TEXT = re.compile(r"\s*(?:[A-Za-z_]+[- ]?)?(-?\d{1,19})\s*")
 
 
-def _table(rows: list[dict], cols: dict[str, str]) -> pl.DataFrame | None:
-    """Slice rows -> table: fixed columns plus annotation columns renamed by `cols`."""
-    if not rows:
+def _num(value: object) -> int | None:
+    """An annotation value as an Int64: integers in range, integral finite doubles, integer text
+    (a label before it allowed); anything else (a uint64 past 2**63-1 included) is None."""
+    if isinstance(value, bool) or value is None:
         return None
-    data = {
-        "name": [r["name"] for r in rows],
-        "start_ns": [_num(r["start_ns"]) for r in rows],
-        "dur_ns": [(_num(r["end_ns"]) or 0) - (_num(r["start_ns"]) or 0) for r in rows],
-    }
-    for key, col in cols.items():
-        data[col] = [_num(r["args"].get(key)) for r in rows]
-    schema = {c: (pl.Utf8 if c == "name" else pl.Int64) for c in data}
-    return pl.DataFrame(data, schema=schema).sort("start_ns")
+    if isinstance(value, float):
+        if not math.isfinite(value) or value != int(value):
+            return None
+        value = int(value)
+    elif isinstance(value, str):
+        m = _INT_TEXT.fullmatch(value)
+        if m is None:
+            return None
+        value = int(m.group(1))
+    if not isinstance(value, int) or not _INT64[0] <= value <= _INT64[1]:
+        return None
+    return value
+
+
+def _dur(start: int | None, end: int | None) -> int | None:
+    """end - start, None where either is missing or the difference leaves Int64."""
+    if start is None or end is None:
+        return None
+    return _num(end - start)
+
+
+def _frame(rows: list[tuple], cols: dict[str, tuple[str, ...]]) -> pl.DataFrame:
+    """Slice rows (`_row`) -> a table: name, start_ns, dur_ns, then `cols`. A time or value that is
+    missing or not an Int64 is null (the reader boundary, collectors.validate, drops such rows
+    with a warning)."""
+    names = ["name", "start_ns", "dur_ns", *cols]
+    schema = {c: (pl.Utf8 if c == "name" else pl.Int64) for c in names}
+    return pl.DataFrame(rows, schema=schema, orient="row")
+
+
+# The pure-Python decoder reads ~3.5-4.5 MB of trace a second and peaks at ~8 MB of memory per MB
+# read (its tables included), measured on 2 cores with a rocprofv3-layout trace of a real run
+# (tests/test_pftrace.py builds it): past this size a read would take more than ~30 s and ~1 GB
+# (the 364 MB trace that ran for minutes towards 3 GB), so it is refused up front.
+SIZE_LIMIT = 100_000_000
+
+
+def _bounded_bytes(path: Path) -> bytes | bytearray:
+    """The file's content (decompressed), refused past SIZE_LIMIT: a plain file by its size before
+    it is read, a compressed one as soon as its content passes the limit."""
+    flow = limits.Inflow(path)
+    if flow.kind is None:
+        size = limits.check_path(path).st_size
+        if size > SIZE_LIMIT:
+            raise _too_big(path, size)
+        data, _ = limits.read_bytes(path)
+        return data
+    out = bytearray()
+    for part in flow:
+        out += part
+        if len(out) > SIZE_LIMIT:
+            raise _too_big(path, len(out), at_least=True)
+    if flow.cut:
+        raise TraceError(path, f"{flow.kind} data is truncated (the file was cut short); "
+                               "copy it again")
+    return out
+
+
+def _too_big(path: Path, size: int, at_least: bool = False) -> TraceError:
+    what = f"{'over ' if at_least else ''}{size / 1e6:.0f} MB"
+    return TraceError(path, f"Perfetto trace of {what} is past the {SIZE_LIMIT / 1e6:.0f} MB this "
+                            "pure-Python reader decodes in reasonable time and memory; record "
+                            "with rocprofv3 --output-format rocpd (or csv) instead")
 
 
 def read(path: Path) -> Trace:
-    buf = read_bytes(path)
+    buf = _bounded_bytes(path)
     try:
-        rows, packets = slices(buf)
+        tables, n_slices, packets = slices(buf)
     except _Truncated as exc:
         raise TraceError(path, f"Perfetto trace is truncated (a record runs past the end at byte "
                                f"{exc.args[0]} of {len(buf)}; file cut short?)") from None
     except ValueError as exc:
         raise TraceError(path, f"not a Perfetto protobuf trace ({exc})") from None
+    del buf
     if packets == 0:
         raise TraceError(path, "Perfetto trace has no packets")
-    by_cat: dict[str, list[dict]] = {}
-    for r in rows:
-        by_cat.setdefault(r["cat"] or "", []).append(r)
-    kernels = _table(by_cat.get("kernel_dispatch", []), {
-        "corr_id": "correlation", "agent": "device", "queue": "queue", "stream_ID": "stream",
-        "tid": "tid", "kernel_id": "kernel_id", "LDS_Block_Size": "lds_bytes",
-        "Scratch_Size": "scratch_bytes", "VGPR_Count": "registers", "SGPR_Count": "sgprs",
-        "grid_size": "grid_items", "workgroup_size": "block_items"})
+    kernels, launches = tables["kernel_dispatch"], tables["hip_api"]
+    markers, copies = tables["marker_api"], tables["memory_copy"]
     if kernels is not None:  # products only: total workgroups as [n, 1, 1]
         grid, block = total_dims(pl.col("grid_items"), pl.col("block_items"))
         kernels = kernels.with_row_index("id").with_columns(
-            id=pl.col("id").cast(pl.Int64), grid=grid, block=block)
+            id=pl.col("id").cast(pl.Int64), grid=grid, block=block,
+            name=clean_kernel_name(pl.col("name")))
         kernels = kernels.drop("grid_items", "block_items")
-    launches = _table(by_cat.get("hip_api", []), {"corr_id": "correlation", "tid": "tid"})
-    markers = _table(by_cat.get("marker_api", []), {"tid": "tid"})
     if markers is not None:
         markers = markers.with_columns(side=pl.lit("cpu"))
-    copies = _table(by_cat.get("memory_copy", []), {"corr_id": "correlation",
-                                                    "copy_bytes": "bytes", "stream_ID": "stream"})
     if copies is not None:
         copies = copies.with_columns(kind=pl.lit("memcpy"))
     warnings = [] if kernels is not None else ["no kernel_dispatch slices in this Perfetto trace"]
     return finish(path, FORMAT, vendor_from="rocprofv3 pftrace", warnings=warnings,
-                  runtime={"profiler": "rocprofv3"}, events=len(rows), kernels=kernels,
+                  runtime={"profiler": "rocprofv3"}, events=n_slices, kernels=kernels,
                   launches=launches, markers=markers, copies=copies)
 
 
