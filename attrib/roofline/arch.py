@@ -312,7 +312,8 @@ def find(name: str, db: Mapping[str, Arch]) -> Arch | None:
 def unknown_arch(name: str, db: Mapping[str, Arch], also: Iterable[str] = ()) -> str:
     """One line for an --arch NAME that names no entry: the closest names, then every key with
     its target (what --arch takes: a key, a gfx/sm target, a product name)."""
-    names = [*db, *sorted({a.arch for a in db.values()}), *also]
+    whole = (a for a in also if any(c.isdigit() for c in a))  # not a bare prefix ("gfx")
+    names = [*db, *sorted({a.arch for a in db.values()}), *whole]
     close = difflib.get_close_matches(name.strip().lower(), list(dict.fromkeys(names)), n=3,
                                       cutoff=0.6)
     hint = f" (closest: {', '.join(close)})" if close else ""
