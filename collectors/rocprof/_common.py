@@ -256,6 +256,11 @@ def read_csv(path: Path, warnings: list[str]) -> pl.DataFrame:
                          raise_if_empty=False)
     except pl.exceptions.PolarsError as exc:
         raise TraceError(path, f"unreadable CSV ({str(exc).splitlines()[0]})") from None
+    except (MemoryError, pl.exceptions.PanicException) as exc:  # PanicException: BaseException
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise TraceError(path, f"the CSV parser ran out of memory or failed on {len(data) / 1e6:.0f} "
+                               f"MB ({first[:120]}); under a memory limit (ulimit -v) run with "
+                               "POLARS_MAX_THREADS=2, or raise the limit") from None
     return df.rename({c: c.strip().lower() for c in df.columns})
 
 
