@@ -106,24 +106,26 @@ def _phase_of(names: pl.Expr) -> pl.Expr:
             .when(pre > dec).then(pl.lit("prefill")).otherwise(pl.lit("unknown")))
 
 
-def forward_ends(names: list[str], period: int) -> list[int] | None:
+def forward_ends(names: pl.Series, period: int) -> list[int] | None:
     """Positions of the output GEMM that ends each forward pass, when the period found is a layer:
     a GEMM/GEMV name seen at least twice, never twice within two periods, at a steady spacing (the
     lm_head after the layer loop; llama.cpp's Q6_K output GEMV). The latest such name wins; None
-    when there is none (the period already is a forward pass: a decode token loop)."""
-    pos: dict[str, list[int]] = {}
-    for i, n in enumerate(names):
-        pos.setdefault(n, []).append(i)
-    best: list[int] | None = None
-    for n, at in pos.items():
-        if len(at) < 2 or not (_GEMMISH.search(n)):
+    when there is none (the period already is a forward pass: a decode token loop). The positions
+    of each GEMM-like name are grouped by polars: no Python string per kernel (1 M kernels)."""
+    gemmish = names.to_frame("name").with_row_index("i").filter(
+        pl.col("name").str.contains(_GEMMISH.pattern))
+    groups = gemmish.group_by("name").agg(pl.col("i"))["i"]
+    best: np.ndarray | None = None
+    for positions in groups:
+        at = positions.to_numpy().astype(np.int64)
+        if len(at) < 2:
             continue
         spacing = np.diff(at)
         if spacing.min() < 2 * period or spacing.max() > 1.5 * spacing.min():
             continue
         if best is None or at[-1] > best[-1]:
             best = at
-    return best
+    return None if best is None else best.tolist()
 
 
 def split_tokens(kernels: pl.DataFrame, min_period: int = 2) -> pl.DataFrame:
@@ -145,7 +147,7 @@ def split_tokens(kernels: pl.DataFrame, min_period: int = 2) -> pl.DataFrame:
         return k.drop("_row").with_columns(step=pl.lit(None, pl.Int64),
                                            phase=pl.lit(None, pl.Utf8))
     period, phase = found
-    ends = forward_ends(loop["name"].to_list(), period)
+    ends = forward_ends(loop["name"], period)
     if ends is not None:  # one step per forward pass, each ending at its output GEMM
         bounds = [0, *[e + 1 for e in ends[:-1]]]
         partial = True
