@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import stat
 from pathlib import Path
 from typing import IO, Iterator, Sequence
 
@@ -94,9 +95,16 @@ def _sync_folder(folder: Path) -> None:
 def write_files(files: Sequence[tuple[Path, bytes]], force: bool) -> None:
     """Write every (path, data) whole, or leave each path as it was.
 
-    All are staged first, then each is committed. Without `force` a name that appeared since the
+    A FIFO or device among them is written through as it is; a symlink's target is replaced (the
+    link kept). All are staged first, then each is committed. Without `force` a name that appeared since the
     run began is a TraceError (exit 2) and the files this call already created are removed again.
     An OSError is a TraceError naming the file and the cause ("No space left on device")."""
+    through = [(p, d) for p, d in files if not_regular(p)]
+    for p, d in through:
+        _through(p, d)
+    # a symlink's target is written (the link stays a link), under its own name
+    files = [(Path(os.path.realpath(p)) if os.path.islink(p) else p, d)
+             for p, d in files if not not_regular(p)]
     tmps: list[Path] = []
     made: list[Path] = []
     path = files[0][0] if files else Path()
@@ -126,6 +134,26 @@ def _stage(path: Path, data: bytes, tmps: list[Path]) -> None:
         fh.write(data)
         fh.flush()
         os.fsync(fh.fileno())
+
+
+def not_regular(path: Path) -> bool:
+    """Whether `path` is an existing FIFO, device or socket (after symlinks): written through, not
+    replaced."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+
+
+def _through(path: Path, data: bytes) -> None:
+    """`data` written into a FIFO or device as it is (no temporary file, no rename: it keeps its
+    type); an OSError is a TraceError naming it."""
+    try:
+        with open(path, "wb") as fh:
+            fh.write(data)
+    except OSError as exc:
+        raise TraceError(path, f"cannot write: {exc.strerror or exc}") from None
 
 
 def write_file(path: Path, data: bytes | str, force: bool) -> None:

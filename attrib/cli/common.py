@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import gc
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
@@ -14,7 +15,7 @@ import click
 import orjson
 
 from attrib.errors import TraceError
-from attrib.output import write_file
+from attrib.output import not_regular, write_file
 from attrib.report.printable import printable
 from attrib.report.progress import progress
 from attrib.version import __version__
@@ -50,15 +51,58 @@ def parse_phase_map(items: tuple[str, ...]) -> dict[str, str]:
 
 
 def check_output(out: Path | None, force: bool) -> None:
-    """Refuse an output path before any work: an existing file without --force, a missing folder."""
+    """Refuse an output path before any work: an input of the command (whatever the spelling, a
+    symlink, --force or not), an existing file without --force, a missing folder. A FIFO or a
+    device (/dev/stdout, /dev/null) is written through, keeping its type (attrib.output)."""
     if out is None:
         return
+    refuse_inputs(out)
     if out.is_dir():
         raise TraceError(out, "is a directory; give a file name")
+    if not_regular(out):
+        return
     if out.exists() and not force:
         raise TraceError(out, "exists; pass --force to overwrite it")
     if not out.parent.is_dir():
         raise TraceError(out, f"folder {out.parent} does not exist (attrib creates no folders)")
+
+
+def _paths(value: object) -> list[Path]:
+    """The paths a parameter's value names (a Path, or a tuple of them)."""
+    items = value if isinstance(value, (tuple, list)) else (value,)
+    return [v for v in items if isinstance(v, Path)]
+
+
+def inputs(out: Path) -> list[Path]:
+    """The files the running command reads: every path parameter but `out` (a folder stands for
+    the files directly inside it)."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is None:
+        return []
+    given = [p for v in ctx.params.values() for p in _paths(v) if p is not out]
+    files = []
+    for p in given:
+        files.append(p)
+        if p.is_dir():
+            files.extend(f for f in p.iterdir() if f.is_file())
+    return files
+
+
+def _same(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return os.path.realpath(a) == os.path.realpath(b)
+
+
+def refuse_inputs(out: Path) -> None:
+    """A TraceError where `out` is (after symlinks and `..`) one of the command's inputs: an
+    input is never an output, --force or not (a trace is often the only copy of a capture)."""
+    for src in inputs(out):
+        if (out.exists() or os.path.lexists(out)) and _same(out, src) or (
+                os.path.realpath(out) == os.path.realpath(src)):
+            raise TraceError(out, f"is an input of this command ({src}); attrib never writes "
+                                  "over its input: give the output another name")
 
 
 def warn(path: object, message: str) -> None:

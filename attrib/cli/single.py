@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 from attrib.cli import numbers
 from attrib.cli.common import (apply, arch_options, check_output, cli, loading, output_options,
-                               parse_phase_map, phase_map_option, warn, write)
+                               parse_phase_map, phase_map_option, refuse_inputs, warn, write)
 
 ANALYSIS_ARCH = ("The device: the one the trace ran on where the trace does not say (its figures "
                  "measured on it), or another chip (a what-if: rooflines projected onto it).")
@@ -188,6 +188,7 @@ def _tables(r: Renderer, trace: Path, o: dict) -> None:
         raise UsageError(f"--format {r.name} writes files: give -o "
                          + ("FILE.xlsx" if r.binary is not None else "DIR (a new or empty folder)"))
     if r.folder is not None:
+        refuse_inputs(out)
         check_folder(out, o["force"])
     else:
         check_output(out, o["force"])

@@ -31,7 +31,9 @@ def render(an: Analysis) -> bytes:
     idx = pl.DataFrame({"sheet": list(frames), "rows": [df.height for df in frames.values()],
                         "description": [DESCRIBE[n] for n in frames]})
     buf = io.BytesIO()
-    with Workbook(buf, {"in_memory": True}) as wb:
+    # names come from the trace (untrusted): a cell of text is text, never a formula or a link
+    options = {"in_memory": True, "strings_to_formulas": False, "strings_to_urls": False}
+    with Workbook(buf, options) as wb:
         idx.write_excel(wb, worksheet="index", autofit=True)
         for name, df in frames.items():
             df.write_excel(wb, worksheet=name, autofit=True)
