@@ -89,6 +89,7 @@ def inputs(out: Path) -> list[Path]:
 
 
 def _same(a: Path, b: Path) -> bool:
+    """The same file (a hard link too); where one is missing, the same path after symlinks."""
     try:
         return os.path.samefile(a, b)
     except OSError:
@@ -99,8 +100,7 @@ def refuse_inputs(out: Path) -> None:
     """A TraceError where `out` is (after symlinks and `..`) one of the command's inputs: an
     input is never an output, --force or not (a trace is often the only copy of a capture)."""
     for src in inputs(out):
-        if (out.exists() or os.path.lexists(out)) and _same(out, src) or (
-                os.path.realpath(out) == os.path.realpath(src)):
+        if _same(out, src):
             raise TraceError(out, f"is an input of this command ({src}); attrib never writes "
                                   "over its input: give the output another name")
 
