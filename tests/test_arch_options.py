@@ -162,5 +162,5 @@ def test_the_users_entry_wins_over_the_bundled_one_for_its_device(capsys, tmp_pa
     # `attrib archs` lists the user's entry first, marked with its file
     assert main(["archs", "--arch-file", str(mine)]) == 0
     rows = capsys.readouterr().out.splitlines()
-    assert rows[1].startswith("nvidia-h200 ") and rows[1].endswith(f"[{mine}]")
-    assert not any(r.endswith(f"[{mine}]") for r in rows[2:])
+    assert rows[1].startswith("nvidia-h200 ") and rows[1].endswith("[--arch-file]")
+    assert not any(r.endswith("[--arch-file]") for r in rows[2:]) and f"[--arch-file]: {mine}" in rows

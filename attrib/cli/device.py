@@ -70,18 +70,28 @@ def archs(arch_name: str | None, arch_file: Path | None, show_template: bool,
     t = arch_table(arch_file)
     if arch_name is not None:
         t = t.filter(t["key"] == override(arch_name, arch_file).key)
-    head = (f"{'key':<14}{'arch':<9}{'CUs':>5}{'peak GB/s':>11}{'sust. GB/s':>12}"
-            f"{'bf16 TF':>9}{'fp8 TF':>8}  name")
-    click.echo(head)
-    for r in t.iter_rows(named=True):
-        def f(x, fmt="{:g}"):
-            return "-" if x is None else fmt.format(x)
-        ident = f"{r['key']:<14}{r['arch']:<9}{r['cus']:>5}"
-        bws = f"{f(r['peak_bw_gbs']):>11}{f(r['sustained_bw_gbs']):>12}"
-        tfs = f"{f(r['bf16_tflops']):>9}{f(r['fp8_tflops']):>8}"
-        mine = f" [{arch_file}]" if r["user"] else ""
-        click.echo(printable(f"{ident}{bws}{tfs}  {r['name']}{mine}"))
-    click.echo("derived and unverified figures are listed per entry in attrib/data/archs.toml")
+    from attrib.report.table import Cut, grid, terminal_width, wrap
+
+    def f(x: object, fmt: str = "{:g}") -> str:
+        return "-" if x is None else fmt.format(x)
+    rows = [(r["key"], r["arch"], f(r["cus"]), f(r["peak_bw_gbs"]), f(r["sustained_bw_gbs"]),
+             f(r["bf16_tflops"]), f(r["fp8_tflops"]),
+             r["name"] + (f" {USER_MARK}" if r["user"] else ""))
+            for r in t.iter_rows(named=True)]
+    width, cut = terminal_width(), Cut()
+    lines = grid(ARCHS_HEAD, rows, width, ARCHS_DROP, "name", "", sentence=True, cut=cut,
+                 left=("arch",), min_flex=32)
+    if arch_file is not None:  # the file whole, on its own line (a name cell may be cut)
+        lines.append(f"{USER_MARK}: {arch_file}")
+    lines += wrap("derived and unverified figures are listed per entry in attrib/data/archs.toml",
+                  width)
+    for line in lines + cut.footer(width):
+        click.echo(printable(line))
+
+
+USER_MARK = "[--arch-file]"  # an entry of the user's --arch-file
+ARCHS_HEAD = ("key", "arch", "CUs", "peak GB/s", "sust. GB/s", "bf16 TF", "fp8 TF", "name")
+ARCHS_DROP = ("CUs", "fp8 TF", "arch")  # then the name is cut at its end
 
 
 def _sizes(text: str) -> tuple[int, ...]:
@@ -182,9 +192,13 @@ def rules_cmd(arch_name: str | None, arch_file: Path | None) -> None:
     Example: attrib rules --arch gfx1151"""
     from attrib.app import catalog
 
+    from attrib.report.table import terminal_width, wrap
+
+    width = terminal_width()
     for r in catalog(arch_name, arch_file):
-        click.echo(f"{r['id']}  [archs: {r['archs']}]\n    needs: {r['needs']}")
-        for ref in r["references"]:
-            click.echo(f"    {ref}")
+        lines = wrap(f"{r['id']}  [archs: {r['archs']}]", width, more="    ")
+        lines += wrap(f"needs: {r['needs']}", width, "    ", "      ")
+        lines += [x for ref in r["references"] for x in wrap(str(ref), width, "    ", "      ")]
+        click.echo("\n".join(lines))
 
 

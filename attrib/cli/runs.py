@@ -128,7 +128,10 @@ traces: tuple[Path, ...], phase: str, fmt: str | None, phase_map: tuple[str, ...
     if not res.rows:
         raise UsageError(f"no {phase} steps with a known context in two or more traces: "
                          "nothing to fit (" + "; ".join(res.notes) + ")")
-    text = slope_render.FORMATS[fmt](res, plots_mod.slope_plots(res) if fmt == "html" else {})
+    if fmt == "table":
+        text = slope_render.render_table(res, _width(output))
+    else:
+        text = slope_render.FORMATS[fmt](res, plots_mod.slope_plots(res) if fmt == "html" else {})
     write(printable_lines(text) if fmt == "table" else text, output, force)
 
 
@@ -192,7 +195,8 @@ def ranks_cmd(traces: tuple[Path, ...], fmt: str | None, link_gbs: float | None,
     with progress(f"analyzing {len(paths)} ranks"):
         doc = merge_ranks(paths, opts, link_gbs, warn=warn)
     text = {"json": dump, "md": ranks_render.render_markdown,
-            "table": lambda d: printable_lines(ranks_render.render_table(d))}[fmt](doc)
+            "table": lambda d: printable_lines(ranks_render.render_table(d, _width(output)))
+            }[fmt](doc)
     write(text, output, force)
 
 
@@ -254,7 +258,8 @@ def trend(
     doc = trend_mod.trend(docs, phase, window, min_effect)
     if not doc["rows"]:
         raise UsageError(f"{folder}: no {phase!r} phase in any of its {len(files)} traces")
-    write(dump(doc) if fmt == "json" else printable_lines(trend_mod.render(doc)), output, force)
+    text = dump(doc) if fmt == "json" else printable_lines(trend_mod.render(doc, _width(output)))
+    write(text, output, force)
 
 
 
@@ -335,6 +340,13 @@ def sweep(traces: tuple[Path, ...], jobs: int | None, ray_address: str | None, f
     return 0
 
 
+def _width(out: Path | None) -> int | None:
+    """The terminal's width for a table on stdout (None in a file: nothing cut)."""
+    from attrib.report.table import terminal_width
+
+    return terminal_width() if out is None else None
+
+
 def _sweep_write(table: Any, fmt: str, out: Path | None, force: bool) -> None:
     """The sweep table in format FMT on stdout or as OUT (a markdown report's plots beside it)."""
     import io
@@ -348,7 +360,7 @@ def _sweep_write(table: Any, fmt: str, out: Path | None, force: bool) -> None:
         table.write_parquet(buf)
         return write_file(out, buf.getvalue(), force) if out is not None else None
     text = {"csv": lambda: table.write_csv(), "json": lambda: dump(document(table)),
-            "table": lambda: sweep_render.render_table(table)}.get(fmt)
+            "table": lambda: sweep_render.render_table(table, _width(out))}.get(fmt)
     if text is not None:
         return write(text(), out, force)
     note = None if plots_mod.available() else plots_mod.MISSING

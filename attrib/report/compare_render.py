@@ -11,7 +11,7 @@ from attrib.report.compare import CHANGED, Comparison, PhaseComparison, Row, Sta
 from attrib.report import speculative as spec_report
 from attrib.report.html import CSS, escape
 from attrib.report.markdown import esc, table as md_table
-from attrib.report.table import grid, wrap
+from attrib.report.table import Cut, grid, wrap
 
 HEAD = ("row", "base ms", "cand ms", "delta ms", "delta %", "p", "95% CI of delta (ms)", "verdict",
         "per token")
@@ -52,13 +52,35 @@ def rows(ph: PhaseComparison) -> list[tuple[str, ...]]:
     return [_cells(r) for r in (ph.step, *ph.components)]
 
 
-def _cut(v: object, width: int = 70) -> str:
-    return fmt.short(fmt.ev(v), width)
+def _pair(a: object, b: object, width: int = 70) -> tuple[str, str]:
+    """Two differing values, each shortened to `width` keeping the part where they differ (the
+    shared start and end are cut first: `fmt.apart`), so the two never read the same."""
+    x, y = fmt.apart([fmt.ev(a), fmt.ev(b)], width)
+    return x, y
 
 
-def header_lines(c: Comparison) -> list[str]:
+def verdict_lines(c: Comparison) -> list[str]:
+    """The verdict, first in every format: per phase the step's change and its verdict (and the
+    cause), whether the sides are a matched baseline, the gate's outcome."""
+    out = []
+    for ph in c.phases:
+        s = ph.step.stats
+        change = (f"step {fmt.num(s.base_ms, '{:.4f}')} -> {fmt.num(s.cand_ms, '{:.4f}')} ms "
+                  f"({_pct(s.delta_pct)}, p {fmt.num(s.p_value, '{:.3g}')})")
+        out.append(f"verdict {ph.phase}: {_verdict(s)}, {change}"
+                   + (f"; cause: {ph.cause}" if ph.cause else ""))
+    if c.provenance_diff["mismatch"]:
+        out.append("verdict: the two sides are NOT A MATCHED BASELINE (below: what differs)")
+    return out + gate_lines(c)
+
+
+def header_lines(c: Comparison, width: int | None = None) -> list[str]:
+    """The sides' traces and stamps; with `width`, each trace's path shortened to fit a line,
+    keeping the part where the paths differ (two paths never read the same)."""
     d = c.provenance_diff
-    out = [f"base: {', '.join(c.base_traces)}", f"cand: {', '.join(c.cand_traces)}"]
+    names = fmt.apart([*c.base_traces, *c.cand_traces], None if width is None else width - 6)
+    base, cand = names[:len(c.base_traces)], names[len(c.base_traces):]
+    out = [f"base: {', '.join(base)}", f"cand: {', '.join(cand)}"]
     if d["mismatch"]:
         out.append("NOT A MATCHED BASELINE: " + "; ".join(
             f"{m['key']}: {fmt.ev(m['base'])} vs {fmt.ev(m['cand'])}" for m in d["mismatch"]))
@@ -69,7 +91,7 @@ def header_lines(c: Comparison) -> list[str]:
         out.append(f"no provenance stamp: {', '.join(d['unstamped'])}")
     if d["other"]:
         out.append("other differences: " + "; ".join(
-            f"{o['key']}: {_cut(o['base'])} vs {_cut(o['cand'])}" for o in d["other"]))
+            "{}: {} vs {}".format(o["key"], *_pair(o["base"], o["cand"])) for o in d["other"]))
     for w in d["within_side"]:
         out.append(f"within {w['side']}: {w['key']} differs ({fmt.ev(w['values'])})")
     out.append(f"run-to-run variance: {c.run_to_run_variance}")
@@ -115,23 +137,28 @@ def finding_lines(c: Comparison) -> list[str]:
 
 
 def render_table(c: Comparison, width: int | None = None) -> str:
-    """The terminal table; with `width`, every line fits it (prose wraps, columns drop in DROP's
-    order, then row names shorten in the middle)."""
-    lines = [x for line in header_lines(c) for x in wrap(line, width)]
+    """The terminal table, its verdict first; with `width`, every line fits it (prose wraps,
+    columns drop in DROP's order with a footer naming them, then row names shorten)."""
+    cut = Cut()
+    lines = [x for line in verdict_lines(c) + [""] + header_lines(c, width)
+             for x in wrap(line, width)]
     for ph in c.phases:
         lines += [""] + wrap(f"== {ph.phase}: " + "; ".join(phase_lines(ph)), width)
-        lines += grid(HEAD, rows(ph), width, DROP, "row")
-    tail = [f"note: {n}" for n in c.notes] + finding_lines(c) + gate_lines(c)
-    return "\n".join(lines + [x for line in tail for x in wrap(line, width)]) + "\n"
+        lines += grid(HEAD, rows(ph), width, DROP, "row", cut=cut, table=ph.phase, apart=True)
+    tail = [f"note: {n}" for n in c.notes] + finding_lines(c)
+    lines += [x for line in tail for x in wrap(line, width)]
+    return "\n".join(lines + cut.footer(width, ", or `--format md`")) + "\n"
 
 
 def render_markdown(c: Comparison) -> str:
-    out = ["# attrib compare", ""] + [f"- {esc(x)}" for x in header_lines(c)]
+    out = ["# attrib compare", ""] + [f"**{esc(x)}**  " for x in verdict_lines(c)]
+    out += [""] + [f"- {esc(x)}" for x in header_lines(c)]
     for ph in c.phases:
         out += ["", f"## {esc(ph.phase)}", ""] + [f"- {esc(x)}" for x in phase_lines(ph)] + [""]
         out += md_table(HEAD, rows(ph))
+    out += [""] * bool(c.notes or c.findings)
     out += [f"- note: {esc(n)}" for n in c.notes] + [f"- {esc(x)}" for x in finding_lines(c)]
-    return "\n".join(out + [x for g in gate_lines(c) for x in ("", f"**{esc(g)}**")]) + "\n"
+    return "\n".join(out) + "\n"
 
 
 def _html_table(ph: PhaseComparison) -> str:
@@ -155,12 +182,12 @@ def render_html(c: Comparison, plots: Mapping[str, str] | None = None) -> str:
         return (f"<h2>{escape(ph.phase)}</h2>"
                 + "".join(f"<p>{escape(x)}</p>" for x in phase_lines(ph))
                 + (f'<div class="plot">{svg}</div>' if svg else "") + _html_table(ph))
-    body = ("<h1>attrib compare</h1><div class=stamp>"
+    verdict = "".join(f"<p><b>{escape(x)}</b></p>" for x in verdict_lines(c))
+    body = (f'<section id="summary"><h1>attrib compare</h1>{verdict}</section><div class=stamp>'
             + "".join(f"<div>{escape(x)}</div>" for x in header_lines(c)) + "</div>"
             + "".join(phase(ph) for ph in c.phases)
             + "".join(f"<p class=muted>note: {escape(n)}</p>" for n in c.notes)
-            + "".join(f"<p>{escape(x)}</p>" for x in finding_lines(c))
-            + "".join(f"<p><b>{escape(g)}</b></p>" for g in gate_lines(c)))
+            + "".join(f"<p>{escape(x)}</p>" for x in finding_lines(c)))
     return ("<!DOCTYPE html><html lang=en><head><meta charset=utf-8><title>attrib compare</title>"
             f"<style>{CSS}{ROW_CSS}</style></head><body><main>{body}</main></body></html>\n")
 

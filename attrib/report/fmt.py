@@ -5,7 +5,7 @@ everything is read from the typed Analysis.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from attrib.analysis.finding import JSON, Finding, count
@@ -39,6 +39,53 @@ def short(name: str, width: int | None, end: bool = False) -> str:
     head = -(-2 * (width - 1) // 3)
     tail = width - 1 - head
     return name[:head] + "…" + (name[-tail:] if tail else "")
+
+
+def _common(names: Sequence[str]) -> tuple[int, int]:
+    """The lengths of the prefix and the suffix all `names` share (not overlapping)."""
+    first, shortest = names[0], min(len(n) for n in names)
+    pre = 0
+    while pre < shortest and all(n[pre] == first[pre] for n in names):
+        pre += 1
+    suf = 0
+    while suf < shortest - pre and all(n[-1 - suf] == first[-1 - suf] for n in names):
+        suf += 1
+    return pre, suf
+
+
+def apart(names: Sequence[str], width: int | None) -> list[str]:
+    """`names` each shortened to `width`, keeping the part where they differ: the prefix and suffix
+    they all share are cut first (the prefix keeps its end, the suffix its start, next to what
+    differs), the differing part only when it alone is too long (in the middle, `short`). Two names
+    that differ only in their middle stay told apart (`short` alone would cut that middle)."""
+    names = list(names)
+    if width is None or all(len(n) <= width for n in names):
+        return names
+    if len(set(names)) < 2:
+        return [short(n, width) for n in names]
+    pre, suf = _common(names)
+    out = []
+    for n in names:
+        if len(n) <= width:
+            out.append(n)
+            continue
+        head, mid, tail = n[:pre], n[pre:len(n) - suf], n[len(n) - suf:]
+        room = width - len(mid)
+        if room < 2 * bool(head) + 2 * bool(tail):
+            out.append(("…" if head else "") + short(mid, width - bool(head) - bool(tail))
+                       + ("…" if tail else ""))
+            continue
+        # the tail keeps up to a third of the room, the head the rest (each with its ellipsis)
+        t = min(len(tail), max(room // 3, 2 if tail else 0)) if tail else 0
+        h = room - t
+        if h >= len(head):
+            h, t = len(head), min(len(tail), room - len(head))
+        elif t < len(tail) and h + t < room:
+            t = room - h
+        left = head if h >= len(head) else "…" + head[len(head) - h + 1:] if h > 1 else "…"
+        right = tail if t >= len(tail) else tail[:t - 1] + "…" if t > 1 else "…"
+        out.append(left + mid + right)
+    return out
 
 
 def ev(v: Any) -> str:

@@ -97,11 +97,6 @@ def _step_lines(doc: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
     return head, rows
 
 
-def _grid(head: list[str], rows: list[list[str]]) -> str:
-    w = [max(len(x) for x in col) for col in zip(head, *rows)]
-    return "\n".join("  ".join(c.rjust(n) for c, n in zip(r, w)) for r in [head, *rows]) + "\n"
-
-
 def _link_line(doc: Mapping[str, Any]) -> str:
     link = doc["link"]
     gbs = link.get("gbs")
@@ -110,15 +105,35 @@ def _link_line(doc: Mapping[str, Any]) -> str:
     return f"link: {gbs:g} GB/s per direction ({link.get('from')})"
 
 
-def render_table(doc: Mapping[str, Any]) -> str:
-    """The terminal table: per phase and rank, then per step side by side."""
+# on a terminal too narrow for a table, its columns go in this order (the per-step table: each
+# rank's wait/transfer/latency from the last rank, then the skew, then the ranks' step ms past r1)
+PHASE_DROP = ("latency ms", "transfer ms", "comm ms", "slowest", "steps")
+
+
+def _step_drop(head: list[str]) -> tuple[str, ...]:
+    split = [h for h in head if h.endswith("wait/xfer/lat")]
+    ms = [h for h in head if h.startswith("r") and h.endswith(" ms")]
+    return (*reversed(split), "skew ms", *reversed(ms[2:]))
+
+
+def render_table(doc: Mapping[str, Any], width: int | None = None) -> str:
+    """The terminal table: per phase and rank, then per step side by side; with `width`, every
+    line fits it (prose wraps, columns drop with a footer naming them)."""
+    from attrib.report.table import Cut, grid, wrap
+
     c = doc["collectives"]
-    out = [f"{doc['world_size']} ranks; clock: {doc['clock']}", _link_line(doc),
-           f"collectives: {c['matched']} of {c['issued']} matched across ranks by order"
-           f" ({c['priced']} with bus bytes)", "", _grid(_HEAD, _phase_lines(doc))]
+    cut = Cut()
+    out = [x for line in (f"{doc['world_size']} ranks; clock: {doc['clock']}", _link_line(doc),
+                          f"collectives: {c['matched']} of {c['issued']} matched across ranks by "
+                          f"order ({c['priced']} with bus bytes)") for x in wrap(line, width)]
+    out += [""] + grid(tuple(_HEAD), [tuple(r) for r in _phase_lines(doc)], width, PHASE_DROP,
+                       None, "", cut=cut, table="per phase")
     head, rows = _step_lines(doc)
-    out += ["per step (ms; wait/transfer/latency of the step's collectives):", _grid(head, rows)]
-    out += [f"note: {n}" for n in doc["notes"]]
+    out += ["", *wrap("per step (ms; wait/transfer/latency of the step's collectives):", width)]
+    out += grid(tuple(head), [tuple(r) for r in rows], width, _step_drop(head), None, "",
+                cut=cut, table="per step", left=("phase",))
+    out += [x for n in doc["notes"] for x in wrap(f"note: {n}", width)]
+    out += cut.footer(width, ", or `--format md`")
     return "\n".join(out).rstrip() + "\n"
 
 

@@ -7,15 +7,22 @@ from collections.abc import Callable, Mapping
 
 import orjson
 
+from attrib.report import fmt
 from attrib.report.html import CSS, escape
 from attrib.report.slope import Slope
+from attrib.report.table import Cut, grid, wrap
 
 HEAD = ("component", "us/1k ctx", "95% CI", "intercept us", "r2", "n")
 
 
-def _trace_lines(s: Slope) -> list[str]:
-    return [f"{tr.path}: {tr.steps} {s.phase} steps, context {tr.context_min}..{tr.context_max}"
+def _trace_lines(s: Slope, width: int | None = None) -> list[str]:
+    """A line per trace; with `width`, its path shortened to keep the part where the paths
+    differ (fmt.apart)."""
+    rest = [f": {tr.steps} {s.phase} steps, context {tr.context_min}..{tr.context_max}"
             f" ({tr.context_from or 'unknown'})" for tr in s.traces]
+    room = None if width is None else max(width - 2, 24)  # a path on its first line, whole
+    paths = fmt.apart([str(tr.path) for tr in s.traces], room)
+    return [p + r for p, r in zip(paths, rest)]
 
 
 def body_rows(s: Slope) -> list[tuple[str, ...]]:
@@ -38,14 +45,21 @@ def summary_lines(s: Slope) -> list[str]:
     return out
 
 
-def render_table(s: Slope) -> str:
-    lines = _trace_lines(s)
-    body = body_rows(s)
-    widths = [max(len(r[i]) for r in [HEAD, *body]) for i in range(len(HEAD))]
-    lines += ["", f"== {s.phase} time per step against context: t = a + b*L"]
-    lines += ["   " + "  ".join(c.ljust(widths[0]) if i == 0 else c.rjust(widths[i])
-                                for i, c in enumerate(r)) for r in [HEAD, *body]]
-    lines += summary_lines(s) + [f"note: {n}" for n in s.notes]
+# on a terminal too narrow for the table, its columns go in this order (then component names
+# shorten in the middle)
+DROP = ("intercept us", "n", "r2", "95% CI")
+
+
+def render_table(s: Slope, width: int | None = None) -> str:
+    """The terminal table; with `width`, every line fits it (paths shorten where they agree, prose
+    wraps, columns drop in DROP's order with a footer naming them)."""
+    cut = Cut()
+    lines = [x for line in _trace_lines(s, width) for x in wrap(line, width, more="  ")]
+    lines += [""] + wrap(f"== {s.phase} time per step against context: t = a + b*L", width)
+    lines += grid(HEAD, body_rows(s), width, DROP, "component", cut=cut)
+    lines += [x for line in summary_lines(s) + [f"note: {n}" for n in s.notes]
+              for x in wrap(line, width)]
+    lines += cut.footer(width, ", or `--format json`")
     return "\n".join(lines) + "\n"
 
 

@@ -8,11 +8,13 @@ from typing import Any
 
 import polars as pl
 
+from attrib.report import fmt
 from attrib.report import plots as plots_mod
 from attrib.report.html import CSS, escape
 from attrib.report.markdown import esc, table as md_table
 from attrib.report.printable import printable
-from attrib.report.sweep import FIGURES, KEYS, routing, varying
+from attrib.report.sweep import FIGURES, INT_KEYS, KEYS, routing, varying
+from attrib.report.table import Cut, grid, wrap
 
 UNITS = {"achieved_tok_s": "tok/s achieved", "ceiling_tok_s": "tok/s ceiling",
          "gb_per_token": "GB/token", "step_ms": "step ms"}
@@ -46,22 +48,41 @@ def _routing_rows(r: pl.DataFrame) -> tuple[list[str], list[tuple[str, ...]]]:
     return head, _grid(r, head)
 
 
-def render_table(df: pl.DataFrame) -> str:
-    """A fixed-width terminal table and the routing rule."""
+# on a terminal too narrow for the table, its columns go in this order (then the trace names
+# shorten, keeping the part where they differ); the keys that vary stay: they tell the rows apart
+DROP = ("top_cause", "ceiling_tok_s", "gb_per_token", "micro_batch", "context", "step_ms")
+ROUTING_DROP = ("configurations", "runner_up_tok_s", "context")
+
+
+def render_table(df: pl.DataFrame, width: int | None = None) -> str:
+    """A terminal table and the routing rule; with `width`, every line fits it (prose wraps,
+    columns drop in DROP's order with a footer naming them, trace names shorten)."""
     cols = _columns(df)
-    grid = [tuple(cols), *_grid(df, cols)]
-    lines = [f"attrib sweep: {df['trace'].n_unique()} traces, {df.height} rows; "
-             f"every row: {_constant(df)}"]
-    lines += _aligned(grid)
-    head, rows = _routing_rows(routing(df))
-    lines += ["", "routing rule (highest achieved tok/s per workload shape and phase):"]
-    lines += _aligned([tuple(head), *rows])
+    cut = Cut()
+    traces = df["trace"].unique(maintain_order=True).to_list()
+    lines = wrap(f"attrib sweep: {len(traces)} traces, {df.height} rows; "
+                 f"every row: {_constant(df)}", width)
+    rows = _grid(df, cols)
+    pre, suf = fmt._common(traces) if len(traces) > 1 and width is not None else (0, 0)
+    if pre + suf and width is not None and _need(cols, rows) > width:
+        # the trace names' shared start and end said once; each row keeps what differs
+        lines += wrap(f"trace: {traces[0][:pre]}…{traces[0][len(traces[0]) - suf:]}", width)
+        rows = [("…" * bool(pre) + r[0][pre:len(r[0]) - suf] + "…" * bool(suf), *r[1:])
+                for r in rows]
+    lines += grid(tuple(cols), rows, width, DROP, "trace", "", cut=cut, table="table",
+                  left=("phase", *(k for k in KEYS if k not in INT_KEYS)), apart=True)
+    head, rrows = _routing_rows(routing(df))
+    lines += ["", *wrap("routing rule (highest achieved tok/s per workload shape and phase):",
+                        width)]
+    lines += grid(tuple(head), rrows, width, ROUTING_DROP, "winner", "", cut=cut,
+                  table="routing rule", left=("phase",))
+    lines += cut.footer(width, ", or `--format md`")
     return "".join(printable(line) + "\n" for line in lines)
 
 
-def _aligned(grid: Sequence[tuple[str, ...]]) -> list[str]:
-    widths = [max(len(r[i]) for r in grid) for i in range(len(grid[0]))]
-    return ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in grid]
+def _need(cols: Sequence[str], rows: Sequence[tuple[str, ...]]) -> int:
+    return sum(max(len(r[i]) for r in [tuple(cols), *rows]) for i in range(len(cols))) \
+        + 2 * (len(cols) - 1)
 
 
 def plot_names(df: pl.DataFrame) -> list[tuple[str, str]]:

@@ -40,24 +40,52 @@ def terminal_width() -> int:
     return shutil.get_terminal_size((PIPE_WIDTH, 24)).columns
 
 
+class Cut:
+    """What the terminal tables of one output left out to fit its width: (table, column) pairs and
+    the width that shows every column (`footer` says both)."""
+
+    def __init__(self) -> None:
+        self.dropped: list[tuple[str, str]] = []
+        self.need = 0
+
+    def footer(self, width: int | None, more: str = "") -> list[str]:
+        """One line (wrapped) naming the columns left out and how to see them; none when nothing
+        was left out. `more`: another way to see them (", or `--format md`")."""
+        if not self.dropped or width is None:
+            return []
+        tables: dict[str, list[str]] = {}
+        for table, col in self.dropped:
+            cols = tables.setdefault(table, [])
+            if col not in cols:
+                cols.append(col)
+        same: dict[tuple[str, ...], list[str]] = {}  # tables that lost the same columns, together
+        for t, cs in tables.items():
+            same.setdefault(tuple(cs), []).append(t)
+        named = "; ".join(f"{', '.join(ts)}: {', '.join(cs)}" if any(ts) else ", ".join(cs)
+                          for cs, ts in same.items())
+        return wrap(f"left out to fit {width} columns: {named} (COLUMNS={self.need} shows them"
+                    f"{more})", width)
+
+
+def _need(head: Row, rows: Sequence[Row], cols: Sequence[int], indent: int) -> int:
+    widths = sum(max(len(r[i]) for r in [head, *rows]) for i in cols)
+    return indent + widths + 2 * (len(cols) - 1)
+
+
 def _keep(head: Row, rows: Sequence[Row], width: int | None, drop: Sequence[str],
-          flex: str | None, indent: int) -> tuple[list[int], int | None]:
+          flex: str | None, indent: int, min_flex: int = MIN_FLEX
+          ) -> tuple[list[int], int | None]:
     """The columns to print and the width of the flex column (None: whole)."""
     keep = list(range(len(head)))
-
-    def need(cols: list[int]) -> int:
-        widths = sum(max(len(r[i]) for r in [head, *rows]) for i in cols)
-        return indent + widths + 2 * (len(cols) - 1)
-
     gone = list(drop)
     while True:
-        over = need(keep) - width if width is not None else 0
+        over = _need(head, rows, keep, indent) - width if width is not None else 0
         if over <= 0:
             return keep, None
         fi = head.index(flex) if flex in head else None
         if fi is not None and fi in keep:
             fw = max(len(r[fi]) for r in [head, *rows]) - over
-            if fw >= MIN_FLEX or not gone:
+            if fw >= min_flex or not gone:
                 return keep, max(fw, len(head[fi]), 4)
         if not gone:
             return keep, None
@@ -67,22 +95,33 @@ def _keep(head: Row, rows: Sequence[Row], width: int | None, drop: Sequence[str]
 
 
 def grid(head: Row, rows: Sequence[Row], width: int | None = None, drop: Sequence[str] = (),
-         flex: str | None = None, indent: str = "   ", sentence: bool = False) -> list[str]:
-    """Columns padded to their widest cell: the first, the last and the flex one left-aligned, the
-    others right-aligned; to fit `width`, `drop` columns go in order, then `flex` is shortened (in
-    the middle; at its end when it is a `sentence`)."""
-    keep, fw = _keep(head, rows, width, drop, flex, len(indent))
+         flex: str | None = None, indent: str = "   ", sentence: bool = False,
+         cut: Cut | None = None, table: str = "", left: Sequence[str] = (),
+         apart: bool = False, min_flex: int = MIN_FLEX) -> list[str]:
+    """Columns padded to their widest cell: the first, the last, the flex one and those in `left`
+    left-aligned, the others right-aligned; to fit `width`, `drop` columns go in order, then
+    `flex` is shortened (in the middle; at its end when it is a `sentence`; with `apart`, keeping
+    the part where its cells differ: `fmt.apart`), not below `min_flex` while a column can
+    go. The columns dropped are noted in `cut` (as `table`'s)."""
+    keep, fw = _keep(head, rows, width, drop, flex, len(indent), min_flex)
     fi = head.index(flex) if flex in head else None
-    cut = [tuple(fmt.short(r[i], fw, sentence) if i == fi else r[i] for i in keep)
-           for r in [head, *rows]]
-    widths = [max(len(r[j]) for r in cut) for j in range(len(keep))]
+    if cut is not None and len(keep) < len(head):
+        cut.dropped += [(table, head[i]) for i in range(len(head)) if i not in keep]
+        cut.need = max(cut.need, _need(head, rows, range(len(head)), len(indent)))
+    if fi is not None and fw is not None and apart:
+        names = fmt.apart([r[fi] for r in rows], fw)
+        rows = [r[:fi] + (n,) + r[fi + 1:] for r, n in zip(rows, names)]
+    cells = [tuple(fmt.short(r[i], fw, sentence) if i == fi else r[i] for i in keep)
+             for r in [head, *rows]]
+    widths = [max(len(r[j]) for r in cells) for j in range(len(keep))]
     text = {0, len(head) - 1} | ({fi} if fi is not None else set())
-    left = {j for j, i in enumerate(keep) if i in text}
+    text |= {head.index(c) for c in left if c in head}
+    lefts = {j for j, i in enumerate(keep) if i in text}
 
     def line(r: Row) -> str:
-        cells = [c.ljust(w) if j in left else c.rjust(w) for j, (c, w) in enumerate(zip(r, widths))]
-        return (indent + "  ".join(cells)).rstrip()
-    return [line(r) for r in cut]
+        out = [c.ljust(w) if j in lefts else c.rjust(w) for j, (c, w) in enumerate(zip(r, widths))]
+        return (indent + "  ".join(out)).rstrip()
+    return [line(r) for r in cells]
 
 
 def wrap(text: str, width: int | None, indent: str = "", more: str | None = None,
@@ -120,7 +159,7 @@ def _verdict(an: Analysis, width: int | None) -> list[str]:
     return out
 
 
-def _phase(an: Analysis, ph: Phase, top: int | None, width: int | None) -> list[str]:
+def _phase(an: Analysis, ph: Phase, top: int | None, width: int | None, cut: Cut) -> list[str]:
     lines = [""] + wrap(f"== {ph.phase}: {fmt.phase_headline(ph)}", width, more="   ")
     rates = fmt.phase_rates(ph, fmt.world_size(an))
     if rates:
@@ -131,7 +170,8 @@ def _phase(an: Analysis, ph: Phase, top: int | None, width: int | None) -> list[
     for x in ph.excluded_steps:
         lines += wrap(f"left out: step {x.step} ({x.reason}): {fmt.num(x.step_ms)} ms, {x.kernels} "
                       f"kernels, {fmt.num(x.kernel_ms)} ms of kernels", width, "   ")
-    lines += grid(fmt.COMPONENT_HEAD, fmt.component_rows(ph), width, COMPONENT_DROP, "component")
+    lines += grid(fmt.COMPONENT_HEAD, fmt.component_rows(ph), width, COMPONENT_DROP, "component",
+                  cut=cut, table="components")
     ranked = fmt.bottleneck_rows(ph)
     if ranked:
         lines.append("   bottlenecks (recoverable ms/step: roofline gap, GPU idle, findings):")
@@ -139,9 +179,10 @@ def _phase(an: Analysis, ph: Phase, top: int | None, width: int | None) -> list[
         if total:
             lines += wrap(total, width, "     ", "       ", lines=2)
         lines += grid(fmt.BOTTLENECK_HEAD, ranked[: top or None], width, BOTTLENECK_DROP, "what",
-                      "     ", sentence=True)
+                      "     ", sentence=True, cut=cut, table="bottlenecks")
     lines.append("   top kernels (per step):")
-    lines += grid(fmt.TOP_HEAD, fmt.top_rows(ph, top, None), width, TOP_DROP, "kernel", "     ")
+    lines += grid(fmt.TOP_HEAD, fmt.top_rows(ph, top, None), width, TOP_DROP, "kernel", "     ",
+                  cut=cut, table="top kernels")
     lines += spec_report.text(
         ph, lambda head, rows, indent: grid(head, rows, width, (), None, indent))
     return lines
@@ -166,9 +207,10 @@ def render(an: Analysis, top: int | None = 5, width: int | None = None,
     prov = fmt.provenance(an.provenance)
     if prov:
         lines += wrap(f"run: {prov}", width)
+    cut = Cut()
     for ph in an.phases:
-        lines += _phase(an, ph, top, width)
-    lines += whatif.table_lines(an)
+        lines += _phase(an, ph, top, width, cut)
+    lines += whatif.table_lines(an, width, cut)
     lines += [""] + wrap(fmt.coverage_line(an), width)
     cap = None if verbose else NOTE_LINES
     for n in an.notes:
@@ -182,4 +224,6 @@ def render(an: Analysis, top: int | None = 5, width: int | None = None,
             lines += wrap(f"remedy: {remedy}", width, "   ", "     ")
         for ref in f.references[:3]:
             lines += wrap(f"see: {ref}", width, "   ", "     ")
+    foot = cut.footer(width, ", or `attrib report` as markdown")
+    lines += [""] + foot if foot else []
     return "\n".join(lines) + "\n"

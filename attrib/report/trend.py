@@ -147,25 +147,40 @@ def _cell(v: float | None, fmt: str = "{:.4g}") -> str:
     return "-" if v is None else fmt.format(v)
 
 
-def render(doc: dict[str, Any]) -> str:
-    """The terminal table of a trend document."""
-    head = (f"{'#':>3}  {'captured (UTC)':<20} {'tok/step':>8} {'ms/tok':>8} {'tok/s':>9} "
-            f"{'GB/tok':>9}  {'vs before (± noise)':<27} top cause")
-    lines = [f"attrib trend: {doc['files']} files, phase {doc['phase']} (each against the "
-             f"{doc['window']} before it; faster/slower: p < {doc['alpha']} and a change beyond "
-             f"its noise band, at least {doc['min_effect_pct']:g}%)", head]
+HEAD = ("#", "captured (UTC)", "tok/step", "ms/tok", "tok/s", "GB/tok", "vs before (± noise)",
+        "top cause")
+# on a terminal too narrow for the table, its columns go in this order (then the top cause is cut
+# at its end); each file's path and flags follow its row, whole or shortened where paths agree
+DROP = ("captured (UTC)", "GB/tok", "tok/step", "tok/s")
+
+
+def render(doc: dict[str, Any], width: int | None = None) -> str:
+    """The terminal table of a trend document; with `width`, every line fits it."""
+    from attrib.report.fmt import apart
+    from attrib.report.table import Cut, grid, wrap
+
+    cut = Cut()
+    rows = []
     for i, r in enumerate(doc["rows"]):
-        verdict = label(r["vs_previous"])
         c = r["top_cause"]
         share = f" ({c['share']:.0%})" if c and c["share"] is not None else ""
         cause = "-" if c is None else f"{c['cause']}: {c['what']} {c['ms_per_step']:.3g} ms{share}"
-        when = str(r["created_utc"] or "-")
-        lines.append(f"{i:>3}  {when:<20} {_cell(r['tokens_per_step'], '{}'):>8} "
-                     f"{_cell(r['ms_per_token']):>8} {_cell(r['achieved_tok_s']):>9} "
-                     f"{_cell(r['gb_per_token']):>9}  {verdict:<27} {cause}")
-        lines += [f"{'':>5}! {flag}" for flag in r["changes"]]
-        lines.append(f"{'':>5}{r['path']}")
-    lines += [f"note: {n}" for n in doc["notes"]]
+        rows.append((str(i), str(r["created_utc"] or "-"), _cell(r["tokens_per_step"], "{}"),
+                     _cell(r["ms_per_token"]), _cell(r["achieved_tok_s"]),
+                     _cell(r["gb_per_token"]), label(r["vs_previous"]), cause))
+    table = grid(HEAD, rows, width, DROP, "top cause", "", sentence=True, cut=cut,
+                 left=("captured (UTC)", "vs before (± noise)"))
+    lines = wrap(f"attrib trend: {doc['files']} files, phase {doc['phase']} (each against the "
+                 f"{doc['window']} before it; faster/slower: p < {doc['alpha']} and a change "
+                 f"beyond its noise band, at least {doc['min_effect_pct']:g}%)", width)
+    lines.append(table[0])
+    paths = apart([str(r["path"]) for r in doc["rows"]], None if width is None else width - 5)
+    for r, line, path in zip(doc["rows"], table[1:], paths):
+        lines.append(line)
+        lines += [x for flag in r["changes"] for x in wrap(f"! {flag}", width, " " * 5, " " * 7)]
+        lines.append(f"{'':>5}{path}")
+    lines += [x for n in doc["notes"] for x in wrap(f"note: {n}", width)]
     changed = len(doc["changed"])
     lines.append(f"{changed} file(s) flagged" if changed else "no change flagged")
+    lines += cut.footer(width, ", or `--format json`")
     return "\n".join(lines) + "\n"

@@ -4,11 +4,14 @@ HTML renderers. Every figure is labelled a projection."""
 from __future__ import annotations
 
 from html import escape
+from typing import Any
 
 from attrib.analysis.model import Analysis
 from attrib.analysis.whatif import WhatIf
 
-HEAD = ("component", "re-priced", "MB/step", "projected", "floor ms", "projected", "bound")
+HEAD = ("component", "re-priced", "MB/step", "projected MB", "floor ms", "projected ms", "bound")
+# on a terminal too narrow for the table, its columns go in this order (then the bound is cut)
+DROP = ("re-priced", "floor ms", "MB/step")
 
 
 def _n(x: float | None, f: str = "{:,.0f}") -> str:
@@ -44,16 +47,18 @@ def rows(w: WhatIf) -> list[list[str]]:
     return out
 
 
-def table_lines(an: Analysis) -> list[str]:
-    """The terminal section (empty without a what-if)."""
+def table_lines(an: Analysis, width: int | None = None, cut: Any = None) -> list[str]:
+    """The terminal section (empty without a what-if); with `width`, every line fits it (columns
+    dropped are noted in `cut`, a table.Cut)."""
+    from attrib.report.table import grid, wrap
+
     w = an.what_if
     if w is None:
         return []
-    body = [list(HEAD), *rows(w)]
-    width = [max(len(x[i]) for x in body) for i in range(len(HEAD))]
-    grid = ["   " + "  ".join(c.ljust(n) if i == 0 else c.rjust(n) for i, (c, n) in
-                               enumerate(zip(r, width))).rstrip() for r in body]
-    return ["", f"== {headline(w)}", *grid, *(f"   note: {x}" for x in w.notes)]
+    return (["", *wrap(f"== {headline(w)}", width, more="   ")]
+            + grid(HEAD, [tuple(r) for r in rows(w)], width, DROP, "bound", sentence=True,
+                   cut=cut, table="what-if")
+            + [x for n in w.notes for x in wrap(f"note: {n}", width, "   ", "     ")])
 
 
 def markdown_lines(an: Analysis) -> list[str]:
