@@ -80,3 +80,57 @@ def test_every_line_fits(outputs, width):
         if wide:
             over[name] = (max(len(x) for x in wide), wide[0])
     assert not over, "\n".join(f"{n}: {w} columns: {line!r}" for n, (w, line) in over.items())
+
+
+def test_a_dropped_column_is_named_in_a_footer(outputs):
+    """At 80 columns the sweep, ranks and compare tables leave columns out: the last lines name
+    them and the COLUMNS that shows them all; at 100 ranks keeps every column and says nothing."""
+    for name in ("sweep", "ranks", "compare", "analyze"):
+        text = outputs[name, 80]
+        foot = text[text.rindex("left out to fit 80 columns:"):]
+        assert "COLUMNS=" in foot, name
+    assert "ranks: r1 wait/xfer/lat" not in outputs["ranks", 80]
+    assert "r1 wait/xfer/lat" in outputs["ranks", 80].split("left out to fit")[1]
+    assert "left out" not in outputs["ranks", 100] and "r1 wait/xfer/lat" in outputs["ranks", 100]
+    # the sweep's trace names keep what tells them apart (backend, batch, prompt)
+    rows = [x.split()[0] for x in outputs["sweep", 80].splitlines() if x.startswith("…")]
+    assert len(rows) == 24 and len(set(rows)) == 12 and "…sdpa_b8_p512…" in rows
+
+
+def _long_named(tmp: Path, side: str, src: str) -> Path:
+    """A real capture (and its stamp) copied under a long folder name that differs from the other
+    side's only in its middle: the shape of a run folder of a grid."""
+    d = tmp / f"h200-llama-4-layers-batch-8-prompt-2048-{side}-attention-bf16-torch-2.9-cuda-12.8"
+    d.mkdir()
+    for suffix in ("", ".attrib.json"):
+        (d / f"decode.pt.trace.json.gz{suffix}").write_bytes(
+            (CAP / f"{src}.pt.trace.json.gz{suffix}").read_bytes())
+    return d / "decode.pt.trace.json.gz"
+
+
+def test_compare_keeps_the_part_of_two_names_that_differs_and_its_verdict_first(tmp_path):
+    """Two real captures (SDPA vs eager attention) under long paths that differ in the middle: at
+    80 columns each path fits a line and keeps 'sdpa' / 'eager' (a plain middle cut made them the
+    same text); the verdict opens the table, the markdown and the HTML."""
+    from attrib.report import fmt
+
+    base, cand = _long_named(tmp_path, "sdpa", "sdpa_attn_a"), _long_named(tmp_path, "eager",
+                                                                           "eager_attn")
+    assert fmt.short(str(base), 74) == fmt.short(str(cand), 74)  # what the issue saw
+    runner = CliRunner()
+    r = runner.invoke(cli, ["compare", str(base), str(cand)], env={"COLUMNS": "80"})
+    assert r.exit_code == 0, r.output
+    lines = r.stdout.splitlines()
+    assert max(map(len, lines)) <= 80
+    b = next(x for x in lines if x.startswith("base: "))
+    c = next(x for x in lines if x.startswith("cand: "))
+    assert "sdpa" in b and "eager" in c and b[6:] != c[6:] and "…" in b
+    assert lines[0].startswith("verdict prefill:") and lines[2].startswith("verdict decode: slower")
+    for suffix in ("md", "html"):
+        out = tmp_path / f"cmp.{suffix}"
+        assert runner.invoke(cli, ["compare", str(base), str(cand), "-o", str(out)]).exit_code == 0
+        text = out.read_text()
+        verdict = text.index("verdict decode: slower")
+        assert verdict < text.index("base: ") < text.index("prefill</h2>" if suffix == "html"
+                                                           else "## prefill")
+        assert str(base) in text and str(cand) in text  # files keep the paths whole
