@@ -257,9 +257,25 @@ def _merged(spans: Sequence[tuple[float, float]], gap: float) -> list[tuple[floa
     return [(s, e - s) for s, e in out]
 
 
+def busy_idle(ph: Phase) -> tuple[list[tuple[float, float]], list[tuple[float, float]]]:
+    """The phase's busy/idle band as (start, width) spans in ms: per step its kernel-busy time
+    (step ms less GPU idle ms, at true width) from the step's start, then its idle time."""
+    busy, idle = [], []
+    ser = ph.per_step
+    for s, d, i in zip(ser.start_ms, ser.step_ms, ser.idle_ms):
+        if s is None or not d:
+            continue
+        b = min(max(d - (i or 0.0), 0.0), d)
+        busy.append((s, b))
+        idle.append((s + b, d - b))
+    return busy, idle
+
+
 def timeline(an: Analysis) -> str | None:
-    """Every step of every phase on the trace's time axis: the step window (outline) and, inside it,
-    when its kernels ran (fill: the union of kernel intervals, at their true GPU times)."""
+    """Every step of every phase on the trace's time axis, two lanes a phase: above, when its
+    kernels ran (the union of kernel intervals; gaps under a pixel closed, so a phase of many thin
+    kernels reads denser than it is); below, the busy/idle band: each step's kernel-busy time at
+    true width from its start, then its GPU idle time (grey), the phase's idle share labelled."""
     phases = [ph for ph in an.phases if any(
         s is not None and d for s, d in zip(ph.per_step.start_ms, ph.per_step.step_ms))]
     if not phases:
@@ -268,19 +284,33 @@ def timeline(an: Analysis) -> str | None:
             if s is not None and d]
     gap = max(ends) / TIMELINE_PIXELS  # narrower than a pixel or so: closed
     colors = _colors([ph.phase for ph in an.phases])
-    h = 0.9 + 0.45 * len(phases)
-    fig = _figure(7.2, h, left=0.1, bottom=0.55 / h)
+    h = 1.0 + 0.6 * len(phases)
+    fig = _figure(7.2, h, left=0.2, right=0.98, bottom=0.6 / h)
     ax = fig.add_subplot()
+    labels = []
     for i, ph in enumerate(phases):
         ser = ph.per_step
         spans = [(s, d) for s, d in zip(ser.start_ms, ser.step_ms) if s is not None and d]
-        ax.broken_barh(spans, (i - 0.35, 0.7), facecolors="none", edgecolor=colors[ph.phase],
-                       lw=0.6)
-        busy = _merged(sorted(b for step in ser.busy_ms for b in step), gap)
-        ax.broken_barh(busy, (i - 0.25, 0.5), facecolors=colors[ph.phase], lw=0)
-    ax.set_yticks(range(len(phases)), [ph.phase for ph in phases])
-    ax.set_xlabel("ms from the first step (outline: step window; fill: when kernels ran)")
-    ax.set_ylim(-0.6, len(phases) - 0.4)
+        ax.broken_barh(spans, (i - 0.4, 0.8), facecolors="none", edgecolor=colors[ph.phase],
+                       lw=0.6).set_gid(f"timeline-steps-{ph.phase}")
+        ran = _merged(sorted(b for step in ser.busy_ms for b in step), gap)
+        ax.broken_barh(ran, (i - 0.3, 0.12), facecolors=colors[ph.phase], lw=0,
+                       alpha=0.6).set_gid(f"timeline-ran-{ph.phase}")
+        busy, idle = busy_idle(ph)
+        ax.broken_barh(idle, (i - 0.1, 0.4), facecolors=IDLE, lw=0
+                       ).set_gid(f"timeline-idle-{ph.phase}")
+        ax.broken_barh(busy, (i - 0.1, 0.4), facecolors=colors[ph.phase], lw=0
+                       ).set_gid(f"timeline-busy-{ph.phase}")
+        total = sum(d for _, d in spans)
+        share = 1 - sum(d for _, d in busy) / total if total else 0.0
+        median = ("" if ph.idle_fraction is None or len(spans) < 2
+                  else f"\n(median step {ph.idle_fraction * 100:.1f}%)")
+        labels.append(f"{ph.phase}\nGPU idle {share * 100:.1f}%{median}")
+    ax.set_yticks(range(len(phases)), labels, fontsize=FONT)
+    ax.set_xlabel("ms from the first step. Per phase, the thin line: when kernels ran (gaps under "
+                  "a pixel closed);\nthe band: each step's kernel-busy time at true width, then "
+                  "its GPU idle time (grey); outline: the step", fontsize=FONT)
+    ax.set_ylim(-0.55, len(phases) - 0.45)
     ax.invert_yaxis()
     return _svg(fig)
 
