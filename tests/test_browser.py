@@ -1,5 +1,5 @@
 """The HTML outputs in a real browser (headless Chromium, issue 18 item 8): the analyze report of a
-decode trace, a compare and a slope, each at 1280x900: nothing wider than the window, no two text
+decode trace, a compare, a slope, a sweep, the ranks of a TP=2 run and a trend, each at 1280x900: nothing wider than the window, no two text
 boxes of a plot overlapping, no network request, and the summary box above the fold where the page
 has one. A variant of the report derived inside the test (a wide block, an external image and
 stylesheet, a duplicated plot label) shows each check catches what it is for. Without chromium
@@ -14,6 +14,7 @@ import pytest
 
 import browser
 from attrib.app import analyze
+from attrib.cli import main
 from attrib.report import compare_render, plots, renderers, slope_render
 from attrib.report.compare import compare
 from attrib.report.renderers import View
@@ -41,7 +42,15 @@ def pages(tmp_path_factory):
            "slope": slope_render.render_html(sl, plots.slope_plots(sl))}
     for name, text in out.items():
         (d / f"{name}.html").write_text(text)
-    return {name: d / f"{name}.html" for name in out}
+    # the sweep (two backends x two batches: one plot per varying key, its figures as panels),
+    # the TP=2 ranks and the rolling trend as the CLI writes them
+    grid = [str(CAP / "sweep" / f"sweep_{b}_b{n}_p512.pt.trace.json.gz")
+            for b in ("eager", "sdpa") for n in (1, 8)]
+    ranks = [str(CAP / f"tp2_decode_rank{r}.pt.trace.json.gz") for r in (0, 1)]
+    for name, args in {"sweep": ["sweep", *grid, "-j", "1"], "ranks": ["ranks", *ranks],
+                       "trend": ["trend", str(CAP / "rolling_h200")]}.items():
+        assert main([*args, "-o", str(d / f"{name}.html")]) == 0, name
+    return {name: d / f"{name}.html" for name in (*out, "sweep", "ranks", "trend")}
 
 
 def _bad_variant(page, dst):
@@ -73,7 +82,7 @@ def test_pages_in_headless_chromium(pages, tmp_path):
         html = page.read_text()
         # self-contained: no script, nothing fetched from elsewhere (a finding's reference is a link)
         assert "<script" not in html.lower() and not EXTERNAL.findall(html.replace("<a href=", "<a ")), name
-        assert html.count("<svg") >= 1, name
+        assert html.count("<svg") >= (name not in ("ranks", "trend")), name
     bad = _bad_variant(pages["report"], tmp_path / "bad.html")
     t = time.perf_counter()
     got = browser.measure(pages | {"bad": bad} | _summary_variants(pages["report"], tmp_path), tmp_path)
@@ -82,9 +91,14 @@ def test_pages_in_headless_chromium(pages, tmp_path):
     for name in pages:
         m = got[name]
         browser.check_page(m, name)
-        assert m["plots"] and all(len(boxes) >= 5 for boxes in m["plots"]), (name, m["plots"])
-    # the report's plots: the timeline, and per phase a roofline (and decode's step stack)
+        if name not in ("ranks", "trend"):  # tables only
+            assert m["plots"] and all(len(boxes) >= 5 for boxes in m["plots"]), (name, m["plots"])
+    # the report's plots: the timeline, and per phase a roofline (and decode's step stack); the
+    # sweep's: one per varying key (backend, batch; micro_batch follows batch)
     assert len(got["report"]["plots"]) == 4 and len(got["compare"]["plots"]) == 2
+    assert len(got["sweep"]["plots"]) == 2
+    # compare opens with its verdict (section#summary) above the fold too
+    assert got["compare"]["summary"] is not None
     # what each check is for, on the derived variant
     b = got["bad"]
     assert b["scroll_width"] > browser.WIDTH and b["wide"]

@@ -160,7 +160,7 @@ def _rank_traces(items: tuple[Path, ...]) -> list[Path]:
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(["table", "json", "md"]),
+    type=click.Choice(["table", "json", "md", "html"]),
     default=None,
     help="Default: from the output's suffix, else table.",
 )
@@ -194,7 +194,7 @@ def ranks_cmd(traces: tuple[Path, ...], fmt: str | None, link_gbs: float | None,
     paths = _rank_traces(traces)
     with progress(f"analyzing {len(paths)} ranks"):
         doc = merge_ranks(paths, opts, link_gbs, warn=warn)
-    text = {"json": dump, "md": ranks_render.render_markdown,
+    text = {"json": dump, "md": ranks_render.render_markdown, "html": ranks_render.render_html,
             "table": lambda d: printable_lines(ranks_render.render_table(d, _width(output)))
             }[fmt](doc)
     write(text, output, force)
@@ -217,8 +217,8 @@ def ranks_cmd(traces: tuple[Path, ...], fmt: str | None, link_gbs: float | None,
     help="Smallest change (percent) flagged (default: attrib.report.compare's MIN_EFFECT_PCT, 3).",
 )
 @click.option(
-    "--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True
-)
+    "--format", "fmt", type=click.Choice(["table", "json", "html"]), default=None,
+    help="Default: from the output's suffix (.json, .html), else table.")
 @phase_map_option()
 @arch_options("Measure every file against this device (as `analyze --arch`).")
 @click.option(
@@ -230,7 +230,7 @@ def trend(
     phase: str,
     window: int | None,
     min_effect: float | None,
-    fmt: str,
+    fmt: str | None,
     phase_map: tuple[str, ...],
     arch_name: str | None,
     arch_file: Path | None,
@@ -258,7 +258,9 @@ def trend(
     doc = trend_mod.trend(docs, phase, window, min_effect)
     if not doc["rows"]:
         raise UsageError(f"{folder}: no {phase!r} phase in any of its {len(files)} traces")
-    text = dump(doc) if fmt == "json" else printable_lines(trend_mod.render(doc, _width(output)))
+    fmt = fmt or {".json": "json", ".html": "html"}.get(output.suffix if output else "", "table")
+    text = (dump(doc) if fmt == "json" else trend_mod.render_html(doc) if fmt == "html"
+            else printable_lines(trend_mod.render(doc, _width(output))))
     write(text, output, force)
 
 

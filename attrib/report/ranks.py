@@ -151,3 +151,28 @@ def render_markdown(doc: Mapping[str, Any]) -> str:
             "its bus bytes at the link bandwidth; latency: the rest.\n\n"
             f"{_md(_HEAD, _phase_lines(doc))}\n### Per step\n\n{_md(head, rows)}"
             + (f"\n{notes}" if notes else ""))
+
+
+def render_html(doc: Mapping[str, Any]) -> str:
+    """The ranks as one self-contained page: per phase and rank, then per step side by side."""
+    from attrib.report.html import CSS, escape
+
+    def table(head: list[str], rows: list[list[str]]) -> str:
+        th = "".join(f"<th>{escape(h)}</th>" for h in head)
+        body = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" if i < 2 else
+                                        f'<td class="n">{escape(c)}</td>'
+                                        for i, c in enumerate(r)) + "</tr>" for r in rows)
+        return f"<table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
+    c = doc["collectives"]
+    head, rows = _step_lines(doc)
+    body = (f"<h1>attrib ranks: {doc['world_size']} ranks</h1><div class=stamp>"
+            f"<div>clock: {escape(str(doc['clock']))}</div><div>{escape(_link_line(doc))}</div>"
+            f"<div>collectives: {c['matched']} of {c['issued']} matched across ranks by order "
+            f"({c['priced']} with bus bytes)</div></div>"
+            "<h2>Per phase and rank (medians over the phase's steps, ms)</h2>"
+            + table(_HEAD, _phase_lines(doc))
+            + "<h2>Per step</h2><p class=muted>ms; wait/transfer/latency of the step's "
+            "collectives.</p>" + table(head, rows)
+            + "".join(f"<p class=muted>note: {escape(n)}</p>" for n in doc["notes"]))
+    return ("<!DOCTYPE html><html lang=en><head><meta charset=utf-8><title>attrib ranks</title>"
+            f"<style>{CSS}</style></head><body><main>{body}</main></body></html>\n")

@@ -85,49 +85,81 @@ def _need(cols: Sequence[str], rows: Sequence[tuple[str, ...]]) -> int:
         + 2 * (len(cols) - 1)
 
 
-def plot_names(df: pl.DataFrame) -> list[tuple[str, str]]:
-    """(figure, key) for each figure against each key that varies."""
-    return [(f, k) for k in varying(df) for f in FIGURES]
-
-
-def plots(df: pl.DataFrame) -> dict[str, str]:
-    """{"figure-vs-key": svg} for each figure against each varying key; {} without matplotlib."""
-    if not plots_mod.available():
-        return {}
-    out = {}
-    for fig, key in plot_names(df):
-        svg = _plot(df, fig, key)
-        if svg is not None:
-            out[f"{fig}-vs-{key}"] = svg
+def plot_keys(df: pl.DataFrame) -> list[str]:
+    """The varying keys a plot is drawn against: a key that only follows an earlier one (one value
+    of it per value of the other and back: micro_batch with batch, context with prompt) is left
+    out, its plot would repeat the other's."""
+    out: list[str] = []
+    for k in varying(df):
+        if not any(df.select(k, o).unique().height == df[k].n_unique() == df[o].n_unique()
+                   for o in out):
+            out.append(k)
     return out
 
 
-def _plot(df: pl.DataFrame, fig: str, key: str) -> str | None:
-    """One figure against one key: a line per phase and combination of the other varying keys."""
-    data = df.filter(pl.col(fig).is_not_null() & pl.col(key).is_not_null())
+def plot_names(df: pl.DataFrame) -> list[str]:
+    """A plot per key a plot is drawn against (its four figures as panels)."""
+    return [f"vs-{k}" for k in plot_keys(df)]
+
+
+def plots(df: pl.DataFrame) -> dict[str, str]:
+    """{"vs-key": svg}: per varying key (plot_keys) one plot, the four figures as its panels; {}
+    without matplotlib."""
+    if not plots_mod.available():
+        return {}
+    out = {}
+    for key in plot_keys(df):
+        svg = _plot(df, key, [k for k in plot_keys(df) if k != key])
+        if svg is not None:
+            out[f"vs-{key}"] = svg
+    return out
+
+
+def _plot(df: pl.DataFrame, key: str, others: list[str]) -> str | None:
+    """The four figures against one key, a panel each: a line per phase (decode solid, the others
+    dashed) and combination of the other plotted keys (a colour each), one legend below."""
+    data = df.filter(pl.col(key).is_not_null())
     if not data.height:
         return None
-    others = [k for k in varying(df) if k != key]
     numeric = data.schema[key].is_numeric()
     ticks = sorted(data[key].unique().to_list())
-    f = plots_mod._figure(6.4, 3.4, right=0.68)
-    ax = f.add_subplot()
-    series = data.group_by(["phase", *others], maintain_order=True)
-    for i, (label, group) in enumerate(series):
-        group = group.sort(key)
-        xs = group[key].to_list()
-        xs = xs if numeric else [ticks.index(x) for x in xs]
-        name = ", ".join(f"{k}={v}" for k, v in zip(["phase", *others], label))
-        color = plots_mod.PALETTE[i % len(plots_mod.PALETTE)]
-        ax.plot(xs, group[fig].to_list(), marker="o", color=color, label=name)
-    if not numeric:
-        ax.set_xticks(range(len(ticks)), [str(t) for t in ticks])
-    ax.set_xlabel(key)
-    ax.set_ylabel(UNITS[fig])
-    if fig.endswith("tok_s"):
-        ax.set_yscale("log")
-        plots_mod._plain_log(ax)
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    combos = data.select(others).unique(maintain_order=True).rows() if others else [()]
+    colors = {c: plots_mod.PALETTE[i % len(plots_mod.PALETTE)] for i, c in enumerate(combos)}
+    series = list(data.group_by(["phase", *others], maintain_order=True))
+    rows = -(-len(series) // 2)
+    legend_h = 0.3 + 0.16 * rows
+    f = plots_mod._figure(7.2, 4.6 + legend_h, left=0.1, right=0.98,
+                          bottom=(legend_h + 0.45) / (4.6 + legend_h))
+    f.subplots_adjust(hspace=0.45, wspace=0.28)
+    for n, fig in enumerate(FIGURES):
+        ax = f.add_subplot(2, 2, n + 1)
+        for (phase, *values), group in series:
+            group = group.filter(pl.col(fig).is_not_null()).sort(key)
+            if not group.height:
+                continue
+            xs = group[key].to_list()
+            xs = xs if numeric else [ticks.index(x) for x in xs]
+            name = ", ".join([str(phase), *(f"{k}={v}" for k, v in zip(others, values))])
+            ax.plot(xs, group[fig].to_list(), marker="o", ms=3, lw=1.1,
+                    color=colors[tuple(values)], ls="-" if phase == "decode" else "--",
+                    label=name if n == 0 else None)
+        if not numeric:
+            ax.set_xticks(range(len(ticks)), [str(t) for t in ticks], fontsize=plots_mod.FONT)
+            ax.margins(x=0.3)  # a category's label centred on its tick stays inside the panel
+        elif len(ticks) <= 8:
+            ax.set_xticks(ticks, [str(t) for t in ticks], fontsize=plots_mod.FONT)
+        ax.tick_params(labelsize=plots_mod.FONT)
+        ax.set_xlabel(key, fontsize=plots_mod.FONT)
+        ax.set_title(UNITS[fig], fontsize=8)
+        if fig.endswith("tok_s"):
+            from matplotlib.ticker import FuncFormatter, NullFormatter
+
+            ax.set_yscale("log")
+            ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+            ax.yaxis.set_minor_formatter(NullFormatter())
+        ax.grid(True, lw=0.3, alpha=0.5)
+    f.legend(loc="lower center", ncol=2, fontsize=plots_mod.FONT, frameon=False,
+             bbox_to_anchor=(0.5, 0.0))
     return plots_mod._svg(f)
 
 
@@ -150,10 +182,37 @@ def render_markdown(df: pl.DataFrame, images: Mapping[str, str] | None = None,
     return "\n".join(out) + "\n"
 
 
-def _html_table(head: Sequence[str], rows: Sequence[tuple[str, ...]]) -> str:
-    th = "".join(f"<th>{escape(h)}</th>" for h in head)
-    body = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in r) + "</tr>" for r in rows)
+def _html_table(head: Sequence[str], rows: Sequence[tuple[str, ...]],
+                titles: Sequence[str] | None = None) -> str:
+    """A table; `titles`: per row, the whole text of its first cell (shown on hover)."""
+    # a column name may break after an underscore (achieved_<wbr>tok_s)
+    th = "".join(f"<th>{escape(h).replace('_', '_<wbr>')}</th>" for h in head)
+    body = "".join(
+        "<tr>" + "".join((f'<td class=t title="{escape(titles[i])}">' if titles and j == 0
+                          else "<td>")
+                         + f"{escape(c)}</td>" for j, c in enumerate(r)) + "</tr>"
+        for i, r in enumerate(rows))
     return f"<table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
+
+
+# the sweep page: trace cells cut to what differs stay on one line; the plots as wide as the page
+SWEEP_CSS = ("td.t{white-space:nowrap}figure{margin:12px 0}"
+             "figure svg{width:100%;max-width:960px;height:auto}")
+
+
+def _traces_apart(df: pl.DataFrame, rows: list[tuple[str, ...]]
+                  ) -> tuple[str | None, list[tuple[str, ...]]]:
+    """The trace names' shared start and end said once ("dir/sweep_…" + ".pt.trace.json.gz") and
+    each row's trace cut to what differs; (None, rows) for one trace."""
+    traces = df["trace"].unique(maintain_order=True).to_list()
+    if len(traces) < 2:
+        return None, rows
+    pre, suf = fmt._common(traces)
+    if not pre + suf:
+        return None, rows
+    t = traces[0]
+    cut = [("…" * bool(pre) + r[0][pre:len(r[0]) - suf] + "…" * bool(suf), *r[1:]) for r in rows]
+    return f"{t[:pre]}…{t[len(t) - suf:]}", cut
 
 
 def render_html(df: pl.DataFrame, svgs: Mapping[str, str] | None = None,
@@ -161,11 +220,14 @@ def render_html(df: pl.DataFrame, svgs: Mapping[str, str] | None = None,
     """The sweep report as one self-contained HTML file (plots inline)."""
     cols = _columns(df)
     head, rows = _routing_rows(routing(df))
+    common, table = _traces_apart(df, _grid(df, cols))
     parts = [f"<h1>attrib sweep: {df['trace'].n_unique()} traces</h1>",
              f"<p>Every row: {escape(_constant(df))}.</p>", "<h2>Routing rule</h2>",
              "<p>The configuration with the highest achieved tok/s for each workload shape "
              "and phase.</p>", _html_table(head, rows), "<h2>Table</h2>",
-             _html_table(cols, _grid(df, cols))]
+             f"<p>trace: <code>{escape(common)}</code> (each row: the part that differs; "
+             "the whole name on hover)</p>" if common else "",
+             _html_table(cols, table, df["trace"].to_list())]
     if svgs:
         parts.append("<h2>Plots</h2>")
         parts += [f"<figure>{svg}<figcaption>{escape(n)}</figcaption></figure>"
@@ -173,4 +235,4 @@ def render_html(df: pl.DataFrame, svgs: Mapping[str, str] | None = None,
     if note:
         parts.append(f"<p><em>{escape(note)}</em></p>")
     return ("<!doctype html><html><head><meta charset=\"utf-8\"><title>attrib sweep</title>"
-            f"<style>{CSS}</style></head><body><main>{''.join(parts)}</main></body></html>\n")
+            f"<style>{CSS}{SWEEP_CSS}</style></head><body><main>{''.join(parts)}</main></body></html>\n")
