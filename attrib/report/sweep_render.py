@@ -235,4 +235,5 @@ def render_html(df: pl.DataFrame, svgs: Mapping[str, str] | None = None,
     if note:
         parts.append(f"<p><em>{escape(note)}</em></p>")
     return ("<!doctype html><html><head><meta charset=\"utf-8\"><title>attrib sweep</title>"
-            f"<style>{CSS}{SWEEP_CSS}</style></head><body><main>{''.join(parts)}</main></body></html>\n")
+            f"<style>{CSS}{SWEEP_CSS}</style></head><body><main>{''.join(parts)}</main>"
+            "</body></html>\n")
