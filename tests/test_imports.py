@@ -52,6 +52,7 @@ CONTRACT = {"attrib", "attrib.trace", "attrib.errors", "attrib.output", "attrib.
 NAMES = {"attrib.components.patterns"}  # the one home of kernel-name patterns: a leaf every stage reads
 TOP_LEVEL = {
     "__init__.py",
+    "__main__.py",  # python -m attrib: the command line
     "trace.py",
     "errors.py",
     "bounds.py",
@@ -87,6 +88,9 @@ LAZY_OURS = {
     # collectors' capture, wrap and measure_device (module __getattr__): reading needs none
     *(("collectors/__init__.py", f"collectors.{m}")
       for m in ("sampled", "torch_capture", "calibrate")),
+    # ranks' and trend's HTML pages take the report's stylesheet (analyze loads neither)
+    ("attrib/report/ranks.py", "attrib.report.html"),
+    ("attrib/report/trend.py", "attrib.report.html"),
     *(("attrib/report/renderers.py", f"attrib.report.{m}")
       for m in ("table", "markdown", "html", "csv_tables", "parquet_tables", "xlsx_tables")),
 }
@@ -103,6 +107,8 @@ def layer(module: str) -> str | None:
         return "rules"
     if parts[0] != "attrib":
         return None
+    if module == "attrib.__main__":  # python -m attrib: the command line
+        return "cli"
     if module in CONTRACT:
         return "contract"
     if module in NAMES:

@@ -20,11 +20,23 @@ from attrib.analysis.finding import JSON, Evidence, Finding
 from attrib.cost.dtypes import PEAK_KEY
 from attrib.analysis.whatif import WhatIf
 
+from attrib.analysis.speculative import Speculative
+from attrib.errors import UsageError
+
 if TYPE_CHECKING:
     from attrib.analysis.summary import Summary
-from attrib.analysis.speculative import Speculative
 
 SCHEMA_ID = "attrib.analysis/1"
+# the phases any trace may hold: Analysis.phase of another name absent here is a typo
+STANDARD_PHASES = ("prefill", "decode", "mixed", "draft", "verify", "unknown")
+
+
+def _ms(v: float | None) -> str:
+    return "? ms" if v is None else f"{v:.3f} ms"
+
+
+def _cut(text: str, n: int) -> str:
+    return text if len(text) <= n else text[: n - 1] + "…"
 
 
 def _record(obj: object) -> dict[str, object]:
@@ -355,6 +367,13 @@ class Phase(msgspec.Struct, frozen=True):
         }
 
 
+
+    def __repr__(self) -> str:
+        """One line: the phase, its steps, median step, tokens per step, tok/s."""
+        rate = f", {self.achieved_tok_s:.1f} tok/s" if self.achieved_tok_s is not None else ""
+        return (f"<Phase {self.phase}: {self.steps} steps, median {_ms(self.step_ms.median)}, "
+                f"{self.tokens_per_step} tokens/step{rate}>")
+
 class Coverage(msgspec.Struct, frozen=True):
     attributed_share: float | None
     bytes_known_share: float | None
@@ -381,8 +400,26 @@ class Analysis(msgspec.Struct, frozen=True):
     summary: Summary | None = None  # the verdict: attrib.analysis.summary
 
     def phase(self, name: str) -> Phase | None:
-        """The phase called `name`, or None."""
-        return next((p for p in self.phases if p.phase == name), None)
+        """The phase called `name`; None for a standard phase this trace does not hold. Any other
+        name is a UsageError that lists the choices.
+
+        >>> an.phase("decode").step_ms.median  # doctest: +SKIP
+        """
+        got = next((p for p in self.phases if p.phase == name), None)
+        if got is None and name not in STANDARD_PHASES:
+            here = ", ".join(p.phase for p in self.phases) or "none"
+            raise UsageError(f"no phase {name!r}: this analysis has {here} (standard phases: "
+                             f"{', '.join(STANDARD_PHASES)})")
+        return got
+
+    def __repr__(self) -> str:
+        """One line: the source, the device, each phase's steps and median step, the top finding."""
+        phases = ", ".join(f"{p.phase} {p.steps} steps {_ms(p.step_ms.median)}"
+                           for p in self.phases)
+        top = self.findings[0].title if self.findings else "no finding"
+        dev = self.device.name or self.device.arch or "unknown device"
+        name = (self.source.path or "?").rsplit("/", 1)[-1]
+        return f"<Analysis {name} on {dev}: {phases or 'no phase'}; top: {_cut(top, 80)}>"
 
     @property
     def arch(self) -> str | None:
@@ -430,3 +467,8 @@ class Analysis(msgspec.Struct, frozen=True):
     def to_json(self) -> str:
         """The document as indented JSON text (what `attrib analyze --format json` prints)."""
         return orjson.dumps(self.to_dict(), option=orjson.OPT_INDENT_2).decode() + "\n"
+
+
+# the annotation `Summary | None` resolved at run time too (help(), typing.get_type_hints): the
+# module is complete by now, so summary's import of it does not cycle
+from attrib.analysis.summary import Summary  # noqa: E402

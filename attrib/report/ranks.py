@@ -9,6 +9,8 @@ from typing import Any
 
 import polars as pl
 
+from attrib.report.grid import Cut, grid, wrap
+
 SCHEMA_ID = "attrib.ranks/1"
 _FIGS = ("step_ms", "skew_ms", "comm_ms", "wait_ms", "transfer_ms", "latency_ms")
 
@@ -119,7 +121,6 @@ def _step_drop(head: list[str]) -> tuple[str, ...]:
 def render_table(doc: Mapping[str, Any], width: int | None = None) -> str:
     """The terminal table: per phase and rank, then per step side by side; with `width`, every
     line fits it (prose wraps, columns drop with a footer naming them)."""
-    from attrib.report.table import Cut, grid, wrap
 
     c = doc["collectives"]
     cut = Cut()

@@ -19,6 +19,8 @@ from __future__ import annotations
 from typing import Any
 
 from attrib.report.compare import ALPHA, CHANGED, MIN_EFFECT_PCT, SAME, _series, stats
+from attrib.report.fmt import apart
+from attrib.report.grid import Cut, grid, wrap
 
 SCHEMA_ID = "attrib.trend/1"
 WINDOW = 3
@@ -156,8 +158,6 @@ DROP = ("captured (UTC)", "GB/tok", "tok/step", "tok/s")
 
 def render(doc: dict[str, Any], width: int | None = None) -> str:
     """The terminal table of a trend document; with `width`, every line fits it."""
-    from attrib.report.fmt import apart
-    from attrib.report.table import Cut, grid, wrap
 
     cut = Cut()
     rows = []

@@ -8,6 +8,7 @@ from typing import Any
 
 from attrib.analysis.model import Analysis
 from attrib.analysis.whatif import WhatIf
+from attrib.report.grid import grid, wrap
 
 HEAD = ("component", "re-priced", "MB/step", "projected MB", "floor ms", "projected ms", "bound")
 # on a terminal too narrow for the table, its columns go in this order (then the bound is cut)
@@ -50,7 +51,6 @@ def rows(w: WhatIf) -> list[list[str]]:
 def table_lines(an: Analysis, width: int | None = None, cut: Any = None) -> list[str]:
     """The terminal section (empty without a what-if); with `width`, every line fits it (columns
     dropped are noted in `cut`, a table.Cut)."""
-    from attrib.report.table import grid, wrap
 
     w = an.what_if
     if w is None:
