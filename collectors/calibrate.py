@@ -24,6 +24,11 @@ from attrib.errors import UsageError
 SIZES_MIB = (1024, 2048, 4096)
 MATMUL_N = 8192
 REPS, WARMUP = 20, 3
+# `--device cpu` (a dry run of the same code on host memory): sizes a CPU does in seconds, not the
+# GPU's 8192^3 fp16 matmuls (over 20 minutes on 2 cores)
+CPU_SIZES_MIB = (64, 128)
+CPU_MATMUL_N = 512
+CPU_REPS = 5
 KINDS = ("read", "write", "copy")
 DTYPES = ("fp16", "bf16", "fp32", "tf32", "fp8")
 METHOD = ("bandwidth: read x.sum(), write x.fill_(), copy dst.copy_(src) counting read+write "

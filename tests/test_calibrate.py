@@ -120,3 +120,37 @@ def test_h200_entry_prices_flops_at_the_measured_matrix_tflops(tmp_path):
     assert up["roofline_ms"] == pytest.approx(up["flops"] / 773.6e9, rel=1e-3)
     assert up0["roofline_ms"] == pytest.approx(up0["flops"] / 989.4e9, rel=1e-3)
     assert any("measured matrix TFLOP/s (bf16 773.6" in n for n in measured["notes"])
+
+
+def test_cpu_dry_run_is_quick_shows_progress_on_a_pipe_and_stops_on_sigterm(tmp_path):
+    """Issue 38: `attrib calibrate --device cpu` (what a user without a GPU tries first) takes
+    seconds at its CPU defaults, prints a line per measurement to a pipe, and SIGTERM stops it
+    within a second or two, leaving no output."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    attrib_cmd = [str(Path(sys.executable).parent / "attrib"), "calibrate", "--device", "cpu"]
+    out = tmp_path / "cpu.toml"
+    t0 = time.monotonic()
+    done = subprocess.run([*attrib_cmd, "-o", str(out)], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert time.monotonic() - t0 < 60
+    steps = [ln for ln in done.stderr.splitlines() if ln.startswith("attrib: calibrating cpu ")]
+    assert len(steps) >= 10 and steps[-1].startswith("attrib: calibrating cpu 11/11 ")
+    assert "[cpu-" in out.read_text()
+
+    stopped = tmp_path / "stopped.toml"
+    proc = subprocess.Popen([*attrib_cmd, "--reps", "400", "-o", str(stopped)],
+                            stderr=subprocess.PIPE, text=True)
+    assert proc.stderr is not None
+    first = proc.stderr.readline()  # the first measurement has begun
+    assert first.startswith("attrib: calibrating cpu 1/"), first
+    t1 = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    rest = proc.communicate(timeout=30)[1]
+    assert proc.returncode == 128 + signal.SIGTERM, rest
+    assert time.monotonic() - t1 < 2
+    assert not stopped.exists()

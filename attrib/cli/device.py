@@ -117,19 +117,18 @@ def _sizes(text: str) -> tuple[int, ...]:
 @click.option(
     "--sizes",
     metavar="MIB,...",
-    help="Buffer sizes, well above the last-level cache (small "
-    "ones only for a dry run; default: collectors.calibrate's SIZES_MIB, 1024,2048,4096).",
+    help="Buffer sizes, well above the last-level cache (default 1024,2048,4096; "
+    "with --device cpu 64,128).",
 )
 @click.option(
     "--matmul-n",
     type=click.IntRange(16),
-    help="Square matmul size per dtype (default: collectors.calibrate's MATMUL_N).",
+    help="Square matmul size per dtype (default 8192; with --device cpu 512).",
 )
 @click.option(
     "--reps",
     type=click.IntRange(1),
-    help="Timed repetitions per measurement, the median kept "
-    "(default: collectors.calibrate's REPS).",
+    help="Timed repetitions per measurement, the median kept (default 20; with --device cpu 5).",
 )
 @click.option(
     "--format",
@@ -163,10 +162,11 @@ def calibrate(
     from collectors import measure_device
 
     check_output(output, force)
-    mib = _sizes(sizes) if sizes is not None else calib.SIZES_MIB
-    matmul_n = calib.MATMUL_N if matmul_n is None else matmul_n
-    reps = calib.REPS if reps is None else reps
-    with bar(f"calibrating {device}", calib.steps(mib)) as tick:
+    cpu = device.strip().lower() == "cpu"
+    mib = _sizes(sizes) if sizes is not None else calib.CPU_SIZES_MIB if cpu else calib.SIZES_MIB
+    matmul_n = matmul_n or (calib.CPU_MATMUL_N if cpu else calib.MATMUL_N)
+    reps = reps or (calib.CPU_REPS if cpu else calib.REPS)
+    with bar(f"calibrating {device}", calib.steps(mib), lines=True) as tick:
         measured = measure_device(device, sizes_mib=mib, matmul_n=matmul_n, reps=reps, tick=tick)
         cal = measured.to_dict()
     key, toml = calibrated_entry(cal)

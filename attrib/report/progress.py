@@ -42,15 +42,19 @@ def progress(label: str, stream: TextIO | None = None, after: float = 1.0) -> It
 
 @contextmanager
 def bar(label: str, total: int, stream: TextIO | None = None,
-        width: int = 24) -> Iterator[Callable[[str], None]]:
+        width: int = 24, lines: bool = False) -> Iterator[Callable[[str], None]]:
     """A progress bar over `total` items on a terminal: yields `done(name)`, called once per item
-    finished (`attrib: LABEL [#####.....] 3/12 name`); nothing is written off a terminal."""
+    finished (`attrib: LABEL [#####.....] 3/12 name`); off a terminal nothing is written, or with
+    `lines` a line per item (`attrib: LABEL 3/12 name`: a log or a pipe sees it move)."""
     out = stream if stream is not None else sys.stderr
     shown = hasattr(out, "isatty") and out.isatty()
     count = [0]
 
     def done(name: str) -> None:
         count[0] += 1
+        if lines and not shown:
+            out.write(f"attrib: {label} {count[0]}/{total} {printable(name)}\n")
+            out.flush()
         if shown:
             n = count[0]
             full = width * n // max(total, 1)
