@@ -104,3 +104,22 @@ def test_xlsx_cells_of_trace_names_are_text_not_formulas(capsys, tmp_path):
         strings = z.read("xl/sharedStrings.xml").decode()
     assert not any("<f>" in s for s in sheets)
     assert '=HYPERLINK("http://example.invalid","x")' in strings.replace("&quot;", '"')
+
+
+def test_escape_sequences_in_the_device_name_reach_no_output(capsys, tmp_path):
+    """An ESC sequence in deviceProperties.name (trace text is untrusted) is in no page, plot,
+    markdown or terminal line, and matplotlib warns of no missing glyph."""
+    import gzip
+    import json
+
+    doc = json.loads(gzip.decompress(EXAMPLE_TRACE.read_bytes()))
+    doc["deviceProperties"][0]["name"] = "NVIDIA \x1b[31mH200\x1b[0m \x1b]0;owned\x07SXM"
+    bad = tmp_path / "esc.json"
+    bad.write_text(json.dumps(doc))
+    for suffix in ("html", "md"):
+        assert main(["report", str(bad), "-o", str(tmp_path / f"r.{suffix}")]) == 0
+    assert main(["analyze", str(bad)]) == 0
+    cap = capsys.readouterr()
+    outputs = [p.read_text() for p in tmp_path.iterdir() if p.suffix in (".html", ".md", ".svg")]
+    assert len(outputs) >= 3 and not any("\x1b" in t or "\x07" in t for t in outputs)
+    assert "\x1b" not in cap.out and "\x1b" not in cap.err and "Glyph" not in cap.err
