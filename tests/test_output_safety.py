@@ -123,3 +123,26 @@ def test_escape_sequences_in_the_device_name_reach_no_output(capsys, tmp_path):
     outputs = [p.read_text() for p in tmp_path.iterdir() if p.suffix in (".html", ".md", ".svg")]
     assert len(outputs) >= 3 and not any("\x1b" in t or "\x07" in t for t in outputs)
     assert "\x1b" not in cap.out and "\x1b" not in cap.err and "Glyph" not in cap.err
+
+
+def test_csv_safe_neutralises_formula_cells_and_csv_keeps_them(capsys, tmp_path):
+    import gzip
+    import json
+    from collections import Counter
+
+    doc = json.loads(gzip.decompress(EXAMPLE_TRACE.read_bytes()))
+    kernels = [e for e in doc["traceEvents"] if e.get("cat") == "kernel"]
+    top = Counter(e["name"] for e in kernels).most_common(1)[0][0]
+    for e in kernels:
+        if e["name"] == top:
+            e["name"] = "=cmd|' /C calc'!A0"
+    bad = tmp_path / "evil.json"
+    bad.write_text(json.dumps(doc))
+    for fmt in ("csv", "csv-safe"):
+        assert main(["report", str(bad), "--format", fmt, "-o", str(tmp_path / fmt)]) == 0
+    raw = (tmp_path / "csv" / "top_kernels.csv").read_text()
+    safe = (tmp_path / "csv-safe" / "top_kernels.csv").read_text()
+    assert "\n=cmd" in raw or ",=cmd" in raw or '"=cmd' in raw
+    assert "=cmd" in safe and not any(cell.startswith(("=", '"=')) for line in safe.splitlines()
+                                      for cell in line.split(","))
+    assert "'=cmd" in safe

@@ -144,8 +144,9 @@ def _analyze(trace: Path, o: dict) -> Analysis:
     type=click.Choice(["table", "json", *TABLE_FORMATS]),
     default="table",
     show_default=True,
-    help="csv/parquet: a folder (-o DIR) of one file per table and index.json; "
-    "xlsx: one workbook (-o FILE.xlsx).",
+    help="csv/parquet: a folder (-o DIR) of one file per table and index.json (csv writes "
+    "trace names as they are; csv-safe quotes a cell starting with = + - @ for spreadsheets); "
+    "xlsx: one workbook (-o FILE.xlsx, text cells, no formulas).",
 )
 @click.option("-v", "--verbose", is_flag=True, help="Findings' raw evidence and notes whole.")
 @_analysis_options
@@ -208,7 +209,8 @@ def _plot_files(out: Path) -> list[Path]:
 @cli.command()
 @click.argument("trace", type=click.Path(path_type=Path))
 @click.option("--format", "fmt", type=click.Choice(["html", "md", "json", *TABLE_FORMATS]),
-              help="Default: from the output's suffix. csv/parquet: a folder of tables (-o DIR).")
+              help="Default: from the output's suffix. csv/csv-safe/parquet: a folder of tables "
+                   "(-o DIR; csv-safe quotes cells a spreadsheet would run as formulas).")
 @_analysis_options
 def report(trace: Path, fmt: str | None, **o) -> None:
     """The bottleneck report of TRACE: -o report.html (one self-contained file) or -o report.md

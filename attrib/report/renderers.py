@@ -74,6 +74,12 @@ def _csv(an: Analysis) -> dict[str, bytes]:
     return csv_tables.render(an)
 
 
+def _csv_safe(an: Analysis) -> dict[str, bytes]:
+    from attrib.report import csv_tables
+
+    return csv_tables.render_safe(an)
+
+
 def _parquet(an: Analysis) -> dict[str, bytes]:
     from attrib.report import parquet_tables
 
@@ -103,6 +109,7 @@ RENDERERS: tuple[Renderer, ...] = (
     Renderer("md", (".md", ".markdown"), _markdown, plots="files"),
     Renderer("html", (".html", ".htm"), _html, plots="inline"),
     Renderer("csv", (), _needs_output, folder=_csv),
+    Renderer("csv-safe", (), _needs_output, folder=_csv_safe),  # for spreadsheets: no formulas
     Renderer("parquet", (), _needs_output, folder=_parquet),
     Renderer("xlsx", (".xlsx",), _needs_output, binary=_xlsx, check=_xlsx_check),
 )
