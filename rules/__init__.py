@@ -42,7 +42,7 @@ from rules import (
     roofline,
     sampler,
 )
-from rules.finding import RDNA, SEVERITIES, Finding, PairRule, Rule, graded
+from rules.finding import CAVEATS, RDNA, SEVERITIES, Finding, PairRule, Rule, graded
 from rules.thresholds import DEFAULT, Thresholds
 
 CATALOG: tuple[Rule | PairRule, ...] = (
@@ -246,8 +246,11 @@ def reads() -> Reads:
     return union(r.reads for r in CATALOG if isinstance(r, Rule))
 
 
-def _key(f: Finding) -> tuple[float, int]:
-    return (-(f.ms_per_step if f.ms_per_step is not None else -1.0), SEVERITIES.index(f.severity))
+def _key(f: Finding) -> tuple[bool, float, int]:
+    """Caveats about the measurement last (rules.finding.CAVEATS: no time to recover), then by ms
+    per step, then severity."""
+    ms = f.ms_per_step if f.ms_per_step is not None else -1.0
+    return (f.rule in CAVEATS, -ms, SEVERITIES.index(f.severity))
 
 
 def _marked(an: Analysis, found: list[Finding]) -> list[Finding]:

@@ -25,6 +25,7 @@ from attrib.cost.dtypes import INDEX_TYPES
 TOP_ACTIONS = 3
 TOP_TIME = 4  # ledger rows under "where the time goes"
 NOT_ACTIONS = ("ledger-profiler",)
+CAVEAT_SHARE = 0.05  # of the mean step: the profiler's estimate said as a caveat from here on
 _FIGURES = re.compile(r":\s+[\d.]+ ms\b|, [\d.]+ ms per step\b")
 SAME_TIME = 0.02
 DTYPE_MIN_SHARE = 0.5  # of GEMM time, priced in one dtype, for the dtype fact
@@ -81,9 +82,13 @@ class PhaseSummary(msgspec.Struct, frozen=True):
 
 
 class Summary(msgspec.Struct, frozen=True):
+    """The verdict: the run's facts, what was assumed, per phase the verdict; caveats: what the
+    measurement itself adds to the figures (the profiler's own cost), said once."""
+
     facts: tuple[Fact, ...]
     assumed: tuple[str, ...]
     phases: tuple[PhaseSummary, ...]
+    caveats: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, object]:
         """As JSON: records as objects, tuples as lists."""
@@ -101,8 +106,9 @@ def _time(ph: Phase) -> tuple[tuple[TimeShare, ...], float | None]:
     rows = ph.ledger_rows
     if rows:
         total = sum(r.ms_per_step for r in rows)
+        shown = [r for r in rows if r.cause != "profiler"]  # the caveat says it, once
         return tuple(_rounded(TimeShare(r.cause, r.what, r.ms_per_step, r.share))
-                     for r in rows[:TOP_TIME]), round(total, 4)
+                     for r in shown[:TOP_TIME]), round(total, 4)
     step = ph.step_ms.median
     out = [TimeShare("kernels", c.component, c.ms, (c.ms / step) if step else None)
            for c in ph.component_rows if c.ms is not None]
@@ -303,8 +309,25 @@ def assumed(an: Analysis, model: str | None, capture: str | None,
     return tuple(out)
 
 
+def caveats(an: Analysis) -> tuple[str, ...]:
+    """Per phase where the profiler's estimated own cost is CAVEAT_SHARE of the mean step or more:
+    what the step would take without it, and which figures it inflates."""
+    out = []
+    for ph in an.phases:
+        prof = sum(r.ms_per_step for r in ph.ledger_rows if r.cause == "profiler")
+        step = sum(r.ms_per_step for r in ph.ledger_rows)
+        if not step or prof / step < CAVEAT_SHARE:
+            continue
+        out.append(f"{ph.phase}: the profiler's own host cost is an estimated {prof:.3f} ms of "
+                   f"each {step:.3f} ms step ({prof / step:.0%}); unprofiled, the step would take "
+                   f"about {step - prof:.3f} ms. The step time, tok/s and GPU idle include it; "
+                   "the host and launch rows do not (it is carved out of them)")
+    return tuple(out)
+
+
 def summary(an: Analysis, model: str | None = None, capture: str | None = None,
             context: int | None = None) -> Summary:
     """The Summary of an analysis with its findings and ranked bottlenecks."""
     return Summary(facts=facts(an, model), assumed=assumed(an, model, capture, context),
-                   phases=tuple(phase_summary(p, an.findings) for p in an.phases))
+                   phases=tuple(phase_summary(p, an.findings) for p in an.phases),
+                   caveats=caveats(an))

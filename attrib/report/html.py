@@ -162,7 +162,8 @@ def _summary(an: Analysis) -> str:
     if s is None:
         return f'<section id="summary">{out}</section>'
     out += (f"<p><b>facts</b>: {escape(fmt.facts_line(s))}</p>"
-            f"<p><b>assumed</b>: {escape(fmt.assumed_line(s))}</p>")
+            f"<p><b>assumed</b>: {escape(fmt.assumed_line(s))}</p>"
+            + "".join(f"<p><b>caveat</b>: {escape(c)}</p>" for c in s.caveats))
     for ps in s.phases:
         out += f'<p class="phase">{escape(fmt.verdict_line(ps))}</p>'
         tl = fmt.time_line(ps)

@@ -54,7 +54,8 @@ def _verdict(an: Analysis) -> list[str]:
     if s is None:
         return []
     out = ["## Verdict", "", f"- facts: {esc(fmt.facts_line(s))}",
-           f"- assumed: {esc(fmt.assumed_line(s))}"]
+           f"- assumed: {esc(fmt.assumed_line(s))}",
+           *(f"- caveat: {esc(c)}" for c in s.caveats)]
     for ps in s.phases:
         out += ["", f"**{esc(fmt.verdict_line(ps))}**"]
         tl = fmt.time_line(ps)

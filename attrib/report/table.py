@@ -38,6 +38,8 @@ def _verdict(an: Analysis, width: int | None) -> list[str]:
         return []
     out = wrap(f"facts: {fmt.facts_line(s)}", width)
     out += wrap(f"assumed: {fmt.assumed_line(s)}", width)
+    for c in s.caveats:
+        out += wrap(f"caveat: {c}", width)
     for ps in s.phases:
         out += wrap(f">> {fmt.verdict_line(ps)}", width)
         tl = fmt.time_line(ps)
