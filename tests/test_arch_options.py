@@ -113,7 +113,8 @@ def test_rules_arch_checked_and_arch_file(capsys, tmp_path):
     assert "bad.toml: not valid TOML" in capsys.readouterr().err
 
 
-def test_archs_arch_shows_the_entry_it_resolves_to(capsys):
+def test_archs_arch_shows_the_entry_it_resolves_to(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")  # every column: no footer naming those left out
     assert main(["archs", "--arch", "R9700"]) == 0
     rows = [line for line in capsys.readouterr().out.splitlines()[1:-1]]
     assert len(rows) == 1 and rows[0].startswith("r9700 ") and "gfx1201" in rows[0]
