@@ -69,10 +69,12 @@ def _key(name: str, value: Any) -> int | str | None:
 
 
 def top_cause(ph: Phase) -> str | None:
-    """The ledger row that holds most of the mean step: `cause: what`."""
-    if not ph.ledger_rows:
+    """The ledger row that holds most of the mean step, the profiler's own cost left out (a
+    caveat about the measurement, not a cause): `cause: what`."""
+    rows = [r for r in ph.ledger_rows if r.cause != "profiler"]
+    if not rows:
         return None
-    row = max(ph.ledger_rows, key=lambda r: r.ms_per_step)
+    row = max(rows, key=lambda r: r.ms_per_step)
     return f"{row.cause}: {row.what}"
 
 
