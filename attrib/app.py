@@ -252,7 +252,11 @@ def analyze(path: str | Path, *, phase: str | None = None,
     project decode at (`weights=int4,kv=fp8`, needs model); baseline: a plain decode trace of
     the target (a speculative loop's speedup is measured against its decode step).
     `.to_dict()` is the attrib.analysis/1 document.
-    Bad input raises attrib.errors.TraceError (the file) or UsageError (an argument).
+    Bad input raises attrib.errors.TraceError (the file) or UsageError (an argument), both
+    ValueErrors.
+
+    >>> an = attrib.analyze("trace.json.gz", model="config.json", context=2048)  # doctest: +SKIP
+    >>> an.phase("decode").gb_per_token                                           # doctest: +SKIP
     """
     opts = options(phase=phase, phase_map=phase_map, arch=arch, arch_file=arch_file, model=model,
                    weight_bits=weight_bits, kv_dtype=kv_dtype, context=context, capture=capture,

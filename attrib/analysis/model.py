@@ -386,7 +386,12 @@ class Distributed(msgspec.Struct, frozen=True):
 
 
 class Analysis(msgspec.Struct, frozen=True):
-    """The analysis of one trace: its source, device, capture stamp, phases, findings and notes."""
+    """The analysis of one trace: its source, device, capture stamp, phases, findings and notes.
+
+    >>> an = attrib.analyze("trace.json.gz")          # doctest: +SKIP
+    >>> an.phase("decode").achieved_tok_s, an.findings[0].title   # doctest: +SKIP
+    >>> an.to_json()                                  # the attrib.analysis/1 document  # doctest: +SKIP
+    """
 
     source: Source
     device: Device
