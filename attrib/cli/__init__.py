@@ -93,11 +93,12 @@ def _few_arenas() -> None:
     counts. A 1 M-row rocprofv3 CSV under 3 GB aborted inside polars now and then (a failed Rust
     allocation cannot be caught); with 2 arenas it reads under 2.5 GB and, at 2 GB, stops with the
     out-of-memory line. Without a limit, or without glibc, nothing changes."""
-    import ctypes
     import resource
 
     if resource.getrlimit(resource.RLIMIT_AS)[0] == resource.RLIM_INFINITY:
         return
+    import ctypes  # only under a limit: a fast start otherwise
+
     try:
         ctypes.CDLL(None).mallopt(M_ARENA_MAX, 2)
     except (OSError, AttributeError):  # not glibc
