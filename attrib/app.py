@@ -36,6 +36,7 @@ from attrib.steps.phases import annotated_spans
 from attrib.roofline.arch import Arch, detect, find, load_archs, override, unknown_arch
 from attrib.report import ranks as ranks_report
 from attrib.report.export import annotate
+from attrib.report.printable import plain_tree
 from attrib.steps import ranks as rk
 from attrib.trace import TRUNCATED, Trace
 from collectors import limits, load, reader, resolve
@@ -361,7 +362,9 @@ def analysis(a: Attribution, opts: Options = Options(),
     an = build(a, opts.phase, opts.arch, opts.arch_from, budget, opts.arch_file, opts.top,
                capture=opts.capture, plain_ms=plain)
     an = with_what_if(an, budget, opts.what_if)
-    return finish(an, tuple(rules.run(a, an)))
+    # a trace's text (device, kernel and op names, stamp values) is untrusted: no escape or
+    # control character of it reaches any output format, plot or warning (~2 ms)
+    return plain_tree(finish(an, tuple(rules.run(a, an))))
 
 
 def with_what_if(an: Analysis, budget: Budget | None, formats: Formats | None) -> Analysis:

@@ -20,6 +20,40 @@ from typing import IO, Iterator, Sequence
 from attrib.errors import TraceError
 
 APPEARED = "appeared meanwhile (another run wrote it); pass --force to overwrite it"
+
+# the files the running command reads (`protect`): no write of this module ever replaces one
+_INPUTS: tuple[Path, ...] = ()
+
+
+def protect(inputs: Sequence[Path]) -> None:
+    """Name the running command's inputs (traces, --capture, --baseline, config and arch files, an
+    input folder's files): until the next call, writing one of them, by any spelling or through a
+    symlink, is a TraceError (exit 2), --force or not. The CLI names them before any work."""
+    global _INPUTS
+    _INPUTS = tuple(inputs)
+
+
+def same_file(a: Path, b: Path) -> bool:
+    """The same file (a hard link too); where one is missing, the same path after symlinks."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return os.path.realpath(a) == os.path.realpath(b)
+
+
+def input_of(path: Path) -> Path | None:
+    """The protected input `path` names (see `protect`), None when it names none."""
+    return next((src for src in _INPUTS if same_file(path, src)), None)
+
+
+def refuse_input(path: Path, inputs: Sequence[Path] | None = None) -> None:
+    """A TraceError where `path` is one of `inputs` (default: the protected ones): a trace is often
+    the only copy of an hour-long capture, so an input is never an output, --force or not."""
+    src = (next((i for i in inputs if same_file(path, i)), None) if inputs is not None
+           else input_of(path))
+    if src is not None:
+        raise TraceError(path, f"is an input of this command ({src}); attrib never writes "
+                               "over its input: give the output another name")
 _NO_LINK = (errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EXDEV, errno.EMLINK, errno.ENOSYS)
 
 
@@ -98,7 +132,10 @@ def write_files(files: Sequence[tuple[Path, bytes]], force: bool) -> None:
     A FIFO or device among them is written through as it is; a symlink's target is replaced (the
     link kept). All are staged first, then each is committed. Without `force` a name that appeared since the
     run began is a TraceError (exit 2) and the files this call already created are removed again.
-    An OSError is a TraceError naming the file and the cause ("No space left on device")."""
+    An OSError is a TraceError naming the file and the cause ("No space left on device"). An
+    input of the command (`protect`) is refused before anything is written."""
+    for p, _ in files:
+        refuse_input(p)
     through = [(p, d) for p, d in files if not_regular(p)]
     for p, d in through:
         _through(p, d)
@@ -177,6 +214,7 @@ def write_folder(path: Path, files: dict[str, bytes], force: bool) -> None:
     """The folder `path` holding `files` (name -> bytes). A new folder is filled under a hidden
     temporary name and renamed into place, so an error leaves nothing; into an existing folder
     (empty, or with `force`) each file is written whole (write_files)."""
+    refuse_input(path)
     if path.is_dir():
         write_files([(path / n, data) for n, data in files.items()], force=True)
         return

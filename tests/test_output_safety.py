@@ -6,14 +6,16 @@ repo's demo trace made inside the test."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import threading
+from pathlib import Path
 
 import pytest
 
 from attrib.cli import main
 
-from conftest import EXAMPLE_TRACE
+from conftest import EXAMPLE_TRACE, FIXTURES
 
 
 @pytest.fixture
@@ -53,6 +55,65 @@ def test_an_input_of_compare_is_refused(capsys, trace, tmp_path):
     shutil.copy(EXAMPLE_TRACE, other)
     _refused(capsys, ["compare", trace, other, "-o", other, "--force"], other, other)
     assert other.read_bytes() == EXAMPLE_TRACE.read_bytes()
+
+
+def test_config_and_baseline_inputs_are_refused(capsys, trace, tmp_path):
+    model = tmp_path / "config.json"
+    shutil.copy(FIXTURES / "captured" / "slope_ctx1024.model.json", model)
+    _refused(capsys, ["analyze", trace, "--model", model, "-o", model, "--force"], model, model)
+    base = tmp_path / "base.json.gz"
+    shutil.copy(EXAMPLE_TRACE, base)
+    _refused(capsys, ["analyze", trace, "--baseline", base, "-o", base, "--force"], base, base)
+    assert model.read_bytes() == (FIXTURES / "captured" / "slope_ctx1024.model.json").read_bytes()
+    assert base.read_bytes() == EXAMPLE_TRACE.read_bytes()
+
+
+def test_a_file_of_an_input_folder_is_refused(capsys, tmp_path):
+    folder = tmp_path / "runs"
+    folder.mkdir()
+    shutil.copy(EXAMPLE_TRACE, folder / "a.json.gz")
+    shutil.copy(EXAMPLE_TRACE, folder / "b.json.gz")
+    _refused(capsys, ["sweep", folder, "-j", "1", "-o", folder / "b.json.gz", "--format", "json",
+                      "--force"], folder / "b.json.gz", folder / "b.json.gz")
+    assert (folder / "b.json.gz").read_bytes() == EXAMPLE_TRACE.read_bytes()
+
+
+def test_a_plot_beside_a_report_that_is_the_input_is_refused(capsys, tmp_path):
+    """The report's plots go beside it as REPORT.NAME.svg: a trace so named is not replaced by one
+    (the check is in attrib.output, which every write goes through), and nothing is written."""
+    trace = tmp_path / "r.timeline.svg"
+    shutil.copy(EXAMPLE_TRACE, trace)
+    _refused(capsys, ["report", trace, "-o", tmp_path / "r.md", "--force"], trace, trace)
+    assert trace.read_bytes() == EXAMPLE_TRACE.read_bytes()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.timeline.svg"]
+
+
+def test_a_protected_input_is_never_written(trace, tmp_path):
+    """attrib.output refuses a protected input itself, by any spelling, whoever writes."""
+    from attrib.errors import TraceError
+    from attrib.output import protect, write_file
+
+    link = tmp_path / "link"
+    link.symlink_to(trace)
+    protect([trace])
+    try:
+        for spelling in (trace, tmp_path / "." / trace.name, link):
+            with pytest.raises(TraceError, match="is an input of this command"):
+                write_file(spelling, b"{}", force=True)
+        write_file(tmp_path / "other.json", b"{}", force=False)
+    finally:
+        protect(())
+    assert trace.read_bytes() == EXAMPLE_TRACE.read_bytes()
+    assert (tmp_path / "other.json").read_bytes() == b"{}"
+
+
+@pytest.mark.parametrize("command", ["analyze", "report", "export", "compare", "slope", "sweep"])
+def test_the_output_help_says_what_happens_to_an_existing_name(capsys, command):
+    assert main([command, "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "symlink's target is replaced (atomically, the link kept)" in text
+    assert "FIFO or device (/dev/stdout) is written through" in text
+    assert "an input of the command is refused, --force or not" in text
 
 
 def test_a_fifo_is_written_through(capsys, trace, tmp_path):
@@ -106,23 +167,73 @@ def test_xlsx_cells_of_trace_names_are_text_not_formulas(capsys, tmp_path):
     assert '=HYPERLINK("http://example.invalid","x")' in strings.replace("&quot;", '"')
 
 
-def test_escape_sequences_in_the_device_name_reach_no_output(capsys, tmp_path):
-    """An ESC sequence in deviceProperties.name (trace text is untrusted) is in no page, plot,
-    markdown or terminal line, and matplotlib warns of no missing glyph."""
+ESC_NAME = "Acme \x1b[31mQ9\x1b[0m \x1b]0;owned\x07GPU\x9b1m\x85\r"
+CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def _escaped_trace(tmp_path) -> Path:
+    """The demo trace with its device renamed to ESC_NAME and made one the database does not know
+    (compute capability 12.7), so that the trace's own name is the one every output shows, and its
+    most frequent kernel's name given an escape sequence too."""
     import gzip
     import json
+    from collections import Counter
 
     doc = json.loads(gzip.decompress(EXAMPLE_TRACE.read_bytes()))
-    doc["deviceProperties"][0]["name"] = "NVIDIA \x1b[31mH200\x1b[0m \x1b]0;owned\x07SXM"
+    dev = doc["deviceProperties"][0]
+    dev.update(name=ESC_NAME, computeMajor=12, computeMinor=7)
+    kernels = [e for e in doc["traceEvents"] if e.get("cat") == "kernel"]
+    top = Counter(e["name"] for e in kernels).most_common(1)[0][0]
+    for e in kernels:
+        if e["name"] == top:
+            e["name"] = "\x1b[2Jwiped_" + top
     bad = tmp_path / "esc.json"
     bad.write_text(json.dumps(doc))
-    for suffix in ("html", "md"):
-        assert main(["report", str(bad), "-o", str(tmp_path / f"r.{suffix}")]) == 0
-    assert main(["analyze", str(bad)]) == 0
+    return bad
+
+
+def test_escape_sequences_in_trace_text_reach_no_output(capsys, tmp_path):
+    """An ESC sequence in deviceProperties.name and a kernel name (trace text is untrusted) is in
+    no output format (table, JSON, markdown, HTML, the plots' SVG, CSV, parquet, xlsx) and no
+    warning, and matplotlib warns of no missing glyph (it warned 14 times)."""
+    import json
+    import warnings
+    import zipfile
+
+    import polars as pl
+
+    bad = _escaped_trace(tmp_path)
+    out = tmp_path / "out"
+    out.mkdir()
+    runs = [["analyze", bad], ["analyze", bad, "-v", "--format", "json", "-o", out / "a.json"],
+            ["report", bad, "--format", "json", "-o", out / "r.json"],
+            ["report", bad, "-o", out / "r.html"], ["report", bad, "-o", out / "r.md"],
+            ["report", bad, "--format", "csv", "-o", out / "csv"],
+            ["report", bad, "--format", "parquet", "-o", out / "parquet"],
+            ["report", bad, "--format", "xlsx", "-o", out / "r.xlsx"]]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for args in runs:
+            assert main([str(a) for a in args]) == 0, capsys.readouterr().err
     cap = capsys.readouterr()
-    outputs = [p.read_text() for p in tmp_path.iterdir() if p.suffix in (".html", ".md", ".svg")]
-    assert len(outputs) >= 3 and not any("\x1b" in t or "\x07" in t for t in outputs)
-    assert "\x1b" not in cap.out and "\x1b" not in cap.err and "Glyph" not in cap.err
+    texts = {p.name: p.read_text() for p in out.rglob("*") if p.suffix in
+             (".json", ".md", ".html", ".svg", ".csv")}
+    texts["stdout"], texts["stderr"] = cap.out, cap.err
+    for f in (out / "parquet").glob("*.parquet"):
+        texts[f.name] = pl.read_parquet(f).write_csv()
+    with zipfile.ZipFile(out / "r.xlsx") as z:
+        texts["r.xlsx"] = "".join(z.read(n).decode() for n in z.namelist() if n.endswith(".xml"))
+    svgs = [n for n in texts if n.endswith(".svg")]
+    assert len(svgs) >= 3 and len(texts) >= 12
+    assert "Acme Q9 GPU" in texts["stdout"] and "Acme Q9 GPU" in texts["r.html"]
+    assert any("Acme Q9 GPU" in texts[n] for n in svgs)  # the roofline's title: the name, cleaned
+    assert any("wiped_" in t for n, t in texts.items() if n.endswith(".csv"))
+    for name, text in texts.items():
+        assert not CONTROLS.search(text), (name, CONTROLS.search(text))
+    doc = json.loads(texts["a.json"])
+    assert "\x1b" not in json.dumps(doc, ensure_ascii=False) and "\\u001b" not in texts["a.json"]
+    assert not [w for w in caught if "Glyph" in str(w.message)]
+    assert "Glyph" not in cap.err
 
 
 def test_csv_safe_neutralises_formula_cells_and_csv_keeps_them(capsys, tmp_path):

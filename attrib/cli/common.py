@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import gc
-import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
@@ -15,7 +14,7 @@ import click
 import orjson
 
 from attrib.errors import TraceError
-from attrib.output import not_regular, write_file
+from attrib.output import not_regular, protect, refuse_input, write_file
 from attrib.report.printable import printable
 from attrib.report.progress import progress
 from attrib.version import __version__
@@ -55,6 +54,7 @@ def check_output(out: Path | None, force: bool) -> None:
     symlink, --force or not), an existing file without --force, a missing folder. A FIFO or a
     device (/dev/stdout, /dev/null) is written through, keeping its type (attrib.output)."""
     if out is None:
+        protect(())
         return
     refuse_inputs(out)
     if out.is_dir():
@@ -88,21 +88,13 @@ def inputs(out: Path) -> list[Path]:
     return files
 
 
-def _same(a: Path, b: Path) -> bool:
-    """The same file (a hard link too); where one is missing, the same path after symlinks."""
-    try:
-        return os.path.samefile(a, b)
-    except OSError:
-        return os.path.realpath(a) == os.path.realpath(b)
-
-
 def refuse_inputs(out: Path) -> None:
-    """A TraceError where `out` is (after symlinks and `..`) one of the command's inputs: an
-    input is never an output, --force or not (a trace is often the only copy of a capture)."""
-    for src in inputs(out):
-        if _same(out, src):
-            raise TraceError(out, f"is an input of this command ({src}); attrib never writes "
-                                  "over its input: give the output another name")
+    """A TraceError where `out` is (after symlinks and `..`) one of the command's inputs, which
+    attrib.output then protects: no file this command writes (its plots beside a report too)
+    replaces one, --force or not (a trace is often the only copy of a capture)."""
+    given = inputs(out)
+    protect(given)
+    refuse_input(out, given)
 
 
 def warn(path: object, message: str) -> None:
@@ -156,10 +148,16 @@ def phase_map_option():
                         help="Treat annotation NAME as PHASE (repeatable).")
 
 
+# what -o does with a name that is already there (attrib.output), said in every -o's help
+OUTPUT_RULES = ("A FIFO or device (/dev/stdout) is written through; a symlink's target is "
+                "replaced (atomically, the link kept); an input of the command is refused, "
+                "--force or not.")
+OUTPUT_HELP = f"Write to FILE instead of stdout. {OUTPUT_RULES}"
+
+
 def output_options() -> list:
     """-o/--output and --force, as every command that writes a file takes them."""
-    return [click.option("-o", "--output", type=click.Path(path_type=Path),
-                         help="Write to FILE instead of stdout."),
+    return [click.option("-o", "--output", type=click.Path(path_type=Path), help=OUTPUT_HELP),
             click.option("--force", is_flag=True, help="Overwrite FILE if it exists.")]
 
 

@@ -14,8 +14,9 @@ from attrib.report.printable import printable
 from attrib.report.progress import progress
 
 from attrib.cli import numbers
-from attrib.cli.common import (analyses, arch_options, check_output, cli, dump, file_options,
-                               parse_phase_map, phase_map_option, printable_lines, warn, write)
+from attrib.cli.common import (OUTPUT_HELP, OUTPUT_RULES, analyses, arch_options, check_output,
+                               cli, dump, file_options, parse_phase_map, phase_map_option,
+                               printable_lines, warn, write)
 
 
 @cli.command()
@@ -101,7 +102,7 @@ def compare(traces: tuple[Path, ...], bases: tuple[Path, ...], cands: tuple[Path
               help="Default: from the output's suffix, else table.")
 @phase_map_option()
 @click.option("-o", "--output", type=click.Path(path_type=Path),
-              help="Write to FILE instead of stdout.")
+              help=OUTPUT_HELP)
 @click.option("--force", is_flag=True, help="Overwrite FILE if it exists.")
 def slope(
 traces: tuple[Path, ...], phase: str, fmt: str | None, phase_map: tuple[str, ...],
@@ -222,7 +223,7 @@ def ranks_cmd(traces: tuple[Path, ...], fmt: str | None, link_gbs: float | None,
 @phase_map_option()
 @arch_options("Measure every file against this device (as `analyze --arch`).")
 @click.option(
-    "-o", "--output", type=click.Path(path_type=Path), help="Write to FILE instead of stdout."
+    "-o", "--output", type=click.Path(path_type=Path), help=OUTPUT_HELP
 )
 @click.option("--force", is_flag=True, help="Overwrite FILE if it exists.")
 def trend(
@@ -295,7 +296,8 @@ SWEEP_FORMATS = {".parquet": "parquet", ".csv": "csv", ".json": "json", ".md": "
     "-o",
     "--output",
     type=click.Path(path_type=Path),
-    help="table.parquet|.csv (the table), report.md|.html (with plots), or .json.",
+    help="table.parquet|.csv (the table), report.md|.html (with plots), or .json. "
+    + OUTPUT_RULES,
 )
 @click.option("--force", is_flag=True, help="Overwrite FILE (and a report's plots) if they exist.")
 def sweep(traces: tuple[Path, ...], jobs: int | None, ray_address: str | None, fmt: str | None,

@@ -24,8 +24,9 @@ if TYPE_CHECKING:
     from attrib.report.renderers import Renderer
 
 from attrib.cli import numbers
-from attrib.cli.common import (apply, arch_options, check_output, cli, loading, output_options,
-                               parse_phase_map, phase_map_option, refuse_inputs, warn, write)
+from attrib.cli.common import (OUTPUT_RULES, apply, arch_options, check_output, cli, loading,
+                               output_options, parse_phase_map, phase_map_option, refuse_inputs,
+                               warn, write)
 
 ANALYSIS_ARCH = ("The device: the one the trace ran on where the trace does not say (its figures "
                  "measured on it), or another chip (a what-if: rooflines projected onto it).")
@@ -258,7 +259,8 @@ def report(trace: Path, fmt: str | None, **o) -> None:
 @cli.command()
 @click.argument("trace", type=click.Path(path_type=Path))
 @click.option("-o", "--output", required=True, type=click.Path(path_type=Path),
-              help="The annotated trace (.json or .json.gz) to open in the Perfetto UI.")
+              help="The annotated trace (.json or .json.gz) to open in the Perfetto UI. "
+                   + OUTPUT_RULES)
 @phase_map_option()
 @click.option("--force", is_flag=True, help="Overwrite FILE if it exists.")
 @click.option("--capture", type=click.Path(path_type=Path),
