@@ -148,6 +148,27 @@ class TraceWarning(str):
         return w
 
 
+# an escape sequence (CSI, OSC, DCS..., 8-bit CSI) or a control character but tab and newline (C0,
+# DEL, C1, bidirectional overrides): what a device's name in a trace may carry that no output
+# should (attrib.report.printable removes the same from every Analysis; this module is stdlib
+# and polars only, so it says it again)
+_UNSAFE = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[PX^_][^\x1b]*(?:\x1b\\)?"
+    r"|\x1b.?|\x9b[0-?]*[ -/]*[@-~]"
+    "|[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def _safe(value: Any) -> Any:
+    """`value` (a device record's field) with every string's escapes and control characters removed."""
+    if isinstance(value, str):
+        return value if value.isprintable() else _UNSAFE.sub("", value)
+    if isinstance(value, dict):
+        return {k: _safe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_safe(v) for v in value]
+    return value
+
+
 class Meta(msgspec.Struct, frozen=True):
     """What is known about the trace as a whole.
 
@@ -170,6 +191,8 @@ class Meta(msgspec.Struct, frozen=True):
 
     def __post_init__(self) -> None:
         force_setattr(self, "warnings", tuple(TraceWarning(w) for w in self.warnings))
+        # a device's name is the trace's text, shown as it is (`archs --template --trace`)
+        force_setattr(self, "devices", tuple(_safe(d) for d in self.devices))
 
 
 class Trace(msgspec.Struct, frozen=True):

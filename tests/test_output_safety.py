@@ -236,6 +236,15 @@ def test_escape_sequences_in_trace_text_reach_no_output(capsys, tmp_path):
     assert "Glyph" not in cap.err
 
 
+def test_the_template_of_an_escaped_device_name_is_clean(capsys, tmp_path):
+    """`archs --template --trace` prints the trace's device name (an --arch-file entry to keep):
+    without its escapes (the reader's device records are cleaned, attrib.trace.Meta)."""
+    bad = _escaped_trace(tmp_path)
+    assert main(["archs", "--template", "--trace", str(bad)]) == 0
+    out = capsys.readouterr().out
+    assert 'name = "Acme Q9 GPU"' in out and not CONTROLS.search(out)
+
+
 def test_csv_safe_neutralises_formula_cells_and_csv_keeps_them(capsys, tmp_path):
     import gzip
     import json
