@@ -78,6 +78,21 @@ def test_a_file_of_an_input_folder_is_refused(capsys, tmp_path):
     assert (folder / "b.json.gz").read_bytes() == EXAMPLE_TRACE.read_bytes()
 
 
+def test_a_report_left_in_an_input_folder_is_replaced(capsys, tmp_path):
+    """A folder's files are inputs, but not the reports attrib writes and never reads as a trace:
+    a sweep report kept beside its traces is written again with --force."""
+    folder = tmp_path / "runs"
+    folder.mkdir()
+    shutil.copy(EXAMPLE_TRACE, folder / "a.json.gz")
+    shutil.copy(EXAMPLE_TRACE, folder / "b.json.gz")
+    report = folder / "sweep.html"
+    report.write_text("old")
+    assert main(["sweep", str(folder), "-j", "1", "-o", str(report), "--force"]) == 0, \
+        capsys.readouterr().err
+    assert "<html" in report.read_text() and "a.json.gz" in report.read_text()
+    assert (folder / "b.json.gz").read_bytes() == EXAMPLE_TRACE.read_bytes()
+
+
 def test_a_plot_beside_a_report_that_is_the_input_is_refused(capsys, tmp_path):
     """The report's plots go beside it as REPORT.NAME.svg: a trace so named is not replaced by one
     (the check is in attrib.output, which every write goes through), and nothing is written."""

@@ -73,9 +73,14 @@ def _paths(value: object) -> list[Path]:
     return [v for v in items if isinstance(v, Path)]
 
 
+# what attrib writes and never reads as a trace: a report left in a folder of traces (`trend
+# captures/ -o captures/trend.html --force`, run again) is not one of the folder's inputs
+NEVER_READ = (".html", ".htm", ".md", ".markdown", ".svg", ".xlsx")
+
+
 def inputs(out: Path) -> list[Path]:
     """The files the running command reads: every path parameter but `out` (a folder stands for
-    the files directly inside it)."""
+    the files directly inside it, less the reports attrib writes: NEVER_READ)."""
     ctx = click.get_current_context(silent=True)
     if ctx is None:
         return []
@@ -84,7 +89,8 @@ def inputs(out: Path) -> list[Path]:
     for p in given:
         files.append(p)
         if p.is_dir():
-            files.extend(f for f in p.iterdir() if f.is_file())
+            files.extend(f for f in p.iterdir()
+                         if f.is_file() and not f.name.lower().endswith(NEVER_READ))
     return files
 
 
