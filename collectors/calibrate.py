@@ -7,11 +7,6 @@ median repetition; the figure of a kind is the median over sizes. Matrix: square
 dtype the device runs (fp16, bf16, fp32 with TF32 off, tf32, fp8 via `torch._scaled_mm`), the
 median repetition. `device="cpu"` is a dry run of the same code (host memory, no events).
 torch is imported only when measuring.
-
-Stopping: `measure(stop=event)` checks the event before every timed call and raises Stopped once
-it is set; `measure_in_worker` runs `measure` in a worker thread while the calling thread waits in
-short joins, so a signal's handler (SIGTERM, Ctrl-C) runs at once even while one torch op holds
-the worker for minutes (an 8192^3 fp16 matmul on a CPU).
 """
 
 from __future__ import annotations
@@ -20,7 +15,6 @@ import contextlib
 import platform
 import statistics
 import subprocess
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -37,19 +31,12 @@ CPU_MATMUL_N = 512
 CPU_REPS = 5
 KINDS = ("read", "write", "copy")
 DTYPES = ("fp16", "bf16", "fp32", "tf32", "fp8")
-# fp32 alone on the CPU: fp16 matmuls have no fast CPU kernel (512^3 0.1 s, 1024^3 2 s on 2 cores,
-# 2.5 GFLOP/s against fp32's 200), and a dry run needs one dtype to exercise the code
-CPU_DTYPES = ("fp32",)
 METHOD = ("bandwidth: read x.sum(), write x.fill_(), copy dst.copy_(src) counting read+write "
           "bytes; per size the median of {reps} timed repetitions after {warmup} warmup, per kind "
           "the median over sizes {sizes} MiB; matrix: {n}x{n}x{n} matmul, the median of {reps} "
           "repetitions (fp32 with TF32 off; fp8 e4m3 via torch._scaled_mm, bf16 out)")
 
 Progress = Callable[[str], None]
-
-
-class Stopped(Exception):
-    """`measure` was told to stop (its `stop` event set) and did, before its next timed call."""
 
 
 @dataclass
@@ -128,22 +115,15 @@ def device_record(torch: Any, dev: Any) -> dict[str, Any]:
 class _Timer:
     """Time `reps` calls of a function: device events on a GPU, perf_counter on the CPU."""
 
-    def __init__(self, torch: Any, dev: Any, stop: threading.Event | None = None) -> None:
-        self.torch, self.gpu, self.stop = torch, dev.type != "cpu", stop
-
-    def check(self) -> None:
-        """Raise Stopped once the stop event is set."""
-        if self.stop is not None and self.stop.is_set():
-            raise Stopped("calibration stopped")
+    def __init__(self, torch: Any, dev: Any) -> None:
+        self.torch, self.gpu = torch, dev.type != "cpu"
 
     def median_s(self, fn: Callable[[], Any], reps: int, warmup: int) -> float:
         for _ in range(warmup):
-            self.check()
             fn()
         if not self.gpu:
             times = []
             for _ in range(reps):
-                self.check()
                 t0 = time.perf_counter()
                 fn()
                 times.append(time.perf_counter() - t0)
@@ -152,7 +132,6 @@ class _Timer:
         ev = [(cuda.Event(enable_timing=True), cuda.Event(enable_timing=True)) for _ in range(reps)]
         cuda.synchronize()
         for a, b in ev:
-            self.check()
             a.record()
             fn()
             b.record()
@@ -214,8 +193,6 @@ def _matmul(torch: Any, dev: Any, timer: _Timer, n: int, dtypes: tuple[str, ...]
             torch.backends.cuda.matmul.allow_tf32 = name == "tf32"
             fn = _fp8_mm(torch, a, b) if name == "fp8" else (lambda: a @ b)
             tflops[name] = _sig(2 * n**3 / timer.median_s(fn, reps, warmup) / 1e12)
-        except Stopped:
-            raise
         except Exception as exc:   # a dtype this device or build lacks
             first = str(exc).splitlines()[0][:160] if str(exc) else ""
             skipped[name] = f"{type(exc).__name__}: {first}"
@@ -226,16 +203,10 @@ def _matmul(torch: Any, dev: Any, timer: _Timer, n: int, dtypes: tuple[str, ...]
 
 def measure(device: str = "cuda", sizes_mib: tuple[int, ...] = SIZES_MIB, matmul_n: int = MATMUL_N,
             dtypes: tuple[str, ...] = DTYPES, reps: int = REPS, warmup: int = WARMUP,
-            tick: Progress = lambda label: None,
-            stop: threading.Event | None = None) -> Calibration:
+            tick: Progress = lambda label: None) -> Calibration:
     """Measure the device (see the module docstring); `tick(label)` before each measurement.
 
-    Raises UsageError when torch is missing or sees no such GPU (use device="cpu" for a dry run),
-    Stopped when `stop` is set (checked before every timed call).
-
-    >>> measure("cpu", sizes_mib=(64,), matmul_n=512, dtypes=("fp32",), reps=5).bandwidth  # doctest: +SKIP
-    {'read': 49.4, 'write': 37.1, 'copy': 42.9}
-    """
+    Raises UsageError when torch is missing or sees no such GPU (use device="cpu" for a dry run)."""
     torch = _torch()
     try:
         dev = torch.device(device)
@@ -254,10 +225,7 @@ def measure(device: str = "cuda", sizes_mib: tuple[int, ...] = SIZES_MIB, matmul
             raise UsageError(f"--device {device}: only {torch.cuda.device_count()} GPU(s) visible")
         dev = torch.device("cuda", torch.cuda.current_device() if dev.index is None else dev.index)
         torch.cuda.set_device(dev)
-    unknown = [d for d in dtypes if d not in DTYPES]
-    if unknown or not dtypes:
-        raise UsageError(f"--dtypes {','.join(dtypes)}: expected some of {', '.join(DTYPES)}")
-    timer = _Timer(torch, dev, stop)
+    timer = _Timer(torch, dev)
     record = device_record(torch, dev)
     sizes = _fitting(torch, dev, sizes_mib)
     by_size = _bandwidth(torch, dev, timer, sizes, reps, warmup, tick)
@@ -282,32 +250,3 @@ def _fitting(torch: Any, dev: Any, sizes: tuple[int, ...]) -> tuple[int, ...]:
                          "buffer pair")
     return fit
 
-
-def measure_in_worker(stop: threading.Event | None = None, poll_s: float = 0.05,
-                      **kwargs: Any) -> Calibration:
-    """`measure(**kwargs)` in a worker thread, this thread waiting in `poll_s` joins: a signal's
-    Python handler runs only in the main thread and only between bytecodes, so while the worker
-    sits in a long torch op (which releases the GIL) this thread still takes SIGTERM or Ctrl-C
-    within `poll_s`. Whatever ends the wait (an exception raised here, the worker's end) sets the
-    worker's stop event; it stops before its next timed call (a daemon thread: a process that
-    exits does not wait for it). The worker's own exception is raised here."""
-    stop = stop if stop is not None else threading.Event()
-    got: dict[str, Any] = {}
-
-    def work() -> None:
-        try:
-            got["result"] = measure(stop=stop, **kwargs)
-        except BaseException as exc:  # handed to the waiting thread
-            got["error"] = exc
-
-    worker = threading.Thread(target=work, name="attrib-calibrate", daemon=True)
-    worker.start()
-    try:
-        while worker.is_alive():
-            worker.join(poll_s)
-    finally:
-        stop.set()
-    if "error" in got:
-        raise got["error"]
-    result: Calibration = got["result"]
-    return result
