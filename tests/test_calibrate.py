@@ -18,7 +18,8 @@ from attrib.roofline.calibrated import entry, sustained
 ROOT = Path(__file__).resolve().parents[1]
 H200 = ROOT / "tests/fixtures/calibrate/h200_calib_check.json"
 TRACE = ROOT / "tests/fixtures/captured/hf_llama_cuda_b8_p512.pt.trace.json.gz"
-DRY = ["calibrate", "--device", "cpu", "--sizes", "4,8", "--matmul-n", "48", "--reps", "2"]
+DRY = ["calibrate", "--device", "cpu", "--sizes", "4,8", "--matmul-n", "48", "--reps", "2",
+       "--dtypes", "fp16,bf16,fp32,tf32"]
 
 
 def test_cpu_dry_run_writes_an_arch_file_entry_and_refuses_to_overwrite(tmp_path, capsys):
@@ -32,12 +33,34 @@ def test_cpu_dry_run_writes_an_arch_file_entry_and_refuses_to_overwrite(tmp_path
         and arch.calibrated["method"].startswith("bandwidth")
     )
     assert set(arch.measured_bw_gbs) == {"read", "write", "copy"} and min(arch.measured_bw_gbs.values()) > 0
-    assert {"fp16", "bf16", "fp32"} <= set(arch.measured_tflops)   # tf32, fp8: no CPU kernel
+    assert set(arch.measured_tflops) == {"fp16", "bf16", "fp32"}   # tf32: no CPU kernel
     assert arch.sustained_bw_gbs == max(arch.measured_bw_gbs["read"], arch.measured_bw_gbs["copy"])
     assert "wrote" in capsys.readouterr().err
     before = out.read_bytes()
     assert main([*DRY, "-o", str(out)]) == 2
     assert "exists; pass --force" in capsys.readouterr().err and out.read_bytes() == before
+    assert main([*DRY, "--dtypes", "fp16,int4"]) == 2
+    assert "--dtypes" in capsys.readouterr().err
+
+
+def test_a_set_stop_event_stops_the_measurement_before_its_next_timed_call():
+    pytest.importorskip("torch")
+    import threading
+
+    from collectors.calibrate import Stopped, measure, measure_in_child
+
+    stop = threading.Event()
+    seen: list[str] = []
+
+    def tick(label: str) -> None:   # the first measurement has begun: stop it
+        seen.append(label)
+        stop.set()
+    with pytest.raises(Stopped):
+        measure("cpu", sizes_mib=(4,), matmul_n=48, dtypes=("fp32",), reps=2, tick=tick, stop=stop)
+    assert seen == ["read 4 MiB"]
+    # the measuring process's usage error reaches the caller
+    with pytest.raises(ValueError, match="calibrate measures a CUDA/ROCm GPU"):
+        measure_in_child(device="tpu")
 
 
 def test_no_gpu_and_bad_sizes_are_one_line_errors(capsys):
@@ -122,10 +145,29 @@ def test_h200_entry_prices_flops_at_the_measured_matrix_tflops(tmp_path):
     assert any("measured matrix TFLOP/s (bf16 773.6" in n for n in measured["notes"])
 
 
-def test_cpu_dry_run_is_quick_shows_progress_on_a_pipe_and_stops_on_sigterm(tmp_path):
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+def _as_in_a_terminal() -> None:
+    """A foreground command's signals: SIGINT as Python's default handles it (a runner that ignores
+    SIGINT, as a shell's background job does, would pass SIG_IGN on)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def test_cpu_dry_run_is_quick_shows_progress_on_a_pipe_and_stops_on_signals(tmp_path):
     """Issue 38: `attrib calibrate --device cpu` (what a user without a GPU tries first) takes
-    seconds at its CPU defaults, prints a line per measurement to a pipe, and SIGTERM stops it
-    within a second or two, leaving no output."""
+    seconds at its CPU defaults (fp32 only, small sizes), prints a line per measurement to a pipe,
+    and SIGTERM or Ctrl-C (SIGINT to the process group, as a terminal sends it) stops it within a
+    second or two, even in the middle of one long torch op (an fp16 4096^3 matmul: a minute or more
+    on 2 cores), leaving no output and no measuring process; a SIGKILLed calibrate's measuring
+    process ends too."""
+    import os
     import signal
     import subprocess
     import sys
@@ -139,18 +181,38 @@ def test_cpu_dry_run_is_quick_shows_progress_on_a_pipe_and_stops_on_sigterm(tmp_
     assert done.returncode == 0, done.stderr
     assert time.monotonic() - t0 < 60
     steps = [ln for ln in done.stderr.splitlines() if ln.startswith("attrib: calibrating cpu ")]
-    assert len(steps) >= 10 and steps[-1].startswith("attrib: calibrating cpu 11/11 ")
-    assert "[cpu-" in out.read_text()
+    assert [ln.split()[3] for ln in steps] == [f"{i}/7" for i in range(1, 8)]
+    assert steps[-1] == "attrib: calibrating cpu 7/7 matmul fp32 512"
+    (key, arch), = load_archs(out).items() - load_archs().items()
+    assert key.startswith("cpu-") and set(arch.measured_tflops) == {"fp32"}
 
-    stopped = tmp_path / "stopped.toml"
-    proc = subprocess.Popen([*attrib_cmd, "--reps", "400", "-o", str(stopped)],
-                            stderr=subprocess.PIPE, text=True)
-    assert proc.stderr is not None
-    first = proc.stderr.readline()  # the first measurement has begun
-    assert first.startswith("attrib: calibrating cpu 1/"), first
-    t1 = time.monotonic()
-    proc.send_signal(signal.SIGTERM)
-    rest = proc.communicate(timeout=30)[1]
-    assert proc.returncode == 128 + signal.SIGTERM, rest
-    assert time.monotonic() - t1 < 2
-    assert not stopped.exists()
+    for sig, status, name in ((signal.SIGTERM, 143, "SIGTERM"), (signal.SIGINT, 130, "SIGINT"),
+                              (signal.SIGKILL, -9, "SIGKILL")):
+        stopped = tmp_path / f"stopped-{name}.toml"
+        proc = subprocess.Popen([*attrib_cmd, "--sizes", "4", "--dtypes", "fp16", "--matmul-n",
+                                 "4096", "-o", str(stopped)], stderr=subprocess.PIPE, text=True,
+                                start_new_session=True, preexec_fn=_as_in_a_terminal)
+        assert proc.stderr is not None
+        try:
+            line = ""
+            while "matmul fp16" not in line:   # the long matmul has begun
+                line = proc.stderr.readline()
+                assert line, "calibrate ended before its matmul"
+            time.sleep(0.3)   # inside the op
+            child, = (int(x) for x in
+                      Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split())
+            t1 = time.monotonic()
+            os.killpg(proc.pid, sig) if sig == signal.SIGINT else proc.send_signal(sig)
+            rest = proc.communicate(timeout=30)[1]
+            assert time.monotonic() - t1 < 2, name
+            assert proc.returncode == status, rest
+            while _alive(child) and time.monotonic() - t1 < 2:
+                time.sleep(0.05)
+            assert not _alive(child), name
+            if sig != signal.SIGKILL:
+                assert rest == f"attrib: stopped by {name}; nothing was left half-written\n"
+            assert not stopped.exists() and list(tmp_path.iterdir()) == [out]
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 import click
@@ -107,6 +108,17 @@ def _sizes(text: str) -> tuple[int, ...]:
     return sizes
 
 
+def _dtypes(text: str) -> tuple[str, ...]:
+    from collectors.calibrate import DTYPES
+
+    got = tuple(x.strip().lower() for x in text.split(",") if x.strip())
+    bad = [x for x in got if x not in DTYPES]
+    if bad or not got:
+        raise click.BadParameter(f"expected some of {','.join(DTYPES)}, got {text!r}",
+                                 param_hint="--dtypes")
+    return got
+
+
 @cli.command()
 @click.option(
     "--device",
@@ -131,6 +143,12 @@ def _sizes(text: str) -> tuple[int, ...]:
     help="Timed repetitions per measurement, the median kept (default 20; with --device cpu 5).",
 )
 @click.option(
+    "--dtypes",
+    metavar="DTYPE,...",
+    help="Matmul dtypes to measure, of fp16,bf16,fp32,tf32,fp8 (default all; with --device cpu "
+    "fp32: CPU fp16 matmuls are 100x slower).",
+)
+@click.option(
     "--format",
     "fmt",
     type=click.Choice(["toml", "json"]),
@@ -147,28 +165,38 @@ def calibrate(
     sizes: str | None,
     matmul_n: int | None,
     reps: int | None,
+    dtypes: str | None,
     fmt: str,
     output: Path | None,
     force: bool,
 ) -> None:
     """Measure this GPU with torch (read/write/copy GB/s, matrix TFLOP/s per dtype) and write an
-    --arch-file entry whose sustained roof `analyze --arch-file` uses.
+    --arch-file entry whose sustained roof `analyze --arch-file` uses. `--device cpu` is a quick dry
+    run on the host (seconds). Progress goes to stderr (a bar on a terminal, a line per measurement
+    otherwise); SIGTERM or Ctrl-C stops it within a second, writing nothing (exit 143 or 130).
 
     \b
     Example: attrib calibrate -o my_gpu.toml"""
     from attrib.report.progress import bar
     from attrib.roofline.calibrated import entry as calibrated_entry
     from collectors import calibrate as calib
-    from collectors import measure_device
 
     check_output(output, force)
     cpu = device.strip().lower() == "cpu"
     mib = _sizes(sizes) if sizes is not None else calib.CPU_SIZES_MIB if cpu else calib.SIZES_MIB
+    kinds = _dtypes(dtypes) if dtypes is not None else calib.CPU_DTYPES if cpu else calib.DTYPES
     matmul_n = matmul_n or (calib.CPU_MATMUL_N if cpu else calib.MATMUL_N)
     reps = reps or (calib.CPU_REPS if cpu else calib.REPS)
-    with bar(f"calibrating {device}", calib.steps(mib), lines=True) as tick:
-        measured = measure_device(device, sizes_mib=mib, matmul_n=matmul_n, reps=reps, tick=tick)
-        cal = measured.to_dict()
+    try:
+        with bar(f"calibrating {device}", calib.steps(mib, kinds), lines=True) as tick:
+            # in a child process: this one takes a signal at once (even while the child is inside
+            # one long torch op) and kills the child
+            cal = calib.measure_in_child(device=device, sizes_mib=mib, matmul_n=matmul_n,
+                                         dtypes=kinds, reps=reps, tick=tick)
+    except KeyboardInterrupt:  # Ctrl-C (SIGINT): said as SIGTERM is, exit 130
+        from attrib.cli import Signalled
+
+        raise Signalled(signal.SIGINT) from None
     key, toml = calibrated_entry(cal)
     bw, tf = cal["bandwidth_gbs"], cal["matrix_tflops"]
     doc = {"schema": "attrib.calibration/1", **cal, "entry_key": key, "entry": toml}
