@@ -35,6 +35,10 @@ def _ms(v: float | None) -> str:
     return "? ms" if v is None else f"{v:.3f} ms"
 
 
+def _steps(n: int) -> str:
+    return f"{n} step" if n == 1 else f"{n} steps"
+
+
 def _cut(text: str, n: int) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
 
@@ -67,6 +71,8 @@ def _frame(rows: tuple[object, ...], cls: type) -> pl.DataFrame:
 
 
 class Source(msgspec.Struct, frozen=True):
+    """The trace read: its path, format, event and kernel counts, kernels outside any step."""
+
     path: str | None
     format: str
     events: int
@@ -142,6 +148,8 @@ class Device(msgspec.Struct, frozen=True):
 
 
 class StepMs(msgspec.Struct, frozen=True):
+    """A phase's step time over its counted steps: median, 10th and 90th percentile (ms)."""
+
     median: float | None
     p10: float | None
     p90: float | None
@@ -191,6 +199,8 @@ class TopKernel(msgspec.Struct, frozen=True):
 
 
 class ExcludedStep(msgspec.Struct, frozen=True):
+    """A step left out of its phase's medians ("compile", "warm-up"), with its figures."""
+
     step: int
     reason: str
     step_ms: float | None
@@ -264,6 +274,8 @@ class Bottleneck(msgspec.Struct, frozen=True):
 
 
 class Unpriced(msgspec.Struct, frozen=True):
+    """A component's time that no roofline prices (no bytes or FLOPs known), with why."""
+
     component: str
     ms_per_step: float | None
     share: float | None
@@ -279,6 +291,9 @@ class Total(msgspec.Struct, frozen=True):
 
 
 class Bottlenecks(msgspec.Struct, frozen=True):
+    """A phase's bottlenecks: ranked, the time left unpriced, the whole step's distance from its
+    floor."""
+
     ranked: tuple[Bottleneck, ...] = ()
     unpriced: tuple[Unpriced, ...] = ()
     total: Total | None = None
@@ -371,15 +386,19 @@ class Phase(msgspec.Struct, frozen=True):
     def __repr__(self) -> str:
         """One line: the phase, its steps, median step, tokens per step, tok/s."""
         rate = f", {self.achieved_tok_s:.1f} tok/s" if self.achieved_tok_s is not None else ""
-        return (f"<Phase {self.phase}: {self.steps} steps, median {_ms(self.step_ms.median)}, "
+        return (f"<Phase {self.phase}: {_steps(self.steps)}, median {_ms(self.step_ms.median)}, "
                 f"{self.tokens_per_step} tokens/step{rate}>")
 
 class Coverage(msgspec.Struct, frozen=True):
+    """How much of the kernel time was attributed to a component, and how much has known bytes."""
+
     attributed_share: float | None
     bytes_known_share: float | None
 
 
 class Distributed(msgspec.Struct, frozen=True):
+    """The trace's rank in a distributed run (backend, rank, world size)."""
+
     backend: str | None
     rank: int | None
     world_size: int | None
@@ -419,7 +438,7 @@ class Analysis(msgspec.Struct, frozen=True):
 
     def __repr__(self) -> str:
         """One line: the source, the device, each phase's steps and median step, the top finding."""
-        phases = ", ".join(f"{p.phase} {p.steps} steps {_ms(p.step_ms.median)}"
+        phases = ", ".join(f"{p.phase} {_steps(p.steps)} {_ms(p.step_ms.median)}"
                            for p in self.phases)
         top = self.findings[0].title if self.findings else "no finding"
         dev = self.device.name or self.device.arch or "unknown device"
