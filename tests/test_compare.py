@@ -78,16 +78,23 @@ def test_everything_slower_is_a_significant_kernel_regression(tmp_path, slow):
     rc, doc = _json(tmp_path, LLAMA, slow, "--gate", "15")
     step, comps = _rows(doc, "decode")
     assert rc == 1 and doc["gate"]["failed_phases"] == ["decode"]
+    assert doc["gate"]["reasons"]["decode"] == ["GPU kernel time per token +25.0%"]
     # every time x1.25: +25 %, Mann-Whitney on 8 vs 8 fully separated steps: p = 2 / C(16, 8) = 1.55e-4
-    assert step["verdict"] == "slower" and step["delta_pct"] == pytest.approx(25, abs=0.5)
+    assert step["delta_pct"] == pytest.approx(25, abs=0.5)
     assert step["p_value"] == pytest.approx(2 / 12870, rel=0.05) and 0 < step["ci_low_ms"] < step["ci_high_ms"]
-    assert step["per_token"]["verdict"] == "slower" and step["cause"].startswith("kernels:")
+    # but these decode steps are 93% host time: the kernels' +25% is 0.28 ms of the +4.1 ms, and a
+    # uniform +25% of host time is what a second run of the same job can give: the step as a whole is
+    # inconclusive with one trace per side, the kernel time is not (it is stable between runs)
+    assert step["verdict"] == "inconclusive" and step["kernel_ms"]["verdict"] == "slower"
+    level = doc["summary"]["decode"]["run_level"]
+    assert level["device_ms"] == pytest.approx(0.25 * level["device_bound_ms"] / 0.03, rel=0.02)
+    assert abs(level["beyond_ms"]) < 0.03 * step["base_ms"] and level["runs"] >= 3
     for name in ("mlp_gate_up", "norm", "qkv_proj"):
         assert comps[name]["verdict"] == "slower" and comps[name]["delta_pct"] == pytest.approx(25, abs=1)
     # the other direction is faster and passes the gate
     rc, doc = _json(tmp_path, slow, LLAMA, "--gate", "15")
     step, _ = _rows(doc, "decode")
-    assert rc == 0 and step["verdict"] == "faster" and doc["gate"]["exit_code"] == 0
+    assert rc == 0 and step["kernel_ms"]["verdict"] == "faster" and doc["gate"]["exit_code"] == 0
     # a gate above the change passes
     rc, _ = _json(tmp_path, LLAMA, slow, "--gate", "30")
     assert rc == 0
@@ -96,14 +103,15 @@ def test_everything_slower_is_a_significant_kernel_regression(tmp_path, slow):
 def test_host_side_change_is_not_a_kernel_regression(tmp_path, host_slow):
     rc, doc = _json(tmp_path, LLAMA, host_slow, "--gate", "15")
     step, comps = _rows(doc, "decode")
-    assert step["verdict"] == "slower" and step["delta_pct"] == pytest.approx(25, abs=0.5)
+    assert step["verdict"] == "inconclusive" and step["delta_pct"] == pytest.approx(25, abs=0.5)
     assert step["kernel_ms"]["verdict"] == "no significant change" and step["cause"].startswith("host-side")
     assert all(r["verdict"] == "no significant change" for r in comps.values())
-    # one trace per side: host time's run-to-run variance is unknown, so the gate reports it and passes
-    assert rc == 0 and "decode" in doc["gate"]["not_gated"]
+    # one trace per side: a +25% of host time is within the run-to-run bound, so the gate reports it and passes
+    assert rc == 0 and "inconclusive" in doc["gate"]["not_gated"]["decode"]
     # runs on each side: the host-side slowdown holds across them, and the gate fails on it
     rc, doc = _json(tmp_path, "-b", LLAMA, "-b", LLAMA, "-c", host_slow, "-c", host_slow, "--gate", "15")
     assert rc == 1 and doc["gate"]["reasons"]["decode"] == ["step time per token +25.0%"]
+    assert "run_level" not in doc["summary"]["decode"]
 
 
 def test_several_traces_per_side_include_run_to_run_variance(tmp_path, slow):

@@ -38,12 +38,14 @@ def test_same_run_twice_no_component_changes_and_the_gate_passes_both_ways(docs)
             # one prefill step per side: not testable (no spread to test against)
             want = "not testable" if phase == "prefill" else "no significant change"
             assert {r["verdict"] for r in comps.values()} == {want}, phase
-    # regression pin (measured): the two processes' decode steps differ by ~49 % in host time with the same
-    # kernels: the tool calls it host-side, and with one trace per side does not gate on it
-    doc = compare([a], [b], gate_pct=15).to_dict()
+    # the two processes' decode steps differ by +46% (mean step 7.46 -> 10.89 ms) in host time with
+    # the same kernels: within-run "slower", but within the run-to-run bound: inconclusive, never
+    # slower or faster, and the gate passes
+    doc = compare([a], [b], gate_pct=5).to_dict()
     step, _ = _rows(doc, "decode")
-    assert step["verdict"] == "slower" and step["kernel_ms"]["verdict"] == "no significant change"
+    assert step["verdict"] == "inconclusive" and step["kernel_ms"]["verdict"] == "no significant change"
     assert step["cause"].startswith("host-side") and "decode" in doc["gate"]["not_gated"]
+    assert doc["gate"]["exit_code"] == 0
 
 
 def test_eager_attention_is_a_significant_attention_regression(docs, tmp_path):
@@ -53,7 +55,7 @@ def test_eager_attention_is_a_significant_attention_regression(docs, tmp_path):
     # eager attention materialises the 8 x 16 x 1 x 2049 score matrix per layer and runs softmax and
     # two matmuls instead of one fused SDPA kernel: many times slower (measured +908 %)
     assert att["verdict"] == "slower" and att["p_value"] < 0.01 and att["ci_low_ms"] > 0 and att["delta_pct"] > 300
-    assert step["verdict"] == "slower" and step["cause"].startswith("kernels:") and "attention slower" in step["cause"]
+    assert step["verdict"] == "slower" and step["cause"].startswith("kernels +") and "attention +0.9" in step["cause"]
     assert doc["gate"]["exit_code"] == 1 and "decode" in doc["gate"]["failed_phases"]
     assert "attn_implementation" in {o["key"] for o in doc["provenance_diff"]["other"]}
     # the CLI, both directions

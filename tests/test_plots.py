@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import re
+from html import unescape
 
 import orjson
 import pytest
@@ -125,10 +126,13 @@ def test_compare_html_highlights_and_draws_deltas(tmp_path):
     assert html.count("<svg") == 2 and "decode: change per component" in html
     # one prefill step per side: not testable, no CI
     assert "not testable (1 vs 1 steps)" in html
-    # the cause line: components by their change, largest first, with the ms
-    cause = re.search(r"<p>cause: kernels: (.*?)</p>", html).group(1)
-    ms = [abs(float(x)) for x in re.findall(r"\(([+-][0-9.]+) ms\)", cause)]
-    assert cause.startswith("attention slower (+") and ms == sorted(ms, reverse=True)
+    # the cause line: the ledger rows that moved, the larger side first, each side's rows largest
+    # change first, with the ms
+    cause = re.search(r"<p>cause: (.*?)</p>", html.split("<h2>decode</h2>")[1]).group(1)
+    kernels, host = unescape(cause).split("; ")
+    assert kernels.startswith("kernels +0.9") and "attention +0.90" in kernels
+    ms = [abs(float(x)) for x in re.findall(r"([+-][0-9.]+) ms", host.split(": ", 1)[1])]
+    assert host.startswith("host-side +") and ms == sorted(ms, reverse=True)
 
 
 def test_slope_html_has_the_fitted_lines(tmp_path):

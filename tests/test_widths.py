@@ -125,7 +125,9 @@ def test_compare_keeps_the_part_of_two_names_that_differs_and_its_verdict_first(
     b = next(x for x in lines if x.startswith("base: "))
     c = next(x for x in lines if x.startswith("cand: "))
     assert "sdpa" in b and "eager" in c and b[6:] != c[6:] and "…" in b
-    assert lines[0].startswith("verdict prefill:") and lines[2].startswith("verdict decode: slower")
+    head = lines[:lines.index(b)]
+    assert lines[0].startswith("verdict prefill:")
+    assert any(x.startswith("verdict decode: slower") for x in head)
     for suffix in ("md", "html"):
         out = tmp_path / f"cmp.{suffix}"
         assert runner.invoke(cli, ["compare", str(base), str(cand), "-o", str(out)]).exit_code == 0

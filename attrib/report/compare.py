@@ -1,19 +1,30 @@
 """Before/after: two sides (each one or more analysis documents of the same stack) compared
-per phase and per component, with statistics over steps. The result is a typed
+per phase and per component, with statistics over steps, and the change of the mean step split
+over the step-time ledger rows of both sides (attrib.report.ledger_diff). The result is a typed
 `Comparison`; its `to_dict()` is the `attrib.compare/1` document.
 
-Per row (the whole step, then each component): the medians over the pooled steps of each side,
-their difference, the two-sided Mann-Whitney U p-value, and a bootstrap 95% CI of the difference of
-medians (fixed seed). With several traces on a side the bootstrap resamples traces first, then steps
-within each drawn trace, so run-to-run variance widens the CI; with one trace per side that variance
-is unknown and the document says so. Verdict: `faster` / `slower` when p < ALPHA, the CI excludes 0
-and the change is at least `min_effect_pct` (and 1 microsecond); `not testable` with one step per
-side (no spread to test against); else `no significant change`.
+One statistic: every time is the MEAN step (what the ledger sums to). Per row (the whole step,
+then each component): the means over the pooled steps of each side, their difference, the
+two-sided Mann-Whitney U p-value, and a bootstrap 95% CI of the difference of means (fixed seed).
+With several traces on a side the bootstrap resamples traces first, then steps within each drawn
+trace, so run-to-run variance widens the CI (a run-level test).
+
+With one trace per side the test is within-run: it knows step-to-step spread, not how far a
+second run of the same job would land. Kernel times are stable between runs; host time is not
+(two processes of one job on the H200: decode host time +51%). So a step change is called
+faster/slower only when the part of it beyond a run-to-run bound (KERNEL_RUN_BOUND of the base's
+device time for the device rows, HOST_RUN_BOUND of its host-side time for the rest) is itself at
+least the minimum effect; else the verdict is `inconclusive`, with the number of runs a side
+that would tell. Verdicts: `faster` / `slower` when p < ALPHA, the CI excludes 0 and the change
+is at least `min_effect_pct` (and 1 microsecond); `not testable` with one step per side;
+`inconclusive` as above; else `no significant change`.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+import math
 
 import msgspec
 import numpy as np
@@ -21,6 +32,7 @@ import numpy as np
 from attrib.analysis.records import as_dict
 from attrib.analysis.finding import Finding
 from attrib.report import speculative as spec_report
+from attrib.report.ledger_diff import LedgerDiff, explain, ledger_diff
 from attrib.report.provenance_diff import provenance_diff
 
 SCHEMA_ID = "attrib.compare/1"
@@ -34,10 +46,19 @@ UNTESTABLE = "not testable"
 NOT_COMPARABLE = "not comparable"
 EXIT_NOT_COMPARABLE = 3  # --gate on a pair the stamps call not a matched baseline
 CHANGED = ("faster", "slower")
+INCONCLUSIVE = "inconclusive"
+# Run-to-run bounds with one trace per side (docs/compare.md shows how they were measured):
+# device (kernel and copy) time of the base that a second run of the same job may differ by:
+# two processes of one job on the H200 (tests/fixtures/captured sdpa_attn_a/_b, issue37 aa2_a/_b)
+# differ by 0.1-0.3% in kernel time; 3% leaves room for clocks and thermals
+KERNEL_RUN_BOUND = 0.03
+# host-side (launch, host, sync, profiler) time of the base: the same pairs differ by up to 51%
+HOST_RUN_BOUND = 0.6
+MAX_RUNS = 50  # the most runs a side an inconclusive verdict asks for ("or more" beyond it)
 
 
 class Stats(msgspec.Struct, frozen=True):
-    """One row's figures: steps per side, medians (ms), their difference, p, the CI, the verdict."""
+    """One row's figures: steps per side, means (ms), their difference, p, the CI, the verdict."""
 
     n_base: int
     n_cand: int
@@ -73,9 +94,28 @@ class Row(msgspec.Struct, frozen=True):
         return head | self.stats.to_dict() | {"per_token": self.per_token.to_dict(counts=False)}
 
 
+class RunLevel(msgspec.Struct, frozen=True):
+    """One trace per side: the mean step's change split into device and host-side parts, each
+    against its run-to-run bound (ms), the signed part beyond the bounds, and, when that is
+    too small to call, why and the runs a side that would tell."""
+
+    device_ms: float
+    device_bound_ms: float
+    host_ms: float
+    host_bound_ms: float
+    beyond_ms: float
+    inconclusive: str | None = None
+    runs: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: (round(v, 4) if isinstance(v, float) else v)
+                for k, v in as_dict(self).items()}
+
+
 class PhaseComparison(msgspec.Struct, frozen=True):
-    """One phase: its step row, the summed kernel time, the component rows
-    (largest change first)."""
+    """One phase: its step row, the summed kernel time, the component rows (largest change
+    first), the ledger diff (where the mean step's change went) and, with one trace per side,
+    the run-level check of the step's verdict."""
 
     phase: str
     step: Row
@@ -85,6 +125,8 @@ class PhaseComparison(msgspec.Struct, frozen=True):
     tokens_per_step: tuple[Any, Any]
     cause: str | None
     speculative: tuple[dict[str, Any], ...] = ()  # both sides a speculative loop: figure rows
+    ledger: LedgerDiff | None = None
+    run_level: RunLevel | None = None
 
     def rows_dict(self) -> list[dict[str, Any]]:
         k = self.kernels.stats.to_dict(counts=False, ci=False)
@@ -139,6 +181,8 @@ class Comparison(msgspec.Struct, frozen=True):
         summary = {p.phase: {"steps": list(p.steps), "tokens_per_step": list(p.tokens_per_step),
                              "cause": p.cause}
                    | ({"speculative": list(p.speculative)} if p.speculative else {})
+                   | ({"ledger_diff": p.ledger.to_dict()} if p.ledger else {})
+                   | ({"run_level": p.run_level.to_dict()} if p.run_level else {})
                    for p in self.phases}
         return {"schema": SCHEMA_ID,
                 "base": {"traces": list(self.base_traces)},
@@ -153,12 +197,12 @@ class Comparison(msgspec.Struct, frozen=True):
                 "findings": [f.to_json() for f in self.findings]}
 
 
-def _median(groups: list[np.ndarray]) -> float:
-    return float(np.median(np.concatenate(groups)))
+def _mean(groups: list[np.ndarray]) -> float:
+    return float(np.mean(np.concatenate(groups)))
 
 
-def _boot_medians(groups: list[np.ndarray], rng: np.random.Generator) -> np.ndarray:
-    """BOOT bootstrap medians: traces drawn with replacement (when more than one), then steps within
+def _boot_means(groups: list[np.ndarray], rng: np.random.Generator) -> np.ndarray:
+    """BOOT bootstrap means: traces drawn with replacement (when more than one), then steps within
     each drawn trace; vectorised, shorter traces padded with NaN."""
     lens = np.array([len(g) for g in groups])
     nmax, t = int(lens.max()), len(groups)
@@ -170,11 +214,11 @@ def _boot_medians(groups: list[np.ndarray], rng: np.random.Generator) -> np.ndar
     idx = (rng.random((BOOT, t, nmax)) * n[..., None]).astype(int)  # step draws within the trace
     vals = padded[tr[..., None], idx]
     vals[np.arange(nmax)[None, None, :] >= n[..., None]] = np.nan
-    return np.nanmedian(vals.reshape(BOOT, -1), axis=1)
+    return np.nanmean(vals.reshape(BOOT, -1), axis=1)
 
 
 def _untestable(nb: int, nc: int, mb: float, mc: float) -> Stats:
-    """One step per side: the medians and their difference, no p and no CI (nothing to test)."""
+    """One step per side: the means and their difference, no p and no CI (nothing to test)."""
     delta = mc - mb
     pct = delta / mb * 100 if mb else None
     return Stats(nb, nc, round(mb, 4), round(mc, 4), round(delta, 4),
@@ -189,7 +233,7 @@ def stats(base: list[list[float]], cand: list[list[float]],
     if not b or not c:
         return Stats(sum(len(g) for g in b), sum(len(g) for g in c),
                      None, None, None, None, None, None, None, NOT_COMPARABLE)
-    mb, mc = _median(b), _median(c)
+    mb, mc = _mean(b), _mean(c)
     pb, pc = np.concatenate(b), np.concatenate(c)
     if len(pb) <= 1 and len(pc) <= 1:
         return _untestable(len(pb), len(pc), mb, mc)
@@ -199,7 +243,7 @@ def stats(base: list[list[float]], cand: list[list[float]],
     if np.isnan(p):
         p = 1.0  # every value identical on both sides
     rng = np.random.default_rng(SEED)
-    diff = _boot_medians(c, rng) - _boot_medians(b, rng)
+    diff = _boot_means(c, rng) - _boot_means(b, rng)
     lo, hi = (float(x) for x in np.percentile(diff, [2.5, 97.5]))
     delta = mc - mb
     pct = delta / mb * 100 if mb else None
@@ -234,18 +278,53 @@ def _row(name: str, step: bool, b: list[dict[str, Any]], c: list[dict[str, Any]]
                stats(_series(b, key, comp, True), _series(c, key, comp, True), min_effect))
 
 
-def _cause(step: Stats, kernels: Stats, comps: tuple[Row, ...]) -> str | None:
-    """Why the step moved: host-side, or the components that moved, largest change (ms) first."""
-    if step.verdict not in CHANGED:
+def _cause(step: Stats, diff: LedgerDiff | None, min_effect_pct: float) -> str | None:
+    """Why the step moved: the ledger rows that moved most, host-side or kernels, the larger
+    side first (None when the step did not move; one step a side: when it moved by at least
+    the minimum effect)."""
+    if diff is None or not diff.rows or step.verdict not in (*CHANGED, INCONCLUSIVE, UNTESTABLE):
         return None
-    if kernels.verdict == SAME:
-        return ("host-side: the step time changed but the summed kernel time did not "
-                "(launch, CPU or sync time)")
-    moved = sorted((r for r in comps if r.stats.verdict in CHANGED),
-                   key=lambda r: -abs(r.stats.delta_ms or 0))
-    words = [f"{r.name} {r.stats.verdict} ({r.stats.delta_ms:+.3f} ms)" for r in moved]
-    return "kernels: " + (", ".join(words) if words else
-                          f"summed kernel time {kernels.verdict}, no single component")
+    if step.verdict == UNTESTABLE and abs(step.delta_pct or 0) < min_effect_pct:
+        return None
+    return explain(diff)
+
+
+def _excess(x: float, bound: float) -> float:
+    """The signed part of x beyond +-bound."""
+    return float(np.sign(x)) * max(abs(x) - bound, 0.0)
+
+
+def _run_level(step: Stats, diff: LedgerDiff, min_effect_pct: float) -> RunLevel:
+    """The step change against the run-to-run bounds of one trace per side (module docstring):
+    inconclusive when what lies beyond them is below the minimum effect or of the other sign."""
+    dev_b, dev_c = diff.side_ms("device")
+    host_b, host_c = (sum(x) for x in zip(diff.side_ms("host"), diff.side_ms("wait")))
+    dev_bound, host_bound = KERNEL_RUN_BOUND * dev_b, HOST_RUN_BOUND * host_b
+    beyond = _excess(dev_c - dev_b, dev_bound) + _excess(host_c - host_b, host_bound)
+    level = RunLevel(dev_c - dev_b, dev_bound, host_c - host_b, host_bound, beyond)
+    delta = step.delta_ms or 0.0
+    floor = max(MIN_EFFECT_MS, min_effect_pct / 100 * diff.base_step_ms)
+    if step.verdict not in CHANGED or (abs(beyond) >= floor and beyond * delta > 0):
+        return level
+    runs = min(MAX_RUNS, max(3, math.ceil(((dev_bound + host_bound) / max(abs(delta), 1e-9))
+                                          ** 2)))
+    why = (f"the mean step's {delta:+.3f} ms (host-side {level.host_ms:+.3f}, device "
+           f"{level.device_ms:+.3f}) lies within what two runs of one job differ by "
+           f"(host-side +-{HOST_RUN_BOUND:.0%} of {host_b:.3f} ms, device "
+           f"+-{KERNEL_RUN_BOUND:.0%} of {dev_b:.3f} ms): one trace per side cannot tell it "
+           f"from run-to-run drift; repeat each side {runs} times"
+           f"{' or more' if runs == MAX_RUNS else ''} (-b ... -c ...)")
+    return msgspec.structs.replace(level, inconclusive=why, runs=runs)
+
+
+def _settle(row: Row, level: RunLevel | None) -> Row:
+    """The step row with its faster/slower verdicts made inconclusive when the run-level check
+    says so (per step and per token)."""
+    if level is None or level.inconclusive is None:
+        return row
+    fix = (lambda s: msgspec.structs.replace(s, verdict=INCONCLUSIVE)
+           if s.verdict in CHANGED else s)
+    return msgspec.structs.replace(row, stats=fix(row.stats), per_token=fix(row.per_token))
 
 
 def _mismatch_line(diff: dict[str, Any]) -> str | None:
@@ -253,14 +332,13 @@ def _mismatch_line(diff: dict[str, Any]) -> str | None:
     return None if not keys else f"not a matched baseline ({', '.join(keys)} differ)"
 
 
-def _gate(phases: tuple[PhaseComparison, ...], pct: float, runs_known: bool,
-          not_comparable: str | None, allow_mismatch: bool) -> Gate:
+def _gate(phases: tuple[PhaseComparison, ...], pct: float, not_comparable: str | None,
+          allow_mismatch: bool) -> Gate:
     """Exit 1 when a phase's per-token GPU kernel time, or its per-token step time, is
-    significantly slower by more than pct. A step-time change with the kernel time unchanged
-    (host-side) is gated only when run-to-run variance is known (several traces per side): host
-    time differs widely between two runs of the same stack, so one trace per side cannot tell
-    a host regression from noise. Exit 3, whatever the numbers, when the stamps say the two
-    sides are not a matched baseline (unless allow_mismatch)."""
+    significantly slower by more than pct. A step change the run-level check calls inconclusive
+    (one trace per side, within the run-to-run bounds: module docstring) is reported, not gated.
+    Exit 3, whatever the numbers, when the stamps say the two sides are not a matched baseline
+    (unless allow_mismatch)."""
     failed, reasons, not_gated = [], {}, {}
     for ph in phases:
         tok, ktok = ph.step.per_token, ph.kernels.per_token
@@ -268,13 +346,12 @@ def _gate(phases: tuple[PhaseComparison, ...], pct: float, runs_known: bool,
         if ktok.verdict == "slower" and (ktok.delta_pct or 0) > pct:
             why.append(f"GPU kernel time per token {ktok.delta_pct:+.1f}%")
         if tok.verdict == "slower" and (tok.delta_pct or 0) > pct:
-            if ktok.verdict == "slower" or runs_known:
-                why.append(f"step time per token {tok.delta_pct:+.1f}%")
-            else:
-                not_gated[ph.phase] = (f"step time per token {tok.delta_pct:+.1f}% "
-                                       "with kernel time unchanged (host-side): not gated, "
-                                       "run-to-run variance unknown "
-                                       "with one trace per side (pass -b/-c runs)")
+            why.append(f"step time per token {tok.delta_pct:+.1f}%")
+        level = ph.run_level
+        if tok.verdict == INCONCLUSIVE and (tok.delta_pct or 0) > pct and level is not None:
+            not_gated[ph.phase] = (f"step time per token {tok.delta_pct:+.1f}% is inconclusive "
+                                   f"with one trace per side: repeat each side {level.runs} "
+                                   "times (-b ... -c ...) to gate it")
         if why:
             failed.append(ph.phase)
             reasons[ph.phase] = why
@@ -285,16 +362,19 @@ def _gate(phases: tuple[PhaseComparison, ...], pct: float, runs_known: bool,
 
 
 def _compare_phase(ph: str, b: list[dict[str, Any]], c: list[dict[str, Any]],
-                   min_effect_pct: float) -> PhaseComparison:
+                   min_effect_pct: float, one_run: bool) -> PhaseComparison:
     comps = list(dict.fromkeys(x["component"] for p in b + c for x in p["components"]))
     step = _row(ph, True, b, c, "step_ms", None, min_effect_pct)
     kern = _row(ph, True, b, c, "kernel_ms", None, min_effect_pct)
     rows = tuple(sorted((_row(x, False, b, c, "", x, min_effect_pct) for x in comps),
                         key=lambda r: -abs(r.stats.delta_ms or 0)))
+    diff = ledger_diff(b, c) if all(p.get("ledger") for p in b + c) else None
+    level = _run_level(step.stats, diff, min_effect_pct) if one_run and diff else None
+    step = _settle(step, level)
     return PhaseComparison(
         ph, step, kern, rows, (sum(p["steps"] for p in b), sum(p["steps"] for p in c)),
-        (b[0]["tokens_per_step"], c[0]["tokens_per_step"]), _cause(step.stats, kern.stats, rows),
-        tuple(spec_report.compare_rows(b, c)))
+        (b[0]["tokens_per_step"], c[0]["tokens_per_step"]), _cause(step.stats, diff, min_effect_pct),
+        tuple(spec_report.compare_rows(b, c)), diff, level)
 
 
 def compare(base: list[dict[str, Any]], cand: list[dict[str, Any]],
@@ -307,16 +387,18 @@ def compare(base: list[dict[str, Any]], cand: list[dict[str, Any]],
     notes = [f"phase {p} only in {side}" for side, a, o in (("base", names_b, names_c),
                                                             ("cand", names_c, set(names_b)))
              for p in sorted(set(a) - set(o))]
-    out = tuple(_compare_phase(ph, _phase(base, ph), _phase(cand, ph), min_effect_pct)
+    n_b, n_c = len(base), len(cand)
+    one_run = n_b == 1 or n_c == 1
+    out = tuple(_compare_phase(ph, _phase(base, ph), _phase(cand, ph), min_effect_pct, one_run)
                 for ph in phases)
     diff = provenance_diff(base, cand)
-    n_b, n_c = len(base), len(cand)
-    variance = ("unknown: one trace per side, so the statistics cover step-to-step variation only"
-                if n_b == 1 and n_c == 1 else
+    variance = ("unknown: one trace per side, so the statistics cover step-to-step variation "
+                "only (within-run); a step change within the run-to-run bounds is inconclusive"
+                if one_run else
                 f"included: {n_b} base and {n_c} candidate traces; the bootstrap resamples traces, "
                 "then steps")
-    gate = None if gate_pct is None else _gate(out, gate_pct, n_b > 1 and n_c > 1,
-                                               _mismatch_line(diff), allow_mismatch)
+    gate = None if gate_pct is None else _gate(out, gate_pct, _mismatch_line(diff),
+                                               allow_mismatch)
     base_paths = tuple(d["source"]["path"] for d in base)
     cand_paths = tuple(d["source"]["path"] for d in cand)
     return Comparison(base_paths, cand_paths, diff,

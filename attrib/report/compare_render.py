@@ -15,6 +15,9 @@ from attrib.report.table import Cut, grid, wrap
 
 HEAD = ("row", "base ms", "cand ms", "delta ms", "delta %", "p", "95% CI of delta (ms)", "verdict",
         "per token")
+# the ledger diff: where the mean step's change went, one row per ledger row of either side
+LEDGER_HEAD = ("where the time went", "base ms", "cand ms", "delta ms", "a step", "median us")
+LEDGER_DROP = ("median us", "a step", "base ms")
 # on a terminal too narrow for the table, its columns go in this order (then the row names shorten)
 DROP = ("per token", "p", "base ms", "cand ms", "95% CI of delta (ms)")
 # a changed row in the HTML: its class and colour (slower red, faster green)
@@ -52,6 +55,25 @@ def rows(ph: PhaseComparison) -> list[tuple[str, ...]]:
     return [_cells(r) for r in (ph.step, *ph.components)]
 
 
+def _both(a: float | None, b: float | None, spec: str) -> str:
+    if a is None and b is None:
+        return "-"
+    return f"{fmt.num(a, spec)} -> {fmt.num(b, spec)}"
+
+
+def ledger_rows(ph: PhaseComparison) -> list[tuple[str, ...]]:
+    """The ledger diff's rows (the largest changes, the rest summed), then their sum."""
+    if ph.ledger is None:
+        return []
+    d = ph.ledger
+    out = [(f"kernels: {m.label}" if m.cause == "kernels" else m.label, f"{m.base_ms:.4f}", f"{m.cand_ms:.4f}",
+            f"{m.delta_ms:+.4f}", _both(m.base_n, m.cand_n, "{:.3g}"),
+            _both(m.base_median_us, m.cand_median_us, "{:.1f}")) for m in d.shown()]
+    return out + [("mean step (the rows' sum)", f"{d.base_step_ms:.4f}", f"{d.cand_step_ms:.4f}",
+                   f"{d.delta_ms:+.4f}", _both(d.base_launches, d.cand_launches, "{:.3g}")
+                   + " kernels", "-")]
+
+
 def _pair(a: object, b: object, width: int = 70) -> tuple[str, str]:
     """Two differing values, each shortened to `width` keeping the part where they differ (the
     shared start and end are cut first: `fmt.apart`), so the two never read the same."""
@@ -69,6 +91,8 @@ def verdict_lines(c: Comparison) -> list[str]:
                   f"({_pct(s.delta_pct)}, p {fmt.num(s.p_value, '{:.3g}')})")
         out.append(f"verdict {ph.phase}: {_verdict(s)}, {change}"
                    + (f"; cause: {ph.cause}" if ph.cause else ""))
+        if ph.run_level is not None and ph.run_level.inconclusive:
+            out.append(f"verdict {ph.phase}: inconclusive: {ph.run_level.inconclusive}")
     if c.provenance_diff["mismatch"]:
         out.append("verdict: the two sides are NOT A MATCHED BASELINE (below: what differs)")
     return out + gate_lines(c)
@@ -95,9 +119,11 @@ def header_lines(c: Comparison, width: int | None = None) -> list[str]:
     for w in d["within_side"]:
         out.append(f"within {w['side']}: {w['key']} differs ({fmt.ev(w['values'])})")
     out.append(f"run-to-run variance: {c.run_to_run_variance}")
-    out.append(f"verdicts: Mann-Whitney U p < {c.alpha}, bootstrap 95% CI of the median difference "
-               f"excluding 0 ({c.resamples} resamples, seed {c.seed}), |change| >= "
-               f"{c.min_effect_pct:g}%; one step per side: not testable")
+    out.append(f"verdicts: step times are means (what the ledger sums to); Mann-Whitney U p < "
+               f"{c.alpha}, bootstrap 95% CI of the difference of means excluding 0 "
+               f"({c.resamples} resamples, seed {c.seed}), |change| >= {c.min_effect_pct:g}%; "
+               "one step per side: not testable; one trace per side: a step change within the "
+               "run-to-run bounds is inconclusive")
     return out
 
 
@@ -145,6 +171,9 @@ def render_table(c: Comparison, width: int | None = None) -> str:
     for ph in c.phases:
         lines += [""] + wrap(f"== {ph.phase}: " + "; ".join(phase_lines(ph)), width)
         lines += grid(HEAD, rows(ph), width, DROP, "row", cut=cut, table=ph.phase, apart=True)
+        if ph.ledger is not None:
+            lines += grid(LEDGER_HEAD, ledger_rows(ph), width, LEDGER_DROP, LEDGER_HEAD[0],
+                          cut=cut, table=f"{ph.phase} ledger", left=LEDGER_HEAD[4:])
     tail = [f"note: {n}" for n in c.notes] + finding_lines(c)
     lines += [x for line in tail for x in wrap(line, width)]
     return "\n".join(lines + cut.footer(width, ", or `--format md`")) + "\n"
@@ -156,6 +185,9 @@ def render_markdown(c: Comparison) -> str:
     for ph in c.phases:
         out += ["", f"## {esc(ph.phase)}", ""] + [f"- {esc(x)}" for x in phase_lines(ph)] + [""]
         out += md_table(HEAD, rows(ph))
+        if ph.ledger is not None:
+            out += ["", f"Where the mean step's change went ({esc(ph.phase)}):", ""]
+            out += md_table(LEDGER_HEAD, ledger_rows(ph))
     out += [""] * bool(c.notes or c.findings)
     out += [f"- note: {esc(n)}" for n in c.notes] + [f"- {esc(x)}" for x in finding_lines(c)]
     return "\n".join(out) + "\n"
@@ -173,6 +205,18 @@ def _html_table(ph: PhaseComparison) -> str:
     return f"<table><thead><tr>{th}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
 
+def _html_ledger(ph: PhaseComparison) -> str:
+    """The ledger diff as a table under the phase's rows."""
+    if ph.ledger is None:
+        return ""
+    th = "".join(f"<th>{escape(h)}</th>" for h in LEDGER_HEAD)
+    body = "".join("<tr>" + "".join(
+        f"<td>{escape(x)}</td>" if i in (0, 4, 5) else f'<td class="n">{escape(x)}</td>'
+        for i, x in enumerate(cells)) + "</tr>" for cells in ledger_rows(ph))
+    return (f"<h3>where the mean step's change went</h3><table><thead><tr>{th}</tr></thead>"
+            f"<tbody>{body}</tbody></table>")
+
+
 def render_html(c: Comparison, plots: Mapping[str, str] | None = None) -> str:
     """The whole comparison as one self-contained page; plots: phase -> inline SVG (delta bars)."""
     plots = plots or {}
@@ -181,7 +225,8 @@ def render_html(c: Comparison, plots: Mapping[str, str] | None = None) -> str:
         svg = plots.get(ph.phase)
         return (f"<h2>{escape(ph.phase)}</h2>"
                 + "".join(f"<p>{escape(x)}</p>" for x in phase_lines(ph))
-                + (f'<div class="plot">{svg}</div>' if svg else "") + _html_table(ph))
+                + (f'<div class="plot">{svg}</div>' if svg else "") + _html_table(ph)
+                + _html_ledger(ph))
     verdict = "".join(f"<p><b>{escape(x)}</b></p>" for x in verdict_lines(c))
     body = (f'<section id="summary"><h1>attrib compare</h1>{verdict}</section><div class=stamp>'
             + "".join(f"<div>{escape(x)}</div>" for x in header_lines(c)) + "</div>"

@@ -1,14 +1,15 @@
 """Rolling captures over time (`attrib trend DIR`): the `attrib.trend/1` document and its table.
 
-Per file of one phase, in capture order: tokens per step, step ms per token, tok/s, GB/token and
+Per file of one phase, in capture order: tokens per step, the mean step's ms per token, tok/s
+(tokens over the mean step: compare's statistic, what the ledger sums to), GB/token and
 the top cause of the step-time ledger (the profiler's own rows left out: they are the capture's
 cost). Each file is compared with the `window` files before it at the same tokens per step (none
 across a batch change) the way `attrib compare` compares two sides (attrib.report.compare.stats:
-Mann-Whitney U, bootstrap CI of the median change, the earlier files as several base runs); a change
+Mann-Whitney U, bootstrap CI of the change of mean steps, the earlier files as several base runs); a change
 of batch, of GB/token (by `min_effect_pct` or more) or of the top cause is flagged too.
 
 Each comparison carries its noise band (`noise_pct`): how far the change could be from its
-median and still be no change (its bootstrap CI's reach towards zero), never under
+mean and still be no change (its bootstrap CI's reach towards zero), never under
 `min_effect_pct`. The label matches the figures: faster/slower is a change beyond the band
 (compare's verdict), "same" one within it, shown with the band ("same +5.0% (±23%)"); a change
 beyond the band that the test does not confirm reads "unclear".
@@ -52,13 +53,15 @@ def _phase(doc: dict[str, Any], name: str) -> dict[str, Any] | None:
 
 def _row(doc: dict[str, Any], ph: dict[str, Any]) -> dict[str, Any]:
     tok = ph["tokens_per_step"]
-    med = ph["step_ms"]["median"]
+    steps = [x for x in ph["per_step"]["step_ms"] if x is not None]
+    med = round(sum(steps) / len(steps), 4) if steps else ph["step_ms"]["median"]  # the mean step
     prov = doc.get("provenance") or {}
     return {"path": doc["source"]["path"], "created_utc": prov.get("created_utc"),
             "steps": ph["steps"],
             "tokens_per_step": tok, "step_ms": med,
             "ms_per_token": round(med / tok, 4) if med is not None and tok else None,
-            "achieved_tok_s": ph["achieved_tok_s"], "gb_per_token": ph["gb_per_token"],
+            "achieved_tok_s": round(tok / med * 1e3, 1) if med and tok else None,
+            "gb_per_token": ph["gb_per_token"],
             "top_cause": top_cause(ph)}
 
 
@@ -119,8 +122,8 @@ def trend(docs: list[dict[str, Any]], phase: str = "decode", window: int = WINDO
 
 
 def noise_pct(vs: dict[str, Any], min_effect_pct: float) -> float | None:
-    """The noise band of a comparison, percent of the earlier files' median: the distance from
-    the median change to its CI bound nearer zero (so a change beyond the band is one whose CI
+    """The noise band of a comparison, percent of the earlier files' mean step: the distance from
+    the change to its CI bound nearer zero (so a change beyond the band is one whose CI
     excludes zero), at least `min_effect_pct`; None when not tested."""
     base, delta, lo, hi = vs["base_ms"], vs["delta_ms"], vs["ci_low_ms"], vs["ci_high_ms"]
     if not base or delta is None or lo is None or hi is None:
