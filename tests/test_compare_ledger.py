@@ -120,6 +120,8 @@ def test_a_kernel_change_names_the_component_first(docs, raw):
     assert step["verdict"] == "slower" and step["cause"].startswith("kernels +0.9")
     assert "attention +0.90" in step["cause"] and "(gone)" in step["cause"]
     assert doc["gate"]["exit_code"] == 1
+    # the gate's failure names the rows that moved most, attention first
+    assert doc["gate"]["moved"]["decode"].startswith("attention +0.90")
 
 
 def test_every_format_shows_the_ledger_diff(tmp_path):

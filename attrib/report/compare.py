@@ -32,7 +32,7 @@ import numpy as np
 from attrib.analysis.records import as_dict
 from attrib.analysis.finding import Finding
 from attrib.report import speculative as spec_report
-from attrib.report.ledger_diff import LedgerDiff, explain, ledger_diff
+from attrib.report.ledger_diff import LedgerDiff, explain, ledger_diff, moved_words
 from attrib.report.provenance_diff import provenance_diff
 
 SCHEMA_ID = "attrib.compare/1"
@@ -146,11 +146,13 @@ class Gate(msgspec.Struct, frozen=True):
     exit_code: int
     not_comparable: str | None = None
     allow_mismatch: bool = False
+    moved: dict[str, str] = {}  # failed phase -> the ledger rows that moved most, with their ms
 
     def to_dict(self) -> dict[str, Any]:
         return {"pct": self.pct, "failed_phases": list(self.failed_phases), "reasons": self.reasons,
                 "not_gated": self.not_gated, "exit_code": self.exit_code,
-                "not_comparable": self.not_comparable, "allow_mismatch": self.allow_mismatch}
+                "not_comparable": self.not_comparable, "allow_mismatch": self.allow_mismatch,
+                "moved": self.moved}
 
 
 class Comparison(msgspec.Struct, frozen=True):
@@ -358,7 +360,10 @@ def _gate(phases: tuple[PhaseComparison, ...], pct: float, not_comparable: str |
     code = 1 if failed else 0
     if not_comparable and not allow_mismatch:
         code = EXIT_NOT_COMPARABLE
-    return Gate(pct, tuple(failed), reasons, not_gated, code, not_comparable, allow_mismatch)
+    moved = {ph.phase: moved_words(ph.ledger) for ph in phases
+             if ph.phase in failed and ph.ledger is not None and ph.ledger.rows}
+    return Gate(pct, tuple(failed), reasons, not_gated, code, not_comparable, allow_mismatch,
+                moved)
 
 
 def _compare_phase(ph: str, b: list[dict[str, Any]], c: list[dict[str, Any]],

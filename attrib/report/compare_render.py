@@ -151,7 +151,9 @@ def gate_lines(c: Comparison) -> list[str]:
         out.append(f"gate {g.pct:g}%: gated with --allow-mismatch although {g.not_comparable}")
     if g.failed_phases:
         return out + [f"gate {g.pct:g}%: FAILED: " + "; ".join(
-            f"{ph}: {', '.join(g.reasons[ph])}" for ph in g.failed_phases)]
+            f"{ph}: {', '.join(g.reasons[ph])}"
+            + (f" (moved most: {g.moved[ph]})" if g.moved.get(ph) else "")
+            for ph in g.failed_phases)]
     return out + [f"gate {g.pct:g}%: passed"]
 
 

@@ -206,6 +206,11 @@ def _said(diff: LedgerDiff, r: Move) -> str:
     return text
 
 
+def moved_words(diff: LedgerDiff, most: int = 3) -> str:
+    """The rows that moved most in one phrase: `attention +0.901 ms, launch gaps +0.341 ms`."""
+    return ", ".join(f"{r.label} {r.delta_ms:+.3f} ms" for r in diff.moved(most=most))
+
+
 def explain(diff: LedgerDiff, most: int = 3) -> str:
     """The change in words, the larger side first: `host-side +3.428 ms: launch gaps +1.506 ms
     (191 -> 191 kernels a step, median gap 22.6 -> 30.5 us), host aten::linear +0.503 ms;
