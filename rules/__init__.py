@@ -37,6 +37,7 @@ from rules import (
     ledger,
     linear_attention,
     llamacpp,
+    lowbit,
     platform,
     quant,
     roofline,
@@ -226,6 +227,14 @@ CATALOG: tuple[Rule | PairRule, ...] = (
         "aten::cat ops with shapes in kv_cache_write; attention bytes",
         (),
         kvcache.REFS,
+    ),
+    Rule(
+        "low-bit-gemm-large-m",
+        lowbit.low_bit_large_m,
+        "weight-only low-bit GEMMs priced from their shapes (int4pack/int8pack ops, Triton AWQ "
+        "launches); the device's 16-bit matrix roof",
+        (),
+        lowbit.REFS,
     ),
     Rule(
         "decode-below-bandwidth-ceiling",

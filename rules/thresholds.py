@@ -79,6 +79,11 @@ class Thresholds(msgspec.Struct, frozen=True):
     constant_cast_min_ms: float = 0.01
     # decode below the bandwidth ceiling: achieved tok/s below this share of the ceiling
     ceiling_fraction: float = 0.25
+    # a weight-only low-bit GEMM at large M (compute-bound by its own shapes): reported when its
+    # kernels take this share of the step and run this many times slower than their FLOPs at the
+    # device's 16-bit matrix roof
+    lowbit_large_m_share: float = 0.10
+    lowbit_large_m_ratio: float = 2.0
     # roofline gap
     gap_min_share: float = 0.10
     gap_max_fraction: float = 0.50

@@ -400,7 +400,8 @@ def build(a: Attribution, phase: str | None = None, arch: Arch | None = None,
         notes.append(f"decode is a speculative loop: its tokens/step and tok/s count "
                      f"the tokens each verify pass checks; it generated "
                      f"{sp.effective_tok_s} tok/s (speculative section)")
-    given = Given(model=budget is not None, capture=capture is not None)
+    graphs = "graph" in k.columns and bool(k["graph"].any())
+    given = Given(model=budget is not None, capture=capture is not None, graphs=graphs)
     notes += phase_notes(phases, arch.name if arch is not None else None, what_if, given)
     outside = k.filter(pl.col("step").is_null())
     if outside.height:

@@ -15,14 +15,17 @@ if TYPE_CHECKING:
 
 
 class Given(msgspec.Struct, frozen=True):
-    """What the user gave beside the trace: a model config (--model), a capture (--capture)."""
+    """What the user gave beside the trace: a model config (--model), a capture (--capture); and
+    whether the trace replays graphs (only then is a graph-capture trace any help)."""
 
     model: bool = False
     capture: bool = False
+    graphs: bool = False
 
     def hint(self) -> str:
-        """What else to give for more bytes ('' when both were given)."""
-        more = [x for x, g in (("--capture with the graph-capture trace", self.capture),
+        """What else to give for more bytes ('' when nothing would help)."""
+        more = [x for x, g in (("--capture with the graph-capture trace",
+                                self.capture or not self.graphs),
                                ("--model CONFIG", self.model)) if not g]
         return f" (give {' or '.join(more)})" if more else ""
 

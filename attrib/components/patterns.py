@@ -21,6 +21,9 @@ GEMM_OPS: dict[str, int | None] = {
     "aten::linear": 0, "aten::mm": 0, "aten::matmul": 0, "aten::addmm": 1,
     "vllm::rocm_unquantized_gemm": 0,
     "aten::_scaled_mm": 0,
+    # weight-only low-bit GEMMs (attrib.cost.lowbit): the activation is the first input
+    "aten::_weight_int4pack_mm": 0, "aten::_weight_int4pack_mm_for_cpu": 0,
+    "aten::_weight_int8pack_mm": 0,
     "aten::bmm": None, "aten::baddbmm": None,
 }
 # the same 2-D GEMM ops -> (index of the weight input, its layout): "NK" = [N, K] (linear),
@@ -110,7 +113,11 @@ FP8_KERNEL = FP8_NAME + r"|(?i:scaled_mm|w8a8|^Cijk_\w*_(?:F8F8S|B8F8HS|F8B8|B8B
 QUANTIZE_KERNEL = (r"(?i)per_token_group_quant|scaled_fp8_quant|dynamic_\w*quant|quantize"
                    r"|dequant|convert_fp8|to_fp8")
 # low-bit weight GEMM kernels (int4, MXFP4, AWQ, GPTQ, Marlin)
-LOW_BIT_KERNEL = r"(?i)mxfp4|w4a16|awq|gptq|marlin|q_gemm_rdna3|mxfp4_gemm_rdna3|int4|wvSplitK_int4"
+LOW_BIT_KERNEL = (r"(?i)mxfp4|w4a16|awq|gptq|marlin|q_gemm_rdna3|mxfp4_gemm_rdna3|int4|wvSplitK_int4"
+                  r"|int8pack|tinygemm")
+# Triton int4 GEMMs launched with no torch op around them (vLLM awq_triton.py, user kernels): their
+# shapes come from the launch's allocation and the module's input (attrib.cost.lowbit)
+AWQ_TRITON = r"^awq_gemm_kernel$"
 # GEMM-shaped kernel names (an FP8 name that is a GEMM, not a cast)
 GEMM_LIKE = r"(?i)gemm|_mm|matmul|Cijk_|nvjet|cutlass|qqtst"
 # torch's sort / scan kernels (the sampler's fallback path)

@@ -27,12 +27,35 @@ def over_peak(k: pl.DataFrame, peak_gbs: float | None) -> pl.Expr:
             & (pl.col("bytes") / pl.col("dur_ns") > peak_gbs)).fill_null(False)
 
 
+# cost models whose FLOPs run on the matrix units (GEMMs, attention, convolutions)
+MATRIX = r"^(?:gemm|grouped_gemm|moe|attention|conv|inductor_template)\b"
+
 STEP_BATCH = 256  # steps a per-step group-by takes at a time
 
 
 def _dur_where(mask: pl.Expr) -> pl.Expr:
     """The summed dur_ns of the rows `mask` holds for (elementwise: no filtered copy a group)."""
     return pl.when(mask).then(pl.col("dur_ns")).otherwise(0).sum()
+
+
+def component_dtypes(k: pl.DataFrame) -> pl.DataFrame:
+    """component, dtype: the dtype its compute roof and its peak check use. That of most matrix
+    FLOPs (MATRIX cost models) where those are half its FLOPs or more (an fp8 GEMM beside the fp32
+    kernels quantizing its input: fp8), else the dtype of most of its kernel time."""
+    matrix = (pl.col("cost_model").cast(pl.String).str.contains(MATRIX).fill_null(False)
+              if "cost_model" in k.columns else pl.lit(False))
+    flops = pl.col("flops").fill_null(0.0)
+    typed = k.select("component", "dtype", "dur_ns", flops.alias("_f"),
+                     pl.when(matrix).then(flops).otherwise(0.0).alias("_m"))
+    per = grouped(typed.filter(pl.col("dtype").is_not_null()), ["component", "dtype"],
+                  pl.col("_f").sum(), pl.col("_m").sum(), pl.col("dur_ns").sum(), any_order=True)
+    by_time = per.sort("dur_ns", descending=True).unique("component", keep="first")
+    by_flops = (per.with_columns(pl.col("_f").sum().over("component").alias("_all"))
+                .filter((pl.col("_m") > 0) & (2 * pl.col("_m") >= pl.col("_all")))
+                .sort("_m", descending=True).unique("component", keep="first"))
+    return (by_time.select("component", pl.col("dtype").alias("_t"))
+            .join(by_flops.select("component", "dtype"), on="component", how="left")
+            .select("component", pl.coalesce("dtype", "_t").alias("dtype")))
 
 
 def component_table(k: pl.DataFrame, steps: pl.DataFrame, budget: Budget | None, phase: str,
@@ -68,17 +91,13 @@ def component_table(k: pl.DataFrame, steps: pl.DataFrame, budget: Budget | None,
         per, on=["step", "component"], how="left").with_columns(
         *[pl.col(c).fill_null(0) for c in ("ns", "n", "bytes", "flops", "known_ns", "est_ns")],
         pl.col("any_known").fill_null(False))
-    typed = k.select("component", "dtype", "dur_ns").filter(pl.col("dtype").is_not_null())
-    dtype_ns = grouped(typed, ["component", "dtype"], pl.col("dur_ns").sum(), any_order=True)
-    dtype = (dtype_ns.sort("dur_ns", descending=True).unique("component", keep="first")
-             .select("component", "dtype"))   # each component's dtype of most time
     comp = grid.group_by("component").agg(
         (pl.col("ns").median() / 1e6).alias("ms"), pl.col("n").median().alias("kernels"),
         pl.when(pl.col("any_known").any()).then(pl.col("bytes").median()).alias("bytes"),
         pl.when(pl.col("any_known").any()).then(pl.col("flops").median()).alias("flops"),
         (pl.col("known_ns").median() / 1e6).alias("known_ms"),
         (pl.col("est_ns").median() / 1e6).alias("estimated_ms"))
-    comp = comp.join(dtype, on="component", how="left")
+    comp = comp.join(component_dtypes(k), on="component", how="left")
     comp = comp.with_columns(pl.lit("shapes").alias("bytes_from"))
     tokens = steps["tokens"].drop_nulls()
     if budget is not None and budget.context is not None and phase == "decode" and tokens.len():

@@ -4,7 +4,8 @@ Each kernel is charged through its innermost launching op only (nested ops such 
 aten::mm are all priced, so charging outer ops too would count bytes twice). An op that launched
 several kernels (a GEMM and its split-K reduce, an attention kernel and its combine) has its cost
 shared among them by duration. Kernels with no op (graph replays, rocprof traces) or whose op has no
-formula or no recorded shapes get null bytes: `bytes_known` says which kernels are priced.
+formula or no recorded shapes get null bytes (but a low-bit GEMM launched outside every op, priced
+from the ops beside its launch: attrib.cost.launched): `bytes_known` says which kernels are priced.
 
 Ops are priced by the cost models of attrib.cost.registry: the shape models over each distinct
 signature (attrib.cost.ops), then each model that needs a kernel name or context, over the ops
@@ -19,6 +20,7 @@ import orjson
 import polars as pl
 
 from attrib.cost.budget import Budget
+from attrib.cost.launched import launched_costs
 from attrib.cost.ops import moe_top_k, op_costs
 from attrib.cost.registry import CONTEXT, Call, CostModel
 from attrib.cost.strides import stored_dims
@@ -147,6 +149,18 @@ def kernel_costs(trace: Trace, kernels: pl.DataFrame, steps: pl.DataFrame | None
     total, n = pl.col("_total"), pl.col("_n")
     share = (pl.col("dur_ns").cast(pl.Float64) / total.cast(pl.Float64)).fill_nan(1.0 / n)
     k = k.with_columns(pl.when(total > 0).then(share).otherwise(1.0 / n).alias("_share"))
-    return k.with_columns((pl.col("_ob") * pl.col("_share")).alias("bytes"),
-                          (pl.col("_of") * pl.col("_share")).alias("flops")).drop(
+    k = k.with_columns((pl.col("_ob") * pl.col("_share")).alias("bytes"),
+                       (pl.col("_of") * pl.col("_share")).alias("flops")).drop(
         "_ob", "_of", "_total", "_n", "_share")
+    return _with_launched(k, launched_costs(trace, kernels))
+
+
+def _with_launched(k: pl.DataFrame, got: pl.DataFrame) -> pl.DataFrame:
+    """Kernels launched with no op take the price their launch's ops give (attrib.cost.launched)."""
+    if not got.height:
+        return k
+    use = pl.col("_lb").is_not_null() & pl.col("bytes").is_null()
+    return k.join(got, on="id", how="left", maintain_order="left").with_columns(
+        *[pl.when(use).then(pl.col(f)).otherwise(pl.col(c)).alias(c)
+          for f, c in (("_lb", "bytes"), ("_lf", "flops"), ("_ld", "dtype"), ("_lm", "cost_model"))]
+    ).drop("_lb", "_lf", "_ld", "_lm")

@@ -21,6 +21,7 @@ from msgspec import field
 from attrib.components.patterns import SDPA_ARGS
 from attrib.cost import elementwise as ew
 from attrib.cost import inductor
+from attrib.cost import lowbit as lb
 from attrib.cost import matmul as mm
 from attrib.cost import name_models as nm
 from attrib.cost import serving as sv
@@ -107,6 +108,9 @@ def _shape_models() -> list[CostModel]:
         one(shapes(mm.matmul), ops=("aten::matmul",)), one(shapes(mm.bmm), ops=("aten::bmm",)),
         one(shapes(mm.baddbmm), ops=("aten::baddbmm",)),
         one(shapes(mm.scaled_mm), ops=("aten::_scaled_mm",)),
+        one(shapes(lb.weight_int4pack_mm), ops=("aten::_weight_int4pack_mm",
+                                                "aten::_weight_int4pack_mm_for_cpu")),
+        one(shapes(lb.weight_int8pack_mm), ops=("aten::_weight_int8pack_mm",)),
         one(shapes(mm.unquantized_gemm), ops=("vllm::rocm_unquantized_gemm",)),
         one(_grouped, ops=("aten::_grouped_mm",)),
         one(shapes(mm.fused_experts), ops=("vllm::fused_experts", "vllm::inplace_fused_experts",
