@@ -133,6 +133,31 @@ def test_every_linear_priced_at_its_weight_format(name):
     assert not any("--capture" in n for n in _doc(name)["notes"])
 
 
+ROLE = {"q_proj": "qkv_proj", "k_proj": "qkv_proj", "v_proj": "qkv_proj", "o_proj": "o_proj",
+        "gate_proj": "mlp_gate_up", "up_proj": "mlp_gate_up", "down_proj": "mlp_down"}
+
+
+@pytest.mark.parametrize("name", ["int4_tinygemm_b8", "int8_wo_b1", "int4_triton_awq_b1"])
+def test_linears_of_one_class_path_split_by_call(name):
+    """Every quantized linear of a layer is an instance `QLinear_0` (a class made per linear): one module
+    path for q, k, v and o, one for gate, up and down. The module calls tell them apart: per decode step the
+    low-bit GEMM kernels of each component carry the packed bytes of that role's linears (.model.json) and
+    their inputs and outputs."""
+    a = attribute(load(_trace(name)))
+    m = _model(name)
+    want: dict[str, float] = {}
+    for q in m["quantized_linears"]:
+        role = ROLE[q["module"].rsplit(".", 1)[1]]
+        want[role] = want.get(role, 0) + q["packed_bytes"] + m["batch"] * (q["in_features"] + q["out_features"]) * 2
+    k = a.kernels.filter((pl.col("phase") == "decode")
+                         & pl.col("name").cast(pl.String).str.contains(r"tinygemm|int8pack|awq_gemm"))
+    steps = k["step"].n_unique()
+    got = {c: b / steps for c, b in k.group_by(pl.col("component").cast(pl.String)).agg(pl.col("bytes").sum()).iter_rows()}
+    assert got.keys() == want.keys()
+    for role, b in want.items():
+        assert got[role] == pytest.approx(b, rel=1e-9), role
+
+
 def test_awq_kernel_priced_from_its_launch():
     """The Triton AWQ kernel has no op: M, N from the output allocation before its launch, K from the
     linear's input. Its decode bytes per call are the packed tensors of the linear it runs for."""

@@ -257,11 +257,14 @@ def _split_linears(k: pl.DataFrame) -> pl.DataFrame:
     by_scope = ["step", "_scope"]
     is_attn = pl.col("comp").is_in(["attention", "linear_attention"])
     anchor = k.filter(is_attn).group_by(by_scope).agg(pl.col("start_ns").min().alias("_anchor"))
+    # the last linear's path and its call: linears that share one path (a quantized linear class
+    # made once per layer, each instance `QLinear_0`) are told apart by their module call
     last_path = pl.col("module_path").sort_by("start_ns").last()
+    last_call = pl.col("module_ns").sort_by("start_ns").last()
     last_mlp = (k.filter(pl.col("comp") == "@mlp_linear").group_by(by_scope)
-                .agg(last_path.alias("_down")))
+                .agg(last_path.alias("_down"), last_call.alias("_down_ns")))
     last_attn = (k.filter(pl.col("comp") == "@attn_linear").group_by(by_scope)
-                 .agg(last_path.alias("_last")))
+                 .agg(last_path.alias("_last"), last_call.alias("_last_ns")))
     # an MLP-named block that holds routed experts is an MoE block (vLLM gpt-oss MLPBlock): its
     # Linear is the router
     experts = (k.filter(pl.col("comp") == "moe_experts").select(by_scope).unique()
@@ -270,15 +273,21 @@ def _split_linears(k: pl.DataFrame) -> pl.DataFrame:
         k = k.join(table, on=by_scope, how="left")
     by_anchor = (pl.when(pl.col("start_ns") < pl.col("_anchor"))
                  .then(pl.lit("qkv_proj")).otherwise(pl.lit("o_proj")))
-    by_last = (pl.when(pl.col("module_path") == pl.col("_last"))
+    def same_call(last: str) -> pl.Expr:
+        mine, theirs = pl.col("module_ns"), pl.col(last)
+        return (mine.is_null() | theirs.is_null() | (mine == theirs)).fill_null(True)
+
+    by_last = (pl.when((pl.col("module_path") == pl.col("_last")) & same_call("_last_ns"))
                .then(pl.lit("o_proj")).otherwise(pl.lit("qkv_proj")))
     attn = pl.when(pl.col("_anchor").is_not_null()).then(by_anchor).otherwise(by_last)
     mlp = (pl.when(pl.col("_moe").fill_null(False)).then(pl.lit("moe_router"))
-           .when(pl.col("module_path") == pl.col("_down")).then(pl.lit("mlp_down"))
+           .when((pl.col("module_path") == pl.col("_down")) & same_call("_down_ns"))
+           .then(pl.lit("mlp_down"))
            .otherwise(pl.lit("mlp_gate_up")))
     comp = (pl.when(pl.col("comp") == "@attn_linear").then(attn)
             .when(pl.col("comp") == "@mlp_linear").then(mlp).otherwise(pl.col("comp")))
-    return k.with_columns(comp.alias("comp")).drop("_scope", "_anchor", "_down", "_last", "_moe")
+    return k.with_columns(comp.alias("comp")).drop("_scope", "_anchor", "_down", "_last", "_moe",
+                                                   "_down_ns", "_last_ns")
 
 
 # unnamed glue kernels between two named ones: (before, after) -> component

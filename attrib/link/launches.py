@@ -108,7 +108,8 @@ def _ops_by_ext(ops: pl.DataFrame) -> pl.DataFrame:
 
 def link(trace: Trace) -> pl.DataFrame:
     """One row per kernel: id, launch_id, launch_name, graph, op_id, link (how the op was found),
-    module, module_path. Unlinked fields are null."""
+    module, module_path, module_ns (the start of that module's call: two calls of one module path
+    apart). Unlinked fields are null."""
     k = _launch_of(trace)
     ext = pl.coalesce(pl.when(~pl.col("graph")).then(pl.col("external_id")),
                       pl.when(~pl.col("graph")).then(pl.col("launch_ext")))
@@ -122,10 +123,11 @@ def link(trace: Trace) -> pl.DataFrame:
 
     def module_by_time() -> pl.DataFrame:
         mods = module_paths(trace.frames)
-        named = mods.select(pl.col("id").alias("inner"), "module", "module_path")
+        named = mods.select(pl.col("id").alias("inner"), "module", "module_path",
+                            pl.col("start_ns").alias("module_ns"))
         inner = innermost(mods.select("id", "start_ns", "dur_ns", *_BY), pts, _BY)
         return inner.join(named, on="inner", how="left").select(
-            pl.col("pid_").alias("id"), "module", "module_path")
+            pl.col("pid_").alias("id"), "module", "module_path", "module_ns")
 
     # the op and the module around each launch share no result: on two threads
     by_time, by_mod = both(op_by_time, module_by_time, rows=trace.largest())
@@ -134,4 +136,4 @@ def link(trace: Trace) -> pl.DataFrame:
            .when(pl.col("op_time").is_not_null()).then(pl.lit("time")))
     return k.select("id", "launch_id", "launch_name", "graph",
                     pl.coalesce("op_ext", "op_time").alias("op_id"), how.alias("link"),
-                    "module", "module_path")
+                    "module", "module_path", "module_ns")
