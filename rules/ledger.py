@@ -25,6 +25,7 @@ from attrib.components.patterns import RUNTIME_CALL
 from attrib.analysis.model import Analysis, LedgerRow
 from attrib.pipeline import Attribution
 from attrib.steps.ledger import PROFILER_NS, typical_ledger
+from attrib.steps.idle import UNRECORDED
 from attrib.trace import GRAPH_LAUNCH
 from rules.finding import (
     DECODE_LIKE,
@@ -90,6 +91,14 @@ def _host_remedy(what: str, ms: float) -> str:
                 "(allocations from a caching allocator or a preallocated pool, "
                 "module and stream setup at start-up), or issue it after the "
                 "step's launches.")
+    if what.startswith(UNRECORDED + " "):
+        return ("The thread that launched these kernels ran without its CPU ops "
+                "recorded (torch.profiler's op callbacks are per thread: a serving "
+                "loop on a worker thread, such as transformers' generate_batch, is "
+                "not seen). Record it: start the profiler on that thread, or pass "
+                "experimental_config=torch._C._profiler._ExperimentalConfig("
+                "profile_all_threads=True) to torch.profiler.profile (torch 2.7 "
+                "and later); then the ops, shapes and bytes of its steps are known.")
     if what == "untraced host time":
         return ("The host holds the GPU idle outside any recorded op or frame: "
                 "profile with with_stack=True to name the Python code, then "

@@ -18,7 +18,7 @@ from attrib.analysis.model import (Analysis, Component, Coverage, Device, Distri
                                    LedgerRow, Phase, Source, StepMs, TopKernel)
 from attrib.analysis.bottlenecks import rank
 from attrib.analysis.finding import Finding
-from attrib.analysis.notes import Given, phase_notes
+from attrib.analysis.notes import Given, phase_notes, unrecorded_note
 from attrib.analysis.summary import phase_summary, summary
 from attrib.analysis.series import step_series
 from attrib.analysis.speculative import speculative
@@ -32,6 +32,7 @@ from attrib.roofline.tables import phase_figures, roofline_rows
 from attrib.roofline.template import unknown_device_note
 from attrib.steps.context import step_context
 from attrib.steps.ledger import Ledger, phase_ledger
+from attrib.steps.idle import unrecorded_threads
 from attrib.steps.phases import PHASE_ORDER
 from attrib.threads import each
 from attrib.trace import SMALL_ROWS, Trace, engine, grouped
@@ -410,6 +411,8 @@ def build(a: Attribution, phase: str | None = None, arch: Arch | None = None,
                      "every step")
     if not t.kernels.height:
         notes.append("no GPU kernels: a CPU-only trace (steps and phases only)")
+    unrecorded = unrecorded_note(unrecorded_threads(t.ops, t.frames, t.launches))
+    notes += [unrecorded] if unrecorded else []
     an = Analysis(source=_source(a), device=device(t, arch, arch_from or "unknown"),
                   provenance=dict(t.meta.provenance), distributed=distributed(t), phases=phases,
                   coverage=_coverage(a, phases), notes=tuple(notes))

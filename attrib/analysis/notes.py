@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import msgspec
+import polars as pl
 
 from attrib.roofline.tables import MIN_KNOWN
 
@@ -75,3 +76,19 @@ def phase_notes(phases: Sequence[Phase], device: str | None, what_if: bool,
     else:
         notes += list({c.inconsistent: None for c in rows if c.inconsistent})
     return notes
+
+
+def unrecorded_note(threads: pl.DataFrame) -> str | None:
+    """What a thread that launched work without its ops recorded leaves unknown, and how to
+    record it; threads: attrib.steps.idle.unrecorded_threads (pid, tid, calls)."""
+    if not threads.height:
+        return None
+    names = ", ".join(f"{t} ({c} runtime and driver calls)" for t, c in
+                      zip(threads["tid"].to_list()[:3], threads["calls"].to_list()[:3]))
+    return (f"thread {names}: launched GPU work, but the profiler recorded none of its CPU "
+            "ops (op callbacks are per thread: a serving loop on a worker thread), so its "
+            "ops, shapes, modules and bytes are unknown and its host time is 'unrecorded "
+            "thread'; record it with torch.profiler.profile(experimental_config="
+            "torch._C._profiler._ExperimentalConfig(profile_all_threads=True)) (torch 2.7 "
+            "and later) or by starting the profiler on that thread")
+

@@ -21,6 +21,20 @@ OUTSIDE_MIN_NS = 100_000
 HOLD_SHARE = 0.5  # the midpoint argument above needs it >= 1/2
 WINDOW = 1 << 18  # a thread's intervals per window of stretches in `holders`
 UNTRACED = "untraced host time"
+# held by a thread that launched kernels while the profiler recorded none of its CPU ops (op
+# callbacks are per thread: a serving loop on a worker thread), in a trace that has ops elsewhere
+UNRECORDED = "unrecorded thread"  # + its tid
+
+
+def unrecorded_threads(ops: pl.DataFrame, frames: pl.DataFrame,
+                       launches: pl.DataFrame) -> pl.DataFrame:
+    """The threads (pid, tid, calls) that made runtime calls while the profiler recorded none of
+    their ops or frames, in a trace that has ops (none in a trace without any: rocprof)."""
+    if not ops.height or not launches.height:
+        return pl.DataFrame(schema={"pid": pl.Int64, "tid": pl.Int64, "calls": pl.UInt32})
+    recorded = pl.concat([ops.select(_BY), frames.select(_BY)]).unique()
+    calls = launches.group_by(_BY).agg(pl.len().alias("calls"))
+    return calls.join(recorded, on=_BY, how="anti").sort("calls", descending=True)
 IDLE = pl.Schema({"step": pl.Int64, "cause": pl.Utf8, "what": pl.Utf8,
                   "start_ns": pl.Int64, "end_ns": pl.Int64, "ns": pl.Int64})
 _BY = ["pid", "tid"]
@@ -213,6 +227,22 @@ def _runtime_holders(launches: pl.DataFrame) -> pl.DataFrame:
     return launches.select("id", "name", "start_ns", "dur_ns", *_BY).filter(long & ~is_sync)
 
 
+def _unrecorded(who: pl.Series, asks: pl.DataFrame, ops: pl.DataFrame,
+                frames: pl.DataFrame) -> pl.Series:
+    """`who` with UNTRACED said as `unrecorded thread TID` where the asking thread has no op or
+    frame in a trace that has ops (a rocprof trace has none anywhere: there it stays UNTRACED)."""
+    if not ops.height or not who.len():
+        return who
+    recorded = pl.concat([ops.select(_BY), frames.select(_BY)]).unique()
+    recorded = recorded.with_columns(pl.lit(True).alias("recorded"))
+    asked = asks.select(*_BY).with_row_index("i").join(recorded, on=_BY, how="left").sort("i")
+    label = pl.concat_str([pl.lit(UNRECORDED + " "), pl.col("tid").cast(pl.Utf8)])
+    mark = pl.col("recorded").is_null() & (pl.col("who") == UNTRACED)
+    return (asked.with_columns(who.alias("who"))
+            .select(pl.when(mark).then(label).otherwise(pl.col("who")).alias(who.name))
+            .to_series())
+
+
 def _held(longs: pl.DataFrame, ops: pl.DataFrame, frames: pl.DataFrame,
           launches: pl.DataFrame) -> list[pl.DataFrame]:
     """The sync and host rows of the long host-side stretches (qid, step, pid, tid, a, b)."""
@@ -233,6 +263,7 @@ def _held(longs: pl.DataFrame, ops: pl.DataFrame, frames: pl.DataFrame,
     # the host intervals holding a stretch's midpoint only: the others hold nothing
     near = asks.select(*_BY, (pl.col("a") + pl.col("b")).alias("m2"))
     who = holders(host_intervals(ops, frames, near, _runtime_holders(launches)), asks)
+    who = _unrecorded(who, asks, ops, frames)
     sync_rows = calls.with_columns(who.slice(n).alias("in")).select(
         "step", pl.lit("sync").alias("cause"),
         pl.concat_str([pl.col("name"), pl.col("in")], separator=" in ").alias("what"),
