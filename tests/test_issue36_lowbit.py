@@ -158,6 +158,29 @@ def test_linears_of_one_class_path_split_by_call(name):
         assert got[role] == pytest.approx(b, rel=1e-9), role
 
 
+FORMAT = {"int4_tinygemm": "int4 g128", "int8_weight_only": "int8 per-channel",
+          "int4_triton_awq": "int4 AWQ, g128 assumed"}
+
+
+@pytest.mark.parametrize("name", LOW_BIT)
+def test_bits_as_run_in_the_component_table(name):
+    """Each GEMM component says its weight format as the trace shows it: the quantized linears' (the
+    group from the op's qGroupSize, .model.json's group_size), the untouched lm_head bf16; the terminal
+    table marks the low-bit rows."""
+    from attrib.report.table import render
+
+    m = _model(name)
+    an = analyze(_trace(name))
+    for ph in an.phases:
+        formats = {c.component: c.weight_format for c in ph.component_rows}
+        assert all(formats[r] == FORMAT[m["quant"]] for r in set(ROLE.values())), formats
+        assert formats["lm_head"] == "bf16" and formats["attention"] is None
+    assert FORMAT[m["quant"]].startswith(f"int{4 if 'int4' in m['quant'] else 8}")
+    assert m["group_size"] in (128, None) and ("g128" in FORMAT[m["quant"]]) == (m["group_size"] == 128)
+    text = render(an, width=120)
+    assert "mlp_gate_up [int" in text and "lm_head [" not in text
+
+
 def test_awq_kernel_priced_from_its_launch():
     """The Triton AWQ kernel has no op: M, N from the output allocation before its launch, K from the
     linear's input. Its decode bytes per call are the packed tensors of the linear it runs for."""
@@ -226,6 +249,7 @@ def test_fp8_gemms_are_judged_against_the_fp8_peak():
     h200 = load_archs()["h200-sxm"]
     gemms = [c for c in ph["components"] if c["component"] in ("qkv_proj", "o_proj", "mlp_gate_up", "mlp_down")]
     assert len(gemms) == 4 and {c["dtype"] for c in gemms} == {"fp8_e4m3fn"}
+    assert {c["weight_format"] for c in gemms} == {"fp8_e4m3fn"}
     assert h200.peak_tflops("fp8_e4m3fn") == 1978.9
     assert not ph["excluded_components"] and not any("exceeds" in n for n in doc["notes"])
     assert ph["gb_per_token"] == pytest.approx(0.48693, rel=0.05)

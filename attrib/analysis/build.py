@@ -77,7 +77,8 @@ def _component(r: dict[str, Any], total: float, n: int) -> Component:
         inconsistent=r["inconsistent"], over_peak=r["over_peak"], partial=bool(r["partial"]),
         estimated_share=_share(r["estimated_ms"], r["ms"], r["bytes"]),
         evidence={e["evidence"]: e["len"] for e in ev},
-        evidence_per_step={e["evidence"]: _r(e["len"] / max(n, 1), 2) for e in ev})
+        evidence_per_step={e["evidence"]: _r(e["len"] / max(n, 1), 2) for e in ev},
+        weight_format=r.get("weight_format"))
 
 
 def _components(k: pl.DataFrame, steps: pl.DataFrame, budget: Budget | None, phase: str,

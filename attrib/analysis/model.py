@@ -179,6 +179,8 @@ class Component(msgspec.Struct, frozen=True):
     estimated_share: float | None
     evidence: dict[str, int]
     evidence_per_step: dict[str, float | None]
+    # its weight GEMMs' format as run (bf16, fp8_e4m3fn, int4 g128: attrib.cost.component_bytes)
+    weight_format: str | None = None
 
 
 class TopKernel(msgspec.Struct, frozen=True):

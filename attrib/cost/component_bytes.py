@@ -58,10 +58,31 @@ def component_dtypes(k: pl.DataFrame) -> pl.DataFrame:
             .select("component", pl.coalesce("dtype", "_t").alias("dtype")))
 
 
+# components whose GEMMs multiply activations by activations (no weights): no weight format
+_NO_WEIGHTS = ("attention", "linear_attention", "rope")
+
+
+def component_formats(k: pl.DataFrame) -> pl.DataFrame:
+    """component, weight_format: the format its weight GEMMs run as the trace shows it, of most of
+    their time: a low-bit GEMM's (`gemm (int4 g128)` -> int4 g128, attrib.cost.lowbit), else the
+    GEMM's dtype (bf16, fp8_e4m3fn). Components without a weight GEMM have none."""
+    if "cost_model" not in k.columns:
+        return pl.DataFrame(schema={"component": pl.String, "weight_format": pl.String})
+    model = pl.col("cost_model").cast(pl.String)
+    fmt = pl.coalesce(model.str.extract(r"^gemm \((.+)\)$"), pl.col("dtype"))
+    gemms = k.filter(model.str.contains(r"^(?:gemm|grouped_gemm)\b").fill_null(False)
+                     & ~pl.col("component").cast(pl.String).is_in(_NO_WEIGHTS))
+    per = grouped(gemms.select("component", fmt.alias("weight_format"), "dur_ns")
+                  .filter(pl.col("weight_format").is_not_null()),
+                  ["component", "weight_format"], pl.col("dur_ns").sum(), any_order=True)
+    return (per.sort(["dur_ns", "weight_format"], descending=[True, False])
+            .unique("component", keep="first").select("component", "weight_format"))
+
+
 def component_table(k: pl.DataFrame, steps: pl.DataFrame, budget: Budget | None, phase: str,
                     peak_gbs: float | None = None) -> pl.DataFrame:
     """Per component, medians over the phase's steps: ms, kernels, bytes, flops, ms of priced
-    kernels, ms of kernels priced by an estimate (ESTIMATES).
+    kernels, ms of kernels priced by an estimate (ESTIMATES); its dtype and weight format.
 
     peak_gbs: the device's peak bandwidth. A kernel priced above it adds no bytes (its time counts
     as unpriced) and its row names it in `over_peak` (kernel names, '; '-joined; null if none)."""
@@ -97,7 +118,8 @@ def component_table(k: pl.DataFrame, steps: pl.DataFrame, budget: Budget | None,
         pl.when(pl.col("any_known").any()).then(pl.col("flops").median()).alias("flops"),
         (pl.col("known_ns").median() / 1e6).alias("known_ms"),
         (pl.col("est_ns").median() / 1e6).alias("estimated_ms"))
-    comp = comp.join(component_dtypes(k), on="component", how="left")
+    comp = comp.join(component_dtypes(k), on="component", how="left").join(
+        component_formats(k), on="component", how="left")
     comp = comp.with_columns(pl.lit("shapes").alias("bytes_from"))
     tokens = steps["tokens"].drop_nulls()
     if budget is not None and budget.context is not None and phase == "decode" and tokens.len():

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from attrib.analysis.finding import JSON, Finding, count
-from attrib.analysis.model import Analysis, Device, Phase
+from attrib.analysis.model import Analysis, Component, Device, Phase
 from attrib.analysis.summary import Action, PhaseSummary, Summary
 
 PROV_KEYS = ("model", "quantization", "dtype", "batch", "concurrency", "context_length",
@@ -183,6 +183,15 @@ def ledger_line(ph: Phase, top: int = LEDGER_ROWS) -> str | None:
     return f"mean step {total:.3f} ms: " + "; ".join(parts)
 
 
+def _weights(c: Component) -> str:
+    """A component's weight format where it is not 16 bits, short (the JSON has it whole):
+    ` [int4]` for int4 g128, ` [fp8]` for fp8_e4m3fn."""
+    f = c.weight_format
+    if not f or f in ("bf16", "fp16", "fp32"):
+        return ""
+    return f" [{'fp8' if f.startswith('fp8') else f.split()[0]}]"
+
+
 def component_rows(ph: Phase) -> list[tuple[str, ...]]:
     rows: list[tuple[str, ...]] = []
     for c in ph.component_rows:
@@ -194,7 +203,7 @@ def component_rows(ph: Phase) -> list[tuple[str, ...]]:
             mb = "~" + mb
         if c.partial:  # priced for under half its time: a lower bound, no rate
             mb, model = ">=" + mb, model + f" [priced {(c.bytes_known_share or 0) * 100:.0f}%]"
-        rows.append((c.component, num(c.kernels, "{}"), num(c.ms), pct(c.share), mb,
+        rows.append((c.component + _weights(c), num(c.kernels, "{}"), num(c.ms), pct(c.share), mb,
                      "n/a!" if c.inconsistent else num(c.achieved_gbs, "{:.0f}"),
                      num(c.achieved_tflops, "{:.2f}"), c.bound or "-",
                      pct(c.bytes_known_share, 0), num(c.gap_ms),
