@@ -42,6 +42,7 @@ from rules import (
     quant,
     roofline,
     sampler,
+    speculative,
 )
 from rules.finding import CAVEATS, RDNA, SEVERITIES, Finding, PairRule, Rule, graded
 from rules.thresholds import DEFAULT, Thresholds
@@ -227,6 +228,13 @@ CATALOG: tuple[Rule | PairRule, ...] = (
         "aten::cat ops with shapes in kv_cache_write; attention bytes",
         (),
         kvcache.REFS,
+    ),
+    Rule(
+        speculative.RULE,
+        speculative.net_effect,
+        "a speculative loop's rounds (draft and verify passes, tokens accepted); plain decode from "
+        "--baseline or the verify pass",
+        (),
     ),
     Rule(
         "low-bit-gemm-large-m",

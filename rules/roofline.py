@@ -69,7 +69,9 @@ def memory_bound_gap(a: Attribution, an: Analysis, th: Thresholds) -> list[Findi
 def decode_below_ceiling(a: Attribution, an: Analysis, th: Thresholds) -> list[Finding]:
     """Token steps whose tokens/s is below `ceiling_fraction` of the
     bandwidth ceiling (bytes per step / roofline GB/s): the milliseconds
-    per step above the memory floor, split into GPU idle and kernel time."""
+    per step above the memory floor, split into GPU idle and kernel time.
+    A speculative loop's rates count generated tokens, its step's floor is
+    the verify pass's."""
     out = []
     for phase in DECODE_LIKE:
         ph = an.phase(phase)
@@ -81,7 +83,9 @@ def decode_below_ceiling(a: Attribution, an: Analysis, th: Thresholds) -> list[F
             continue
         if step is None or not tokens:
             continue
-        floor = 1e3 * tokens / ceil
+        # a speculative loop's ceiling counts generated tokens; its step is the verify pass
+        spec = ph.speculative
+        floor = 1e3 * tokens / (spec.verify_ceiling_tok_s or ceil if spec else ceil)
         out.append(
             Finding(
                 rule="decode-below-bandwidth-ceiling",

@@ -166,8 +166,8 @@ def test_draft_and_verify_ms_are_the_model_frames(name: str) -> None:
 
 def test_prompt_lookup_has_no_draft_cost() -> None:
     """Prompt lookup: one model, no draft passes; every target pass after the first is a round, its
-    forward the target's frame (within 10%); draft cost 0; plain decode measured in the trace
-    itself (the rounds that proposed nothing)."""
+    forward the target's frame (within 10%); draft cost 0; plain decode estimated from the trace
+    itself (its verify pass)."""
     s = spec("spec_lookup")
     (frames,) = _roots("spec_lookup").values()
     assert len(s.rounds) == len(frames) == len(truth("spec_lookup"))
@@ -175,7 +175,7 @@ def test_prompt_lookup_has_no_draft_cost() -> None:
     assert all(r.drafts == 0 and r.draft_ms == 0 for r in s.rounds)
     want = sum(e["dur"] for e in frames[1:]) / 1e3
     assert sum(r.verify_ms for r in s.rounds[1:]) == pytest.approx(want, rel=0.10)
-    assert s.plain_from is not None and s.plain_from.startswith("this trace")
+    assert s.plain_from is not None and s.plain_from.startswith("estimate: this trace's verify")
 
 
 def _best(s: Speculative) -> tuple[int, list[float]]:
@@ -265,16 +265,22 @@ def test_small_draft_pays_off() -> None:
     assert f"speedup {s.speedup:.2f}x" in text
 
 
-def test_lookup_empty_rounds_are_no_plain_decode() -> None:
-    """Prompt lookup without --baseline: its rounds that proposed nothing stand in for plain
-    decode, but each pays the assisted loop's overhead (~2x the plain generate() step of the same
-    target, by hand): the verdict says so and names --baseline; against the baseline it loses."""
-    own = spec("spec_lookup")
-    assert own.plain_step_ms is not None and own.plain_step_ms > 1.5 * plain_ms()
-    assert "rounds that proposed nothing, which pay" in own.verdict and "--baseline" in own.verdict
-    fair = spec("spec_lookup", plain_ms())
-    assert fair.best_k == 0 and fair.verdict.startswith("speculation is a net loss")
+@pytest.mark.parametrize("name", ALL)
+def test_plain_decode_estimated_from_the_verify_pass(name: str) -> None:
+    """Without --baseline, plain decode is the trace's median verify pass (a memory- or
+    launch-bound pass over 1 + K tokens costs about a one-token step): for the assisted runs within
+    10% of the baseline's plain generate() step by hand; prompt lookup's verify passes run 1.4x
+    it (an over-estimate: the loss it finds is larger against the baseline). The verdict says it
+    is an estimate and names --baseline; against the baseline it does not."""
+    own = spec(name)
+    assert own.plain_step_ms == own.verify_pass_ms
+    ratio = own.plain_step_ms / plain_ms(base(name))
+    assert (1.3 < ratio < 1.5) if name == "spec_lookup" else ratio == pytest.approx(1, abs=0.10)
+    assert "estimated from this trace's verify pass" in own.verdict and "--baseline" in own.verdict
+    fair = spec(name, plain_ms(base(name)))
     assert "--baseline" not in fair.verdict
+    if name == "spec_lookup":
+        assert own.best_k == fair.best_k == 0 and (fair.speedup or 0) < (own.speedup or 0) < 1
 
 
 def test_compare_two_speculative_runs(capsys) -> None:

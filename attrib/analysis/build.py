@@ -18,7 +18,8 @@ from attrib.analysis.model import (Analysis, Component, Coverage, Device, Distri
                                    LedgerRow, Phase, Source, StepMs, TopKernel)
 from attrib.analysis.bottlenecks import rank
 from attrib.analysis.finding import Finding
-from attrib.analysis.notes import Given, phase_notes, unrecorded_note
+from attrib.analysis.generated import decode_in_generated, draft_without_rate
+from attrib.analysis.notes import Given, phase_notes, unpriced_ops, unrecorded_note
 from attrib.analysis.summary import phase_summary, summary
 from attrib.analysis.series import step_series
 from attrib.analysis.speculative import speculative
@@ -344,13 +345,16 @@ def _phases(a: Attribution, phase: str | None, arch: Arch | None, budget: Budget
 
 def _with_speculative(phases: tuple[Phase, ...], a: Attribution,
                       plain_ms: float | None) -> tuple[Phase, ...]:
-    """The decode phase of a speculative loop gets its rounds (attrib.analysis.speculative)."""
+    """The decode phase of a speculative loop gets its rounds (attrib.analysis.speculative) and
+    its figures in generated tokens, the draft phase none (attrib.analysis.generated)."""
     if not any(p.phase == "decode" for p in phases):
         return phases
     spec = speculative(a.steps, a.trace, a.kernels, plain_ms)
     if spec is None:
         return phases
-    return tuple(replace(p, speculative=spec) if p.phase == "decode" else p for p in phases)
+    draft = next((p for p in phases if p.phase == "draft"), None)
+    return tuple(decode_in_generated(p, draft, spec) if p.phase == "decode"
+                 else draft_without_rate(p) if p.phase == "draft" else p for p in phases)
 
 
 def _source(a: Attribution) -> Source:
@@ -399,12 +403,15 @@ def build(a: Attribution, phase: str | None = None, arch: Arch | None = None,
     phases = _phases(a, phase, arch, budget, what_if, top, notes, context)
     phases = _with_speculative(phases, a, plain_ms)
     for sp in (p.speculative for p in phases if p.speculative is not None):
-        notes.append(f"decode is a speculative loop: its tokens/step and tok/s count "
-                     f"the tokens each verify pass checks; it generated "
-                     f"{sp.effective_tok_s} tok/s (speculative section)")
+        notes.append(f"decode is a speculative loop: its tok/s, ceiling and GB/token count "
+                     f"generated tokens ({sp.generated_tokens} in {sp.decode_ms:.1f} ms of "
+                     f"rounds after the prefill: accepted + 1 a round); its steps are the verify "
+                     f"passes and tokens/step their width of 1 + K, not the batch "
+                     f"(verified: {sp.verified_tok_s} tok/s)")
     graphs = "graph" in k.columns and bool(k["graph"].any())
     given = Given(model=budget is not None, capture=capture is not None, graphs=graphs)
     notes += phase_notes(phases, arch.name if arch is not None else None, what_if, given)
+    notes += unpriced_ops(k)
     outside = k.filter(pl.col("step").is_null())
     if outside.height:
         outside_ms = _num(outside['dur_ns'].sum()) / 1e6

@@ -11,7 +11,11 @@ the expected speedup, with cumulative(i) = the product of acceptance_by_position
     speedup(K) = tokens(K) / time(K) * plain_step_ms
 
 with draft the median draft pass, verify and other the medians of the rounds at full depth.
-Timing figures leave out each span's first round (it holds the prefill).
+Timing figures leave out each span's first round (it holds the prefill). Tokens are generated
+ones (accepted + 1 a round), per sequence (HF's assisted loop runs one). Plain decode: the
+baseline trace's plain step when given, else estimated from this trace: its median verify pass
+(a pass over 1 + K tokens that is memory- or launch-bound costs about what a one-token step
+costs).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import polars as pl
 from attrib.steps.rounds import rounds as find_rounds
 from attrib.trace import Trace
 
+NET_EFFECT = "speculative-net-effect"  # the rule that says it (rules.speculative)
 DRAFT = "draft model"
 NO_DRAFT = "no draft model (prompt lookup / n-gram)"
 
@@ -76,6 +81,12 @@ class Speculative(msgspec.Struct, frozen=True):
     proposed_from: str
     accepted_from: str
     forward_from: str
+    batch: int | None = None  # sequences, from the verify pass's attention query
+    generated_tokens: int = 0  # accepted + 1 a round, over the timed rounds
+    decode_ms: float = 0.0  # the timed rounds' wall time
+    plain_tok_s: float | None = None  # plain decode, 1000 / plain_step_ms
+    verified_tok_s: float | None = None  # the decode steps' tokens (1 + K a pass) over their time
+    verify_ceiling_tok_s: float | None = None  # the verify pass's bandwidth ceiling in those
 
     def to_dict(self) -> dict[str, object]:
         rs = self.rounds
@@ -102,6 +113,10 @@ class Speculative(msgspec.Struct, frozen=True):
             "best_k": self.best_k, "verdict": self.verdict,
             "proposed_from": self.proposed_from, "accepted_from": self.accepted_from,
             "forward_from": self.forward_from,
+            "batch": self.batch, "generated_tokens": self.generated_tokens,
+            "decode_ms": self.decode_ms, "plain_tok_s": self.plain_tok_s,
+            "verified_tok_s": self.verified_tok_s,
+            "verify_ceiling_tok_s": self.verify_ceiling_tok_s,
         }
 
 
@@ -177,9 +192,11 @@ def expected(acc: tuple[float | None, ...], draft: float, verify: float, other: 
 
 
 FEW_ROUNDS = 3  # a position's acceptance from fewer rounds than this is a guess
-PLAIN_HERE = "this trace: rounds that proposed nothing"
-EMPTY_ROUNDS = ("; plain decode here is the loop's rounds that proposed nothing, which pay its"
-                " per-round overhead: --baseline TRACE for a plain generate()")
+BASELINE = "baseline trace"
+PLAIN_VERIFY = ("estimate: this trace's verify pass (a memory- or launch-bound pass over 1 + K"
+                " tokens costs about a plain one-token step)")
+ESTIMATED = ("; plain decode estimated from this trace's verify pass (--baseline TRACE to"
+             " measure it)")
 
 
 def _verdict(best: Depth | None, measured: float | None, depth: int, seen: tuple[int, ...],
@@ -188,7 +205,7 @@ def _verdict(best: Depth | None, measured: float | None, depth: int, seen: tuple
         return ("no plain decode step to compare with: pass --baseline TRACE"
                 " (a plain decode of the target)")
     run = f" (as run, K={depth}: {measured:.2f}x plain decode)" if measured is not None else ""
-    here = EMPTY_ROUNDS if plain_from == PLAIN_HERE else ""
+    here = ESTIMATED if plain_from == PLAIN_VERIFY else ""
     if best.k == 0:
         return (f"speculation is a net loss here: no depth K=1..{depth} beats plain decode"
                 f"{run}{here}")
@@ -216,14 +233,11 @@ def speculative(steps: pl.DataFrame, trace: Trace, kernels: pl.DataFrame,
     draft = _med(per_draft) or 0.0
     verify = _med([r.verify_ms for r in full]) or 0.0
     other = _med([r.other_ms for r in full]) or 0.0
-    # the target's plain step in this trace: a round that proposed nothing (not the last)
-    last = {int(x) for x in t.group_by("span").agg(pl.col("round").max())["round"]}
-    plain_here = [r.round_ms for r in timed if r.proposed == 0 and r.round not in last]
     plain_from = None
     if plain_ms is not None:
-        plain_from = "baseline trace"
-    elif plain_here:
-        plain_ms, plain_from = _med(plain_here), PLAIN_HERE
+        plain_from = BASELINE
+    elif verify:
+        plain_ms, plain_from = verify, PLAIN_VERIFY
     tok = sum((r.accepted or 0) + 1 for r in timed)
     span_ms = sum(r.round_ms for r in timed)
     eff = round(tok / span_ms * 1e3, 3) if span_ms else None
@@ -242,7 +256,15 @@ def speculative(steps: pl.DataFrame, trace: Trace, kernels: pl.DataFrame,
         plain_step_ms=plain_ms, plain_from=plain_from, speedup=measured, expected=exp,
         best_k=best.k if best else None, verdict=_verdict(best, measured, depth, seen, plain_from),
         proposed_from=_mode(t["proposed_from"]), accepted_from=_mode(t["accepted_from"]),
-        forward_from=_mode(t["forward_from"]))
+        forward_from=_mode(t["forward_from"]),
+        batch=_batch(t["batch"]), generated_tokens=tok, decode_ms=round(span_ms, 4),
+        plain_tok_s=round(1e3 / plain_ms, 3) if plain_ms else None)
+
+
+def _batch(s: pl.Series) -> int | None:
+    """The rounds' median sequences (None where no verify pass showed its query)."""
+    known = s.drop_nulls().to_list()
+    return int(statistics.median(known)) if known else None
 
 
 def _mode(s: pl.Series) -> str:

@@ -262,6 +262,11 @@ def facts(an: Analysis, model: str | None = None) -> tuple[Fact, ...]:
     batch = _stamp(an, "batch")
     if batch:
         out.append(Fact("batch", batch, "stamp"))
+    elif ph is not None and ph.speculative is not None:
+        if ph.speculative.batch:
+            out.append(Fact("batch", str(ph.speculative.batch),
+                            "sequences of the verify pass's attention query (speculative: "
+                            "tokens/step is the verify width)"))
     elif ph is not None and ph.tokens_per_step and ph.phase == "decode":
         out.append(Fact("batch", str(ph.tokens_per_step), f"decode tokens/step ({ph.tokens_from})"))
     elif ph is not None and ph.samples_per_step:

@@ -166,6 +166,8 @@ def _summary(an: Analysis) -> str:
             + "".join(f"<p><b>caveat</b>: {escape(c)}</p>" for c in s.caveats))
     for ps in s.phases:
         out += f'<p class="phase">{escape(fmt.verdict_line(ps))}</p>'
+        if (sp := spec_report.headline(an, ps.phase)) is not None:
+            out += f"<p>{escape(sp)}</p>"
         tl = fmt.time_line(ps)
         if tl:
             out += f"<p>{escape(tl)}</p>"

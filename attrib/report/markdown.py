@@ -58,6 +58,8 @@ def _verdict(an: Analysis) -> list[str]:
            *(f"- caveat: {esc(c)}" for c in s.caveats)]
     for ps in s.phases:
         out += ["", f"**{esc(fmt.verdict_line(ps))}**"]
+        if (sp := spec_report.headline(an, ps.phase)) is not None:
+            out += ["", esc(sp)]
         tl = fmt.time_line(ps)
         if tl:
             out += ["", esc(tl)]

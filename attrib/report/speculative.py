@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from attrib.analysis.model import Phase
-from attrib.analysis.speculative import Speculative
+from attrib.analysis.model import Analysis, Phase
+from attrib.analysis.speculative import NET_EFFECT, Speculative
 
 ROUND_HEAD = ("round", "proposed", "accepted", "verified", "draft ms", "verify ms", "other ms",
               "round ms")
@@ -23,6 +23,20 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f}%"
 
 
+def headline(an: Analysis, phase: str) -> str | None:
+    """The verdict's line under a speculative phase: what its tok/s counts, and the net effect
+    the rules found (None for any other phase)."""
+    ph = next((p for p in an.phases if p.phase == phase), None)
+    s = ph.speculative if ph is not None else None
+    if ph is None or s is None:
+        return None
+    timed = sum(1 for r in s.rounds if not r.prefill)
+    net = next((f.title for f in an.findings if f.rule == NET_EFFECT and f.phase == phase), None)
+    return (f"speculative decoding: tok/s counts generated tokens ({s.generated_tokens} in"
+            f" {timed} rounds after the prefill, {_n(s.tokens_per_round)} a round), not the"
+            f" 1 + K each verify pass checks" + (f"; {net}" if net else ""))
+
+
 def summary(s: Speculative) -> list[str]:
     """What the loop costs and earns, in a few lines."""
     by = zip(s.acceptance_by_position, s.rounds_by_position)
@@ -34,7 +48,7 @@ def summary(s: Speculative) -> list[str]:
         f" ({_pct(s.acceptance)}); by position {pos or '-'}",
         f"per round: draft pass {_n(s.draft_pass_ms)} ms each, verify {_n(s.verify_pass_ms)} ms,"
         f" other {_n(s.other_ms)} ms; {_n(s.tokens_per_round)} tokens a round,"
-        f" {_n(s.effective_tok_s, 1)} tok/s; {plain}"
+        f" {_n(s.effective_tok_s, 1)} tok/s generated; {plain}"
         + (f"; speedup {_n(s.speedup)}x" if s.speedup is not None else ""),
         s.verdict,
     ]
@@ -89,8 +103,10 @@ def html(ph: Phase, table: Callable[[tuple[str, ...], Rows], str],
             + "<h4>Expected by depth K</h4>" + table(DEPTH_HEAD, depth_rows(s)))
 
 
-COMPARE_KEYS = ("acceptance", "tokens_per_round", "effective_tok_s", "draft_pass_ms",
-                "verify_pass_ms", "other_round_ms", "speedup", "best_k")
+COMPARE_KEYS = ("acceptance", "tokens_per_round", "plain_tok_s",
+                "draft_pass_ms", "verify_pass_ms", "other_round_ms", "speedup", "best_k")
+GENERATED = "generated_tok_s"  # the phase's tok/s: generated tokens on either kind of side
+LABELS = {GENERATED: "generated tok/s", "plain_tok_s": "plain tok/s (the loop's estimate)"}
 
 
 def _median(xs: list[float]) -> float | None:
@@ -104,29 +120,42 @@ def _median(xs: list[float]) -> float | None:
 Doc = dict[str, object]
 
 
+def _row(metric: str, base: list[object], cand: list[object]) -> Doc:
+    vb = _median([float(v) for v in base if isinstance(v, (int, float))])
+    vc = _median([float(v) for v in cand if isinstance(v, (int, float))])
+    delta = None if vb is None or vc is None else round(vc - vb, 4)
+    return {"metric": metric, "base": vb, "cand": vc, "delta": delta}
+
+
 def compare_rows(base: list[Doc], cand: list[Doc]) -> list[Doc]:
-    """Compare rows of two sides' phase documents that both hold a speculative loop: per figure the
-    median over each side's traces and the difference; [] unless both sides have one."""
+    """Compare rows of two sides' phase documents where either holds a speculative loop: first
+    the phases' tok/s (generated tokens on both sides: a plain side's decode rate, a speculative
+    side's accepted + 1 a round), then per figure of the loop the median over each side's traces
+    and the difference (None on a side without one); [] unless a side has one."""
     b = [x for p in base if isinstance(x := p.get("speculative"), dict)]
     c = [x for p in cand if isinstance(x := p.get("speculative"), dict)]
-    if not b or not c:
+    if not b and not c:
         return []
-    out: list[Doc] = []
-    for key in COMPARE_KEYS:
-        vb = _median([float(v) for x in b if isinstance(v := x.get(key), (int, float))])
-        vc = _median([float(v) for x in c if isinstance(v := x.get(key), (int, float))])
-        delta = None if vb is None or vc is None else round(vc - vb, 4)
-        out.append({"metric": key, "base": vb, "cand": vc, "delta": delta})
-    return out
+    out = [_row(GENERATED, [p.get("achieved_tok_s") for p in base],
+                [p.get("achieved_tok_s") for p in cand])]
+    return out + [_row(key, [x.get(key) for x in b], [x.get(key) for x in c])
+                  for key in COMPARE_KEYS]
 
 
 def compare_line(rows: list[dict[str, object]]) -> str | None:
-    """The compare renderers' one line: speculative figures base -> cand."""
+    """The compare renderers' one line: generated tok/s and the loop's figures base -> cand."""
     if not rows:
         return None
 
     def v(x: object) -> str:
         return "-" if not isinstance(x, (int, float)) else f"{x:.4g}"
 
-    parts = [f"{r['metric']} {v(r['base'])} -> {v(r['cand'])}" for r in rows]
-    return "speculative: " + ", ".join(parts)
+    def ratio(r: dict[str, object]) -> str:
+        b, c = r["base"], r["cand"]
+        ok = isinstance(b, (int, float)) and isinstance(c, (int, float)) and b
+        return f" ({c / b:.2f}x)" if ok else ""  # type: ignore[operator]
+
+    shown = [r for r in rows if r["base"] is not None or r["cand"] is not None]
+    parts = [f"{LABELS.get(str(r['metric']), r['metric'])} {v(r['base'])} -> {v(r['cand'])}"
+             + (ratio(r) if r["metric"] == GENERATED else "") for r in shown]
+    return "speculative, tok/s in generated tokens: " + ", ".join(parts)

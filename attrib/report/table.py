@@ -42,6 +42,8 @@ def _verdict(an: Analysis, width: int | None) -> list[str]:
         out += wrap(f"caveat: {c}", width)
     for ps in s.phases:
         out += wrap(f">> {fmt.verdict_line(ps)}", width)
+        if (sp := spec_report.headline(an, ps.phase)) is not None:
+            out += wrap(sp, width, "   ", "     ")
         tl = fmt.time_line(ps)
         if tl:
             out += wrap(tl, width, "   ", "     ")

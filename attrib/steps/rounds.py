@@ -10,7 +10,9 @@ previous round's sequence plus what was accepted; the last round's from the sequ
 (the first `cat([1, n], [1, accepted + 1])` after its verify pass). Times: a pass's forward runs
 from the start of its outermost module frame to its end or the end of the last kernel launched
 before then, whichever is later (the whole step without frames: a span's first step also holds
-the generate() setup before its first forward); other = the round less its passes.
+the generate() setup before its first forward); other = the round less its passes. Batch: the
+sequences of the verify pass's attention query (not its width of 1 + K tokens). A span without a
+draft model is a lookup loop only where its ids grow by such cats (`_grows`).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ ROUND_COLS = {
     "proposed": pl.Int64, "proposed_from": pl.Utf8, "verified": pl.Int64, "kv_len": pl.Int64,
     "accepted": pl.Int64, "accepted_from": pl.Utf8, "prefill": pl.Boolean,
     "start_ns": pl.Int64, "end_ns": pl.Int64, "draft_ns": pl.Int64, "verify_ns": pl.Int64,
-    "other_ns": pl.Int64, "forward_from": pl.Utf8,
+    "other_ns": pl.Int64, "forward_from": pl.Utf8, "batch": pl.Int64,
 }
 
 
@@ -125,9 +127,12 @@ def _span_rounds(span: str, g: pl.DataFrame, cats: pl.DataFrame,
             "accepted": None, "accepted_from": None, "prefill": kv is not None and kv <= q,
             "start_ns": start, "end_ns": end, "draft_ns": draft_ns, "verify_ns": verify_ns,
             "other_ns": end - start - draft_ns - verify_ns, "forward_from": fwd_from,
+            "batch": p["batch"],
             "_cur": None if kv is None else kv - proposed, "_t": int(p["cpu_start"]),
         })
         drafts = []
+    if not has_draft and not _grows(out, cats):
+        return []
     for r, nxt in zip(out, [*out[1:], None]):
         cur = r.pop("_cur")
         t = r.pop("_t")
@@ -141,6 +146,19 @@ def _span_rounds(span: str, g: pl.DataFrame, cats: pl.DataFrame,
                 r["accepted"] = int(grow["b"][0]) - 1
                 r["accepted_from"] = "sequence growth (cat)"
     return out
+
+
+def _grows(out: list[dict[str, Any]], cats: pl.DataFrame) -> bool:
+    """Whether the ids grow by a cat from a round's accepted prefix (its `_cur`) after its verify
+    pass: a lookup loop does; a continuous-batching step of packed requests (a verify pass's
+    shapes over a growing cache) does not."""
+    for r in out[1:]:
+        if r["_cur"] is None:
+            continue
+        after = (pl.col("t") > r["_t"]) & (pl.col("a") == r["_cur"])
+        if cats.filter(after).height:
+            return True
+    return False
 
 
 def _cand(cats: pl.DataFrame, p: dict[str, Any], q: int) -> tuple[int, int] | None:

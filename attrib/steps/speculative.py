@@ -106,8 +106,8 @@ def mark_roles(spans: pl.DataFrame, frames: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _keys(dim_text: str | None) -> tuple[int, int] | None:
-    """(queries, keys) of an attention op's Input Dims: q [.., q, D], k [.., L, D]."""
+def _keys(dim_text: str | None) -> tuple[int | None, int, int] | None:
+    """(sequences, queries, keys) of an attention op's Input Dims: q [B, .., q, D], k [.., L, D]."""
     try:
         dims = orjson.loads(dim_text) if dim_text else None
     except orjson.JSONDecodeError:
@@ -117,27 +117,30 @@ def _keys(dim_text: str | None) -> tuple[int, int] | None:
     q, k = dims[0], dims[1]
     if not (isinstance(q, list) and isinstance(k, list) and len(q) >= 2 and len(k) >= 2):
         return None
-    return int(q[-2]), int(k[-2])
+    return (int(q[0]) if len(q) >= 3 else None), int(q[-2]), int(k[-2])
 
 
 def kv_lengths(steps: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
     """Per step: `kv_len`, the keys its first attention op attends (cache after the pass's
-    write), from the op's input shapes. Columns step, kv_len."""
+    write), and `batch`, the sequences of its query, from the op's input shapes. Columns step,
+    kv_len, batch."""
     att = ops.filter(pl.col("name").is_in(ATTENTION_OPS)).select("start_ns", "input_dims")
-    schema = {"step": pl.Int64, "kv_len": pl.Int64}
+    schema = {"step": pl.Int64, "kv_len": pl.Int64, "batch": pl.Int64}
     if att.height == 0 or steps.height == 0:
         return pl.DataFrame(schema=schema)
     spans = steps.select("step", pl.col("cpu_start").alias("t"), "cpu_end").sort("t")
     hit = att.sort("start_ns").join_asof(spans, left_on="start_ns", right_on="t")
     hit = hit.filter(pl.col("start_ns") < pl.col("cpu_end")).unique("step", keep="first")
-    rows = [(s, kq[1]) for s, d in hit.select("step", "input_dims").iter_rows()
+    rows = [(s, kq[2], kq[0]) for s, d in hit.select("step", "input_dims").iter_rows()
             if (kq := _keys(d)) is not None]
     return pl.DataFrame(rows, schema=schema, orient="row")
 
 
 def mark_verify(steps: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
     """Steps of a split span without a draft model: a pass after the span's first one with more
-    than one new token over a non-empty cache (kv_len > tokens) is a verify pass."""
+    than one new token a sequence over a non-empty cache (kv_len > tokens a sequence) is a verify
+    pass (a plain decode of B sequences has B tokens a step, one each). Its rounds are a lookup
+    loop only where the ids grow by cats from them (`attrib.steps.rounds`)."""
     if "role" not in steps.columns or steps.height == 0:
         return steps
     par = steps.with_columns(pl.col("marker").str.extract(PIECE, 1).alias("_p"))
@@ -145,10 +148,11 @@ def mark_verify(steps: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
         pl.col("role").is_null().all().alias("_none"), pl.col("cpu_start").min().alias("_first"))
     kv = kv_lengths(steps, ops)
     s = par.join(single, on="_p", how="left").join(kv, on="step", how="left")
+    q = pl.col("tokens") // pl.col("batch").fill_null(1)
     verify = (pl.col("_none").fill_null(False) & (pl.col("cpu_start") > pl.col("_first"))
-              & (pl.col("tokens") > 1) & (pl.col("kv_len") > pl.col("tokens")))
+              & (q > 1) & (pl.col("kv_len") > q))
     role = pl.when(verify).then(pl.lit("verify")).otherwise(pl.col("role")).alias("role")
-    return s.with_columns(role).drop("_p", "_none", "_first", "kv_len")
+    return s.with_columns(role).drop("_p", "_none", "_first", "kv_len", "batch")
 
 
 def apply_roles(steps: pl.DataFrame, ops: pl.DataFrame | None = None) -> pl.DataFrame:
