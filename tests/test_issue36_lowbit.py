@@ -302,3 +302,24 @@ def test_the_capture_hint_only_where_graphs_replay():
     a model config, not a graph-capture trace (nothing was replayed from a graph)."""
     notes = [n for n in _doc("cb_generate_batch")["notes"] if "too little for GB/token" in n]
     assert notes and all("--model CONFIG" in n and "--capture" not in n for n in notes)
+
+
+def test_an_unpriced_op_is_named_not_zero():
+    """An op left without bytes for 5% or more of a phase's kernel time is named in a note with why: the
+    ViT capture's cuDNN convolutions (the op under aten::convolution that launches the kernels, no model
+    of its own; share from the raw kernels under it) and none on the low-bit captures, all priced now."""
+    name = FIXTURES / "captured" / "vit_forward_b8.pt.trace.json.gz"
+    ev = raw_events(name)
+    convs = [e for e in ev if e.get("cat") == "cpu_op" and e["name"] == "aten::cudnn_convolution"]
+    calls = {e["args"]["correlation"]: (e["tid"], e["ts"]) for e in ev
+             if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})}
+    kernels = [e for e in ev if e.get("cat") == "kernel"]
+    under = sum(k["dur"] for k in kernels if (c := calls.get(k["args"].get("correlation"))) is not None
+                and any(o["tid"] == c[0] and o["ts"] <= c[1] <= o["ts"] + o["dur"] for o in convs))
+    share = under / sum(k["dur"] for k in kernels)
+    notes = [n for n in analyze(name).notes if "has no bytes" in n]
+    assert len(notes) == 1 and "aten::cudnn_convolution" in notes[0] and "no cost model" in notes[0]
+    assert f"({share:.0%} of kernel time)" in notes[0]
+    for low in LOW_BIT:
+        assert not any("has no bytes" in n for n in _doc(low)["notes"])
+

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import msgspec
 import polars as pl
 
+from attrib.cost.registry import model_for
 from attrib.roofline.tables import MIN_KNOWN
 
 if TYPE_CHECKING:
@@ -92,3 +93,28 @@ def unrecorded_note(threads: pl.DataFrame) -> str | None:
             "torch._C._profiler._ExperimentalConfig(profile_all_threads=True)) (torch 2.7 "
             "and later) or by starting the profiler on that thread")
 
+
+
+UNPRICED_SHARE = 0.05  # of a phase's kernel time: an op left unpriced from this share is named
+
+
+def unpriced_ops(k: pl.DataFrame) -> list[str]:
+    """Per phase, each op whose kernels take UNPRICED_SHARE of its kernel time or more with no
+    bytes known, named with why (no cost model for it, or one that could not price its call): an
+    unpriced op is said, never a silent 0 MB. k: the attribution's kernels (phase, op, bytes,
+    dur_ns)."""
+    k = k.filter(pl.col("phase").is_not_null()).select(
+        pl.col("phase").cast(pl.String), pl.col("op").cast(pl.String), "bytes", "dur_ns")
+    total = k.group_by("phase").agg(pl.col("dur_ns").sum().alias("_t"))
+    none = (k.filter(pl.col("bytes").is_null() & pl.col("op").is_not_null())
+            .group_by("phase", "op").agg(pl.col("dur_ns").sum()).join(total, on="phase")
+            .with_columns((pl.col("dur_ns") / pl.col("_t")).alias("share"))
+            .filter(pl.col("share") >= UNPRICED_SHARE)
+            .sort(["phase", "share", "op"], descending=[False, True, False]))
+    out = []
+    for phase, op, share in none.select("phase", "op", "share").iter_rows():
+        why = ("no cost model for it" if model_for(op) is None else
+               "its cost model could not price the call (shapes not recorded or not as its schema "
+               "reads them, or context it needs)")
+        out.append(f"{phase}: {op} has no bytes ({share:.0%} of kernel time): {why}")
+    return out

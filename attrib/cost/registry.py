@@ -13,6 +13,7 @@ A new cost model: a module with its `price` function, and one line in `MODELS`.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 
 import msgspec
@@ -187,3 +188,11 @@ def shape_model(name: str) -> CostModel | None:
     hit = BY_NAME.get(name)
     return hit or next((m for m in PREFIXED if name.startswith(m.prefixes)), None)
 
+
+
+def model_for(name: str) -> CostModel | None:
+    """The cost model registered for an op name: its shape model, else one that needs more than the
+    shapes (a kernel name, the step's sums, a model config, the world size); None: no model."""
+    return shape_model(name) or next(
+        (m for m in CONTEXT if name in m.ops or (m.op_pattern and re.search(m.op_pattern, name))),
+        None)
