@@ -49,6 +49,11 @@ COMPILE_SPANS = (
     r"|do_bench|triton/compiler/compiler\.py\(\d+\): (?:compile|_compile)\b"
 )
 
+# one call of a torch.compile'd function (dynamo's frame id / its recompile): a CPU op around
+# each call, compiled this run or not; frame 0 is the function torch.compile wrapped (a model's
+# forward in HF's static-cache generate), others resume after a graph break inside it
+COMPILED_CALL = r"^Torch-Compiled Region: (\d+)/\d+$"
+
 # ROCm runtime helper kernels (blits, fills) that are no model work
 RUNTIME_HELPERS = r"^__amd_rocclr_|^__amd_|copyBuffer|fillBuffer"
 # GEMV-shaped (one token per sequence: decode) and GEMM-shaped (prefill) kernel families

@@ -16,6 +16,7 @@ import orjson
 import polars as pl
 
 from attrib.components.patterns import (
+    COMPILED_CALL,
     GEMM_OPS,
     LLAMACPP_MMQ,
     LLAMACPP_MMVQ_COLS,
@@ -26,6 +27,7 @@ from attrib.link.nesting import innermost
 from attrib.steps.excluded import compile_spans, inside
 from attrib.steps.periodic import split_tokens
 from attrib.steps.speculative import mark_roles
+from attrib.steps.tokens import COMPILED_PIECE
 from attrib.trace import STEP_NAME, Trace, dims_text
 
 TOKEN_PHASES = ("decode", "mixed")  # phases whose steps generate tokens
@@ -192,6 +194,37 @@ def _launching_embeddings(trace: Trace, compiling: pl.DataFrame) -> pl.DataFrame
     return ops.select(pl.col("start_ns").alias("t")).sort("t")
 
 
+def _compiled_calls(trace: Trace) -> pl.DataFrame:
+    """(s, e) of each call of a torch.compile'd function that is a forward pass: the calls of
+    the lowest frame id (the compiled function itself, not the resumes after a graph break), not
+    inside another such call. A compiled forward has no embedding op of its own (Inductor fuses
+    the lookup into a kernel)."""
+    frame = pl.col("name").str.extract(COMPILED_CALL, 1).cast(pl.Int64, strict=False)
+    calls = trace.ops.select("start_ns", "dur_ns", frame.alias("frame")).drop_nulls()
+    if calls.height == 0:
+        return pl.DataFrame(schema={"s": pl.Int64, "e": pl.Int64})
+    first = calls.filter(pl.col("frame") == pl.col("frame").min())
+    spans = first.select(pl.col("start_ns").alias("s"),
+                         (pl.col("start_ns") + pl.col("dur_ns")).alias("e")).sort("s")
+    outer = pl.col("e").cum_max().shift(1)  # the furthest end of the calls before
+    return spans.filter(outer.is_null() | (pl.col("s") >= outer))
+
+
+def _forward_starts(trace: Trace, compiling: pl.DataFrame) -> pl.DataFrame:
+    """t: where each forward pass starts, compiled: whether it is a compiled call. An eager one
+    starts at its launching embedding op, a compiled one at its call (an embedding op inside a
+    compiled call is that call's)."""
+    emb = _launching_embeddings(trace, compiling)
+    calls = _compiled_calls(trace)
+    if calls.height == 0:
+        return emb.with_columns(pl.lit(False).alias("compiled"))
+    within = inside(emb["t"], calls.select(pl.col("s").alias("start_ns"),
+                                           pl.col("e").alias("end_ns")))
+    eager = emb.filter(~within).with_columns(pl.lit(False).alias("compiled"))
+    compiled = calls.select(pl.col("s").alias("t"), pl.lit(True).alias("compiled"))
+    return pl.concat([eager, compiled]).sort("t")
+
+
 def _split_forwards(spans: pl.DataFrame, trace: Trace, compiling: pl.DataFrame) -> pl.DataFrame:
     """Step spans (ProfilerStep or user annotations, not a serving engine's own step annotation)
     that hold several forward passes (several embedding ops: one prof.step() or record_function
@@ -202,7 +235,7 @@ def _split_forwards(spans: pl.DataFrame, trace: Trace, compiling: pl.DataFrame) 
     keeps the span's."""
     if spans.height == 0:
         return spans
-    emb = _launching_embeddings(trace, compiling)
+    emb = _forward_starts(trace, compiling)
     if emb.height <= 1:
         return spans
     marker = pl.col("marker")
@@ -211,15 +244,17 @@ def _split_forwards(spans: pl.DataFrame, trace: Trace, compiling: pl.DataFrame) 
     for r in spans.with_columns(engine.alias("_engine")).iter_rows(named=True):
         engine, c0, c1 = r.pop("_engine"), r["cpu_start"], r["cpu_end"]
         in_span = (pl.col("t") >= c0) & (pl.col("t") < c1)
-        ts = [] if engine else emb.filter(in_span)["t"].to_list()
+        got = emb.filter(in_span)
+        ts = [] if engine else got["t"].to_list()
         if len(ts) < 2:
             rows.append(r)
             continue
         cuts = [c0, *ts[1:], c1]
+        kind = [COMPILED_PIECE if c else "" for c in got["compiled"].to_list()]
         phase = "unknown" if r["phase"] in ("unknown", "decode") else r["phase"]
         for i in range(len(cuts) - 1):
             rows.append(r | {"cpu_start": cuts[i], "cpu_end": cuts[i + 1],
-                             "marker": f"{r['marker']} forward {i}",
+                             "marker": f"{r['marker']} forward {i}{kind[i]}",
                              "phase": phase, "tokens": None, "tokens_from": None,
                              "gpu_start": r["gpu_start"] if i == 0 else None,
                              "gpu_end": r["gpu_end"] if i == len(cuts) - 2 else None})

@@ -6,6 +6,9 @@ import orjson
 import polars as pl
 
 
+COMPILED_PIECE = " (compiled call)"  # the marker's end of a forward piece (attrib.steps.phases)
+
+
 def fill_tokens_and_phase(spans: pl.DataFrame, shapes: pl.DataFrame,
                           notes: list[str]) -> pl.DataFrame:
     s = spans.join(shapes.rename({"tokens": "shape_tokens"}), on="step", how="left")
@@ -29,6 +32,19 @@ def fill_tokens_and_phase(spans: pl.DataFrame, shapes: pl.DataFrame,
     prefill = ((pl.col("phase") == "prefill") & pl.col("per_seq").is_not_null()
                & (pl.col("per_seq") > 0))
     batch = s.filter(prefill).select((pl.col("shape_tokens") // pl.col("per_seq")).alias("b"))
+    # a compiled forward call after a prefill (a piece of one generate() span: prefill, then
+    # one token per sequence) with no embedding op: decode, if its GEMM rows (when recorded: a
+    # graph replay records none) equal the prefill's sequences
+    b = batch["b"][0] if batch.height else None
+    one_each = ((pl.col("phase") == "unknown") & pl.col("per_seq").is_null()
+                & pl.col("marker").str.ends_with(COMPILED_PIECE)
+                & (pl.col("tokens").is_null() | (pl.col("tokens") == pl.lit(b or 0))))
+    if b is not None and s.filter(one_each).height:
+        notes.append(f"{s.filter(one_each).height} compiled forward calls after the prefill "
+                     f"taken as decode, 1 new token for each of its {int(b)} sequences (their "
+                     "GEMM rows where recorded; a graph replay records none)")
+        s = s.with_columns(pl.when(one_each).then(pl.lit("decode"))
+                           .otherwise(pl.col("phase")).alias("phase"))
     untokened = (pl.col("phase") == "decode") & pl.col("tokens").is_null()
     if batch.height and s.filter(untokened).height:
         b = int(batch["b"][0])
