@@ -8,6 +8,11 @@ across a batch change) the way `attrib compare` compares two sides (attrib.repor
 Mann-Whitney U, bootstrap CI of the change of mean steps, the earlier files as several base runs); a change
 of batch, of GB/token (by `min_effect_pct` or more) or of the top cause is flagged too.
 
+A file whose step is host-bound and whose host differs from the files before it (its median
+launch gap beyond attrib.report.host_check.BOUND of theirs, either way; a declared host load;
+descheduling) is not compared: its change measures the host (`vs_previous.host` says why, the
+label reads "not comparable"), whatever the test says.
+
 Each comparison carries its noise band (`noise_pct`): how far the change could be from its
 mean and still be no change (its bootstrap CI's reach towards zero), never under
 `min_effect_pct`. The label matches the figures: faster/slower is a change beyond the band
@@ -19,6 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from attrib.report import host_check
 from attrib.report.compare import ALPHA, CHANGED, MIN_EFFECT_PCT, SAME, _series, stats
 from attrib.report.fmt import apart
 from attrib.report.grid import Cut, grid, wrap
@@ -51,6 +57,13 @@ def _phase(doc: dict[str, Any], name: str) -> dict[str, Any] | None:
     return next((p for p in doc["phases"] if p["phase"] == name), None)
 
 
+def host_cost(doc: dict[str, Any], ph: dict[str, Any]) -> host_check.HostCost | None:
+    """The phase's host cost (attrib.report.host_check) from its ledger and the stamp."""
+    return host_check.cost(((r["cause"], r["ms_per_step"], r.get("n_per_step"),
+                             r.get("median_us"), r["what"]) for r in ph.get("ledger") or ()),
+                           ph["steps"], doc.get("provenance"))
+
+
 def _row(doc: dict[str, Any], ph: dict[str, Any]) -> dict[str, Any]:
     tok = ph["tokens_per_step"]
     steps = [x for x in ph["per_step"]["step_ms"] if x is not None]
@@ -60,14 +73,28 @@ def _row(doc: dict[str, Any], ph: dict[str, Any]) -> dict[str, Any]:
             "steps": ph["steps"],
             "tokens_per_step": tok, "step_ms": med,
             "ms_per_token": round(med / tok, 4) if med is not None and tok else None,
-            "achieved_tok_s": round(tok / med * 1e3, 1) if med and tok else None,
+            # a speculative loop's rate is its generated tokens over its rounds' time (the
+            # analysis's), not the verify width over a step
+            "achieved_tok_s": (ph["achieved_tok_s"] if ph.get("speculative")
+                               else round(tok / med * 1e3, 1) if med and tok else None),
             "gb_per_token": ph["gb_per_token"],
-            "top_cause": top_cause(ph)}
+            "top_cause": top_cause(ph), "host": _host(host_cost(doc, ph))}
+
+
+def _host(c: host_check.HostCost | None) -> dict[str, Any] | None:
+    if c is None:
+        return None
+    return {"host_share": round(c.host_share, 4),
+            "us_per_launch": None if c.us_per_launch is None else round(c.us_per_launch, 2),
+            "median_gap_us": c.median_gap_us, "stalls_ms": round(c.stalls_ms, 4),
+            "load": c.load}
 
 
 def _flags(row: dict[str, Any], prev: dict[str, Any], vs: dict[str, Any],
            min_effect: float) -> list[str]:
     out = []
+    if vs.get("host"):
+        out.append(f"not comparable: {vs['host']}")
     if vs["verdict"] in ("faster", "slower"):
         out.append(f"{vs['verdict']}: step time per token {vs['delta_pct']:+.1f}% "
                    f"(p {vs['p_value']:.2g})")
@@ -88,6 +115,7 @@ def trend(docs: list[dict[str, Any]], phase: str = "decode", window: int = WINDO
     docs = sorted(docs, key=order_key)
     rows: list[dict[str, Any]] = []
     phases: list[dict[str, Any]] = []
+    costs: list[host_check.HostCost | None] = []
     notes = []
     for doc in docs:
         ph = _phase(doc, phase)
@@ -103,10 +131,16 @@ def trend(docs: list[dict[str, Any]], phase: str = "decode", window: int = WINDO
             now = _series([ph], "step_ms", per_token=True)
             vs = stats(before, now, min_effect_pct).to_dict()
             vs["noise_pct"] = noise_pct(vs, min_effect_pct)
+            here = host_cost(doc, ph)
+            before_costs = [costs[phases.index(p)] for p in base]
+            vs["host"] = (host_check.reason(here, host_check.median_of(before_costs))
+                          if base else None)
             if not base:
                 vs["verdict"] = "not comparable: tokens/step changed"
+            elif vs["host"]:
+                vs["verdict"] = "not comparable: host"
             keys = ("base_ms", "cand_ms", "delta_pct", "p_value", "ci_low_ms", "ci_high_ms",
-                    "noise_pct", "verdict")
+                    "noise_pct", "verdict", "host")
             row["vs_previous"] = {"files": len(base), **{k: vs[k] for k in keys}}
             row["vs_previous"]["label"] = label(row["vs_previous"])
             row["changes"] = _flags(row, rows[-1], vs, min_effect_pct)
@@ -114,10 +148,12 @@ def trend(docs: list[dict[str, Any]], phase: str = "decode", window: int = WINDO
             row["vs_previous"], row["changes"] = None, []
         rows.append(row)
         phases.append(ph)
+        costs.append(host_cost(doc, ph))
     return {"schema": SCHEMA_ID, "phase": phase, "files": len(docs), "window": window,
             "alpha": ALPHA, "min_effect_pct": min_effect_pct,
             "compared_on": "step ms per token, each file against the window of files "
                            "before it at the same tokens per step",
+            "host_bound": host_check.BOUND,
             "rows": rows, "changed": [r["path"] for r in rows if r["changes"]], "notes": notes}
 
 
@@ -138,6 +174,8 @@ def label(vs: dict[str, Any] | None) -> str:
     if vs is None or not vs["files"]:
         return "-"
     delta, band = vs["delta_pct"], vs.get("noise_pct")
+    if vs.get("host"):
+        return "not comparable: host" + (f" {delta:+.1f}%" if delta is not None else "")
     if delta is None:
         return vs["verdict"] if vs["verdict"] != SAME else "same"
     change = f"{delta:+.1f}%"
