@@ -218,6 +218,27 @@ def test_compare_counts_generated_tokens(capsys) -> None:
     assert f"generated tok/s {got['base']:.4g} -> {got['cand']:.4g}" in out
 
 
+def test_compare_verdict_is_per_generated_token(capsys) -> None:
+    """compare's decode verdict on a speculative side is the ms per generated token (a round's
+    time over its accepted + 1 tokens; its verify steps are not the unit): 0% -> 89% acceptance
+    with the same target is faster, a 0%-acceptance loop against its plain decode slower; each
+    side's figure is 1000 / its generated tok/s from the truth files, within 5%."""
+    from attrib.cli import main
+
+    for base, cand, verdict in (("spec_big_random", "spec_big_draft", "faster"),
+                                ("spec_plain", "spec_random", "slower")):
+        args = [str(CAP / f"{n}.json.gz") for n in (base, cand)]
+        main(["compare", *args, "--format", "json"])
+        doc = json.loads(capsys.readouterr().out)
+        tok = doc["phases"]["decode"][0]["per_token"]
+        assert tok["verdict"] == verdict, (base, cand, tok)
+        want = 1e3 / true_tok_s(cand)
+        assert tok["cand_ms"] == pytest.approx(want, rel=0.05)
+        main(["compare", *args])
+        out = " ".join(capsys.readouterr().out.split())
+        assert f"verdict decode: {verdict}, ms per generated token" in out
+
+
 def test_batched_and_continuous_generate_are_no_speculative_loop() -> None:
     """A plain generate() of 4 sequences (`ledger_generate`: every decode pass's embedding input is
     [4, 1], raw) and a continuous-batching generate_batch of packed requests

@@ -261,10 +261,27 @@ def _phase(docs: list[dict[str, Any]], phase: str) -> list[dict[str, Any]]:
     return [p for d in docs for p in d["phases"] if p["phase"] == phase]
 
 
+def _generated(ph: dict[str, Any]) -> list[float] | None:
+    """A speculative loop's ms per generated token: each round after the prefill's gives its
+    time over its accepted + 1 tokens once per token (so the mean is the rounds' time over
+    their tokens, the analysis's rate); None for a plain phase."""
+    rounds = (ph.get("speculative") or {}).get("rounds") or ()
+    out = [r["round_ms"] / (r["accepted"] + 1) for r in rounds
+           if not r.get("prefill") and r.get("round_ms") is not None
+           for _ in range(r["accepted"] + 1)]
+    return out or None
+
+
 def _series(phs: list[dict[str, Any]], key: str, component: str | None = None,
             per_token: bool = False) -> list[list[float]]:
+    """Per trace, the per-step values of `key` (or a component's ms); per token: over the
+    step's tokens, or for a speculative loop's step time, a round's over its generated tokens."""
     out = []
     for ph in phs:
+        gen = _generated(ph) if per_token and key == "step_ms" and component is None else None
+        if gen is not None:
+            out.append(gen)
+            continue
         s = ph["per_step"]
         vals = s["components"].get(component, [0.0] * len(s["step"])) if component else s[key]
         toks = s["tokens"]
@@ -319,14 +336,16 @@ def _run_level(step: Stats, diff: LedgerDiff, min_effect_pct: float) -> RunLevel
     return msgspec.structs.replace(level, inconclusive=why, runs=runs)
 
 
-def _settle(row: Row, level: RunLevel | None) -> Row:
+def _settle(row: Row, level: RunLevel | None, per_token: bool = True) -> Row:
     """The step row with its faster/slower verdicts made inconclusive when the run-level check
-    says so (per step and per token)."""
+    says so (per step, and per token unless `per_token` is False: a speculative loop's per
+    generated token, which moves with acceptance more than with the verify step's time)."""
     if level is None or level.inconclusive is None:
         return row
     fix = (lambda s: msgspec.structs.replace(s, verdict=INCONCLUSIVE)
            if s.verdict in CHANGED else s)
-    return msgspec.structs.replace(row, stats=fix(row.stats), per_token=fix(row.per_token))
+    tok = fix(row.per_token) if per_token else row.per_token
+    return msgspec.structs.replace(row, stats=fix(row.stats), per_token=tok)
 
 
 def _mismatch_line(diff: dict[str, Any]) -> str | None:
@@ -375,7 +394,8 @@ def _compare_phase(ph: str, b: list[dict[str, Any]], c: list[dict[str, Any]],
                         key=lambda r: -abs(r.stats.delta_ms or 0)))
     diff = ledger_diff(b, c) if all(p.get("ledger") for p in b + c) else None
     level = _run_level(step.stats, diff, min_effect_pct) if one_run and diff else None
-    step = _settle(step, level)
+    spec = any(p.get("speculative") for p in b + c)
+    step = _settle(step, level, per_token=not spec)
     return PhaseComparison(
         ph, step, kern, rows, (sum(p["steps"] for p in b), sum(p["steps"] for p in c)),
         (b[0]["tokens_per_step"], c[0]["tokens_per_step"]), _cause(step.stats, diff, min_effect_pct),

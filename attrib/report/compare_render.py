@@ -86,12 +86,14 @@ def verdict_lines(c: Comparison) -> list[str]:
     cause), whether the sides are a matched baseline, the gate's outcome."""
     out = []
     for ph in c.phases:
-        s = ph.step.stats
-        change = (f"step {fmt.num(s.base_ms, '{:.4f}')} -> {fmt.num(s.cand_ms, '{:.4f}')} ms "
+        # a speculative loop is judged per generated token: its steps are verify passes
+        s = ph.step.per_token if ph.speculative else ph.step.stats
+        unit = "ms per generated token" if ph.speculative else "step"
+        change = (f"{unit} {fmt.num(s.base_ms, '{:.4f}')} -> {fmt.num(s.cand_ms, '{:.4f}')} ms "
                   f"({_pct(s.delta_pct)}, p {fmt.num(s.p_value, '{:.3g}')})")
         out.append(f"verdict {ph.phase}: {_verdict(s)}, {change}"
                    + (f"; cause: {ph.cause}" if ph.cause else ""))
-        if ph.run_level is not None and ph.run_level.inconclusive:
+        if ph.run_level is not None and ph.run_level.inconclusive and not ph.speculative:
             out.append(f"verdict {ph.phase}: inconclusive: {ph.run_level.inconclusive}")
     if c.provenance_diff["mismatch"]:
         out.append("verdict: the two sides are NOT A MATCHED BASELINE (below: what differs)")
