@@ -323,3 +323,21 @@ def test_an_unpriced_op_is_named_not_zero():
     for low in LOW_BIT:
         assert not any("has no bytes" in n for n in _doc(low)["notes"])
 
+
+def test_what_if_starts_from_the_traced_format(tmp_path):
+    """--what-if re-prices weights from the bits they ran at, read from the trace (int4 g128: 4 bits + a
+    bf16 scale and zero per 128 = 4.25), not the model config's 16: to bf16 the quantized linears' weights
+    come back to the config's bf16 bytes (.model.json: param_bytes_bf16_before_quantization), and no note
+    asks for --weight-bits."""
+    m = _model("int4_tinygemm_b1")
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(m["config"]))
+    wi = analyze(_trace("int4_tinygemm_b1"), model=cfg, what_if="weights=bf16").to_dict()["what_if"]
+    assert wi["weight_bits_from"]["mlp"] == 4.25 and wi["weight_bits_from"]["attention"] == 4.25
+    rows = {r["component"]: r for r in wi["rows"]}
+    before = m["param_bytes_bf16_before_quantization"]["bytes_by_part"]
+    bf16 = sum(r["projected_bytes"] - (r["bytes"] - r["repriced_bytes"]) for c, r in rows.items()
+               if c in ("qkv_proj", "o_proj", "mlp_gate_up", "mlp_down"))
+    assert bf16 == pytest.approx(before["attention"] + before["dense_mlp"], rel=0.005)
+    assert not any("--weight-bits" in n for n in wi["notes"])
+

@@ -2,8 +2,9 @@
 
 A projection, not a measurement. Per component of the phase (its measured bytes per step):
 - a GEMM component (cost.weights.WEIGHT_CLASS): its weight bytes are the model budget's (the
-  config's parameters at the current bits, at most the measured bytes); they scale by new / old
-  bits; the rest (activations) is kept;
+  config's parameters at the current bits: the format the trace shows it ran in, its
+  `weight_format`, else the budget's; at most the measured bytes); they scale by new / old bits;
+  the rest (activations) is kept;
 - attention and the cache write (KV_COMPONENTS): all but the budget's activation bytes are K/V in
   the cache's format (reads, the cache's copies, GQA expansions as run) and scale by new / old
   bytes per element;
@@ -26,6 +27,7 @@ from attrib.analysis.whatif import WhatIf, WhatIfRow
 from attrib.cost.budget import Budget
 from attrib.cost.weights import KV_COMPONENTS, WEIGHT_CLASS, Formats, bits_for
 from attrib.cost.dtypes import PEAK_KEY
+from attrib.cost.lowbit import format_bits
 
 
 def _context(phase: Phase, budget: Budget) -> int | None:
@@ -42,6 +44,16 @@ def _compute_ms(c: Component, device: Device) -> float:
     return (c.flops or 0) / (peak * 1e9) if peak else 0.0
 
 
+def _bits(c: Component, budget: Budget, cls: str) -> float:
+    """The bits a component's weights run at: its traced format's, else the budget's."""
+    return format_bits(c.weight_format) or bits_for(budget.weight_bits, cls)
+
+
+def _weights(c: Component, b: Mapping[str, Any], budget: Budget, cls: str) -> float:
+    """The budget's weight bytes of a component at the bits it runs at (_bits)."""
+    return float(b["weight_bytes"]) * _bits(c, budget, cls) / bits_for(budget.weight_bits, cls)
+
+
 def _row(c: Component, b: Mapping[str, Any], budget: Budget, formats: Formats,
          device: Device) -> WhatIfRow:
     measured = float(c.bytes or 0)
@@ -49,8 +61,8 @@ def _row(c: Component, b: Mapping[str, Any], budget: Budget, formats: Formats,
     part, ratio, what = 0.0, 1.0, None
     new_bits = formats.bits(cls) if cls is not None else None
     if cls is not None and new_bits is not None and b:
-        old = bits_for(budget.weight_bits, cls)
-        part, ratio, what = min(b["weight_bytes"], measured), new_bits / old, cls
+        old = _bits(c, budget, cls)
+        part, ratio, what = min(_weights(c, b, budget, cls), measured), new_bits / old, cls
     elif c.component in KV_COMPONENTS and formats.kv_bytes is not None and b:
         part = max(measured - b["act_bytes"], 0.0)
         ratio, what = formats.kv_bytes / budget.kv_bytes, "kv"
@@ -90,15 +102,19 @@ def project(phase: Phase, budget: Budget, formats: Formats, device: Device) -> W
     label = formats.label()
     notes = [f"{r.component}: compute-bound at {label}: the format does not move its floor"
              for r in rows if r.bound == "compute"]
-    notes += [_below(c, rows_b[c.component]["weight_bytes"]) for c in counted
-              if c.component in WEIGHT_CLASS and c.component in rows_b
-              and rows_b[c.component]["weight_bytes"] > 1.05 * (c.bytes or 0)]
+    weights = {c.component: _weights(c, rows_b[c.component], budget, WEIGHT_CLASS[c.component])
+               for c in counted if c.component in WEIGHT_CLASS and c.component in rows_b}
+    notes += [_below(c, weights[c.component]) for c in counted
+              if weights.get(c.component, 0.0) > 1.05 * (c.bytes or 0)]
+    traced = {WEIGHT_CLASS[c.component]: _bits(c, budget, WEIGHT_CLASS[c.component])
+              for c in counted if c.component in WEIGHT_CLASS and c.weight_format}
     if device.roofline_bw is None:
         notes.append("no device bandwidth known: floors and the ceiling are not projected")
     return WhatIf(
         phase=phase.phase, formats=formats.label(),
-        weight_bits_from={c: bits_for(budget.weight_bits, c) for c in classes},
-        weight_bits_to={c: formats.bits(c) or bits_for(budget.weight_bits, c) for c in classes},
+        weight_bits_from={c: traced.get(c) or bits_for(budget.weight_bits, c) for c in classes},
+        weight_bits_to={c: formats.bits(c) or traced.get(c) or bits_for(budget.weight_bits, c)
+                        for c in classes},
         kv_bytes_from=budget.kv_bytes, kv_bytes_to=formats.kv_bytes or budget.kv_bytes,
         context=ctx, tokens_per_step=tps, bytes_per_step=before, projected_bytes_per_step=after,
         gb_per_token=before / tps / 1e9, projected_gb_per_token=after / tps / 1e9,

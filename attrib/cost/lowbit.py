@@ -8,9 +8,10 @@ sources: docs/lowbit-gemms.md.
 
 from __future__ import annotations
 
+import re
 from math import prod
 
-from attrib.cost.dtypes import Cost, concrete_int, tensor, unknown
+from attrib.cost.dtypes import SIZES, Cost, concrete_int, tensor, unknown
 
 W4A16 = "gemm_w4a16"   # the family of a call whose shapes are missing
 W8A16 = "gemm_w8a16"
@@ -20,6 +21,21 @@ AWQ_GROUP = 128   # AWQ's default group: the Triton kernel's group is a compile-
 def weight_format(bits: int, group: int | None) -> str:
     """The weight format as the trace shows it: int4 g128, int8 per-channel."""
     return f"int{bits} g{group}" if group else f"int{bits} per-channel"
+
+
+def format_bits(fmt: str | None) -> float | None:
+    """Bits per weight of a traced weight format (`weight_format`), scales and zeros included:
+    int4 g128 (tinygemm: a 16-bit scale and zero a group) 4.25, int4 AWQ g128 (16-bit scale, 4-bit
+    zero) 4.156, int8 per-channel 8, a dtype its size (bf16 16, fp8_e4m3fn 8); None when unknown."""
+    if not fmt:
+        return None
+    if (m := re.match(r"^int(\d+) (AWQ, )?g(\d+)", fmt)) is not None:
+        bits, group = int(m.group(1)), int(m.group(3))
+        return bits + ((16 + bits) if m.group(2) else 32) / group
+    if (m := re.match(r"^int(\d+) per-channel$", fmt)) is not None:
+        return float(m.group(1))
+    size = SIZES.get(fmt)
+    return 8.0 * size if size else None
 
 
 # the cost_model of every weight-only low-bit GEMM this module prices (`model_name`)
