@@ -28,15 +28,21 @@ _BY = ["pid", "tid"]
 OUT = {"id": pl.Int64, "_lb": pl.Float64, "_lf": pl.Float64, "_ld": pl.Utf8, "_lm": pl.Utf8}
 
 
-def _sizes(text: str | None) -> list[int] | None:
-    """The size list an allocation got (its first concrete input, `[1, 2048]`)."""
-    conc = orjson.loads(text or "[]")
-    first = conc[0] if conc else ""
+def _json(text: str | None) -> list:
+    """A JSON list as recorded (an arg list, a size list); [] for anything else."""
     try:
-        sizes = orjson.loads(first) if isinstance(first, str) and first.startswith("[") else None
+        value = orjson.loads(text or "[]")
     except orjson.JSONDecodeError:
-        return None
-    return sizes if isinstance(sizes, list) and all(isinstance(s, int) for s in sizes) else None
+        return []
+    return value if isinstance(value, list) else []
+
+
+def _sizes(conc: list) -> list[int] | None:
+    """The size list an allocation got (its first concrete input, `[1, 2048]`)."""
+    first = conc[0] if conc else ""
+    sizes = _json(first) if isinstance(first, str) and first.startswith("[") else []
+    ok = sizes and all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in sizes)
+    return sizes if ok else None
 
 
 def _price(names: list[str], dims: list[str | None],
@@ -46,14 +52,15 @@ def _price(names: list[str], dims: list[str | None],
     at = [i for i, name in enumerate(names) if name in ALLOCATIONS]
     if not at:
         return None
-    out = _sizes(conc[at[-1]])
-    dtype = SCALAR_TYPES.get(concrete_int(orjson.loads(conc[at[-1]] or "[]"), 1) or -1)
+    alloc = _json(conc[at[-1]])
+    out = _sizes(alloc)
+    dtype = SCALAR_TYPES.get(concrete_int(alloc, 1) or -1)
     size = size_of(dtype)
     if not out or len(out) < 2 or dtype is None or size is None:
         return None
     m, n = out[-2], out[-1]
     for text in dims:
-        shapes = orjson.loads(text or "[]")
+        shapes = _json(text)
         x = shapes[0] if shapes else None
         if (isinstance(x, list) and len(x) >= 2 and all(isinstance(d, int) for d in x)
                 and prod(x[:-1]) == m):
@@ -76,6 +83,8 @@ def launched_costs(trace: Trace, kernels: pl.DataFrame) -> pl.DataFrame:
     inner = innermost(mods, pts, _BY).join(
         mods.select(pl.col("id").alias("inner"), pl.col("start_ns").alias("from_ns")), on="inner")
     where = pts.join(inner, on="pid_").select("pid_", "t_ns", "from_ns", *_BY)
+    if not where.height:   # no module frame around the launches (with_stack off)
+        return pl.DataFrame(schema=OUT)
     lo, hi = where["from_ns"].min(), where["t_ns"].max()
     threads = where.select(*_BY).unique()
     ops = (trace.ops.select("name", "start_ns", "input_dims", "concrete_inputs", *_BY)
