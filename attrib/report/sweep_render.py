@@ -1,5 +1,6 @@
 """The sweep table as a terminal table, markdown or HTML, with plots of each figure against each
-key that varies (matplotlib, optional: attrib.report.plots) and the routing rule."""
+key that varies (matplotlib, optional: attrib.report.plots), the routing rule and the rows that
+are not comparable (attrib.report.host_check), each with why."""
 
 from __future__ import annotations
 
@@ -8,12 +9,12 @@ from typing import Any
 
 import polars as pl
 
-from attrib.report import fmt
+from attrib.report import fmt, host_check
 from attrib.report import plots as plots_mod
 from attrib.report.html import CSS, escape
 from attrib.report.markdown import esc, table as md_table
 from attrib.report.printable import printable
-from attrib.report.sweep import FIGURES, INT_KEYS, KEYS, routing, varying
+from attrib.report.sweep import FIGURES, INT_KEYS, KEYS, reference, routing, varying
 from attrib.report.table import Cut, grid, wrap
 
 UNITS = {"achieved_tok_s": "tok/s achieved", "ceiling_tok_s": "tok/s ceiling",
@@ -29,8 +30,28 @@ def _cell(v: Any) -> str:
 
 
 def _columns(df: pl.DataFrame) -> list[str]:
-    """trace, phase, the keys that vary, the figures, the top cause."""
-    return ["trace", "phase", *varying(df), *FIGURES, "top_cause"]
+    """trace, phase, the keys that vary, the figures, the host check, the top cause."""
+    return ["trace", "phase", *varying(df), *FIGURES, "gap_us", "comparable", "top_cause"]
+
+
+def host_notes(df: pl.DataFrame, names: Sequence[str] | None = None) -> list[str]:
+    """What `comparable` means here (per phase, the common host) and, per row that is not, why;
+    names: the table's trace cells, row by row (default the traces)."""
+    names = list(names) if names is not None else df["trace"].to_list()
+    out = [f"comparable (rows marked{MARK} are not): a host-bound row (host-side rows > "
+           f"{host_check.HOST_SHARE:.0%} of the "
+           f"step) whose median launch gap (gap_us) lies within {host_check.BOUND:g}x of most "
+           f"rows' (phases of {host_check.MIN_STEPS}+ steps), on a host not declared loaded "
+           "nor descheduled"]
+    for phase in df["phase"].unique(maintain_order=True).to_list():
+        ref = reference(df, phase)
+        if ref is not None:
+            out.append(f"{phase}: most rows' launch gaps: {ref.low:.0f}-{ref.high:.0f} us "
+                       f"({ref.rows} of {ref.of} rows)")
+    for name, r in zip(names, df.iter_rows(named=True)):
+        if r["not_comparable"]:
+            out.append(f"! not comparable: {name} {r['phase']}: {r['not_comparable']}")
+    return out
 
 
 def _grid(df: pl.DataFrame, cols: Sequence[str]) -> list[tuple[str, ...]]:
@@ -50,32 +71,46 @@ def _routing_rows(r: pl.DataFrame) -> tuple[list[str], list[tuple[str, ...]]]:
 
 # on a terminal too narrow for the table, its columns go in this order (then the trace names
 # shorten, keeping the part where they differ); the keys that vary stay: they tell the rows apart
-DROP = ("top_cause", "ceiling_tok_s", "gb_per_token", "micro_batch", "context", "step_ms")
-ROUTING_DROP = ("configurations", "runner_up_tok_s", "context")
+DROP = ("top_cause", "gap_us", "ceiling_tok_s", "gb_per_token", "micro_batch", "context",
+        "step_ms")
+ROUTING_DROP = ("configurations", "runner_up_tok_s", "context", "not_comparable")
+MARK = " !"   # after the phase of a row that is not comparable (terminal table)
+NO_WINNER = ("routing: no winner where a shape's rows are not comparable (their host, not "
+             "their configuration, set the step) unless two or more comparable ones are left")
 
 
 def render_table(df: pl.DataFrame, width: int | None = None) -> str:
     """A terminal table and the routing rule; with `width`, every line fits it (prose wraps,
     columns drop in DROP's order with a footer naming them, trace names shorten)."""
-    cols = _columns(df)
+    # the terminal marks a row that is not comparable in its phase cell ("decode !"): a column
+    # would cost the trace names their width; the notes under the table say why
+    cols = [c for c in _columns(df) if c != "comparable"]
     cut = Cut()
     traces = df["trace"].unique(maintain_order=True).to_list()
     lines = wrap(f"attrib sweep: {len(traces)} traces, {df.height} rows; "
                  f"every row: {_constant(df)}", width)
-    rows = _grid(df, cols)
+    marks = [MARK if c not in (None, "yes") else "" for c in df["comparable"]]
+    at = cols.index("phase")
+    rows = [(*r[:at], r[at] + m, *r[at + 1:]) for r, m in zip(_grid(df, cols), marks)]
     pre, suf = fmt._common(traces) if len(traces) > 1 and width is not None else (0, 0)
     if pre + suf and width is not None and _need(cols, rows) > width:
         # the trace names' shared start and end said once; each row keeps what differs
         lines += wrap(f"trace: {traces[0][:pre]}…{traces[0][len(traces[0]) - suf:]}", width)
         rows = [("…" * bool(pre) + r[0][pre:len(r[0]) - suf] + "…" * bool(suf), *r[1:])
                 for r in rows]
-    lines += grid(tuple(cols), rows, width, DROP, "trace", "", cut=cut, table="table",
-                  left=("phase", *(k for k in KEYS if k not in INT_KEYS)), apart=True)
-    head, rrows = _routing_rows(routing(df))
-    lines += ["", *wrap("routing rule (highest achieved tok/s per workload shape and phase):",
-                        width)]
+    table = grid(tuple(cols), rows, width, DROP, "trace", "", cut=cut, table="table",
+                 left=("phase", *(k for k in KEYS if k not in INT_KEYS)), apart=True)
+    lines += table
+    names = [r[0] for r in rows]
+    lines += [x for n in host_notes(df, names) for x in wrap(n, width, "", "    ")]
+    rule = routing(df)
+    head, rrows = _routing_rows(rule)
+    lines += ["", *wrap("routing rule (highest achieved tok/s per workload shape and phase, "
+                        "comparable rows only):", width)]
     lines += grid(tuple(head), rrows, width, ROUTING_DROP, "winner", "", cut=cut,
                   table="routing rule", left=("phase",))
+    if rule["not_comparable"].sum():
+        lines += wrap(NO_WINNER, width)
     lines += cut.footer(width, ", or `--format md`")
     return "".join(printable(line) + "\n" for line in lines)
 
@@ -170,10 +205,14 @@ def render_markdown(df: pl.DataFrame, images: Mapping[str, str] | None = None,
     out = [f"# attrib sweep: {df['trace'].n_unique()} traces", "",
            f"Every row: {esc(_constant(df))}.", "", "## Routing rule", "",
            "The configuration with the highest achieved tok/s for each workload shape "
-           "and phase.", ""]
-    head, rows = _routing_rows(routing(df))
+           "and phase, from comparable rows only.", ""]
+    rule = routing(df)
+    head, rows = _routing_rows(rule)
     out += md_table(tuple(head), rows)
+    if rule["not_comparable"].sum():
+        out += ["", esc(NO_WINNER) + "."]
     out += ["", "## Table", ""] + md_table(tuple(cols), _grid(df, cols))
+    out += ["", "## Comparable rows", ""] + [f"- {esc(n)}" for n in host_notes(df)]
     if images:
         out += ["", "## Plots", ""]
         out += [f"![{esc(name)}]({esc(path)})" for name, path in images.items()]
@@ -219,15 +258,20 @@ def render_html(df: pl.DataFrame, svgs: Mapping[str, str] | None = None,
                 note: str | None = None) -> str:
     """The sweep report as one self-contained HTML file (plots inline)."""
     cols = _columns(df)
-    head, rows = _routing_rows(routing(df))
+    rule = routing(df)
+    head, rows = _routing_rows(rule)
     common, table = _traces_apart(df, _grid(df, cols))
+    notes = host_notes(df, [r[0] for r in table])
     parts = [f"<h1>attrib sweep: {df['trace'].n_unique()} traces</h1>",
              f"<p>Every row: {escape(_constant(df))}.</p>", "<h2>Routing rule</h2>",
              "<p>The configuration with the highest achieved tok/s for each workload shape "
-             "and phase.</p>", _html_table(head, rows), "<h2>Table</h2>",
+             "and phase, from comparable rows only.</p>", _html_table(head, rows),
+             f"<p>{escape(NO_WINNER)}.</p>" if rule["not_comparable"].sum() else "",
+             "<h2>Table</h2>",
              f"<p>trace: <code>{escape(common)}</code> (each row: the part that differs; "
              "the whole name on hover)</p>" if common else "",
-             _html_table(cols, table, df["trace"].to_list())]
+             _html_table(cols, table, df["trace"].to_list()),
+             "<ul class=host>" + "".join(f"<li>{escape(n)}</li>" for n in notes) + "</ul>"]
     if svgs:
         parts.append("<h2>Plots</h2>")
         parts += [f"<figure>{svg}<figcaption>{escape(n)}</figcaption></figure>"
