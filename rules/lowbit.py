@@ -27,7 +27,7 @@ def _formats(k: pl.DataFrame) -> str:
 def _finding(a: Attribution, an: Analysis, phase: str, th: Thresholds) -> Finding | None:
     ph = an.phase(phase)
     bw = an.device.roofline_bw
-    if ph is None or not ph.step_ms.median or not bw:
+    if ph is None or not ph.step_ms.mean or not bw:
         return None
     k = kernels_in(a, phase, where=pl.col("cost_model").str.contains(LOW_BIT_MODEL),
                    columns=_COLUMNS)
@@ -43,7 +43,7 @@ def _finding(a: Attribution, an: Analysis, phase: str, th: Thresholds) -> Findin
     ms = ns(k) / 1e6 / steps
     flops, nbytes = num(k["flops"].sum()) / steps, num(k["bytes"].sum()) / steps
     compute_ms, memory_ms = flops / (roof * 1e9), nbytes / (bw * 1e6)
-    step = float(ph.step_ms.median)
+    step = float(ph.step_ms.mean)
     # large M: the layer's own shapes make it compute-bound, so its 16-bit GEMM is held to the
     # FLOPs at the 16-bit roof, not to the bytes the low-bit weights save
     if compute_ms <= memory_ms or ms < th.lowbit_large_m_share * step:
@@ -59,7 +59,7 @@ def _finding(a: Attribution, an: Analysis, phase: str, th: Thresholds) -> Findin
     how = f"the {dtype} {'calibrated' if basis == 'measured' else 'peak'} {roof:g} TFLOP/s"
     return Finding(
         rule="low-bit-gemm-large-m", severity="high",
-        title=(f"{phase}: weight-only {fmt} GEMMs{at} take {ms:.3f} ms a step, {ratio:.1f}x the "
+        title=(f"{phase}: weight-only GEMMs ({fmt}){at} take {ms:.3f} ms a step, {ratio:.1f}x the "
                f"{compute_ms:.3f} ms a {dtype} GEMM of the same FLOPs takes at {how}"),
         ms_per_step=ms - compute_ms, phase=phase, components=comps,
         summary=(f"{flops / 1e12:.3f} TFLOP a step at {achieved:.1f} TFLOP/s "
