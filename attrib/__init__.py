@@ -2,7 +2,7 @@
 
     import attrib
     an = attrib.analyze("trace.json.gz", arch="gfx1201") # an attrib.Analysis (typed, frozen)
-    dec = an.phase("decode")                             # figures per step, medians over steps
+    dec = an.phase("decode")                             # per step: the mean counted step
     dec.components                                       # a polars DataFrame, one row per component
     an.findings                                          # the rules' findings, by ms per step
     an.to_dict(), an.to_json()                           # the attrib.analysis/1 document

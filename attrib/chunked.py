@@ -19,6 +19,7 @@ from attrib.cost.budget import Budget
 from attrib.pipeline import Attribution, attribute
 from attrib.reads import Reads, pattern, union
 from attrib.steps import context, excluded, rounds, speculative
+from attrib.steps.idle import recorded_threads
 from attrib.steps.ledger import Ledger, facts, launch_counts
 from attrib.steps.phases import annotated_spans
 from attrib.trace import SCHEMAS, Trace, as_views, compact, joined, views
@@ -42,7 +43,7 @@ def _owned(a: Attribution, chunk: Chunk) -> Attribution:
     led = a.ledger
     if led is not None:
         led = Ledger(compact(led.steps.filter(pl.col("step").is_in(ids))),
-                     compact(led.intervals.filter(pl.col("step").is_in(ids))))
+                     compact(led.intervals.filter(pl.col("step").is_in(ids))), led.recorded)
     bare = a.trace.with_tables(**{t: getattr(a.trace, t).clear() for t in _BIG})
     return Attribution(bare, kernels, compact(mine), a.notes, led)
 
@@ -68,7 +69,8 @@ class NotOneRun(Exception):
     own: its parts cannot be merged."""
 
 
-def _merged(trace: Trace, parts: list[Attribution]) -> Attribution:
+def _merged(trace: Trace, parts: list[Attribution],
+            recorded: tuple[tuple[int, int], ...] = ()) -> Attribution:
     """One attribution from the chunks' own parts, steps numbered across the whole trace; the
     list is emptied, each part freed as it is taken in. NotOneRun where a part's steps are
     not one run of ids (the caller attributes the trace whole)."""
@@ -91,7 +93,7 @@ def _merged(trace: Trace, parts: list[Attribution]) -> Attribution:
                               _renumbered(p.ledger.intervals, shift)))
         notes += [n for n in p.notes if n not in notes]
     ledger_ = None if not led else Ledger(pl.concat([x.steps for x in led]),
-                                          pl.concat([x.intervals for x in led]))
+                                          pl.concat([x.intervals for x in led]), recorded)
     return Attribution(trace, _in_id_order(kernels), pl.concat(steps), tuple(notes), ledger_)
 
 
@@ -276,10 +278,13 @@ def attribute_chunks(chunks: list[Chunk], load: Load, trace: Trace,
     trace's (known once every chunk is attributed) is attributed again with the whole's."""
     wanted = union([STAGES, reads])
     parts, local, counts, keep = [], [], [], []
+    recorded: set[tuple[int, int]] = set()
     for c in chunks:
         part = load(c)
         a = attribute(part, phase_map, budget=budget)
-        local.append(facts(a.kernels, part.copies, part.launches))
+        mine = recorded_threads(part.ops, part.frames)
+        recorded |= set(mine)
+        local.append(facts(a.kernels, part.copies, part.launches, recorded=mine))
         own = _owned(a, c)
         counts.append(_counts(replace(own, trace=part), c))
         if gather:
@@ -289,12 +294,13 @@ def attribute_chunks(chunks: list[Chunk], load: Load, trace: Trace,
         trace = _gathered(trace, keep)
         del keep
     timed = pl.concat([p.kernels.select("component", "start_ns", "dur_ns") for p in parts])
-    whole = facts(timed, trace.copies, trace.launches, pl.concat(counts))
+    whole = facts(timed, trace.copies, trace.launches, pl.concat(counts),
+                  recorded=tuple(sorted(recorded)))
     del timed
     for i, c in enumerate(chunks):
         if not local[i].holds(whole):
             parts[i] = _owned(attribute(load(c), phase_map, budget=budget, whole=whole), c)
-    merged = _merged(trace, parts)
+    merged = _merged(trace, parts, whole.recorded)
     return _with_shared(merged) if gather else merged
 
 

@@ -35,7 +35,7 @@ def host_copies_in_decode(a: Attribution, an: Analysis, th: Thresholds) -> list[
     out = []
     for phase in DECODE_LIKE:
         ph = an.phase(phase)
-        if ph is None or not ph.step_ms.median:
+        if ph is None or not ph.step_ms.mean:
             continue
         c = _in_windows(a, phase)
         host = c.filter(pl.coalesce("direction", "name").str.contains(HOST))
@@ -43,7 +43,7 @@ def host_copies_in_decode(a: Attribution, an: Analysis, th: Thresholds) -> list[
         blits = kernels_in(a, phase, pl.col("component") == "memcpy")
         steps = max(ph.steps, 1)
         host_ms = ns(host) / 1e6 / steps
-        share = host_ms / ph.step_ms.median
+        share = host_ms / ph.step_ms.mean
         if share <= th.copy_step_share:
             continue
         out.append(

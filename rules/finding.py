@@ -143,7 +143,7 @@ CAVEATS = ("ledger-profiler",)  # about the measurement, not time to recover: in
 
 
 def graded(f: Finding, an: Analysis) -> Finding:
-    """`f` with its severity from the share of its phase's median step its ms explains
+    """`f` with its severity from the share of its phase's mean step its ms explains
     (severity_of): no [high] for a sliver. A finding without an estimate, or about no phase the
     analysis holds, keeps the rule's; one naming no phase is about the token phase (decode)."""
     if f.ms_per_step is None or f.rule in CAVEATS:
@@ -152,7 +152,7 @@ def graded(f: Finding, an: Analysis) -> Finding:
     ph = next((p for n in names if (p := an.phase(n)) is not None), None)
     if ph is None and not f.phase and len(an.phases) == 1:
         ph = an.phases[0]
-    step = ph.step_ms.median if ph is not None else None
+    step = ph.step_ms.mean if ph is not None else None
     if not step:
         return f
     return replace(f, severity=severity_of(float(f.ms_per_step) / step))

@@ -65,7 +65,7 @@ def kv_cache_recopy(a: Attribution, an: Analysis, th: Thresholds) -> list[Findin
         out.append(
             Finding(
                 rule="kv-cache-recopied",
-                severity=severity_of(cat_ms / (ph.step_ms.median or cat_ms or 1.0)),
+                severity=severity_of(cat_ms / (ph.step_ms.mean or cat_ms or 1.0)),
                 title=f"{phase}: the KV cache is re-copied every step (`cat`): "
                       f"{cat_bytes / 1e6:.1f} MB per step, "
                       f"{ratio:.2f}x the bytes attention reads, {cat_ms:.3f} ms",

@@ -8,7 +8,7 @@ import polars as pl
 
 from attrib.analysis.model import Analysis
 from attrib.pipeline import Attribution
-from attrib.steps.ledger import median_gap_us, typical_ledger
+from attrib.steps.ledger import median_gap_us, phase_ledger
 from rules.finding import DECODE_LIKE, Finding, kernels_in, num, r
 from rules.thresholds import Thresholds
 
@@ -40,11 +40,11 @@ def _per_step(a: Attribution, phase: str) -> pl.DataFrame:
 
 
 def launch_gap_ms(a: Attribution, phase: str) -> float:
-    """The typical step's short gaps between launches (the ledger's launch rows, not graph replays):
+    """The mean step's short gaps between launches (the ledger's launch rows, not graph replays):
     a host stall inside one op or a sync is not a launch gap."""
     if a.ledger is None:
         return 0.0
-    rows = typical_ledger(a.ledger, a.steps, phase).filter(
+    rows = phase_ledger(a.ledger, a.steps, phase).filter(
         (pl.col("cause") == "launch") & (pl.col("what") == "between launches"))
     return num(rows["ms_per_step"].sum())
 
@@ -55,7 +55,7 @@ def launch_bound_decode(a: Attribution, an: Analysis, th: Thresholds) -> list[Fi
     out = []
     for phase in DECODE_LIKE:
         ph = an.phase(phase)
-        if ph is None or not ph.step_ms.median:
+        if ph is None or not ph.step_ms.mean:
             continue
         s = _per_step(a, phase)
         if s.height == 0 or not num(s["kernels"].sum()):
@@ -64,7 +64,7 @@ def launch_bound_decode(a: Attribution, an: Analysis, th: Thresholds) -> list[Fi
         if graph_share >= th.graph_majority:
             continue
         gap_ms = launch_gap_ms(a, phase)
-        step_ms, kernel_ms = ph.step_ms.median, ph.kernel_ms
+        step_ms, kernel_ms = ph.step_ms.mean, ph.kernel_ms
         share = gap_ms / step_ms
         if share <= th.launch_gap_share:
             continue

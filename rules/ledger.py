@@ -1,9 +1,10 @@
 """Findings that read the step-time ledger (attrib.steps.ledger): one per
-cause of a phase's typical (median) step, the basis of the phase figures
-(`typical_ledger`: each row's median over the steps).
+cause of a phase's mean counted step, the statistic of every phase figure
+(`phase_ledger`: each row's mean over the steps; the rows sum to the mean
+step, so a finding's ms is the ledger row it cites).
 
 Each cause that is not kernel time (copy, outside, sync, host, launch,
-profiler) with at least `MIN_SHARE` of the median step gives one finding,
+profiler) with at least `MIN_SHARE` of the mean step gives one finding,
 ranked by its ms per step; its severity follows its share of the step
 (rules.finding.severity_of). Remedies fit the evidence: the host stall of a
 known op names the op's fixes, a sync names the call, launch gaps inside
@@ -24,7 +25,7 @@ from attrib.analysis.finding import count
 from attrib.components.patterns import RUNTIME_CALL
 from attrib.analysis.model import Analysis, LedgerRow
 from attrib.pipeline import Attribution
-from attrib.steps.ledger import PROFILER_NS, typical_ledger
+from attrib.steps.ledger import PROFILER_NS, phase_ledger
 from attrib.steps.idle import UNRECORDED
 from attrib.trace import GRAPH_LAUNCH
 from rules.finding import (
@@ -54,7 +55,7 @@ _FRAME = re.compile(r"^.+ \(.+\.py:\d+\)$")
 
 class Facts(msgspec.Struct, frozen=True):
     """What the findings need beside the phase ledger: the phase, its
-    counted steps, their median step time and the share of its kernel
+    counted steps, their mean step time and the share of its kernel
     time replayed from graphs."""
 
     phase: str
@@ -71,7 +72,7 @@ def facts(a: Attribution, phase: str) -> Facts:
     total = num(k["dur_ns"].sum())
     graph = num(k.filter(pl.col("graph").fill_null(False))["dur_ns"].sum())
     replayed = graph / total if total else 0.0
-    return Facts(phase, st.height, num(st["step_ms"].median()), replayed)
+    return Facts(phase, st.height, num(st["step_ms"].mean()), replayed)
 
 
 def _host_remedy(what: str, ms: float) -> str:
@@ -201,7 +202,7 @@ def _summary(cause: str, top: LedgerRow, host_share: float) -> str:
 
 def ledger_findings(ledger: pl.DataFrame, f: Facts) -> list[Finding]:
     """One finding per non-kernel cause of a phase ledger
-    (`attrib.steps.ledger.typical_ledger`: cause, what, ms_per_step, share,
+    (`attrib.steps.ledger.phase_ledger`: cause, what, ms_per_step, share,
     n_per_step, median_us), largest first. The profiler caveat is given
     where the host-side rows are most of the step."""
     if not f.step_ms or ledger.height == 0:
@@ -251,7 +252,7 @@ def findings_of(a: Attribution, phase: str, f: Facts | None = None) -> list[Find
     already found)."""
     if a.ledger is None:
         return []
-    return ledger_findings(typical_ledger(a.ledger, a.steps, phase),
+    return ledger_findings(phase_ledger(a.ledger, a.steps, phase),
                            facts(a, phase) if f is None else f)
 
 

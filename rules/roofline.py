@@ -54,7 +54,7 @@ def memory_bound_gap(a: Attribution, an: Analysis, th: Thresholds) -> list[Findi
         summary=summary,
         evidence={"roofline_bw_gbs": bw, "roofline_bw_basis": basis,
                   "gap_ms_per_step": r(gap, 4),
-                  "step_ms": ph.step_ms.median, "kernel_ms": ph.kernel_ms,
+                  "step_ms": ph.step_ms.mean, "kernel_ms": ph.kernel_ms,
                   "achieved_tok_s": ph.achieved_tok_s,
                   "ceiling_tok_s": ph.ceiling_tok_s,
                   "components": rows},
@@ -78,7 +78,7 @@ def decode_below_ceiling(a: Attribution, an: Analysis, th: Thresholds) -> list[F
         if ph is None:
             continue
         got, ceil = ph.achieved_tok_s, ph.ceiling_tok_s
-        step, tokens = ph.step_ms.median, ph.tokens_per_step
+        step, tokens = ph.step_ms.mean, ph.tokens_per_step
         if not got or not ceil or got >= th.ceiling_fraction * ceil:
             continue
         if step is None or not tokens:

@@ -70,8 +70,8 @@ def test_reprs_are_one_short_line(an):
         text = repr(obj)
         assert "\n" not in text and len(text) < 300, text
     assert repr(an).startswith(f"<Analysis {EXAMPLE_TRACE.name} on ")
-    assert repr(an.phase("decode")).startswith("<Phase decode: 6 steps, median ")
-    assert repr(an.phase("prefill")).startswith("<Phase prefill: 1 step, median ")
+    assert repr(an.phase("decode")).startswith("<Phase decode: 6 steps, mean ")
+    assert repr(an.phase("prefill")).startswith("<Phase prefill: 1 step, mean ")
     assert "tok/s" in repr(an.phase("decode")) and "; top: " in repr(an)
 
 

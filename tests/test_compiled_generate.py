@@ -51,7 +51,11 @@ def test_one_step_around_a_compiled_generate_is_split_into_its_forwards(name, tm
     got = {p.phase: p for p in an.phases}
     assert set(got) == {"prefill", "decode"}, [p.phase for p in an.phases]
     assert (got["prefill"].steps, got["prefill"].tokens_per_step) == (1, 2048)
-    assert got["decode"].steps == 4 and got["decode"].per_step.tokens == (4, 4, 4, 4)
+    # 4 decode forwards of 4 tokens; static_generate_b4's first records its CUDA graph (21 ms
+    # against ~3): a warm-up outlier, left out of the figures and listed
+    dec = got["decode"]
+    assert dec.steps + len(dec.excluded_steps) == 4 and set(dec.per_step.tokens) == {4}
+    assert {x.reason for x in dec.excluded_steps} <= {"warm-up"}
     # the annotated capture as run: the same phases and tokens
     ref = {p.phase: p for p in analyze(CAP / f"{name}.pt.trace.json.gz").phases}
-    assert ref["decode"].per_step.tokens == (4, 4, 4, 4) and ref["decode"].steps == 4
+    assert ref["decode"].steps == dec.steps and set(ref["decode"].per_step.tokens) == {4}

@@ -187,6 +187,6 @@ def test_cli_capture_rocprof_runs_and_analyzes(tmp_path, fixtures, capsys):
     text = capsys.readouterr().out
     assert rc == 0
     assert "captured: " in text and "_results.db" in text
-    assert "== decode: 9 steps" in text and "gfx1201" in text
+    assert "== decode: 8 steps" in text and "gfx1201" in text
     missing = main(["capture", "--rocprof", "--rocprofv3", str(tmp_path / "nope"), "--", "true"])
     assert missing == 2

@@ -81,7 +81,9 @@ EXPECTED = {
     # two 512-token forward passes; the first (llama-bench's warm-up) waits 312 + 231 ms on the first
     # calls of two Tensile kernels (code objects loaded lazily): 32% idle
     "gfx1201_rocprof_v1": {"P19-llamacpp-prefill-microbatch", "ledger-host"},
-    "gfx950_rocprofv3_json": {"ledger-host"},
+    # 48 prefill steps of a TP run (the first, 4.2 s, left out as warm-up): host stalls 13% and launch
+    # gaps 5.1% of the mean step
+    "gfx950_rocprofv3_json": {"ledger-host", "ledger-launch"},
 }
 # none of these traces has their kernels (wvSplitK, M<=4 Tensile tiles, ll4mi, rocBLAS-named Tensile
 # kernels): quiet
@@ -172,7 +174,7 @@ def test_p06_quiet_on_the_eager_moe_decode_whose_idle_is_a_cudnn_host_stall() ->
 def test_p06_llama_eager_decode_and_not_the_graph_replay() -> None:
     ev = fired("h200_llama_eager")["P06-launch-bound-decode"].evidence
     raw = raw_steps(TRACES["h200_llama_eager"], "decode")
-    assert ev["idle_fraction"] == pytest.approx(statistics.median(s[1] for s in raw), abs=1e-4)
+    assert ev["idle_fraction"] == pytest.approx(statistics.mean(s[1] for s in raw), abs=1e-4)
     assert ev["kernels_per_step"] == statistics.median(s[0] for s in raw)
     # the dense CUDA-graph decode idles 21 %: below the limit, and replayed from a graph anyway
     d = doc("h200_dense_graph")

@@ -62,7 +62,7 @@ def test_each_row_is_its_traces_analyze(pooled):
             assert row["achieved_tok_s"] == ph["achieved_tok_s"]
             assert row["ceiling_tok_s"] == ph["ceiling_tok_s"]
             assert row["gb_per_token"] == ph["gb_per_token"]
-            assert row["step_ms"] == ph["step_ms"]["median"]
+            assert row["step_ms"] == ph["step_ms"]["mean"]
             causes = [r for r in ph["ledger"] if r["cause"] != "profiler"]  # a caveat, no cause
             top = max(causes, key=lambda r: r["ms_per_step"])
             assert row["top_cause"] == f"{top['cause']}: {top['what']}"

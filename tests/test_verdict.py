@@ -168,7 +168,7 @@ def test_severity_follows_the_share_of_the_step(analyses):
         for f in an.findings:
             ph = an.phase(f.phase) if f.phase else (an.phase("decode") or
                                                     (an.phases[0] if len(an.phases) == 1 else None))
-            step = ph.step_ms.median if ph is not None else None
+            step = ph.step_ms.mean if ph is not None else None
             if f.ms_per_step is None or not step:
                 continue
             share = f.ms_per_step / step
@@ -194,7 +194,7 @@ def test_notes_name_only_what_was_not_given(analyses):
     assert "give --capture" in model and "--model CONFIG" not in model
     both = " ".join(phase_notes(ph, None, False, Given(model=True, capture=True, graphs=True)))
     assert "too little for GB/token" in both and "give" not in both
-    assert "== decode: 9 steps" in render(an) and "1 step," in render(analyses[str(EXAMPLE_TRACE)])
+    assert "== decode: 8 steps" in render(an) and "1 step," in render(analyses[str(EXAMPLE_TRACE)])
 
 
 def test_model_without_context_uses_the_derived_context(tmp_path):

@@ -102,7 +102,7 @@ def _attach(rows: list[_Row], i: int, f: Finding, idle: _Row | None) -> None:
 def phase_bottlenecks(ph: Phase, findings: tuple[Finding, ...]) -> Bottlenecks:
     """Ranked rows by recoverable ms/step, the components without a roofline, and the finding that
     states the whole step's distance from its floor, if any."""
-    step_ms = ph.step_ms.median
+    step_ms = ph.step_ms.mean
     rows = _component_rows(ph)
     idle = _idle_row(ph)
     if idle is not None:

@@ -1,6 +1,7 @@
 """Build the Analysis of an Attribution: per phase its figures, components and top kernels.
 
-Per-step figures are medians over a phase's counted steps; a figure that cannot be known is
+A phase's step time (and tok/s, kernel and idle time) is the mean over its counted steps, what its
+ledger sums to; a component's figures are medians over them. A figure that cannot be known is
 None and, where useful, a note says why. Findings and bottlenecks are added after the rules ran
 (`attrib.analysis.bottlenecks.rank`).
 """
@@ -33,7 +34,7 @@ from attrib.roofline.tables import phase_figures, roofline_rows
 from attrib.roofline.template import unknown_device_note
 from attrib.steps.context import step_context
 from attrib.steps.ledger import Ledger, phase_ledger
-from attrib.steps.idle import unrecorded_threads
+from attrib.steps.idle import recorded_threads, unrecorded_threads
 from attrib.steps.phases import PHASE_ORDER
 from attrib.threads import each
 from attrib.trace import SMALL_ROWS, Trace, engine, grouped
@@ -52,6 +53,11 @@ def _text(x: object) -> str | None:
 def _q(s: pl.Series, q: float) -> float | None:
     v = s.drop_nulls()
     return None if v.len() == 0 else _num(v.quantile(q, interpolation="linear"))
+
+
+def _mean(s: pl.Series) -> float | None:
+    v = s.drop_nulls()
+    return None if v.len() == 0 else _num(v.mean())
 
 
 def _r(x: float | None, nd: int = 4) -> float | None:
@@ -187,19 +193,21 @@ def _phase(phase: str, steps: pl.DataFrame, k: pl.DataFrame, arch: Arch | None,
     tps = int(_num(tokens.median())) if tokens.len() else None
     ctx_from = steps.select("step").join(context, on="step")["context_from"].drop_nulls()
     step_med = _q(steps["step_ms"], 0.5)
+    step_mean = _mean(steps["step_ms"])
     fig = phase_figures(steps, k, comp, arch, what_if)
     comm = sum(c.ms or 0 for c in rows if c.component == "communication")
-    rate = _r(tps / (step_med / 1e3), 2) if (tps and step_med) else None
+    rate = _r(tps / (step_mean / 1e3), 2) if (tps and step_mean) else None
     tokens_from = (_text(steps["tokens_from"].drop_nulls().mode().first())
                    if tokens.len() else None)
     series = step_series(steps, k, context, t0_ns, [c.component for c in rows])
     ph = Phase(
         phase=phase, steps=n, tokens_per_step=tps,
         tokens_from=tokens_from,
-        step_ms=StepMs(_r(step_med), _r(_q(steps["step_ms"], 0.1)), _r(_q(steps["step_ms"], 0.9))),
-        kernel_ms=_r(_q(steps["kernel_ms"], 0.5)),
-        idle_fraction=_r(_q(steps["idle_fraction"], 0.5)),
-        idle_ms=_r(_q(steps["idle_ms"], 0.5)),
+        step_ms=StepMs(_r(step_med), _r(_q(steps["step_ms"], 0.1)), _r(_q(steps["step_ms"], 0.9)),
+                       _r(step_mean)),
+        kernel_ms=_r(_mean(steps["kernel_ms"])),
+        idle_fraction=_r(_mean(steps["idle_fraction"])),
+        idle_ms=_r(_mean(steps["idle_ms"])),
         bytes_per_step=fig["bytes_per_step"], gb_per_token=_r(fig["gb_per_token"], 6),
         bytes_known_share=_r(fig["bytes_known_share"]),
         achieved_tok_s=rate, ceiling_tok_s=_r(fig["ceiling_tok_s"], 2),
@@ -218,7 +226,7 @@ def _per_sample(ph: Phase, steps: pl.DataFrame) -> Phase:
     if "unit" not in steps.columns or not steps.height or (steps["unit"] != "samples").any():
         return ph
     samples = int(_num(steps["samples"].median()))
-    step_ms, gb = ph.step_ms.median, ph.bytes_per_step
+    step_ms, gb = ph.step_ms.mean, ph.bytes_per_step
     return replace(ph, tokens_per_step=None, tokens_from=None, gb_per_token=None,
                    ceiling_tok_s=None, achieved_tok_s=None, samples_per_step=samples,
                    achieved_samples_s=_r(samples / (step_ms / 1e3), 2) if step_ms else None,
@@ -419,7 +427,8 @@ def build(a: Attribution, phase: str | None = None, arch: Arch | None = None,
                      "every step")
     if not t.kernels.height:
         notes.append("no GPU kernels: a CPU-only trace (steps and phases only)")
-    unrecorded = unrecorded_note(unrecorded_threads(t.ops, t.frames, t.launches))
+    recorded = a.ledger.recorded if a.ledger is not None else recorded_threads(t.ops, t.frames)
+    unrecorded = unrecorded_note(unrecorded_threads(recorded, t.launches))
     notes += [unrecorded] if unrecorded else []
     an = Analysis(source=_source(a), device=device(t, arch, arch_from or "unknown"),
                   provenance=dict(t.meta.provenance), distributed=distributed(t), phases=phases,

@@ -148,11 +148,14 @@ class Device(msgspec.Struct, frozen=True):
 
 
 class StepMs(msgspec.Struct, frozen=True):
-    """A phase's step time over its counted steps: median, 10th and 90th percentile (ms)."""
+    """A phase's step time over its counted steps (ms): the mean, the phase's step time in
+    every figure (tok/s, the ledger it sums to, the findings, compare), then the median, 10th and
+    90th percentile for the spread."""
 
     median: float | None
     p10: float | None
     p90: float | None
+    mean: float | None = None
 
 
 class Component(msgspec.Struct, frozen=True):
@@ -307,7 +310,7 @@ class Bottlenecks(msgspec.Struct, frozen=True):
 
 
 class Phase(msgspec.Struct, frozen=True):
-    """One phase's figures (medians over its counted steps; per step unless named a total)."""
+    """One phase's figures (per mean counted step unless named a total or a median)."""
 
     phase: str
     steps: int
@@ -386,9 +389,9 @@ class Phase(msgspec.Struct, frozen=True):
 
 
     def __repr__(self) -> str:
-        """One line: the phase, its steps, median step, tokens per step, tok/s."""
+        """One line: the phase, its steps, mean step, tokens per step, tok/s."""
         rate = f", {self.achieved_tok_s:.1f} tok/s" if self.achieved_tok_s is not None else ""
-        return (f"<Phase {self.phase}: {_steps(self.steps)}, median {_ms(self.step_ms.median)}, "
+        return (f"<Phase {self.phase}: {_steps(self.steps)}, mean {_ms(self.step_ms.mean)}, "
                 f"{self.tokens_per_step} tokens/step{rate}>")
 
 class Coverage(msgspec.Struct, frozen=True):
@@ -429,7 +432,7 @@ class Analysis(msgspec.Struct, frozen=True):
         """The phase called `name`; None for a standard phase this trace does not hold. Any other
         name is a UsageError that lists the choices.
 
-        >>> an.phase("decode").step_ms.median  # doctest: +SKIP
+        >>> an.phase("decode").step_ms.mean  # doctest: +SKIP
         """
         got = next((p for p in self.phases if p.phase == name), None)
         if got is None and name not in STANDARD_PHASES:
@@ -439,8 +442,8 @@ class Analysis(msgspec.Struct, frozen=True):
         return got
 
     def __repr__(self) -> str:
-        """One line: the source, the device, each phase's steps and median step, the top finding."""
-        phases = ", ".join(f"{p.phase} {_steps(p.steps)} {_ms(p.step_ms.median)}"
+        """One line: the source, the device, each phase's steps and mean step, the top finding."""
+        phases = ", ".join(f"{p.phase} {_steps(p.steps)} {_ms(p.step_ms.mean)}"
                            for p in self.phases)
         top = self.findings[0].title if self.findings else "no finding"
         dev = self.device.name or self.device.arch or "unknown device"

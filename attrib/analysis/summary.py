@@ -109,7 +109,7 @@ def _time(ph: Phase) -> tuple[tuple[TimeShare, ...], float | None]:
         shown = [r for r in rows if r.cause != "profiler"]  # the caveat says it, once
         return tuple(_rounded(TimeShare(r.cause, r.what, r.ms_per_step, r.share))
                      for r in shown[:TOP_TIME]), round(total, 4)
-    step = ph.step_ms.median
+    step = ph.step_ms.mean
     out = [TimeShare("kernels", c.component, c.ms, (c.ms / step) if step else None)
            for c in ph.component_rows if c.ms is not None]
     out = sorted(out, key=lambda t: -t.ms_per_step)[: TOP_TIME - 1]
@@ -144,7 +144,7 @@ def _rate(v: object, form: str) -> str | None:
 
 
 def _candidates(ph: Phase, findings: tuple[Finding, ...]) -> Iterator[tuple[float, Action]]:
-    step = ph.step_ms.median
+    step = ph.step_ms.mean
     seen: set[int] = set()
     for b in ph.bottlenecks.ranked:
         own = [i for i in b.findings if i < len(findings) and findings[i].rule not in NOT_ACTIONS]
@@ -211,7 +211,7 @@ def phase_summary(ph: Phase, findings: tuple[Finding, ...]) -> PhaseSummary:
         phase=ph.phase, steps=ph.steps, unit="samples/s" if samples else "tok/s",
         achieved=achieved, ceiling=ceiling,
         of_ceiling=round(achieved / ceiling, 4) if (achieved and ceiling) else None,
-        step_ms=ph.step_ms.median, mean_step_ms=mean, time=time,
+        step_ms=ph.step_ms.mean, mean_step_ms=mean, time=time,
         actions=actions(ph, findings),
         above_floor_ms=None if total is None else total.ms_per_step)
 

@@ -130,8 +130,9 @@ def phase_headline(ph: Phase) -> str:
            "(a vision/diffusion forward: no token figure applies)"
            if ph.samples_per_step else
            f"{num(ph.tokens_per_step, '{}')} tokens/step ({ph.tokens_from or 'unknown source'})")
-    return (f"{count(ph.steps, 'step')}, {per}; step {num(sm.median)} ms"
-            f" (p10 {num(sm.p10)}, p90 {num(sm.p90)}); kernels {num(ph.kernel_ms)} ms/step;"
+    return (f"{count(ph.steps, 'step')}, {per}; mean step {num(sm.mean)} ms"
+            f" (median {num(sm.median)}, p10 {num(sm.p10)}, p90 {num(sm.p90)});"
+            f" kernels {num(ph.kernel_ms)} ms/step;"
             f" GPU idle {pct(ph.idle_fraction)} ({num(ph.idle_ms)} ms/step)")
 
 
@@ -266,7 +267,7 @@ def verdict_line(ps: PhaseSummary) -> str:
                  f" ({pct(ps.of_ceiling)});")
     elif ps.achieved is not None:
         head += f" {ps.achieved:.1f} {ps.unit} achieved (no ceiling: bytes unknown);"
-    head += f" median step {num(ps.step_ms)} ms"
+    head += f" mean step {num(ps.step_ms)} ms"
     if ps.above_floor_ms is not None:
         head += f", {ps.above_floor_ms:.3f} ms/step above its floor"
     return head
@@ -278,9 +279,7 @@ def time_line(ps: PhaseSummary) -> str | None:
         return None
     parts = [f"{'profiler (estimate)' if t.cause == 'profiler' else t.cause + ' ' + t.what} "
              f"{t.ms_per_step:.3f} ms ({pct(t.share, 0)})" for t in ps.time]
-    step = (f"the mean {ps.mean_step_ms:.3f} ms step" if ps.mean_step_ms is not None
-            else "the median step")
-    return f"time per step ({step}): " + "; ".join(parts)
+    return "time per step: " + "; ".join(parts)
 
 
 def action_head(a: Action) -> str:

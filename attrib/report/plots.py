@@ -303,9 +303,9 @@ def timeline(an: Analysis) -> str | None:
                        ).set_gid(f"timeline-busy-{ph.phase}")
         total = sum(d for _, d in spans)
         share = 1 - sum(d for _, d in busy) / total if total else 0.0
-        median = ("" if ph.idle_fraction is None or len(spans) < 2
-                  else f"\n(median step {ph.idle_fraction * 100:.1f}%)")
-        labels.append(f"{ph.phase}\nGPU idle {share * 100:.1f}%{median}")
+        mean = ("" if ph.idle_fraction is None or len(spans) < 2
+                else f"\n(mean step {ph.idle_fraction * 100:.1f}%)")
+        labels.append(f"{ph.phase}\nGPU idle {share * 100:.1f}%{mean}")
     ax.set_yticks(range(len(phases)), labels, fontsize=FONT)
     ax.set_xlabel("ms from the first step. Per phase, the thin line: when kernels ran (gaps under "
                   "a pixel closed);\nthe band: each step's kernel-busy time at true width, then "
@@ -336,7 +336,7 @@ def report_plots(an: Analysis) -> dict[str, str]:
 
 
 def compare_delta(ph: PhaseComparison) -> str | None:
-    """Per component (and the whole step, and the summed kernels): the change of the median, ms per
+    """Per component (and the whole step, and the summed kernels): the change of the mean, ms per
     step, with its bootstrap 95% CI as an error bar; slower red, faster green, the rest grey."""
     rows = [("step", ph.step.stats), ("kernels", ph.kernels.stats)]
     rows += [(r.name, r.stats) for r in ph.components]
@@ -358,7 +358,7 @@ def compare_delta(ph: PhaseComparison) -> str | None:
     ax.axvline(0, color="#444", lw=0.6)
     ax.set_yticks(y, [n + ("  *" if s.verdict in CHANGED else "") for n, s in rows], fontsize=FONT)
     ax.invert_yaxis()
-    ax.set_xlabel("candidate - base, median ms per step (bar: bootstrap 95% CI; * significant)")
+    ax.set_xlabel("candidate - base, mean ms per step (bar: bootstrap 95% CI; * significant)")
     ax.set_title(f"{ph.phase}: change per component (red slower, green faster, grey no verdict)",
                  fontsize=9)
     return _svg(fig)

@@ -110,7 +110,7 @@ def rows(an: Analysis, trace: str) -> list[dict[str, Any]]:
     keys["arch"] = an.device.arch or keys["arch"]
     return [{"trace": trace, "phase": ph.phase, **keys,
              "achieved_tok_s": ph.achieved_tok_s, "ceiling_tok_s": ph.ceiling_tok_s,
-             "gb_per_token": ph.gb_per_token, "step_ms": ph.step_ms.median,
+             "gb_per_token": ph.gb_per_token, "step_ms": ph.step_ms.mean,
              "top_cause": top_cause(ph), **_host(ph, prov)}
             for ph in an.phases]
 

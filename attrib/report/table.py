@@ -2,7 +2,8 @@
 
 It opens with the verdict (attrib.analysis.summary): the run's facts and what was assumed, then per
 phase its rate against the ceiling, where the step's time goes and the top actions. Every figure is
-per step (medians over the phase's steps; the ledger's rows: the mean step) unless labelled a total.
+per step unless labelled a total: the step's time (tok/s, the ledger, the findings) is the mean
+counted step; a component's figures are medians over the steps.
 
 On a terminal every line fits `width` (`terminal_width()`: COLUMNS, else the tty, else 100).
 Prose wraps. A table too wide drops columns in this order until it fits:

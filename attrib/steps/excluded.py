@@ -2,9 +2,11 @@
 
 A step whose window holds torch.compile / Inductor / Triton compile or autotune spans (ops, CPU
 annotations or Python frames named in `COMPILE_SPANS`) is `excluded = "compile"`; a step of a phase
-of at least `MIN_STEPS` steps with `OUTLIER` times the phase's median kernel count and step time is
-`excluded = "warm-up"`. Excluded steps stay in the steps table and are listed in the document;
-the phase figures leave them out.
+of at least `MIN_STEPS` steps with `OUTLIER` times the phase's median kernel count and step time,
+or its first step with `OUTLIER` times the median step time (a one-off start: allocations, plan
+builds, a cache's first growth), is `excluded = "warm-up"`. Excluded steps stay in the steps table
+and are listed in the document with their time; the phase figures (means over the counted steps)
+leave them out.
 """
 
 from __future__ import annotations
@@ -62,8 +64,11 @@ def mark_excluded(steps: pl.DataFrame, trace: Trace,
         w0, w1 = steps["window_start"].to_numpy(), steps["window_end"].to_numpy()
         has_compile = pl.Series(np.searchsorted(starts, w1) > np.searchsorted(starts, w0))
     med = pl.col("n_kernels").median().over("phase"), pl.col("step_ms").median().over("phase")
-    outlier = ((pl.len().over("phase") >= MIN_STEPS) & (pl.col("n_kernels") > OUTLIER * med[0])
-               & (pl.col("step_ms") > OUTLIER * med[1])).fill_null(False)
+    enough = pl.len().over("phase") >= MIN_STEPS
+    first = pl.col("window_start") == pl.col("window_start").min().over("phase")
+    outlier = (enough & (((pl.col("n_kernels") > OUTLIER * med[0])
+                          & (pl.col("step_ms") > OUTLIER * med[1]))
+                         | (first & (pl.col("step_ms") > OUTLIER * med[1])))).fill_null(False)
     return steps.with_columns(has_compile.alias("_compile")).with_columns(
         pl.when(pl.col("_compile")).then(pl.lit("compile")).when(outlier).then(pl.lit("warm-up"))
         .otherwise(pl.lit(None, pl.Utf8)).alias("excluded")).drop("_compile")

@@ -26,15 +26,26 @@ UNTRACED = "untraced host time"
 UNRECORDED = "unrecorded thread"  # + its tid
 
 
-def unrecorded_threads(ops: pl.DataFrame, frames: pl.DataFrame,
+def recorded_threads(ops: pl.DataFrame, frames: pl.DataFrame) -> tuple[tuple[int, int], ...]:
+    """The threads (pid, tid) with an op or a Python frame in the trace, in order."""
+    both_ = pl.concat([ops.select(_BY), frames.select(_BY)]).drop_nulls().unique().sort(_BY)
+    return tuple((int(p), int(t)) for p, t in both_.iter_rows())
+
+
+def _threads_frame(threads: tuple[tuple[int, int], ...]) -> pl.DataFrame:
+    return pl.DataFrame(list(threads), schema={"pid": pl.Int64, "tid": pl.Int64}, orient="row")
+
+
+def unrecorded_threads(recorded: tuple[tuple[int, int], ...],
                        launches: pl.DataFrame) -> pl.DataFrame:
     """The threads (pid, tid, calls) that made runtime calls while the profiler recorded none of
-    their ops or frames, in a trace that has ops (none in a trace without any: rocprof)."""
-    if not ops.height or not launches.height:
+    their ops or frames (`recorded`: recorded_threads of the whole trace), in a trace that has
+    some (none in a trace without any: rocprof)."""
+    if not recorded or not launches.height:
         return pl.DataFrame(schema={"pid": pl.Int64, "tid": pl.Int64, "calls": pl.UInt32})
-    recorded = pl.concat([ops.select(_BY), frames.select(_BY)]).unique()
     calls = launches.group_by(_BY).agg(pl.len().alias("calls"))
-    return calls.join(recorded, on=_BY, how="anti").sort("calls", descending=True)
+    return (calls.join(_threads_frame(recorded), on=_BY, how="anti")
+            .sort(["calls", *_BY], descending=[True, False, False]))
 IDLE = pl.Schema({"step": pl.Int64, "cause": pl.Utf8, "what": pl.Utf8,
                   "start_ns": pl.Int64, "end_ns": pl.Int64, "ns": pl.Int64})
 _BY = ["pid", "tid"]
@@ -186,10 +197,12 @@ def _with_waits(rows: pl.DataFrame, launches: pl.DataFrame) -> pl.DataFrame:
 
 
 def idle_rows(g: pl.DataFrame, ops: pl.DataFrame, frames: pl.DataFrame, launches: pl.DataFrame,
-              main: tuple, w0: pl.DataFrame) -> pl.DataFrame:
+              main: tuple, w0: pl.DataFrame,
+              recorded: tuple[tuple[int, int], ...] = ()) -> pl.DataFrame:
     """(step, cause, what, start_ns, end_ns, ns) per idle piece of each gap. g: the gaps (step,
     a, b) with the GPU op that ends each (n_launch, n_launch_end, n_pid, n_tid) and in_graph;
-    main: the thread that launches most; w0: step, w0 (its window's start)."""
+    main: the thread that launches most; w0: step, w0 (its window's start); recorded: the
+    threads with ops or frames in the whole trace."""
     untraced = pl.col("n_pid").is_null()
     g = g.with_columns(
         pl.when(untraced).then(pl.lit(main[0], pl.Int64)).otherwise(pl.col("n_pid")).alias("pid"),
@@ -214,7 +227,7 @@ def idle_rows(g: pl.DataFrame, ops: pl.DataFrame, frames: pl.DataFrame, launches
         (pl.col("h") - pl.col("a")).alias("ns"))
     longs = host_side.filter(~short).with_row_index("qid").select(
         pl.col("qid").cast(pl.Int64), "step", *_BY, "a", pl.col("h").alias("b"))
-    parts = [outside, launch, *_held(longs, ops, frames, launches)]
+    parts = [outside, launch, *_held(longs, ops, frames, launches, recorded)]
     return pl.concat([p.select(list(IDLE)).cast(IDLE) for p in parts])
 
 
@@ -227,24 +240,24 @@ def _runtime_holders(launches: pl.DataFrame) -> pl.DataFrame:
     return launches.select("id", "name", "start_ns", "dur_ns", *_BY).filter(long & ~is_sync)
 
 
-def _unrecorded(who: pl.Series, asks: pl.DataFrame, ops: pl.DataFrame,
-                frames: pl.DataFrame) -> pl.Series:
+def _unrecorded(who: pl.Series, asks: pl.DataFrame,
+                recorded: tuple[tuple[int, int], ...]) -> pl.Series:
     """`who` with UNTRACED said as `unrecorded thread TID` where the asking thread has no op or
-    frame in a trace that has ops (a rocprof trace has none anywhere: there it stays UNTRACED)."""
-    if not ops.height or not who.len():
+    frame (`recorded`: recorded_threads of the whole trace) in a trace that has some (a rocprof
+    trace has none anywhere: there it stays UNTRACED)."""
+    if not recorded or not who.len():
         return who
-    recorded = pl.concat([ops.select(_BY), frames.select(_BY)]).unique()
-    recorded = recorded.with_columns(pl.lit(True).alias("recorded"))
-    asked = asks.select(*_BY).with_row_index("i").join(recorded, on=_BY, how="left").sort("i")
+    recorded_ = _threads_frame(recorded).with_columns(pl.lit(True).alias("recorded"))
+    asked = asks.select(*_BY).with_row_index("i").join(recorded_, on=_BY, how="left").sort("i")
     label = pl.concat_str([pl.lit(UNRECORDED + " "), pl.col("tid").cast(pl.Utf8)])
-    mark = pl.col("recorded").is_null() & (pl.col("who") == UNTRACED)
+    mark = pl.col("recorded").is_null() & (pl.col("who") == UNTRACED) & pl.col("tid").is_not_null()
     return (asked.with_columns(who.alias("who"))
             .select(pl.when(mark).then(label).otherwise(pl.col("who")).alias(who.name))
             .to_series())
 
 
 def _held(longs: pl.DataFrame, ops: pl.DataFrame, frames: pl.DataFrame,
-          launches: pl.DataFrame) -> list[pl.DataFrame]:
+          launches: pl.DataFrame, recorded: tuple[tuple[int, int], ...]) -> list[pl.DataFrame]:
     """The sync and host rows of the long host-side stretches (qid, step, pid, tid, a, b)."""
     overlap = [pl.col("s") < pl.col("b"), pl.col("e") > pl.col("a")]
     calls = _stabbing(longs, sync_calls(launches), overlap)
@@ -263,7 +276,7 @@ def _held(longs: pl.DataFrame, ops: pl.DataFrame, frames: pl.DataFrame,
     # the host intervals holding a stretch's midpoint only: the others hold nothing
     near = asks.select(*_BY, (pl.col("a") + pl.col("b")).alias("m2"))
     who = holders(host_intervals(ops, frames, near, _runtime_holders(launches)), asks)
-    who = _unrecorded(who, asks, ops, frames)
+    who = _unrecorded(who, asks, recorded)
     sync_rows = calls.with_columns(who.slice(n).alias("in")).select(
         "step", pl.lit("sync").alias("cause"),
         pl.concat_str([pl.col("name"), pl.col("in")], separator=" in ").alias("what"),

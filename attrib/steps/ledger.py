@@ -31,7 +31,7 @@ import polars as pl
 
 from attrib.threads import both
 from attrib.trace import grouped
-from attrib.steps.idle import idle_rows
+from attrib.steps.idle import idle_rows, recorded_threads
 from attrib.steps.spans import complement, covered, merge
 
 CAUSES = ("kernels", "copy", "outside", "sync", "host", "launch", "profiler")
@@ -56,7 +56,10 @@ class Ledger(msgspec.Struct, frozen=True):
 
     steps: pl.DataFrame
     intervals: pl.DataFrame
-    # phase_ledger and typical_ledger by (function, phase), with the steps frame they read: the
+    # the threads with an op or a Python frame in the whole trace (attrib.steps.idle:
+    # recorded_threads); a thread that launched GPU work without one had its ops unrecorded
+    recorded: tuple[tuple[int, int], ...] = ()
+    # phase_ledger by (function, phase), with the steps frame it reads: the
     # analysis and several rules ask for the same phase's ledger (one query each). Never given:
     # each Ledger is built new, never replaced (a replaced one would keep it)
     _memo: dict[tuple[str, str], tuple[pl.DataFrame, pl.DataFrame]] = field(
@@ -119,6 +122,7 @@ class Facts(msgspec.Struct, frozen=True):
     order: tuple[str, ...]
     threads: tuple[tuple[int, int], ...]
     overlaps: tuple[tuple[str, str], ...] = ()  # pairs of components whose kernels overlap
+    recorded: tuple[tuple[int, int], ...] = ()  # threads with an op or frame (idle.recorded_threads)
 
     def holds(self, whole: Facts) -> bool:
         """Whether a part of the trace with these facts gets the ledger the whole trace gives it:
@@ -128,7 +132,9 @@ class Facts(msgspec.Struct, frozen=True):
         mine = {c: i for i, c in enumerate(self.order)}
         agree = all((mine[a] < mine[b]) == (rank[a] < rank[b]) for a, b in self.overlaps)
         same = set(self.threads) == set(whole.threads) and self.threads[:1] == whole.threads[:1]
-        return agree and same
+        # its launching threads are recorded (have ops) as in the whole
+        seen = set(self.recorded) & set(self.threads) == set(whole.recorded) & set(self.threads)
+        return agree and same and seen
 
 
 def _unions(k: pl.DataFrame) -> dict[str, tuple[np.ndarray, np.ndarray]]:
@@ -280,16 +286,17 @@ def launch_counts(k: pl.DataFrame, copies: pl.DataFrame, launches: pl.DataFrame)
 
 
 def facts(k: pl.DataFrame, copies: pl.DataFrame, launches: pl.DataFrame,
-          counts: pl.DataFrame | None = None) -> Facts:
+          counts: pl.DataFrame | None = None,
+          recorded: tuple[tuple[int, int], ...] = ()) -> Facts:
     """The Facts of a trace's kernels (start_ns, dur_ns, component, launch_id, graph), copies
     and runtime calls; or, given `counts` (launch_counts of its parts, stacked), of kernels
-    alone."""
+    alone. recorded: the threads with ops or frames (idle.recorded_threads)."""
     kk = k.drop_nulls(["start_ns", "dur_ns"])
     if counts is None:
         threads = _threads(_gpu_ops(kk, copies, launches))
     else:
         threads = _thread_order(counts.group_by(_BY).agg(pl.col("len").sum()))
-    return Facts(_component_order(kk), threads, _overlapping(kk))
+    return Facts(_component_order(kk), threads, _overlapping(kk), recorded)
 
 
 def ledger(steps: pl.DataFrame, k: pl.DataFrame, copies: pl.DataFrame, launches: pl.DataFrame,
@@ -299,12 +306,14 @@ def ledger(steps: pl.DataFrame, k: pl.DataFrame, copies: pl.DataFrame, launches:
     these tables are a part of it (by default, their own)."""
     st = steps.drop_nulls(["window_start", "window_end"]).sort("window_start")
     if st.height == 0:
-        return Ledger(pl.DataFrame(schema=STEP_LEDGER), pl.DataFrame(schema=INTERVALS))
+        return Ledger(pl.DataFrame(schema=STEP_LEDGER), pl.DataFrame(schema=INTERVALS),
+                      whole.recorded if whole else recorded_threads(ops, frames))
     w0, w1 = st["window_start"].to_numpy(), st["window_end"].to_numpy()
     ids = st["step"].to_numpy()
     kk = k.drop_nulls(["start_ns", "dur_ns"])
     ops_all = _gpu_ops(kk, copies, launches)
-    known = whole or Facts(_component_order(kk), _threads(ops_all))
+    known = whole or Facts(_component_order(kk), _threads(ops_all),
+                           recorded=recorded_threads(ops, frames))
     empty = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
     krows, kbusy = _busy_rows(w0, w1, ids, _kernel_groups(kk, known.order), empty)
     crows, busy = _busy_rows(w0, w1, ids, _copy_groups(copies), kbusy)
@@ -315,7 +324,7 @@ def ledger(steps: pl.DataFrame, k: pl.DataFrame, copies: pl.DataFrame, launches:
 
     def idle_of_gaps() -> pl.DataFrame:
         g = _neighbours(_gaps(w0, w1, ids, busy), ops_all)
-        return idle_rows(g, ops, frames, launches, main, starts).sort(
+        return idle_rows(g, ops, frames, launches, main, starts, known.recorded).sort(
             "step", "start_ns", "cause", "what")
 
     # the gaps' causes and the CPU events' times share no result: on two threads
@@ -330,7 +339,7 @@ def ledger(steps: pl.DataFrame, k: pl.DataFrame, copies: pl.DataFrame, launches:
     per_step = per_step.filter(pl.col("ns") > 0).sort(
         "step", "ns", "cause", "what", descending=[False, True, False, False])
     intervals = idle.filter(pl.col("cause") != "profiler").select(list(INTERVALS))
-    return Ledger(per_step, intervals.cast(INTERVALS))
+    return Ledger(per_step, intervals.cast(INTERVALS), known.recorded)
 
 
 def _ranked(rows: pl.DataFrame) -> pl.DataFrame:
@@ -397,39 +406,3 @@ def median_gap_us(led: Ledger | None, steps: pl.DataFrame, phase: str) -> float 
     rows = phase_ledger(led, steps, phase).filter(pl.col("what") == "between launches")
     v = rows["median_us"][0] if rows.height else None
     return None if v is None else round(float(v), 2)
-
-
-def typical_ledger(led: Ledger, steps: pl.DataFrame, phase: str) -> pl.DataFrame:
-    """`phase_ledger`'s rows for the typical step: each row's median over the phase's counted steps
-    (0 in a step without it), share of the median step. What findings cite beside the phase figures
-    (medians): one slow first step does not set every step's cost."""
-    return _memoized(led, "typical", steps, phase,
-                     lambda: _typical_ledger(led, steps, phase))
-
-
-def _typical_ledger(led: Ledger, steps: pl.DataFrame, phase: str) -> pl.DataFrame:
-    mean = phase_ledger(led, steps, phase)
-    counted = _counted(steps, phase)
-    if not counted.height or not mean.height:
-        return mean
-    # every counted step x every row, 0 where a step lacks it; the rows by their index (a grid
-    # of steps x rows with the text keys would encode their text in every cell)
-    pairs = mean.select("cause", "what").with_row_index("_row")
-    present = (led.steps.filter(pl.col("step").is_in(counted["step"].implode()))
-               .join(pairs, on=["cause", "what"]).select("step", "_row", "ns", "n"))
-    grid = (counted.select("step").join(pairs.select("_row"), how="cross")
-            .join(present, on=["step", "_row"], how="left")
-            .with_columns(pl.col("ns").fill_null(0), pl.col("n").fill_null(0)))
-    med = grid.group_by("_row").agg(
-        (pl.col("ns").median() / 1e6).alias("ms_per_step"),
-        pl.col("n").median().cast(pl.Float64).alias("n_per_step"))
-    med = pairs.join(med, on="_row").drop("_row")
-    step_ms = float(num_or_zero((counted["window_end"] - counted["window_start"]).median())) / 1e6
-    share = pl.col("ms_per_step") / step_ms if step_ms else pl.lit(None, pl.Float64)
-    medians = mean.select("cause", "what", "median_us")
-    out = med.join(medians, on=["cause", "what"], how="left").with_columns(share.alias("share"))
-    return _ranked(out.select(mean.columns))
-
-
-def num_or_zero(x: object) -> float:
-    return float(x) if isinstance(x, (int, float)) else 0.0
