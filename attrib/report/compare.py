@@ -299,13 +299,19 @@ def _row(name: str, step: bool, b: list[dict[str, Any]], c: list[dict[str, Any]]
 
 def _cause(step: Stats, diff: LedgerDiff | None, min_effect_pct: float) -> str | None:
     """Why the step moved: the ledger rows that moved most, host-side or kernels, the larger
-    side first (None when the step did not move; one step a side: when it moved by at least
-    the minimum effect)."""
-    if diff is None or not diff.rows or step.verdict not in (*CHANGED, INCONCLUSIVE, UNTESTABLE):
+    side first; for a step that did not move, the rows that did by the minimum effect of the
+    step (one offsetting another); else None."""
+    if diff is None or not diff.rows:
         return None
-    if step.verdict == UNTESTABLE and abs(step.delta_pct or 0) < min_effect_pct:
-        return None
-    return explain(diff)
+    if step.verdict in (*CHANGED, INCONCLUSIVE):
+        return explain(diff)
+    big = abs(diff.rows[0].delta_ms) >= min_effect_pct / 100 * diff.base_step_ms
+    if step.verdict == UNTESTABLE and abs(step.delta_pct or 0) >= min_effect_pct:
+        return explain(diff)
+    if step.verdict in (SAME, UNTESTABLE) and big:
+        # rows that moved by the minimum effect while the step did not (one offsets another)
+        return "rows moved: " + explain(diff)
+    return None
 
 
 def _excess(x: float, bound: float) -> float:
