@@ -133,7 +133,11 @@ def test_hf_prefill_decode_trace_and_sidecar(tmp_path, tiny_lm, monkeypatch):
     doc = analyze(res.path).to_dict()
     phases = {p["phase"]: p for p in doc["phases"]}
     assert (phases["prefill"]["steps"], phases["prefill"]["tokens_per_step"]) == (1, BATCH * PROMPT)
-    assert (phases["decode"]["steps"], phases["decode"]["tokens_per_step"]) == (DECODE, BATCH)
+    # every decode step is counted, or left out as a warm-up outlier (a first step of 3x the median:
+    # on a loaded CPU the first decode step's one-off setup can be): none is lost
+    dec = phases["decode"]
+    assert dec["steps"] + len(dec["excluded_steps"]) == DECODE and dec["tokens_per_step"] == BATCH
+    assert {x["reason"] for x in dec["excluded_steps"]} <= {"warm-up"} and dec["steps"] >= DECODE - 1
     assert phases["decode"]["tokens_from"] == "annotation"
     assert doc["provenance"]["model"] == "random-init llama-2L-64" and doc["provenance"]["batch"] == BATCH
     assert doc["provenance"]["env"]["VLLM_ATTENTION_BACKEND"] == "ROCM_AITER_FA"
