@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from collectors import outputs as _outputs
 from collectors.torch_capture import Capture, CaptureResult, _NullCapture, _warn, profiling_enabled
 from collectors.torch_capture import capture as one_window
 
@@ -139,6 +140,17 @@ class SampledCapture:
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         self._asked, self._wake = "signal", 0
+
+    def outputs(self, token_ids: Any, how: str = "greedy token ids") -> None:
+        """What the run generated, for the stamps of the windows to come and of the open one
+        (Capture.outputs)."""
+        try:
+            self.provenance["correctness_gate"] = _outputs.digest(token_ids, how)
+        except ValueError as exc:
+            _warn(f"outputs not recorded: {exc}")
+            return
+        if self._window is not None:
+            self._window.outputs(token_ids, how)
 
     def phase(self, name: str, tokens: int | None = None) -> Any:
         """Mark one step; a null context unless this step is in a capture window."""

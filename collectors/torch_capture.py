@@ -38,6 +38,7 @@ from typing import Any, Callable
 from attrib.output import commit, staged
 from attrib.trace import step_name
 from collectors import provenance as _prov
+from collectors import outputs as _outputs
 from collectors.rocprof import roctx
 
 TRACE_SUFFIX = ".pt.trace.json.gz"
@@ -96,6 +97,10 @@ class _NullCapture:
 
     def phase(self, name: str, tokens: int | None = None) -> contextlib.nullcontext:
         return contextlib.nullcontext()
+
+    def outputs(self, token_ids: Any, how: str = "greedy token ids") -> None:
+        """Nothing to stamp: the capture is off."""
+        return None
 
 
 def _span_ops(torch: Any) -> tuple[Any, Any]:
@@ -264,6 +269,18 @@ class Capture:
             if self.result.path is None:
                 self._unmake()
             return self.result
+
+    def outputs(self, token_ids: Any, how: str = "greedy token ids") -> None:
+        """Record what the run generated (token ids, one list per request, in order) as the
+        stamp's correctness_gate (collectors.outputs.digest); `compare` checks it. Call it before
+        or after the window closes: a stamp already written is updated. A failure warns."""
+        try:
+            gate = _outputs.digest(token_ids, how)
+            self.provenance["correctness_gate"] = gate
+            if self.result.path is not None:
+                _outputs.stamp(self.result.path, gate)
+        except (ValueError, OSError) as exc:
+            _warn(f"outputs not recorded: {exc}")
 
     def phase(self, name: str, tokens: int | None = None) -> "_Step":
         """Mark one step. The body's result and exceptions pass through untouched."""

@@ -33,6 +33,7 @@ from attrib.analysis.records import as_dict
 from attrib.analysis.finding import Finding
 from attrib.report import speculative as spec_report
 from attrib.report.ledger_diff import LedgerDiff, explain, ledger_diff, moved_words
+from attrib.report.outputs import OutputsCheck, outputs_check
 from attrib.report.provenance_diff import provenance_diff
 
 SCHEMA_ID = "attrib.compare/1"
@@ -167,6 +168,7 @@ class Comparison(msgspec.Struct, frozen=True):
     gate: Gate | None
     notes: tuple[str, ...]
     findings: tuple[Finding, ...] = ()
+    outputs: OutputsCheck = OutputsCheck("not recorded")
     alpha: float = ALPHA
     resamples: int = BOOT
     seed: int = SEED
@@ -194,6 +196,7 @@ class Comparison(msgspec.Struct, frozen=True):
                 "min_effect_pct": self.min_effect_pct,
                 "bootstrap": {"resamples": self.resamples, "seed": self.seed},
                 "phases": {p.phase: p.rows_dict() for p in self.phases}, "summary": summary,
+                "outputs": self.outputs.to_dict(),
                 "gate": None if self.gate is None else self.gate.to_dict(),
                 "notes": list(self.notes),
                 "findings": [f.to_json() for f in self.findings]}
@@ -428,9 +431,12 @@ def compare(base: list[dict[str, Any]], cand: list[dict[str, Any]],
                 if one_run else
                 f"included: {n_b} base and {n_c} candidate traces; the bootstrap resamples traces, "
                 "then steps")
-    gate = None if gate_pct is None else _gate(out, gate_pct, _mismatch_line(diff),
-                                               allow_mismatch)
+    outputs = outputs_check(base, cand)
+    apart = "; ".join(x for x in (_mismatch_line(diff),
+                                  f"outputs differ ({outputs.why})" if outputs.differ else None)
+                      if x)
+    gate = None if gate_pct is None else _gate(out, gate_pct, apart or None, allow_mismatch)
     base_paths = tuple(d["source"]["path"] for d in base)
     cand_paths = tuple(d["source"]["path"] for d in cand)
     return Comparison(base_paths, cand_paths, diff,
-                      variance, min_effect_pct, out, gate, tuple(notes), findings)
+                      variance, min_effect_pct, out, gate, tuple(notes), findings, outputs)

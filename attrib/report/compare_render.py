@@ -97,6 +97,7 @@ def verdict_lines(c: Comparison) -> list[str]:
             out.append(f"verdict {ph.phase}: inconclusive: {ph.run_level.inconclusive}")
     if c.provenance_diff["mismatch"]:
         out.append("verdict: the two sides are NOT A MATCHED BASELINE (below: what differs)")
+    out.append(f"verdict: {c.outputs.line()}")
     return out + gate_lines(c)
 
 

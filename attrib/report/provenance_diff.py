@@ -16,7 +16,8 @@ from typing import Any
 MATCH_KEYS = ("model", "dtype", "quantization", "batch", "context_length", "speculative",
               "kv_cache_dtype")
 INFO_SKIP = ("env", "versions", "gpu", "model_config", "capture_name", "created_utc", "host",
-             "trace", "steps", "capture", "schema", "param_bytes", "tiny")
+             "trace", "steps", "capture", "schema", "param_bytes", "tiny",
+             "correctness_gate")  # the outputs: attrib.report.outputs checks them
 
 
 NONE_WORDS = ("none", "null", "")  # a stamp's spelled-out nothing: the same as no value
