@@ -1,4 +1,4 @@
-"""The commands over several traces: compare, slope, ranks, trend, sweep."""
+"""The commands over several traces: compare, ladder, slope, ranks, trend, sweep."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import Any
 import click
 
 from attrib.errors import TraceError, UsageError
-from attrib.output import write_file, write_files
-from attrib.report.formats import COMPARE_FORMATS, SLOPE_FORMATS
+from attrib.output import protect, refuse_input, write_file, write_files
+from attrib.report.formats import COMPARE_FORMATS, LADDER_FORMATS, SLOPE_FORMATS
 from attrib.report.printable import printable
 from attrib.report.progress import progress
 
@@ -92,6 +92,82 @@ def compare(traces: tuple[Path, ...], bases: tuple[Path, ...], cands: tuple[Path
     if output is not None and fmt != "table" and cmp.gate:
         click.echo(compare_render.gate_lines(cmp)[-1])
     return cmp.gate.exit_code if cmp.gate else 0
+
+
+GLOB = "*?["  # a RUN with one of these that names no file is a pattern (quoted in the shell)
+
+
+def _runs_of(run: Path) -> list[Path]:
+    """The trace files of one RUN: a file, a folder's traces, or a pattern's matches."""
+    import glob
+
+    from collectors import traces_in
+
+    if run.is_dir():
+        found = traces_in(run)
+    elif run.exists() or not any(c in str(run) for c in GLOB):
+        return [run]
+    else:
+        found = sorted(Path(x) for x in glob.glob(str(run)))
+    if not found:
+        raise TraceError(run, "names no trace attrib can read")
+    return found
+
+
+def _step_name(run: Path, docs: list[dict[str, Any]]) -> str:
+    """A step's name: the stamp's extra step or note, else the folder's or file's name."""
+    extra = (docs[0].get("provenance") or {}).get("extra") or {}
+    for key in ("step", "note"):
+        if isinstance(extra.get(key), str) and extra[key].strip():
+            return extra[key].strip()
+    name = run.name
+    return name.split(".pt.trace")[0].split(".json")[0] or str(run)
+
+
+@cli.command()
+@click.argument("runs", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--min-effect", type=numbers.PERCENT, metavar="PCT",
+              help="Smallest change (percent) called faster (default: attrib.report.compare's "
+                   "MIN_EFFECT_PCT, 3).")
+@click.option("--format", "fmt", type=click.Choice(LADDER_FORMATS), default=None,
+              help="Default: from the output's suffix, else table.")
+@phase_map_option()
+@arch_options("Measure every step against this device (as `analyze --arch`).")
+@file_options
+def ladder(runs: tuple[Path, ...], min_effect: float | None, fmt: str | None,
+           phase_map: tuple[str, ...], arch_name: str | None, arch_file: Path | None,
+           output: Path | None, force: bool) -> None:
+    """A tuning campaign in one view: each RUN (a trace, a folder of repeated runs of one step,
+    or a quoted glob of them) against the last promoted step, its multiplier of decode tok/s with
+    a CI, promoted or not (faster beyond noise, outputs identical, matched baseline), the ledger
+    rows that moved, and the cumulative multiplier.
+
+    \b
+    Example: attrib ladder runs/0-eager runs/1-sdpa runs/2-graphs -o ladder.html"""
+    from attrib.report import ladder as ladder_mod
+    from attrib.report import ladder_render, renderers
+    from attrib.report.compare import MIN_EFFECT_PCT
+
+    check_output(output, force)
+    files = [_runs_of(run) for run in runs]
+    if output is not None:  # a pattern's matches are inputs too
+        every = [f for fs in files for f in fs]
+        protect(every)
+        refuse_input(output, every)
+    pm = parse_phase_map(phase_map)
+    steps = []
+    for run, fs in zip(runs, files):
+        docs = [d.to_dict() for d in analyses(tuple(fs), pm, arch_name, arch_file)]
+        steps.append((_step_name(run, docs), docs))
+    lad = ladder_mod.ladder(steps, MIN_EFFECT_PCT if min_effect is None else min_effect)
+    fmt = fmt or (renderers.by_suffix(output, "table").name if output else "table")
+    if fmt not in ladder_render.FORMATS:
+        raise UsageError(f"ladder writes {', '.join(ladder_render.FORMATS)}, not {fmt}")
+    if fmt == "table":
+        text = printable_lines(ladder_render.render_table(lad, _width(output)))
+    else:
+        text = ladder_render.FORMATS[fmt](lad)
+    write(text, output, force)
 
 
 @cli.command()

@@ -4,3 +4,4 @@ renderer (a fast start). The renderers' registries hold the same names (tests/te
 TABLE_FORMATS = ("csv", "csv-safe", "parquet", "xlsx")  # analyze/report: tables written as files
 COMPARE_FORMATS = ("table", "json", "md", "html")
 SLOPE_FORMATS = ("table", "json", "html")
+LADDER_FORMATS = ("table", "json", "md", "html")

@@ -54,8 +54,15 @@ def _fields(docs: list[dict[str, Any]]) -> dict[str, Any]:
     def env(k):
         return lambda d: ((d.get("provenance") or {}).get("env") or {}).get(k)
 
+    # a speculative loop's decode generates for its sequences (its steps verify 1 + K tokens
+    # each: the change, not a mismatch); its draft phase is the loop's own, and its prefill
+    # phase holds the first round's verify pass (prompt + K tokens) beside the prompt's
+    spec = any(p.get("speculative") for d in docs for p in d["phases"])
+    skip = ("draft", "prefill") if spec else ()
+
     def tokens(d):
-        return {p["phase"]: p.get("tokens_per_step") for p in d["phases"]}
+        return {p["phase"]: ((p.get("speculative") or {}).get("batch") or p.get("tokens_per_step"))
+                for p in d["phases"] if p["phase"] not in skip}
     fields = {"arch": lambda d: (d.get("device") or {}).get("arch"), "tokens_per_step": tokens}
     fields |= {k: prov(k) for k in MATCH_KEYS}
     if all(_config(d) is not None for d in docs):  # the model by its config, key by key
