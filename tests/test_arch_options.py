@@ -25,6 +25,7 @@ ARGS: dict[str, tuple[object, ...]] = {
     "analyze": (EXAMPLE_TRACE,),
     "report": (EXAMPLE_TRACE,),
     "compare": (EXAMPLE_TRACE, EXAMPLE_TRACE),
+    "ladder": (EXAMPLE_TRACE, EXAMPLE_TRACE),
     "sweep": (CAPTURED / "sweep",),
     "ranks": (TP0, TP1),
     "trend": (ROLLING,),

@@ -72,6 +72,7 @@ class Step(msgspec.Struct, frozen=True):
                 "ci_low": None if dec is None else dec.ci_low,
                 "ci_high": None if dec is None else dec.ci_high,
                 "promoted": self.promoted, "why": self.why,
+                "revert_to": None if self.promoted else self.against,
                 "moved": [] if not self.moved else self.moved.split(", "),
                 "outputs": self.outputs, "phases": [r.to_dict() for r in self.rungs]}
 

@@ -14,7 +14,7 @@ from attrib.report.markdown import esc, table as md_table
 from attrib.report.table import Cut, grid, wrap
 
 HEAD = ("#", "step", "vs", "decode x", "95% CI", "prefill x", "promoted", "why", "moved most")
-DROP = ("vs", "prefill x", "95% CI", "why")
+DROP = ("vs", "prefill x", "95% CI")
 CHART_W, CHART_H, PAD = 640, 240, 48  # px
 
 
@@ -30,7 +30,8 @@ def _ci(r: Rung | None) -> str:
 
 def rows(lad: Ladder) -> list[tuple[str, ...]]:
     return [(str(i), s.name, s.against or "-", _x(s.rung("decode")), _ci(s.rung("decode")),
-             _x(s.rung("prefill")), "yes" if s.promoted else "no", s.why, s.moved or "-")
+             _x(s.rung("prefill")), "yes" if s.promoted else "no",
+             s.why if s.promoted else f"{s.why}; stay at {s.against}", s.moved or "-")
             for i, s in enumerate(lad.steps)]
 
 

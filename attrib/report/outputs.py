@@ -71,8 +71,8 @@ def outputs_check(base: list[dict[str, Any]], cand: list[dict[str, Any]]) -> Out
     db, dc = _digests(gb), _digests(gc)
     failed = [g for g in _checks(gb + gc) if not g["passed"]]
     if failed:
-        return OutputsCheck(DIFFER, why="a check failed: " + "; ".join(
-            f"{g.get('how')} ({g.get('value')})" for g in failed))
+        return OutputsCheck(DIFFER, why="a check failed: " + "; ".join(dict.fromkeys(
+            f"{g.get('how')} ({g.get('value')})" for g in failed)))
     if db and dc:
         if len(db | dc) == 1:
             first = next(g for g in gb if g and g.get("outputs_sha256"))

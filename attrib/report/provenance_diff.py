@@ -11,6 +11,8 @@ free-text `model` label is only listed.
 
 from __future__ import annotations
 
+import re
+
 from typing import Any
 
 MATCH_KEYS = ("model", "dtype", "quantization", "batch", "context_length", "speculative",
@@ -20,6 +22,9 @@ INFO_SKIP = ("env", "versions", "gpu", "model_config", "capture_name", "created_
              "correctness_gate")  # the outputs: attrib.report.outputs checks them
 
 
+# environment variables that say where files live (a cache, a tool), not which kernels run: a
+# compiled step sets TRITON_CACHE_DIR itself; never a mismatch
+WHERE_ONLY = r"(?:_DIR|_PATH|_HOME)$"
 NONE_WORDS = ("none", "null", "")  # a stamp's spelled-out nothing: the same as no value
 
 
@@ -69,7 +74,8 @@ def _fields(docs: list[dict[str, Any]]) -> dict[str, Any]:
         del fields["model"]
         for k in sorted({k for d in docs for k in _config(d)}):
             fields[f"model_config.{k}"] = lambda d, k=k: _config(d).get(k)
-    env_keys = sorted({k for d in docs for k in ((d.get("provenance") or {}).get("env") or {})})
+    env_keys = sorted({k for d in docs for k in ((d.get("provenance") or {}).get("env") or {})
+                       if not re.search(WHERE_ONLY, k)})
     fields |= {f"env {k}": env(k) for k in env_keys}
     return fields
 

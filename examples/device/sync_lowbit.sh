@@ -5,11 +5,11 @@
 # usage: sh examples/device/sync_lowbit.sh [WORKTREE]; then on the device:
 #        bash .dev/lowbit/run.sh TOTAL_S NAME...
 set -e
-W=${1:-$(cd "$(dirname "$0")/../.." && pwd)}; D=/work/main/.dev/lowbit
+W=${1:-$(cd "$(dirname "$0")/../.." && pwd)}; D=${D:-/work/main/.dev/lowbit}
 rm -rf $D; mkdir -p $D/collectors/rocprof $D/attrib $D/examples
 cp $W/examples/device/collectors_init_stub.py $D/collectors/__init__.py
 cp $W/collectors/torch_capture.py $W/collectors/sampled.py $W/collectors/provenance.py \
-   $W/collectors/limits.py $D/collectors/
+   $W/collectors/limits.py $W/collectors/outputs.py $D/collectors/
 cp $W/collectors/rocprof/roctx.py $D/collectors/rocprof/
 : > $D/collectors/rocprof/__init__.py
 cp $W/attrib/__init__.py $W/attrib/errors.py $W/attrib/output.py $W/attrib/version.py \
