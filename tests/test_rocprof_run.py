@@ -190,3 +190,27 @@ def test_cli_capture_rocprof_runs_and_analyzes(tmp_path, fixtures, capsys):
     assert "== decode: 8 steps" in text and "gfx1201" in text
     missing = main(["capture", "--rocprof", "--rocprofv3", str(tmp_path / "nope"), "--", "true"])
     assert missing == 2
+
+
+def test_cli_capture_rocprof_stamps_the_outputs_cmd_wrote(tmp_path, fixtures, capsys):
+    """--outputs FILE: the ids the command wrote (one request per line) are digested into each
+    trace's stamp; a file that is not token ids is one line naming it, exit 2."""
+    import hashlib
+
+    from attrib.cli import main
+    from collectors.provenance import read_sidecar
+
+    exe = _stand_in(tmp_path, fixtures, processes=1)
+    ids = tmp_path / "ids.txt"
+    write_ids = f"open({str(ids)!r}, 'w').write('5 6 7\\n8 9\\n')"
+    rc = main(["capture", "--rocprof", "--rocprofv3", str(exe), "-d", str(tmp_path / "p"),
+               "--no-analyze", "--outputs", str(ids), "--", sys.executable, "-c", write_ids])
+    text = capsys.readouterr().out
+    assert rc == 0 and "outputs: 5 tokens" in text
+    [trace] = [line.split("captured: ")[1] for line in text.splitlines() if "captured: " in line]
+    want = hashlib.sha256(b"[[5,6,7],[8,9]]").hexdigest()
+    assert read_sidecar(trace)["correctness_gate"]["outputs_sha256"] == want
+    ids.write_text("5 six\n")
+    rc = main(["capture", "--rocprof", "--rocprofv3", str(exe), "-d", str(tmp_path / "q"),
+               "--no-analyze", "--outputs", str(ids), "--", sys.executable, "-c", "pass"])
+    assert rc == 2 and "ids.txt: not token ids" in capsys.readouterr().err

@@ -26,9 +26,13 @@ from attrib.cli.common import arch_options, check_output, cli, dump, warn, write
               help="Path to rocprofv3 (non-standard installs).")
 @click.option("--analyze/--no-analyze", default=True, show_default=True,
               help="Analyze what was captured.")
+@click.option("--outputs", "outputs_file", type=click.Path(path_type=Path),
+              help="A file CMD writes with the token ids it generated (JSON, or one request per "
+                   "line): their digest goes in each trace's stamp (correctness_gate), which "
+                   "compare and ladder check.")
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
 def capture(hip_trace: bool, memory_copy_trace: bool, fmt: str, out_dir: Path, rocprofv3: str,
-            analyze: bool, cmd: tuple[str, ...]) -> None:
+            analyze: bool, outputs_file: Path | None, cmd: tuple[str, ...]) -> None:
     """Run CMD under rocprofv3 and analyze its trace.
 
     \b
@@ -41,8 +45,17 @@ def capture(hip_trace: bool, memory_copy_trace: bool, fmt: str, out_dir: Path, r
               rocprofv3=rocprofv3)
     if res.warning:
         click.echo(f"attrib: warning: {res.warning}", err=True)
+    gate = None
+    if outputs_file is not None:
+        from collectors import outputs
+
+        gate = outputs.digest(outputs.from_file(outputs_file))
     for path in res.traces:
         click.echo(f"captured: {path}")
+        if gate is not None:
+            outputs.stamp(path, gate)
+            click.echo(f"outputs: {gate['tokens']} tokens, sha256 {gate['outputs_sha256'][:12]} "
+                       f"in {path.name}'s stamp")
         if analyze:
             click.echo(render(analyze_path(path, warn=warn), width=terminal_width()))
 
