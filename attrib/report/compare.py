@@ -405,10 +405,11 @@ def _compare_phase(ph: str, b: list[dict[str, Any]], c: list[dict[str, Any]],
     level = _run_level(step.stats, diff, min_effect_pct) if one_run and diff else None
     spec = any(p.get("speculative") for p in b + c)
     step = _settle(step, level, per_token=not spec)
-    return PhaseComparison(
-        ph, step, kern, rows, (sum(p["steps"] for p in b), sum(p["steps"] for p in c)),
-        (b[0]["tokens_per_step"], c[0]["tokens_per_step"]), _cause(step.stats, diff, min_effect_pct),
-        tuple(spec_report.compare_rows(b, c)), diff, level)
+    steps = (sum(p["steps"] for p in b), sum(p["steps"] for p in c))
+    tokens = (b[0]["tokens_per_step"], c[0]["tokens_per_step"])
+    return PhaseComparison(ph, step, kern, rows, steps, tokens,
+                           _cause(step.stats, diff, min_effect_pct),
+                           tuple(spec_report.compare_rows(b, c)), diff, level)
 
 
 def compare(base: list[dict[str, Any]], cand: list[dict[str, Any]],

@@ -3,8 +3,10 @@ attrib.steps.ledger's docstring for the causes. All stretches of a trace at once
 no Python loop per stretch (a long trace has thousands).
 
 The holder of a stretch [a, b) is the innermost host op, Python frame or (long, not synchronizing)
-runtime call of the launching thread that overlaps at least HOLD_SHARE of it. With HOLD_SHARE = 1/2 such an interval contains the
-stretch's midpoint, so the candidates are the intervals that contain it: an inequality join.
+runtime call of the launching thread that overlaps at least HOLD_SHARE of it. With HOLD_SHARE = 1/2
+such an interval contains the stretch's midpoint, so the candidates are the intervals that contain
+it: an inequality join. A thread that launched GPU work without a recorded op or frame (a serving
+loop on a worker thread the profiler did not record) holds its stretches as `unrecorded thread TID`.
 """
 
 from __future__ import annotations
