@@ -291,8 +291,15 @@ def _split_linears(k: pl.DataFrame) -> pl.DataFrame:
 
 
 # unnamed glue kernels between two named ones: (before, after) -> component
+# an unnamed kernel between two named ones -> its component. Between the KV-cache write (or an
+# attention kernel) and the output projection is attention, whatever its name: a backend the
+# patterns do not know, in a graph replay without per-kernel ops, keeps its component
 _BETWEEN = {("qkv_proj", "attention"): "rope",
             ("qkv_proj", "kv_cache_write"): "rope",
+            ("kv_cache_write", "o_proj"): "attention",
+            ("kv_cache_write", "attention"): "attention",
+            ("attention", "attention"): "attention",
+            ("attention", "o_proj"): "attention",
             ("mlp_gate_up", "mlp_down"): "activation",
             ("activation", "quantize"): "activation",
             ("activation", "mlp_down"): "activation",
