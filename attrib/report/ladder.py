@@ -24,7 +24,7 @@ from typing import Any
 import msgspec
 
 from attrib.report.compare import Comparison, Stats, compare
-from attrib.report.ledger_diff import moved_words
+from attrib.report.ledger_diff import moved_list
 
 SCHEMA_ID = "attrib.ladder/1"
 PHASES = ("decode", "prefill")
@@ -54,7 +54,7 @@ class Step(msgspec.Struct, frozen=True):
     rungs: tuple[Rung, ...]
     promoted: bool
     why: str
-    moved: str | None
+    moved: tuple[str, ...]
     outputs: str | None
 
     def rung(self, phase: str) -> Rung | None:
@@ -73,7 +73,7 @@ class Step(msgspec.Struct, frozen=True):
                 "ci_high": None if dec is None else dec.ci_high,
                 "promoted": self.promoted, "why": self.why,
                 "revert_to": None if self.promoted else self.against,
-                "moved": [] if not self.moved else self.moved.split(", "),
+                "moved": list(self.moved),
                 "outputs": self.outputs, "phases": [r.to_dict() for r in self.rungs]}
 
 
@@ -139,16 +139,16 @@ def ladder(steps: list[tuple[str, list[dict[str, Any]]]],
         raise ValueError("a ladder needs at least one step")
     first_name, first_docs = steps[0]
     out = [Step(first_name, tuple(d["source"]["path"] for d in first_docs), None, (), True,
-                "the base", None, None)]
+                "the base", (), None)]
     top_name, top_docs, cumulative = first_name, first_docs, 1.0
     for name, docs in steps[1:]:
         cmp = compare(top_docs, docs, min_effect_pct=min_effect_pct)
         rungs = _rungs(cmp)
         promoted, why = _why(cmp, rungs)
         dec = cmp.phase("decode")
-        moved = moved_words(dec.ledger) if dec is not None and dec.ledger else None
+        moved = tuple(moved_list(dec.ledger)) if dec is not None and dec.ledger else ()
         step = Step(name, tuple(d["source"]["path"] for d in docs), top_name, rungs, promoted,
-                    why, moved or None, cmp.outputs.line())
+                    why, moved, cmp.outputs.line())
         out.append(step)
         if promoted and step.multiplier:
             cumulative *= step.multiplier

@@ -31,7 +31,8 @@ def _ci(r: Rung | None) -> str:
 def rows(lad: Ladder) -> list[tuple[str, ...]]:
     return [(str(i), s.name, s.against or "-", _x(s.rung("decode")), _ci(s.rung("decode")),
              _x(s.rung("prefill")), "yes" if s.promoted else "no",
-             s.why if s.promoted else f"{s.why}; stay at {s.against}", s.moved or "-")
+             s.why if s.promoted else f"{s.why}; stay at {s.against}",
+             ", ".join(s.moved) or "-")
             for i, s in enumerate(lad.steps)]
 
 

@@ -206,9 +206,14 @@ def _said(diff: LedgerDiff, r: Move) -> str:
     return text
 
 
+def moved_list(diff: LedgerDiff, most: int = 3) -> list[str]:
+    """The rows that moved most, each `attention +0.901 ms`."""
+    return [f"{r.label} {r.delta_ms:+.3f} ms" for r in diff.moved(most=most)]
+
+
 def moved_words(diff: LedgerDiff, most: int = 3) -> str:
     """The rows that moved most in one phrase: `attention +0.901 ms, launch gaps +0.341 ms`."""
-    return ", ".join(f"{r.label} {r.delta_ms:+.3f} ms" for r in diff.moved(most=most))
+    return ", ".join(moved_list(diff, most))
 
 
 def explain(diff: LedgerDiff, most: int = 3) -> str:
