@@ -20,16 +20,15 @@ which the decode bytes per token are derived.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout (or .dev/)
 
+import capture_common  # noqa: E402
 import collectors  # noqa: E402
 
 # One small Llama for the dense captures: 4 layers, hidden 2048, 16 heads of 128, 8 KV heads.
@@ -361,59 +360,8 @@ def run_one(name: str, device_name: str, out: Path, tiny: bool) -> int:
     return 0 if res.path else 1
 
 
-def run_all(names: list[str], device: str, out: Path, tiny: bool, budget: float) -> int:
-    """Each capture in its own process, in ORDER, skipping those that would overrun `budget` s."""
-    t_end = time.monotonic() + budget
-    summary = []
-    for name in names:
-        left = t_end - time.monotonic()
-        limit = min(TIMEOUT_S.get(name, 120), left)
-        if limit < 25:
-            summary.append({"name": name, "status": "skipped (budget)"})
-            continue
-        t0 = time.monotonic()
-        cmd = [sys.executable, __file__, "run", name, "--device", device, "--out", str(out)]
-        cmd += ["--tiny"] if tiny else []
-        try:
-            p = subprocess.run(cmd, timeout=limit, capture_output=True, text=True)
-            status = "ok" if p.returncode == 0 else f"failed rc={p.returncode}"
-            tail = (p.stdout + p.stderr)[-1500:]
-        except subprocess.TimeoutExpired as exc:
-            status, tail = f"timeout after {limit:.0f}s", str(exc.stdout or "")[-800:]
-        row = {"name": name, "status": status, "s": round(time.monotonic() - t0, 1)}
-        trace = out / f"{name}.pt.trace.json.gz"
-        row["bytes"] = trace.stat().st_size if trace.exists() else None
-        summary.append(row)
-        print(json.dumps(row), flush=True)
-        if status != "ok":
-            print(tail, flush=True)
-    (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
-    print("== summary")
-    for row in summary:
-        print(f"  {row['name']:26s} {row['status']:22s} {row.get('s', '')!s:>6} s  "
-              f"{row.get('bytes') or 0:>10} B")
-    return 0
-
-
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("cmd", choices=["run", "all", "list"])
-    ap.add_argument("names", nargs="*")
-    ap.add_argument("--device", default="cpu")
-    ap.add_argument("--out", default="traces")
-    ap.add_argument("--tiny", action="store_true", help="toy sizes (CPU smoke test)")
-    ap.add_argument("--budget", type=float, default=480, help="seconds for `all`")
-    args = ap.parse_args(argv)
-    if args.cmd == "list":
-        for n in ORDER:
-            print(n, CAPTURES[n])
-        return 0
-    if args.cmd == "run":
-        rc = 0
-        for n in args.names:
-            rc |= run_one(n, args.device, Path(args.out), args.tiny)
-        return rc
-    return run_all(args.names or ORDER, args.device, Path(args.out), args.tiny, args.budget)
+    return capture_common.cli(argv, __doc__, __file__, CAPTURES, run_one, ORDER, budget=480, timeouts=TIMEOUT_S)
 
 
 if __name__ == "__main__":

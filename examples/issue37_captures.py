@@ -26,7 +26,6 @@ cache tensors, and what was added: `hostwork`, `sdpa_backend`, `host_load`).
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
@@ -38,6 +37,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # run from a checkout (or .dev/)
 
+import capture_common  # noqa: E402
 import collectors  # noqa: E402
 from h200_captures import build, cache_tensors, model_config, param_bytes  # noqa: E402
 
@@ -197,45 +197,8 @@ def run_one(name: str, device_name: str, out: Path, tiny: bool) -> int:
     return 0 if res.path else 1
 
 
-def run_all(names: list[str], device: str, out: Path, tiny: bool, budget: float) -> int:
-    """Each capture in its own process, in ORDER, skipping those that would overrun `budget` s."""
-    t_end = time.monotonic() + budget
-    for name in names:
-        left = t_end - time.monotonic()
-        if left < 25:
-            print(json.dumps({"name": name, "status": "skipped (budget)"}), flush=True)
-            continue
-        cmd = [sys.executable, __file__, "run", name, "--device", device, "--out", str(out)]
-        t0 = time.monotonic()
-        try:
-            p = subprocess.run(cmd + (["--tiny"] if tiny else []), timeout=min(120, left),
-                               capture_output=True, text=True)
-            status, tail = f"rc={p.returncode}", (p.stdout + p.stderr)[-1500:]
-        except subprocess.TimeoutExpired as exc:
-            status, tail = "timeout", str(exc.stdout or "")[-800:]
-        print(json.dumps({"name": name, "status": status,
-                          "s": round(time.monotonic() - t0, 1)}), flush=True)
-        if status != "rc=0":
-            print(tail, flush=True)
-    return 0
-
-
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("cmd", choices=["run", "all", "list"])
-    ap.add_argument("names", nargs="*")
-    ap.add_argument("--device", default="cpu")
-    ap.add_argument("--out", default="traces")
-    ap.add_argument("--tiny", action="store_true", help="toy sizes (CPU smoke test)")
-    ap.add_argument("--budget", type=float, default=540, help="seconds for `all`")
-    args = ap.parse_args(argv)
-    if args.cmd == "list":
-        for n in ORDER:
-            print(n, CAPTURES[n])
-        return 0
-    if args.cmd == "run":
-        return max([run_one(n, args.device, Path(args.out), args.tiny) for n in args.names] or [0])
-    return run_all(args.names or ORDER, args.device, Path(args.out), args.tiny, args.budget)
+    return capture_common.cli(argv, __doc__, __file__, CAPTURES, run_one, ORDER, budget=540)
 
 
 if __name__ == "__main__":

@@ -32,12 +32,10 @@ quantized linear's packed tensors (shape, dtype, bytes) and group size, and the 
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import functools
 import json
 import os
-import subprocess
 import sys
 import threading
 import time
@@ -46,6 +44,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # run from a checkout (or .dev/)
 
+import capture_common  # noqa: E402
 import collectors  # noqa: E402
 from h200_captures import LLAMA, build, cache_tensors, param_bytes  # noqa: E402
 
@@ -551,54 +550,8 @@ def run_one(name: str, device_name: str, out: Path, tiny: bool) -> int:
     return 0 if res.path else 1
 
 
-def run_all(names: list[str], device: str, out: Path, tiny: bool, budget: float) -> int:
-    """Each capture in its own process, in order, skipping those that would overrun `budget` s."""
-    t_end = time.monotonic() + budget
-    summary = []
-    for name in names:
-        left = t_end - time.monotonic()
-        limit = min(TIMEOUT_S.get(name, 100), left)
-        if limit < 25:
-            summary.append({"name": name, "status": "skipped (budget)"})
-            print(json.dumps(summary[-1]), flush=True)
-            continue
-        cmd = [sys.executable, __file__, "run", name, "--device", device, "--out", str(out)]
-        t0 = time.monotonic()
-        try:
-            p = subprocess.run(cmd + (["--tiny"] if tiny else []), timeout=limit,
-                               capture_output=True, text=True)
-            status, tail = ("ok" if p.returncode == 0 else f"failed rc={p.returncode}"), \
-                (p.stdout + p.stderr)[-2500:]
-            (out / f"{name}.log").write_text(p.stdout + p.stderr)
-        except subprocess.TimeoutExpired as exc:
-            status, tail = f"timeout after {limit:.0f}s", str(exc.stdout or "")[-800:]
-        trace = out / f"{name}.pt.trace.json.gz"
-        row = {"name": name, "status": status, "s": round(time.monotonic() - t0, 1),
-               "bytes": trace.stat().st_size if trace.exists() else None}
-        summary.append(row)
-        print(json.dumps(row), flush=True)
-        if status != "ok":
-            print(tail, flush=True)
-    (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
-    return 0
-
-
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("cmd", choices=["run", "all", "list"])
-    ap.add_argument("names", nargs="*")
-    ap.add_argument("--device", default="cpu")
-    ap.add_argument("--out", default="traces")
-    ap.add_argument("--tiny", action="store_true", help="toy sizes (CPU smoke test)")
-    ap.add_argument("--budget", type=float, default=540, help="seconds for `all`")
-    a = ap.parse_args(argv)
-    if a.cmd == "list":
-        for n in ORDER:
-            print(n, CAPTURES[n])
-        return 0
-    if a.cmd == "run":
-        return max(run_one(n, a.device, Path(a.out), a.tiny) for n in a.names)
-    return run_all(a.names or ORDER, a.device, Path(a.out), a.tiny, a.budget)
+    return capture_common.cli(argv, __doc__, __file__, CAPTURES, run_one, ORDER, budget=540, timeouts=TIMEOUT_S, default_timeout=100)
 
 
 if __name__ == "__main__":

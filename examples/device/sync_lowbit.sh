@@ -21,6 +21,6 @@ fn = next(n for n in ast.parse(src).body if isinstance(n, ast.FunctionDef) and n
 open(sys.argv[2], "w").write('"""attrib.trace.step_name alone (device stub)."""\nfrom __future__ import annotations\n\n\n'
                              + ast.get_source_segment(src, fn) + "\n")
 PY
-cp $W/examples/lowbit_captures.py $W/examples/h200_captures.py $D/examples/
+cp $W/examples/lowbit_captures.py $W/examples/h200_captures.py $W/examples/capture_common.py $D/examples/
 cp $W/examples/device/device_lowbit.sh $D/run.sh
 echo "synced $W -> $D"
