@@ -77,3 +77,24 @@ def cli(argv: list[str] | None, doc: str, script: str, captures: dict[str, dict]
         return max([run_one(n, a.device, out, a.tiny) for n in a.names] or [0])
     return run_each(script, a.names or list(order or captures), a.device, out, a.tiny, a.budget,
                     timeouts or {}, default_timeout)
+
+
+def greedy_generation(cap, model, ids, steps: int, sync: Callable[[], None],
+                      key: str = "past_key_values"):
+    """One recorded generation: a `prefill (tokens=B*P)` step over `ids` [B, P], then `steps`
+    `decode (tokens=B)` steps of greedy argmax, each ending with `sync()`. Returns the cache."""
+    import torch
+
+    batch, prompt = ids.shape
+    with torch.inference_mode():
+        with cap.phase("prefill", tokens=batch * prompt):
+            o = model(input_ids=ids, use_cache=True, logits_to_keep=1)
+            nxt = o.logits[:, -1].argmax(-1, keepdim=True)
+            sync()
+        cache = o.past_key_values
+        for _ in range(steps):
+            with cap.phase("decode", tokens=batch):
+                o = model(input_ids=nxt, use_cache=True, **{key: cache})
+                nxt = o.logits[:, -1].argmax(-1, keepdim=True)
+                sync()
+    return cache

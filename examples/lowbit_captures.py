@@ -387,18 +387,7 @@ def run_one(name: str, device_name: str, out: Path, tiny: bool) -> int:
 
         def generation(cap, model, key):
             ids = torch.randint(0, config.vocab_size, (batch, prompt), device=device)
-            with torch.inference_mode():
-                with cap.phase("prefill", tokens=batch * prompt):
-                    o = model(input_ids=ids, use_cache=True, logits_to_keep=1)
-                    nxt = o.logits[:, -1].argmax(-1, keepdim=True)
-                    sync()
-                cache = o.past_key_values
-                for _ in range(steps):
-                    with cap.phase("decode", tokens=batch):
-                        o = model(input_ids=nxt, use_cache=True, **{key: cache})
-                        nxt = o.logits[:, -1].argmax(-1, keepdim=True)
-                        sync()
-            return cache
+            return capture_common.greedy_generation(cap, model, ids, steps, sync, key)
 
         def serve(box):
             """The whole run: model, capture, generations (a server's worker in `thread`)."""
