@@ -5,7 +5,8 @@
     dec = an.phase("decode")                             # per step: the mean counted step
     dec.components                                       # a polars DataFrame, one row per component
     an.findings                                          # the rules' findings, by ms per step
-    an.to_dict(), an.to_json()                           # the attrib.analysis/1 document
+    an.to_json(), an.save("run.analysis.json")          # the attrib.analysis/1 document
+    attrib.Analysis.load("run.analysis.json") == an      # decoded back: the same analysis
 
 `attrib.analyze` is `attrib.app.analyze` and `attrib.Analysis` is `attrib.analysis.Analysis`,
 resolved on first use: `import collectors` loads only the contract modules (attrib.trace,

@@ -36,8 +36,8 @@ def pages(tmp_path_factory):
           for n in ("sdpa_attn_a", "eager_attn", "slope_ctx1024", "slope_ctx16384")}
     report = renderers.by_name("html").render(an["sdpa_attn_a"],
                                               View(plots=plots.report_plots(an["sdpa_attn_a"])))
-    cmp = compare([an["sdpa_attn_a"].to_dict()], [an["eager_attn"].to_dict()])
-    sl = slope([an["slope_ctx1024"].to_dict(), an["slope_ctx16384"].to_dict()])
+    cmp = compare([an["sdpa_attn_a"]], [an["eager_attn"]])
+    sl = slope([an["slope_ctx1024"], an["slope_ctx16384"]])
     out = {"report": report, "compare": compare_render.render_html(cmp, plots.compare_plots(cmp.phases)),
            "slope": slope_render.render_html(sl, plots.slope_plots(sl))}
     for name, text in out.items():

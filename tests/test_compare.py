@@ -9,6 +9,7 @@ from functools import cache
 
 import orjson
 import pytest
+from msgspec.structs import replace
 
 from attrib.app import analyze
 from attrib.cli import main
@@ -182,7 +183,7 @@ def test_compare_runs_the_baseline_rule_p22_on_a_real_pair(tmp_path, capsys) -> 
 
 @cache
 def _doc(path):
-    return analyze(path).to_dict()
+    return analyze(path)
 
 
 def test_gate_on_a_mismatched_pair_is_not_comparable(capsys):
@@ -209,12 +210,12 @@ def test_none_spelled_differently_in_stamps_is_no_mismatch():
     null and "None": a matched baseline. A real difference (batch 8 -> 4) still is not."""
     base = _doc(FIXTURES / "captured" / "sdpa_attn_a.pt.trace.json.gz")
     cand = _doc(FIXTURES / "captured" / "sdpa_attn_b.pt.trace.json.gz")
-    prov = cand["provenance"]
+    prov = dict(cand.provenance)
     assert prov["quantization"] == "none" and prov["speculative"] == "none"
-    same = cand | {"provenance": prov | {"quantization": None, "speculative": "None"}}
+    same = replace(cand, provenance=prov | {"quantization": None, "speculative": "None"})
     cmp = compare([base], [same], gate_pct=15)
     assert cmp.matched_baseline and cmp.gate.exit_code != 3
-    other = cand | {"provenance": prov | {"quantization": None, "batch": 4}}
+    other = replace(cand, provenance=prov | {"quantization": None, "batch": 4})
     assert [m["key"] for m in compare([base], [other]).provenance_diff["mismatch"]] == ["batch"]
 
 

@@ -20,7 +20,7 @@ SDPA_A, SDPA_B, EAGER = (CAP / f"{n}.pt.trace.json.gz" for n in ("sdpa_attn_a", 
 
 @pytest.fixture(scope="module")
 def docs():
-    return {p.name.split(".")[0]: analyze(p).to_dict() for p in (SDPA_A, SDPA_B, EAGER)}
+    return {p.name.split(".")[0]: analyze(p) for p in (SDPA_A, SDPA_B, EAGER)}
 
 
 def _rows(doc, phase):
@@ -68,7 +68,7 @@ def test_eager_attention_is_a_significant_attention_regression(docs, tmp_path):
 
 
 def test_attention_slope_over_three_contexts():
-    docs = [analyze(CAP / f"slope_ctx{n}.pt.trace.json.gz").to_dict() for n in (1024, 4096, 16384)]
+    docs = [analyze(CAP / f"slope_ctx{n}.pt.trace.json.gz") for n in (1024, 4096, 16384)]
     doc = slope(docs).to_dict()
     assert [(t["context_min"], t["context_max"]) for t in doc["traces"]] == [(1025, 1030), (4097, 4102), (16385, 16390)]
     rows = {r["component"]: r for r in doc["rows"]}

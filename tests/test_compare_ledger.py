@@ -54,7 +54,7 @@ def _raw(name):
 
 @pytest.fixture(scope="module")
 def docs():
-    return {n: analyze(_path(n)).to_dict() for n in NAMES}
+    return {n: analyze(_path(n)) for n in NAMES}
 
 
 @pytest.fixture(scope="module")

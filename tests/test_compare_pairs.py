@@ -65,7 +65,7 @@ def _mean(rows, i):
 
 @pytest.fixture(scope="module")
 def compared():
-    docs = {n: analyze(_path(n)).to_dict() for pair in PAIRS.values() for n in pair}
+    docs = {n: analyze(_path(n)) for pair in PAIRS.values() for n in pair}
     return {k: compare([docs[b]], [docs[c]], gate_pct=5).to_dict() for k, (b, c) in PAIRS.items()}
 
 

@@ -49,7 +49,7 @@ def test_an_unknown_attention_kernel_keeps_its_component(renamed):
 
 def test_compare_reads_no_attention_faster_other_slower(renamed):
     """The same run with the kernels renamed: compare reads no component change at all."""
-    doc = compare([analyze(SRC).to_dict()], [analyze(renamed).to_dict()]).to_dict()
+    doc = compare([analyze(SRC)], [analyze(renamed)]).to_dict()
     rows = {r.get("component"): r for r in doc["phases"]["decode"][1:]}
     assert rows["attention"]["delta_ms"] == pytest.approx(0, abs=1e-4)
     assert "other" not in rows or rows["other"]["delta_ms"] == pytest.approx(0, abs=1e-4)

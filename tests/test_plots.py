@@ -59,7 +59,9 @@ def test_timeline_fills_where_the_kernels_ran(dense):
     assert ser.busy_ms[0][-1][1] == pytest.approx(53.672, abs=1e-3)
     assert "when kernels ran" in plots.timeline(dense)
     # the JSON is unchanged: the spans are the plot's
-    assert "busy_ms" not in dense.to_dict()["phases"][1]["per_step"]
+    # in the document too (a saved analysis draws the same timeline)
+    doc_busy = dense.to_dict()["phases"][1]["per_step"]["busy_ms"]
+    assert doc_busy == [[list(b) for b in step] for step in ser.busy_ms]
 
 
 def test_busy_spans_are_as_fine_as_the_timeline_shows(moe):

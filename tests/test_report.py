@@ -148,9 +148,12 @@ def test_finding_estimates_join_the_ranking():
     """A finding's ms_per_step (the rules' estimate) ranks it; one that names a component raises that row."""
     dec = analyze(EXAMPLE_TRACE).phase("decode")
     norm = dec.component("norm")
-    findings = (Finding("X1", "medium", "fuse the norms", norm.ms, phase="decode", components=("norm",)),
-                Finding("X2", "info", "something else", 0.3, phase="decode"),
-                Finding("X3", "info", "prefill only", 99.0, phase="prefill"))
+    findings = (Finding(rule="X1", severity="medium", title="fuse the norms", ms_per_step=norm.ms,
+                        phase="decode", components=("norm",)),
+                Finding(rule="X2", severity="info", title="something else", ms_per_step=0.3,
+                        phase="decode"),
+                Finding(rule="X3", severity="info", title="prefill only", ms_per_step=99.0,
+                        phase="prefill"))
     b = phase_bottlenecks(dec, findings).ranked
     row = next(r for r in b if r.component == "norm")
     assert row.ms_per_step == norm.ms > norm.gap_ms and row.findings == (0,)

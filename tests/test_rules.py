@@ -120,7 +120,7 @@ def analysis_schema() -> dict:
 
 @pytest.fixture(scope="module")
 def finding_schema(analysis_schema: dict) -> dict:
-    return analysis_schema["properties"]["findings"]["items"]
+    return {"$defs": analysis_schema["$defs"], "$ref": "#/$defs/Finding"}
 
 
 @pytest.mark.parametrize("name", sorted(TRACES))

@@ -3,10 +3,10 @@ the same work between traces flagged without a crossover claim, a batch mismatch
 
 from __future__ import annotations
 
-import copy
 import json
 from functools import cache
 
+from attrib.analysis.model import Analysis
 from attrib.app import analyze
 from attrib.cli import main
 from attrib.report.slope import WEIGHT_BOUND, slope
@@ -17,8 +17,8 @@ CAP = FIXTURES / "captured"
 
 
 @cache
-def _doc(name: str) -> dict:
-    return analyze(CAP / f"{name}.pt.trace.json.gz").to_dict()
+def _doc(name: str) -> Analysis:
+    return analyze(CAP / f"{name}.pt.trace.json.gz")
 
 
 def test_slope_json_is_written(tmp_path, capsys):
@@ -37,10 +37,11 @@ def test_one_context_repeated_or_an_aa_pair_gives_no_slope():
         json.dumps(d)
 
 
-def _drifted(doc: dict, factor: float) -> dict:
-    """The document with its weight-bound components' decode time scaled by `factor`, work unchanged
-    (what a clock or process change between traces does to the same kernels)."""
-    d = copy.deepcopy(doc)
+def _drifted(an: Analysis, factor: float) -> Analysis:
+    """The analysis with its weight-bound components' decode time scaled by `factor`, work
+    unchanged (what a clock or process change between traces does to the same kernels): its
+    document edited and decoded back."""
+    d = an.to_dict()
     ph = next(p for p in d["phases"] if p["phase"] == "decode")
     for c in WEIGHT_BOUND:
         per = ph["per_step"]["components"].get(c)
@@ -49,7 +50,7 @@ def _drifted(doc: dict, factor: float) -> dict:
     for r in ph["components"]:
         if r["component"] in WEIGHT_BOUND:
             r["ms"] *= factor
-    return d
+    return Analysis.decode(json.dumps(d))
 
 
 def test_real_series_has_no_drift_and_a_crossover():

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from attrib.analysis.model import Analysis
 from attrib.cli import main
 from attrib.report import host_check
 from attrib.sweep import run
@@ -164,7 +165,7 @@ def test_trend_does_not_compare_a_file_on_a_loaded_host(tmp_path):
     for t in LOAD[:2]:
         out = tmp_path / f"{t.name}.json"
         assert main(["analyze", str(t), "--format", "json", "-o", str(out)]) == 0
-        docs.append(json.loads(out.read_text()))
+        docs.append(Analysis.load(out))  # the documents analyze wrote
     from attrib.report.trend import render, trend
 
     doc = trend(docs)

@@ -204,7 +204,7 @@ def test_model_without_context_uses_the_derived_context(tmp_path):
     cfg.write_text(json.dumps(QWEN3_MOE))
     derived, given = analyze(EXAMPLE_TRACE, model=cfg), analyze(EXAMPLE_TRACE, model=cfg, context=515)
     assert any("decode K/V priced at context 515" in n for n in derived.notes)
-    assert [p.to_dict() for p in derived.phases] == [p.to_dict() for p in given.phases]
+    assert derived.phases == given.phases
     assert derived.summary is not None and "at context 515" in derived.summary.assumed[0]
 
 

@@ -9,6 +9,7 @@ from functools import cache
 from pathlib import Path
 
 import jsonschema
+import msgspec
 import orjson
 import pytest
 
@@ -132,7 +133,7 @@ def test_cli_json_and_report(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     schema = json.loads((ROOT / "attrib" / "data" / "attrib.analysis-1.schema.json").read_text())
     jsonschema.validate(doc, schema)
     w = _wi("weights=int4,kv=fp8")
-    assert w is not None and doc["what_if"] == orjson.loads(orjson.dumps(w.to_dict()))
+    assert w is not None and doc["what_if"] == orjson.loads(msgspec.json.encode(w))
     assert doc["what_if"]["formats"] == "weights=int4,kv=fp8"
     an = with_what_if(_base(), model_budget(CONFIG), parse_formats("weights=int4,kv=fp8"))
     assert "what-if weights=int4,kv=fp8 (projection)" in table.render(an)

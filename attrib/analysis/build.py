@@ -15,7 +15,8 @@ import msgspec
 from msgspec.structs import replace
 import polars as pl
 
-from attrib.analysis.model import (Analysis, Component, Coverage, Device, Distributed, ExcludedStep,
+from attrib.analysis.model import (Analysis, Bottlenecks, Component, Coverage, Device,
+                                   Distributed, ExcludedStep,
                                    LedgerRow, Phase, Source, StepMs, TopKernel)
 from attrib.analysis.bottlenecks import rank
 from attrib.analysis.finding import Finding
@@ -177,7 +178,8 @@ def _step_ledgers(led: Ledger | None, steps: pl.DataFrame) -> tuple[tuple[Ledger
     for r in rows.iter_rows(named=True):
         share = r["ns"] / r["w"] if r["w"] else None
         by_step.setdefault(r["step"], []).append(
-            LedgerRow(r["cause"], r["what"], r["ns"] / 1e6, share, r["n"])
+            LedgerRow(cause=r["cause"], what=r["what"], ms_per_step=r["ns"] / 1e6, share=share,
+                      n_per_step=r["n"])
         )
     return tuple(tuple(by_step.get(s, ())) for s in order["step"].to_list())
 
@@ -215,8 +217,11 @@ def _phase(phase: str, steps: pl.DataFrame, k: pl.DataFrame, arch: Arch | None,
         component_rows=rows, kernel_rows=_top_kernels(k, arch, what_if, top_n, n),
         context_from=_text(ctx_from.mode().first()) if ctx_from.len() else None,
         per_step=replace(series, ledger=_step_ledgers(led, steps)),
-        excluded_steps=excluded, known_ms=fig["known_ms"] * n, total_ms=fig["total_ms"] * n,
-        ledger_rows=_ledger_rows(led, all_steps if all_steps is not None else steps, phase))
+        excluded_steps=excluded, known_ms=round(fig["known_ms"] * n, 6),
+        total_ms=round(fig["total_ms"] * n, 6),
+        ledger_rows=_ledger_rows(led, all_steps if all_steps is not None else steps, phase),
+        bottlenecks=Bottlenecks(), unit="tokens", samples_per_step=None, achieved_samples_s=None,
+        gb_per_sample=None)
     return _per_sample(ph, steps)
 
 
@@ -228,7 +233,8 @@ def _per_sample(ph: Phase, steps: pl.DataFrame) -> Phase:
     samples = int(_num(steps["samples"].median()))
     step_ms, gb = ph.step_ms.mean, ph.bytes_per_step
     return replace(ph, tokens_per_step=None, tokens_from=None, gb_per_token=None,
-                   ceiling_tok_s=None, achieved_tok_s=None, samples_per_step=samples,
+                   ceiling_tok_s=None, achieved_tok_s=None, unit="samples",
+                   samples_per_step=samples,
                    achieved_samples_s=_r(samples / (step_ms / 1e3), 2) if step_ms else None,
                    gb_per_sample=_r(gb / samples / 1e9, 6) if gb else None)
 
@@ -432,7 +438,8 @@ def build(a: Attribution, phase: str | None = None, arch: Arch | None = None,
     notes += [unrecorded] if unrecorded else []
     an = Analysis(source=_source(a), device=device(t, arch, arch_from or "unknown"),
                   provenance=dict(t.meta.provenance), distributed=distributed(t), phases=phases,
-                  coverage=_coverage(a, phases), notes=tuple(notes))
+                  coverage=_coverage(a, phases), findings=(), notes=tuple(notes),
+                  summary=None)
     model = budget.source.removeprefix("model config ") if budget is not None else None
     cap = capture.name if capture is not None else None
     return replace(an, summary=summary(an, model, cap, budget.context if budget else None))

@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Union
+from typing import Any, Union
 
 import msgspec
 from msgspec import field
-from msgspec.structs import replace
+from msgspec.structs import force_setattr, replace
 
 SEVERITIES = ("high", "medium", "info")
 # what a finding's ms_per_step accounts for, besides the components it names
 EXPLAINS = ("idle", "step")
 
 JSON = Union[None, bool, int, float, str, list["JSON"], tuple["JSON", ...], dict[str, "JSON"]]
-Evidence = dict[str, object]  # the raw figures behind a finding (plain JSON values)
+Evidence = dict[str, Any]  # the raw figures behind a finding (plain JSON values)
 
 
 def count(n: float | None, noun: str, plural: str | None = None) -> str:
@@ -26,32 +26,36 @@ def _figure(v: object) -> str:
     return f"{v:.4g}" if isinstance(v, float) else str(v)
 
 
-class Finding(msgspec.Struct, frozen=True):
-    """One pathology hit.
+class Finding(msgspec.Struct, frozen=True, kw_only=True):
+    """One pathology hit, as the document holds it (fields in the document's order).
 
-    ms_per_step: the milliseconds per step it explains; phase: the phase it is about (None: the
-    whole trace); components: the component rows it accounts for; explains: the non-component row
-    it accounts for ("idle": the GPU idle row, "step": the whole step's distance from its floor);
-    evidence: the raw figures behind it; projection: measured on another device and projected."""
+    summary: the evidence in words, one sentence (the rule's own, else `phrase` builds one when
+    the finding is made); ms_per_step: the milliseconds per step it explains; phase:
+    the phase it is about (None: the whole trace); components: the component rows it accounts
+    for; explains: the non-component row it accounts for ("idle": the GPU idle row, "step": the
+    whole step's distance from its floor); evidence: the raw figures behind it; projection:
+    measured on another device and projected."""
 
     rule: str
     severity: str
     title: str
+    summary: str | None = None
     ms_per_step: float | None = None
+    projection: bool = False
     evidence: Evidence = field(default_factory=dict)
     remedy: str | None = None
     references: tuple[str, ...] = ()
-    projection: bool = False
     phase: str | None = None
     components: tuple[str, ...] = ()
     explains: str | None = None
-    summary: str | None = None  # the evidence in words, one sentence (else `phrase` builds one)
 
     def __post_init__(self) -> None:
         if self.severity not in SEVERITIES:
             raise ValueError(f"severity {self.severity!r} not in {SEVERITIES}")
         if self.explains is not None and self.explains not in EXPLAINS:
             raise ValueError(f"explains {self.explains!r} not in {EXPLAINS}")
+        if self.summary is None:
+            force_setattr(self, "summary", self.phrase())
 
     def projected(self, device: str) -> Finding:
         """This finding as a what-if: said in the title, flagged in the JSON."""
@@ -72,10 +76,6 @@ class Finding(msgspec.Struct, frozen=True):
         return phrase or self.title
 
     def to_json(self) -> dict[str, object]:
-        ms = self.ms_per_step
-        return {"rule": self.rule, "severity": self.severity,
-                "title": self.title, "summary": self.phrase(),
-                "ms_per_step": None if ms is None else round(float(ms), 4),
-                "projection": self.projection,
-                "evidence": dict(self.evidence), "remedy": self.remedy,
-                "references": list(self.references)}
+        """The finding as the document holds it."""
+        out: dict[str, object] = msgspec.json.decode(msgspec.json.encode(self))
+        return out

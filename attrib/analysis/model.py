@@ -7,11 +7,13 @@ records, each also given as a polars DataFrame. `Analysis.to_dict()` is the only
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Mapping
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping
 
 import msgspec
 from msgspec import field
-from msgspec.structs import fields, replace
+from msgspec.structs import fields, force_setattr, replace
 import orjson
 import polars as pl
 
@@ -21,7 +23,7 @@ from attrib.cost.dtypes import PEAK_KEY
 from attrib.analysis.whatif import WhatIf
 
 from attrib.analysis.speculative import Speculative
-from attrib.errors import UsageError
+from attrib.errors import TraceError, UsageError
 
 if TYPE_CHECKING:
     from attrib.analysis.summary import Summary
@@ -82,24 +84,32 @@ class Source(msgspec.Struct, frozen=True):
     kernels_outside_steps: int
 
 
-class Device(msgspec.Struct, frozen=True):
-    """The device the rooflines are drawn for (None fields where unknown)."""
+class Device(msgspec.Struct, frozen=True, kw_only=True):
+    """The device the rooflines are drawn for (None fields where unknown). known: an entry of
+    the device database (else only what the trace said); calibrated: attrib calibrate's record,
+    when its entry; measured_tflops: the calibrated matrix TFLOP/s; roofline_tflops_basis:
+    "measured" where calibrated, else "peak" (set from measured_tflops)."""
 
     arch: str | None
     name: str | None
+    key: str | None = None
     detected_from: str
     peak_bw_gbs: float | None
     sustained_bw_gbs: float | None
-    vendor: str | None
-    key: str | None = None
     roofline_bw_gbs: float | None = None
     roofline_bw_basis: str | None = None
+    roofline_tflops_basis: str = "peak"
     sustained_source: str | None = None
     derived: tuple[str, ...] = ()
     matrix_tflops: Mapping[str, float] = field(default_factory=dict)
-    known: bool = False  # an entry of the device database (else only what the trace said)
-    calibrated: Mapping[str, object] | None = None  # attrib calibrate's record, when its entry
-    measured_tflops: Mapping[str, float] = field(default_factory=dict)  # calibrated matrix TFLOP/s
+    calibrated: Mapping[str, Any] | None = None
+    vendor: str | None
+    known: bool = False
+    measured_tflops: Mapping[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        basis = "measured" if self.measured_tflops else "peak"
+        force_setattr(self, "roofline_tflops_basis", basis)
 
     @property
     def roofline_bw(self) -> float | None:
@@ -119,32 +129,8 @@ class Device(msgspec.Struct, frozen=True):
         return (float(v), "measured") if v else (self.matrix_peak(dtype), "peak")
 
     @property
-    def roofline_tflops_basis(self) -> str:
-        return "measured" if self.measured_tflops else "peak"
-
-    @property
     def what_if(self) -> bool:
         return self.detected_from == "override"
-
-    def to_dict(self) -> dict[str, object]:
-        if not self.known:
-            return {"arch": self.arch, "name": self.name,
-                    "detected_from": "unknown",
-                    "peak_bw_gbs": self.peak_bw_gbs,
-                    "sustained_bw_gbs": self.sustained_bw_gbs,
-                    "vendor": self.vendor}
-        return {"arch": self.arch, "name": self.name, "key": self.key,
-                "detected_from": self.detected_from,
-                "peak_bw_gbs": self.peak_bw_gbs,
-                "sustained_bw_gbs": self.sustained_bw_gbs,
-                "roofline_bw_gbs": self.roofline_bw_gbs,
-                "roofline_bw_basis": self.roofline_bw_basis,
-                "roofline_tflops_basis": self.roofline_tflops_basis,
-                "sustained_source": self.sustained_source,
-                "derived": list(self.derived),
-                "matrix_tflops": dict(self.matrix_tflops),
-                "calibrated": dict(self.calibrated) if self.calibrated else None,
-                "vendor": self.vendor}
 
 
 class StepMs(msgspec.Struct, frozen=True):
@@ -215,14 +201,14 @@ class ExcludedStep(msgspec.Struct, frozen=True):
 
 class LedgerRow(msgspec.Struct, frozen=True):
     """Where a step's time goes: one cause (kernels, copy, outside, sync, host, launch, profiler),
-    what holds it (a component, an op or frame, a call), ms per step and its share of the step;
-    n_per_step: intervals (or kernels) behind it; median_us: the median interval (idle rows)."""
+    what holds it (a component, an op or frame, a call), ms per step and its share of the step; n_per_step: intervals (or kernels) behind it; median_us: the median interval (idle
+    rows)."""
 
     cause: str
     what: str
     ms_per_step: float
     share: float | None
-    n_per_step: float | None = None
+    n_per_step: int | float | None = None  # a count (one step), or a mean count
     median_us: float | None = None
 
 
@@ -240,7 +226,7 @@ class StepSeries(msgspec.Struct, frozen=True):
     components: Mapping[str, tuple[float, ...]]
     ledger: tuple[tuple[LedgerRow, ...], ...] = ()  # per step, its window's rows
     # per step, when its GPU ran: the union of its kernels' intervals (start, end ms from the
-    # trace's first step, gaps under BUSY_GAP_MS closed); the timeline plot's, not in the JSON
+    # trace's first step, gaps under BUSY_GAP_MS closed): the timeline plot's
     busy_ms: tuple[tuple[tuple[float, float], ...], ...] = ()
 
     def frame(self) -> pl.DataFrame:
@@ -249,13 +235,6 @@ class StepSeries(msgspec.Struct, frozen=True):
                 if f.name not in ("components", "ledger", "busy_ms")}
         comps = {c: list(v) for c, v in self.components.items()}
         return pl.DataFrame(base | comps, strict=False)
-
-    def to_dict(self) -> dict[str, object]:
-        out: dict[str, object] = {f.name: list(getattr(self, f.name)) for f in fields(self)
-                                  if f.name not in ("components", "ledger", "busy_ms")}
-        out["components"] = {c: list(v) for c, v in self.components.items()}
-        out["ledger"] = [[_ledger_row(r) for r in rows] for rows in self.ledger]
-        return out
 
 
 class Bottleneck(msgspec.Struct, frozen=True):
@@ -269,13 +248,6 @@ class Bottleneck(msgspec.Struct, frozen=True):
     evidence: Evidence
     findings: tuple[int, ...]
     rank: int = 0
-
-    def to_dict(self) -> dict[str, object]:
-        return {"kind": self.kind, "component": self.component,
-                "ms_per_step": self.ms_per_step,
-                "share_of_step": self.share_of_step, "what": self.what,
-                "evidence": dict(self.evidence),
-                "findings": list(self.findings), "rank": self.rank}
 
 
 class Unpriced(msgspec.Struct, frozen=True):
@@ -303,14 +275,12 @@ class Bottlenecks(msgspec.Struct, frozen=True):
     unpriced: tuple[Unpriced, ...] = ()
     total: Total | None = None
 
-    def to_dict(self) -> dict[str, object]:
-        return {"ranked": [b.to_dict() for b in self.ranked],
-                "unpriced": [_record(u) for u in self.unpriced],
-                "total": None if self.total is None else _record(self.total)}
 
-
-class Phase(msgspec.Struct, frozen=True):
-    """One phase's figures (per mean counted step unless named a total or a median)."""
+class Phase(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """One phase's figures (per mean counted step unless named a total or a median), in the
+    document's order. A vision/diffusion phase has unit "samples" and its per-sample figures (no
+    token figures); a speculative loop adds its rounds. known_ms: priced kernel time
+    whose bytes count, total_ms: kernel time, each summed over the steps."""
 
     phase: str
     steps: int
@@ -327,19 +297,21 @@ class Phase(msgspec.Struct, frozen=True):
     ceiling_tok_s: float | None
     excluded_components: tuple[str, ...]
     communication_share: float | None
-    component_rows: tuple[Component, ...]
-    kernel_rows: tuple[TopKernel, ...]
+    component_rows: tuple[Component, ...] = field(name="components")
+    kernel_rows: tuple[TopKernel, ...] = field(name="top_kernels")
     context_from: str | None
+    # the mean counted step, by cause; sums to its time
+    ledger_rows: tuple[LedgerRow, ...] = field(name="ledger")
+    unit: str  # "tokens", or "samples" (images): a vision/diffusion forward's figures per sample
+    samples_per_step: int | None
+    achieved_samples_s: float | None
+    gb_per_sample: float | None
     per_step: StepSeries
     excluded_steps: tuple[ExcludedStep, ...]
-    known_ms: float  # priced kernel time whose bytes count, summed over the steps
-    total_ms: float  # kernel time, summed over the steps
-    ledger_rows: tuple[LedgerRow, ...] = ()  # the mean counted step, by cause; sums to its time
-    samples_per_step: int | None = None  # a vision/diffusion forward: samples (images) per step
-    achieved_samples_s: float | None = None
-    gb_per_sample: float | None = None
-    bottlenecks: Bottlenecks = Bottlenecks()
+    bottlenecks: Bottlenecks
     speculative: Speculative | None = None  # a speculative loop's rounds (decode phase)
+    known_ms: float
+    total_ms: float
 
     @property
     def components(self) -> pl.DataFrame:
@@ -357,36 +329,6 @@ class Phase(msgspec.Struct, frozen=True):
 
     def component(self, name: str) -> Component | None:
         return next((c for c in self.component_rows if c.component == name), None)
-
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "phase": self.phase, "steps": self.steps,
-            "tokens_per_step": self.tokens_per_step,
-            "tokens_from": self.tokens_from,
-            "step_ms": _record(self.step_ms),
-            "kernel_ms": self.kernel_ms,
-            "idle_fraction": self.idle_fraction, "idle_ms": self.idle_ms,
-            "bytes_per_step": self.bytes_per_step,
-            "gb_per_token": self.gb_per_token,
-            "bytes_known_share": self.bytes_known_share,
-            "achieved_tok_s": self.achieved_tok_s,
-            "ceiling_tok_s": self.ceiling_tok_s,
-            "excluded_components": list(self.excluded_components),
-            "communication_share": self.communication_share,
-            "components": [_record(c) for c in self.component_rows],
-            "top_kernels": [_record(t) for t in self.kernel_rows],
-            "context_from": self.context_from,
-            "ledger": [_ledger_row(r) for r in self.ledger_rows],
-            **({"unit": "samples", "samples_per_step": self.samples_per_step,
-                "achieved_samples_s": self.achieved_samples_s, "gb_per_sample": self.gb_per_sample}
-               if self.samples_per_step else {}),
-            "per_step": self.per_step.to_dict(),
-            "excluded_steps": [_record(x) for x in self.excluded_steps],
-            "bottlenecks": self.bottlenecks.to_dict(),
-            **({"speculative": self.speculative.to_dict()} if self.speculative else {}),
-        }
-
-
 
     def __repr__(self) -> str:
         """One line: the phase, its steps, mean step, tokens per step, tok/s."""
@@ -409,24 +351,26 @@ class Distributed(msgspec.Struct, frozen=True):
     world_size: int | None
 
 
-class Analysis(msgspec.Struct, frozen=True):
+class Analysis(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True,
+               tag_field="schema", tag=SCHEMA_ID):
     """The analysis of one trace: its source, device, capture stamp, phases, findings and notes.
+    The struct is the `attrib.analysis/1` document: `to_json` encodes it, `load` decodes one.
 
     >>> an = attrib.analyze("trace.json.gz")          # doctest: +SKIP
     >>> an.phase("decode").achieved_tok_s, an.findings[0].title   # doctest: +SKIP
-    >>> an.to_json()                                  # the attrib.analysis/1 document  # doctest: +SKIP
+    >>> an.save("trace.attrib.json"); Analysis.load("trace.attrib.json") == an  # doctest: +SKIP
     """
 
+    summary: Summary | None  # the verdict: attrib.analysis.summary
     source: Source
     device: Device
-    provenance: Mapping[str, JSON]
+    provenance: Mapping[str, Any]
     distributed: Distributed | None
     phases: tuple[Phase, ...]
     coverage: Coverage
-    findings: tuple[Finding, ...] = ()
-    notes: tuple[str, ...] = ()
+    findings: tuple[Finding, ...]
+    notes: tuple[str, ...]
     what_if: WhatIf | None = None  # --what-if: the decode phase at other formats (a projection)
-    summary: Summary | None = None  # the verdict: attrib.analysis.summary
 
     def phase(self, name: str) -> Phase | None:
         """The phase called `name`; None for a standard phase this trace does not hold. Any other
@@ -477,25 +421,43 @@ class Analysis(msgspec.Struct, frozen=True):
         return replace(self, findings=findings, phases=phases)
 
     def to_dict(self) -> dict[str, object]:
-        """The attrib.analysis/1 document."""
-        dist = self.distributed
-        return {
-            "schema": SCHEMA_ID,
-            "summary": None if self.summary is None else self.summary.to_dict(),
-            "source": _record(self.source),
-            "device": self.device.to_dict(),
-            "provenance": dict(self.provenance),
-            "distributed": None if dist is None else _record(dist),
-            "phases": [p.to_dict() for p in self.phases],
-            "coverage": _record(self.coverage),
-            "findings": [f.to_json() for f in self.findings],
-            "notes": list(self.notes),
-            **({"what_if": self.what_if.to_dict()} if self.what_if is not None else {}),
-        }
+        """The attrib.analysis/1 document as plain values."""
+        out: dict[str, object] = msgspec.json.decode(msgspec.json.encode(self))
+        return out
 
     def to_json(self) -> str:
         """The document as indented JSON text (what `attrib analyze --format json` prints)."""
-        return orjson.dumps(self.to_dict(), option=orjson.OPT_INDENT_2).decode() + "\n"
+        return orjson.dumps(msgspec.to_builtins(self), option=orjson.OPT_INDENT_2).decode() + "\n"
+
+    def save(self, path: str | Path) -> None:
+        """Write the document to `path` (replacing it)."""
+        Path(path).write_text(self.to_json())
+
+    @staticmethod
+    def is_document(path: str | Path) -> bool:
+        """Whether `path` is a plain file that opens as this document (its tag the first key, as
+        `to_json` and msgspec write it): what multi-trace commands load instead of analyzing."""
+        p = Path(path)
+        if not p.is_file():
+            return False
+        with p.open("rb") as f:
+            head = f.read(64)
+        return re.match(rb'\s*\{\s*"schema"\s*:\s*"attrib\.analysis/1"', head) is not None
+
+    @classmethod
+    def load(cls, path: str | Path) -> Analysis:
+        """The analysis a document holds (what `analyze --format json` or `save` wrote)."""
+        return cls.decode(Path(path).read_bytes(), str(path))
+
+    @classmethod
+    def decode(cls, text: bytes | str, name: str = "<text>") -> Analysis:
+        """The analysis of a document's text; a TraceError naming `name` if it is not one."""
+        try:
+            return msgspec.json.decode(text, type=cls)
+        except msgspec.ValidationError as e:
+            raise TraceError(name, f"not an {SCHEMA_ID} document: {e}") from None
+        except msgspec.DecodeError as e:
+            raise TraceError(name, f"not JSON: {e}") from None
 
 
 # the annotation `Summary | None` resolved at run time too (help(), typing.get_type_hints): the

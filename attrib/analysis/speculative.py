@@ -57,7 +57,7 @@ class Depth(msgspec.Struct, frozen=True):
     speedup: float | None
 
 
-class Speculative(msgspec.Struct, frozen=True):
+class Speculative(msgspec.Struct, frozen=True, kw_only=True):
     """A phase's speculative loop, measured (module docstring)."""
 
     proposer: str  # "draft model" | "no draft model (prompt lookup / n-gram)"
@@ -69,7 +69,8 @@ class Speculative(msgspec.Struct, frozen=True):
     rounds_by_position: tuple[int, ...]  # the rounds each position's share is of
     draft_pass_ms: float | None  # median draft pass (0 without a draft model)
     verify_pass_ms: float | None  # median verify pass at full depth
-    other_ms: float | None  # median rest of a full-depth round
+    # median rest of a full-depth round
+    other_ms: float | None = msgspec.field(name="other_round_ms")
     tokens_per_round: float | None
     effective_tok_s: float | None
     plain_step_ms: float | None
@@ -87,44 +88,6 @@ class Speculative(msgspec.Struct, frozen=True):
     plain_tok_s: float | None = None  # plain decode, 1000 / plain_step_ms
     verified_tok_s: float | None = None  # the decode steps' tokens (1 + K a pass) over their time
     verify_ceiling_tok_s: float | None = None  # the verify pass's bandwidth ceiling in those
-
-    def to_dict(self) -> dict[str, object]:
-        rs = self.rounds
-        return {
-            "proposer": self.proposer,
-            "rounds": [_round_dict(r) for r in rs],
-            "proposed": self.proposed, "accepted": self.accepted,
-            "acceptance": self.acceptance,
-            "acceptance_by_position": list(self.acceptance_by_position),
-            "rounds_by_position": list(self.rounds_by_position),
-            "draft_ms": [r.draft_ms for r in rs],
-            "verify_ms": [r.verify_ms for r in rs],
-            "other_ms": [r.other_ms for r in rs],
-            "draft_pass_ms": self.draft_pass_ms,
-            "verify_pass_ms": self.verify_pass_ms,
-            "other_round_ms": self.other_ms,
-            "tokens_per_round": self.tokens_per_round,
-            "effective_tok_s": self.effective_tok_s,
-            "plain_step_ms": self.plain_step_ms, "plain_from": self.plain_from,
-            "speedup": self.speedup,
-            "expected": [{"k": d.k, "tokens_per_round": d.tokens_per_round,
-                          "round_ms": d.round_ms, "speedup": d.speedup}
-                         for d in self.expected],
-            "best_k": self.best_k, "verdict": self.verdict,
-            "proposed_from": self.proposed_from, "accepted_from": self.accepted_from,
-            "forward_from": self.forward_from,
-            "batch": self.batch, "generated_tokens": self.generated_tokens,
-            "decode_ms": self.decode_ms, "plain_tok_s": self.plain_tok_s,
-            "verified_tok_s": self.verified_tok_s,
-            "verify_ceiling_tok_s": self.verify_ceiling_tok_s,
-        }
-
-
-def _round_dict(r: Round) -> dict[str, object]:
-    return {"round": r.round, "proposed": r.proposed, "accepted": r.accepted,
-            "verified": r.verified, "drafts": r.drafts, "draft_ms": r.draft_ms,
-            "verify_ms": r.verify_ms, "other_ms": r.other_ms, "round_ms": r.round_ms,
-            "prefill": r.prefill}
 
 
 def _ms(ns: object) -> float:

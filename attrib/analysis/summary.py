@@ -16,7 +16,6 @@ from statistics import median
 
 import msgspec
 
-from attrib.analysis.records import as_dict
 from attrib.analysis.finding import Finding
 from attrib.analysis.model import Analysis, Bottleneck, Phase
 from attrib.components.taxonomy import GEMM_COMPONENTS
@@ -89,17 +88,6 @@ class Summary(msgspec.Struct, frozen=True):
     assumed: tuple[str, ...]
     phases: tuple[PhaseSummary, ...]
     caveats: tuple[str, ...] = ()
-
-    def to_dict(self) -> dict[str, object]:
-        """As JSON: records as objects, tuples as lists."""
-        out: dict[str, object] = _lists(as_dict(self))  # type: ignore[assignment]
-        return out
-
-
-def _lists(v: object) -> object:
-    if isinstance(v, dict):
-        return {k: _lists(x) for k, x in v.items()}
-    return [_lists(x) for x in v] if isinstance(v, (tuple, list)) else v
 
 
 def _time(ph: Phase) -> tuple[tuple[TimeShare, ...], float | None]:

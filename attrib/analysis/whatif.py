@@ -7,7 +7,6 @@ from collections.abc import Mapping
 
 import msgspec
 
-from attrib.analysis.records import as_dict
 
 LABEL = "projection"
 
@@ -46,11 +45,3 @@ class WhatIf(msgspec.Struct, frozen=True):
     rows: tuple[WhatIfRow, ...]
     notes: tuple[str, ...] = ()
     label: str = LABEL
-
-    def to_dict(self) -> dict[str, object]:
-        out: dict[str, object] = as_dict(self)
-        out["weight_bits_from"] = dict(self.weight_bits_from)
-        out["weight_bits_to"] = dict(self.weight_bits_to)
-        out["rows"] = [as_dict(r) for r in self.rows]
-        out["notes"] = list(self.notes)
-        return out

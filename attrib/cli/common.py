@@ -126,6 +126,7 @@ def cli() -> None:
 
 def analyses(traces: tuple[Path, ...], phase_map: dict[str, str], arch_name: str | None,
           arch_file: Path | None, baseline: Path | None = None) -> list[Analysis]:
+    from attrib.analysis.model import Analysis
     from attrib.app import analyze_path, resolve_arch
     from attrib.options import Options
 
@@ -134,6 +135,9 @@ def analyses(traces: tuple[Path, ...], phase_map: dict[str, str], arch_name: str
                    baseline=baseline)
     out = []
     for t in traces:
+        if Analysis.is_document(t):  # a saved analysis (analyze --format json): as it was
+            out.append(Analysis.load(t))
+            continue
         with progress(f"analyzing {t}"):
             out.append(analyze_path(t, opts, warn=warn))
     return out

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -17,6 +17,9 @@ from attrib.cli import numbers
 from attrib.cli.common import (OUTPUT_HELP, OUTPUT_RULES, analyses, arch_options, check_output,
                                cli, dump, file_options, parse_phase_map, phase_map_option,
                                printable_lines, warn, write)
+
+if TYPE_CHECKING:
+    from attrib.analysis.model import Analysis
 
 
 @cli.command()
@@ -77,8 +80,7 @@ def compare(traces: tuple[Path, ...], bases: tuple[Path, ...], cands: tuple[Path
     pm = parse_phase_map(phase_map)
     base_docs = analyses(bases, pm, arch_name, arch_file, baseline)
     cand_docs = analyses(cands, pm, arch_name, arch_file, baseline)
-    base_dicts, cand_dicts = [b.to_dict() for b in base_docs], [c.to_dict() for c in cand_docs]
-    cmp = compare_docs(base_dicts, cand_dicts, min_effect_pct=min_effect, gate_pct=gate,
+    cmp = compare_docs(base_docs, cand_docs, min_effect_pct=min_effect, gate_pct=gate,
                        allow_mismatch=allow_mismatch,
                        findings=tuple(baseline_findings(base_docs[0], cand_docs[0])))
     plots = plots_mod.compare_plots(cmp.phases) if fmt == "html" else {}
@@ -114,9 +116,9 @@ def _runs_of(run: Path) -> list[Path]:
     return found
 
 
-def _step_name(run: Path, docs: list[dict[str, Any]]) -> str:
+def _step_name(run: Path, docs: list[Analysis]) -> str:
     """A step's name: the stamp's extra step or note, else the folder's or file's name."""
-    extra = (docs[0].get("provenance") or {}).get("extra") or {}
+    extra = docs[0].provenance.get("extra") or {}
     for key in ("step", "note"):
         if isinstance(extra.get(key), str) and extra[key].strip():
             return extra[key].strip()
@@ -157,7 +159,7 @@ def ladder(runs: tuple[Path, ...], min_effect: float | None, fmt: str | None,
     pm = parse_phase_map(phase_map)
     steps = []
     for run, fs in zip(runs, files):
-        docs = [d.to_dict() for d in analyses(tuple(fs), pm, arch_name, arch_file)]
+        docs = analyses(tuple(fs), pm, arch_name, arch_file)
         steps.append((_step_name(run, docs), docs))
     lad = ladder_mod.ladder(steps, MIN_EFFECT_PCT if min_effect is None else min_effect)
     fmt = fmt or (renderers.by_suffix(output, "table").name if output else "table")
@@ -201,7 +203,7 @@ traces: tuple[Path, ...], phase: str, fmt: str | None, phase_map: tuple[str, ...
         raise UsageError(f"slope writes {', '.join(slope_render.FORMATS)}, not {fmt}")
     check_output(output, force)
     docs = analyses(traces, parse_phase_map(phase_map), None, None)
-    res = slope_fit([d.to_dict() for d in docs], phase)
+    res = slope_fit(docs, phase)
     if not res.rows:
         raise UsageError(f"no {phase} steps with a known context in two or more traces: "
                          "nothing to fit (" + "; ".join(res.notes) + ")")
@@ -331,8 +333,7 @@ def trend(
     if not files:
         raise TraceError(folder, "holds no trace attrib can read")
     analysed = analyses(tuple(files), parse_phase_map(phase_map), arch_name, arch_file)
-    docs = [d.to_dict() for d in analysed]
-    doc = trend_mod.trend(docs, phase, window, min_effect)
+    doc = trend_mod.trend(analysed, phase, window, min_effect)
     if not doc["rows"]:
         raise UsageError(f"{folder}: no {phase!r} phase in any of its {len(files)} traces")
     fmt = fmt or {".json": "json", ".html": "html"}.get(output.suffix if output else "", "table")

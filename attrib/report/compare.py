@@ -22,6 +22,7 @@ is at least `min_effect_pct` (and 1 microsecond); `not testable` with one step p
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import math
@@ -31,6 +32,7 @@ import numpy as np
 
 from attrib.analysis.records import as_dict
 from attrib.analysis.finding import Finding
+from attrib.analysis.model import Analysis, Phase
 from attrib.report import speculative as spec_report
 from attrib.report.ledger_diff import LedgerDiff, explain, ledger_diff, moved_words
 from attrib.report.outputs import OutputsCheck, outputs_check
@@ -260,22 +262,21 @@ def stats(base: list[list[float]], cand: list[list[float]],
                  round(lo, 4), round(hi, 4), verdict)
 
 
-def _phase(docs: list[dict[str, Any]], phase: str) -> list[dict[str, Any]]:
-    return [p for d in docs for p in d["phases"] if p["phase"] == phase]
+def _phase(docs: Sequence[Analysis], phase: str) -> list[Phase]:
+    return [p for d in docs for p in d.phases if p.phase == phase]
 
 
-def _generated(ph: dict[str, Any]) -> list[float] | None:
+def _generated(ph: Phase) -> list[float] | None:
     """A speculative loop's ms per generated token: each round after the prefill's gives its
     time over its accepted + 1 tokens once per token (so the mean is the rounds' time over
     their tokens, the analysis's rate); None for a plain phase."""
-    rounds = (ph.get("speculative") or {}).get("rounds") or ()
-    out = [r["round_ms"] / (r["accepted"] + 1) for r in rounds
-           if not r.get("prefill") and r.get("round_ms") is not None
-           for _ in range(r["accepted"] + 1)]
+    rounds = ph.speculative.rounds if ph.speculative is not None else ()
+    out = [r.round_ms / (r.accepted + 1) for r in rounds
+           if not r.prefill and r.accepted is not None for _ in range(r.accepted + 1)]
     return out or None
 
 
-def _series(phs: list[dict[str, Any]], key: str, component: str | None = None,
+def _series(phs: list[Phase], key: str, component: str | None = None,
             per_token: bool = False) -> list[list[float]]:
     """Per trace, the per-step values of `key` (or a component's ms); per token: over the
     step's tokens, or for a speculative loop's step time, a round's over its generated tokens."""
@@ -285,16 +286,17 @@ def _series(phs: list[dict[str, Any]], key: str, component: str | None = None,
         if gen is not None:
             out.append(gen)
             continue
-        s = ph["per_step"]
-        vals = s["components"].get(component, [0.0] * len(s["step"])) if component else s[key]
-        toks = s["tokens"]
+        s = ph.per_step
+        vals: Sequence[float | None] = (s.components.get(component, (0.0,) * len(s.step))
+                                        if component else getattr(s, key))
+        toks = s.tokens
         if per_token:
             vals = [v / t for v, t in zip(vals, toks) if v is not None and t]
         out.append([v for v in vals if v is not None])
     return out
 
 
-def _row(name: str, step: bool, b: list[dict[str, Any]], c: list[dict[str, Any]], key: str,
+def _row(name: str, step: bool, b: list[Phase], c: list[Phase], key: str,
          comp: str | None, min_effect: float) -> Row:
     return Row(name, step, stats(_series(b, key, comp), _series(c, key, comp), min_effect),
                stats(_series(b, key, comp, True), _series(c, key, comp, True), min_effect))
@@ -394,30 +396,30 @@ def _gate(phases: tuple[PhaseComparison, ...], pct: float, not_comparable: str |
                 moved)
 
 
-def _compare_phase(ph: str, b: list[dict[str, Any]], c: list[dict[str, Any]],
+def _compare_phase(ph: str, b: list[Phase], c: list[Phase],
                    min_effect_pct: float, one_run: bool) -> PhaseComparison:
-    comps = list(dict.fromkeys(x["component"] for p in b + c for x in p["components"]))
+    comps = list(dict.fromkeys(x.component for p in b + c for x in p.component_rows))
     step = _row(ph, True, b, c, "step_ms", None, min_effect_pct)
     kern = _row(ph, True, b, c, "kernel_ms", None, min_effect_pct)
     rows = tuple(sorted((_row(x, False, b, c, "", x, min_effect_pct) for x in comps),
                         key=lambda r: -abs(r.stats.delta_ms or 0)))
-    diff = ledger_diff(b, c) if all(p.get("ledger") for p in b + c) else None
+    diff = ledger_diff(b, c) if all(p.ledger_rows for p in b + c) else None
     level = _run_level(step.stats, diff, min_effect_pct) if one_run and diff else None
-    spec = any(p.get("speculative") for p in b + c)
+    spec = any(p.speculative is not None for p in b + c)
     step = _settle(step, level, per_token=not spec)
-    steps = (sum(p["steps"] for p in b), sum(p["steps"] for p in c))
-    tokens = (b[0]["tokens_per_step"], c[0]["tokens_per_step"])
+    steps = (sum(p.steps for p in b), sum(p.steps for p in c))
+    tokens = (b[0].tokens_per_step, c[0].tokens_per_step)
     return PhaseComparison(ph, step, kern, rows, steps, tokens,
                            _cause(step.stats, diff, min_effect_pct),
                            tuple(spec_report.compare_rows(b, c)), diff, level)
 
 
-def compare(base: list[dict[str, Any]], cand: list[dict[str, Any]],
+def compare(base: Sequence[Analysis], cand: Sequence[Analysis],
             min_effect_pct: float = MIN_EFFECT_PCT, gate_pct: float | None = None,
             allow_mismatch: bool = False, findings: tuple[Finding, ...] = ()) -> Comparison:
-    """The Comparison of two sides' analysis documents."""
-    names_b = [p["phase"] for d in base for p in d["phases"]]
-    names_c = {p["phase"] for d in cand for p in d["phases"]}
+    """The Comparison of two sides' analyses (each side one or more runs)."""
+    names_b = [p.phase for d in base for p in d.phases]
+    names_c = {p.phase for d in cand for p in d.phases}
     phases = [p for p in dict.fromkeys(names_b) if p in names_c]
     notes = [f"phase {p} only in {side}" for side, a, o in (("base", names_b, names_c),
                                                             ("cand", names_c, set(names_b)))
@@ -437,7 +439,7 @@ def compare(base: list[dict[str, Any]], cand: list[dict[str, Any]],
                                   f"outputs differ ({outputs.why})" if outputs.differ else None)
                       if x)
     gate = None if gate_pct is None else _gate(out, gate_pct, apart or None, allow_mismatch)
-    base_paths = tuple(d["source"]["path"] for d in base)
-    cand_paths = tuple(d["source"]["path"] for d in cand)
+    base_paths = tuple(str(d.source.path) for d in base)
+    cand_paths = tuple(str(d.source.path) for d in cand)
     return Comparison(base_paths, cand_paths, diff,
                       variance, min_effect_pct, out, gate, tuple(notes), findings, outputs)

@@ -23,6 +23,7 @@ from typing import Any
 
 import msgspec
 
+from attrib.analysis.model import Analysis
 from attrib.report.compare import Comparison, Stats, compare
 from attrib.report.ledger_diff import moved_list
 
@@ -132,13 +133,13 @@ def _why(cmp: Comparison, rungs: tuple[Rung, ...]) -> tuple[bool, str]:
     return True, "faster"
 
 
-def ladder(steps: list[tuple[str, list[dict[str, Any]]]],
+def ladder(steps: list[tuple[str, list[Analysis]]],
            min_effect_pct: float = 3.0) -> Ladder:
     """The Ladder of (name, the step's runs' analysis documents), in campaign order."""
     if not steps:
         raise ValueError("a ladder needs at least one step")
     first_name, first_docs = steps[0]
-    out = [Step(first_name, tuple(d["source"]["path"] for d in first_docs), None, (), True,
+    out = [Step(first_name, tuple(str(d.source.path) for d in first_docs), None, (), True,
                 "the base", (), None)]
     top_name, top_docs, cumulative = first_name, first_docs, 1.0
     for name, docs in steps[1:]:
@@ -147,7 +148,7 @@ def ladder(steps: list[tuple[str, list[dict[str, Any]]]],
         promoted, why = _why(cmp, rungs)
         dec = cmp.phase("decode")
         moved = tuple(moved_list(dec.ledger)) if dec is not None and dec.ledger else ()
-        step = Step(name, tuple(d["source"]["path"] for d in docs), top_name, rungs, promoted,
+        step = Step(name, tuple(str(d.source.path) for d in docs), top_name, rungs, promoted,
                     why, moved, cmp.outputs.line())
         out.append(step)
         if promoted and step.multiplier:

@@ -14,9 +14,12 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
+
+from attrib.analysis.model import Phase
 
 DEVICE = ("kernels", "copy")  # ledger causes that are GPU time; the rest is host-side or a wait
 REST = "rest"  # the cause of the row that sums the smaller rows in a shown table
@@ -141,22 +144,25 @@ def _weighted(values: list[tuple[float | None, int]]) -> float | None:
     return sum(v * w for v, w in known) / total if total else None
 
 
-def _side(phases: list[dict[str, Any]]) -> tuple[float, float | None, dict[tuple[str, str],
-                                                                           dict[str, Any]]]:
+def _steps(p: Phase) -> int:
+    return max(p.steps, 1)
+
+
+def _side(phases: Sequence[Phase]) -> tuple[float, float | None, dict[tuple[str, str],
+                                                                      dict[str, Any]]]:
     """One side's mean step (ms), kernels a step, and its rows: (cause, what) -> figures."""
-    steps = [max(int(p.get("steps") or 0), 1) for p in phases]
+    steps = [_steps(p) for p in phases]
     total = sum(steps)
-    step = sum(sum(p["per_step"]["step_ms"]) for p in phases) / max(
-        sum(len(p["per_step"]["step_ms"]) for p in phases), 1)
-    launches = _weighted([(_mean(p["per_step"].get("kernels")), w)
-                          for p, w in zip(phases, steps)])
+    step_ms = [v for p in phases for v in p.per_step.step_ms if v is not None]
+    step = sum(step_ms) / max(len(step_ms), 1)
+    launches = _weighted([(_mean(list(p.per_step.kernels)), w) for p, w in zip(phases, steps)])
     rows: dict[tuple[str, str], dict[str, Any]] = {}
     for p, w in zip(phases, steps):
-        for r in p.get("ledger") or ():
-            got = rows.setdefault((r["cause"], r["what"]), {"ms": 0.0, "n": [], "med": []})
-            got["ms"] += r["ms_per_step"] * w / total
-            got["n"].append((r.get("n_per_step"), w))
-            got["med"].append((r.get("median_us"), w))
+        for r in p.ledger_rows:
+            got = rows.setdefault((r.cause, r.what), {"ms": 0.0, "n": [], "med": []})
+            got["ms"] += r.ms_per_step * w / total
+            got["n"].append((r.n_per_step, w))
+            got["med"].append((r.median_us, w))
     return step, launches, rows
 
 
@@ -175,13 +181,12 @@ def _n_of(side: dict[str, Any] | None, key: str, total: int) -> float | None:
     return got * sum(w for v, w in side[key] if v is not None) / total
 
 
-def ledger_diff(base: list[dict[str, Any]], cand: list[dict[str, Any]]) -> LedgerDiff:
-    """The diff of one phase's ledgers: base/cand are that phase's dicts of each side's
-    analysis documents (with `ledger` and `per_step`)."""
+def ledger_diff(base: Sequence[Phase], cand: Sequence[Phase]) -> LedgerDiff:
+    """The diff of one phase's ledgers: base/cand are that phase of each side's analyses."""
     b_step, b_launch, b_rows = _side(base)
     c_step, c_launch, c_rows = _side(cand)
-    b_total = sum(max(int(p.get("steps") or 0), 1) for p in base)
-    c_total = sum(max(int(p.get("steps") or 0), 1) for p in cand)
+    b_total = sum(_steps(p) for p in base)
+    c_total = sum(_steps(p) for p in cand)
     moves = []
     for key in dict.fromkeys([*b_rows, *c_rows]):
         b, c = b_rows.get(key), c_rows.get(key)

@@ -3,16 +3,19 @@
 that generates other tokens is not a speedup: `compare --gate` calls such a pair not comparable.
 
 Example:
-    >>> check = outputs_check(base_docs, cand_docs)
+    >>> check = outputs_check(base_analyses, cand_analyses)
     >>> check.status, check.line()
     ('identical', 'outputs identical (640 tokens, greedy token ids)')
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
+
+from attrib.analysis.model import Analysis
 
 IDENTICAL, DIFFER, ONE_SIDE, UNRECORDED, CHECKED = (
     "identical", "differ", "one side", "not recorded", "checked")
@@ -48,8 +51,8 @@ class OutputsCheck(msgspec.Struct, frozen=True):
         return {"status": self.status, "tokens": self.tokens, "how": self.how, "why": self.why}
 
 
-def _gate(doc: dict[str, Any]) -> dict[str, Any] | None:
-    g = (doc.get("provenance") or {}).get("correctness_gate")
+def _gate(doc: Analysis) -> dict[str, Any] | None:
+    g = doc.provenance.get("correctness_gate")
     return g if isinstance(g, dict) else None
 
 
@@ -65,8 +68,8 @@ def _short(digests: set[str]) -> str:
     return ", ".join(sorted(d[:12] for d in digests))
 
 
-def outputs_check(base: list[dict[str, Any]], cand: list[dict[str, Any]]) -> OutputsCheck:
-    """The outputs check of two sides' analysis documents (their `provenance` stamps)."""
+def outputs_check(base: Sequence[Analysis], cand: Sequence[Analysis]) -> OutputsCheck:
+    """The outputs check of two sides' analyses (their `provenance` stamps)."""
     gb, gc = [_gate(d) for d in base], [_gate(d) for d in cand]
     db, dc = _digests(gb), _digests(gc)
     failed = [g for g in _checks(gb + gc) if not g["passed"]]

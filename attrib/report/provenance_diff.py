@@ -12,8 +12,10 @@ free-text `model` label is only listed.
 from __future__ import annotations
 
 import re
-
+from collections.abc import Sequence
 from typing import Any
+
+from attrib.analysis.model import Analysis
 
 MATCH_KEYS = ("model", "dtype", "quantization", "batch", "context_length", "speculative",
               "kv_cache_dtype")
@@ -33,17 +35,17 @@ def norm(v: Any) -> Any:
     return None if isinstance(v, str) and v.strip().lower() in NONE_WORDS else v
 
 
-def _values(docs: list[dict[str, Any]], get) -> list[Any]:
+def _values(docs: Sequence[Analysis], get) -> list[Any]:
     return list(dict.fromkeys(repr(norm(get(d))) for d in docs))
 
 
-def _one(docs: list[dict[str, Any]], get) -> Any:
+def _one(docs: Sequence[Analysis], get) -> Any:
     vals = {repr(norm(get(d))): norm(get(d)) for d in docs}
     return next(iter(vals.values())) if len(vals) == 1 else sorted(vals)
 
 
-def _config(d: dict[str, Any]) -> dict[str, Any] | None:
-    p = d.get("provenance") or {}
+def _config(d: Analysis) -> dict[str, Any] | None:
+    p = d.provenance
     cfg = p.get("model_config") or (p.get("extra") or {}).get("model_config")
     if not isinstance(cfg, dict):
         return None
@@ -51,48 +53,48 @@ def _config(d: dict[str, Any]) -> dict[str, Any] | None:
             if not k.startswith("_") and k != "transformers_version"}
 
 
-def _fields(docs: list[dict[str, Any]]) -> dict[str, Any]:
-    """key -> getter over an analysis document, for every field the diff looks at."""
+def _fields(docs: Sequence[Analysis]) -> dict[str, Any]:
+    """key -> getter over an analysis, for every field the diff looks at."""
     def prov(k):
-        return lambda d: (d.get("provenance") or {}).get(k)
+        return lambda d: d.provenance.get(k)
 
     def env(k):
-        return lambda d: ((d.get("provenance") or {}).get("env") or {}).get(k)
+        return lambda d: (d.provenance.get("env") or {}).get(k)
 
     # a speculative loop's decode generates for its sequences (its steps verify 1 + K tokens
     # each: the change, not a mismatch); its draft phase is the loop's own, and its prefill
     # phase holds the first round's verify pass (prompt + K tokens) beside the prompt's
-    spec = any(p.get("speculative") for d in docs for p in d["phases"])
+    spec = any(p.speculative is not None for d in docs for p in d.phases)
     skip = ("draft", "prefill") if spec else ()
 
     def tokens(d):
-        return {p["phase"]: ((p.get("speculative") or {}).get("batch") or p.get("tokens_per_step"))
-                for p in d["phases"] if p["phase"] not in skip}
-    fields = {"arch": lambda d: (d.get("device") or {}).get("arch"), "tokens_per_step": tokens}
+        return {p.phase: (p.speculative and p.speculative.batch) or p.tokens_per_step
+                for p in d.phases if p.phase not in skip}
+    fields = {"arch": lambda d: d.device.arch, "tokens_per_step": tokens}
     fields |= {k: prov(k) for k in MATCH_KEYS}
     if all(_config(d) is not None for d in docs):  # the model by its config, key by key
         del fields["model"]
         for k in sorted({k for d in docs for k in _config(d)}):
             fields[f"model_config.{k}"] = lambda d, k=k: _config(d).get(k)
-    env_keys = sorted({k for d in docs for k in ((d.get("provenance") or {}).get("env") or {})
+    env_keys = sorted({k for d in docs for k in (d.provenance.get("env") or {})
                        if not re.search(WHERE_ONLY, k)})
     fields |= {f"env {k}": env(k) for k in env_keys}
     return fields
 
 
-def _flat(d: dict[str, Any]) -> dict[str, Any]:
+def _flat(d: Analysis) -> dict[str, Any]:
     """Top-level stamp fields and those under `extra`, less bulky or per-run ones."""
-    p = dict(d.get("provenance") or {})
+    p = dict(d.provenance)
     extra = p.pop("extra", None) or {}
     out = {k: v for k, v in p.items() if k not in INFO_SKIP}
     out |= {k: v for k, v in extra.items() if k not in INFO_SKIP and k not in out}
     return out
 
 
-def provenance_diff(base: list[dict[str, Any]], cand: list[dict[str, Any]]) -> dict[str, Any]:
+def provenance_diff(base: Sequence[Analysis], cand: Sequence[Analysis]) -> dict[str, Any]:
     """{"mismatch": [{key, base, cand}], "other": [...], "within_side": [...],
     "unstamped": [...]}."""
-    docs = base + cand
+    docs = [*base, *cand]
     mismatch, within = [], []
     for key, get in _fields(docs).items():
         for side, group in (("base", base), ("cand", cand)):
@@ -114,8 +116,8 @@ def provenance_diff(base: list[dict[str, Any]], cand: list[dict[str, Any]]) -> d
                           "cand": _one(cand, lambda d, k=k: _flat(d).get(k))})
     for k in ("torch", "cuda", "hip", "vllm", "sglang", "transformers"):
         def get(d, k=k):
-            return ((d.get("provenance") or {}).get("versions") or {}).get(k)
+            return (d.provenance.get("versions") or {}).get(k)
         if _values(base, get) != _values(cand, get):
             other.append({"key": f"version {k}", "base": _one(base, get), "cand": _one(cand, get)})
-    unstamped = [d["source"]["path"] for d in docs if not d.get("provenance")]
+    unstamped = [d.source.path for d in docs if not d.provenance]
     return {"mismatch": mismatch, "other": other, "within_side": within, "unstamped": unstamped}

@@ -7,12 +7,14 @@ cross). The attrib.slope/1 document.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
 
 from attrib.analysis.records import as_dict
 from attrib.components.taxonomy import GEMM_COMPONENTS
+from attrib.analysis.model import Analysis, Component, Phase, StepSeries
 from attrib.report.provenance_diff import provenance_diff
 
 SCHEMA_ID = "attrib.slope/1"
@@ -97,11 +99,11 @@ class Slope(msgspec.Struct, frozen=True):
                 "notes": list(self.notes)}
 
 
-def _points(phs: list[dict[str, Any]], get) -> tuple[list[float], list[float]]:
+def _points(phs: list[Phase], get) -> tuple[list[float], list[float]]:
     xs, ys = [], []
     for ph in phs:
-        s = ph["per_step"]
-        for i, ctx in enumerate(s["context"]):
+        s = ph.per_step
+        for i, ctx in enumerate(s.context):
             y = get(s, i)
             if ctx is not None and y is not None:
                 xs.append(float(ctx))
@@ -126,29 +128,29 @@ def fit(xs: list[float], ys: list[float]) -> Fit | None:
                num(r.intercept * 1e3, 3), num(r.rvalue ** 2, 4), len(xs), tuple(zip(xs, ys)))
 
 
-def _same_work(rows: list[dict[str, Any] | None]) -> bool:
+def _same_work(rows: list[Component | None]) -> bool:
     """The component ran the same kernels moving the same bytes in every trace."""
-    if any(r is None or r.get("bytes") is None for r in rows) or not rows:
+    if any(r is None or r.bytes is None for r in rows) or not rows:
         return False
-    b = [float(r["bytes"]) for r in rows if r is not None]
-    kernels = {r["kernels"] for r in rows if r is not None}
+    b = [float(r.bytes or 0) for r in rows if r is not None]
+    kernels = {r.kernels for r in rows if r is not None}
     return len(kernels) == 1 and max(b) <= (1 + SAME_BYTES) * min(b)
 
 
-def drift(phs: list[dict[str, Any]], fits: dict[str, Fit], lo: float, hi: float) -> list[Drift]:
+def drift(phs: list[Phase], fits: dict[str, Fit], lo: float, hi: float) -> list[Drift]:
     """Components whose work is the same in every trace (kernels and bytes per step) but whose time
     moved with the context by more than DRIFT_SHARE of it, significantly: clock or process drift
     between the traces, not context."""
     out = []
     for c, f in fits.items():
-        rows = [next((r for r in p["components"] if r["component"] == c), None) for p in phs]
+        rows = [p.component(c) for p in phs]
         if not _same_work(rows) or f.ci_low <= 0 <= f.ci_high:
             continue
-        mean_us = 1e3 * sum(r["ms"] for r in rows if r is not None) / len(rows)
+        mean_us = 1e3 * sum(r.ms or 0.0 for r in rows if r is not None) / len(rows)
         moved = f.slope_us_per_1k * (hi - lo) / 1e3
         if mean_us and abs(moved) > DRIFT_SHARE * mean_us:
             out.append(Drift(c, round(moved, 3), round(mean_us, 3),
-                             rows[0]["kernels"] if rows[0] else None))
+                             rows[0].kernels if rows[0] else None))
     return out
 
 
@@ -171,25 +173,25 @@ def _crossover(att: Fit | None, weights: Fit | None, lo: float, hi: float) -> Cr
     return Crossover(ctx, f"{where} the measured contexts ({lo:g}..{hi:g})")
 
 
-def _traces(docs: list[dict[str, Any]], phase: str) -> tuple[TraceContext, ...]:
+def _traces(docs: Sequence[Analysis], phase: str) -> tuple[TraceContext, ...]:
     out = []
     for d in docs:
-        ph = next((p for p in d["phases"] if p["phase"] == phase), None)
-        ctx = [c for c in (ph["per_step"]["context"] if ph else []) if c is not None]
-        out.append(TraceContext(d["source"]["path"], ph["steps"] if ph else 0,
+        ph = next((p for p in d.phases if p.phase == phase), None)
+        ctx = [c for c in (ph.per_step.context if ph else ()) if c is not None]
+        out.append(TraceContext(d.source.path, ph.steps if ph else 0,
                                 min(ctx) if ctx else None, max(ctx) if ctx else None,
-                                ph.get("context_from") if ph else None))
+                                ph.context_from if ph else None))
     return tuple(out)
 
 
-def _comp(s: dict[str, Any], i: int, c: str) -> float:
-    return float((s["components"].get(c) or [0.0] * len(s["step"]))[i])
+def _comp(s: StepSeries, i: int, c: str) -> float:
+    return float((s.components.get(c) or (0.0,) * len(s.step))[i])
 
 
-def _fits(phs: list[dict[str, Any]], comps: list[str]) -> tuple[list[SlopeRow], dict[str, Fit]]:
+def _fits(phs: list[Phase], comps: list[str]) -> tuple[list[SlopeRow], dict[str, Fit]]:
     rows = []
     for name, key in (("step", "step_ms"), ("kernels", "kernel_ms")):
-        f = fit(*_points(phs, lambda s, i, key=key: s[key][i]))
+        f = fit(*_points(phs, lambda s, i, key=key: getattr(s, key)[i]))
         if f:
             rows.append(SlopeRow(name, f))
     fits = {}
@@ -201,17 +203,17 @@ def _fits(phs: list[dict[str, Any]], comps: list[str]) -> tuple[list[SlopeRow], 
     return rows, fits
 
 
-def _notes(phs: list[dict[str, Any]], docs: list[dict[str, Any]], traces: tuple[TraceContext, ...],
+def _notes(phs: list[Phase], docs: Sequence[Analysis], traces: tuple[TraceContext, ...],
            drifted: list[Drift], present: list[str], distinct: set[int], phase: str) -> list[str]:
     notes = [f"drift: {d.component} ran the same {d.kernels} kernels and bytes per step in "
              f"every trace, yet its time moved {d.moved_us:+.1f} us over the contexts "
              f"({d.mean_us:.1f} us): clock or process drift between traces, not context"
              for d in drifted]
-    batches = sorted({p["tokens_per_step"] for p in phs if p.get("tokens_per_step") is not None})
+    batches = sorted({p.tokens_per_step for p in phs if p.tokens_per_step is not None})
     if len(batches) > 1:
         notes.append(f"not one batch: the traces run {batches} tokens per {phase} step; "
                      "slopes mix batch and context")
-    wb = [sum(float(r["bytes"] or 0) for r in p["components"] if r["component"] in present)
+    wb = [sum(float(r.bytes or 0) for r in p.component_rows if r.component in present)
           for p in phs]
     if present and min(wb) > 0 and max(wb) > (1 + SAME_BYTES) * min(wb):
         notes.append("not one model? the weight-bound components move "
@@ -230,11 +232,11 @@ def _notes(phs: list[dict[str, Any]], docs: list[dict[str, Any]], traces: tuple[
     return notes
 
 
-def slope(docs: list[dict[str, Any]], phase: str = "decode") -> Slope:
-    """The Slope of analysis documents of one stack at several contexts."""
-    phs = [p for d in docs for p in d["phases"] if p["phase"] == phase]
+def slope(docs: Sequence[Analysis], phase: str = "decode") -> Slope:
+    """The Slope of analyses of one stack at several contexts."""
+    phs = [p for d in docs for p in d.phases if p.phase == phase]
     traces = _traces(docs, phase)
-    comps = list(dict.fromkeys(c["component"] for p in phs for c in p["components"]))
+    comps = list(dict.fromkeys(c.component for p in phs for c in p.component_rows))
     distinct = {tr.context_min for tr in traces if tr.context_min is not None}
     if len(distinct) < MIN_CONTEXTS:
         why = (f"no slope: the traces share one context ({sorted(distinct)}); "

@@ -103,8 +103,11 @@ def html(ph: Phase, table: Callable[[tuple[str, ...], Rows], str],
             + "<h4>Expected by depth K</h4>" + table(DEPTH_HEAD, depth_rows(s)))
 
 
-COMPARE_KEYS = ("acceptance", "tokens_per_round", "plain_tok_s",
-                "draft_pass_ms", "verify_pass_ms", "other_round_ms", "speedup", "best_k")
+# (the row's name, the Speculative field it reads)
+COMPARE_KEYS = (("acceptance", "acceptance"), ("tokens_per_round", "tokens_per_round"),
+                ("plain_tok_s", "plain_tok_s"), ("draft_pass_ms", "draft_pass_ms"),
+                ("verify_pass_ms", "verify_pass_ms"), ("other_round_ms", "other_ms"),
+                ("speedup", "speedup"), ("best_k", "best_k"))
 GENERATED = "generated_tok_s"  # the phase's tok/s: generated tokens on either kind of side
 LABELS = {GENERATED: "generated tok/s", "plain_tok_s": "plain tok/s (the loop's estimate)"}
 
@@ -127,19 +130,18 @@ def _row(metric: str, base: list[object], cand: list[object]) -> Doc:
     return {"metric": metric, "base": vb, "cand": vc, "delta": delta}
 
 
-def compare_rows(base: list[Doc], cand: list[Doc]) -> list[Doc]:
-    """Compare rows of two sides' phase documents where either holds a speculative loop: first
+def compare_rows(base: Sequence[Phase], cand: Sequence[Phase]) -> list[Doc]:
+    """Compare rows of two sides' phases where either holds a speculative loop: first
     the phases' tok/s (generated tokens on both sides: a plain side's decode rate, a speculative
     side's accepted + 1 a round), then per figure of the loop the median over each side's traces
     and the difference (None on a side without one); [] unless a side has one."""
-    b = [x for p in base if isinstance(x := p.get("speculative"), dict)]
-    c = [x for p in cand if isinstance(x := p.get("speculative"), dict)]
+    b = [p.speculative for p in base if p.speculative is not None]
+    c = [p.speculative for p in cand if p.speculative is not None]
     if not b and not c:
         return []
-    out = [_row(GENERATED, [p.get("achieved_tok_s") for p in base],
-                [p.get("achieved_tok_s") for p in cand])]
-    return out + [_row(key, [x.get(key) for x in b], [x.get(key) for x in c])
-                  for key in COMPARE_KEYS]
+    out = [_row(GENERATED, [p.achieved_tok_s for p in base], [p.achieved_tok_s for p in cand])]
+    return out + [_row(name, [getattr(x, field) for x in b], [getattr(x, field) for x in c])
+                  for name, field in COMPARE_KEYS]
 
 
 def compare_line(rows: list[dict[str, object]]) -> str | None:

@@ -22,7 +22,10 @@ beyond the band that the test does not confirm reads "unclear".
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
+
+from attrib.analysis.model import Analysis, Phase
 
 from attrib.report import host_check
 from attrib.report.compare import ALPHA, CHANGED, MIN_EFFECT_PCT, SAME, _series, stats
@@ -34,50 +37,45 @@ WINDOW = 3
 OWN_COST = "profiler"   # ledger cause of the capture's own cost
 
 
-def order_key(doc: dict[str, Any]) -> tuple[str, int, str]:
+def order_key(doc: Analysis) -> tuple[str, int, str]:
     """Capture order: the stamp's time, the sampler's sequence number, then the file name."""
-    prov = doc.get("provenance") or {}
+    prov = doc.provenance
     sample = (prov.get("extra") or {}).get("sample") or {}
     seq = sample.get("seq")
     seq = seq if isinstance(seq, int) else -1
-    return str(prov.get("created_utc") or ""), seq, str(doc["source"]["path"])
+    return str(prov.get("created_utc") or ""), seq, str(doc.source.path)
 
 
-def top_cause(phase: dict[str, Any]) -> dict[str, Any] | None:
+def top_cause(phase: Phase) -> dict[str, Any] | None:
     """The ledger row holding the most of the mean step, the capture's own cost left out."""
-    rows = [r for r in phase.get("ledger") or () if r["cause"] != OWN_COST]
+    rows = [r for r in phase.ledger_rows if r.cause != OWN_COST]
     if not rows:
         return None
-    r = max(rows, key=lambda r: r["ms_per_step"])
-    return {"cause": r["cause"], "what": r["what"], "ms_per_step": r["ms_per_step"],
-            "share": r["share"]}
+    r = max(rows, key=lambda r: r.ms_per_step)
+    return {"cause": r.cause, "what": r.what, "ms_per_step": round(r.ms_per_step, 4),
+            "share": None if r.share is None else round(r.share, 4)}
 
 
-def _phase(doc: dict[str, Any], name: str) -> dict[str, Any] | None:
-    return next((p for p in doc["phases"] if p["phase"] == name), None)
-
-
-def host_cost(doc: dict[str, Any], ph: dict[str, Any]) -> host_check.HostCost | None:
+def host_cost(doc: Analysis, ph: Phase) -> host_check.HostCost | None:
     """The phase's host cost (attrib.report.host_check) from its ledger and the stamp."""
-    return host_check.cost(((r["cause"], r["ms_per_step"], r.get("n_per_step"),
-                             r.get("median_us"), r["what"]) for r in ph.get("ledger") or ()),
-                           ph["steps"], doc.get("provenance"))
+    return host_check.cost(((r.cause, r.ms_per_step, r.n_per_step, r.median_us, r.what)
+                            for r in ph.ledger_rows), ph.steps, dict(doc.provenance))
 
 
-def _row(doc: dict[str, Any], ph: dict[str, Any]) -> dict[str, Any]:
-    tok = ph["tokens_per_step"]
-    steps = [x for x in ph["per_step"]["step_ms"] if x is not None]
-    med = round(sum(steps) / len(steps), 4) if steps else ph["step_ms"]["median"]  # the mean step
-    prov = doc.get("provenance") or {}
-    return {"path": doc["source"]["path"], "created_utc": prov.get("created_utc"),
-            "steps": ph["steps"],
+def _row(doc: Analysis, ph: Phase) -> dict[str, Any]:
+    tok = ph.tokens_per_step
+    steps = [x for x in ph.per_step.step_ms if x is not None]
+    med = round(sum(steps) / len(steps), 4) if steps else ph.step_ms.median  # the mean step
+    prov = doc.provenance
+    return {"path": doc.source.path, "created_utc": prov.get("created_utc"),
+            "steps": ph.steps,
             "tokens_per_step": tok, "step_ms": med,
             "ms_per_token": round(med / tok, 4) if med is not None and tok else None,
             # a speculative loop's rate is its generated tokens over its rounds' time (the
             # analysis's), not the verify width over a step
-            "achieved_tok_s": (ph["achieved_tok_s"] if ph.get("speculative")
+            "achieved_tok_s": (ph.achieved_tok_s if ph.speculative is not None
                                else round(tok / med * 1e3, 1) if med and tok else None),
-            "gb_per_token": ph["gb_per_token"],
+            "gb_per_token": ph.gb_per_token,
             "top_cause": top_cause(ph), "host": _host(host_cost(doc, ph))}
 
 
@@ -109,22 +107,22 @@ def _flags(row: dict[str, Any], prev: dict[str, Any], vs: dict[str, Any],
     return out
 
 
-def trend(docs: list[dict[str, Any]], phase: str = "decode", window: int = WINDOW,
+def trend(docs: Sequence[Analysis], phase: str = "decode", window: int = WINDOW,
           min_effect_pct: float = MIN_EFFECT_PCT) -> dict[str, Any]:
-    """The attrib.trend/1 document of analysis documents (any order: sorted by order_key)."""
+    """The attrib.trend/1 document of analyses (any order: sorted by order_key)."""
     docs = sorted(docs, key=order_key)
     rows: list[dict[str, Any]] = []
-    phases: list[dict[str, Any]] = []
+    phases: list[Phase] = []
     costs: list[host_check.HostCost | None] = []
     notes = []
     for doc in docs:
-        ph = _phase(doc, phase)
+        ph = next((p for p in doc.phases if p.phase == phase), None)
         if ph is None:
-            notes.append(f"{doc['source']['path']}: no {phase} phase (skipped)")
+            notes.append(f"{doc.source.path}: no {phase} phase (skipped)")
             continue
         row = _row(doc, ph)
         if rows:
-            same = [p for p in phases if p["tokens_per_step"] == ph["tokens_per_step"]]
+            same = [p for p in phases if p.tokens_per_step == ph.tokens_per_step]
             # since the last change
             base = same[-window:] if same and same[-1] is phases[-1] else []
             before = _series(base, "step_ms", per_token=True)
