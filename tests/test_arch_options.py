@@ -1,4 +1,4 @@
-"""--arch and --arch-file: declared once (attrib.cli.common.arch_options) for every command that
+"""--arch and --arch-file: declared once (attrib.cli.options.arch) for every command that
 takes them, help included; an unknown --arch is one line naming the closest and the known names,
 exit 2, in every command (issue 38, item 1). Real fixtures as the commands' inputs."""
 

@@ -107,8 +107,11 @@ def test_markdown_report_plots_beside_it_and_overwrite_rules(tmp_path, moe_doc, 
     assert main(["report", str(EXAMPLE_TRACE), "-o", str(out), "--force"]) == 0
     assert main(["report", str(EXAMPLE_TRACE), "-o", str(tmp_path / "no" / "r.html")]) == 2
     assert "does not exist" in capsys.readouterr().err and not (tmp_path / "no").exists()
-    assert main(["report", str(EXAMPLE_TRACE), "-o", str(tmp_path / "r.txt")]) == 2
-    assert "suffix" in capsys.readouterr().err
+    # no --format: the one -o's suffix names, else the first listed (md), as every command does
+    assert main(["report", str(EXAMPLE_TRACE), "-o", str(tmp_path / "r.csv")]) == 2
+    assert "its suffix names csv, which report does not write to a file" in capsys.readouterr().err
+    assert main(["report", str(EXAMPLE_TRACE), "-o", str(tmp_path / "r.txt"), "--force"]) == 0
+    assert "## decode" in (tmp_path / "r.txt").read_text()
 
 
 def test_report_without_matplotlib_says_plots_are_omitted(tmp_path):

@@ -137,7 +137,10 @@ def test_outputs_refuse_overwrite_and_round_trip(tmp_path, capsys):
     assert main([*args, "--force", "-j", "2", "--arch", "h200"]) == 0  # options reach the pool
     df = pl.read_parquet(out)
     assert df.height == 4 and df["trace"].to_list() == [str(TRACES[0])] * 2 + [str(TRACES[-1])] * 2
-    assert main(["sweep", str(TRACES[0]), "-o", str(tmp_path / "t.txt")]) == 2
+    # no --format: the one -o's suffix names (none: the table), as every command does
+    assert main(["sweep", str(TRACES[0]), "-o", str(tmp_path / "t.xlsx")]) == 2
+    assert main(["sweep", str(TRACES[0]), "-j", "1", "-o", str(tmp_path / "t.txt")]) == 0
+    assert "decode" in (tmp_path / "t.txt").read_text()
 
 
 def test_reports_hold_the_routing_rule_and_a_plot_per_varying_key(tmp_path):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import functools
 import gc
 import sys
 from pathlib import Path
@@ -38,16 +37,6 @@ def loading() -> Iterator[None]:
     finally:
         gc.freeze()  # module objects live as long as the process: no collection need walk them
         gc.enable()
-
-def parse_phase_map(items: tuple[str, ...]) -> dict[str, str]:
-    out = {}
-    for item in items:
-        name, sep, phase = item.partition("=")
-        if not sep or not name or not phase:
-            raise click.BadParameter(f"expected NAME=PHASE, got {item!r}", param_hint="--phase-map")
-        out[name] = phase
-    return out
-
 
 def check_output(out: Path | None, force: bool) -> None:
     """Refuse an output path before any work: an input of the command (whatever the spelling, a
@@ -150,63 +139,3 @@ def printable_lines(text: str) -> str:
 
 def dump(doc: dict) -> str:
     return orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n"
-
-
-def phase_map_option():
-    """--phase-map NAME=PHASE (repeatable), as every command that finds phases takes it."""
-    return click.option("--phase-map", multiple=True, metavar="NAME=PHASE",
-                        help="Treat annotation NAME as PHASE (repeatable).")
-
-
-# what -o does with a name that is already there (attrib.output), said in every -o's help
-OUTPUT_RULES = ("A FIFO or device (/dev/stdout) is written through; a symlink's target is "
-                "replaced (atomically, the link kept); an input of the command is refused, "
-                "--force or not.")
-OUTPUT_HELP = f"Write to FILE instead of stdout. {OUTPUT_RULES}"
-
-
-def output_options() -> list:
-    """-o/--output and --force, as every command that writes a file takes them."""
-    return [click.option("-o", "--output", type=click.Path(path_type=Path), help=OUTPUT_HELP),
-            click.option("--force", is_flag=True, help="Overwrite FILE if it exists.")]
-
-
-def apply(f, opts: list):
-    """f decorated with `opts` (click options), the first listed shown first in the help."""
-    for o in reversed(opts):
-        f = o(f)
-    return f
-
-
-def file_options(f):
-    """-o/--output and --force (compare, ranks)."""
-    return apply(f, output_options())
-
-
-ARCH_HELP = ("NAME: a key, gfx/sm target or product name `attrib archs` lists (with --arch-file, "
-             "yours too); an unknown one is an error naming the closest.")
-ARCH_FILE_HELP = ("TOML of your own device entries (`attrib archs --template --trace TRACE`, "
-                  "`attrib calibrate`): added to the database, and for the device an entry "
-                  "describes it wins over the bundled one.")
-
-
-def arch_options(purpose: str, check: bool = True):
-    """--arch NAME (`arch_name`) and --arch-file FILE (`arch_file`), declared once for every
-    command that takes them: `purpose` (what --arch does in that command) opens --arch's help.
-    With `check`, an unknown NAME or a bad FILE fails before the command's work: one line, exit
-    2 (`rules` checks its own: a rule's target is a name there too)."""
-    def decorate(f):
-        @functools.wraps(f)
-        def checked(*args, **kw):
-            if check and (kw.get("arch_name") is not None or kw.get("arch_file") is not None):
-                with loading():
-                    from attrib.app import resolve_arch
-                resolve_arch(kw.get("arch_name"), kw.get("arch_file"))
-            return f(*args, **kw)
-        return apply(checked, [
-            click.option("--arch", "arch_name", metavar="NAME", help=f"{purpose} {ARCH_HELP}"),
-            click.option("--arch-file", type=click.Path(path_type=Path, exists=True,
-                                                        dir_okay=False), help=ARCH_FILE_HELP)])
-    return decorate
-
-

@@ -9,7 +9,9 @@ import click
 
 from attrib.report.printable import printable
 
-from attrib.cli.common import arch_options, check_output, cli, dump, warn, write
+from attrib.cli import numbers, options
+from attrib.cli.common import check_output, cli, dump, warn, write
+from attrib.report.formats import CALIBRATE_FORMATS
 
 
 @cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
@@ -19,9 +21,11 @@ from attrib.cli.common import arch_options, check_output, cli, dump, warn, write
 @click.option("--hip-trace", is_flag=True, help="Also trace HIP API calls.")
 @click.option("--memory-copy-trace", is_flag=True, help="Also trace memory copies.")
 @click.option("--format", "fmt", type=click.Choice(["rocpd", "csv", "json"]), default="rocpd",
-              show_default=True)
+              show_default=True, help="What rocprofv3 writes (its --output-format; not "
+                                      "attrib's --format): attrib reads each.")
 @click.option("-d", "--output-dir", "out_dir", type=click.Path(path_type=Path),
-              default=Path("rocprof-out"), show_default=True)
+              default=Path("rocprof-out"), show_default=True,
+              help="The folder rocprofv3 writes its traces into.")
 @click.option("--rocprofv3", default="rocprofv3", show_default=True,
               help="Path to rocprofv3 (non-standard installs).")
 @click.option("--analyze/--no-analyze", default=True, show_default=True,
@@ -61,7 +65,7 @@ def capture(hip_trace: bool, memory_copy_trace: bool, fmt: str, out_dir: Path, r
 
 
 @cli.command()
-@arch_options("Only the entry this name resolves to.")
+@options.arch()
 @click.option("--template", "show_template", is_flag=True,
               help="Print an entry to fill in for a device not in the database (pass it back "
                    "with --arch-file).")
@@ -69,7 +73,8 @@ def capture(hip_trace: bool, memory_copy_trace: bool, fmt: str, out_dir: Path, r
               help="With --template: prefill it from the device this trace recorded.")
 def archs(arch_name: str | None, arch_file: Path | None, show_template: bool,
           trace_path: Path | None) -> None:
-    """List the device database: bandwidth (peak, sustained), peak matrix TFLOP/s.
+    """List the device database: bandwidth (peak, sustained), peak matrix TFLOP/s (with --arch,
+    only the entry its NAME resolves to).
 
     \b
     Example: attrib archs --template --trace trace.json.gz > mygpu.toml"""
@@ -147,12 +152,12 @@ def _dtypes(text: str) -> tuple[str, ...]:
 )
 @click.option(
     "--matmul-n",
-    type=click.IntRange(16),
+    type=numbers.MATMUL_N,
     help="Square matmul size per dtype (default 8192; with --device cpu 512).",
 )
 @click.option(
     "--reps",
-    type=click.IntRange(1),
+    type=numbers.REPS,
     help="Timed repetitions per measurement, the median kept (default 20; with --device cpu 5).",
 )
 @click.option(
@@ -161,32 +166,23 @@ def _dtypes(text: str) -> tuple[str, ...]:
     help="Matmul dtypes to measure, of fp16,bf16,fp32,tf32,fp8 (default all; with --device cpu "
     "fp32: CPU fp16 matmuls are 100x slower).",
 )
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["toml", "json"]),
-    default="toml",
-    show_default=True,
-    help="toml: the --arch-file entry; json: every measured figure and the entry.",
-)
-@click.option(
-    "-o", "--output", type=click.Path(path_type=Path), help="Write to FILE instead of stdout."
-)
-@click.option("--force", is_flag=True, help="Overwrite FILE if it exists.")
+@options.formats(CALIBRATE_FORMATS)
+@options.output()
 def calibrate(
     device: str,
     sizes: str | None,
     matmul_n: int | None,
     reps: int | None,
     dtypes: str | None,
-    fmt: str,
+    fmt: str | None,
     output: Path | None,
     force: bool,
 ) -> None:
     """Measure this GPU with torch (read/write/copy GB/s, matrix TFLOP/s per dtype) and write an
-    --arch-file entry whose sustained roof `analyze --arch-file` uses. `--device cpu` is a quick dry
-    run on the host (seconds). Progress goes to stderr (a bar on a terminal, a line per measurement
-    otherwise); SIGTERM or Ctrl-C stops it within a second, writing nothing (exit 143 or 130).
+    --arch-file entry whose sustained roof `analyze --arch-file` uses (toml; json: every measured
+    figure and the entry). `--device cpu` is a quick dry run on the host (seconds). Progress goes
+    to stderr (a bar on a terminal, a line per measurement otherwise); SIGTERM or Ctrl-C stops it
+    within a second, writing nothing (exit 143 or 130).
 
     \b
     Example: attrib calibrate -o my_gpu.toml"""
@@ -194,6 +190,7 @@ def calibrate(
     from attrib.roofline.calibrated import entry as calibrated_entry
     from collectors import calibrate as calib
 
+    fmt = options.chosen_format(fmt, output, CALIBRATE_FORMATS)
     check_output(output, force)
     cpu = device.strip().lower() == "cpu"
     mib = _sizes(sizes) if sizes is not None else calib.CPU_SIZES_MIB if cpu else calib.SIZES_MIB
@@ -224,10 +221,11 @@ def calibrate(
 
 
 @cli.command("rules")
-@arch_options("Only the rules that apply to this device (e.g. gfx1151, or a target a rule names: "
-              "gfx1103).", check=False)
+@options.arch(targets=True)
 def rules_cmd(arch_name: str | None, arch_file: Path | None) -> None:
-    """List the pathology rules: id, archs, what each needs from a trace, references.
+    """List the pathology rules: id, archs, what each needs from a trace, references (with
+    --arch, only the rules that apply to that device; NAME may also be a target a rule names,
+    e.g. gfx1103).
 
     \b
     Example: attrib rules --arch gfx1151"""

@@ -75,5 +75,10 @@ class Figure(click.FloatRange):
 CONTEXT = Count(1, MAX_CONTEXT)  # --context: K/V positions
 BATCH = Count(1, MAX_BATCH)  # --capture-batch: sequences per step
 TOP = Count(1)  # --top
+STEPS = Count(0)  # --chunk-steps (0: read whole)
+JOBS = Count(1)  # sweep's -j/--jobs
+WINDOW = Count(1)  # trend's --window: files before each
+REPS = Count(1)  # calibrate's --reps
+MATMUL_N = Count(16)  # calibrate's --matmul-n
 PERCENT = Figure(0, MAX_PERCENT)  # --gate, --min-effect
 LINK_GBS = Figure(0, MAX_LINK_GBS, min_open=True)  # --link-gbs

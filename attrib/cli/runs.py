@@ -9,14 +9,14 @@ import click
 
 from attrib.errors import TraceError, UsageError
 from attrib.output import protect, refuse_input, write_file, write_files
-from attrib.report.formats import COMPARE_FORMATS, LADDER_FORMATS, SLOPE_FORMATS
+from attrib.report.formats import (COMPARE_FORMATS, LADDER_FORMATS, RANKS_FORMATS, SLOPE_FORMATS,
+                                   SWEEP_FORMATS, TREND_FORMATS)
 from attrib.report.printable import printable
 from attrib.report.progress import progress
 
-from attrib.cli import numbers
-from attrib.cli.common import (OUTPUT_HELP, OUTPUT_RULES, analyses, arch_options, check_output,
-                               cli, dump, file_options, parse_phase_map, phase_map_option,
-                               printable_lines, warn, write)
+from attrib.cli import numbers, options
+from attrib.cli.common import analyses, check_output, cli, dump, printable_lines, warn, write
+from attrib.cli.options import parse_phase_map
 
 if TYPE_CHECKING:
     from attrib.analysis.model import Analysis
@@ -31,20 +31,15 @@ if TYPE_CHECKING:
 @click.option("--gate", type=numbers.PERCENT, metavar="PCT",
               help="Exit 1 when a phase's per-token time is significantly slower by more than PCT "
                    "percent.")
-@click.option("--min-effect", type=numbers.PERCENT, metavar="PCT",
-              help="Smallest change (percent) called faster/slower "
-                   "(default: attrib.report.compare's MIN_EFFECT_PCT, 3).")
+@options.min_effect()
 @click.option("--allow-mismatch", is_flag=True,
               help="With --gate: gate even when the stamps say the two sides are not "
                    "a matched baseline (else exit 3, not comparable).")
-@click.option("--format", "fmt", type=click.Choice(COMPARE_FORMATS), default=None,
-              help="Default: from the output's suffix, else table.")
-@phase_map_option()
-@arch_options("Measure both sides against this device (as `analyze --arch`).")
-@click.option("--baseline", type=click.Path(path_type=Path),
-              help="A plain decode trace of the target: both sides' speculative speedup "
-                   "and best K are measured against its decode step.")
-@file_options
+@options.formats(COMPARE_FORMATS)
+@options.phase_map()
+@options.arch()
+@options.baseline()
+@options.output()
 def compare(traces: tuple[Path, ...], bases: tuple[Path, ...], cands: tuple[Path, ...],
             gate: float | None, allow_mismatch: bool, min_effect: float | None,
             fmt: str | None, phase_map: tuple[str, ...], arch_name: str | None,
@@ -58,7 +53,7 @@ def compare(traces: tuple[Path, ...], bases: tuple[Path, ...], cands: tuple[Path
     \b
     Example: attrib compare before.json.gz after.json.gz --gate 5"""
     from attrib.app import baseline_findings
-    from attrib.report import compare_render, renderers
+    from attrib.report import compare_render
     from attrib.report import plots as plots_mod
     from attrib.report.compare import MIN_EFFECT_PCT
     from attrib.report.compare import compare as compare_docs
@@ -73,9 +68,7 @@ def compare(traces: tuple[Path, ...], bases: tuple[Path, ...], cands: tuple[Path
         bases, cands = (traces[0],), (traces[1],)
     if not bases or not cands:
         raise UsageError("compare needs a baseline and a candidate: attrib compare BASE CAND")
-    fmt = fmt or (renderers.by_suffix(output, "table").name if output else "table")
-    if fmt not in compare_render.FORMATS:
-        raise UsageError(f"compare writes {', '.join(compare_render.FORMATS)}, not {fmt}")
+    fmt = options.chosen_format(fmt, output, COMPARE_FORMATS)
     check_output(output, force)
     pm = parse_phase_map(phase_map)
     base_docs = analyses(bases, pm, arch_name, arch_file, baseline)
@@ -128,14 +121,11 @@ def _step_name(run: Path, docs: list[Analysis]) -> str:
 
 @cli.command()
 @click.argument("runs", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("--min-effect", type=numbers.PERCENT, metavar="PCT",
-              help="Smallest change (percent) called faster (default: attrib.report.compare's "
-                   "MIN_EFFECT_PCT, 3).")
-@click.option("--format", "fmt", type=click.Choice(LADDER_FORMATS), default=None,
-              help="Default: from the output's suffix, else table.")
-@phase_map_option()
-@arch_options("Measure every step against this device (as `analyze --arch`).")
-@file_options
+@options.min_effect()
+@options.formats(LADDER_FORMATS)
+@options.phase_map()
+@options.arch()
+@options.output()
 def ladder(runs: tuple[Path, ...], min_effect: float | None, fmt: str | None,
            phase_map: tuple[str, ...], arch_name: str | None, arch_file: Path | None,
            output: Path | None, force: bool) -> None:
@@ -147,9 +137,10 @@ def ladder(runs: tuple[Path, ...], min_effect: float | None, fmt: str | None,
     \b
     Example: attrib ladder runs/0-eager runs/1-sdpa runs/2-graphs -o ladder.html"""
     from attrib.report import ladder as ladder_mod
-    from attrib.report import ladder_render, renderers
+    from attrib.report import ladder_render
     from attrib.report.compare import MIN_EFFECT_PCT
 
+    fmt = options.chosen_format(fmt, output, LADDER_FORMATS)
     check_output(output, force)
     files = [_runs_of(run) for run in runs]
     if output is not None:  # a pattern's matches are inputs too
@@ -162,9 +153,6 @@ def ladder(runs: tuple[Path, ...], min_effect: float | None, fmt: str | None,
         docs = analyses(tuple(fs), pm, arch_name, arch_file)
         steps.append((_step_name(run, docs), docs))
     lad = ladder_mod.ladder(steps, MIN_EFFECT_PCT if min_effect is None else min_effect)
-    fmt = fmt or (renderers.by_suffix(output, "table").name if output else "table")
-    if fmt not in ladder_render.FORMATS:
-        raise UsageError(f"ladder writes {', '.join(ladder_render.FORMATS)}, not {fmt}")
     if fmt == "table":
         text = printable_lines(ladder_render.render_table(lad, _width(output)))
     else:
@@ -174,33 +162,26 @@ def ladder(runs: tuple[Path, ...], min_effect: float | None, fmt: str | None,
 
 @cli.command()
 @click.argument("traces", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("--phase", default="decode", show_default=True,
-              help="The phase whose steps are fitted.")
-@click.option("--format", "fmt", type=click.Choice(SLOPE_FORMATS), default=None,
-              help="Default: from the output's suffix, else table.")
-@phase_map_option()
-@click.option("-o", "--output", type=click.Path(path_type=Path),
-              help=OUTPUT_HELP)
-@click.option("--force", is_flag=True, help="Overwrite FILE if it exists.")
-def slope(
-traces: tuple[Path, ...], phase: str, fmt: str | None, phase_map: tuple[str, ...],
+@options.phase("decode")
+@options.formats(SLOPE_FORMATS)
+@options.phase_map()
+@options.output()
+def slope(traces: tuple[Path, ...], phase: str, fmt: str | None, phase_map: tuple[str, ...],
           output: Path | None, force: bool) -> None:
-    """Traces of one stack at different context lengths: per component, time per step against
-    context (us per 1k context tokens, 95% CI) and where attention overtakes the weight-bound
-    components.
+    """Traces of one stack at different context lengths: per component (of --phase), time per
+    step against context (us per 1k context tokens, 95% CI) and where attention overtakes the
+    weight-bound components.
 
     \b
     Example: attrib slope ctx1024.json.gz ctx4096.json.gz ctx16384.json.gz"""
     from attrib.report import plots as plots_mod
-    from attrib.report import renderers, slope_render
+    from attrib.report import slope_render
     from attrib.report.slope import slope as slope_fit
 
     if len(traces) < 2:
         raise UsageError("slope needs traces at two or more context lengths "
                          "(three or more to trust it)")
-    fmt = fmt or (renderers.by_suffix(output, "table").name if output else "table")
-    if fmt not in slope_render.FORMATS:
-        raise UsageError(f"slope writes {', '.join(slope_render.FORMATS)}, not {fmt}")
+    fmt = options.chosen_format(fmt, output, SLOPE_FORMATS)
     check_output(output, force)
     docs = analyses(traces, parse_phase_map(phase_map), None, None)
     res = slope_fit(docs, phase)
@@ -236,22 +217,16 @@ def _rank_traces(items: tuple[Path, ...]) -> list[Path]:
 
 @cli.command("ranks")
 @click.argument("traces", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["table", "json", "md", "html"]),
-    default=None,
-    help="Default: from the output's suffix, else table.",
-)
+@options.formats(RANKS_FORMATS)
 @click.option(
     "--link-gbs",
     type=numbers.LINK_GBS,
     metavar="GB/S",
     help="Interconnect bandwidth per direction (default: the device's, `attrib archs`).",
 )
-@phase_map_option()
-@arch_options("Take the link bandwidth of this device.")
-@file_options
+@options.phase_map()
+@options.arch()
+@options.output()
 def ranks_cmd(traces: tuple[Path, ...], fmt: str | None, link_gbs: float | None,
               phase_map: tuple[str, ...], arch_name: str | None, arch_file: Path | None,
               output: Path | None, force: bool) -> None:
@@ -263,9 +238,8 @@ def ranks_cmd(traces: tuple[Path, ...], fmt: str | None, link_gbs: float | None,
     from attrib.app import merge_ranks, resolve_arch
     from attrib.options import Options
     from attrib.report import ranks as ranks_render
-    from attrib.report import renderers
 
-    fmt = fmt or (renderers.by_suffix(output, "table").name if output else "table")
+    fmt = options.chosen_format(fmt, output, RANKS_FORMATS)
     check_output(output, force)
     arch, arch_from = resolve_arch(arch_name, arch_file)
     opts = Options(phase_map=parse_phase_map(phase_map), arch=arch, arch_from=arch_from,
@@ -281,29 +255,19 @@ def ranks_cmd(traces: tuple[Path, ...], fmt: str | None, link_gbs: float | None,
 
 @cli.command()
 @click.argument("folder", type=click.Path(path_type=Path, exists=True, file_okay=False))
-@click.option("--phase", default="decode", show_default=True, help="The phase followed over time.")
+@options.phase("decode")
 @click.option(
     "--window",
-    type=click.IntRange(1),
+    type=numbers.WINDOW,
     metavar="N",
     help="Each file is compared with this many files before it (default: "
     "attrib.report.trend's WINDOW, 3).",
 )
-@click.option(
-    "--min-effect",
-    type=numbers.PERCENT,
-    metavar="PCT",
-    help="Smallest change (percent) flagged (default: attrib.report.compare's MIN_EFFECT_PCT, 3).",
-)
-@click.option(
-    "--format", "fmt", type=click.Choice(["table", "json", "html"]), default=None,
-    help="Default: from the output's suffix (.json, .html), else table.")
-@phase_map_option()
-@arch_options("Measure every file against this device (as `analyze --arch`).")
-@click.option(
-    "-o", "--output", type=click.Path(path_type=Path), help=OUTPUT_HELP
-)
-@click.option("--force", is_flag=True, help="Overwrite FILE if it exists.")
+@options.min_effect()
+@options.formats(TREND_FORMATS)
+@options.phase_map()
+@options.arch()
+@options.output()
 def trend(
     folder: Path,
     phase: str,
@@ -317,8 +281,8 @@ def trend(
     force: bool,
 ) -> None:
     """The rolling captures in FOLDER (collectors.capture(..., every=N)) over time: GB/token,
-    tok/s and the top step-time cause per file, each compared with the files before it as
-    `compare` does.
+    tok/s and the top step-time cause of --phase per file, each compared with the files before
+    it as `compare` does.
 
     \b
     Example: attrib trend traces/rolling/"""
@@ -328,6 +292,7 @@ def trend(
 
     window = trend_mod.WINDOW if window is None else window
     min_effect = MIN_EFFECT_PCT if min_effect is None else min_effect
+    fmt = options.chosen_format(fmt, output, TREND_FORMATS)
     check_output(output, force)
     files = traces_in(folder)
     if not files:
@@ -336,7 +301,6 @@ def trend(
     doc = trend_mod.trend(analysed, phase, window, min_effect)
     if not doc["rows"]:
         raise UsageError(f"{folder}: no {phase!r} phase in any of its {len(files)} traces")
-    fmt = fmt or {".json": "json", ".html": "html"}.get(output.suffix if output else "", "table")
     text = (dump(doc) if fmt == "json" else trend_mod.render_html(doc) if fmt == "html"
             else printable_lines(trend_mod.render(doc, _width(output))))
     write(text, output, force)
@@ -344,13 +308,9 @@ def trend(
 
 
 
-SWEEP_FORMATS = {".parquet": "parquet", ".csv": "csv", ".json": "json", ".md": "md",
-                 ".html": "html"}
-
-
 @cli.command()
 @click.argument("traces", nargs=-1, type=click.Path(path_type=Path))
-@click.option("-j", "--jobs", type=click.IntRange(1), help="Worker processes (default: the CPUs).")
+@click.option("-j", "--jobs", type=numbers.JOBS, help="Worker processes (default: the CPUs).")
 @click.option(
     "--ray",
     "ray_address",
@@ -361,28 +321,17 @@ SWEEP_FORMATS = {".parquet": "parquet", ".csv": "csv", ".json": "json", ".md": "
     help="Run the analyses as Ray tasks on the cluster at ADDRESS (else RAY_ADDRESS, else a "
     "local Ray); needs the `ray` extra.",
 )
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["table", "json", "md", "html", "csv", "parquet"]),
-    help="Default: from the output's suffix, else table.",
-)
-@phase_map_option()
-@arch_options("Measure every trace against this device (as `analyze --arch`).")
-@click.option(
-    "-o",
-    "--output",
-    type=click.Path(path_type=Path),
-    help="table.parquet|.csv (the table), report.md|.html (with plots), or .json. "
-    + OUTPUT_RULES,
-)
-@click.option("--force", is_flag=True, help="Overwrite FILE (and a report's plots) if they exist.")
+@options.formats(SWEEP_FORMATS)
+@options.phase_map()
+@options.arch()
+@options.output()
 def sweep(traces: tuple[Path, ...], jobs: int | None, ray_address: str | None, fmt: str | None,
           phase_map: tuple[str, ...], arch_name: str | None, arch_file: Path | None,
           output: Path | None, force: bool) -> int:
     """Analyse many traces (files, folders of traces) in parallel into one table: a row per trace
     and phase, the capture stamp's keys, tok/s achieved and ceiling, GB/token, step ms, the top
-    ledger cause; and which configuration wins each workload shape's prefill and decode.
+    ledger cause; and which configuration wins each workload shape's prefill and decode. -o
+    table.parquet|.csv writes the table, report.md|.html a report (with plots), rows.json the rows.
 
     \b
     Example: attrib sweep traces/grid/ -j 2 -o grid.parquet"""
@@ -394,10 +343,7 @@ def sweep(traces: tuple[Path, ...], jobs: int | None, ray_address: str | None, f
     if ray_address and ":" not in ray_address and Path(ray_address).exists():
         raise UsageError(f"--ray took {ray_address!r} as the Ray address: put --ray after the "
                          "traces, or give --ray=ADDRESS")
-    fmt = fmt or (SWEEP_FORMATS.get(output.suffix.lower()) if output is not None else "table")
-    if fmt is None:
-        raise UsageError(f"{output}: give the table as .parquet or .csv, a report as .md or .html, "
-                         "or the rows as .json")
+    fmt = options.chosen_format(fmt, output, SWEEP_FORMATS)
     if fmt == "parquet" and output is None:
         raise UsageError("--format parquet writes a file: give -o table.parquet")
     check_output(output, force)

@@ -15,7 +15,7 @@ import orjson
 from attrib.cost.dtypes import KV_BYTES
 from attrib.errors import TraceError, UsageError
 from attrib.output import write_file, write_files
-from attrib.report.formats import TABLE_FORMATS
+from attrib.report.formats import ANALYZE_FORMATS, FOLDER_FORMATS, REPORT_FORMATS
 from attrib.report.progress import progress
 
 if TYPE_CHECKING:
@@ -23,27 +23,17 @@ if TYPE_CHECKING:
     from attrib.options import Options
     from attrib.report.renderers import Renderer
 
-from attrib.cli import numbers
-from attrib.cli.common import (OUTPUT_RULES, apply, arch_options, check_output, cli, loading,
-                               output_options, parse_phase_map, phase_map_option, refuse_inputs,
-                               warn, write)
-
-ANALYSIS_ARCH = ("The device: the one the trace ran on where the trace does not say (its figures "
-                 "measured on it), or another chip (a what-if: rooflines projected onto it).")
+from attrib.cli import numbers, options
+from attrib.cli.common import check_output, cli, loading, refuse_inputs, warn, write
 
 
 def _analysis_options(f):
-    """The options every command that analyzes one trace shares (analyze, report)."""
-    opts = [
-        click.option("--phase", help="Only this phase (prefill, decode, ...)."),
-        phase_map_option(),
-        arch_options(ANALYSIS_ARCH),
-        click.option(
-            "--model",
-            type=click.Path(path_type=Path),
-            help="HF config.json: budget decode bytes for "
-            "components the trace has no shapes for (graph replays, rocprof).",
-        ),
+    """The options of the commands that analyze one trace (analyze, report)."""
+    return options.combined(
+        options.phase(),
+        options.phase_map(),
+        options.arch(),
+        options.model(),
         click.option(
             "--weight-bits",
             metavar="BITS|CLASS=BITS,...",
@@ -60,12 +50,6 @@ def _analysis_options(f):
             help="With --model: KV-cache element type.",
         ),
         click.option(
-            "--context",
-            type=numbers.CONTEXT,
-            help="With --model: K/V positions each decode step reads "
-            "(default: the decode steps' median read from the trace).",
-        ),
-        click.option(
             "--what-if",
             "what_if",
             metavar="CLASS=FORMAT,...",
@@ -73,43 +57,20 @@ def _analysis_options(f):
             "(or per class: experts=, attention=, mlp=, lm_head=, default=), kv=fp8|int8 "
             "(int4: 0.5 B + an fp16 scale per 128).",
         ),
-        click.option(
-            "--capture",
-            "capture",
-            type=click.Path(path_type=Path),
-            help="The graph-capture trace of this replay trace (vLLM capture_torch_profiler): "
-            "replayed kernels get their ops, shapes and modules.",
-        ),
-        click.option(
-            "--capture-batch",
-            type=numbers.BATCH,
-            help="With --capture: the captured batch size to align with.",
-        ),
-        click.option(
-            "--baseline",
-            type=click.Path(path_type=Path),
-            help="A plain decode trace of the "
-            "target: a speculative loop's speedup is measured against its decode step.",
-        ),
-        click.option(
-            "--top",
-            type=numbers.TOP,
-            default=None,
-            help="Top kernels (and bottlenecks) to show "
-            "(default: 5 on a terminal, 10 in files).",
-        ),
+        options.capture(),
+        options.baseline(),
+        options.top(),
         click.option(
             "--chunk-steps",
-            type=click.IntRange(0),
+            type=numbers.STEPS,
             default=None,
             metavar="N",
             help="Read a Kineto trace from disk N annotated steps at a time (memory bounded "
             "by a chunk; the same figures); 0: read it whole. Default: 64 for 1 GiB of JSON "
             "or more.",
         ),
-        *output_options(),
-    ]
-    return apply(f, opts)
+        options.output(),
+    )(f)
 
 
 def _options(o: dict) -> Options:
@@ -120,7 +81,7 @@ def _options(o: dict) -> Options:
     arch, arch_from = resolve_arch(o["arch_name"], o["arch_file"])
     budget = model_budget(o["model"], weight_bits=o["weight_bits"], kv_dtype=o["kv_dtype"],
                           context=o["context"])
-    phase_map = parse_phase_map(o["phase_map"])
+    phase_map = options.parse_phase_map(o["phase_map"])
     return Options(phase=o["phase"], phase_map=phase_map, arch=arch, arch_from=arch_from,
                    arch_file=o["arch_file"], budget=budget, capture=o["capture"],
                    capture_batch=o["capture_batch"], top=max(o["top"] or TOP_KERNELS, TOP_KERNELS),
@@ -139,21 +100,15 @@ def _analyze(trace: Path, o: dict) -> Analysis:
 
 @cli.command()
 @click.argument("trace", type=click.Path(path_type=Path))
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["table", "json", *TABLE_FORMATS]),
-    default="table",
-    show_default=True,
-    help="csv/parquet: a folder (-o DIR) of one file per table and index.json (csv writes "
-    "trace names as they are; csv-safe quotes a cell starting with = + - @ for spreadsheets); "
-    "xlsx: one workbook (-o FILE.xlsx, text cells, no formulas).",
-)
+@options.formats(ANALYZE_FORMATS)
 @click.option("-v", "--verbose", is_flag=True, help="Findings' raw evidence and notes whole.")
 @_analysis_options
-def analyze(trace: Path, fmt: str, verbose: bool, **o) -> None:
+def analyze(trace: Path, fmt: str | None, verbose: bool, **o) -> None:
     """Attribute TRACE offline: the verdict first, then steps, phases, components, bytes, roofline,
-    top kernels and findings. The table fits the terminal (COLUMNS; 100 in a pipe).
+    top kernels and findings. The table fits the terminal (COLUMNS; 100 in a pipe). csv, csv-safe
+    and parquet write a folder (-o DIR) of one file per table and index.json (csv writes trace
+    names as they are; csv-safe quotes a cell starting with = + - @ for spreadsheets), xlsx one
+    workbook (text cells, no formulas).
 
     \b
     Example: attrib analyze trace.json.gz --model config.json -v"""
@@ -162,6 +117,7 @@ def analyze(trace: Path, fmt: str, verbose: bool, **o) -> None:
         from attrib.report import renderers
         from attrib.report.renderers import View
 
+    fmt = options.chosen_format(fmt, o["output"], ANALYZE_FORMATS, FOLDER_FORMATS)
     r = renderers.by_name(fmt)
     if r.writes_bytes:
         return _tables(r, trace, o)
@@ -171,7 +127,7 @@ def analyze(trace: Path, fmt: str, verbose: bool, **o) -> None:
     view = View(top=o["top"] or (5 if terminal else TOP_KERNELS),
                 width=_terminal_width() if terminal and r.name == "table" else None,
                 verbose=verbose)
-    write(renderers.by_name(fmt).render(an, view), o["output"], o["force"])
+    write(r.render(an, view), o["output"], o["force"])
 
 
 def _terminal_width() -> int:
@@ -209,13 +165,12 @@ def _plot_files(out: Path) -> list[Path]:
 
 @cli.command()
 @click.argument("trace", type=click.Path(path_type=Path))
-@click.option("--format", "fmt", type=click.Choice(["html", "md", "json", *TABLE_FORMATS]),
-              help="Default: from the output's suffix. csv/csv-safe/parquet: a folder of tables "
-                   "(-o DIR; csv-safe quotes cells a spreadsheet would run as formulas).")
+@options.formats(REPORT_FORMATS)
 @_analysis_options
 def report(trace: Path, fmt: str | None, **o) -> None:
     """The bottleneck report of TRACE: -o report.html (one self-contained file) or -o report.md
-    (plots as SVG files beside it).
+    (plots as SVG files beside it). csv, csv-safe and parquet write a folder of tables (-o DIR),
+    as `analyze` does.
 
     \b
     Example: attrib report trace.json.gz -o report.html"""
@@ -225,8 +180,7 @@ def report(trace: Path, fmt: str | None, **o) -> None:
         from attrib.report.renderers import View
 
     out = o["output"]
-    r = (renderers.by_name(fmt) if fmt else renderers.by_suffix(out) if out
-         else renderers.by_name("md"))
+    r = renderers.by_name(options.chosen_format(fmt, out, REPORT_FORMATS, FOLDER_FORMATS))
     if r.writes_bytes:
         return _tables(r, trace, o)
     check_output(out, o["force"])
@@ -254,28 +208,16 @@ def report(trace: Path, fmt: str | None, **o) -> None:
     write_files([*files, (out, text.encode())], o["force"])
 
 
-
-
 @cli.command()
 @click.argument("trace", type=click.Path(path_type=Path))
-@click.option("-o", "--output", required=True, type=click.Path(path_type=Path),
-              help="The annotated trace (.json or .json.gz) to open in the Perfetto UI. "
-                   + OUTPUT_RULES)
-@phase_map_option()
-@click.option("--force", is_flag=True, help="Overwrite FILE if it exists.")
-@click.option("--capture", type=click.Path(path_type=Path),
-              help="The graph-capture trace of this replay trace: replayed kernels get their ops, "
-                   "shapes and bytes.")
-@click.option("--capture-batch", type=numbers.BATCH,
-              help="With --capture: the captured batch size to align with.")
-@click.option("--model", type=click.Path(path_type=Path),
-              help="HF config.json: bytes for kernels the trace has no shapes for.")
-@click.option("--context", type=numbers.CONTEXT,
-              help="With --model: K/V positions each decode step reads.")
+@options.output(required=True)
+@options.phase_map()
+@options.capture()
+@options.model()
 def export(trace: Path, output: Path, phase_map: tuple[str, ...], force: bool, capture: Path | None,
            capture_batch: int | None, model: Path | None, context: int | None) -> None:
     """TRACE with each kernel's component, phase, bytes and GB/s in its args and a track per
-    component.
+    component: -o annotated.json (or .json.gz) to open in the Perfetto UI.
 
     \b
     Example: attrib export trace.json.gz -o annotated.json.gz"""
@@ -286,7 +228,7 @@ def export(trace: Path, output: Path, phase_map: tuple[str, ...], force: bool, c
     check_output(output, force)
     budget = model_budget(model, context=context)
     with progress(f"annotating {trace}"):
-        opts = Options(phase_map=parse_phase_map(phase_map), capture=capture,
+        opts = Options(phase_map=options.parse_phase_map(phase_map), capture=capture,
                        capture_batch=capture_batch, budget=budget)
         doc = export_trace(trace, opts)
         data = orjson.dumps(doc)

@@ -1,4 +1,5 @@
-"""The renderers of an Analysis, chosen by name (`--format`) or by the output file's suffix.
+"""The renderers of an Analysis, chosen by name (`--format`, or the one -o's suffix names:
+attrib.report.formats.SUFFIXES).
 
 A renderer is one module with a `render` function plus one entry here. `plots` says what it does
 with the report's plots: "inline" (SVG inside the text), "files" (SVG files beside the output,
@@ -9,7 +10,6 @@ referenced by name), or None (no plots). A table renderer writes bytes instead o
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from pathlib import Path
 
 import msgspec
 from msgspec import field
@@ -32,7 +32,6 @@ class View(msgspec.Struct, frozen=True):
 
 class Renderer(msgspec.Struct, frozen=True):
     name: str
-    suffixes: tuple[str, ...]
     render: Callable[[Analysis, View], str]
     plots: str | None = None
     folder: Callable[[Analysis], dict[str, bytes]] | None = None
@@ -104,14 +103,14 @@ def _needs_output(an: Analysis, view: View) -> str:
 
 
 RENDERERS: tuple[Renderer, ...] = (
-    Renderer("table", (), _table),  # the terminal's; no file suffix is a table
-    Renderer("json", (".json",), _json),
-    Renderer("md", (".md", ".markdown"), _markdown, plots="files"),
-    Renderer("html", (".html", ".htm"), _html, plots="inline"),
-    Renderer("csv", (), _needs_output, folder=_csv),
-    Renderer("csv-safe", (), _needs_output, folder=_csv_safe),  # for spreadsheets: no formulas
-    Renderer("parquet", (), _needs_output, folder=_parquet),
-    Renderer("xlsx", (".xlsx",), _needs_output, binary=_xlsx, check=_xlsx_check),
+    Renderer("table", _table),  # the terminal's
+    Renderer("json", _json),
+    Renderer("md", _markdown, plots="files"),
+    Renderer("html", _html, plots="inline"),
+    Renderer("csv", _needs_output, folder=_csv),
+    Renderer("csv-safe", _needs_output, folder=_csv_safe),  # for spreadsheets: no formulas
+    Renderer("parquet", _needs_output, folder=_parquet),
+    Renderer("xlsx", _needs_output, binary=_xlsx, check=_xlsx_check),
 )
 
 TABLE_FORMATS = tuple(r.name for r in RENDERERS if r.writes_bytes)
@@ -126,15 +125,3 @@ def by_name(name: str) -> Renderer:
         if r.name == name:
             return r
     raise UsageError(f"unknown format {name!r}; known: {', '.join(names())}")
-
-
-def by_suffix(path: Path, default: str | None = None) -> Renderer:
-    """The renderer for `path`'s suffix, else `default`'s; a UsageError when neither is known."""
-    suffix = path.suffix.lower()
-    for r in RENDERERS:
-        if suffix in r.suffixes:
-            return r
-    if default is not None:
-        return by_name(default)
-    known = ", ".join(s for r in RENDERERS for s in r.suffixes)
-    raise UsageError(f"{path}: cannot tell the format from the suffix; use {known}, or --format")
