@@ -1,4 +1,4 @@
-"""`attrib sweep`: analyse many traces in parallel into one table (attrib.report.sweep).
+"""`attrib sweep`: analyse many traces in parallel into one table (attrib.multi.sweep).
 
 A process pool by default (`jobs` workers, spawned: the parent's polars threads are running), the
 caller's process for one job, or Ray tasks on a cluster (`ray_address`; the `ray` extra). Each
@@ -22,7 +22,7 @@ from attrib import threads
 from attrib.app import analyze_path, resolve_arch, trace_files
 from attrib.errors import TraceError, UsageError
 from attrib.options import Options
-from attrib.report import sweep as table_mod
+from attrib.multi import sweep as table_mod
 
 Done = Callable[[str], None]
 

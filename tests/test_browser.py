@@ -16,9 +16,9 @@ import browser
 from attrib.app import analyze
 from attrib.cli import main
 from attrib.report import compare_render, plots, renderers, slope_render
-from attrib.report.compare import compare
+from attrib.multi.compare import compare
 from attrib.report.renderers import View
-from attrib.report.slope import slope
+from attrib.multi.slope import slope
 
 from conftest import FIXTURES
 

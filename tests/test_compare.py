@@ -13,7 +13,7 @@ from msgspec.structs import replace
 
 from attrib.app import analyze
 from attrib.cli import main
-from attrib.report.compare import compare, stats
+from attrib.multi.compare import compare, stats
 
 from conftest import FIXTURES
 

@@ -9,8 +9,8 @@ import pytest
 
 from attrib.app import analyze
 from attrib.cli import main
-from attrib.report.compare import compare
-from attrib.report.slope import slope
+from attrib.multi.compare import compare
+from attrib.multi.slope import slope
 
 from conftest import FIXTURES
 

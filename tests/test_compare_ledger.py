@@ -14,7 +14,7 @@ import pytest
 
 from attrib.app import analyze
 from attrib.cli import main
-from attrib.report.compare import compare
+from attrib.multi.compare import compare
 
 from conftest import FIXTURES
 

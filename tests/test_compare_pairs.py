@@ -13,7 +13,7 @@ import pytest
 
 from attrib.app import analyze
 from attrib.cli import main
-from attrib.report.compare import compare
+from attrib.multi.compare import compare
 from attrib.steps.idle import HOLD_SHARE
 
 from conftest import FIXTURES

@@ -13,7 +13,7 @@ import polars as pl
 import pytest
 
 from attrib.app import analyze, attribution
-from attrib.report.compare import compare
+from attrib.multi.compare import compare
 
 from conftest import FIXTURES
 

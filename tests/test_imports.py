@@ -2,7 +2,7 @@
 
     contract (attrib.trace, attrib.errors, attrib.bounds, attrib.output, attrib.version, attrib.threads) < names (attrib.components.patterns)
     < link < steps < components < cost < roofline < pipeline < chunked < options < analysis < rules
-    < report
+    < multi < report
     < app < sweep < cli
 
 A module may import its own layer and earlier ones. `collectors` sit beside the chain: they import
@@ -38,6 +38,7 @@ ORDER = (
     "options",
     "analysis",
     "rules",
+    "multi",
     "report",
     "app",
     "sweep",
@@ -66,7 +67,8 @@ TOP_LEVEL = {
     "app.py",
     "sweep.py",
 }
-PACKAGES = {"link", "steps", "components", "cost", "roofline", "analysis", "report", "data", "cli"}
+PACKAGES = {"link", "steps", "components", "cost", "roofline", "analysis", "multi", "report", "data",
+            "cli"}
 LAZY_OK = {"torch", "matplotlib", "scipy", "xlsxwriter", "ray"}  # optional or slow: imported where used
 # the public API: attrib.analyze and __version__, the errors it raises, the CLI's main, the collectors'
 # load/sniff/capture/wrap (collectors/__init__.py's __all__)
@@ -90,7 +92,7 @@ LAZY_OURS = {
       for m in ("sampled", "torch_capture", "calibrate")),
     # ranks' and trend's HTML pages take the report's stylesheet (analyze loads neither)
     ("attrib/report/ranks.py", "attrib.report.html"),
-    ("attrib/report/trend.py", "attrib.report.html"),
+    ("attrib/report/trend_render.py", "attrib.report.html"),
     *(("attrib/report/renderers.py", f"attrib.report.{m}")
       for m in ("table", "markdown", "html", "csv_tables", "parquet_tables", "xlsx_tables")),
 }

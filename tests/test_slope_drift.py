@@ -9,7 +9,7 @@ from functools import cache
 from attrib.analysis.model import Analysis
 from attrib.app import analyze
 from attrib.cli import main
-from attrib.report.slope import WEIGHT_BOUND, slope
+from attrib.multi.slope import WEIGHT_BOUND, slope
 
 from conftest import FIXTURES
 

@@ -23,7 +23,7 @@ from attrib.options import Options
 from attrib.pipeline import attribute
 from attrib.report import renderers
 from attrib.report.renderers import View
-from attrib.report.sweep import rows as sweep_rows
+from attrib.multi.sweep import rows as sweep_rows
 from collectors import load
 from tests.conftest import ROOT, raw_events as events_of
 from tests.test_speculative import (ALL, CAP, _generate, attributed, base, events, hand_rounds,

@@ -79,9 +79,9 @@ def test_decode_tok_s_is_tokens_over_step_time(pooled):
 
 
 def test_routing_names_the_fastest_configuration_of_each_shape(pooled):
-    """Of comparable rows only (attrib.report.host_check; tests/test_sweep_host.py): the sdpa
+    """Of comparable rows only (attrib.multi.host_check; tests/test_sweep_host.py): the sdpa
     decode rows at b1_p128 and b4_p512 ran on a host whose launch gaps were 1.6x the others'."""
-    from attrib.report.sweep import routing, table
+    from attrib.multi.sweep import routing, table
 
     df = table(pooled["rows"])
     rule = routing(df)

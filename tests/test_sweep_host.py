@@ -1,5 +1,5 @@
 """Sweeps and trends check their conditions (issue 37 item 4): a host-bound row whose host differs
-from the others' (launch gaps beyond attrib.report.host_check.BOUND, a declared load, launch calls
+from the others' (launch gaps beyond attrib.multi.host_check.BOUND, a declared load, launch calls
 descheduled) is marked not comparable, says why, and crowns no winner.
 
 Real H200 captures: tests/fixtures/captured/issue37/loadsweep_b{1,4}_p{128,512} (the p512 ones
@@ -18,7 +18,7 @@ import pytest
 
 from attrib.analysis.model import Analysis
 from attrib.cli import main
-from attrib.report import host_check
+from attrib.multi import host_check
 from attrib.sweep import run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -89,7 +89,7 @@ def test_loaded_rows_are_flagged_and_the_unloaded_are_not(swept):
 
 
 def test_the_routing_rule_crowns_no_winner_from_them(swept):
-    from attrib.report.sweep import routing
+    from attrib.multi.sweep import routing
 
     for r in routing(swept).iter_rows(named=True):
         if r["prompt"] == 512:
@@ -133,7 +133,7 @@ def test_the_older_sweep_grid_flags_the_sdpa_rows_captured_on_a_slower_host():
     slow = [raw[n] for n in flagged]
     rest = [v for n, v in raw.items() if n not in flagged]
     assert min(slow) > max(rest)   # raw: 38.2-40.1 us against 23.6-32.9 us
-    from attrib.report.sweep import routing
+    from attrib.multi.sweep import routing
 
     decode = routing(table).filter(routing(table)["phase"] == "decode")
     assert decode["winner"].to_list() == [None] * 5 + ["backend=transformers-sdpa"]
@@ -166,7 +166,8 @@ def test_trend_does_not_compare_a_file_on_a_loaded_host(tmp_path):
         out = tmp_path / f"{t.name}.json"
         assert main(["analyze", str(t), "--format", "json", "-o", str(out)]) == 0
         docs.append(Analysis.load(out))  # the documents analyze wrote
-    from attrib.report.trend import render, trend
+    from attrib.multi.trend import trend
+    from attrib.report.trend_render import render
 
     doc = trend(docs)
     second = doc["rows"][1]

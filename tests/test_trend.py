@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from attrib.cli import main
-from attrib.report.trend import SCHEMA_ID, render
+from attrib.multi.trend import SCHEMA_ID
+from attrib.report.trend_render import render
 
 ROOT = Path(__file__).resolve().parents[1]
 FOLDER = ROOT / "tests/fixtures/captured/rolling_h200"

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from attrib.cli import main
-from attrib.report.trend import render
+from attrib.report.trend_render import render
 
 ROOT = Path(__file__).resolve().parents[1]
 FOLDER = ROOT / "tests/fixtures/captured/rolling_h200"

@@ -174,7 +174,7 @@ def top() -> Callable[[F], F]:
 
 
 def min_effect() -> Callable[[F], F]:
-    """--min-effect PCT (None: attrib.report.compare's MIN_EFFECT_PCT)."""
+    """--min-effect PCT (None: attrib.multi.compare's MIN_EFFECT_PCT)."""
     return click.option("--min-effect", type=numbers.PERCENT, metavar="PCT",
                         help="Smallest change (percent) called faster or slower (default: "
-                             "attrib.report.compare's MIN_EFFECT_PCT, 3).")
+                             "attrib.multi.compare's MIN_EFFECT_PCT, 3).")

@@ -55,8 +55,8 @@ def compare(traces: tuple[Path, ...], bases: tuple[Path, ...], cands: tuple[Path
     from attrib.app import baseline_findings
     from attrib.report import compare_render
     from attrib.report import plots as plots_mod
-    from attrib.report.compare import MIN_EFFECT_PCT
-    from attrib.report.compare import compare as compare_docs
+    from attrib.multi.compare import MIN_EFFECT_PCT
+    from attrib.multi.compare import compare as compare_docs
 
     min_effect = MIN_EFFECT_PCT if min_effect is None else min_effect
     if traces and (bases or cands):
@@ -136,9 +136,9 @@ def ladder(runs: tuple[Path, ...], min_effect: float | None, fmt: str | None,
 
     \b
     Example: attrib ladder runs/0-eager runs/1-sdpa runs/2-graphs -o ladder.html"""
-    from attrib.report import ladder as ladder_mod
+    from attrib.multi import ladder as ladder_mod
     from attrib.report import ladder_render
-    from attrib.report.compare import MIN_EFFECT_PCT
+    from attrib.multi.compare import MIN_EFFECT_PCT
 
     fmt = options.chosen_format(fmt, output, LADDER_FORMATS)
     check_output(output, force)
@@ -176,7 +176,7 @@ def slope(traces: tuple[Path, ...], phase: str, fmt: str | None, phase_map: tupl
     Example: attrib slope ctx1024.json.gz ctx4096.json.gz ctx16384.json.gz"""
     from attrib.report import plots as plots_mod
     from attrib.report import slope_render
-    from attrib.report.slope import slope as slope_fit
+    from attrib.multi.slope import slope as slope_fit
 
     if len(traces) < 2:
         raise UsageError("slope needs traces at two or more context lengths "
@@ -261,7 +261,7 @@ def ranks_cmd(traces: tuple[Path, ...], fmt: str | None, link_gbs: float | None,
     type=numbers.WINDOW,
     metavar="N",
     help="Each file is compared with this many files before it (default: "
-    "attrib.report.trend's WINDOW, 3).",
+    "attrib.multi.trend's WINDOW, 3).",
 )
 @options.min_effect()
 @options.formats(TREND_FORMATS)
@@ -286,8 +286,9 @@ def trend(
 
     \b
     Example: attrib trend traces/rolling/"""
-    from attrib.report import trend as trend_mod
-    from attrib.report.compare import MIN_EFFECT_PCT
+    from attrib.multi import trend as trend_mod
+    from attrib.report import trend_render
+    from attrib.multi.compare import MIN_EFFECT_PCT
     from collectors import traces_in
 
     window = trend_mod.WINDOW if window is None else window
@@ -301,8 +302,8 @@ def trend(
     doc = trend_mod.trend(analysed, phase, window, min_effect)
     if not doc["rows"]:
         raise UsageError(f"{folder}: no {phase!r} phase in any of its {len(files)} traces")
-    text = (dump(doc) if fmt == "json" else trend_mod.render_html(doc) if fmt == "html"
-            else printable_lines(trend_mod.render(doc, _width(output))))
+    text = (dump(doc) if fmt == "json" else trend_render.render_html(doc) if fmt == "html"
+            else printable_lines(trend_render.render(doc, _width(output))))
     write(text, output, force)
 
 
@@ -380,7 +381,7 @@ def _sweep_write(table: Any, fmt: str, out: Path | None, force: bool) -> None:
 
     from attrib.report import plots as plots_mod
     from attrib.report import sweep_render
-    from attrib.report.sweep import document
+    from attrib.multi.sweep import document
 
     if fmt == "parquet":
         buf = io.BytesIO()

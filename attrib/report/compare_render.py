@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping
 import orjson
 
 from attrib.report import fmt
-from attrib.report.compare import CHANGED, Comparison, PhaseComparison, Row, Stats
+from attrib.multi.compare import CHANGED, Comparison, PhaseComparison, Row, Stats
 from attrib.report import speculative as spec_report
 from attrib.report.html import CSS, escape
 from attrib.report.markdown import esc, table as md_table

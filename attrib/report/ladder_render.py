@@ -9,7 +9,7 @@ from collections.abc import Callable
 import orjson
 
 from attrib.report.html import CSS, escape
-from attrib.report.ladder import Ladder, Rung
+from attrib.multi.ladder import Ladder, Rung
 from attrib.report.markdown import esc, table as md_table
 from attrib.report.table import Cut, grid, wrap
 

@@ -19,9 +19,9 @@ from typing import Any
 from attrib.analysis.model import Analysis, Phase
 from attrib.analysis.series import TIMELINE_PIXELS
 from attrib.cost.dtypes import PEAK_KEY
-from attrib.report.compare import CHANGED, PhaseComparison
+from attrib.multi.compare import CHANGED, PhaseComparison
 from attrib.report.labels import LEADER, Box, place
-from attrib.report.slope import Slope
+from attrib.multi.slope import Slope
 from attrib.steps.phases import TOKEN_PHASES
 
 MISSING = "plots omitted: matplotlib is not installed (pip install 'attrib[plot]')"

@@ -9,7 +9,7 @@ import orjson
 
 from attrib.report import fmt
 from attrib.report.html import CSS, escape
-from attrib.report.slope import Slope
+from attrib.multi.slope import Slope
 from attrib.report.table import Cut, grid, wrap
 
 HEAD = ("component", "us/1k ctx", "95% CI", "intercept us", "r2", "n")

@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 
 from attrib.analysis.model import Analysis, Phase
 from attrib.analysis.speculative import NET_EFFECT, Speculative
+from attrib.multi.speculative import GENERATED
 
 ROUND_HEAD = ("round", "proposed", "accepted", "verified", "draft ms", "verify ms", "other ms",
               "round ms")
@@ -103,45 +104,7 @@ def html(ph: Phase, table: Callable[[tuple[str, ...], Rows], str],
             + "<h4>Expected by depth K</h4>" + table(DEPTH_HEAD, depth_rows(s)))
 
 
-# (the row's name, the Speculative field it reads)
-COMPARE_KEYS = (("acceptance", "acceptance"), ("tokens_per_round", "tokens_per_round"),
-                ("plain_tok_s", "plain_tok_s"), ("draft_pass_ms", "draft_pass_ms"),
-                ("verify_pass_ms", "verify_pass_ms"), ("other_round_ms", "other_ms"),
-                ("speedup", "speedup"), ("best_k", "best_k"))
-GENERATED = "generated_tok_s"  # the phase's tok/s: generated tokens on either kind of side
 LABELS = {GENERATED: "generated tok/s", "plain_tok_s": "plain tok/s (the loop's estimate)"}
-
-
-def _median(xs: list[float]) -> float | None:
-    xs = sorted(xs)
-    n = len(xs)
-    if not n:
-        return None
-    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
-
-
-Doc = dict[str, object]
-
-
-def _row(metric: str, base: list[object], cand: list[object]) -> Doc:
-    vb = _median([float(v) for v in base if isinstance(v, (int, float))])
-    vc = _median([float(v) for v in cand if isinstance(v, (int, float))])
-    delta = None if vb is None or vc is None else round(vc - vb, 4)
-    return {"metric": metric, "base": vb, "cand": vc, "delta": delta}
-
-
-def compare_rows(base: Sequence[Phase], cand: Sequence[Phase]) -> list[Doc]:
-    """Compare rows of two sides' phases where either holds a speculative loop: first
-    the phases' tok/s (generated tokens on both sides: a plain side's decode rate, a speculative
-    side's accepted + 1 a round), then per figure of the loop the median over each side's traces
-    and the difference (None on a side without one); [] unless a side has one."""
-    b = [p.speculative for p in base if p.speculative is not None]
-    c = [p.speculative for p in cand if p.speculative is not None]
-    if not b and not c:
-        return []
-    out = [_row(GENERATED, [p.achieved_tok_s for p in base], [p.achieved_tok_s for p in cand])]
-    return out + [_row(name, [getattr(x, field) for x in b], [getattr(x, field) for x in c])
-                  for name, field in COMPARE_KEYS]
 
 
 def compare_line(rows: list[dict[str, object]]) -> str | None:

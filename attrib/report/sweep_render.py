@@ -1,6 +1,6 @@
 """The sweep table as a terminal table, markdown or HTML, with plots of each figure against each
 key that varies (matplotlib, optional: attrib.report.plots), the routing rule and the rows that
-are not comparable (attrib.report.host_check), each with why."""
+are not comparable (attrib.multi.host_check), each with why."""
 
 from __future__ import annotations
 
@@ -9,12 +9,13 @@ from typing import Any
 
 import polars as pl
 
-from attrib.report import fmt, host_check
+from attrib.multi import host_check
+from attrib.report import fmt
 from attrib.report import plots as plots_mod
 from attrib.report.html import CSS, escape
 from attrib.report.markdown import esc, table as md_table
 from attrib.report.printable import printable
-from attrib.report.sweep import FIGURES, INT_KEYS, KEYS, reference, routing, varying
+from attrib.multi.sweep import FIGURES, INT_KEYS, KEYS, reference, routing, varying
 from attrib.report.table import Cut, grid, wrap
 
 UNITS = {"achieved_tok_s": "tok/s achieved", "ceiling_tok_s": "tok/s ceiling",

@@ -2,7 +2,7 @@
 
 `rows(an, trace)` reads one Analysis; `table(rows)` makes the polars table (a fixed schema, so
 tables from a pool, Ray or one process compare equal) and checks, per phase, that the rows ran on
-a comparable host (attrib.report.host_check: `comparable`, `not_comparable`); `routing(table)`
+a comparable host (attrib.multi.host_check: `comparable`, `not_comparable`); `routing(table)`
 says, per workload shape, which configuration wins each phase, from comparable rows only;
 `document(table)` is the `attrib.sweep/1` JSON.
 """
@@ -16,7 +16,7 @@ import msgspec
 import polars as pl
 
 from attrib.analysis.model import Analysis, Phase
-from attrib.report import host_check
+from attrib.multi import host_check
 
 SCHEMA = "attrib.sweep/1"
 # each key of a row: where the stamp (collectors.provenance) holds it, first found wins;
@@ -43,7 +43,7 @@ COLUMNS: Mapping[str, Any] = {
     "trace": pl.String, "phase": pl.String,
     **{k: pl.Int64 if k in INT_KEYS else pl.String for k in KEYS},
     **{f: pl.Float64 for f in FIGURES}, "top_cause": pl.String,
-    # the host check (attrib.report.host_check): the host-side share of the mean step, host ms per
+    # the host check (attrib.multi.host_check): the host-side share of the mean step, host ms per
     # kernel launch (us), the launch-gap median (us), ms/step descheduled, the stamp's host load;
     # then, over the rows of the phase, whether the row is comparable and why not
     "host_share": pl.Float64, "host_us": pl.Float64, "gap_us": pl.Float64,

@@ -1,6 +1,6 @@
 """Before/after: two sides (each one or more analysis documents of the same stack) compared
 per phase and per component, with statistics over steps, and the change of the mean step split
-over the step-time ledger rows of both sides (attrib.report.ledger_diff). The result is a typed
+over the step-time ledger rows of both sides (attrib.multi.ledger_diff). The result is a typed
 `Comparison`; its `to_dict()` is the `attrib.compare/1` document.
 
 One statistic: every time is the MEAN step (what the ledger sums to). Per row (the whole step,
@@ -33,10 +33,10 @@ import numpy as np
 from attrib.analysis.records import as_dict
 from attrib.analysis.finding import Finding
 from attrib.analysis.model import Analysis, Phase
-from attrib.report import speculative as spec_report
-from attrib.report.ledger_diff import LedgerDiff, explain, ledger_diff, moved_words
-from attrib.report.outputs import OutputsCheck, outputs_check
-from attrib.report.provenance_diff import provenance_diff
+from attrib.multi.speculative import compare_rows
+from attrib.multi.ledger_diff import LedgerDiff, explain, ledger_diff, moved_words
+from attrib.multi.outputs import OutputsCheck, outputs_check
+from attrib.multi.provenance_diff import provenance_diff
 
 SCHEMA_ID = "attrib.compare/1"
 ALPHA = 0.05
@@ -411,7 +411,7 @@ def _compare_phase(ph: str, b: list[Phase], c: list[Phase],
     tokens = (b[0].tokens_per_step, c[0].tokens_per_step)
     return PhaseComparison(ph, step, kern, rows, steps, tokens,
                            _cause(step.stats, diff, min_effect_pct),
-                           tuple(spec_report.compare_rows(b, c)), diff, level)
+                           tuple(compare_rows(b, c)), diff, level)
 
 
 def compare(base: Sequence[Analysis], cand: Sequence[Analysis],

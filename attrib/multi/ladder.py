@@ -24,8 +24,8 @@ from typing import Any
 import msgspec
 
 from attrib.analysis.model import Analysis
-from attrib.report.compare import Comparison, Stats, compare
-from attrib.report.ledger_diff import moved_list
+from attrib.multi.compare import Comparison, Stats, compare
+from attrib.multi.ledger_diff import moved_list
 
 SCHEMA_ID = "attrib.ladder/1"
 PHASES = ("decode", "prefill")

@@ -15,7 +15,7 @@ import msgspec
 from attrib.analysis.records import as_dict
 from attrib.components.taxonomy import GEMM_COMPONENTS
 from attrib.analysis.model import Analysis, Component, Phase, StepSeries
-from attrib.report.provenance_diff import provenance_diff
+from attrib.multi.provenance_diff import provenance_diff
 
 SCHEMA_ID = "attrib.slope/1"
 WEIGHT_BOUND = GEMM_COMPONENTS  # their time per step does not follow the context

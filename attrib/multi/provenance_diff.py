@@ -21,7 +21,7 @@ MATCH_KEYS = ("model", "dtype", "quantization", "batch", "context_length", "spec
               "kv_cache_dtype")
 INFO_SKIP = ("env", "versions", "gpu", "model_config", "capture_name", "created_utc", "host",
              "trace", "steps", "capture", "schema", "param_bytes", "tiny",
-             "correctness_gate")  # the outputs: attrib.report.outputs checks them
+             "correctness_gate")  # the outputs: attrib.multi.outputs checks them
 
 
 # environment variables that say where files live (a cache, a tool), not which kernels run: a
