@@ -5,7 +5,8 @@ changes no figure.
     python bench/golden.py diff DIR_A DIR_B        # names whose output differs; exit 1 if any
 
 Without TRACE it runs every file under tests/fixtures that is not a README, licence, log, stamp
-(.attrib.json), model config or truth file; ARGs after `--` go to analyze (`-- --chunk-steps 2`).
+(.attrib.json), model config (.model.json, config.json) or truth file; ARGs after `--` go to
+analyze (`-- --chunk-steps 2`).
 Each output file holds the exit status, the stderr and the stdout of `attrib.cli.main` in this
 one process, the checkout's path written ROOT.
 """
@@ -19,7 +20,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SKIP = (".attrib.json", ".model.json", ".truth.json", ".md", ".log", ".txt", "execution_details.json")
+SKIP = (".attrib.json", ".model.json", ".truth.json", ".md", ".log", ".txt", "execution_details.json",
+        "config.json")
 
 
 def traces() -> list[Path]:

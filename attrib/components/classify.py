@@ -70,9 +70,9 @@ OP_RULES = (
 # and module.
 NAME_FIRST = ("communication", "linear_attention")
 _IN_ATTENTION = ("kv_cache_write", "rope")
-# MoE names that beat a coarse op/module "moe_experts" (a router or sort kernel under
-# vllm::moe_forward)
-_MOE_PARTS = ("moe_router", "moe_dispatch", "moe_combine")
+# MoE names that beat a coarse op/module "moe_experts" (a router, sort or activation-quantize
+# kernel under vllm::moe_forward)
+_MOE_PARTS = ("moe_router", "moe_dispatch", "moe_combine", "quantize")
 # linear-attention layers (Gated DeltaNet, Mamba mixers, ...) by module class
 _LINEAR_ATTN = r"(?i)gated_?delta|deltanet|mixer$|linear_?attention|lightning_?attn|short_?conv"
 _LINEAR_ATTN_SEG = (r"(?i)(?:^|/)[^/]*"

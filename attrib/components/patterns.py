@@ -123,6 +123,17 @@ LOW_BIT_KERNEL = (r"(?i)mxfp4|w4a16|awq|gptq|marlin|q_gemm_rdna3|mxfp4_gemm_rdna
 # Triton int4 GEMMs launched with no torch op around them (vLLM awq_triton.py, user kernels): their
 # shapes come from the launch's allocation and the module's input (attrib.cost.lowbit)
 AWQ_TRITON = r"^awq_gemm_kernel$"
+# FlashInfer / TensorRT-LLM-gen fused MoE (trtllm_*_block_scale_moe, Blackwell `..._sm100f`):
+# the batched GEMMs spell their element types, bmm_<out>_<weights><activations>_<accumulator>_t..
+# (bmm_MxE4m3_MxE2m1MxE4m3_Fp32_t128x16x256..._swiGlu_..: MXFP4 weights, MXFP8 activations);
+# the routing, activation block-quantize and finalize kernels beside them
+# (attrib.cost.block_scale_moe)
+_TRTLLM_TYPE = r"(?:Mx)?(?:E2m1|E4m3|E5m2|E2m3|E3m2|Int4|Int8)|Bfloat16|Fp16|Fp32"
+TRTLLM_MOE_GEMM = (rf"^bmm_(?P<out>{_TRTLLM_TYPE})_(?P<weights>{_TRTLLM_TYPE})"
+                   rf"(?P<acts>{_TRTLLM_TYPE})_(?P<acc>Fp32|Fp16)_")
+TRTLLM_MOE_ROUTING = r"moe::dev::routing::"
+TRTLLM_MOE_FINALIZE = r"moe::dev::finalize::"
+TRTLLM_MOE_QUANT = r"tensorrt_llm::kernels::quantize_with_block_size"
 # GEMM-shaped kernel names (an FP8 name that is a GEMM, not a cast)
 GEMM_LIKE = r"(?i)gemm|_mm|matmul|Cijk_|nvjet|cutlass|qqtst"
 # torch's sort / scan kernels (the sampler's fallback path)

@@ -50,6 +50,8 @@ NCCL_TYPES = {"bf16": "bf16", "f16": "fp16", "half": "fp16", "f32": "fp32", "flo
 WEIGHT_BITS: dict[str, float] = {
     "bf16": 16, "fp16": 16, "fp32": 32, "fp8": 8, "int8": 8, "int4": 4,
     "mxfp4": 4.25,      # 4-bit E2M1 + one 8-bit E8M0 scale per 32 values
+    "nvfp4": 4.5,       # 4-bit E2M1 + one E4M3 scale per 16 values
+    "mxfp8": 8.25,      # 8-bit E4M3 + one 8-bit E8M0 scale per 32 values
     "q4_0": 4.5,        # GGUF: 32 x 4 bit + fp16 scale per block of 32
     "q8_0": 8.5,        # GGUF: 32 x 8 bit + fp16 scale per block of 32
 }

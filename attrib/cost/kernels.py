@@ -19,6 +19,7 @@ from collections.abc import Mapping
 import orjson
 import polars as pl
 
+from attrib.cost.block_scale_moe import moe_kernel_costs
 from attrib.cost.budget import Budget
 from attrib.cost.launched import launched_costs
 from attrib.cost.ops import moe_top_k, op_costs
@@ -75,8 +76,10 @@ def _calls(model: CostModel, ops: pl.DataFrame, kernels: pl.DataFrame,
     mine = kernels.filter(pl.col("op_id").is_in(calls["op_id"].implode()))
     if model.kernel_pattern:
         groups = (mine.select("op_id", pl.col("name").str.extract_groups(model.kernel_pattern)
-                              .alias("g")).unnest("g").drop_nulls().unique("op_id"))
+                              .alias("g")).unnest("g"))
         cols = [c for c in groups.columns if c != "op_id"]
+        # a kernel the pattern matched (an optional group may stay null)
+        groups = groups.filter(pl.col(cols[0]).is_not_null()).unique("op_id")
         groups = groups.select("op_id", pl.struct(cols).alias("_kernel"))
         calls = calls.join(groups, on="op_id")
     if "step" in model.needs:
@@ -152,7 +155,21 @@ def kernel_costs(trace: Trace, kernels: pl.DataFrame, steps: pl.DataFrame | None
     k = k.with_columns((pl.col("_ob") * pl.col("_share")).alias("bytes"),
                        (pl.col("_of") * pl.col("_share")).alias("flops")).drop(
         "_ob", "_of", "_total", "_n", "_share")
+    k = _with_moe(k, moe_kernel_costs(trace.ops, kernels))
     return _with_launched(k, launched_costs(trace, kernels))
+
+
+def _with_moe(k: pl.DataFrame, got: pl.DataFrame) -> pl.DataFrame:
+    """The kernels of a fused MoE op priced kernel by kernel (attrib.cost.block_scale_moe) take
+    those prices, over the op's shared (model-config) estimate: null where it priced none."""
+    if not got.height:
+        return k
+    return k.join(got.with_columns(pl.lit(True).alias("_in")), on="id", how="left",
+                  maintain_order="left").with_columns(
+        pl.col("_in").fill_null(False)).with_columns(
+        *[pl.when(pl.col("_in")).then(pl.col(f)).otherwise(pl.col(c)).alias(c)
+          for f, c in (("_mb", "bytes"), ("_mf", "flops"), ("_md", "dtype"), ("_mm", "cost_model"))]
+    ).drop("_mb", "_mf", "_md", "_mm", "_in")
 
 
 def _with_launched(k: pl.DataFrame, got: pl.DataFrame) -> pl.DataFrame:

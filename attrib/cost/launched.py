@@ -28,7 +28,7 @@ _BY = ["pid", "tid"]
 OUT = {"id": pl.Int64, "_lb": pl.Float64, "_lf": pl.Float64, "_ld": pl.Utf8, "_lm": pl.Utf8}
 
 
-def _json(text: str | None) -> list:
+def json_list(text: str | None) -> list:
     """A JSON list as recorded (an arg list, a size list); [] for anything else."""
     try:
         value = orjson.loads(text or "[]")
@@ -37,10 +37,10 @@ def _json(text: str | None) -> list:
     return value if isinstance(value, list) else []
 
 
-def _sizes(conc: list) -> list[int] | None:
+def alloc_sizes(conc: list) -> list[int] | None:
     """The size list an allocation got (its first concrete input, `[1, 2048]`)."""
     first = conc[0] if conc else ""
-    sizes = _json(first) if isinstance(first, str) and first.startswith("[") else []
+    sizes = json_list(first) if isinstance(first, str) and first.startswith("[") else []
     ok = sizes and all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in sizes)
     return sizes if ok else None
 
@@ -52,15 +52,15 @@ def _price(names: list[str], dims: list[str | None],
     at = [i for i, name in enumerate(names) if name in ALLOCATIONS]
     if not at:
         return None
-    alloc = _json(conc[at[-1]])
-    out = _sizes(alloc)
+    alloc = json_list(conc[at[-1]])
+    out = alloc_sizes(alloc)
     dtype = SCALAR_TYPES.get(concrete_int(alloc, 1) or -1)
     size = size_of(dtype)
     if not out or len(out) < 2 or dtype is None or size is None:
         return None
     m, n = out[-2], out[-1]
     for text in dims:
-        shapes = _json(text)
+        shapes = json_list(text)
         x = shapes[0] if shapes else None
         if (isinstance(x, list) and len(x) >= 2 and all(isinstance(d, int) for d in x)
                 and prod(x[:-1]) == m):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from math import prod
 
-from attrib.cost.dtypes import SIZES, Cost, concrete_int, tensor, unknown
+from attrib.cost.dtypes import SIZES, WEIGHT_BITS, Cost, concrete_int, tensor, unknown
 
 W4A16 = "gemm_w4a16"   # the family of a call whose shapes are missing
 W8A16 = "gemm_w8a16"
@@ -26,7 +26,8 @@ def weight_format(bits: int, group: int | None) -> str:
 def format_bits(fmt: str | None) -> float | None:
     """Bits per weight of a traced weight format (`weight_format`), scales and zeros included:
     int4 g128 (tinygemm: a 16-bit scale and zero a group) 4.25, int4 AWQ g128 (16-bit scale, 4-bit
-    zero) 4.156, int8 per-channel 8, a dtype its size (bf16 16, fp8_e4m3fn 8); None when unknown."""
+    zero) 4.156, int8 per-channel 8, block-scaled mxfp4 4.25 / nvfp4 4.5 / mxfp8 8.25, a dtype its
+    size (bf16 16, fp8_e4m3fn 8); None when unknown."""
     if not fmt:
         return None
     if (m := re.match(r"^int(\d+) (AWQ, )?g(\d+)", fmt)) is not None:
@@ -34,6 +35,8 @@ def format_bits(fmt: str | None) -> float | None:
         return bits + ((16 + bits) if m.group(2) else 32) / group
     if (m := re.match(r"^int(\d+) per-channel$", fmt)) is not None:
         return float(m.group(1))
+    if fmt in ("mxfp4", "nvfp4", "mxfp8"):   # block-scaled (attrib.cost.block_scale_moe)
+        return WEIGHT_BITS[fmt]
     size = SIZES.get(fmt)
     return 8.0 * size if size else None
 

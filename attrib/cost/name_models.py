@@ -26,6 +26,7 @@ PAGED_ATTENTION = (r"^vllm::unified_(?:mla_)?attention|^_rocm_C::paged_attention
                    r"|^aiter::paged_attention|^_C::paged_attention")
 OPAQUE_MOE = opaque.OPAQUE_MOE
 COLLECTIVE_KERNEL = sv.COLLECTIVE
+SYMM_ALL_REDUCE = sv.SYMM_ALL_REDUCE
 
 
 def cat_from_kernel(call: Call) -> Cost:
@@ -68,8 +69,16 @@ def moe_forward(call: Call) -> Cost:
 
 
 def collective(call: Call) -> Cost:
-    """A collective: shapes from record_param_comms, collective and element type from the kernel."""
+    """A collective: shapes from record_param_comms, the collective from the kernel, the element
+    type from the kernel (older NCCL names) or the recorded input."""
     groups = call.kernel or {}
-    if call.world is None or not groups.get("1") or not groups.get("2"):
-        return unknown("collective", "collective, element type or world size not recorded")
-    return sv.collective(call.dims, groups["1"], groups["2"], call.world)
+    if call.world is None or not groups.get("1"):
+        return unknown("collective", "collective or world size not recorded")
+    return sv.collective(call.dims, groups["1"], groups.get("2"), call.world, call.types)
+
+
+def symm_all_reduce(call: Call) -> Cost:
+    """A symmetric-memory all-reduce from its buffer (attrib.cost.serving)."""
+    if call.world is None:
+        return unknown("collective", "world size not recorded")
+    return sv.symm_all_reduce(call.dims, call.types, call.world)

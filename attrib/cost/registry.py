@@ -173,6 +173,8 @@ def _context_models() -> list[CostModel]:
         CostModel(nm.moe_forward, ops=nm.OPAQUE_MOE, needs=frozenset({"budget"})),
         CostModel(nm.collective, ops=("record_param_comms",), kernel_pattern=nm.COLLECTIVE_KERNEL,
                   needs=frozenset({"world"}), label="collective (bus bytes)"),
+        CostModel(nm.symm_all_reduce, ops=nm.SYMM_ALL_REDUCE, needs=frozenset({"world"}),
+                  label="collective (bus bytes)"),
     ]
 
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from math import prod
 
-from attrib.cost.dtypes import (NCCL_TYPES, SIZES, Cost, concrete_bool, concrete_int, tensor,
-                                unknown)
+from attrib.cost.dtypes import (NCCL_TYPES, SIZES, Cost, concrete_bool, concrete_int, dtype_of,
+                                tensor, unknown)
 from attrib.cost.elementwise import cache_write
 from attrib.cost.matmul import expected_active_experts, uniform_routing_note
 
@@ -192,33 +192,54 @@ def paged_attention(name: str, dims: list, types: list, concrete: list, sums: di
     return Cost(nbytes, 4.0 * sqsk * heads * hd, q.dtype, "attention", why)
 
 
-# NCCL/RCCL kernel names carry the collective and the element type:
-# ncclDevKernel_AllReduce_Sum_bf16_RING_LL
-COLLECTIVE = (r"(?i)(AllReduce|AllGather|ReduceScatter)_(?:\w+?_)?"
-              r"(bf16|f16|half|f32|float|f8e4m3|f8e5m2|i8|u8)_")
-# nccl-tests bus-bandwidth factors: bytes each rank moves over its links, per byte of the buffer
-BUS_FACTOR = {"allreduce": lambda n: 2 * (n - 1) / n, "allgather": lambda n: (n - 1) / n,
+# NCCL/RCCL kernel names carry the collective, and older ones the element type too:
+# ncclDevKernel_AllReduce_Sum_bf16_RING_LL, ncclDevKernel_AllGather_RING_LL
+COLLECTIVE = (r"(?i)(AllReduce|AllGather|ReduceScatter)_(?:(?:\w+?_)?"
+              r"(bf16|f16|half|f32|float|f8e4m3|f8e5m2|i8|u8)_)?")
+# nccl-tests bus-bandwidth factors: bytes each rank moves over its links, per byte of the input
+# buffer (an all-gather's output is n inputs: busBw = algBw x (n-1)/n over the output)
+BUS_FACTOR = {"allreduce": lambda n: 2 * (n - 1) / n, "allgather": lambda n: float(n - 1),
               "reducescatter": lambda n: (n - 1) / n}
 
 
-def collective(dims: list, coll: str, elt: str, world: int) -> Cost:
-    """A collective launched under `record_param_comms(inputTensors, ...)` (its TensorList of
-    shapes, the element type from the kernel name): bytes = buffer x the nccl-tests bus factor
-    (ring all-reduce 2(n-1)/n, all-gather / reduce-scatter (n-1)/n), what each rank's links
-    carry; FLOPs of the reduction n-1 adds per element (all-reduce)."""
-    listed = dims and isinstance(dims[0], list) and dims[0] and isinstance(dims[0][0], list)
-    tensors = dims[0] if listed else []
-    dtype = NCCL_TYPES.get(elt.lower())
+def collective(dims: list, coll: str, elt: str | None, world: int, types: list = ()) -> Cost:
+    """A collective launched under `record_param_comms(inputTensors, ...)` (a TensorList of
+    shapes, or one tensor with its type), the element type from the kernel name where it has one,
+    else the input's: bytes = buffer x the nccl-tests bus factor (all-reduce 2(n-1)/n,
+    all-gather (n-1) inputs = (n-1)/n of the gathered output, reduce-scatter (n-1)/n), what
+    each rank's links carry; FLOPs of the reduction n-1 adds per element (all-reduce)."""
+    first = dims[0] if dims and isinstance(dims[0], list) else []
+    listed = bool(first) and isinstance(first[0], list)
+    one = bool(first) and all(isinstance(d, int) for d in first)
+    tensors = first if listed else [first] if one else []
+    traced = dtype_of(types[0]) if one and types else None
+    dtype = NCCL_TYPES.get(elt.lower()) if elt else (traced[0] if traced else None)
     size = SIZES.get(dtype) if dtype else None
     if not tensors or size is None or world < 2:
         return unknown("collective", "buffer shapes, element type or world size not recorded")
     numel = sum(prod(t) for t in tensors if isinstance(t, list))
+    return _bus(numel, size, dtype, coll, world, "buffer")
+
+
+def _bus(numel: int, size: float, dtype: str | None, coll: str, world: int, what: str) -> Cost:
     factor = BUS_FACTOR[coll.lower()](world)
     flops = float(numel * (world - 1)) if coll.lower() == "allreduce" else 0.0
-    return Cost(
-        numel * size * factor,
-        flops,
-        dtype,
-        "collective",
-        f"bus bytes (nccl-tests): buffer x {factor:g} over {world} ranks, link traffic",
-    )
+    return Cost(numel * size * factor, flops, dtype, "collective",
+                f"bus bytes (nccl-tests): {what} x {factor:g} over {world} ranks, link traffic")
+
+
+# PyTorch symmetric-memory all-reduces (vLLM's all-reduce on NVLink machines: the tensor copied
+# into a symmetric buffer, reduced in place): symm_mem::<op>(input[N], reduce_op, group_name)
+SYMM_ALL_REDUCE = ("symm_mem::multimem_all_reduce_", "symm_mem::multimem_one_shot_all_reduce",
+                   "symm_mem::one_shot_all_reduce", "symm_mem::two_shot_all_reduce_")
+
+
+def symm_all_reduce(dims: list, types: list, world: int) -> Cost:
+    """symm_mem::multimem_all_reduce_(input[N]!, "sum", group) and its one-/two-shot siblings:
+    the N elements all-reduced over the group, priced like NCCL's all-reduce (bus bytes, so
+    GB/s compare with nccl-tests' busBw whatever the algorithm: NVLS multimem reduces in the
+    switch)."""
+    x = tensor(dims, types, 0)
+    if x is None or world < 2:
+        return unknown("collective", "symmetric buffer or world size not recorded")
+    return _bus(x.numel, x.size, x.dtype, "allreduce", world, "symmetric buffer")
