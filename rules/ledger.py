@@ -25,7 +25,7 @@ from attrib.analysis.finding import count
 from attrib.components.patterns import RUNTIME_CALL
 from attrib.analysis.model import Analysis, LedgerRow
 from attrib.pipeline import Attribution
-from attrib.steps.ledger import PROFILER_NS, phase_ledger
+from attrib.steps.ledger import OWN_COST, PROFILER_NS, phase_ledger
 from attrib.steps.idle import UNRECORDED
 from attrib.trace import GRAPH_LAUNCH
 from rules.finding import (
@@ -40,7 +40,7 @@ from rules.finding import (
 from rules.thresholds import Thresholds
 
 MIN_SHARE = 0.05
-HOST_SIDE = ("host", "launch", "sync", "profiler")
+HOST_SIDE = ("host", "launch", "sync", OWN_COST)
 CUDNN_SDPA = (
     "cuDNN builds an execution plan for every new attention shape, so each "
     "decode step's new KV length stalls the host in this op: warm the decode "
@@ -218,7 +218,7 @@ def ledger_findings(ledger: pl.DataFrame, f: Facts) -> list[Finding]:
     )
     for cause, ms in by_cause.iter_rows():
         share = ms / f.step_ms
-        caveat = cause == "profiler" and host_share > HIGH_SHARE
+        caveat = cause == OWN_COST and host_share > HIGH_SHARE
         if share < MIN_SHARE and not caveat:
             continue
         rows = (
@@ -232,7 +232,7 @@ def ledger_findings(ledger: pl.DataFrame, f: Facts) -> list[Finding]:
              "median_us": r(x["median_us"], 2)}
             for x in rows.head(3).iter_rows(named=True)
         ]
-        severity = "info" if cause == "profiler" else severity_of(share)
+        severity = "info" if cause == OWN_COST else severity_of(share)
         out.append(Finding(
             rule=f"ledger-{cause}", severity=severity,
             title=_title(cause, top, ms, f), ms_per_step=ms,

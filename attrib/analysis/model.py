@@ -24,6 +24,7 @@ from attrib.analysis.whatif import WhatIf
 
 from attrib.analysis.speculative import Speculative
 from attrib.errors import TraceError, UsageError
+from attrib.steps.ledger import OWN_COST
 
 if TYPE_CHECKING:
     from attrib.analysis.summary import Summary
@@ -329,6 +330,12 @@ class Phase(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
 
     def component(self, name: str) -> Component | None:
         return next((c for c in self.component_rows if c.component == name), None)
+
+    def top_cause(self) -> LedgerRow | None:
+        """The ledger row holding the most of the mean step, the profiler's own cost left out
+        (a caveat about the measurement, not a cause); None without a ledger."""
+        rows = [r for r in self.ledger_rows if r.cause != OWN_COST]
+        return max(rows, key=lambda r: r.ms_per_step, default=None)
 
     def __repr__(self) -> str:
         """One line: the phase, its steps, mean step, tokens per step, tok/s."""

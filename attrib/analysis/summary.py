@@ -20,6 +20,7 @@ from attrib.analysis.finding import Finding
 from attrib.analysis.model import Analysis, Bottleneck, Phase
 from attrib.components.taxonomy import GEMM_COMPONENTS
 from attrib.cost.dtypes import INDEX_TYPES
+from attrib.steps.ledger import OWN_COST
 
 TOP_ACTIONS = 3
 TOP_TIME = 4  # ledger rows under "where the time goes"
@@ -94,7 +95,7 @@ def _time(ph: Phase) -> tuple[tuple[TimeShare, ...], float | None]:
     rows = ph.ledger_rows
     if rows:
         total = sum(r.ms_per_step for r in rows)
-        shown = [r for r in rows if r.cause != "profiler"]  # the caveat says it, once
+        shown = [r for r in rows if r.cause != OWN_COST]  # the caveat says it, once
         return tuple(_rounded(TimeShare(r.cause, r.what, r.ms_per_step, r.share))
                      for r in shown[:TOP_TIME]), round(total, 4)
     step = ph.step_ms.mean
@@ -307,7 +308,7 @@ def caveats(an: Analysis) -> tuple[str, ...]:
     what the step would take without it, and which figures it inflates."""
     out = []
     for ph in an.phases:
-        prof = sum(r.ms_per_step for r in ph.ledger_rows if r.cause == "profiler")
+        prof = sum(r.ms_per_step for r in ph.ledger_rows if r.cause == OWN_COST)
         step = sum(r.ms_per_step for r in ph.ledger_rows)
         if not step or prof / step < CAVEAT_SHARE:
             continue

@@ -23,10 +23,13 @@ A/A pair sdpa_attn_a/_b of 2026-11-30 is 1.35x apart: near the bound, not beyond
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import msgspec
+
+from attrib.analysis.model import Phase
+from attrib.steps.ledger import OWN_COST
 
 BOUND = 1.5          # launch-gap ratio beyond run-to-run noise (module doc)
 HOST_SHARE = 0.5     # host-side rows above this share of the step: the host sets the step
@@ -34,7 +37,6 @@ STALL_US = 1000.0    # a host-side interval this long (median) is the OS desched
 STALL_SHARE = 0.05   # descheduled this share of the step or more: the host was busy elsewhere
 MIN_STEPS = 4        # steps a phase needs for its launch gaps to gauge the host (module doc)
 LAUNCH_CALLS = ("cudaLaunch", "cuLaunch", "hipLaunch", "hipModuleLaunch", "hipExtLaunch")
-OWN_COST = "profiler"
 IDLE = ("", "none", "no", "idle", "0", "false", "unloaded")
 
 
@@ -71,28 +73,24 @@ def declared_load(stamp: Mapping[str, Any] | None) -> str | None:
     return None if str(v).strip().lower() in IDLE else str(v)
 
 
-def cost(ledger: Iterable[tuple[str, float, float | None, float | None, str]], steps: int,
-         stamp: Mapping[str, Any] | None = None) -> HostCost | None:
-    """The host cost of one phase of `steps` steps from its ledger rows (cause, ms_per_step,
-    n_per_step, median_us, what); None without a ledger."""
-    rows = list(ledger)
-    step = sum(r[1] for r in rows)
+def cost(ph: Phase, stamp: Mapping[str, Any] | None = None) -> HostCost | None:
+    """The host cost of a phase from its ledger (the mean step's rows) and the capture stamp;
+    None without a ledger."""
+    rows = ph.ledger_rows
+    step = sum(r.ms_per_step for r in rows)
     if not rows or step <= 0:
         return None
-    kernels = sum(r[1] for r in rows if r[0] == "kernels")
-    launches = sum(r[2] or 0 for r in rows if r[0] == "kernels")
-    host = [r for r in rows if r[0] not in ("kernels", OWN_COST)]
-    gap = next((r[3] for r in rows if r[0] == "launch"), None)
+    kernels = sum(r.ms_per_step for r in rows if r.cause == "kernels")
+    launches = sum(r.n_per_step or 0 for r in rows if r.cause == "kernels")
+    host = [r for r in rows if r.cause not in ("kernels", OWN_COST)]
+    gap = next((r.median_us for r in rows if r.cause == "launch"), None)
     return HostCost(
-        step_ms=step, steps=steps, host_share=1 - kernels / step,
-        us_per_launch=sum(r[1] for r in host) / launches * 1e3 if launches else None,
+        step_ms=step, steps=ph.steps, host_share=1 - kernels / step,
+        us_per_launch=sum(r.ms_per_step for r in host) / launches * 1e3 if launches else None,
         median_gap_us=gap,
-        stalls_ms=sum(r[1] for r in host if (r[3] or 0) >= STALL_US and _launch_call(r)),
+        stalls_ms=sum(r.ms_per_step for r in host
+                      if (r.median_us or 0) >= STALL_US and r.what.startswith(LAUNCH_CALLS)),
         load=declared_load(stamp))
-
-
-def _launch_call(row: tuple[str, float, float | None, float | None, str]) -> bool:
-    return row[4].startswith(LAUNCH_CALLS)
 
 
 class Common(msgspec.Struct, frozen=True):

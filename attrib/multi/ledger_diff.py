@@ -20,12 +20,13 @@ from typing import Any
 import msgspec
 
 from attrib.analysis.model import Phase
+from attrib.steps.ledger import OWN_COST
 
 DEVICE = ("kernels", "copy")  # ledger causes that are GPU time; the rest is host-side or a wait
 REST = "rest"  # the cause of the row that sums the smaller rows in a shown table
 WAIT = "outside"  # GPU work queued, waiting on something the trace does not show
 KEEP = 12  # rows shown by name; the rest summed into one row (the sum still holds)
-WORDS = {"launch": "launch gaps", "profiler": "profiler (estimate)", "copy": "copy"}
+WORDS = {"launch": "launch gaps", OWN_COST: "profiler (estimate)", "copy": "copy"}
 
 
 class Move(msgspec.Struct, frozen=True):
@@ -60,7 +61,7 @@ class Move(msgspec.Struct, frozen=True):
             return self.what
         if self.cause == REST:
             return self.what
-        if self.cause in ("launch", "profiler"):
+        if self.cause in ("launch", OWN_COST):
             return WORDS[self.cause]
         return f"{self.cause} {self.what}"
 

@@ -80,18 +80,13 @@ def _key(name: str, value: Any) -> int | str | None:
 
 
 def top_cause(ph: Phase) -> str | None:
-    """The ledger row that holds most of the mean step, the profiler's own cost left out (a
-    caveat about the measurement, not a cause): `cause: what`."""
-    rows = [r for r in ph.ledger_rows if r.cause != "profiler"]
-    if not rows:
-        return None
-    row = max(rows, key=lambda r: r.ms_per_step)
-    return f"{row.cause}: {row.what}"
+    """The phase's top cause (Phase.top_cause) as `cause: what`."""
+    row = ph.top_cause()
+    return None if row is None else f"{row.cause}: {row.what}"
 
 
 def _host(ph: Phase, prov: Mapping[str, Any]) -> dict[str, Any]:
-    c = host_check.cost(((r.cause, r.ms_per_step, r.n_per_step, r.median_us, r.what)
-                         for r in ph.ledger_rows), ph.steps, prov)
+    c = host_check.cost(ph, prov)
     if c is None:
         return dict.fromkeys(HOST)
     return {"host_share": round(c.host_share, 4), "host_us": _round(c.us_per_launch),

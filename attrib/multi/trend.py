@@ -32,7 +32,6 @@ from attrib.multi.compare import ALPHA, CHANGED, MIN_EFFECT_PCT, SAME, _series, 
 
 SCHEMA_ID = "attrib.trend/1"
 WINDOW = 3
-OWN_COST = "profiler"   # ledger cause of the capture's own cost
 
 
 def order_key(doc: Analysis) -> tuple[str, int, str]:
@@ -45,19 +44,17 @@ def order_key(doc: Analysis) -> tuple[str, int, str]:
 
 
 def top_cause(phase: Phase) -> dict[str, Any] | None:
-    """The ledger row holding the most of the mean step, the capture's own cost left out."""
-    rows = [r for r in phase.ledger_rows if r.cause != OWN_COST]
-    if not rows:
+    """The phase's top cause (Phase.top_cause) as the trend document holds it."""
+    r = phase.top_cause()
+    if r is None:
         return None
-    r = max(rows, key=lambda r: r.ms_per_step)
     return {"cause": r.cause, "what": r.what, "ms_per_step": round(r.ms_per_step, 4),
             "share": None if r.share is None else round(r.share, 4)}
 
 
 def host_cost(doc: Analysis, ph: Phase) -> host_check.HostCost | None:
     """The phase's host cost (attrib.multi.host_check) from its ledger and the stamp."""
-    return host_check.cost(((r.cause, r.ms_per_step, r.n_per_step, r.median_us, r.what)
-                            for r in ph.ledger_rows), ph.steps, dict(doc.provenance))
+    return host_check.cost(ph, doc.provenance)
 
 
 def _row(doc: Analysis, ph: Phase) -> dict[str, Any]:

@@ -34,7 +34,9 @@ from attrib.trace import grouped
 from attrib.steps.idle import idle_rows, recorded_threads
 from attrib.steps.spans import complement, covered, merge
 
-CAUSES = ("kernels", "copy", "outside", "sync", "host", "launch", "profiler")
+# the profiler's own cost (an estimate): a caveat about the measurement, never a cause to fix
+OWN_COST = "profiler"
+CAUSES = ("kernels", "copy", "outside", "sync", "host", "launch", OWN_COST)
 # host nanoseconds the torch profiler adds per recorded event, measured on the H200 (torch 2.11,
 # bench/ledger_capture.py `m`, tests/fixtures/captured/ledger_measure.json): 40 eager decode steps
 # take 95.4 ms bare, 136.4 ms with record_shapes (+41.0 ms over 19,852 ops and runtime/driver
@@ -260,7 +262,7 @@ def _profiler(rows: pl.DataFrame, events: tuple[np.ndarray, np.ndarray]) -> pl.D
     cost = n_op * PROFILER_NS["op"] + n_fr * PROFILER_NS["frame"]
     est = np.where(carve, np.minimum(cost, rows["ns"].to_numpy()), 0)
     kept = rows.with_columns((pl.col("ns") - est).alias("ns"))
-    prof = rows.select("step", pl.lit("profiler").alias("cause"),
+    prof = rows.select("step", pl.lit(OWN_COST).alias("cause"),
                        pl.lit("estimate: CPU events x measured cost per event").alias("what"),
                        "start_ns", "end_ns", pl.Series("ns", est, dtype=pl.Int64))
     prof = prof.filter(pl.col("ns") > 0)
@@ -338,7 +340,7 @@ def ledger(steps: pl.DataFrame, k: pl.DataFrame, copies: pl.DataFrame, launches:
     per_step = pl.concat([*krows, *crows, gap_rows.select(list(STEP_LEDGER))]).cast(STEP_LEDGER)
     per_step = per_step.filter(pl.col("ns") > 0).sort(
         "step", "ns", "cause", "what", descending=[False, True, False, False])
-    intervals = idle.filter(pl.col("cause") != "profiler").select(list(INTERVALS))
+    intervals = idle.filter(pl.col("cause") != OWN_COST).select(list(INTERVALS))
     return Ledger(per_step, intervals.cast(INTERVALS), known.recorded)
 
 
