@@ -123,8 +123,12 @@ def _row_evidence(b: Bottleneck) -> str:
     ms, roof = e.get("ms"), e.get("roofline_ms")
     if isinstance(ms, float) and isinstance(roof, float):
         at = f" at {rate}" if rate else ""
-        return (f"{b.component} runs {ms:.3f} ms a step{at}; its {e.get('bound') or ''}"
+        said = (f"{b.component} runs {ms:.3f} ms a step{at}; its {e.get('bound') or ''}"
                 f" roofline is {roof:.3f} ms").replace("  ", " ")
+        if e.get("bound") == "link":  # one rank's trace cannot split waiting from transfer
+            said += ("; the rest is waiting for the other ranks or per-call latency (`attrib "
+                     "ranks` on every rank's trace splits them)")
+        return said
     return b.what
 
 
@@ -167,6 +171,8 @@ def _what(title: str, phase: str) -> str:
 def _row_what(b: Bottleneck) -> str:
     if b.kind == "GPU idle":
         return "cut the GPU idle time between kernels"
+    if b.evidence.get("bound") == "link":
+        return f"bring {b.component} to its link time"
     return f"bring {b.component or b.kind} to its roofline"
 
 

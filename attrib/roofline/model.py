@@ -2,7 +2,9 @@
 ceiling.
 
 One memory level (DRAM at the arch's sustained bandwidth, its peak when no sustained figure is
-known) and one compute ceiling per dtype. An achieved figure above the arch's peak is not a result:
+known) and one compute ceiling per dtype; a collective (taxonomy.LINK_COMPONENTS) is held to the
+interconnect instead: its bus bytes at the arch's `link_gbs` (one direction, as nccl-tests' bus
+bandwidth), no roof where the link is unknown. An achieved figure above the arch's peak is not a result:
 it is nulled and the row says why in `inconsistent` (the bytes model is wrong, or the data sat in
 L2 / Infinity Cache).
 """
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from attrib.components.taxonomy import LINK_COMPONENTS
 from attrib.roofline.arch import Arch
 from attrib.trace import engine
 
@@ -49,6 +52,9 @@ def kernel_roofline(df: pl.DataFrame, arch: Arch | None, what_if: bool = False) 
     """
     bw, basis = arch.bandwidth() if arch else (None, None)
     peak_bw = arch.peak_bw_gbs if arch else None
+    link = arch.link_gbs if arch else None
+    on_link = (pl.col("component").is_in(LINK_COMPONENTS).fill_null(False)
+               if "component" in df.columns else pl.lit(False))
     ms, nbytes, flops = (pl.col(c).cast(pl.Float64) for c in ("ms", "bytes", "flops"))
     timed = pl.when(ms > 0)
     dtype = pl.col("dtype") if "dtype" in df.columns else pl.lit(None, pl.Utf8)
@@ -57,10 +63,14 @@ def kernel_roofline(df: pl.DataFrame, arch: Arch | None, what_if: bool = False) 
         timed.then(nbytes / ms / 1e6).alias("_gbs"),
         timed.then(flops / ms / 1e9).alias("_tflops"),
         pl.when(nbytes > 0).then(flops / nbytes).alias("intensity"),
-        (nbytes / (bw * 1e6) if bw else pl.lit(None, pl.Float64)).alias("_mem_ms"),
+        pl.when(on_link).then(nbytes / (link * 1e6) if link else pl.lit(None, pl.Float64))
+        .otherwise(nbytes / (bw * 1e6) if bw else pl.lit(None, pl.Float64)).alias("_mem_ms"),
         pl.when(pl.col("_roof") > 0).then(flops / (pl.col("_roof") * 1e9)).alias("_cmp_ms"),
     )
-    over_bw = (pl.col("_gbs") > peak_bw) if peak_bw else pl.lit(False)
+    over_link = (pl.col("_gbs") > link) if link else pl.lit(False)
+    over_mem = (pl.col("_gbs") > peak_bw) if peak_bw else pl.lit(False)
+    over_bw = pl.when(on_link).then(over_link).otherwise(over_mem)
+    limit = pl.when(on_link).then(pl.lit(link)).otherwise(pl.lit(peak_bw))
     over_fl = pl.col("_tflops") > pl.col("_peak")
     bad = (over_bw.fill_null(False) | over_fl.fill_null(False))
     if what_if and arch:
@@ -70,7 +80,7 @@ def kernel_roofline(df: pl.DataFrame, arch: Arch | None, what_if: bool = False) 
         bw_why, fl_why = "bytes model wrong or data cache-resident", "FLOP model wrong"
     note = (pl.when(over_bw.fill_null(False))
             .then(pl.format("achieved {} GB/s exceeds the {} GB/s peak: {}",
-                            pl.col("_gbs").round(1), pl.lit(peak_bw), pl.lit(bw_why)))
+                            pl.col("_gbs").round(1), limit, pl.lit(bw_why)))
             .when(over_fl.fill_null(False))
             .then(pl.format("achieved {} TFLOP/s exceeds the {} peak of {}: {}",
                             pl.col("_tflops").round(1), pl.col("_peak"), pl.col("_dtype"),
@@ -82,11 +92,13 @@ def kernel_roofline(df: pl.DataFrame, arch: Arch | None, what_if: bool = False) 
         pl.when(~bad).then(pl.col("_gbs")).alias("achieved_gbs"),
         pl.when(~bad).then(pl.col("_tflops")).alias("achieved_tflops"),
         pl.when(pl.col("_mem_ms").is_null()).then(None)
+        .when(on_link).then(pl.lit("link"))
         .when(memory_bound).then(pl.lit("memory"))
         .otherwise(pl.lit("compute")).alias("bound"),
         pl.when(pl.col("_mem_ms").is_not_null()).then(roof).alias("roofline_ms"),
         note.alias("inconsistent"),
-        pl.lit(basis, pl.Utf8).alias("bw_basis"),
+        pl.when(on_link).then(pl.lit("link" if link else None, pl.Utf8))
+        .otherwise(pl.lit(basis, pl.Utf8)).alias("bw_basis"),
     ).with_columns(gap.alias("gap_ms"))
     scratch = ("_peak", "_roof", "_dtype", "_gbs", "_tflops", "_mem_ms", "_cmp_ms")
     return (out.drop(*scratch).with_columns([pl.col(c).cast(t) for c, t in ADDED.items()])

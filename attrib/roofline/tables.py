@@ -11,6 +11,7 @@ from typing import Any
 
 import polars as pl
 
+from attrib.components.taxonomy import LINK_COMPONENTS
 from attrib.roofline.arch import Arch
 from attrib.roofline.model import kernel_roofline, phase_ceiling
 
@@ -42,6 +43,12 @@ def counted(comp: pl.DataFrame, what_if: bool = False) -> pl.Expr:
     return ok if what_if else ok & pl.col("inconsistent").is_null()
 
 
+def memory_traffic(comp: pl.DataFrame) -> pl.Expr:
+    """The rows whose bytes are memory traffic (GB/token): all but the collectives, whose bytes
+    cross the interconnect (their time still sets the step's floor, at the link's bandwidth)."""
+    return ~pl.col("component").is_in(LINK_COMPONENTS)
+
+
 def phase_figures(steps: pl.DataFrame, k: pl.DataFrame, comp: pl.DataFrame, arch: Arch | None,
                   what_if: bool = False) -> dict[str, Any]:
     """bytes_per_step, gb_per_token, ceiling_tok_s, the share of kernel time whose bytes count,
@@ -56,7 +63,7 @@ def phase_figures(steps: pl.DataFrame, k: pl.DataFrame, comp: pl.DataFrame, arch
     share = (known_ms / total_ms) if total_ms else None
     # a sum over a small priced part of the step would read as the step's traffic: leave it unknown
     enough = use.height and share is not None and share >= MIN_KNOWN
-    bytes_per_step = float(use["bytes"].sum()) if enough else None
+    bytes_per_step = float(use.filter(memory_traffic(use))["bytes"].sum()) if enough else None
     roof = use["roofline_ms"].drop_nulls()
     roof_ms = float(roof.sum()) if roof.len() else None
     gbt, ceiling = phase_ceiling(bytes_per_step, tps, arch, roof_ms)
