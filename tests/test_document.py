@@ -80,3 +80,32 @@ def test_not_a_document_is_one_line(tmp_path) -> None:
     trace.write_bytes(gzip.decompress(EXAMPLE_TRACE.read_bytes())[:5000])
     with pytest.raises(TraceError, match="trace.json: not JSON"):
         Analysis.load(trace)
+
+
+def test_compare_and_trend_take_saved_documents(tmp_path) -> None:
+    """A saved analysis stands for its trace in the multi-trace commands: compare of a saved
+    baseline against a trace gives the comparison of the two traces, less the paths; trend over
+    saved documents is the trend over their traces."""
+    a = FIXTURES / "captured" / "sdpa_attn_a.pt.trace.json.gz"
+    b = FIXTURES / "captured" / "sdpa_attn_b.pt.trace.json.gz"
+    saved = tmp_path / "a.analysis.json"
+    assert main(["analyze", str(a), "--format", "json", "-o", str(saved)]) == 0
+    assert Analysis.is_document(saved) and not Analysis.is_document(a)
+    out1, out2 = tmp_path / "c1.json", tmp_path / "c2.json"
+    assert main(["compare", str(a), str(b), "--format", "json", "-o", str(out1)]) == 0
+    assert main(["compare", str(saved), str(b), "--format", "json", "-o", str(out2)]) == 0
+    c1, c2 = json.loads(out1.read_text()), json.loads(out2.read_text())
+    assert c1["base"]["traces"] == c2["base"]["traces"] == [str(a)]  # the document names its trace
+    assert c1 == c2
+    traces, docs = tmp_path / "traces", tmp_path / "docs"
+    traces.mkdir(), docs.mkdir()
+    for t in (a, b):
+        for f in (t, t.parent / (t.name + ".attrib.json")):  # the trace and its stamp
+            (traces / f.name).write_bytes(f.read_bytes())
+        out = docs / (t.name.split(".")[0] + ".analysis.json")
+        assert main(["analyze", str(traces / t.name), "--format", "json", "-o", str(out)]) == 0
+    t1, t2 = tmp_path / "t1.json", tmp_path / "t2.json"
+    assert main(["trend", str(traces), "--format", "json", "-o", str(t1)]) == 0
+    assert main(["trend", str(docs), "--format", "json", "-o", str(t2)]) == 0
+    r1, r2 = json.loads(t1.read_text()), json.loads(t2.read_text())
+    assert len(r1["rows"]) == 2 and r1 == r2
