@@ -34,10 +34,7 @@ from attrib.chunked import NotOneRun, attribute_chunks
 from attrib.pipeline import Attribution, attribute
 from attrib.steps.phases import annotated_spans
 from attrib.roofline.arch import Arch, detect, find, load_archs, override, unknown_arch
-from attrib.report import ranks as ranks_report
-from attrib.report.export import annotate
 from attrib.report.printable import plain_tree
-from attrib.steps import ranks as rk
 from attrib.trace import TRUNCATED, Trace
 from collectors import limits, load, reader, resolve
 from collectors.provenance import SUFFIX as STAMP_SUFFIX
@@ -407,6 +404,8 @@ def export_trace(path: str | Path, opts: Options = Options()) -> dict[str, Any]:
     r = reader(fmt)
     if r.document is None:
         raise UsageError(f"{path}: export rewrites a torch-profiler (Kineto) trace; this is {fmt}")
+    from attrib.report.export import annotate  # export's own: analyze does not load it
+
     a = attribution(path, opts)
     raw = r.document(Path(path))
     kernels = a.kernels.join(a.trace.kernels.select("id", "event"), on="id", how="left")
@@ -450,6 +449,10 @@ def merge_ranks(paths: list[Path], opts: Options = Options(), link_gbs: float | 
     """The attrib.ranks/1 document of the per-rank traces of one run (attrib.steps.ranks):
     per-rank step times side by side, the slowest rank, collectives split into wait, transfer
     (bus bytes at the device's link bandwidth, or link_gbs) and latency, step-start skew."""
+    # the ranks command's own (analyze does not load them)
+    from attrib.report import ranks as ranks_report
+    from attrib.steps import ranks as rk
+
     if link_gbs is not None:
         bounds.figure(link_gbs, "link_gbs", 0, bounds.MAX_LINK_GBS, lo_open=True)
     runs: dict[int, tuple[Path, Attribution, int | None]] = {}

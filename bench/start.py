@@ -1,12 +1,13 @@
-"""Start time of the CLI: `attrib --version` and `attrib analyze` of a ~1 MB trace, wall seconds.
+"""Start time of the CLI: `attrib --version` and `attrib analyze` of a small trace, wall seconds,
+as a ratio to the floor, `python -c "import polars, numpy"` (what `analyze` cannot avoid).
 
-    python bench/start.py [--runs 7] [--trace T] [--before /work/main] [--format json]
+    python bench/start.py [--runs 9] [--trace T] [--before /tmp/old-checkout] [--format json]
 
-Each figure is the median of `--runs` fresh processes (`python -m attrib.cli ...`, bytecode
-cached as an installed package has it), next to the floor of the same interpreter importing
-polars and numpy (what `analyze` cannot avoid). `--before ROOT` times another checkout too,
-its runs and this checkout's interleaved.
-Prints one line per figure and the README line.
+Each figure is the median of `--runs` fresh processes run as a user's shell runs them: the
+`attrib` console script beside this interpreter (else `python -m attrib.cli`), bytecode cached as
+an installed package has it, PYTHONDONTWRITEBYTECODE unset. The floor and every command (and,
+with `--before ROOT`, another checkout's) run in the same rounds, interleaved, every other round
+reversed, so a load that drifts weighs on all alike. Prints one line per figure and the ratios.
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TRACE = ROOT / "tests/fixtures/captured/hf_llama_cuda_b8_p512.pt.trace.json.gz"
+TRACE = ROOT / "tests/fixtures/torch/h200_dense_prefill_cudagraph_decode.json.gz"
+
+Cmd = tuple[list[str], dict[str, str], Path]
 
 
 def wall(cmd: list[str], env: dict[str, str], cwd: Path = ROOT) -> tuple[float, float]:
@@ -36,18 +39,9 @@ def wall(cmd: list[str], env: dict[str, str], cwd: Path = ROOT) -> tuple[float, 
     return t, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
-def median(cmd: list[str], env: dict[str, str], runs: int,
-           cwd: Path = ROOT) -> tuple[float, float]:
-    """Median (wall, CPU) seconds over `runs` runs in `cwd` (`-m` puts it first on sys.path),
-    after one to warm up."""
-    return medians([(cmd, env, cwd)], runs)[0]
-
-
-def medians(cmds: list[tuple[list[str], dict[str, str], Path]],
-            runs: int) -> list[tuple[float, float]]:
+def medians(cmds: list[Cmd], runs: int) -> list[tuple[float, float]]:
     """Median (wall, CPU) seconds of each (cmd, env, cwd) over `runs` rounds, after one run
-    each to warm up; a round runs each once, every other round in reverse order (so a load
-    that drifts weighs on all alike)."""
+    each to warm up; a round runs each once, every other round in reverse order."""
     for cmd, env, cwd in cmds:
         wall(cmd, env, cwd)  # warm: bytecode written, file in the page cache
     got: list[list[tuple[float, float]]] = [[] for _ in cmds]
@@ -58,57 +52,58 @@ def medians(cmds: list[tuple[list[str], dict[str, str], Path]],
     return [(statistics.median(w for w, _ in g), statistics.median(c for _, c in g)) for g in got]
 
 
-def commands(root: Path, trace: Path,
-             fmt: str | None = None) -> dict[str, tuple[list[str], dict[str, str], Path]]:
+def environment(root: Path | None) -> dict[str, str]:
+    """The environment a user's shell gives (bytecode written and read), the checkout at `root`
+    first on the path (None: the floor, no checkout)."""
+    env = {**os.environ}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    if root is not None:
+        env["PYTHONPATH"] = str(root)
+        env["PYTHONPYCACHEPREFIX"] = tempfile.gettempdir() + f"/attrib_start_{root.name}"
+    return env
+
+
+def attrib_command() -> list[str]:
+    """The `attrib` console script of this interpreter's environment, as a shell runs it."""
+    script = Path(sys.executable).parent / "attrib"
+    return [str(script)] if script.is_file() else [sys.executable, "-m", "attrib.cli"]
+
+
+def commands(root: Path, trace: Path, fmt: str | None = None) -> dict[str, Cmd]:
     """{figure: (cmd, env, cwd)} for the checkout at `root`; `fmt`: analyze's --format (None:
     its default, the table)."""
-    env = {**os.environ, "PYTHONPATH": str(root)}
-    env.pop("PYTHONDONTWRITEBYTECODE", None)
-    env["PYTHONPYCACHEPREFIX"] = tempfile.gettempdir() + f"/attrib_start_{root.name}"
-    py = [sys.executable, "-m", "attrib.cli"]
-    analyze = [*py, "analyze", str(trace.resolve()), *(["--format", fmt] if fmt else [])]
-    return {"--version": ([*py, "--version"], env, root), "analyze": (analyze, env, root)}
-
-
-def figures(roots: list[Path], trace: Path, runs: int,
-            fmt: str | None = None) -> list[dict[str, tuple[float, float]]]:
-    """{figure: median seconds} for each checkout of `roots`, their runs interleaved."""
-    cmds = [commands(root, trace, fmt) for root in roots]
-    out: list[dict[str, tuple[float, float]]] = [{} for _ in roots]
-    for name in cmds[0]:
-        for o, m in zip(out, medians([c[name] for c in cmds], runs)):
-            o[name] = m
-    return out
+    env = environment(root)
+    attrib = attrib_command()
+    analyze = [*attrib, "analyze", str(trace.resolve()), *(["--format", fmt] if fmt else [])]
+    return {"--version": ([*attrib, "--version"], env, root), "analyze": (analyze, env, root)}
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--runs", type=int, default=7)
+    ap.add_argument("--runs", type=int, default=9)
     ap.add_argument("--trace", type=Path, default=TRACE)
     ap.add_argument("--before", type=Path, help="another checkout to time the same way")
     ap.add_argument("--format", help="analyze's --format (default: its own, the table)")
     args = ap.parse_args()
-    env = {**os.environ}
-    env.pop("PYTHONDONTWRITEBYTECODE", None)
-    floor = median([sys.executable, "-c", "import polars, numpy"], env, args.runs)
-    bare = median([sys.executable, "-c", "pass"], env, args.runs)
-    size = args.trace.stat().st_size / 1e6
-    print(f"trace {args.trace.name} ({size:.2f} MB on disk); {os.cpu_count()} CPUs, "
-          f"load {os.getloadavg()[0]:.2f}; median of {args.runs}")
-    print(f"floor (wall, cpu s): python {bare[0]:.3f}, {bare[1]:.3f}; python + import polars, "
-          f"numpy {floor[0]:.3f}, {floor[1]:.3f}")
     roots = ([args.before] if args.before is not None else []) + [ROOT]
-    got = figures(roots, args.trace, args.runs, args.format)
-    rows = list(zip(["before", "after"][2 - len(roots):], got))
-    for name, f in rows:
-        v, a = f["--version"], f["analyze"]
-        print(f"{name} (wall, cpu s): attrib --version {v[0]:.3f}, {v[1]:.3f}; "
-              f"attrib analyze {a[0]:.3f}, {a[1]:.3f}")
-    v, a = rows[-1][1]["--version"], rows[-1][1]["analyze"]
-    print(f"README: `attrib --version` {v[0]:.2f} s wall ({v[1]:.2f} s CPU), `attrib analyze` of "
-          f"a {size:.1f} MB trace {a[0]:.2f} s wall ({a[1]:.2f} s CPU); import polars+numpy "
-          f"alone {floor[0]:.2f} s ({floor[1]:.2f} s CPU); {os.cpu_count()} cores, load "
-          f"{os.getloadavg()[0]:.1f}")
+    names = ["before", "after"][2 - len(roots):]
+    floor: Cmd = ([sys.executable, "-c", "import polars, numpy"], environment(None), ROOT)
+    bare: Cmd = ([sys.executable, "-c", "pass"], environment(None), ROOT)
+    cmds = [commands(root, args.trace, args.format) for root in roots]
+    every = [bare, floor, *(c[f] for c in cmds for f in ("--version", "analyze"))]
+    got = medians(every, args.runs)
+    (b, f), rest = got[:2], got[2:]
+    size = args.trace.stat().st_size / 1e6
+    print(f"trace {args.trace.name} ({size:.2f} MB on disk), --format {args.format or 'table'}; "
+          f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}; medians of {args.runs} "
+          f"interleaved rounds; `{' '.join(attrib_command())}`")
+    print(f"floor (wall, cpu s): python {b[0]:.3f}, {b[1]:.3f}; python -c 'import polars, numpy' "
+          f"{f[0]:.3f}, {f[1]:.3f}")
+    for i, name in enumerate(names):
+        v, a = rest[2 * i], rest[2 * i + 1]
+        print(f"{name} (wall, cpu s): attrib --version {v[0]:.3f}, {v[1]:.3f}; attrib analyze "
+              f"{a[0]:.3f}, {a[1]:.3f}; analyze / floor {a[0] / f[0]:.2f}x wall, "
+              f"{a[1] / f[1]:.2f}x cpu")
     return 0
 
 

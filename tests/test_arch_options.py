@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 import pytest
 
-from attrib.cli import cli, main
+from attrib.cli import every_command, main
 
 from conftest import EXAMPLE_TRACE, FIXTURES
 
@@ -45,14 +45,14 @@ def fill(template: str, **values: str) -> str:
 
 
 def _options(name: str) -> dict[str, click.Option]:
-    cmd = cli.commands[name]
+    cmd = every_command()[name]
     return {o: p for p in cmd.params if isinstance(p, click.Option) for o in p.opts}
 
 
 def test_every_command_with_arch_has_arch_file_and_help():
-    with_arch = {n for n in cli.commands if "--arch" in _options(n)}
+    with_arch = {n for n in every_command() if "--arch" in _options(n)}
     assert with_arch == set(ARGS)   # a new command with --arch gets a row in ARGS
-    for name in cli.commands:
+    for name in every_command():
         opts = _options(name)
         assert ("--arch" in opts) == ("--arch-file" in opts), name
         if "--arch" in opts:

@@ -9,7 +9,8 @@ A module may import its own layer and earlier ones. `collectors` sit beside the 
 only the contract modules (never the `attrib` package root, whose `analyze` is the engine: a cycle),
 and only app and cli import them. No import inside a function, except of an optional or
 slow-to-import dependency (torch, matplotlib; scipy.stats, ~0.5 s, which only compare and slope use,
-so that `attrib analyze` does not pay it), the one documented lazy `attrib.analyze`, or a module
+so that `attrib analyze` does not pay it; sqlite3 and difflib, which only a SQLite trace, an unknown
+--arch or a graph-capture alignment use), the one documented lazy `attrib.analyze`, or a module
 of ours that only some runs need (LAZY_OURS: the chunked read of a huge trace, the report formats
 other than JSON; the layers still go one way); the CLI (attrib/cli/, the last layer) imports
 each command's engine in that command (a fast start).
@@ -69,7 +70,8 @@ TOP_LEVEL = {
 }
 PACKAGES = {"link", "steps", "components", "cost", "roofline", "analysis", "multi", "report", "data",
             "cli"}
-LAZY_OK = {"torch", "matplotlib", "scipy", "xlsxwriter", "ray"}  # optional or slow: imported where used
+LAZY_OK = {"torch", "matplotlib", "scipy", "xlsxwriter", "ray",  # optional or slow: imported where used
+           "sqlite3", "difflib"}  # only a SQLite trace, an unknown --arch or a capture alignment
 # the public API: attrib.analyze and __version__, the errors it raises, the CLI's main, the collectors'
 # load/sniff/capture/wrap (collectors/__init__.py's __all__)
 PUBLIC = {"attrib", "attrib.errors", "attrib.cli", "collectors"}
@@ -85,6 +87,10 @@ EXCEPTIONS = {("attrib/__init__.py", "attrib.app"), ("attrib/__init__.py", "attr
 # plain `attrib analyze` loads none of them, tests/test_start.py)
 LAZY_OURS = {
     ("attrib/app.py", "attrib.steps.chunks"),  # the chunked read of a trace of BOUNDED_BYTES+
+    # the export and ranks commands' own
+    ("attrib/app.py", "attrib.report.export"),
+    ("attrib/app.py", "attrib.report.ranks"),
+    ("attrib/app.py", "attrib.steps.ranks"),
     ("attrib/app.py", "collectors.kineto_spill"),
     ("attrib/chunked.py", "attrib.steps.chunks"),  # attribute_in_chunks
     # collectors' capture, wrap and measure_device (module __getattr__): reading needs none

@@ -9,7 +9,7 @@ from collections import defaultdict
 
 import click
 
-from attrib.cli import cli, main
+from attrib.cli import every_command, main
 
 from conftest import FIXTURES
 
@@ -19,7 +19,7 @@ TRACE = FIXTURES / "torch" / "h200_dense_prefill_cudagraph_decode.json.gz"
 def _uses() -> dict[str, list[tuple[str, click.Option]]]:
     """{flag: [(command, option)]} over every command's options."""
     out = defaultdict(list)
-    for name, cmd in sorted(cli.commands.items()):
+    for name, cmd in sorted(every_command().items()):
         for p in cmd.params:
             if isinstance(p, click.Option):
                 out[max(p.opts, key=len)].append((name, p))

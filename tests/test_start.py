@@ -53,6 +53,30 @@ def test_analyze_loads_no_chunked_reader_nor_other_formats():
                        "collectors.sampled", "collectors.torch_capture", "collectors.calibrate"}
 
 
+SMALL = ROOT / "tests/fixtures/torch/h200_dense_prefill_cudagraph_decode.json.gz"
+DEMO = ROOT / "examples/traces/h200_qwen3moe_eager_prefill_decode.json.gz"  # `make demo`'s
+# what `attrib analyze` has no use for: other commands' modules (the group loads a command's
+# module when it runs), the optional writers, statistics and plots, SQLite (a rocpd input's), the
+# fuzzy matcher (an unknown --arch's hint, a capture alignment's), polars' map_elements inspector
+NOT_FOR_ANALYZE = {"attrib.cli.runs", "attrib.cli.device", "attrib.report.ranks",
+                   "attrib.steps.ranks", "attrib.report.export", "attrib.report.plots", "scipy",
+                   "matplotlib", "xlsxwriter", "pyarrow", "fastexcel", "jsonschema", "ray",
+                   "sqlite3", "difflib", "polars._utils.udfs"}
+
+
+def test_analyze_loads_only_what_it_uses():
+    """The start of `attrib analyze` (issue 40): of a small trace as a table and of the demo trace
+    as JSON, no module it has no use for is imported (checked in the process, not timed:
+    bench/start.py times it)."""
+    for trace, fmt in ((SMALL, "table"), (DEMO, "json")):
+        mods = loaded(f"from attrib.cli import main\n"
+                      f"assert main(['analyze', {str(trace)!r}, '--format', {fmt!r}]) == 0",
+                      whole=True)
+        assert "attrib.cli.single" in mods and "attrib.app" in mods
+        assert not {m for m in mods for n in NOT_FOR_ANALYZE
+                    if m == n or m.startswith(f"{n}.")}, trace
+
+
 def test_analyze_json_loads_no_table_renderer():
     mods = loaded(f"from attrib.cli import main\n"
                   f"assert main(['analyze', {str(TRACE)!r}, '--format', 'json']) == 0", whole=True)

@@ -2,8 +2,10 @@
 (attrib.cli.single: one trace; attrib.cli.runs: several; attrib.cli.device: the device and
 the catalog), and `main`, the console entry point.
 
-Each command imports the engine it needs inside its body (a fast start: `attrib --version`
-loads click alone, `analyze` neither scipy, matplotlib nor the compare/slope/export modules).
+A fast start: the group imports a command's module when that command runs
+(attrib.cli.common.Commands), and each command imports the engine it needs inside its body
+(`attrib --version` loads click alone; `analyze` no other command's module, neither scipy,
+matplotlib nor the compare/slope/export modules).
 """
 
 from __future__ import annotations
@@ -18,12 +20,9 @@ import click
 from attrib.errors import TraceError, UsageError
 from attrib.report.printable import printable
 
-from attrib.cli import device, runs, single
-from attrib.cli.common import check_output, cli
+from attrib.cli.common import check_output, cli, every_command
 
-COMMANDS = (single, runs, device)  # importing them registered their commands on `cli`
-
-__all__ = ["check_output", "cli", "main"]
+__all__ = ["check_output", "cli", "every_command", "main"]
 
 
 class Signalled(BaseException):

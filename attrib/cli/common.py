@@ -105,11 +105,49 @@ def write(text: str, out: Path | None, force: bool) -> None:
         write_file(out, text, force)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def _one_trace() -> None:
+    from attrib.cli import single  # noqa: F401  (analyze, report, export)
+
+
+def _several() -> None:
+    from attrib.cli import runs  # noqa: F401  (compare, ladder, slope, ranks, trend, sweep)
+
+
+def _device() -> None:
+    from attrib.cli import device  # noqa: F401  (capture, archs, calibrate, rules)
+
+
+# the modules that register commands on `cli`, in the order a command is looked for
+COMMAND_MODULES = (_one_trace, _several, _device)
+
+
+class Commands(click.Group):
+    """The command group, its commands' modules imported on demand: running one command loads
+    the modules up to the one that declares it (`attrib analyze`: attrib.cli.single alone, no
+    other command's code); listing them (--help) loads all."""
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        for load in COMMAND_MODULES:
+            if cmd_name in self.commands:
+                break
+            load()
+        return super().get_command(ctx, cmd_name)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(every_command())
+
+
+@click.group(cls=Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="attrib")
 def cli() -> None:
     """attrib: where LLM-inference milliseconds and bytes go, per model component."""
 
+
+def every_command() -> dict[str, click.Command]:
+    """{name: command} of every command (their modules imported)."""
+    for load in COMMAND_MODULES:
+        load()
+    return dict(cli.commands)
 
 
 

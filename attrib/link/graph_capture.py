@@ -15,7 +15,6 @@ order; `batch_size` restricts the choice to one captured batch size.
 
 from __future__ import annotations
 
-import difflib
 
 import msgspec
 from msgspec import field
@@ -120,6 +119,8 @@ def replay_groups(replay: Trace, links: pl.DataFrame) -> pl.DataFrame:
 def _pick(names: list[str], seqs: dict[tuple[str, ...], list[int]], ann: list[str | None],
           prev: int | None) -> tuple[int | None, float, bool]:
     """Best segment for a group's names: (segment index, ratio, ambiguous across annotations)."""
+    import difflib  # only a graph replay with its capture trace aligns (a fast start)
+
     scored = []
     for seq, idx in seqs.items():
         sm = difflib.SequenceMatcher(None, names, seq, autojunk=False)
@@ -147,6 +148,8 @@ def _align(groups: pl.DataFrame, segs: pl.DataFrame
            ) -> tuple[pl.DataFrame, dict[str, int | float | None]]:
     """Kernel id -> capture launch id for every kernel in a matching block of its group's
     segment."""
+    import difflib  # as in _pick
+
     per = segs.group_by("seg", maintain_order=True).agg("id", "name", pl.col("annotation").first())
     seg_ids, seg_names = per["id"].to_list(), [tuple(n) for n in per["name"].to_list()]
     ann = per["annotation"].to_list()

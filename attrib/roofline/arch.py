@@ -10,7 +10,6 @@ another (a what-if projection).
 
 from __future__ import annotations
 
-import difflib
 import re
 import sys
 from collections import Counter
@@ -312,6 +311,8 @@ def find(name: str, db: Mapping[str, Arch]) -> Arch | None:
 def unknown_arch(name: str, db: Mapping[str, Arch], also: Iterable[str] = ()) -> str:
     """One line for an --arch NAME that names no entry: the closest names, then every key with
     its target (what --arch takes: a key, a gfx/sm target, a product name)."""
+    import difflib  # an error's hint: not at the top (a fast start)
+
     whole = (a for a in also if any(c.isdigit() for c in a))  # not a bare prefix ("gfx")
     names = [*db, *sorted({a.arch for a in db.values()}), *whole]
     close = difflib.get_close_matches(name.strip().lower(), list(dict.fromkeys(names)), n=3,

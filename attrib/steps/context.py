@@ -40,8 +40,10 @@ def from_shapes(ops: pl.DataFrame | None, steps: pl.DataFrame) -> pl.DataFrame:
     att = ops.filter(pl.col("name").is_in(SDPA_OPS) & pl.col("input_dims").is_not_null())
     if not att.height:
         return empty
-    k_len = pl.col("input_dims").map_elements(_k_positions, return_dtype=pl.Int64)
-    att = att.with_columns(k_len.alias("context"))
+    # a Python loop, not map_elements: polars inspects a map_elements function's bytecode on
+    # each call (~3 ms CPU at a start, importing its udfs module)
+    k_len = pl.Series("context", [_k_positions(d) for d in att["input_dims"]], dtype=pl.Int64)
+    att = att.with_columns(k_len)
     win = (steps.filter(pl.col("cpu_start").is_not_null())
            .select("step", "cpu_start", "cpu_end").sort("cpu_start"))
     hit = (att.select("start_ns", "context").drop_nulls().sort("start_ns")

@@ -6,19 +6,21 @@ import contextlib
 import re
 import shutil
 import signal
-import sqlite3
 import tempfile
 import threading
 import time
 import urllib.parse
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import polars as pl
 
 from attrib.errors import TraceError
 from attrib.trace import TRUNCATED, Meta, Trace, TraceWarning, mark_graph_replays
 from collectors import limits, validate
+
+if TYPE_CHECKING:
+    import sqlite3
 
 GZIP_MAGIC = b"\x1f\x8b"
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -93,6 +95,8 @@ def connect(db: Path) -> sqlite3.Connection:
     """A SQLite connection that never writes beside `db`: read-only and immutable (no -wal/-shm
     files, no locks); a private copy with journals (local_file) is opened writable to apply
     them."""
+    import sqlite3  # here, not at the top: only a SQLite input needs it (a fast start)
+
     uri = f"file:{urllib.parse.quote(str(db.resolve()))}"
     return sqlite3.connect(uri if _journals(db) else uri + "?mode=ro&immutable=1", uri=True)
 
@@ -118,6 +122,8 @@ def opened(path: Path, db: Path, limit_s: float | None = None) -> Iterator[sqlit
     TraceError naming `path`. SIGINT/SIGTERM/SIGHUP, whose Python handlers cannot run inside
     SQLite's C code, are noted meanwhile, interrupt the query within ~1 ms and are then delivered
     to the handlers there were (the CLI's: exit 128+N, nothing half-written)."""
+    import sqlite3  # here, not at the top: only a SQLite input needs it (a fast start)
+
     limit = query_limit_s(db) if limit_s is None else limit_s
     deadline = time.monotonic() + limit
     got: list[int] = []
@@ -194,6 +200,8 @@ def sqlite_format(path: Path, head: bytes) -> str | None:
         return "rocpd"
     if b"CREATE TABLE KERN" in head:
         return "rocprof-v1"
+    import sqlite3  # a SQLite file none of the above names: only now (a fast start)
+
     try:
         with local_file(path) as db, opened(path, db) as con:
             names = {r[0] for r in con.execute("SELECT name FROM sqlite_master")}

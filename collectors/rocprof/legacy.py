@@ -10,7 +10,6 @@ rocprofv2 CSV (`results_<pid>.csv`, a blank line after the header) has the same 
 from __future__ import annotations
 
 import re
-import sqlite3
 from pathlib import Path
 
 import orjson
@@ -89,6 +88,8 @@ def read_v1_csv(path: Path) -> Trace:
 
 
 def read_v1_db(path: Path) -> Trace:
+    import sqlite3  # here, not at the top: only a SQLite input needs it (a fast start)
+
     warnings: list[str] = []
     with local_file(path) as db:
         try:

@@ -7,8 +7,8 @@ correlation: the event's `stack_id` (internal correlation id; `corr_id` is the e
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import orjson
 import polars as pl
@@ -18,6 +18,9 @@ from attrib.trace import Trace
 
 from ._common import (agent_dict, dims, finish, local_file, opened, parse_int, sqlite_format,
                       workgroups)
+
+if TYPE_CHECKING:
+    import sqlite3
 
 FORMAT = "rocpd"
 
@@ -172,6 +175,8 @@ def _top(con: sqlite3.Connection, objs: set[str]) -> dict:
 
 def read(path: Path) -> Trace:
     """One rocpd database (plain or .gz) into the normalized Trace."""
+    import sqlite3  # here, not at the top: only a SQLite input needs it (a fast start)
+
     with local_file(path) as db:
         try:
             with opened(path, db) as con:
