@@ -38,7 +38,7 @@ from attrib.report.printable import plain_tree
 from attrib.trace import TRUNCATED, Trace
 from collectors import limits, load, reader, resolve
 from collectors.provenance import SUFFIX as STAMP_SUFFIX
-from collectors.kineto_stream import Fallback
+from collectors.kineto import Fallback
 
 if TYPE_CHECKING:
     from attrib.steps.chunks import Chunk
@@ -281,7 +281,7 @@ def _big(path: Path) -> bool:
 def bounded(path: str | Path, opts: Options = Options(),
             steps: int = CHUNK_STEPS) -> Attribution | None:
     """The attribution of a Kineto trace read from disk `steps` annotated steps at a time
-    (collectors.kineto_spill, attrib.chunked.attribute_chunks): what it holds is bounded by a
+    (collectors.kineto.spill, attrib.chunked.attribute_chunks): what it holds is bounded by a
     chunk. None where the trace must be read whole: not Kineto, a graph-capture trace given, no
     step annotations, no GPU kernels (the whole reader says what it read), a document the
     streaming reader cannot cut, or anything the whole-trace reader would warn about."""
@@ -290,7 +290,7 @@ def bounded(path: str | Path, opts: Options = Options(),
         return None
     # only a trace read in chunks needs these (a fast start for the rest)
     from attrib.steps.chunks import plan
-    from collectors.kineto_spill import Spill, Unbounded
+    from collectors.kineto.spill import Spill, Unbounded
     try:
         with Spill.read(path) as spill:
             marks = spill.markers()

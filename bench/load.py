@@ -9,10 +9,10 @@ components, costs, roofline, rules, the JSON written to stdout), in-process thro
 alternate, N runs each; the medians are printed with the ratios attrib/floor (lower is better; the
 goal is wall <= 0.6 and RSS <= 0.5) and the load average, since on a shared machine wall time
 depends on it. CPU time is user + system of all the process's threads (polars runs several) and of
-its child processes (the Kineto reader's worker, collectors.kineto_worker). Peak RSS of attrib is
-the process's own peak plus the largest child's peak (RUSAGE_CHILDREN), a sum of two peaks that need
-not coincide, so an upper bound; the child's figure as the kernel counts it includes the parent's
-resident pages at the moment the child was started (exec after vfork), so it overstates the child too.
+its child processes, if any. Peak RSS of attrib is the process's own peak plus the largest child's
+peak (RUSAGE_CHILDREN), a sum of two peaks that need not coincide, so an upper bound; the child's
+figure as the kernel counts it includes the parent's resident pages at the moment the child was
+started (exec after vfork), so it overstates the child too.
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ def main() -> int:
     print(f"medians of {args.repeat} runs each; load average {load0:.1f} at the start, {os.getloadavg()[0]:.1f} at "
           f"the end, on {os.cpu_count()} CPUs")
     for label, r in (("orjson.loads floor", floor), ("attrib analyze", mine)):
-        child = f" (of which its worker process {r['child_rss_mb']:.0f} MB)" if r.get("child_rss_mb") else ""
+        child = f" (of which child processes {r['child_rss_mb']:.0f} MB)" if r.get("child_rss_mb") else ""
         print(f"{label:<19}: wall {r['wall_s']:7.2f} s  CPU {r['cpu_s']:7.2f} s  {r['rss_mb']:8.0f} MB peak RSS{child}")
     print(f"ratio attrib/floor : wall {mine['wall_s'] / floor['wall_s']:.2f}x  CPU {mine['cpu_s'] / floor['cpu_s']:.2f}x  "
           f"RSS {mine['rss_mb'] / floor['rss_mb']:.2f}x")

@@ -91,7 +91,7 @@ LAZY_OURS = {
     ("attrib/app.py", "attrib.report.export"),
     ("attrib/app.py", "attrib.report.ranks"),
     ("attrib/app.py", "attrib.steps.ranks"),
-    ("attrib/app.py", "collectors.kineto_spill"),
+    ("attrib/app.py", "collectors.kineto.spill"),
     ("attrib/chunked.py", "attrib.steps.chunks"),  # attribute_in_chunks
     # collectors' capture, wrap and measure_device (module __getattr__): reading needs none
     *(("collectors/__init__.py", f"collectors.{m}")
@@ -315,7 +315,7 @@ def test_attrib_top_level_holds_contract_pipeline_app_cli_and_stage_packages():
         ),
         ("rules/gemm.py", "from attrib.app import analyze", "back edge (rules -> app"),
         (
-            "collectors/kineto.py",
+            "collectors/kineto/__init__.py",
             "from attrib.pipeline import attribute",
             "collectors import only attrib.trace",
         ),
@@ -331,7 +331,7 @@ def test_attrib_top_level_holds_contract_pipeline_app_cli_and_stage_packages():
             "from attrib.link.nesting import innermost",
             "back edge (names -> link",
         ),
-        ("collectors/kineto.py", "import attrib", "never import the attrib package root"),
+        ("collectors/kineto/__init__.py", "import attrib", "never import the attrib package root"),
         (
             "collectors/limits.py",
             "from attrib import __version__",
@@ -343,7 +343,7 @@ def test_attrib_top_level_holds_contract_pipeline_app_cli_and_stage_packages():
             "inside a function",
         ),
         ("attrib/link/launches.py", "import_module('attrib.cost.kernels')", "back edge (link -> cost"),
-        ("collectors/kineto.py", "importlib.import_module(name)", "computed module name"),
+        ("collectors/kineto/__init__.py", "importlib.import_module(name)", "computed module name"),
         (
             "examples/rocprof_attribute.py",
             "from attrib.pipeline import attribute",

@@ -1,11 +1,12 @@
-"""The streaming Kineto reader (collectors.kineto_stream) gives the whole-text reader's tables,
-warnings and errors: on every Kineto fixture, cut into many small pieces, and on bad variants
-derived from a real trace (cut short, gzip cut short, bad values inside a piece, an oversized event,
-a repeated key)."""
+"""The Kineto reader streamed (collectors.kineto.pieces.stream) gives the tables, warnings and
+errors of the document read whole: on every Kineto fixture, cut into many small pieces, and on bad
+variants derived from a real trace (cut short, gzip cut short, bad values inside a piece, invalid
+JSON inside the list, an oversized event, a repeated key)."""
 
 from __future__ import annotations
 
 import gzip
+import json
 import zlib
 from pathlib import Path
 
@@ -16,8 +17,9 @@ from polars.testing import assert_frame_equal
 
 from attrib.errors import TraceError
 from attrib.trace import TABLES, Trace
-from collectors import kineto, kineto_stream, limits
-from collectors.kineto_stream import Streamed
+from collectors import kineto, limits
+from collectors.kineto import Read, events
+from collectors.kineto.sinks import Parts
 from conftest import EXAMPLE_TRACE, FIXTURES
 
 BLOCK = 1 << 18  # pieces of 256 kB: every fixture (2-25 MB of JSON) is cut 8-100 times
@@ -35,8 +37,11 @@ def _same(a: Trace, b: Trace) -> None:
     assert a.meta == b.meta
 
 
-def _tables(got: Streamed) -> dict[str, pl.DataFrame]:
-    return {t: pl.concat(p, how="diagonal_relaxed") for t, p in got.parts.items() if p}
+def _events(p: Path, block: int) -> tuple[Read, dict[str, pl.DataFrame]]:
+    """What the path made of the file, and each table's frames joined."""
+    sink = Parts()
+    got = events(p, sink, block=block)
+    return got, {t: pl.concat(f, how="diagonal_relaxed") for t, f in sink.parts.items() if f}
 
 
 def test_every_kineto_fixture_streams_to_the_whole_text_tables():
@@ -45,10 +50,9 @@ def test_every_kineto_fixture_streams_to_the_whole_text_tables():
     files = _kineto_fixtures()
     assert len(files) >= 30
     for p in files:
-        got = kineto_stream.read_events(p, BLOCK)  # streamed, not fallen back to the whole text
-        want = kineto._whole(p, False)
+        got, mine = _events(p, BLOCK)  # streamed, not fallen back to the whole text
+        want, theirs = _events(p, 0)
         assert (got.events, got.notes, got.warnings) == (want.events, want.notes, want.warnings), p
-        mine, theirs = _tables(got), _tables(want)
         assert mine.keys() == theirs.keys(), p
         for t in mine:
             assert_frame_equal(mine[t], theirs[t])
@@ -85,16 +89,49 @@ def test_a_gzip_cut_short_is_salvaged_as_before(tmp_path):
 
 
 def test_bad_values_inside_a_piece_are_salvaged_with_the_same_notes(tmp_path):
+    """Wrong-typed values, an id past 64 bits, events without ph: the same notes and warnings
+    streamed as read whole."""
     doc = orjson.loads(_text())
     kernels = [e for e in doc["traceEvents"] if e.get("cat") == "kernel"]
     for e in kernels[::7]:
         e["ts"] = "soon"
     for e in kernels[3::11]:
         e["args"]["correlation"] = "c7"
+    kernels[100]["args"]["External id"] = 2**70
+    for e in kernels[5::900]:
+        del e["ph"]
     p = tmp_path / "bad.json"
-    p.write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
+    p.write_text(json.dumps(doc, indent=2))  # json: orjson refuses an int past 64 bits
+    got, _ = _events(p, BLOCK)
+    want, _ = _events(p, 0)
+    assert (got.notes, got.warnings) == (want.notes, want.warnings)
+    assert got.notes.no_ph == len(kernels[5::900]) and got.notes.nulled["external_id"] == 1
     tr = _both(p)
     assert any("correlation x" in w for w in tr.meta.warnings)
+    assert any("without a 'ph'" in w for w in tr.meta.warnings)
+
+
+def _errors(p: Path) -> list[str]:
+    """The one-line errors of reading `p` whole and streamed."""
+    errors = []
+    for block in (0, BLOCK):
+        with pytest.raises(TraceError) as e:
+            kineto.read(p, block=block)
+        errors.append(str(e.value))
+    return errors
+
+
+def test_invalid_json_inside_the_list_is_read_whole(tmp_path):
+    """An event past the middle made invalid: the stream cannot cut there (Fallback), and the
+    whole text names the problem, as read whole."""
+    text = _text()
+    at = text.index(b'"ph": "X"', len(text) // 2)  # "ph": @"X"
+    p = tmp_path / "broken.json"
+    p.write_bytes(text[:at + 6] + b"@" + text[at + 6:])
+    with pytest.raises(kineto.Fallback):
+        _events(p, BLOCK)
+    errors = _errors(p)
+    assert errors[0] == errors[1] and "not valid JSON" in errors[0]
 
 
 def test_an_oversized_event_is_the_same_error(tmp_path, monkeypatch):
@@ -103,11 +140,7 @@ def test_an_oversized_event_is_the_same_error(tmp_path, monkeypatch):
     p = tmp_path / "big.json.gz"
     p.write_bytes(gzip.compress(orjson.dumps(doc)))
     monkeypatch.setattr(limits, "EVENT_LIMIT", 150_000)
-    errors = []
-    for block in (0, BLOCK):
-        with pytest.raises(TraceError) as e:
-            kineto.read(p, block=block)
-        errors.append(str(e.value))
+    errors = _errors(p)
     assert errors[0] == errors[1] and "event 40000 is 0 MB long" in errors[0]
 
 
@@ -122,8 +155,8 @@ def test_a_repeated_key_falls_back_to_the_whole_text(tmp_path):
         + b"}], "
         + text[at:]
     )
-    with pytest.raises(kineto_stream.Fallback):
-        kineto_stream.read_events(p, BLOCK)
+    with pytest.raises(kineto.Fallback):
+        _events(p, BLOCK)
     tr = _both(p)
     assert any("2 times" in w for w in tr.meta.warnings)
 
@@ -137,5 +170,5 @@ def test_a_list_padded_with_blanks_reads_as_the_whole_text(tmp_path):
     body = z.compress(text[:at]) + b"".join(z.compress(b" " * (1 << 20)) for _ in range(20))
     p = tmp_path / "blanks.json.gz"
     p.write_bytes(body + z.compress(text[at:]) + z.flush())
-    assert kineto_stream.read_events(p, BLOCK).events == 63739  # streamed
+    assert _events(p, BLOCK)[0].events == 63739  # streamed
     assert _both(p).meta.events == 63739

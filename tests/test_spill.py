@@ -1,4 +1,4 @@
-"""A Kineto trace read from disk a chunk of steps at a time (collectors.kineto_spill,
+"""A Kineto trace read from disk a chunk of steps at a time (collectors.kineto.spill,
 attrib.app.bounded) gives each chunk the tables the trace in memory gives it, and `analyze` the
 same document; what it cannot read that way it reads whole."""
 
@@ -15,7 +15,7 @@ from attrib.app import analysis, attribution, bounded
 from attrib.steps.chunks import plan, window
 from attrib.steps.phases import annotated_spans
 from collectors import load
-from collectors.kineto_spill import Spill
+from collectors.kineto.spill import Spill
 
 ROOT = Path(__file__).resolve().parents[1]
 CAPTURED = ROOT / "tests" / "fixtures" / "captured"

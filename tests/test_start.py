@@ -47,7 +47,7 @@ def test_analyze_loads_no_chunked_reader_nor_other_formats():
     mods = loaded(f"from attrib.cli import main\nassert main(['analyze', {str(TRACE)!r}]) == 0",
                   whole=True)
     assert {"attrib.pipeline", "attrib.report.table", "collectors.kineto"} <= mods
-    assert not mods & {"collectors.kineto_spill", "attrib.steps.chunks", "attrib.report.html",
+    assert not mods & {"collectors.kineto.spill", "attrib.steps.chunks", "attrib.report.html",
                        "attrib.report.markdown", "attrib.report.csv_tables",
                        "attrib.report.parquet_tables", "attrib.report.xlsx_tables", "secrets",
                        "collectors.sampled", "collectors.torch_capture", "collectors.calibrate"}

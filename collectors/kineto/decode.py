@@ -1,26 +1,25 @@
-"""Kineto trace events: typed decoding of one chunk of raw event slices, salvaging bad events.
+"""One piece of the event list (a JSON array) decoded into typed events, bad events salvaged.
 
-The fast path decodes a whole chunk into typed structs. A chunk that fails (a string timestamp,
-an id past 64 bits, an object as category, invalid UTF-8 in a name) is decoded event by event:
-invalid UTF-8 is replaced (U+FFFD), values of the wrong type or range become null, an event that
-still cannot be read is dropped, and each of these is counted in `Notes` with the first event's
-index, so the reader can say what it changed in one warning per kind.
+The fast path decodes the whole array into small structs holding only the fields attrib reads.
+A piece that fails (a string timestamp, an id past 64 bits, an object as category, invalid UTF-8)
+is decoded event by event: invalid UTF-8 is replaced (U+FFFD), values of the wrong type or range
+become null, an event that still cannot be read is dropped; each is counted in `Notes` with its
+first event's index, so the reader says what it changed in one warning per kind.
 """
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Annotated, Any
 
 import msgspec
 from msgspec import field
 
-CHUNK = 32768
-_NONE = msgspec.Raw(b"")
+from attrib.errors import TraceError
+from collectors import limits
 
-# The fast path decodes typed fields; a chunk with a value of another type (a string timestamp,
-# an id past 64 bits, an object as category) is decoded event by event with `_Loose` instead and
-# its bad values are set to null and counted (see `_salvage_chunk`).
+_NONE = msgspec.Raw(b"")
 _Int = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
 _INT_ARGS = ("external_id", "correlation", "device", "stream", "registers", "shared_mem", "bytes",
              "py_id", "py_parent", "module_id")
@@ -54,7 +53,7 @@ class _Args(msgspec.Struct, frozen=True, gc=False):
 _NO_ARGS = _Args()
 
 
-class Event(msgspec.Struct, gc=False):
+class Event(msgspec.Struct, frozen=True, gc=False):
     ph: str | None = None
     cat: str | None = None
     name: str | None = ""
@@ -64,27 +63,6 @@ class Event(msgspec.Struct, gc=False):
     dur: float | None = None
     id: Any = None
     args: _Args = _NO_ARGS
-
-
-class _LooseArgs(msgspec.Struct, frozen=True, gc=False):
-    external_id: Any = field(name="External id", default=None)
-    correlation: Any = None
-    device: Any = None
-    stream: Any = None
-    grid: msgspec.Raw = _NONE
-    block: msgspec.Raw = _NONE
-    kind: Any = None
-    kernel: Any = None
-    registers: Any = field(name="registers per thread", default=None)
-    shared_mem: Any = field(name="shared memory", default=None)
-    bytes: Any = None
-    input_dims: msgspec.Raw = field(name="Input Dims", default=_NONE)
-    input_types: msgspec.Raw = field(name="Input type", default=_NONE)
-    concrete: msgspec.Raw = field(name="Concrete Inputs", default=_NONE)
-    input_strides: msgspec.Raw = field(name="Input Strides", default=_NONE)
-    py_id: Any = field(name="Python id", default=None)
-    py_parent: Any = field(name="Python parent id", default=None)
-    module_id: Any = field(name="Python module id", default=None)
 
 
 class _Loose(msgspec.Struct, gc=False):
@@ -98,14 +76,17 @@ class _Loose(msgspec.Struct, gc=False):
     id: Any = None
     args: Any = None
 
-DROPPED = Event(cat=None)  # the place of an event that could not be read
+
+DROPPED = Event(cat=None)  # the place of an event that could not be read: in no table
 
 # what invalid JSON raises: msgspec 0.18 (the declared floor) raises UnicodeDecodeError for
 # invalid UTF-8 in a string, later versions msgspec.DecodeError
 DECODE_ERRORS = (msgspec.DecodeError, UnicodeDecodeError)
+ERRORS = (*DECODE_ERRORS, RecursionError)  # JSON that is not a list of whole events
 _EVENTS = msgspec.json.Decoder(list[Event])
+_RAWS = msgspec.json.Decoder(list[msgspec.Raw])
 _LOOSE = msgspec.json.Decoder(_Loose)
-_LOOSE_ARGS = msgspec.json.Decoder(_LooseArgs)
+_ARG_KEYS = {f.name: f.encode_name for f in msgspec.structs.fields(_Args)}  # field -> JSON key
 _STR_FIELDS = ("ph", "cat", "name")
 _FLOAT_FIELDS = ("ts", "dur")
 _LIMIT = 2**63
@@ -122,8 +103,7 @@ class Notes(msgspec.Struct):
     no_ts: int = 0
 
     def note(self, kind: str, index: int) -> None:
-        # chunks may be salvaged out of order
-        self.first[kind] = min(self.first.get(kind, index), index)
+        self.first[kind] = min(self.first.get(kind, index), index)  # pieces come in any order
 
     def warnings(self) -> list[str]:
         out = []
@@ -171,15 +151,15 @@ def _loose_event(raw: bytes, index: int, notes: Notes) -> Event:
             bad.append(name)
     args = _NO_ARGS
     if isinstance(ev.args, dict):
-        loose = _LOOSE_ARGS.decode(msgspec.json.encode(ev.args))
+        got = {n: ev.args.get(k) for n, k in _ARG_KEYS.items()}
         kept = {}
         for name in _INT_ARGS:
-            want = "int|str" if name == "bytes" else "int"
-            kept[name], wrong = _clean(getattr(loose, name), want)
+            kept[name], wrong = _clean(got[name], "int|str" if name == "bytes" else "int")
             if wrong:
                 bad.append(name)
-        raws = {n: getattr(loose, n) for n in _RAW_ARGS}
-        args = _Args(kind=loose.kind, kernel=loose.kernel, **kept, **raws)
+        raws: dict[str, Any] = {n: _NONE for n in _RAW_ARGS if _ARG_KEYS[n] not in ev.args}
+        raws |= {n: msgspec.Raw(msgspec.json.encode(got[n])) for n in _RAW_ARGS if n not in raws}
+        args = _Args(kind=got["kind"], kernel=got["kernel"], **kept, **raws)
     for name in bad:
         notes.nulled[name] = notes.nulled.get(name, 0) + 1
     if bad:
@@ -187,7 +167,8 @@ def _loose_event(raw: bytes, index: int, notes: Notes) -> Event:
     return Event(pid=ev.pid, tid=ev.tid, id=ev.id, args=args, **fields)
 
 
-def _one(raw: bytes, index: int, notes: Notes) -> Event | None:
+def _one(raw: bytes, index: int, notes: Notes) -> Event:
+    """One event of a piece whose typed decode failed (DROPPED where it cannot be read)."""
     try:
         return _EVENTS.decode(b"[" + raw + b"]")[0]
     except msgspec.ValidationError:
@@ -197,7 +178,7 @@ def _one(raw: bytes, index: int, notes: Notes) -> Event | None:
         if fixed == raw:
             notes.dropped += 1
             notes.note("dropped", index)
-            return None
+            return DROPPED
         notes.utf8 += 1
         notes.note("utf8", index)
         return _one(fixed, index, notes)
@@ -206,7 +187,7 @@ def _one(raw: bytes, index: int, notes: Notes) -> Event | None:
     except (msgspec.DecodeError, TypeError, ValueError):
         notes.dropped += 1
         notes.note("dropped", index)
-        return None
+        return DROPPED
 
 
 def json_array(raws: list[msgspec.Raw]) -> bytes:
@@ -216,17 +197,34 @@ def json_array(raws: list[msgspec.Raw]) -> bytes:
     return b",".join([b"[" + bytes(raws[0]), *raws[1:-1], bytes(raws[-1]) + b"]"])
 
 
-def decode_fast(text: bytes | memoryview) -> list[Event]:
-    """A JSON array of events, typed; one bad event raises (DECODE_ERRORS, ValidationError
-    included)."""
-    return _EVENTS.decode(text)
+def split(text: bytes | memoryview) -> list[msgspec.Raw]:
+    """A JSON array's items as raw slices (its structure alone: about 40% of a typed decode);
+    ERRORS where it is not one."""
+    return _RAWS.decode(text)
 
 
-def decode_chunk(raws: list[msgspec.Raw], base: int, notes: Notes) -> list[Event]:
-    """The chunk's events (raws[i] is event base + i, and so is the i-th event returned), typed;
-    bad ones salvaged one by one, one that cannot be read is DROPPED (no category: in no table)."""
+def check_sizes(path: Path, raws: list[msgspec.Raw], base: int) -> None:
+    """An event longer than limits.EVENT_LIMIT is not a profiler event: a TraceError."""
+    longest = max(map(len, raws), default=0)
+    if longest > limits.EVENT_LIMIT:
+        at = base + next(i for i, r in enumerate(raws) if len(r) == longest)
+        raise TraceError(
+            path,
+            f"event {at} is {longest / 1e6:.0f} MB long (limit {limits.EVENT_LIMIT >> 20} MB): "
+            "not a profiler event",
+        )
+
+
+def decode(path: Path, text: bytes | memoryview, base: int, notes: Notes) -> list[Event]:
+    """The events of a JSON array (its i-th is event base + i, and so is the i-th returned), an
+    oversized one a TraceError; bad ones salvaged, one that cannot be read DROPPED. ERRORS where
+    `text` is not an array of whole JSON values (a cut in the wrong place)."""
     try:
-        return _EVENTS.decode(json_array(raws))
-    except DECODE_ERRORS:  # ValidationError included
-        pass
-    return [_one(bytes(r), base + i, notes) or DROPPED for i, r in enumerate(raws)]
+        evs = _EVENTS.decode(text)
+    except ERRORS:
+        raws = split(text)
+        check_sizes(path, raws, base)
+        return [_one(bytes(r), base + i, notes) for i, r in enumerate(raws)]
+    if len(text) > limits.EVENT_LIMIT:
+        check_sizes(path, split(text), base)
+    return evs

@@ -1,8 +1,5 @@
-"""The Kineto document as a whole: its top-level keys, its events as raw slices, and the salvage of
-a document that is cut short or written with the known Kineto bugs (raw quotes or control
-characters in names). Shared by the whole-text reader (collectors.kineto) and the streaming one
-(collectors.kineto_stream).
-"""
+"""The document read whole, where it cannot be streamed: salvaged up to the cut when it is cut
+short, and read despite the known Kineto bugs (raw quotes or control characters in names)."""
 
 from __future__ import annotations
 
@@ -17,33 +14,15 @@ import orjson
 from attrib.errors import TraceError
 from attrib.trace import TRUNCATED, TraceWarning
 from collectors import limits
-from collectors.kineto_events import DECODE_ERRORS
+from collectors.kineto.decode import DECODE_ERRORS
+from collectors.kineto.doc import DOC, Doc
 
-
-class Doc(msgspec.Struct):
-    traceEvents: list[msgspec.Raw] = []
-    schemaVersion: Any = None
-    deviceProperties: Any = None
-    distributedInfo: Any = None
-    cuda_runtime_version: Any = None
-    cuda_driver_version: Any = None
-    cupti_version: Any = None
-    roctracer_version: Any = None
-    hip_runtime_version: Any = None
-    hip_driver_version: Any = None
-    record_shapes: Any = None
-    with_stack: Any = None
-    with_modules: Any = None
-    with_flops: Any = None
-    profile_memory: Any = None
-    trace_id: Any = None
-    displayTimeUnit: Any = None
-    baseTimeNanoseconds: Any = None
-    traceName: Any = None
-    attrib: Any = None  # provenance stamp embedded by attrib's capture, if any
-
-
-DOC = msgspec.json.Decoder(Doc)
+# A name value on its line, as Kineto writes events
+# (`"ph": "X", "cat": "...", "name": "<value>", "pid": ...` or `"name": "<value>",` alone): the
+# value ends at the first quote followed by `, "key":` or the line's end, so a valid name
+# (`"name": "Iteration Start: PyTorch Profiler", "ph": "i", "s": "g",`) is left as it is
+_NAME_LINE = re.compile(rb'("name": ")(.*?)((?<!\\)"(?=\s*,\s*"[^"\n]+"\s*:|\s*,?\s*$))', re.M)
+_RAW_QUOTE = re.compile(rb'(?<!\\)"')
 
 
 def cut_warning(kind: str | None) -> TraceWarning:
@@ -64,23 +43,11 @@ def read_bytes(path: Path) -> tuple[bytes | bytearray, list[str]]:
     return data, [cut_warning(kind)]
 
 
-def check_sizes(path: Path, raws: list[msgspec.Raw], base: int) -> None:
-    """An event longer than limits.EVENT_LIMIT is not a profiler event: a TraceError."""
-    longest = max(map(len, raws))
-    if longest > limits.EVENT_LIMIT:
-        at = base + next(i for i, r in enumerate(raws) if len(r) == longest)
-        raise TraceError(
-            path,
-            f"event {at} is {longest / 1e6:.0f} MB long (limit {limits.EVENT_LIMIT >> 20} MB): "
-            "not a profiler event",
-        )
-
-
-def decode_doc(path: Path, text: bytes, warnings: list[str], before: int = 0,
+def decode_doc(path: Path, text: bytes | bytearray, warnings: list[str], before: int = 0,
                floor: Doc | None = None) -> Doc:
     """Split the document; salvage a truncated one up to its last complete event.
 
-    before: events read ahead of `text` (the streaming reader's), counted in the salvage warning;
+    before: events read ahead of `text` (the streamed ones), counted in the salvage warning;
     floor: the document to return when nothing in `text` is salvageable but those events were."""
     try:
         return DOC.decode(text)
@@ -112,15 +79,7 @@ def decode_doc(path: Path, text: bytes, warnings: list[str], before: int = 0,
     return _lenient(path, text, problem, warnings)
 
 
-# A name value on its line, as Kineto writes events
-# (`"ph": "X", "cat": "...", "name": "<value>", "pid": ...` or `"name": "<value>",` alone): the
-# value ends at the first quote followed by `, "key":` or the line's end, so a valid name
-# (`"name": "Iteration Start: PyTorch Profiler", "ph": "i", "s": "g",`) is left as it is
-_NAME_LINE = re.compile(rb'("name": ")(.*?)((?<!\\)"(?=\s*,\s*"[^"\n]+"\s*:|\s*,?\s*$))', re.M)
-_RAW_QUOTE = re.compile(rb'(?<!\\)"')
-
-
-def repair_names(text: bytes) -> tuple[bytes, int]:
+def repair_names(text: bytes | bytearray) -> tuple[bytes, int]:
     """Escape raw double quotes inside `"name": "..."` values. Kineto before its quote-escaping fix
     wrote names such as `torch/profiler/_cupti_monitor.py(0): "warmup"` as they are, which makes the
     whole file invalid JSON. Only a value with a raw quote inside changes. Returns the text and how
@@ -137,7 +96,7 @@ def repair_names(text: bytes) -> tuple[bytes, int]:
     return out, count
 
 
-def _salvage(text: bytes, tries: int = 64) -> Doc | None:
+def _salvage(text: bytes | bytearray, tries: int = 64) -> Doc | None:
     """Close the document after the last `}` that ends a whole event."""
     start = text.find(b'"traceEvents"')
     if start < 0:
@@ -154,7 +113,7 @@ def _salvage(text: bytes, tries: int = 64) -> Doc | None:
     return None
 
 
-def _lenient(path: Path, text: bytes, problem: str, warnings: list[str]) -> Doc:
+def _lenient(path: Path, text: bytes | bytearray, problem: str, warnings: list[str]) -> Doc:
     """Fallback for invalid JSON that Kineto is known to write (control characters in names)."""
     try:
         obj = json.loads(text, strict=False)
@@ -164,3 +123,22 @@ def _lenient(path: Path, text: bytes, problem: str, warnings: list[str]) -> Doc:
         raise TraceError(path, "JSON, but not a torch-profiler trace (top level is not an object)")
     warnings.append(f"invalid JSON ({problem}); read with a lenient parser")
     return DOC.decode(orjson.dumps(obj))
+
+
+def read_document(path: str | Path) -> dict[str, Any]:
+    """The whole trace as parsed JSON, for tools that rewrite it (the Perfetto export); a trace cut
+    short or not a Kineto document is a TraceError."""
+    path = Path(path)
+    text, warnings = read_bytes(path)
+    if warnings:
+        raise TraceError(path, f"{warnings[0]}: a cut-short trace cannot be rewritten whole")
+    try:
+        doc = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        try:
+            doc = json.loads(repair_names(text)[0], strict=False)
+        except (ValueError, RecursionError) as exc:
+            raise TraceError(path, f"not valid JSON ({exc})") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
+        raise TraceError(path, "not a torch-profiler trace (no traceEvents list)")
+    return doc

@@ -1,13 +1,12 @@
-"""A Kineto trace streamed to disk, table by table, and read back one chunk of steps at a time.
+"""A Kineto trace on disk, read back one chunk of steps at a time (the bounded-memory mode).
 
-The streaming reader's frames (collectors.kineto_stream) go to Arrow IPC files in a temporary
-folder instead of memory, `ROWS` rows of a table to a file, with each file's range of start
-times, end times and correlation ids. `Spill.window` reads back the rows of one chunk of steps
-(attrib.steps.chunks: host events that overlap its context, GPU events of its runtime calls or
-in its GPU range) through the files whose ranges can hold them, and builds them into a Trace as
-the whole-trace reader does (collectors.kineto.built), ids included: an id is the row's place
-in its whole table sorted by start time, computed once per table from the start times alone.
-Memory is bounded by a chunk and a file, not by the trace.
+The reader's frames go to the `Files` sink (collectors.kineto.sinks) in a temporary folder.
+`Spill.window` reads back the rows of one chunk of steps (attrib.steps.chunks: host events that
+overlap its context, GPU events of its runtime calls or in its GPU range) through the files whose
+ranges can hold them, and builds them into a Trace as the whole-trace reader does
+(collectors.kineto.tables.built), ids included: an id is the row's place in its whole table sorted
+by start time, computed once per table from the start times alone. Memory is bounded by a chunk
+and a file, not by the trace.
 """
 
 from __future__ import annotations
@@ -24,70 +23,15 @@ import numpy as np
 import polars as pl
 
 from attrib.trace import Meta, Trace, TraceWarning
-from collectors import kineto_stream
-from collectors.kineto import built, document_meta
-from collectors.kineto_events import Notes
-from collectors.kineto_tables import TABLES
+from collectors.kineto import BLOCK, events
+from collectors.kineto.columns import TABLES
+from collectors.kineto.decode import Notes
+from collectors.kineto.doc import document_meta
+from collectors.kineto.sinks import END, LOW, ORD, ROWS, START, Files, Part, span
+from collectors.kineto.tables import built
 
-ROWS = 1 << 15  # rows of one table per file
 _HOST = ("ops", "frames", "launches", "markers")
 _GPU = ("kernels", "copies", "flows")
-_ORD, _S, _E = "_ord", "_s", "_e"  # the row's place in its table (event order), start, end (ns)
-_LOW = np.iinfo(np.int64).min
-
-
-class Part(msgspec.Struct, frozen=True):
-    """One file of a table: its rows' places first..first+rows, the range of their start
-    times and of their ends (t0, t1), and of their correlation ids (None where none)."""
-
-    path: Path
-    first: int
-    rows: int
-    t0: int
-    t1: int
-    c0: int | None
-    c1: int | None
-
-
-def _times(df: pl.DataFrame) -> pl.DataFrame:
-    """`df` with each row's start and end in ns (_S, _E; a row without a duration ends where
-    it starts)."""
-    start = pl.col("start_ns")
-    end = start + pl.col("dur_ns").fill_null(0) if "dur_ns" in df.columns else start
-    return df.with_columns(start.alias(_S), end.alias(_E))
-
-
-class _Sink(list[pl.DataFrame]):
-    """The frames of one table: `append` (what the streaming reader calls) buffers them and
-    writes a file every ROWS rows."""
-
-    def __init__(self, spill: Spill, table: str, limit: int) -> None:
-        super().__init__()
-        self.spill, self.table, self.limit = spill, table, limit
-        self.rows = self.held = 0
-
-    def append(self, df: pl.DataFrame) -> None:
-        super().append(df)
-        self.held += df.height
-        if self.held >= self.limit:
-            self.flush()
-
-    def flush(self) -> None:
-        if not len(self):
-            return
-        df = pl.concat(list(self), how="diagonal_relaxed")
-        self.clear()
-        df = _times(df).with_columns(pl.int_range(self.rows, self.rows + df.height,
-                                                  dtype=pl.Int64).alias(_ORD))
-        path = self.spill.folder / f"{self.table}-{len(self.spill.parts[self.table]):05d}.arrow"
-        df.write_ipc(path)
-        corr = _range(df["correlation"]) if "correlation" in df.columns else None
-        s, e = _range(df[_S]), _range(df[_E])
-        part = Part(path, self.rows, df.height, s[0] if s else _LOW, e[1] if e else _LOW,
-                    corr[0] if corr else None, corr[1] if corr else None)
-        self.spill.parts[self.table].append(part)
-        self.rows += df.height
-        self.held = 0
 
 
 class Spill(msgspec.Struct):
@@ -103,20 +47,17 @@ class Spill(msgspec.Struct):
     unlinked: dict[str, pl.Series] = field(default_factory=dict)
 
     @classmethod
-    def read(cls, path: str | Path, folder: str | Path | None = None,
-             block: int = kineto_stream.BLOCK, rows: int = ROWS,
-             parallel: bool | None = None) -> Spill:
+    def read(cls, path: str | Path, folder: str | Path | None = None, block: int = BLOCK,
+             rows: int = ROWS) -> Spill:
         """Stream the trace at `path` into a new temporary folder (under `folder`), `rows` rows
-        of a table per file (with a worker process as `parallel` says: collectors.kineto_stream);
-        Fallback where it must be read whole, TraceError where it is bad."""
+        of a table per file; Fallback where it must be read whole, TraceError where it is bad."""
         path = Path(path)
         spill = cls(Path(tempfile.mkdtemp(prefix="attrib-spill-", dir=folder)))
         try:
-            sinks = {t: _Sink(spill, t, rows) for t in TABLES}
-            got = kineto_stream.read_events(path, block, parts=sinks,  # type: ignore[arg-type]
-                                            parallel=parallel)
-            for s in sinks.values():
-                s.flush()
+            sink = Files(spill.folder, rows)
+            got = events(path, sink, block)
+            sink.flush()
+            spill.parts = sink.parts
             warnings = list(got.warnings)
             spill.meta = document_meta(path, got.doc, got.events, warnings)
             every = warnings + got.notes.warnings()
@@ -145,7 +86,7 @@ class Spill(msgspec.Struct):
     def _ids(self, table: str) -> np.ndarray:
         """Each row's id (by its place in the table): its rank in the table stably sorted by
         start time, nulls first, as the whole-trace reader numbers it."""
-        start = self._column(table, _S).fill_null(_LOW).to_numpy()
+        start = self._column(table, START).fill_null(LOW).to_numpy()
         kind = np.uint32 if len(start) < 1 << 32 else np.int64  # held for every row: 4 bytes
         ids = np.empty(len(start), dtype=kind)
         ids[np.argsort(start, kind="stable")] = np.arange(len(start), dtype=kind)
@@ -160,11 +101,11 @@ class Spill(msgspec.Struct):
 
     def _unlinked(self, table: str, calls: pl.Series) -> pl.Series:
         """The places of the table's rows whose correlation id is no runtime call's."""
-        got = [pl.read_ipc(p.path, columns=[_ORD, "correlation"]) for p in self.parts[table]]
+        got = [pl.read_ipc(p.path, columns=[ORD, "correlation"]) for p in self.parts[table]]
         if not got:
-            return pl.Series(_ORD, [], dtype=pl.Int64)
+            return pl.Series(ORD, [], dtype=pl.Int64)
         linked = pl.col("correlation").is_in(calls.implode()).fill_null(False)
-        return pl.concat(got).filter(~linked)[_ORD]
+        return pl.concat(got).filter(~linked)[ORD]
 
     def _rows(self, table: str, keep: pl.Expr, parts: list[Part]) -> list[pl.DataFrame]:
         """The rows that `keep` keeps of the table's files `parts`; where none, no rows with
@@ -179,30 +120,31 @@ class Spill(msgspec.Struct):
         return out
 
     def _host(self, table: str, lo: int, hi: int) -> list[pl.DataFrame]:
-        keep = (pl.col(_S) < hi) & (pl.col(_E) >= lo)
+        keep = (pl.col(START) < hi) & (pl.col(END) >= lo)
         parts = [p for p in self.parts[table] if p.t0 < hi and p.t1 >= lo]
         return self._rows(table, keep, parts)
 
     def _gpu(self, table: str, corr: pl.Series, gpu: tuple[int, int]) -> list[pl.DataFrame]:
         lo, hi = gpu
-        span = _range(corr)
+        ids = span(corr)
+
         def maybe(p: Part) -> bool:
             by_time = p.t0 < hi and p.t1 >= lo  # the part's starts lie below t1
-            if span is None or p.c0 is None or p.c1 is None:
+            if ids is None or p.c0 is None or p.c1 is None:
                 return by_time
-            return by_time or (p.c0 <= span[1] and p.c1 >= span[0])
-        key = "correlation"
-        unlinked = pl.col(_ORD).is_in(self.unlinked[table].implode())
-        ours = pl.col(key).is_in(corr.implode()).fill_null(False)
-        keep = ours | (unlinked & (pl.col(_S) >= lo) & (pl.col(_S) < hi))
+            return by_time or (p.c0 <= ids[1] and p.c1 >= ids[0])
+
+        unlinked = pl.col(ORD).is_in(self.unlinked[table].implode())
+        ours = pl.col("correlation").is_in(corr.implode()).fill_null(False)
+        keep = ours | (unlinked & (pl.col(START) >= lo) & (pl.col(START) < hi))
         return self._rows(table, keep, [p for p in self.parts[table] if maybe(p)])
 
     def _renumber(self, table: str, df: pl.DataFrame) -> pl.DataFrame:
         path, kind = self.ids[table]
-        places = df[_ORD].to_numpy()
+        places = df[ORD].to_numpy()
         # mapped for this read only: the pages it touched go with the map
         ids = np.memmap(path, dtype=kind, mode="r")[places] if len(places) else places
-        return df.with_columns(pl.Series("id", ids, dtype=pl.Int64)).drop(_ORD, _S, _E)
+        return df.with_columns(pl.Series("id", ids, dtype=pl.Int64)).drop(ORD, START, END)
 
     def markers(self) -> Trace:
         """The trace's annotations alone (what chunks are planned from)."""
@@ -227,8 +169,8 @@ class Spill(msgspec.Struct):
         lo, hi = gpu
         linked = pl.col("external_id").is_in(every.drop_nulls().implode()).fill_null(False)
         ours = pl.col("external_id").is_in(ext.drop_nulls().implode()).fill_null(False)
-        keep = (pl.col("side") == "gpu") & (ours | (~linked & (pl.col(_S) >= lo)
-                                                    & (pl.col(_S) < hi)))
+        keep = (pl.col("side") == "gpu") & (ours | (~linked & (pl.col(START) >= lo)
+                                                    & (pl.col(START) < hi)))
         return self._rows("markers", keep, self.parts["markers"])
 
     def _trace(self, parts: dict[str, list[pl.DataFrame]]) -> Trace:
@@ -245,16 +187,6 @@ class Unbounded(Exception):
     """A chunk read back from disk met what the whole-trace reader warns about: read it whole."""
 
 
-def _range(s: pl.Series) -> tuple[int, int] | None:
-    """(min, max) of an integer column, None where it holds no value."""
-    v = s.drop_nulls()
-    if not v.len():
-        return None
-    lo, hi = v.min(), v.max()
-    assert isinstance(lo, int) and isinstance(hi, int)
-    return lo, hi
-
-
 def _concat(series: list[pl.Series], name: str) -> pl.Series:
     return pl.concat(series) if series else pl.Series(name, [], dtype=pl.Int64)
 
@@ -263,5 +195,5 @@ def _unique(frames: list[pl.DataFrame]) -> list[pl.DataFrame]:
     """Frames with each row (by its place) once, in their place's order."""
     if not frames:
         return frames
-    df = pl.concat(frames, how="diagonal_relaxed").unique(_ORD, keep="first").sort(_ORD)
+    df = pl.concat(frames, how="diagonal_relaxed").unique(ORD, keep="first").sort(ORD)
     return [df]

@@ -1,8 +1,4 @@
-"""Kineto events to table columns: one chunk of decoded events routed by category into polars frames.
-
-Shared by the reader (collectors.kineto) and its worker process (collectors.kineto_worker), so both
-build the same frames from the same events.
-"""
+"""Typed events to table columns: one piece's events routed by category into polars frames."""
 
 from __future__ import annotations
 
@@ -12,13 +8,12 @@ import msgspec
 import polars as pl
 
 from attrib.trace import interned
-from collectors.kineto_events import Event, Notes
+from collectors.kineto.decode import Event, Notes
 
 
 Text = Callable[[list[Any]], pl.Series]  # a text column of Python values
-# the events of a trace whose text columns are built as they come (a column of the values,
-# each row its own bytes: 3x faster than interned); the later ones are interned (each
-# distinct value held once), so a huge trace's text is held once a value
+# the events of a trace whose text columns are built as they come (each row its own bytes: 3x
+# faster than interned); later ones are interned (each distinct value held once)
 PLAIN_EVENTS = 1 << 16
 
 
@@ -142,7 +137,7 @@ def ns(col: str) -> pl.Expr:
 
 
 def _frame(cols: dict[str, Any]) -> pl.DataFrame:
-    """The chunk's columns, its times (`ts`, `dur`: float us) as `start_ns`, `dur_ns` at the
+    """The piece's columns, its times (`ts`, `dur`: float us) as `start_ns`, `dur_ns` at the
     end: converted piece by piece, so no table-sized float column or transient is ever held."""
     df = pl.DataFrame(
         [v.alias(k) if isinstance(v, pl.Series) else _series(k, v) for k, v in cols.items()])
@@ -152,16 +147,19 @@ def _frame(cols: dict[str, Any]) -> pl.DataFrame:
 
 
 TABLES = ("kernels", *_COLUMNS)
+Frames = dict[str, pl.DataFrame]  # a piece's frame per table
 
 
-def chunk_frames(evs: list[Event], notes: Notes, base: int) -> dict[str, pl.DataFrame]:
-    """One chunk's events (evs[i] is traceEvents[base + i]) as a frame per table (tables without
+def frames(evs: list[Event], notes: Notes, base: int) -> Frames:
+    """One piece's events (evs[i] is traceEvents[base + i]) as a frame per table (tables without
     events left out): complete events (`ph` X) with a start time go to their category's table, flow
     ends (`ac2g` f) to `flows`; profiler events without `ph` or `ts` are counted in `notes`. Kernels
     keep their index in traceEvents (`event`), which export aligns by. Text columns: plain for a
-    chunk that starts in the trace's first PLAIN_EVENTS events, interned after."""
+    piece that starts in the trace's first PLAIN_EVENTS events, interned after."""
     groups: dict[str, list[Event]] = {t: [] for t in TABLES}
-    add = {cat: groups[t].append for cat, t in _TABLE_OF.items()}  # bound appends: the loop runs per event
+    # bound appends: the loop runs per event
+    add: dict[str | None, Callable[[Event], None]] = {
+        cat: groups[t].append for cat, t in _TABLE_OF.items()}
     flow = groups["flows"].append
     kernel = add["kernel"]
     at: list[int] = []

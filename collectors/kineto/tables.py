@@ -1,0 +1,101 @@
+"""The frames of each table, in event order, to the normalized tables: grid/block decoded, rows
+sorted by start and numbered, checked (collectors.validate), correlations filled from flow arrows,
+graph replays marked, copies given their direction."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+import polars as pl
+
+from attrib.trace import mark_graph_replays
+from collectors import validate
+from collectors.kineto.decode import Notes
+
+_DIMS = r"^\[\s*\d{1,15}\s*(,\s*\d{1,15}\s*){0,2}\]$"  # grid/block: up to 3 non-negative ints
+Renumber = Callable[[str, pl.DataFrame], pl.DataFrame]
+Tables = dict[str, pl.DataFrame | None]
+
+
+def _dims(col: str) -> pl.Expr:
+    """A grid/block JSON list as List[Int64]; anything else (a string, floats, nesting) is null."""
+    c = pl.col(col)
+    return pl.when(c.str.contains(_DIMS)).then(c).otherwise(None).str.json_decode(pl.List(pl.Int64))
+
+
+def _decode_dims(df: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, int]]:
+    """The frame with its grid/block JSON decoded (`_dims`), and how many values were bad."""
+    bad: dict[str, int] = {}
+    for c in ("grid", "block"):
+        if c in df.columns:
+            wrong = pl.col(c).is_not_null() & ~pl.col(c).str.contains(_DIMS)
+            bad[c] = df.select(wrong.sum()).item()
+            df = df.with_columns(_dims(c))
+    return df, bad
+
+
+def _finish(parts: list[pl.DataFrame], notes: Notes) -> pl.DataFrame | None:
+    """One table from its frames (times already in ns), which it takes over: decoded frame by
+    frame (only a frame's transients at a time), joined without a copy (the frames become the
+    table's chunks) and emptied."""
+    if not parts:
+        return None
+    bad: dict[str, int] = {}
+    for i, part in enumerate(parts):
+        parts[i], wrong = _decode_dims(part)
+        for c, n in wrong.items():
+            bad[c] = bad.get(c, 0) + n
+    for c, n in bad.items():
+        if n:
+            notes.nulled[c] = notes.nulled.get(c, 0) + n
+            notes.first.setdefault("nulled", 0)
+    df = pl.concat(parts, how="diagonal_relaxed")
+    parts.clear()
+    if df["start_ns"].null_count() or not df["start_ns"].is_sorted():
+        df = df.sort("start_ns", maintain_order=True)  # sorted rows stay as they are: no copy
+    row = pl.int_range(pl.len(), dtype=pl.Int64).alias("id")  # not via UInt32: no second column
+    return df.select(row, pl.all())
+
+
+def built(path: Path, parts: dict[str, list[pl.DataFrame]], notes: Notes, warnings: list[str],
+          renumber: Renumber | None = None) -> Tables:
+    """The tables of the frames of each table in event order (emptied as they are joined), checked
+    (collectors.validate) and completed; what was dropped or salvaged is added to `warnings`.
+    renumber(table, df): the table with the ids of the whole trace, when `parts` are a part of it
+    (collectors.kineto.spill)."""
+    flow_parts = parts.pop("flows", [])
+    tables = {t: _finish(parts.pop(t), notes) for t in list(parts)}  # each freed as it is built
+    if not _unlinked(tables["kernels"]):
+        flow_parts.clear()  # no kernel takes its correlation from a flow arrow
+    flows = _finish(flow_parts, notes)
+    if renumber is not None:
+        tables = {t: None if df is None else renumber(t, df) for t, df in tables.items()}
+        flows = None if flows is None else renumber("flows", flows)
+    warnings += notes.warnings()
+    tables = validate.tables(tables, warnings, path)
+    tables["kernels"] = _fill_correlation(tables["kernels"], flows)
+    del flows
+    # "Dispatch Task" kernels, graph launches, shared correlation ids
+    if tables["kernels"] is not None:
+        tables["kernels"] = mark_graph_replays(tables["kernels"], tables["launches"])
+    if tables["copies"] is not None:  # "Memcpy HtoD (Pageable -> Device)" -> HtoD
+        tables["copies"] = tables["copies"].with_columns(
+            pl.col("name").str.extract(r"\b([HDP]to[HDP])\b", 1).alias("direction"))
+    return tables
+
+
+def _unlinked(kernels: pl.DataFrame | None) -> bool:
+    """Whether some kernel lacks a correlation (one a flow arrow may give)."""
+    return kernels is not None and kernels["correlation"].null_count() > 0
+
+
+def _fill_correlation(kernels: pl.DataFrame | None,
+                      flows: pl.DataFrame | None) -> pl.DataFrame | None:
+    """Kernels whose args lack a correlation take it from the flow arrow that ends on them."""
+    if kernels is None or flows is None or not _unlinked(kernels):
+        return kernels
+    key = ["pid", "tid", "start_ns"]
+    f = flows.select(*key, pl.col("correlation").alias("_flow")).unique(key)
+    return (kernels.join(f, on=key, how="left")
+            .with_columns(pl.col("correlation").fill_null(pl.col("_flow"))).drop("_flow"))
