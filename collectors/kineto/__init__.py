@@ -9,8 +9,8 @@ One path from the file's bytes to the normalized tables (`events`, then tables.b
 pieces.stream cuts the list as the file is read (memory bounded by the tables, not the file); a
 document it cannot cut cleanly is read whole by pieces.whole (repair: salvage, Kineto's name
 bugs) into the same decoder. Times (float microseconds) become integer nanoseconds. One process:
-a worker process decoding pieces beside it did not pay on a 2-core machine
-(docs/performance.md, "The Kineto reader: design").
+a worker process decoding pieces beside it paid only on a quiet machine (docs/performance.md,
+"The Kineto reader: design").
 """
 
 from __future__ import annotations
