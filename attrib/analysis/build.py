@@ -128,7 +128,9 @@ def _top_table(k: pl.DataFrame, arch: Arch | None, what_if: bool, top_n: int) ->
         pl.col("flops").sum().alias("flops"),
         pl.col("dtype").drop_nulls().first().cast(pl.String).alias("dtype"),
         pl.when(known).then(pl.col("dur_ns")).otherwise(0).sum().alias("known_ns"))
-        .sort("ns", descending=True).head(top_n)
+        # equal times by name: group_by's order is arbitrary, and one input gives one document
+        .sort(["ns", "name", "component"], descending=[True, False, False],
+              nulls_last=True).head(top_n)
         .with_columns((pl.col("known_ns") / 1e6).alias("ms")))
     if not top.height:
         return top.with_columns(pl.lit(None, pl.Float64).alias("achieved_gbs"),
