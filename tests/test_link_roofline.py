@@ -38,3 +38,10 @@ def test_the_action_says_one_rank_cannot_split_waiting_from_transfer(an):
     dec = next(p for p in an.summary.phases if p.phase == "decode")
     comm = [a for a in dec.actions if a.what == "bring communication to its link time"]
     assert comm and "attrib ranks" in comm[0].evidence
+
+
+def test_assumed_says_how_collectives_are_priced(an):
+    """The bus bytes are a convention, not a model config or Inductor estimate: "assumed" says
+    which (it said "bytes mostly estimated (Inductor or model config) for communication")."""
+    said = " ".join(an.summary.assumed)
+    assert "collectives priced at their bus bytes" in said and "Inductor" not in said

@@ -18,7 +18,7 @@ import msgspec
 
 from attrib.analysis.finding import Finding
 from attrib.analysis.model import Analysis, Bottleneck, Phase
-from attrib.components.taxonomy import GEMM_COMPONENTS
+from attrib.components.taxonomy import GEMM_COMPONENTS, LINK_COMPONENTS
 from attrib.cost.dtypes import INDEX_TYPES
 from attrib.steps.ledger import OWN_COST
 
@@ -304,8 +304,12 @@ def assumed(an: Analysis, model: str | None, capture: str | None,
         out.append(f"rooflines at the {dev.peak_bw_gbs:g} GB/s peak (no sustained figure known)")
     est = sorted({c.component for p in an.phases for c in p.component_rows
                   if (c.estimated_share or 0) >= ESTIMATED})
-    if est:
-        out.append(f"bytes mostly estimated (Inductor or model config) for {', '.join(est)}")
+    modelled = [c for c in est if c not in LINK_COMPONENTS]
+    if modelled:
+        out.append(f"bytes mostly estimated (Inductor or model config) for {', '.join(modelled)}")
+    if len(modelled) < len(est):
+        out.append("collectives priced at their bus bytes (nccl-tests' convention: an "
+                   "all-reduce moves 2(n-1)/n of its buffer over the link), not measured traffic")
     return tuple(out)
 
 
