@@ -109,3 +109,27 @@ def test_compare_and_trend_take_saved_documents(tmp_path) -> None:
     assert main(["trend", str(docs), "--format", "json", "-o", str(t2)]) == 0
     r1, r2 = json.loads(t1.read_text()), json.loads(t2.read_text())
     assert len(r1["rows"]) == 2 and r1 == r2
+
+
+def test_a_hostile_document_is_one_line(tmp_path) -> None:
+    """A real document whose stamp nests 100,000 deep, and a sparse file over the size bound
+    that starts like a document: each a TraceError naming the file, never a RecursionError or a
+    read of the whole file."""
+    from attrib.analysis.model import DOCUMENT_MAX_BYTES
+
+    text = attrib.analyze(FIXTURES / "torch" / "h200_dense_prefill_cudagraph_decode.json.gz").to_json()
+    assert '"provenance": {}' in text
+    deep = tmp_path / "deep.json"
+    deep.write_text(text.replace('"provenance": {}',
+                                 '"provenance": {"a": ' + "[" * 100_000 + "]" * 100_000 + "}"))
+    assert Analysis.is_document(deep)
+    with pytest.raises(TraceError, match="deep.json: values nested too deep"):
+        Analysis.load(deep)
+    big = tmp_path / "big.json"
+    with big.open("wb") as f:
+        f.write(text.encode()[:200])
+        f.truncate(DOCUMENT_MAX_BYTES + 1)  # sparse: no disk used
+    assert Analysis.is_document(big)
+    with pytest.raises(TraceError, match="big.json: an analysis document of 512 MiB"):
+        Analysis.load(big)
+    assert main(["compare", str(big), str(big)]) == 2

@@ -30,6 +30,8 @@ if TYPE_CHECKING:
     from attrib.analysis.summary import Summary
 
 SCHEMA_ID = "attrib.analysis/1"
+# the largest document Analysis.load reads: the analysis of a 1 M-event trace is ~15 MB of JSON
+DOCUMENT_MAX_BYTES = 512 << 20
 # the phases any trace may hold: Analysis.phase of another name absent here is a typo
 STANDARD_PHASES = ("prefill", "decode", "mixed", "draft", "verify", "unknown")
 
@@ -453,8 +455,14 @@ class Analysis(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True,
 
     @classmethod
     def load(cls, path: str | Path) -> Analysis:
-        """The analysis a document holds (what `analyze --format json` or `save` wrote)."""
-        return cls.decode(Path(path).read_bytes(), str(path))
+        """The analysis a document holds (what `analyze --format json` or `save` wrote); a
+        TraceError for one larger than DOCUMENT_MAX_BYTES."""
+        p = Path(path)
+        size = p.stat().st_size
+        if size > DOCUMENT_MAX_BYTES:
+            raise TraceError(path, f"an analysis document of {size / 2**20:,.0f} MiB: more than "
+                                   f"the {DOCUMENT_MAX_BYTES >> 20} MiB one can hold")
+        return cls.decode(p.read_bytes(), str(path))
 
     @classmethod
     def decode(cls, text: bytes | str, name: str = "<text>") -> Analysis:
@@ -465,6 +473,8 @@ class Analysis(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True,
             raise TraceError(name, f"not an {SCHEMA_ID} document: {e}") from None
         except msgspec.DecodeError as e:
             raise TraceError(name, f"not JSON: {e}") from None
+        except RecursionError:
+            raise TraceError(name, "values nested too deep for an analysis document") from None
 
 
 # the annotation `Summary | None` resolved at run time too (help(), typing.get_type_hints): the
