@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from attrib.analysis.summary import Summary
 
 SCHEMA_ID = "attrib.analysis/1"
-# the largest document Analysis.load reads: the analysis of a 1 M-event trace is ~15 MB of JSON
+# the largest document Analysis.load reads: the analysis of a trace of 1 M kernels is 7 MB of JSON
 DOCUMENT_MAX_BYTES = 512 << 20
 # the phases any trace may hold: Analysis.phase of another name absent here is a typo
 STANDARD_PHASES = ("prefill", "decode", "mixed", "draft", "verify", "unknown")
