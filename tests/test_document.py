@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 
 import jsonschema
 import pytest
@@ -133,3 +134,7 @@ def test_a_hostile_document_is_one_line(tmp_path) -> None:
     with pytest.raises(TraceError, match="big.json: an analysis document of 512 MiB"):
         Analysis.load(big)
     assert main(["compare", str(big), str(big)]) == 2
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)
+    with pytest.raises(TraceError, match="fifo.json: not a regular file"):
+        Analysis.load(fifo)  # never opened: a FIFO would block the read

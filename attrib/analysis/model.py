@@ -458,6 +458,8 @@ class Analysis(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True,
         """The analysis a document holds (what `analyze --format json` or `save` wrote); a
         TraceError for one larger than DOCUMENT_MAX_BYTES."""
         p = Path(path)
+        if not p.is_file():  # a FIFO or device would block or never end
+            raise TraceError(path, "not a regular file: an analysis document is one")
         size = p.stat().st_size
         if size > DOCUMENT_MAX_BYTES:
             raise TraceError(path, f"an analysis document of {size / 2**20:,.0f} MiB: more than "
