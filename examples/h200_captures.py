@@ -361,7 +361,8 @@ def run_one(name: str, device_name: str, out: Path, tiny: bool) -> int:
 
 
 def main(argv=None) -> int:
-    return capture_common.cli(argv, __doc__, __file__, CAPTURES, run_one, ORDER, budget=480, timeouts=TIMEOUT_S)
+    return capture_common.cli(argv, __doc__, __file__, CAPTURES, run_one, ORDER, budget=480,
+                              timeouts=TIMEOUT_S)
 
 
 if __name__ == "__main__":

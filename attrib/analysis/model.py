@@ -204,8 +204,8 @@ class ExcludedStep(msgspec.Struct, frozen=True):
 
 class LedgerRow(msgspec.Struct, frozen=True):
     """Where a step's time goes: one cause (kernels, copy, outside, sync, host, launch, profiler),
-    what holds it (a component, an op or frame, a call), ms per step and its share of the step; n_per_step: intervals (or kernels) behind it; median_us: the median interval (idle
-    rows)."""
+    what holds it (a component, an op or frame, a call), ms per step and its share of the step;
+    n_per_step: intervals (or kernels) behind it; median_us: the median interval (idle rows)."""
 
     cause: str
     what: str

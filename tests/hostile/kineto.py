@@ -89,7 +89,8 @@ def _no_ph(evs: list[dict]) -> None:
 def _deep(d: Path) -> Path:
     text = torch_text()
     at = text.index(b'"traceEvents": [') + len(b'"traceEvents": [')
-    deep = b'{"ph": "X", "cat": "cpu_op", "name": "x", "ts": 1, "dur": 1, "args": ' + b"[" * 100_000 + b"]" * 100_000 + b"}, "
+    nested = b"[" * 100_000 + b"]" * 100_000
+    deep = b'{"ph": "X", "cat": "cpu_op", "name": "x", "ts": 1, "dur": 1, "args": ' + nested + b"}, "
     (d / "deep.json").write_bytes(text[:at] + deep + text[at:])
     return d / "deep.json"
 
@@ -164,32 +165,44 @@ def _rank0_top(key: str, edit: Callable[[dict], None]) -> Callable[[Path], Path]
 
 # issue 39: numbers out of their domain
 NUMBER_VARIANTS = [
-    Variant("kineto-world-size-2^70", "crash", _rank0_top("distributedInfo", lambda i: i.update(world_size=2**70)),
+    Variant("kineto-world-size-2^70", "crash",
+            _rank0_top("distributedInfo", lambda i: i.update(world_size=2**70)),
             "error", "distributedInfo.world_size = 1180591620717411303424"),
-    Variant("kineto-world-size-0", "nonsense", _rank0_top("distributedInfo", lambda i: i.update(world_size=0)),
+    Variant("kineto-world-size-0", "nonsense",
+            _rank0_top("distributedInfo", lambda i: i.update(world_size=0)),
             "error", "distributedInfo.world_size = 0"),
 ]
 
 VARIANTS = [
     # --- crashes seen: recursion, overflow, strings for numbers, unhashable, wrong JSON shapes
     Variant("kineto-deep-nesting", "crash", _deep, "error", "nested"),
-    Variant("kineto-ts-above-2^64", "crash", lambda d: _torch(d, _set("kernel", "ts", 2**70, every=5)), "salvage"),
+    Variant("kineto-ts-above-2^64", "crash",
+            lambda d: _torch(d, _set("kernel", "ts", 2**70, every=5)), "salvage"),
     Variant("kineto-ts-1e300", "crash", lambda d: _torch(d, _set("kernel", "ts", 1e300, every=5)), "salvage"),
-    Variant("kineto-dur-NaN-string", "crash", lambda d: _torch(d, _set("kernel", "dur", "NaN", every=4)), "salvage"),
-    Variant("kineto-ts-Infinity-string", "crash", lambda d: _torch(d, _set("cpu_op", "ts", "Infinity", every=3)),
+    Variant("kineto-dur-NaN-string", "crash",
+            lambda d: _torch(d, _set("kernel", "dur", "NaN", every=4)), "salvage"),
+    Variant("kineto-ts-Infinity-string", "crash",
+            lambda d: _torch(d, _set("cpu_op", "ts", "Infinity", every=3)),
             "salvage"),
-    Variant("kineto-cat-object", "crash", lambda d: _torch(d, _set("cpu_op", "cat", {"a": 1}, every=10)), "salvage"),
-    Variant("kineto-grid-string", "crash", lambda d: _torch(d, _set("kernel", "grid", "64x1x1", arg=True)), "salvage"),
-    Variant("kineto-correlation-2^70", "nonsense", lambda d: _torch(d, _set("kernel", "correlation", 2**70, arg=True)),
+    Variant("kineto-cat-object", "crash",
+            lambda d: _torch(d, _set("cpu_op", "cat", {"a": 1}, every=10)), "salvage"),
+    Variant("kineto-grid-string", "crash",
+            lambda d: _torch(d, _set("kernel", "grid", "64x1x1", arg=True)), "salvage"),
+    Variant("kineto-correlation-2^70", "nonsense",
+            lambda d: _torch(d, _set("kernel", "correlation", 2**70, arg=True)),
             "salvage", "correlation"),
     # --- memory
-    Variant("event-20MB-name", "memory", lambda d: _raw_torch(d, _name_bytes(3, b"A" * (20 << 20))), "error", "MB"),
+    Variant("event-20MB-name", "memory", lambda d: _raw_torch(d, _name_bytes(3, b"A" * (20 << 20))),
+            "error", "MB"),
     # --- confident nonsense
     Variant("kineto-negative-dur", "nonsense", lambda d: _torch(d, _set("kernel", "dur", -5, every=3)),
             "salvage", "negative"),
-    Variant("kineto-duplicate-correlation", "nonsense", lambda d: _torch(d, _dup_correlation), "salvage", "correlation"),
-    Variant("kineto-missing-ts", "nonsense", lambda d: _torch(d, lambda evs: _kernels(evs)[10].pop("ts")), "ok"),
-    Variant("kineto-ts-zero", "nonsense", lambda d: _torch(d, _set("kernel", "ts", 0, every=97)), "salvage", "hours"),
+    Variant("kineto-duplicate-correlation", "nonsense", lambda d: _torch(d, _dup_correlation),
+            "salvage", "correlation"),
+    Variant("kineto-missing-ts", "nonsense",
+            lambda d: _torch(d, lambda evs: _kernels(evs)[10].pop("ts")), "ok"),
+    Variant("kineto-ts-zero", "nonsense", lambda d: _torch(d, _set("kernel", "ts", 0, every=97)),
+            "salvage", "hours"),
     Variant("kineto-no-ph", "nonsense", lambda d: _torch(d, _no_ph), "salvage", "ph"),
     Variant("kineto-all-events-twice", "nonsense", lambda d: _torch(d, _dup_events), "salvage", "copies"),
     Variant("kineto-cut-in-half", "nonsense", _cut_half, "salvage", "truncated"),
@@ -231,7 +244,8 @@ VARIANTS = [
     ),
     Variant("kineto-duplicated-traceEvents-key", "nonsense", _dup_key, "salvage", "traceEvents"),
     # --- messages
-    Variant("torch-json-named-pftrace", "message", lambda d: shutil.copy(TORCH, d / "t.pftrace") and d / "t.pftrace",
+    Variant("torch-json-named-pftrace", "message",
+            lambda d: shutil.copy(TORCH, d / "t.pftrace") and d / "t.pftrace",
             "ok"),
     # issue 19: messages that named the wrong cause
     Variant("kineto-deep-value-first", "message", _deep_top, "error", "nested"),

@@ -40,6 +40,11 @@ def _rocpd_wal(d: Path) -> Path:
 # ------------------------------------------------------------------ rocprofv3 JSON
 
 
+def _dispatches(p: dict) -> list[dict]:
+    """A rocprofv3 JSON document's kernel dispatch records."""
+    return p["buffer_records"]["kernel_dispatch"]
+
+
 def _v3json(d: Path, edit: Callable[[dict], None]) -> Path:
     doc = json.loads(json.dumps(v3json_small()))
     edit(doc["rocprofiler-sdk-tool"][0] if isinstance(doc["rocprofiler-sdk-tool"], list) else doc)
@@ -185,9 +190,10 @@ VARIANTS = [
         d, "UPDATE {rocpd_kernel_dispatch} SET start = 'soon' WHERE id % 50 = 0"), "salvage", "start time"),
     Variant("v3json-dispatch-object", "crash", lambda d: _v3json(
         d, lambda p: p["buffer_records"].update(kernel_dispatch={"a": 1})), "error", "kernel_dispatch"),
-    Variant("v3json-sdk-tool-string", "crash", _v3json_top(lambda v: "rocprofv3"), "error", "rocprofiler-sdk-tool"),
+    Variant("v3json-sdk-tool-string", "crash", _v3json_top(lambda v: "rocprofv3"), "error",
+            "rocprofiler-sdk-tool"),
     Variant("v3json-timestamps-strings", "crash", lambda d: _v3json(d, lambda p: [
-        r.update(start_timestamp=str(r["start_timestamp"])) for r in p["buffer_records"]["kernel_dispatch"]]), "any"),
+        r.update(start_timestamp=str(r["start_timestamp"])) for r in _dispatches(p)]), "any"),
     Variant("v3json-no-symbols-agents-strings", "crash", lambda d: _v3json(
         d, lambda p: [p.pop(k, None) for k in ("kernel_symbols", "agents", "strings")]), "salvage", "name"),
     # --- memory
@@ -195,17 +201,21 @@ VARIANTS = [
         d, "UPDATE {rocpd_kernel_dispatch} SET dispatch_id = 7"), "salvage", "id"),
     Variant("rocpd-duplicate-symbols", "memory", lambda d: _rocpd(
         d, "DROP VIEW rocpd_info_kernel_symbol; CREATE VIEW rocpd_info_kernel_symbol AS SELECT * FROM "
-           "{rocpd_info_kernel_symbol} UNION ALL SELECT * FROM {rocpd_info_kernel_symbol}"), "salvage", "duplicate"),
+           "{rocpd_info_kernel_symbol} UNION ALL SELECT * FROM {rocpd_info_kernel_symbol}"),
+            "salvage", "duplicate"),
     Variant("v3json-duplicate-dispatch-ids", "memory", lambda d: _v3json(d, lambda p: [
-        r["dispatch_info"].update(dispatch_id=1) for r in p["buffer_records"]["kernel_dispatch"]]), "salvage", "id"),
-    Variant("csv-duplicate-dispatch-ids", "memory", lambda d: _csv(d, _csv_field("Dispatch_Id", "5", range(1, 145))),
+        r["dispatch_info"].update(dispatch_id=1) for r in _dispatches(p)]), "salvage", "id"),
+    Variant("csv-duplicate-dispatch-ids", "memory",
+            lambda d: _csv(d, _csv_field("Dispatch_Id", "5", range(1, 145))),
             "salvage", "id"),
     # --- confident nonsense
     Variant("csv-ts-1e5", "nonsense", lambda d: _csv(d, _csv_field("Start_Timestamp", "1e5")), "salvage"),
     Variant("csv-ts-hex", "nonsense", lambda d: _csv(d, _csv_field("End_Timestamp", "0x10")), "salvage"),
-    Variant("csv-ts-spaced-small", "nonsense", lambda d: _csv(d, _csv_field("Start_Timestamp", " 12 ")), "salvage"),
+    Variant("csv-ts-spaced-small", "nonsense",
+            lambda d: _csv(d, _csv_field("Start_Timestamp", " 12 ")), "salvage"),
     Variant("csv-duplicated-row", "nonsense", lambda d: _csv(d, lambda ls: ls[:50] + [ls[49]] + ls[50:],
-                                                             extra=("decode_hip_api_trace.csv",)), "salvage", "copies"),
+                                                             extra=("decode_hip_api_trace.csv",
+                                                                    )), "salvage", "copies"),
     Variant("csv-dir-two-processes-same-ids", "nonsense", _two_csv_procs, "salvage", "copies"),
     Variant("v1-csv-negative-durations", "nonsense", lambda d: _v1_csv(d, _v1_swap), "salvage", "negative"),
     # issue 19
@@ -219,14 +229,16 @@ VARIANTS = [
     Variant("csv-two-runs-in-folder", "nonsense", _two_csv_runs, "error", "session"),
     # --- messages
     Variant("rocpd-renamed-column", "message", lambda d: _rocpd(
-        d, 'PRAGMA legacy_alter_table=ON; ALTER TABLE {rocpd_kernel_dispatch} RENAME COLUMN "start" TO "begin"'),
+        d, 'PRAGMA legacy_alter_table=ON; '
+           'ALTER TABLE {rocpd_kernel_dispatch} RENAME COLUMN "start" TO "begin"'),
             "error", "'start'"),
     Variant("v1-db-renamed-column", "message", lambda d: _sqlite_v1_rename(d), "error", "KernelName"),
     Variant("csv-semicolons", "message", lambda d: _csv(d, lambda ls: [x.replace('","', '";"') for x in ls],
                                                         name="trace.csv"), "error", "';'"),
     Variant("csv-missing-column", "message", lambda d: _csv(d, lambda ls: [
         ",".join(c for j, c in enumerate(x.split(",")) if j != 9) for x in ls]), "error", "Start_Timestamp"),
-    Variant("csv-cut-mid-row", "message", lambda d: _csv(d, lambda ls: ls[:40] + [ls[40][:30]]), "salvage", "mid-row"),
+    Variant("csv-cut-mid-row", "message", lambda d: _csv(d, lambda ls: ls[:40] + [ls[40][:30]]),
+            "salvage", "mid-row"),
     # issue 19: messages that named the wrong cause
     Variant("v3json-nan-literal", "message", _v3json_nan, "error", "NaN literal"),
     Variant("csv-utf16", "message", _utf16_csv, "error", "UTF-16"),
@@ -242,7 +254,8 @@ VARIANTS = [
     # --- other readers and classes
     Variant("v1-json-mangled-events", "reader", lambda d: _v1_json(d), "any"),
     Variant("v3json-names-null", "reader", lambda d: _v3json(d, lambda p: [
-        s.update(formatted_kernel_name=None, kernel_name=None) for s in p["kernel_symbols"]]), "salvage", "name"),
+        s.update(formatted_kernel_name=None,
+                 kernel_name=None) for s in p["kernel_symbols"]]), "salvage", "name"),
     # --- issue 19: inputs untouched
     Variant("rocpd-wal-mode", "untouched", lambda d: _rocpd_wal(d), "ok"),
 ]
