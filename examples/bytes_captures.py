@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import collectors  # noqa: E402
+import capture_common  # noqa: E402
 from h200_captures import build, cache_tensors, param_bytes  # noqa: E402
 
 MISTRAL = dict(hidden_size=2048, intermediate_size=5632, num_hidden_layers=4, num_attention_heads=16,
@@ -128,18 +129,7 @@ def run_one(name: str, device_name: str, out: Path, tiny: bool) -> int:
 
         def generation(cap):
             ids = torch.randint(0, config.vocab_size, (batch, prompt), device=device)
-            with torch.inference_mode():
-                with cap.phase("prefill", tokens=batch * prompt):
-                    o = model(input_ids=ids, use_cache=True, logits_to_keep=1)
-                    nxt = o.logits[:, -1].argmax(-1, keepdim=True)
-                    sync()
-                cache = o.past_key_values
-                for _ in range(steps):
-                    with cap.phase("decode", tokens=batch):
-                        o = model(input_ids=nxt, use_cache=True, **{key: cache})
-                        nxt = o.logits[:, -1].argmax(-1, keepdim=True)
-                        sync()
-            return cache
+            return capture_common.greedy_generation(cap, model, ids, steps, sync, key)[0]
 
         with collectors.capture(out, warmup=1 + steps, steps=1 + steps, provenance=prov,
                                 with_stack=True, name=name) as cap:

@@ -82,7 +82,8 @@ def cli(argv: list[str] | None, doc: str, script: str, captures: dict[str, dict]
 def greedy_generation(cap, model, ids, steps: int, sync: Callable[[], None],
                       key: str = "past_key_values"):
     """One recorded generation: a `prefill (tokens=B*P)` step over `ids` [B, P], then `steps`
-    `decode (tokens=B)` steps of greedy argmax, each ending with `sync()`. Returns the cache."""
+    `decode (tokens=B)` steps of greedy argmax, each ending with `sync()`. Returns (the cache,
+    the last tokens)."""
     import torch
 
     batch, prompt = ids.shape
@@ -97,4 +98,4 @@ def greedy_generation(cap, model, ids, steps: int, sync: Callable[[], None],
                 o = model(input_ids=nxt, use_cache=True, **{key: cache})
                 nxt = o.logits[:, -1].argmax(-1, keepdim=True)
                 sync()
-    return cache
+    return cache, nxt

@@ -156,7 +156,7 @@ def run_one(name: str, device_name: str, out: Path, tiny: bool) -> int:
 
     def generation(cap):
         ids = torch.randint(0, config.vocab_size, (batch, prompt), device=device)
-        return capture_common.greedy_generation(cap, model, ids, steps, sync, key)
+        return capture_common.greedy_generation(cap, model, ids, steps, sync, key)[0]
 
     backend = contextlib.nullcontext()
     if spec.get("sdpa") and cuda:

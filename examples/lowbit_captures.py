@@ -387,7 +387,7 @@ def run_one(name: str, device_name: str, out: Path, tiny: bool) -> int:
 
         def generation(cap, model, key):
             ids = torch.randint(0, config.vocab_size, (batch, prompt), device=device)
-            return capture_common.greedy_generation(cap, model, ids, steps, sync, key)
+            return capture_common.greedy_generation(cap, model, ids, steps, sync, key)[0]
 
         def serve(box):
             """The whole run: model, capture, generations (a server's worker in `thread`)."""
@@ -540,7 +540,8 @@ def run_one(name: str, device_name: str, out: Path, tiny: bool) -> int:
 
 
 def main(argv=None) -> int:
-    return capture_common.cli(argv, __doc__, __file__, CAPTURES, run_one, ORDER, budget=540, timeouts=TIMEOUT_S, default_timeout=100)
+    return capture_common.cli(argv, __doc__, __file__, CAPTURES, run_one, ORDER, budget=540,
+                              timeouts=TIMEOUT_S, default_timeout=100)
 
 
 if __name__ == "__main__":

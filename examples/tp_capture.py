@@ -27,6 +27,7 @@ os.environ["NCCL_NVLS_ENABLE"] = "0"
 os.environ["TORCH_SYMM_MEM_DISABLE_MULTICAST"] = "1"
 os.environ["NVSHMEM_DISABLE_NVLS"] = "1"
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 LLAMA = dict(hidden_size=2048, intermediate_size=5632, num_hidden_layers=4, num_attention_heads=16,
@@ -76,6 +77,7 @@ def worker(rank: int, world: int, args) -> None:
     import transformers
     from transformers import AutoConfig, AutoModelForCausalLM
 
+    import capture_common
     import collectors
 
     cuda = args.device == "cuda"
@@ -130,18 +132,7 @@ def worker(rank: int, world: int, args) -> None:
     def generation(cap):
         g = torch.Generator(device=dev).manual_seed(1)   # the same prompt on every rank
         ids = torch.randint(0, config.vocab_size, (batch, prompt), device=dev, generator=g)
-        with torch.inference_mode():
-            with cap.phase("prefill", tokens=batch * prompt):
-                o = model(input_ids=ids, use_cache=True, logits_to_keep=1)
-                nxt = o.logits[:, -1].argmax(-1, keepdim=True)
-                sync()
-            cache = o.past_key_values
-            for _ in range(steps):
-                with cap.phase("decode", tokens=batch):
-                    o = model(input_ids=nxt, use_cache=True, **{key: cache})
-                    nxt = o.logits[:, -1].argmax(-1, keepdim=True)
-                    sync()
-        return nxt
+        return capture_common.greedy_generation(cap, model, ids, steps, sync, key)[1]
 
     t0 = time.perf_counter()
     enabled = rank in args.ranks
