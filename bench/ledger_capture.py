@@ -6,6 +6,9 @@ a  cudnn_decode:   HF Llama eager decode, SDPA pinned to cuDNN, no warm-up at th
                    (every step has a new KV length): a host stall in aten::_cudnn_attention_forward.
 b  graph_ahead:    a Llama-shaped decoder (own modules, static KV) replayed from one CUDA graph per
                    step, no host sync between steps: the host runs ahead of the GPU.
+g  graph_attn_{sdpa,eager}: the same decoder with 4 layers, one graph each, attention as SDPA or
+                   written out (repeat K/V, Q.K^T, scale, mask, fp32 softmax, P.V, as HF's eager):
+                   one kernel swapped for several inside a replay that has no per-kernel ops.
 c  generate:       model.generate() under one record_function("generate"): 1 prefill + N decode.
 e  assisted:       model.generate(assistant_model=draft) under record_function("generate").
 d  host_sampling:  HF eager decode, logits .cpu() and numpy top-p in `sample_top_p` per step.
@@ -102,8 +105,9 @@ def cap_cudnn(out, dev, steps=6):
 class GraphDecoder(torch.nn.Module):
     """A Llama-shaped decoder over a static KV buffer, graph-safe: the position lives on the GPU."""
 
-    def __init__(self, g, batch, ctx, dev):
+    def __init__(self, g, batch, ctx, dev, eager=False):
         super().__init__()
+        self.eager = eager
         h, d, kvh = g["hidden"], g["head_dim"], g["kv_heads"]
         self.g, self.b = g, batch
         mk = lambda i, o: torch.nn.Linear(i, o, bias=False)
@@ -126,14 +130,20 @@ class GraphDecoder(torch.nn.Module):
         d, hq, kvh = g["head_dim"], g["heads"], g["kv_heads"]
         x = self.emb(self.ids)
         mask = (self.ar <= self.pos).view(1, 1, 1, -1)
+        bias = None
+        if self.eager:
+            bias = torch.zeros(mask.shape, device=x.device, dtype=x.dtype).masked_fill(~mask, float("-inf"))
         for i in range(g["layers"]):
             y = torch.nn.functional.rms_norm(x, (g["hidden"],))
             q, k, v = self.qkv[i](y).split([hq * d, kvh * d, kvh * d], -1)
             q = q.view(b, 1, hq, d).transpose(1, 2)
             self.k[i].index_copy_(2, self.pos, k.view(b, 1, kvh, d).transpose(1, 2))
             self.v[i].index_copy_(2, self.pos, v.view(b, 1, kvh, d).transpose(1, 2))
-            a = torch.nn.functional.scaled_dot_product_attention(q, self.k[i], self.v[i], attn_mask=mask,
-                                                                  enable_gqa=True)
+            if self.eager:
+                a = self.eager_attention(q, self.k[i], self.v[i], bias)
+            else:
+                a = torch.nn.functional.scaled_dot_product_attention(q, self.k[i], self.v[i],
+                                                                      attn_mask=mask, enable_gqa=True)
             x = x + self.o[i](a.transpose(1, 2).reshape(b, 1, hq * d))
             y = torch.nn.functional.rms_norm(x, (g["hidden"],))
             gt, up = self.gu[i](y).chunk(2, -1)
@@ -143,12 +153,30 @@ class GraphDecoder(torch.nn.Module):
         self.pos.add_(1)
 
 
-def cap_graph(out, dev, steps=24, batch=8, ctx=2048):
+    def eager_attention(self, q, k, v, bias):
+        """HF's eager attention: K/V repeated to the query heads, softmax in fp32."""
+        b, kvh, ctx, d = k.shape
+        rep = self.g["heads"] // kvh
+        k = k[:, :, None].expand(b, kvh, rep, ctx, d).reshape(b, kvh * rep, ctx, d)
+        v = v[:, :, None].expand(b, kvh, rep, ctx, d).reshape(b, kvh * rep, ctx, d)
+        w = torch.matmul(q, k.transpose(2, 3)) * d**-0.5 + bias
+        w = torch.softmax(w, dim=-1, dtype=torch.float32).to(q.dtype)
+        return torch.matmul(w, v)
+
+
+def cap_graph_attn(out, dev):
+    """The SDPA and the eager-attention graph decoder, 4 layers, 12 replays each."""
+    for eager in (False, True):
+        name = "graph_attn_" + ("eager" if eager else "sdpa")
+        cap_graph(out, dev, steps=12, g=dict(GRAPH, layers=4), eager=eager, name=name)
+
+
+def cap_graph(out, dev, steps=24, batch=8, ctx=2048, g=GRAPH, eager=False, name="ledger_graph_ahead"):
     if dev != "cuda":
-        log("  graph_ahead: skipped on cpu")
+        log(f"  {name}: skipped on cpu")
         return
     torch.manual_seed(0)
-    m = GraphDecoder(GRAPH, batch, ctx, dev)
+    m = GraphDecoder(g, batch, ctx, dev, eager=eager)
     with torch.no_grad():
         s = torch.cuda.Stream()
         s.wait_stream(torch.cuda.current_stream())
@@ -172,10 +200,10 @@ def cap_graph(out, dev, steps=24, batch=8, ctx=2048):
             sync(dev)
             t2 = time.perf_counter()
     log(
-        f"  graph_ahead: host enqueued {steps} steps in {1e3 * (t1 - t0):.2f} ms, GPU done after "
+        f"  {name}: host enqueued {steps} steps in {1e3 * (t1 - t0):.2f} ms, GPU done after "
         f"{1e3 * (t2 - t0):.2f} ms"
     )
-    save(prof, out, "ledger_graph_ahead")
+    save(prof, out, name)
 
 
 def cap_generate(out, dev, assisted=False):
@@ -269,7 +297,7 @@ def main():
     import transformers
     log("torch", torch.__version__, "transformers", transformers.__version__, "device", a.device,
         torch.cuda.get_device_name() if a.device == "cuda" else "")
-    jobs = {"a": cap_cudnn, "b": cap_graph, "c": cap_generate, "e": lambda o, d: cap_generate(o, d, True),
+    jobs = {"a": cap_cudnn, "b": cap_graph, "g": cap_graph_attn, "c": cap_generate, "e": lambda o, d: cap_generate(o, d, True),
             "d": cap_host_sampling, "m": measure}
     for key in a.only.split(","):
         t0 = time.perf_counter()

@@ -1,4 +1,5 @@
-"""Captures for issue #20 (sliding windows, grouped routing, a vision forward), each a
+"""Captures for issues #20 and #36 (sliding windows, grouped routing, vision forwards: a ViT
+classifier, an OWLv2 detector with its text tower, a LLaVA generation), each a
 `collectors.capture` of a random-init HF model; helpers from examples/h200_captures.py.
 
     python examples/bytes_captures.py all --device cuda --out $OUT     # every capture, own process each
@@ -38,6 +39,14 @@ DSV3 = dict(hidden_size=1024, intermediate_size=2816, num_hidden_layers=3, num_a
             vocab_size=32000)
 VIT = dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072,
            image_size=224, patch_size=16, num_labels=1000)
+# a CLIP ViT-L/14-336-shaped tower over 4 layers and a small Llama text tower; 576 image tokens
+LLAVA = dict(vision_config=dict(model_type="clip_vision_model", hidden_size=1024, intermediate_size=4096,
+                                num_hidden_layers=4, num_attention_heads=16, image_size=336,
+                                patch_size=14, projection_dim=768),
+             text_config=dict(model_type="llama", hidden_size=2048, intermediate_size=5632,
+                              num_hidden_layers=4, num_attention_heads=16, num_key_value_heads=8,
+                              head_dim=128, vocab_size=32064),
+             image_token_index=32000, vision_feature_layer=-2)
 TINY = dict(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
             head_dim=16, vocab_size=512)
 
@@ -47,6 +56,8 @@ CAPTURES: dict[str, dict] = {
     "dsv3_group_b1": dict(arch="deepseek_v3", cfg=DSV3, batch=1, prompt=256, steps=4),
     "dsv3_group_b4": dict(arch="deepseek_v3", cfg=DSV3, batch=4, prompt=256, steps=4),
     "vit_forward_b8": dict(arch="vit", cfg=VIT, batch=8, steps=4, kind="vision"),
+    "owlv2_b5": dict(arch="owlv2", cfg={}, batch=5, queries=2, steps=3, kind="detector"),
+    "llava_b2": dict(arch="llava", cfg=LLAVA, batch=2, prompt=64, steps=4, kind="vlm"),
 }
 
 
@@ -54,6 +65,20 @@ def config_for(spec: dict, tiny: bool, max_len: int):
     from transformers import AutoConfig
 
     kw = dict(spec["cfg"])
+    if spec["arch"] == "owlv2":
+        kw = dict(vision_config=dict(image_size=960 if not tiny else 64, patch_size=16))
+        if tiny:
+            kw["vision_config"]["num_hidden_layers"] = 1
+            kw["text_config"] = dict(num_hidden_layers=1)
+        return AutoConfig.for_model("owlv2", **kw)
+    if spec["arch"] == "llava":
+        kw = json.loads(json.dumps(kw))
+        kw["text_config"]["max_position_embeddings"] = max_len + 576
+        if tiny:
+            kw["vision_config"].update(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                       num_attention_heads=4, image_size=56)
+            kw["text_config"].update(TINY, vocab_size=32064)
+        return AutoConfig.for_model("llava", **kw)
     if spec["arch"] != "vit":
         kw["max_position_embeddings"] = max_len
     if tiny and spec["arch"] == "vit":
@@ -88,11 +113,14 @@ def run_one(name: str, device_name: str, out: Path, tiny: bool) -> int:
     max_len = prompt + steps + 8
     config = config_for(spec, tiny, max_len)
     torch.manual_seed(0)
-    if spec.get("kind") == "vision":
-        from transformers import ViTForImageClassification
+    kind = spec.get("kind")
+    if kind in ("vision", "detector", "vlm"):
+        import transformers as tf
 
+        cls = {"vision": tf.ViTForImageClassification, "detector": tf.Owlv2ForObjectDetection,
+               "vlm": tf.LlavaForConditionalGeneration}[kind]
         with torch.device(device):
-            model = ViTForImageClassification(config)
+            model = cls(config)
         model = model.to(device=device, dtype=dtype).eval()
     else:
         model = build(config, dtype, device, spec.get("attn"))
@@ -113,19 +141,27 @@ def run_one(name: str, device_name: str, out: Path, tiny: bool) -> int:
                   "prompt": prompt, "decode_steps": steps, "dtype": dt, "device": str(device),
                   "torch": torch.__version__, "transformers": transformers.__version__}
     t0 = time.perf_counter()
-    if spec.get("kind") == "vision":
-        px = torch.randn(batch, 3, config.image_size, config.image_size, device=device, dtype=dtype)
+    if kind in ("vision", "detector"):
+        size = (config.vision_config if kind == "detector" else config).image_size
+        px = torch.randn(batch, 3, size, size, device=device, dtype=dtype)
+        text = {}
+        if kind == "detector":  # `queries` text queries per image, 16 tokens each
+            text = dict(input_ids=torch.randint(0, config.text_config.vocab_size,
+                                                (batch * spec["queries"], 16), device=device))
+            info["text_queries"] = batch * spec["queries"]
         with collectors.capture(out, warmup=2, steps=steps, provenance=prov, with_stack=True,
                                 name=name) as cap, torch.inference_mode():
             for _ in range(2 + steps):
                 with cap.phase("forward"):
-                    model(pixel_values=px).logits.argmax(-1)
+                    model(pixel_values=px, **text).logits.argmax(-1)
                     sync()
         cache = None
+    elif kind == "vlm":
+        cache = _vlm(model, config, spec, batch, prompt, steps, device, dtype, sync, prov, out, info)
+        cap = cache.pop("cap")
+        cache = cache["cache"]
     else:
-        import inspect
-
-        key = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+        key = _cache_key(model)
 
         def generation(cap):
             ids = torch.randint(0, config.vocab_size, (batch, prompt), device=device)
@@ -143,6 +179,41 @@ def run_one(name: str, device_name: str, out: Path, tiny: bool) -> int:
     print(json.dumps({k: info[k] for k in ("name", "trace_bytes", "steps_recorded", "wall_s", "error")},
                      default=str), flush=True)
     return 0 if res.path else 1
+
+
+def _cache_key(model) -> str:
+    import inspect
+
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+def _vlm(model, config, spec, batch, prompt, steps, device, dtype, sync, prov, out, info) -> dict:
+    """LLaVA: a prefill over one image per sequence (its image tokens and `prompt` text tokens),
+    then greedy decode steps of text tokens."""
+    import torch
+
+    vc = config.vision_config
+    n_img = (vc.image_size // vc.patch_size) ** 2
+    img_tok = torch.full((batch, n_img), config.image_token_index, device=device)
+    text = torch.randint(0, config.image_token_index, (batch, prompt), device=device)
+    ids = torch.cat([img_tok, text], 1)
+    px = torch.randn(batch, 3, vc.image_size, vc.image_size, device=device, dtype=dtype)
+    info.update(image_tokens=n_img, prefill_tokens=batch * (n_img + prompt))
+    with collectors.capture(out, warmup=1 + steps, steps=1 + steps, provenance=prov,
+                            with_stack=True, name=info["name"]) as cap:
+        for _ in range(2):
+            with torch.inference_mode():
+                with cap.phase("prefill", tokens=batch * (n_img + prompt)):
+                    o = model(input_ids=ids, pixel_values=px, use_cache=True, logits_to_keep=1)
+                    nxt = o.logits[:, -1].argmax(-1, keepdim=True)
+                    sync()
+                cache = o.past_key_values
+                for _ in range(steps):
+                    with cap.phase("decode", tokens=batch):
+                        o = model(input_ids=nxt, use_cache=True, **{_cache_key(model): cache})
+                        nxt = o.logits[:, -1].argmax(-1, keepdim=True)
+                        sync()
+    return {"cap": cap, "cache": cache}
 
 
 def run_all(names: list[str], device: str, out: Path, tiny: bool, budget: float) -> int:

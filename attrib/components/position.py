@@ -46,22 +46,33 @@ def _after_attention(seg: list[tuple[int, str]], q: int, last: bool, out: dict[i
 def _softmax_attention(seq: list[tuple[int, str]]) -> tuple[list[tuple[int, str]], dict[int, str]]:
     """Attention written as GEMM, softmax, GEMM (llama.cpp without flash attention, eager torch):
     the GEMM right before an 'S' softmax-attention kernel (Q·K^T) and the one right after it (P·V)
-    are attention, not projections; the rest of the sequence with 'S' as 'A'."""
+    are attention, not projections; the rest of the sequence with 'S' as 'A'.
+
+    An 's' softmax kernel that nothing named (a graph replay has no op to tell the attention
+    softmax from the sampler's or a router's) is attention only between two GEMMs, as Q·K^T and
+    P·V hold it; elsewhere it leaves the sequence."""
     att: dict[int, str] = {}
-    for i, (_, kind) in enumerate(seq):
-        if kind != "S":
+    gemm_at = lambda i: 0 <= i < len(seq) and seq[i][1] == "G"  # noqa: E731
+    for i, (kid, kind) in enumerate(seq):
+        weak = kind == "s" and gemm_at(i - 1) and gemm_at(i + 1)
+        if kind == "S" or weak:
+            att |= {seq[j][0]: "attention" for j in (i - 1, i + 1) if gemm_at(j)}
+        if weak:
+            att[kid] = "attention"
+    rest = []
+    for kid, kind in seq:
+        softmax = kind in ("S", "s")
+        if (kid in att) != (kind == "s"):  # a claimed GEMM, or a softmax that is not attention
             continue
-        if i > 0 and seq[i - 1][1] == "G":
-            att[seq[i - 1][0]] = "attention"
-        if i + 1 < len(seq) and seq[i + 1][1] == "G":
-            att[seq[i + 1][0]] = "attention"
-    return [(kid, "A" if kind == "S" else kind) for kid, kind in seq if kid not in att], att
+        rest.append((kid, "A" if softmax else kind))
+    return rest, att
 
 
 def label(seq: list[tuple[int, str]]) -> dict[int, str]:
     """seq: (kernel id, 'G' gemm | 'R' split-K reduce of the GEMM before it | 'A' attention |
-    'S' softmax of a GEMM-softmax-GEMM attention | 'E' MoE expert | 'N' norm | 'F' activation) in
-    time order -> gemm id -> component."""
+    'S' softmax of a GEMM-softmax-GEMM attention | 's' a softmax nothing named | 'E' MoE expert |
+    'N' norm | 'F' activation) in time order -> kernel id -> component (GEMMs, and the 's'
+    softmaxes found to be attention)."""
     seq, att = _softmax_attention(seq)
     owner: dict[int, int] = {}
     prev_g = None
@@ -131,13 +142,16 @@ def _by_norms(seq: list[tuple[int, str]]) -> dict[int, str]:
 
 
 def gemm_positions(k: pl.DataFrame) -> pl.DataFrame:
-    """Fill `comp` for rows flagged `_gemm` from their position; evidence 'position'."""
+    """Fill `comp` for rows flagged `_gemm`, and for unnamed softmax kernels between two GEMMs,
+    from their position; evidence 'position'."""
     comp = pl.col("comp")
-    softmax = (comp == "attention") & pl.col("name").str.contains(r"(?i)soft_?max")
+    is_softmax = pl.col("name").str.contains(r"(?i)soft_?max")
+    softmax = (comp == "attention") & is_softmax
     norm = (comp == "norm") | (comp.is_null() & (pl.col("op") == "aten::rsqrt"))
     kind = (pl.when(pl.col("_gemm") & pl.col("name").str.contains(SPLITK_REDUCE)).then(pl.lit("R"))
             .when(pl.col("_gemm")).then(pl.lit("G"))
             .when(softmax).then(pl.lit("S"))
+            .when(comp.is_null() & is_softmax).then(pl.lit("s"))
             .when(comp.is_in(["attention", "linear_attention"])).then(pl.lit("A"))
             .when(comp == "moe_experts").then(pl.lit("E"))
             .when(norm).then(pl.lit("N"))

@@ -56,11 +56,14 @@ class Move(msgspec.Struct, frozen=True):
 
     @property
     def label(self) -> str:
-        """The row as a reader names it: `attention`, `launch gaps`, `host aten::linear`."""
+        """The row as a reader names it: `attention`, `launch gaps`, `launch gaps inside graph
+        replays`, `host aten::linear`."""
         if self.cause == "kernels":
             return self.what
         if self.cause == REST:
             return self.what
+        if self.cause == "launch" and self.what != "between launches":
+            return f"{WORDS['launch']} {self.what}"  # inside graph replays: another row
         if self.cause in ("launch", OWN_COST):
             return WORDS[self.cause]
         return f"{self.cause} {self.what}"

@@ -75,23 +75,60 @@ LLM_PHASES = ("prefill", "decode")
 
 def _image_batch(dim_text: str | None) -> int | None:
     """B of a convolution's input [B, C, H, W] (or [B, C, T, H, W]), else None."""
-    try:
-        dims = orjson.loads(dim_text) if dim_text else None
-    except orjson.JSONDecodeError:
-        return None
+    dims = _dims(dim_text)
     x = dims[0] if isinstance(dims, list) and dims and isinstance(dims[0], list) else None
     if x is None or len(x) not in (4, 5) or not all(isinstance(v, int) for v in x):
         return None
     return int(x[0])
 
 
+def _dims(dim_text: str | None) -> list | None:
+    try:
+        dims = orjson.loads(dim_text) if dim_text else None
+    except orjson.JSONDecodeError:
+        return None
+    return dims if isinstance(dims, list) else None
+
+
+def _lm_head_times(ops: pl.DataFrame) -> pl.Series:
+    """Start times of the LM heads: `aten::linear` ops whose weight [V, H] has as many rows as an
+    `aten::embedding` table [V, H] of the trace (tied or not, the head scores the vocabulary)."""
+    vocab = set()
+    for text in ops.filter(pl.col("name") == "aten::embedding")["input_dims"].to_list():
+        dims = _dims(text)
+        if dims and isinstance(dims[0], list) and len(dims[0]) == 2:
+            vocab.add(dims[0][0])
+    linear = ops.filter(pl.col("name") == "aten::linear").select("start_ns", "input_dims")
+    hits = []
+    for t, text in linear.iter_rows() if vocab else ():
+        dims = _dims(text)
+        w = dims[1] if dims and len(dims) > 1 else None
+        if isinstance(w, list) and len(w) == 2 and w[0] in vocab:
+            hits.append(t)
+    return pl.Series("t", hits, dtype=pl.Int64)
+
+
+def _scores_vocabulary(spans: pl.DataFrame, ops: pl.DataFrame) -> set[int]:
+    """The steps holding an LM head."""
+    heads = _lm_head_times(ops)
+    if not heads.len():
+        return set()
+    hit = (spans.sort("cpu_start")
+           .join_asof(heads.sort().to_frame(), left_on="cpu_start", right_on="t",
+                      strategy="forward")
+           .filter(pl.col("t") <= pl.col("cpu_end")))
+    return set(hit["step"].to_list())
+
+
 def with_units(steps: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
     """Add `unit` ("tokens" or "samples") and `samples` per step.
 
-    A step outside the LLM phases (prefill, decode) whose first convolution reads images
-    [B, C, H, W] (a vision or diffusion forward: ViT/OWLv2 patch embedding, a UNet, a ResNet) is
-    a forward pass of B samples: its figures are per sample, and no token figure applies (the
-    token count taken from its GEMM shapes is patches, not tokens)."""
+    A step whose first convolution reads images [B, C, H, W] (a vision or diffusion forward: ViT
+    patch embedding, a UNet, a ResNet) is a forward pass of B samples: its figures are per sample,
+    and no token figure applies (the token count taken from its GEMM shapes is patches, not
+    tokens). So is a step taken for prefill by its text inputs when it scores no vocabulary (no
+    LM head: OWLv2's text queries ride along a detector); a multimodal LLM's prefill, which ends
+    in its LM head, stays in tokens."""
     conv = (ops.filter(pl.col("name").is_in(CONVOLUTIONS))
             .select(pl.col("start_ns").alias("t"), "input_dims").sort("t"))
     spans = steps.select("step", "phase", "cpu_start", "cpu_end").drop_nulls("cpu_start")
@@ -101,10 +138,11 @@ def with_units(steps: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
         hit = (spans.sort("cpu_start")
                .join_asof(conv, left_on="cpu_start", right_on="t", strategy="forward")
                .filter(pl.col("t") <= pl.col("cpu_end")))
-        for step, phase, dims in hit.select("step", "phase", "input_dims").iter_rows():
-            b = _image_batch(dims)
-            if phase not in LLM_PHASES and b:
-                rows.append((step, b))
+        images = [(step, phase, _image_batch(dims))
+                  for step, phase, dims in hit.select("step", "phase", "input_dims").iter_rows()]
+        text = [step for step, phase, b in images if b and phase in LLM_PHASES]
+        llm = _scores_vocabulary(spans.filter(pl.col("step").is_in(text)), ops) if text else set()
+        rows = [(step, b) for step, phase, b in images if b and step not in llm]
     per = pl.DataFrame(rows, schema=schema, orient="row")
     out = steps.join(per, on="step", how="left")
     unit = (pl.when(pl.col("samples").is_not_null()).then(pl.lit("samples"))
