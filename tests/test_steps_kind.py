@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import polars as pl
 import pytest
 
 from attrib.app import analyze
@@ -92,3 +93,23 @@ def test_a_multimodal_generation_stays_in_tokens():
     kv = sum(t["bytes"] for t in info["cache_tensors"])  # after the last step: 644 positions
     truth = (attn + mlp + head + 3 * kv) / 2 / 1e9
     assert dec.gb_per_token == pytest.approx(truth, rel=0.03)
+
+
+def test_a_patch_embedding_is_a_priced_convolution():
+    """The ViT's patch embedding runs under aten::cudnn_convolution(input, weight, padding, stride,
+    dilation, groups, ...): its own component, priced from those shapes (it was 'no cost model',
+    and the position pass took its kernel for a qkv projection)."""
+    (conv,) = {(tuple(map(tuple, e["args"]["Input Dims"][:2])), tuple(e["args"]["Concrete Inputs"][2:5]))
+               for e in raw_events(VIT) if e.get("name") == "aten::cudnn_convolution"}
+    ((n, c, h, w), (co, ci, kh, kw)), (pad, stride, dil) = conv
+    assert (pad, stride, dil) == ("[0, 0]", "[16, 16]", "[1, 1]")
+    out = n * co * (h // 16) * (w // 16)
+    truth_bytes = 2 * (n * c * h * w + co * ci * kh * kw + out)
+    truth_flops = 2 * out * ci * kh * kw
+    k = attribute(load(VIT)).kernels
+    per = (k.filter(pl.col("op").cast(pl.Utf8) == "aten::cudnn_convolution")
+           .group_by("step").agg(pl.col("bytes").sum(), pl.col("flops").sum()))
+    assert per.height == 4 and set(per["bytes"].to_list()) == {truth_bytes}
+    assert per["flops"].to_list() == pytest.approx([truth_flops] * 4)  # split over its kernels
+    comps = k.filter(pl.col("op").cast(pl.Utf8) == "aten::cudnn_convolution")["component"]
+    assert set(comps.cast(pl.Utf8).to_list()) == {"conv"}

@@ -51,6 +51,9 @@ HINT_ANNOTATIONS = HINT_FRAMES + ((r"(?i)quant", "quantize"),)
 # CPU op names (innermost op of the launch). (regex, component)
 OP_RULES = (
     (r"^aten::embedding|^aten::embedding_bag", "embedding"),
+    # a vision patch embedding or a CNN layer (a linear-attention short conv has its module)
+    (r"^aten::(?:_?convolution|conv[123]d|cudnn_convolution|miopen_(?:depthwise_)?convolution"
+     r"|_conv_depthwise2d)$", "conv"),
     (r"scaled_dot_product|flash_attention|_efficient_attention|_cudnn_attention|"
      r"unified_attention|paged_attention|::mha_|flash_attn|merge_attn_states|mla_", "attention"),
     (r"reshape_and_cache|kv_cache|store_kvcache|concat_and_cache", "kv_cache_write"),

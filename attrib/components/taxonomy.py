@@ -1,6 +1,6 @@
 """The component taxonomy: the fixed names reports and the JSON use, and the groups rules read."""
 
-TAXONOMY = ("embedding", "qkv_proj", "attention", "kv_cache_write", "rope", "o_proj", "norm",
+TAXONOMY = ("embedding", "conv", "qkv_proj", "attention", "kv_cache_write", "rope", "o_proj", "norm",
             "mlp_gate_up", "activation", "mlp_down", "moe_router", "moe_dispatch", "moe_experts",
             "moe_combine", "moe_shared_expert", "linear_attention", "quantize", "lm_head",
             "sampler", "speculative", "communication", "memcpy", "memset", "other")

@@ -107,18 +107,21 @@ def scaled_mm(dims: list, types: list, concrete: list = ()) -> Cost:
 
 
 def convolution(dims: list, types: list, concrete: list = (), stride: int = 3,
-                bias: int | None = 2) -> Cost:
-    """Convolution (input [N, C_in, *S], weight [C_out, C_in/groups, *k], stride/padding/dilation
-    lists at `stride`, +1, +2): input, weight and bias read once, output written once; 2 FLOPs
-    per multiply-add. Output size per spatial dim: (S + 2p - d(k - 1) - 1) // s + 1. The Gated
-    DeltaNet / Mamba short conv (depthwise, groups = C) is the case seen in traces."""
+                bias: int | None = 2, padding: int | None = None,
+                dilation: int | None = None) -> Cost:
+    """Convolution (input [N, C_in, *S], weight [C_out, C_in/groups, *k]; the stride, padding
+    and dilation lists at `stride`, `padding`, `dilation`, by default `stride`, +1, +2 as
+    aten::convolution orders them): input, weight and bias read once, output written once; 2
+    FLOPs per multiply-add. Output size per spatial dim: (S + 2p - d(k - 1) - 1) // s + 1. Seen
+    in traces: the Gated DeltaNet / Mamba short conv (depthwise, groups = C) and vision patch
+    embeddings (cudnn_convolution, under aten::convolution)."""
     x, w = tensor(dims, types, 0), tensor(dims, types, 1)
     if x is None or w is None or len(x.shape) != len(w.shape) or len(x.shape) < 3:
         return unknown("conv", "convolution operands not recorded or inconsistent")
     nsp = len(x.shape) - 2
-    # (offset from `stride`, default) of the stride, padding and dilation lists
-    defaults = ((0, 1), (1, 0), (2, 1))
-    s, p, d = (concrete_ints(concrete, stride + j) or [v] * nsp for j, v in defaults)
+    at = (stride, stride + 1 if padding is None else padding,
+          stride + 2 if dilation is None else dilation)
+    s, p, d = (concrete_ints(concrete, i) or [v] * nsp for i, v in zip(at, (1, 0, 1)))
     if len(s) == 1:
         s, p, d = s * nsp, p * nsp, d * nsp
     out_sp = [(x.shape[2 + i] + 2 * p[i] - d[i] * (w.shape[2 + i] - 1) - 1) // s[i] + 1

@@ -147,6 +147,12 @@ def _shape_models() -> list[CostModel]:
         one(shapes(mm.convolution, stride=4, bias=3), ops=("aten::_conv_depthwise2d",)),
         one(shapes(mm.convolution), ops=("aten::convolution", "aten::_convolution", "aten::conv1d",
                                          "aten::conv2d")),
+        # cudnn_convolution(self, weight, padding, stride, dilation, groups, ...): no bias
+        one(shapes(mm.convolution, stride=3, padding=2, dilation=4, bias=None),
+            ops=("aten::cudnn_convolution",)),
+        # miopen_convolution(self, weight, bias?, padding, stride, dilation, groups, ...)
+        one(shapes(mm.convolution, stride=4, padding=3, dilation=5, bias=2),
+            ops=("aten::miopen_convolution", "aten::miopen_depthwise_convolution")),
     ]
     out += _each(("aten::clone", "aten::contiguous"), ew.clone)
     out += _each(("aten::to", "aten::_to_copy"), ew.to_copy)
