@@ -16,6 +16,10 @@ bytes):
   int4_triton_awq_b1     decoder linears as a Triton AWQ-style GEMM written here (`awq_gemm_kernel`:
                          int4 packed 8 to an int32 in AWQ order, group 128 scales/zeros, dequant in
                          the kernel), Mistral
+  bnb_nf4_b1/_b8         decoder linears as bitsandbytes NF4 (what `bnb.nn.Linear4bit` runs:
+                         `bitsandbytes::gemm_4bit`, blocksize 64, fp32 absmax), Llama; bitsandbytes
+                         imported from PYTHONPATH (a wheel's Python files and one CUDA library)
+  bnb_int8_b1            decoder linears as `bnb.nn.Linear8bitLt` (LLM.int8(), threshold 6.0), Qwen2
   static_generate_b4     `generate(cache_implementation="static")`: HF compiles the decode forward itself
   reduce_overhead_b4     `torch.compile(mode="reduce-overhead")` decode step over a StaticCache (CUDA
                          graph trees), compile and graph recording outside the window
@@ -63,6 +67,9 @@ CAPTURES: dict[str, dict] = {
     "int8_wo_b1": dict(arch="qwen2", batch=1, prompt=512, steps=4, quant="int8_weight_only"),
     "int8_wo_b8": dict(arch="qwen2", batch=8, prompt=512, steps=4, quant="int8_weight_only"),
     "int4_triton_awq_b1": dict(arch="mistral", batch=1, prompt=512, steps=4, quant="int4_triton_awq"),
+    "bnb_nf4_b1": dict(arch="llama", batch=1, prompt=512, steps=4, quant="bnb_nf4"),
+    "bnb_nf4_b8": dict(arch="llama", batch=8, prompt=512, steps=4, quant="bnb_nf4"),
+    "bnb_int8_b1": dict(arch="qwen2", batch=1, prompt=512, steps=4, quant="bnb_int8"),
     "thread_serve_b4": dict(arch="llama", batch=4, prompt=512, steps=4, kind="thread"),
     "static_generate_b4": dict(arch="llama", batch=4, prompt=512, steps=4, kind="static_generate"),
     "reduce_overhead_b4": dict(arch="llama", batch=4, prompt=512, steps=4, kind="reduce_overhead"),
@@ -113,7 +120,9 @@ def make_quant_linear(kind: str, lin, group: int = GROUP):
             return f"{self.kind}, in={k}, out={n}, group={self.group}"
 
         def packed(self) -> list[dict]:
-            return [_tensor_row(nm, b) for nm, b in self.named_buffers()]
+            held = list(self.named_buffers()) + [(nm, t) for nm, t in self.named_parameters()
+                                                  if nm != "bias"]
+            return [_tensor_row(nm, t) for nm, t in held]
 
         def forward(self, x):
             shp = x.shape
@@ -158,6 +167,29 @@ def make_quant_linear(kind: str, lin, group: int = GROUP):
         m.mm = functools.partial(awq_gemm, m=m)
         ref = ((qp.float().reshape(n, k // group, group) - zq[..., None]) * scale[..., None]
                ).reshape(n, k).to(dt)
+    elif kind == "bnb_nf4":
+        import bitsandbytes as bnb
+
+        # what bnb.nn.Linear4bit holds and runs (HF's default 4-bit: NF4, blocksize 64, no
+        # double quant): the packed nibbles [(n*k+1)//2, 1] uint8, an fp32 absmax per block
+        qw, state = bnb.functional.quantize_4bit(w, blocksize=64, quant_type="nf4")
+        m.register_buffer("weight_nf4", qw)
+        m.register_buffer("absmax", state.absmax)
+        m.mm = lambda x2: bnb.matmul_4bit(x2, m.weight_nf4.t(), quant_state=state)
+        ref = bnb.functional.dequantize_4bit(qw, state).to(dt)
+        group = 64
+    elif kind == "bnb_int8":
+        import bitsandbytes as bnb
+
+        # bnb.nn.Linear8bitLt as HF loads it (LLM.int8(), outlier threshold 6.0): int8 [n, k] and
+        # an fp32 row scale (SCB) per output channel, quantized when moved to the device
+        lin8 = bnb.nn.Linear8bitLt(k, n, bias=False, has_fp16_weights=False, threshold=6.0)
+        lin8.weight = bnb.nn.Int8Params(w.detach().cpu(), requires_grad=False,
+                                        has_fp16_weights=False)
+        m.lin8 = lin8.to(dev)
+        m.mm = m.lin8
+        ref = (m.lin8.weight.float() * m.lin8.weight.SCB[:, None].float() / 127).to(dt)
+        group = None
     else:
         raise ValueError(kind)
     m.group = group
@@ -343,7 +375,11 @@ def run_one(name: str, device_name: str, out: Path, tiny: bool) -> int:
                              "int8_weight_only": "int8 weight-only (_weight_int8pack_mm), "
                              "per-channel bf16 scales",
                              "int4_triton_awq": "awq-int4 style, group 128, Triton GEMM "
-                             "(awq_gemm_kernel), int4 zeros, bf16 scales"}.get(quant, "none"),
+                             "(awq_gemm_kernel), int4 zeros, bf16 scales",
+                             "bnb_nf4": "bitsandbytes nf4, blocksize 64, fp32 absmax "
+                             "(bitsandbytes::gemm_4bit)",
+                             "bnb_int8": "bitsandbytes LLM.int8(), threshold 6.0, per-channel "
+                             "fp32 scales"}.get(quant, "none"),
             "dtype": dt, "context_length": prompt, "batch": batch, "concurrency": 1,
             "kv_cache_dtype": dt, "speculative": "none",
             "runner": f"transformers {transformers.__version__}, examples/lowbit_captures.py {name}",
@@ -368,7 +404,7 @@ def run_one(name: str, device_name: str, out: Path, tiny: bool) -> int:
         if quant:
             rows = quantize_model(model, quant)
             info["quantized_linears"] = rows
-            info["group_size"] = GROUP if quant != "int8_weight_only" else None
+            info["group_size"] = {"int8_weight_only": None, "bnb_int8": None, "bnb_nf4": 64}.get(quant, GROUP)
             info["packed_bytes_total"] = sum(r["packed_bytes"] for r in rows)
             info["param_bytes"] = param_bytes(model)   # parameters left: bf16 embedding, norms, lm_head
             info["max_rel_err_vs_dequant_matmul"] = max(r["rel_err_vs_dequant_matmul"] for r in rows)
