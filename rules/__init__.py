@@ -29,6 +29,7 @@ from rules import (
     compare,
     constant_cast,
     copies,
+    decode_weights,
     gemm,
     idle,
     jit,
@@ -44,7 +45,7 @@ from rules import (
     sampler,
     speculative,
 )
-from rules.finding import CAVEATS, RDNA, SEVERITIES, Finding, PairRule, Rule, graded
+from rules.finding import CAVEATS, OPPORTUNITIES, RDNA, SEVERITIES, Finding, PairRule, Rule, graded
 from rules.thresholds import DEFAULT, Thresholds
 
 CATALOG: tuple[Rule | PairRule, ...] = (
@@ -252,6 +253,13 @@ CATALOG: tuple[Rule | PairRule, ...] = (
     ),
     Rule("bytes-model-inconsistent", roofline.bytes_inconsistent, "bytes per component", ()),
     Rule("roofline-memory-bound-gap", roofline.memory_bound_gap, "bytes per component", ()),
+    Rule(
+        decode_weights.RULE,
+        decode_weights.sixteen_bit_decode,
+        "dense GEMM ops with shapes in decode (their 16-bit weight operands); bytes per component",
+        (),
+        decode_weights.REFS,
+    ),
 )
 
 __all__ = ["CATALOG", "DEFAULT", "Finding", "PairRule", "Rule", "Thresholds", "run", "run_pair"]
@@ -263,11 +271,12 @@ def reads() -> Reads:
     return union(r.reads for r in CATALOG if isinstance(r, Rule))
 
 
-def _key(f: Finding) -> tuple[bool, float, int]:
-    """Caveats about the measurement last (rules.finding.CAVEATS: no time to recover), then by ms
-    per step, then severity."""
+def _key(f: Finding) -> tuple[bool, bool, float, int]:
+    """Opportunities last (OPPORTUNITIES: a format the run did not use, not time it lost), caveats
+    about the measurement before them (CAVEATS: no time to recover), then by ms per step, then
+    severity."""
     ms = f.ms_per_step if f.ms_per_step is not None else -1.0
-    return (f.rule in CAVEATS, -ms, SEVERITIES.index(f.severity))
+    return (f.rule in OPPORTUNITIES, f.rule in CAVEATS, -ms, SEVERITIES.index(f.severity))
 
 
 def _marked(an: Analysis, found: list[Finding]) -> list[Finding]:

@@ -9,7 +9,7 @@ import msgspec
 from msgspec.structs import replace
 import polars as pl
 
-from attrib.analysis.finding import SEVERITIES, Finding
+from attrib.analysis.finding import OPPORTUNITIES, SEVERITIES, Finding
 from attrib.analysis.model import Analysis
 from attrib.pipeline import Attribution
 from attrib.reads import Reads
@@ -17,7 +17,8 @@ from attrib.trace import SMALL_ROWS, as_text, engine
 from attrib.steps.phases import TOKEN_PHASES
 from rules.thresholds import Thresholds
 
-__all__ = ["SEVERITIES", "Finding", "PairRule", "Rule", "RuleFn", "DECODE_LIKE", "RDNA", "graded"]
+__all__ = ["OPPORTUNITIES", "SEVERITIES", "Finding", "PairRule", "Rule", "RuleFn", "DECODE_LIKE", "RDNA",
+           "graded"]
 
 DECODE_LIKE = TOKEN_PHASES
 
@@ -145,8 +146,9 @@ CAVEATS = ("ledger-profiler",)  # about the measurement, not time to recover: in
 def graded(f: Finding, an: Analysis) -> Finding:
     """`f` with its severity from the share of its phase's mean step its ms explains
     (severity_of): no [high] for a sliver. A finding without an estimate, or about no phase the
-    analysis holds, keeps the rule's; one naming no phase is about the token phase (decode)."""
-    if f.ms_per_step is None or f.rule in CAVEATS:
+    analysis holds, keeps the rule's; one naming no phase is about the token phase (decode). A
+    caveat or an opportunity keeps the rule's."""
+    if f.ms_per_step is None or f.rule in CAVEATS or f.rule in OPPORTUNITIES:
         return f
     names = (f.phase,) if f.phase else DECODE_LIKE
     ph = next((p for n in names if (p := an.phase(n)) is not None), None)

@@ -84,6 +84,11 @@ class Thresholds(msgspec.Struct, frozen=True):
     # device's 16-bit matrix roof
     lowbit_large_m_share: float = 0.10
     lowbit_large_m_ratio: float = 2.0
+    # the inverse (16-bit-gemm-decode, an opportunity): 16-bit GEMM weights in decode reported when
+    # they are this share of the step's bytes and the GEMMs run at this fraction of the roofline
+    # bandwidth or more (bytes-bound enough that fewer bytes shorten them; our proposal)
+    weights16_bytes_share: float = 0.5
+    weights16_bw_fraction: float = 0.3
     # roofline gap
     gap_min_share: float = 0.10
     gap_max_fraction: float = 0.50

@@ -4,7 +4,7 @@ Three sources, never added to each other (one row per place the time goes):
 - a component's gap to its roofline (`gap_ms`: its time above max(bytes / BW, FLOPs / peak));
 - the GPU idle time of a step (launch and CPU time between kernels: `idle_ms`);
 - a rule's finding with its own estimate (`ms_per_step`) that no component or idle row already
-  holds.
+  holds (not an opportunity: attrib.analysis.finding.OPPORTUNITIES).
 A finding is attached to the rows it names (`Finding.components`, or `explains="idle"`); one that
 names no phase is about the token-generating phases. The row's recoverable time is the larger of
 the two estimates. Components with no bytes or FLOPs have no roofline: they are listed after the
@@ -18,7 +18,7 @@ import msgspec
 from msgspec import field
 from msgspec.structs import replace
 
-from attrib.analysis.finding import Evidence, Finding
+from attrib.analysis.finding import OPPORTUNITIES, Evidence, Finding
 from attrib.analysis.model import Bottleneck, Bottlenecks, Phase, Total, Unpriced
 from attrib.steps.phases import TOKEN_PHASES
 
@@ -68,7 +68,9 @@ def _idle_row(ph: Phase) -> _Row | None:
 
 
 def _about(f: Finding, ph: Phase, comps: set[str]) -> bool:
-    """Whether finding `f` belongs to phase `ph`'s rows."""
+    """Whether finding `f` belongs to phase `ph`'s rows (an opportunity belongs to none)."""
+    if f.rule in OPPORTUNITIES:
+        return False
     if f.phase is not None:
         return f.phase == ph.phase
     # a finding that names no phase is about token generation; one naming none of the phase's

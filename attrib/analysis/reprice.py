@@ -11,6 +11,8 @@ A projection, not a measurement. Per component of the phase (its measured bytes 
 - everything else is kept.
 Floors: max(projected bytes / the roofline bandwidth, FLOPs / the dtype's peak); a compute-bound
 row's floor does not move with the format. Ceiling: tokens per step / the sum of the floors.
+Without a model config, `traced_rows` re-prices the GEMMs' weight bytes the trace's shapes give
+(attrib.cost.gemm_weights) by the same arithmetic (the rule `16-bit-gemm-decode` reads it).
 """
 
 from __future__ import annotations
@@ -54,18 +56,11 @@ def _weights(c: Component, b: Mapping[str, Any], budget: Budget, cls: str) -> fl
     return float(b["weight_bytes"]) * _bits(c, budget, cls) / bits_for(budget.weight_bits, cls)
 
 
-def _row(c: Component, b: Mapping[str, Any], budget: Budget, formats: Formats,
-         device: Device) -> WhatIfRow:
+def _priced(c: Component, part: float, ratio: float, what: str | None,
+            device: Device) -> WhatIfRow:
+    """A component's row with `part` of its measured bytes scaled by `ratio` (`what`: the weight
+    class, "kv", or None: kept), its floors before and after."""
     measured = float(c.bytes or 0)
-    cls = WEIGHT_CLASS.get(c.component)
-    part, ratio, what = 0.0, 1.0, None
-    new_bits = formats.bits(cls) if cls is not None else None
-    if cls is not None and new_bits is not None and b:
-        old = _bits(c, budget, cls)
-        part, ratio, what = min(_weights(c, b, budget, cls), measured), new_bits / old, cls
-    elif c.component in KV_COMPONENTS and formats.kv_bytes is not None and b:
-        part = max(measured - b["act_bytes"], 0.0)
-        ratio, what = formats.kv_bytes / budget.kv_bytes, "kv"
     projected = measured - part + part * ratio
     bw = device.roofline_bw
     mem = projected / (bw * 1e6) if bw else None
@@ -75,13 +70,57 @@ def _row(c: Component, b: Mapping[str, Any], budget: Budget, formats: Formats,
     return WhatIfRow(c.component, what, measured, projected, part, c.roofline_ms, floor, bound)
 
 
+def _weight_row(c: Component, weights: float, old_bits: float, new_bits: float,
+                device: Device) -> WhatIfRow:
+    """A GEMM component whose `weights` bytes (at most its measured bytes) at `old_bits` a weight
+    are re-priced at `new_bits`."""
+    return _priced(c, min(weights, float(c.bytes or 0)), new_bits / old_bits,
+                   WEIGHT_CLASS[c.component], device)
+
+
+def _row(c: Component, b: Mapping[str, Any], budget: Budget, formats: Formats,
+         device: Device) -> WhatIfRow:
+    cls = WEIGHT_CLASS.get(c.component)
+    new_bits = formats.bits(cls) if cls is not None else None
+    if cls is not None and new_bits is not None and b:
+        return _weight_row(c, _weights(c, b, budget, cls), _bits(c, budget, cls), new_bits, device)
+    if c.component in KV_COMPONENTS and formats.kv_bytes is not None and b:
+        part = max(float(c.bytes or 0) - b["act_bytes"], 0.0)
+        return _priced(c, part, formats.kv_bytes / budget.kv_bytes, "kv", device)
+    return _priced(c, 0.0, 1.0, None, device)
+
+
+def traced_rows(phase: Phase, weights: Mapping[str, float], formats: Formats,
+                device: Device) -> tuple[WhatIfRow, ...]:
+    """The rows `project` gives with no model config: each counted component with weight bytes
+    from the trace's shapes (`weights`: bytes a step at its traced format's bits) re-priced at
+    `formats`; the others kept as measured."""
+    rows = []
+    for c in _counted(phase, device):
+        cls = WEIGHT_CLASS.get(c.component)
+        new_bits = formats.bits(cls) if cls is not None else None
+        old_bits, w = format_bits(c.weight_format), weights.get(c.component)
+        if new_bits is not None and old_bits and w:
+            rows.append(_weight_row(c, w, old_bits, new_bits, device))
+        else:
+            rows.append(_priced(c, 0.0, 1.0, None, device))
+    return tuple(rows)
+
+
+def _counted(phase: Phase, device: Device) -> list[Component]:
+    """The components a projection counts: with bytes, and consistent (any on a what-if device)."""
+    return [c for c in phase.component_rows
+            if c.bytes is not None and (device.what_if or c.inconsistent is None)]
+
+
 def _below(c: Component, weights: float) -> str:
     return (f"{c.component}: measured {c.bytes or 0:,.0f} B/step, below the model config's "
             f"weights ({weights:,.0f} B at the budget's bits): give --weight-bits for the "
             "traced format")
 
 
-def _ceiling(tokens: int, floors: list[float | None]) -> float | None:
+def ceiling(tokens: int, floors: list[float | None]) -> float | None:
+    """Tokens a second at the sum of the floors (None unless every floor is known)."""
     known = [f for f in floors if f]
     return tokens / (sum(known) / 1e3) if known and len(known) == len(floors) else None
 
@@ -93,8 +132,7 @@ def project(phase: Phase, budget: Budget, formats: Formats, device: Device) -> W
         return None
     table = budget.table(tps) if budget.context == ctx else replace(budget, context=ctx).table(tps)
     rows_b = {r["component"]: r for r in table.iter_rows(named=True)}
-    counted = [c for c in phase.component_rows
-               if c.bytes is not None and (device.what_if or c.inconsistent is None)]
+    counted = _counted(phase, device)
     rows = tuple(_row(c, rows_b.get(c.component, {}), budget, formats, device) for c in counted)
     before = sum(r.bytes for r in rows)
     after = sum(r.projected_bytes for r in rows)
@@ -119,5 +157,5 @@ def project(phase: Phase, budget: Budget, formats: Formats, device: Device) -> W
         context=ctx, tokens_per_step=tps, bytes_per_step=before, projected_bytes_per_step=after,
         gb_per_token=before / tps / 1e9, projected_gb_per_token=after / tps / 1e9,
         ceiling_tok_s=phase.ceiling_tok_s,
-        projected_ceiling_tok_s=_ceiling(tps, [r.projected_floor_ms for r in rows]),
+        projected_ceiling_tok_s=ceiling(tps, [r.projected_floor_ms for r in rows]),
         rows=rows, notes=tuple(notes))
