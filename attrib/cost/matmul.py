@@ -148,15 +148,29 @@ def uniform_routing_note(e: int, k: int, t: int) -> str:
             "FLOPs assume a gated MLP")
 
 
-def grouped_mm(dims: list, types: list, concrete: list = (), top_k: int | None = None,
-               expert_counts: list[int] | None = None) -> Cost:
-    """aten::_grouped_mm(a[R, K], b[E, K, N], offs[E], bias?, out_dtype?): R routed rows over E
-    experts.
+def _active_experts(e: int, rows: int, top_k: int | None, tokens: int | None,
+                    expert_counts: list[int] | None) -> tuple[float, str | None]:
+    """(experts hit, the assumption) of R routed rows over E experts: the nonzero `expert_counts`
+    when known, else the uniform-routing expectation over T tokens (the router's T when known,
+    else R / top_k), else (top_k unknown) R independent single-expert draws."""
+    if expert_counts is not None:
+        return float(sum(1 for c in expert_counts if c)), None
+    if top_k:
+        t = tokens or rows / top_k
+        pad = f", R={rows} rows hold {rows - t * top_k:g} padding" if rows > t * top_k else ""
+        why = f"uniform routing: E_active = E*(1-(1-k/E)^T), E={e}, k={top_k}, T={t:g}{pad}"
+        return min(expected_active_experts(e, top_k, t), float(e), float(rows)), why
+    why = f"uniform routing, top_k unknown: E_active = E*(1-(1-1/E)^R), E={e}, R={rows}"
+    return min(expected_active_experts(e, 1, rows), float(e), float(rows)), why
 
-    Weight bytes are charged for the experts actually hit: the nonzero `expert_counts` when known,
-    else the uniform-routing expectation with T = R / top_k tokens, else (top_k unknown) R
-    independent single-expert draws E * (1 - (1 - 1/E)^R). The assumption is recorded.
-    """
+
+def grouped_mm(dims: list, types: list, concrete: list = (), top_k: int | None = None,
+               expert_counts: list[int] | None = None, tokens: int | None = None) -> Cost:
+    """aten::_grouped_mm(a[R, K], b[E, K, N], offs[E], bias?, out_dtype?): R routed rows over E
+    experts (R = T x top_k, plus each expert's padding where the caller aligns groups).
+
+    Weight bytes are charged for the experts actually hit (`_active_experts`); the assumption is
+    recorded."""
     a, b, offs = tensor(dims, types, 0), tensor(dims, types, 1), tensor(dims, types, 2)
     if a is None or b is None:
         return unknown("grouped_gemm", "grouped_mm operands not recorded")
@@ -165,18 +179,29 @@ def grouped_mm(dims: list, types: list, concrete: list = (), top_k: int | None =
     if len(a.shape) != 2 or len(b.shape) != 3 or b.shape[1] != a.shape[1]:
         return unknown("grouped_gemm", "grouped_mm layout other than 2-D x 3-D (MoE forward)")
     (rows, k), (e, _, n) = a.shape, b.shape
-    if expert_counts is not None:
-        active, why = float(sum(1 for c in expert_counts if c)), None
-    elif top_k:
-        active = expected_active_experts(e, top_k, rows / top_k)
-        why = f"uniform routing: E_active = E*(1-(1-k/E)^T), E={e}, k={top_k}, T={rows / top_k:g}"
-    else:
-        active = expected_active_experts(e, 1, rows)
-        why = f"uniform routing, top_k unknown: E_active = E*(1-(1-1/E)^R), E={e}, R={rows}"
-    active = min(active, float(e), float(rows))
+    active, why = _active_experts(e, rows, top_k, tokens, expert_counts)
     out_size = size_of(concrete_dtype(concrete, 4)) or a.size
     a_bytes, b_bytes = rows * k * a.size, active * k * n * b.size
     nbytes = a_bytes + b_bytes + rows * n * out_size + (offs.nbytes if offs else 0)
+    return Cost(nbytes, 2.0 * rows * k * n, a.dtype, "grouped_gemm", why)
+
+
+def scaled_grouped_mm(dims: list, types: list, concrete: list = (), top_k: int | None = None,
+                      tokens: int | None = None) -> Cost:
+    """aten::_scaled_grouped_mm(mat_a[R, K], mat_b[E, K, N], scale_a[R], scale_b[E, N], offs[E],
+    bias?, scale_result?, out_dtype?, use_fast_accum): fp8 (or int8) experts with rowwise scales.
+    Bytes as `grouped_mm`'s at the operands' element sizes, plus the scales (the hit experts'
+    share of scale_b); FLOPs at the fp8 roof (the dtype of mat_a)."""
+    a, b = tensor(dims, types, 0), tensor(dims, types, 1)
+    if a is None or b is None or len(a.shape) != 2 or len(b.shape) != 3 or b.shape[1] != a.shape[1]:
+        return unknown("grouped_gemm", "scaled_grouped_mm layout other than 2-D x 3-D (MoE)")
+    (rows, k), (e, _, n) = a.shape, b.shape
+    active, why = _active_experts(e, rows, top_k, tokens, None)
+    sa, sb, offs, bias = (tensor(dims, types, i) for i in (2, 3, 4, 5))
+    out_size = size_of(concrete_dtype(concrete, 7)) or 2
+    scales = (sa.nbytes if sa else 0) + (sb.nbytes * active / e if sb else 0)
+    extra = scales + (offs.nbytes if offs else 0) + (bias.nbytes * active / e if bias else 0)
+    nbytes = rows * k * a.size + active * k * n * b.size + rows * n * out_size + extra
     return Cost(nbytes, 2.0 * rows * k * n, a.dtype, "grouped_gemm", why)
 
 

@@ -19,7 +19,7 @@ import polars as pl
 from attrib.cost.dtypes import Cost, concrete_int, unknown
 from attrib.cost.registry import BY_NAME, PREFIXED, Call, shape_model
 
-GROUPED = frozenset({"aten::_grouped_mm"})
+GROUPED = frozenset({"aten::_grouped_mm", "aten::_scaled_grouped_mm"})
 
 
 def _load(text: str | None) -> list:
@@ -33,7 +33,8 @@ def _load(text: str | None) -> list:
 
 
 def op_cost(name: str, dims: list | str | None, types: list | str | None,
-            concrete: list | str | None = None, top_k: int | None = None) -> Cost:
+            concrete: list | str | None = None, top_k: int | None = None,
+            tokens: int | None = None) -> Cost:
     """Price one op call. dims/types/concrete: the parsed lists or their raw JSON text."""
     d = _load(dims) if isinstance(dims, str) or dims is None else dims
     t = _load(types) if isinstance(types, str) or types is None else types
@@ -47,7 +48,7 @@ def op_cost(name: str, dims: list | str | None, types: list | str | None,
         return unknown(model.price(Call(name, [], [], [])).model,
                        "shapes not recorded (record_shapes off or graph replay)")
     try:
-        return model.price(Call(name, d, t, c, top_k=top_k))
+        return model.price(Call(name, d, t, c, top_k=top_k, tokens=tokens))
     except (TypeError, ValueError, IndexError, ZeroDivisionError):
         return unknown("malformed", "recorded shapes do not fit the op's signature")
 
@@ -74,6 +75,24 @@ def moe_top_k(ops: pl.DataFrame) -> dict[int, int]:
     return {e: counts.most_common(1)[0][0] for e, counts in votes.items()}
 
 
+def router_tokens(ops: pl.DataFrame) -> dict[int, list[int]]:
+    """{num_experts: [T, ...]}: the token counts of the 2-D router top-k calls [T, E]."""
+    out: dict[int, set[int]] = {}
+    topk = ops.filter(pl.col("name") == "aten::topk")["input_dims"].unique()
+    for dims in topk.to_list():
+        d = _load(dims)
+        if d and isinstance(d[0], list) and len(d[0]) == 2:
+            out.setdefault(int(d[0][1]), set()).add(int(d[0][0]))
+    return {e: sorted(ts) for e, ts in out.items()}
+
+
+def routed_tokens(rows: int, k: int | None, tokens: list[int]) -> int | None:
+    """The router's T of a grouped GEMM over R rows: the largest T whose T x k routed rows fit in R
+    (the rest is each expert's alignment padding); None without k or a fitting T."""
+    fits = [t for t in tokens if k and t * k <= rows]
+    return max(fits) if fits else None
+
+
 _OUT = {"id": pl.Int64, "bytes": pl.Float64, "flops": pl.Float64, "dtype": pl.Utf8,
         "cost_model": pl.Utf8, "assumption": pl.Utf8}
 _KEYS = ["name", "input_dims", "input_types", "concrete_inputs"]
@@ -89,6 +108,7 @@ def op_costs(ops: pl.DataFrame, top_k: int | Mapping[int, int] | None = None) ->
     if ops.height == 0:
         return pl.DataFrame(schema=_OUT)
     ks = moe_top_k(ops) if top_k is None else top_k
+    router = router_tokens(ops)
     prefixed = [pl.col("name").str.starts_with(p) for m in PREFIXED for p in m.prefixes]
     hit = pl.col("name").is_in(list(BY_NAME)) | pl.any_horizontal(prefixed)
     named = ops.filter(hit).select("id", *[pl.col(c).cast(pl.Utf8).fill_null("") for c in _KEYS])
@@ -99,12 +119,14 @@ def op_costs(ops: pl.DataFrame, top_k: int | Mapping[int, int] | None = None) ->
     sigs = named[first["_r"]].select(_KEYS)
     rows = []
     for name, dims, types, conc in sigs.iter_rows():
-        k = None
+        k = t = None
         d = _load(dims)
         if name in GROUPED:
             experts = d[1][0] if len(d) > 1 and isinstance(d[1], list) and d[1] else None
             k = ks if isinstance(ks, int) else ks.get(experts) if experts else None
-        c = op_cost(name, d, _load(types), _load(conc), top_k=k)
+            routed = d[0][0] if d and isinstance(d[0], list) and d[0] else 0
+            t = routed_tokens(routed, k, router.get(experts, []))
+        c = op_cost(name, d, _load(types), _load(conc), top_k=k, tokens=t)
         rows.append((name, dims, types, conc, c.bytes, c.flops, c.dtype, c.model, c.assumption))
     schema = {**{c: pl.Utf8 for c in _KEYS}, **{k: v for k, v in _OUT.items() if k != "id"}}
     priced = pl.DataFrame(rows, schema=schema, orient="row")

@@ -42,6 +42,7 @@ class Call(msgspec.Struct, frozen=True):
     budget: Budget | None = None
     world: int | None = None
     top_k: int | None = None                 # the MoE router's k (grouped GEMMs)
+    tokens: int | None = None                # the router's token count T (grouped GEMMs)
 
 
 Price = Callable[[Call], Cost]
@@ -70,7 +71,11 @@ def shapes(fn: Callable[..., Cost], **kw: object) -> Price:
 
 
 def _grouped(c: Call) -> Cost:
-    return mm.grouped_mm(c.dims, c.types, c.concrete, top_k=c.top_k)
+    return mm.grouped_mm(c.dims, c.types, c.concrete, top_k=c.top_k, tokens=c.tokens)
+
+
+def _scaled_grouped(c: Call) -> Cost:
+    return mm.scaled_grouped_mm(c.dims, c.types, c.concrete, top_k=c.top_k, tokens=c.tokens)
 
 
 def _triton(c: Call) -> Cost:
@@ -114,6 +119,7 @@ def _shape_models() -> list[CostModel]:
         one(shapes(lb.weight_int8pack_mm), ops=("aten::_weight_int8pack_mm",)),
         one(shapes(mm.unquantized_gemm), ops=("vllm::rocm_unquantized_gemm",)),
         one(_grouped, ops=("aten::_grouped_mm",)),
+        one(_scaled_grouped, ops=("aten::_scaled_grouped_mm",)),
         one(shapes(mm.fused_experts), ops=("vllm::fused_experts", "vllm::inplace_fused_experts",
                                            "vllm::outplace_fused_experts", "aiter::fused_moe_")),
         one(shapes(ew.embedding), ops=("aten::embedding",)),
