@@ -21,6 +21,7 @@ from rules.thresholds import Thresholds
 RULE = "16-bit-gemm-decode"
 TO = Formats({"default": "int4"})  # the what-if's int4 (attrib.cost.dtypes.WHAT_IF_BITS)
 SIXTEEN = 16.0
+GEMMS = frozenset(WEIGHT_CLASS) - {"embedding"}  # the weight classes read by a GEMM (not gathered)
 REFS = ("https://github.com/pytorch/ao/blob/main/torchao/quantization/README.md",
         "https://docs.vllm.ai/en/latest/features/quantization/",
         "https://github.com/ggml-org/llama.cpp/blob/master/tools/quantize/README.md")
@@ -36,11 +37,12 @@ def _weights(a: Attribution, ph: Phase) -> dict[str, float]:
 
 
 def _low_bit(ph: Phase) -> bool:
-    """Whether any weight GEMM of the phase already runs below 16 bits (int4/int8/fp8: the
-    model is quantized; a 16-bit lm_head beside it is a choice, not this rule's)."""
+    """Whether any weight GEMM of the phase already runs below 16 bits, or in a format whose bits
+    are not known (int4/int8/fp8, bitsandbytes' NF4: the model is quantized; a 16-bit lm_head
+    beside it is a choice, not this rule's)."""
     bits = (format_bits(c.weight_format) for c in ph.component_rows
             if c.component in WEIGHT_CLASS and c.weight_format)
-    return any(b is not None and b < SIXTEEN for b in bits)
+    return any(b is None or b < SIXTEEN for b in bits)
 
 
 def _remedy(arch: str | None) -> str:
@@ -59,6 +61,8 @@ def _finding(a: Attribution, an: Analysis, th: Thresholds) -> Finding | None:
         return None
     rows = traced_rows(ph, _weights(a, ph), TO, an.device)
     hit = [x for x in rows if x.repriced is not None]
+    if {c.component for c in ph.component_rows if c.component in GEMMS} - {x.component for x in hit}:
+        return None  # a GEMM without 16-bit weights from shapes (unpriced, a format not known)
     comps = {c.component: c for c in ph.component_rows}
     ms = sum(comps[x.component].ms or 0.0 for x in hit)
     total = sum(x.bytes for x in rows)
@@ -116,7 +120,8 @@ def _found(an: Analysis, ph: Phase, rows: list[WhatIfRow] | tuple[WhatIfRow, ...
 
 
 def sixteen_bit_decode(a: Attribution, an: Analysis, th: Thresholds) -> list[Finding]:
-    """The decode phase's 16-bit dense GEMM weights (bytes from the ops' shapes) when they are
+    """The decode phase's 16-bit dense GEMM weights (bytes from the ops' shapes; every weight GEMM
+    of the phase has them, none is low-bit or unpriced) when they are
     `weights16_bytes_share` of the step's bytes or more, the GEMMs run at `weights16_bw_fraction`
     of the roofline bandwidth or more, and int4 weights would lower their floor; ms_per_step is that
     drop (`--what-if weights=int4`'s: the time saved at their achieved GB/s x their share of the

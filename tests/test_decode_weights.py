@@ -25,7 +25,8 @@ BF16 = {"aa2_a": CAPTURED / "issue37" / "aa2_a.pt.trace.json.gz",
         "sampler_b1_v152k": CAPTURED / "sampler_b1_v152k.pt.trace.json.gz"}
 LOW_BIT = [CAPTURED / "issue36" / f"{n}.pt.trace.json.gz"
            for n in ("int4_tinygemm_b1", "int4_tinygemm_b8", "int4_triton_awq_b1", "int8_wo_b1",
-                     "int8_wo_b8")] + [CAPTURED / "fp8_w8a8_decode.pt.trace.json.gz"]
+                     "int8_wo_b8", "bnb_nf4_b1", "bnb_nf4_b8", "bnb_int8_b1")] + [
+    CAPTURED / "fp8_w8a8_decode.pt.trace.json.gz"]
 GEMMS = {"aten::mm": 1, "aten::linear": 1, "aten::addmm": 2, "aten::matmul": 1}
 BF16_BYTES = 2
 
@@ -160,8 +161,10 @@ def test_it_ranks_last_and_is_no_bottleneck_row() -> None:
 
 @pytest.mark.parametrize("path", LOW_BIT, ids=lambda p: p.name.split(".")[0])
 def test_quiet_on_low_bit_decodes(path: Path) -> None:
-    """int4 tinygemm / Triton AWQ, int8 weight-only and fp8 decodes are already low-bit (the int4
-    ones keep a bf16 lm_head, 51% of int4_tinygemm_b1's bytes: a choice, not this rule's)."""
+    """int4 tinygemm / Triton AWQ, int8 weight-only, bitsandbytes NF4 / LLM.int8() and fp8 decodes
+    are already low-bit (the int4 ones keep a bf16 lm_head, 51% of int4_tinygemm_b1's bytes: a
+    choice, not this rule's); a GEMM whose weights are unpriced or in a format of unknown bits
+    (bitsandbytes' where no cost model knows it) keeps the rule quiet too."""
     an = _analysis(path)
     assert an.phase("decode") is not None and _finding(an) is None
 
