@@ -24,6 +24,21 @@ GEMM_OPS: dict[str, int | None] = {
     # weight-only low-bit GEMMs (attrib.cost.lowbit): the activation is the first input
     "aten::_weight_int4pack_mm": 0, "aten::_weight_int4pack_mm_for_cpu": 0,
     "aten::_weight_int8pack_mm": 0,
+    # serving stacks' low-bit and skinny GEMMs (attrib.cost.serving_lowbit)
+    "_C::awq_gemm": 0, "_C::gptq_gemm": 0, "_C::marlin_gemm": 0, "_C::gptq_marlin_gemm": 0,
+    "_C::machete_mm": 0, "_C::cutlass_scaled_mm": 1, "_C::cutlass_scaled_mm_azp": 1,
+    "_rocm_C::wvSplitK": 1, "_rocm_C::wvSplitKrc": 1, "_rocm_C::wvSplitKQ": 1,
+    "_rocm_C::wvSplitK_int4_g": 1,
+    **{f"aiter::{f}": 0 for f in (
+        "gemm_a8w8", "gemm_a8w8_bpreshuffle", "gemm_a8w8_blockscale",
+        "gemm_a8w8_blockscale_bpreshuffle", "gemm_a8w8_ck", "gemm_a8w8_bpreshuffle_ck",
+        "gemm_a8w8_bpreshuffle_cktile", "_gemm_a8w8_asm", "gemm_a8w8_blockscale_ck",
+        "gemm_a8w8_blockscale_cktile", "gemm_a8w8_blockscale_bpreshuffle_ck",
+        "gemm_a8w8_blockscale_bpreshuffle_cktile", "_flatmm_a8w8_blockscale_asm",
+        "_gemm_a8w8_blockscale_bpreshuffle_asm", "gemm_a4w4", "_gemm_a4w4_asm",
+        "_mxfp4_gemm_asm", "_nvfp4_gemm_asm", "gemm_a4w4_blockscale")},
+    "bitsandbytes::gemv_4bit": 0, "bitsandbytes::gemm_4bit": 0,
+    "bitsandbytes::int8_linear_matmul": 0, "bitsandbytes::int8_scaled_mm": 0,
     "aten::bmm": None, "aten::baddbmm": None,
 }
 # the same 2-D GEMM ops -> (index of the weight input, its layout): "NK" = [N, K] (linear),

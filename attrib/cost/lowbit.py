@@ -18,21 +18,32 @@ W8A16 = "gemm_w8a16"
 AWQ_GROUP = 128   # AWQ's default group: the Triton kernel's group is a compile-time constant
 
 
-def weight_format(bits: int, group: int | None) -> str:
-    """The weight format as the trace shows it: int4 g128, int8 per-channel."""
-    return f"int{bits} g{group}" if group else f"int{bits} per-channel"
+def weight_format(bits: int, group: int | None, kind: str | None = None) -> str:
+    """The weight format as the trace shows it: int4 g128 (a 16-bit scale and zero a group),
+    int4 AWQ, g128 / int4 GPTQ, g128 (16-bit scale, packed zero), int4 sym, g128 (scale only),
+    int8 per-channel."""
+    if not group:
+        return f"int{bits} per-channel"
+    return f"int{bits} {kind}, g{group}" if kind else f"int{bits} g{group}"
+
+
+def _group_bits(kind: str | None, bits: int) -> int:
+    """Bits a group's scale and zero take: 16-bit scale and zero (tinygemm, fp32 absmax) 32,
+    16-bit scale and a packed zero (AWQ, GPTQ) 16 + bits, a 16-bit scale alone 16."""
+    return {"AWQ": 16 + bits, "GPTQ": 16 + bits, "sym": 16}.get(kind or "", 32)
 
 
 def format_bits(fmt: str | None) -> float | None:
     """Bits per weight of a traced weight format (`weight_format`), scales and zeros included:
-    int4 g128 (tinygemm: a 16-bit scale and zero a group) 4.25, int4 AWQ g128 (16-bit scale, 4-bit
-    zero) 4.156, int8 per-channel 8, block-scaled mxfp4 4.25 / nvfp4 4.5 / mxfp8 8.25, a dtype its
+    int4 g128 (tinygemm: a 16-bit scale and zero a group) 4.25, int4 AWQ / GPTQ g128 (16-bit
+    scale, 4-bit zero) 4.156, int4 sym g128 4.125, nf4 absmax g64 (bitsandbytes) 4.5, int8
+    per-channel 8, block-scaled mxfp4 4.25 / nvfp4 4.5 / mxfp8 8.25, a dtype its
     size (bf16 16, fp8_e4m3fn 8); None when unknown."""
     if not fmt:
         return None
-    if (m := re.match(r"^int(\d+) (AWQ, )?g(\d+)", fmt)) is not None:
+    if (m := re.match(r"^(?:int|nf|fp|bnb)(\d+) (?:(AWQ|GPTQ|sym|absmax), )?g(\d+)", fmt)):
         bits, group = int(m.group(1)), int(m.group(3))
-        return bits + ((16 + bits) if m.group(2) else 32) / group
+        return bits + _group_bits(m.group(2), bits) / group if group else None
     if (m := re.match(r"^int(\d+) per-channel$", fmt)) is not None:
         return float(m.group(1))
     if fmt in ("mxfp4", "nvfp4", "mxfp8"):   # block-scaled (attrib.cost.block_scale_moe)
@@ -42,7 +53,7 @@ def format_bits(fmt: str | None) -> float | None:
 
 
 # the cost_model of every weight-only low-bit GEMM this module prices (`model_name`)
-LOW_BIT_MODEL = r"^gemm \(int\d"
+LOW_BIT_MODEL = r"^gemm \((?:int\d|nf4|bnb4|fp4 absmax)"
 
 
 def model_name(fmt: str) -> str:

@@ -26,6 +26,7 @@ from attrib.cost import lowbit as lb
 from attrib.cost import matmul as mm
 from attrib.cost import name_models as nm
 from attrib.cost import serving as sv
+from attrib.cost import serving_lowbit as slb
 from attrib.cost.budget import Budget
 from attrib.cost.dtypes import Cost
 
@@ -118,6 +119,22 @@ def _shape_models() -> list[CostModel]:
                                                 "aten::_weight_int4pack_mm_for_cpu")),
         one(shapes(lb.weight_int8pack_mm), ops=("aten::_weight_int8pack_mm",)),
         one(shapes(mm.unquantized_gemm), ops=("vllm::rocm_unquantized_gemm",)),
+        # serving stacks' low-bit and skinny GEMMs (attrib.cost.serving_lowbit)
+        one(shapes(slb.awq_gemm), ops=("_C::awq_gemm",)),
+        one(shapes(slb.gptq_gemm), ops=("_C::gptq_gemm",)),
+        one(shapes(slb.marlin_gemm), ops=("_C::marlin_gemm", "_C::gptq_marlin_gemm")),
+        one(shapes(slb.machete_mm), ops=("_C::machete_mm",)),
+        one(shapes(slb.cutlass_scaled_mm), ops=("_C::cutlass_scaled_mm", "_C::cutlass_scaled_mm_azp")),
+        one(shapes(slb.wv_split_k), ops=("_rocm_C::wvSplitK", "_rocm_C::wvSplitKrc")),
+        one(shapes(slb.wv_split_kq), ops=("_rocm_C::wvSplitKQ",)),
+        one(shapes(slb.wv_split_k_int4), ops=("_rocm_C::wvSplitK_int4_g",)),
+        one(shapes(slb.aiter_gemm_a8w8_bpreshuffle_asm),
+            ops=("aiter::_gemm_a8w8_blockscale_bpreshuffle_asm",)),
+        one(shapes(slb.bnb_4bit), ops=("bitsandbytes::gemv_4bit",)),
+        one(shapes(slb.bnb_4bit, quant_type_at=5, blocksize_at=4), ops=("bitsandbytes::gemm_4bit",)),
+        one(shapes(slb.bnb_int8_matmul), ops=("bitsandbytes::int8_linear_matmul",)),
+        one(shapes(slb.bnb_int8_scaled_mm), ops=("bitsandbytes::int8_scaled_mm",)),
+        one(shapes(slb.bnb_int8_mm_dequant), ops=("bitsandbytes::int8_mm_dequant",)),
         one(_grouped, ops=("aten::_grouped_mm",)),
         one(_scaled_grouped, ops=("aten::_scaled_grouped_mm",)),
         one(shapes(mm.fused_experts), ops=("vllm::fused_experts", "vllm::inplace_fused_experts",
@@ -169,6 +186,7 @@ def _shape_models() -> list[CostModel]:
     out += _each(_with_inplace(_ACTIVATIONS), ew.activation)
     out += _each(_with_inplace(_ELEMENTWISE), ew.elementwise)
     out += _each(_IO_ARGS, ew.io_args)
+    out += _each(tuple(slb.AITER_A8W8), slb.aiter_a8w8) + _each(tuple(slb.AITER_A4W4), slb.aiter_a4w4)
     out += [one(shapes(mm.attention, layout=lay, causal_index=causal, mask_index=mask), ops=(n,))
             for n, (lay, causal, mask) in SDPA_ARGS.items()]
     out.append(one(_triton, prefixes=TRITON))
