@@ -77,6 +77,14 @@ def test_analyze_loads_only_what_it_uses():
                     if m == n or m.startswith(f"{n}.")}, trace
 
 
+def test_a_small_trace_reads_no_numpy_masks():
+    """Polars reads a numpy array through numpy.ma (its import 6-16 ms): a small trace's arrays
+    become columns from their values (attrib.trace.column), and analyze imports none of it."""
+    mods = loaded(f"from attrib.cli import main\n"
+                  f"assert main(['analyze', {str(SMALL)!r}, '--format', 'json']) == 0", whole=True)
+    assert "attrib.steps.ledger" in mods and "numpy.ma" not in mods
+
+
 def test_analyze_json_loads_no_table_renderer():
     mods = loaded(f"from attrib.cli import main\n"
                   f"assert main(['analyze', {str(TRACE)!r}, '--format', 'json']) == 0", whole=True)

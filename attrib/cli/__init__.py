@@ -105,7 +105,35 @@ def _few_arenas() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Console entry point: bad input is one line on stderr and exit code 2, never a traceback."""
+    """Console entry point: bad input is one line on stderr and exit code 2, never a traceback.
+    Run as the console script (argv None), the process ends here (`_leave`)."""
+    rc = _run(argv)
+    if argv is None:
+        _leave(rc)
+    return rc
+
+
+def _leave(rc: int) -> None:
+    """End the process with `rc` once its output is flushed and atexit's handlers ran, without
+    the interpreter's teardown: freeing polars', numpy's and attrib's ~650 modules one by one
+    took ~8 ms of a 0.35 s `attrib analyze`; the system frees the process at once. Left to the
+    interpreter where a thread still runs or a flush fails (it reports that as it would)."""
+    import atexit
+    import threading
+
+    if threading.active_count() > 1:
+        return
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        return
+    atexit._run_exitfuncs()
+    os._exit(rc)
+
+
+def _run(argv: list[str] | None) -> int:
+    """main's work: the command's exit status."""
     _lean_process(argv)
     old = _on_signals()
     try:

@@ -141,6 +141,18 @@ def _by_norms(seq: list[tuple[int, str]]) -> dict[int, str]:
     return out
 
 
+def _per_step(todo: pl.DataFrame) -> list[list[tuple[int, str]]]:
+    """Each step's (id, kind) in time order, of rows sorted by step then start."""
+    out: list[list[tuple[int, str]]] = []
+    prev = None
+    for step, kid, kind in zip(*(todo[c].to_list() for c in ("step", "id", "_kind"))):
+        if step != prev or not out:
+            out.append([])
+            prev = step
+        out[-1].append((kid, kind))
+    return out
+
+
 def gemm_positions(k: pl.DataFrame) -> pl.DataFrame:
     """Fill `comp` for rows flagged `_gemm`, and for unnamed softmax kernels between two GEMMs,
     from their position; evidence 'position'."""
@@ -157,12 +169,12 @@ def gemm_positions(k: pl.DataFrame) -> pl.DataFrame:
             .when(norm).then(pl.lit("N"))
             .when(comp == "activation").then(pl.lit("F")))
     placed = pl.col("_kind").is_not_null() & pl.col("step").is_not_null()
-    todo = k.with_columns(kind.alias("_kind")).filter(placed)
-    steps = todo.filter(pl.col("_gemm"))["step"].unique().to_list()
+    todo = (k.with_columns(kind.alias("_kind")).filter(placed)
+            .sort("step", "start_ns", maintain_order=True))  # one query, not two a step
     labels: dict[int, str] = {}
-    for step in steps:  # one Python pass per step, over its GEMM, attention and expert kernels only
-        seq = todo.filter(pl.col("step") == step).sort("start_ns")
-        labels.update(label(list(zip(seq["id"].to_list(), seq["_kind"].to_list()))))
+    for seq in _per_step(todo):  # a Python pass per step, over its GEMM, attention, expert kernels
+        if any(kind in ("G", "R") for _, kind in seq):
+            labels.update(label(seq))
     if not labels:
         return k.drop("_gemm")
     lab = pl.DataFrame({"id": list(labels), "_pos": list(labels.values())},

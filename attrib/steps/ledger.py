@@ -30,7 +30,7 @@ import numpy as np
 import polars as pl
 
 from attrib.threads import both
-from attrib.trace import grouped
+from attrib.trace import column, grouped
 from attrib.steps.idle import idle_rows, recorded_threads
 from attrib.steps.spans import complement, covered, merge
 
@@ -81,7 +81,9 @@ def _memoized(led: Ledger, kind: str, steps: pl.DataFrame, phase: str,
 
 def _ends(df: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     s = df["start_ns"].to_numpy().astype(np.int64)
-    return s, s + df["dur_ns"].fill_null(0).to_numpy().astype(np.int64)
+    dur = df["dur_ns"]
+    dur = dur.fill_null(0) if dur.null_count() else dur  # a query only where one is null
+    return s, s + dur.to_numpy().astype(np.int64)
 
 
 def _busy_rows(
@@ -108,10 +110,11 @@ def _busy_rows(
     if not labels:
         return [], (cs, ce)
     each = len(steps)
-    rows = pl.DataFrame({"step": np.tile(steps, len(labels)),
+    rows = pl.DataFrame({"step": column("step", np.tile(steps, len(labels))),
                          "cause": [c for c, _ in labels for _ in range(each)],
                          "what": [w for _, w in labels for _ in range(each)],
-                         "ns": np.concatenate(ns), "n": np.concatenate(n)},
+                         "ns": column("ns", np.concatenate(ns)),
+                         "n": column("n", np.concatenate(n))},
                         schema_overrides={"cause": pl.String, "what": pl.String})
     return [rows], (cs, ce)
 
@@ -171,15 +174,22 @@ def _component_order(k: pl.DataFrame) -> tuple[str, ...]:
 
 
 def _kernel_groups(k: pl.DataFrame, order: tuple[str, ...]) -> list[tuple[str, str, pl.DataFrame]]:
-    comp = k.with_columns(pl.col("component").fill_null("other"))
-    return [("kernels", c, comp.filter(pl.col("component") == c)) for c in order]
+    comp = k.select(pl.col("component").fill_null("other"), "start_ns", "dur_ns")
+    parts = _parts(comp, "component")  # one query, not a filter a component
+    return [("kernels", c, parts.get(c, comp.clear())) for c in order]
 
 
 def _copy_groups(copies: pl.DataFrame) -> list[tuple[str, str, pl.DataFrame]]:
     parts = [pl.col("kind").fill_null("copy"), pl.col("direction")]
     what = pl.concat_str(parts, separator=" ", ignore_nulls=True).alias("_what")
-    c = copies.drop_nulls(["start_ns", "dur_ns"]).with_columns(what)
-    return [("copy", w, c.filter(pl.col("_what") == w)) for w in sorted(c["_what"].unique())]
+    c = copies.drop_nulls(["start_ns", "dur_ns"]).select(what, "start_ns", "dur_ns")
+    by = _parts(c, "_what")
+    return [("copy", w, by[w]) for w in sorted(by)]
+
+
+def _parts(df: pl.DataFrame, key: str) -> dict[str, pl.DataFrame]:
+    """The rows of `df` by their `key` value, in their order."""
+    return {str(v): g for (v,), g in df.partition_by(key, as_dict=True, maintain_order=True).items()}
 
 
 def _gpu_ops(k: pl.DataFrame, copies: pl.DataFrame, launches: pl.DataFrame) -> pl.DataFrame:
@@ -211,13 +221,12 @@ def _gaps(
     parts = []
     for step, a, b in zip(steps, w0, w1):
         ga, gb = complement(int(a), int(b), *busy)
-        of_step = np.full(len(ga), step, dtype=np.int64)
-        parts.append(pl.DataFrame({"step": of_step, "a": ga, "b": gb}))
-    return (
-        pl.concat(parts)
-        if parts
-        else pl.DataFrame(schema={"step": pl.Int64, "a": pl.Int64, "b": pl.Int64})
-    )
+        parts.append((np.full(len(ga), step, dtype=np.int64), ga, gb))
+    if not parts:
+        return pl.DataFrame(schema={"step": pl.Int64, "a": pl.Int64, "b": pl.Int64})
+    # one frame of the steps' arrays (a frame a step and their concat: ~50 queries)
+    return pl.DataFrame([column(c, np.concatenate([p[i] for p in parts]))
+                         for i, c in enumerate(("step", "a", "b"))])
 
 
 def _neighbours(gaps: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
@@ -261,10 +270,10 @@ def _profiler(rows: pl.DataFrame, events: tuple[np.ndarray, np.ndarray]) -> pl.D
     carve = (rows["cause"].is_in(["host", "launch"])).to_numpy()
     cost = n_op * PROFILER_NS["op"] + n_fr * PROFILER_NS["frame"]
     est = np.where(carve, np.minimum(cost, rows["ns"].to_numpy()), 0)
-    kept = rows.with_columns((pl.col("ns") - est).alias("ns"))
+    kept = rows.with_columns((pl.col("ns") - column("ns", est)).alias("ns"))
     prof = rows.select("step", pl.lit(OWN_COST).alias("cause"),
                        pl.lit("estimate: CPU events x measured cost per event").alias("what"),
-                       "start_ns", "end_ns", pl.Series("ns", est, dtype=pl.Int64))
+                       "start_ns", "end_ns", column("ns", est, pl.Int64))
     prof = prof.filter(pl.col("ns") > 0)
     return pl.concat([kept, prof])
 
@@ -322,7 +331,7 @@ def ledger(steps: pl.DataFrame, k: pl.DataFrame, copies: pl.DataFrame, launches:
     threads = pl.DataFrame(list(known.threads), schema={"pid": pl.Int64, "tid": pl.Int64},
                            orient="row")
     main = known.threads[0] if known.threads else (None, None)
-    starts = pl.DataFrame({"step": ids, "w0": w0}).cast(pl.Int64)
+    starts = pl.DataFrame([column("step", ids), column("w0", w0)]).cast(pl.Int64)
 
     def idle_of_gaps() -> pl.DataFrame:
         g = _neighbours(_gaps(w0, w1, ids, busy), ops_all)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import re
+from bisect import bisect_left
 
 import orjson
 import polars as pl
@@ -241,16 +242,18 @@ def _split_forwards(spans: pl.DataFrame, trace: Trace, compiling: pl.DataFrame) 
     marker = pl.col("marker")
     engine = marker.str.contains(_VLLM.pattern) | marker.str.contains(_SGLANG.pattern)
     rows = []
+    known = emb.drop_nulls("t")  # sorted by t: a span's starts are a slice (not a query a span)
+    starts, compiled = known["t"].to_list(), known["compiled"].to_list()
     for r in spans.with_columns(engine.alias("_engine")).iter_rows(named=True):
         engine, c0, c1 = r.pop("_engine"), r["cpu_start"], r["cpu_end"]
-        in_span = (pl.col("t") >= c0) & (pl.col("t") < c1)
-        got = emb.filter(in_span)
-        ts = [] if engine else got["t"].to_list()
+        bare = engine or c0 is None or c1 is None
+        lo, hi = (0, 0) if bare else (bisect_left(starts, c0), bisect_left(starts, c1))
+        ts = starts[lo:hi]
         if len(ts) < 2:
             rows.append(r)
             continue
         cuts = [c0, *ts[1:], c1]
-        kind = [COMPILED_PIECE if c else "" for c in got["compiled"].to_list()]
+        kind = [COMPILED_PIECE if c else "" for c in compiled[lo:hi]]
         phase = "unknown" if r["phase"] in ("unknown", "decode") else r["phase"]
         for i in range(len(cuts) - 1):
             rows.append(r | {"cpu_start": cuts[i], "cpu_end": cuts[i + 1],

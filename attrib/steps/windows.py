@@ -13,6 +13,7 @@ import numpy as np
 import polars as pl
 
 from attrib.steps.spans import covered, merge
+from attrib.trace import column
 
 # a step's first GPU op that starts this long after its launch call waited behind earlier GPU work
 QUEUED_NS = 100_000
@@ -31,7 +32,7 @@ def busy_ns(steps: pl.DataFrame, gpu: pl.DataFrame) -> pl.Series:
     previous step keeps the GPU busy in this one)."""
     ms, me = _covered(gpu)
     w0, w1 = steps["window_start"].to_numpy(), steps["window_end"].to_numpy()
-    return pl.Series("busy_ns", covered(w0, w1, ms, me).astype(np.int64), dtype=pl.Int64)
+    return column("busy_ns", covered(w0, w1, ms, me).astype(np.int64), pl.Int64)
 
 
 def own_gpu_work(steps: pl.DataFrame, k: pl.DataFrame, copies: pl.DataFrame | None,
