@@ -14,8 +14,8 @@ import pytest
 from attrib.components.patterns import GEMM_OPS
 from attrib.cost.lowbit import LOW_BIT_MODEL, format_bits
 from attrib.cost.ops import op_cost
-from attrib.cost.registry import model_for
-from attrib.cost.serving_lowbit import AITER_A4W4, AITER_A8W8, scalar_type_bits
+from attrib.cost.registry import Call, model_for
+from attrib.cost.serving_lowbit import AITER_A4W4, AITER_A8W8, bnb_4bit_by_kernel, scalar_type_bits
 
 N = K = 4096          # Llama-3-8B q_proj
 G = 128               # group size
@@ -31,6 +31,13 @@ def _call(name: str, args: list[tuple[list, str]], concrete: dict[int, str] | No
     dims, types = [a[0] for a in args], [a[1] for a in args]
     conc = [(concrete or {}).get(i, "") for i in range(len(args))]
     return op_cost(name, dims, types, conc)
+
+
+def _bnb(name: str, args: list[tuple[list, str]], concrete: dict[int, str], path: str):
+    """A bitsandbytes 4-bit call priced by the kernel it launched (`path`: the kernel name's)."""
+    dims, types = [a[0] for a in args], [a[1] for a in args]
+    conc = [concrete.get(i, "") for i in range(len(args))]
+    return bnb_4bit_by_kernel(Call(name, dims, types, conc, kernel={"path": path}))
 
 
 def _scalar() -> tuple[list, str]:
@@ -194,19 +201,25 @@ def test_aiter_a4w4(a_type, s_type):
 def test_bitsandbytes_4bit():
     """bitsandbytes::gemv_4bit(A [1, 1, K], B uint8 [N*K/2, 1], shapeB [N, K], absmax fp32
     [N*K/64], code [16] fp32, blocksize 64): 2K + NK/2 + 4NK/64 + 64 + 2N; gemm_4bit(A, B,
-    shapeB, absmax, blocksize, quant_type 'nf4', bias?, ...) at M = 512 likewise."""
+    shapeB, absmax, blocksize, quant_type 'nf4', bias?, ...) at M = 512 likewise, when its
+    kernel is bitsandbytes' own; where it is a dequantize kernel (the dequantize + F.linear path),
+    the op reads the packed weight and absmax and writes the weight in 16 bits, N*K FLOPs."""
     args = [([1, 1, K], BF16), ([N * K // 2, 1], U8), _scalar(), ([N * K // 64], F32),
             ([16], F32), _scalar()]
-    c = _call("bitsandbytes::gemv_4bit", args, {2: f"[{N}, {K}]", 5: "64"})
+    c = _bnb("bitsandbytes::gemv_4bit", args, {2: f"[{N}, {K}]", 5: "64"}, "gemv_4bit")
     want = 2 * K + N * K // 2 + 4 * N * K // 64 + 64 + 2 * N
     assert (c.bytes, c.flops, c.model) == (want, 2 * N * K, "gemm (bnb4 absmax, g64)")
     assert format_bits("bnb4 absmax, g64") == 4.5
     m = 512
     args = [([m, K], BF16), ([N * K // 2, 1], U8), _scalar(), ([N * K // 64], F32), _scalar(),
             ([], "str"), NONE, NONE, NONE, NONE]
-    c = _call("bitsandbytes::gemm_4bit", args, {2: f"[{N}, {K}]", 4: "64", 5: "nf4"})
+    conc = {2: f"[{N}, {K}]", 4: "64", 5: "nf4"}
+    c = _bnb("bitsandbytes::gemm_4bit", args, conc, "gemm_4bit")
     want = 2 * m * K + N * K // 2 + 4 * N * K // 64 + 2 * m * N
     assert (c.bytes, c.flops, c.model) == (want, 2 * m * N * K, "gemm (nf4 absmax, g64)")
+    c = _bnb("bitsandbytes::gemm_4bit", args, conc, "kDequantize")
+    want = N * K // 2 + 4 * N * K // 64 + 2 * N * K
+    assert (c.bytes, c.flops, c.model) == (want, N * K, "gemm (nf4 absmax, g64)")
 
 
 def test_bitsandbytes_int8():
@@ -245,7 +258,9 @@ def test_registry_and_classifier(name):
     """Each op resolves to its shape model, and its kernels count as a GEMM's for the position
     classifier (patterns.GEMM_OPS, the activation's argument index)."""
     model = model_for(name)
-    assert model is not None and name in model.ops and model.from_shapes
+    assert model is not None and name in model.ops
+    # bitsandbytes' 4-bit ops by the kernel they launched (fused, or dequantize + F.linear)
+    assert model.from_shapes != name.startswith("bitsandbytes::gem")
     assert GEMM_OPS[name] == (1 if name.startswith(("_rocm_C::", "_C::cutlass")) else 0)
 
 
@@ -265,10 +280,11 @@ def test_bitsandbytes_signatures_of_the_real_captures():
     gemm_4bit: x 2 x 2048 + 2048 x 2048 / 2 + absmax 4 x 65536 + out 2 x 2048 = 2,367,488 B (the
     quant_type string is not recorded: bnb4). int8_linear_matmul: 512 x 1536 + 1536 x 1536 +
     4 x 512 x 1536 = 6,291,456 B."""
-    c = op_cost("bitsandbytes::gemm_4bit",
-                [[1, 2048], [2097152, 1], [], [65536], [], [], [], [], [], []],
-                [BF16, U8, "ScalarList", F32, "Scalar", "", "", "", "", ""],
-                ["", "", "[2048, 2048]", "", "64", "", "", "", "", ""])
+    c = bnb_4bit_by_kernel(Call("bitsandbytes::gemm_4bit",
+                                [[1, 2048], [2097152, 1], [], [65536], [], [], [], [], [], []],
+                                [BF16, U8, "ScalarList", F32, "Scalar", "", "", "", "", ""],
+                                ["", "", "[2048, 2048]", "", "64", "", "", "", "", ""],
+                                kernel={"path": "gemm_4bit"}))
     assert (c.bytes, c.flops, c.model) == (2_367_488, 2 * 2048 * 2048, "gemm (bnb4 absmax, g64)")
     c = op_cost("bitsandbytes::int8_linear_matmul", [[512, 1536], [1536, 1536]], [I8, I8], ["", ""])
     assert (c.bytes, c.flops, c.dtype) == (6_291_456, 2 * 512 * 1536 * 1536, "int8")

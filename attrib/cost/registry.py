@@ -130,8 +130,6 @@ def _shape_models() -> list[CostModel]:
         one(shapes(slb.wv_split_k_int4), ops=("_rocm_C::wvSplitK_int4_g",)),
         one(shapes(slb.aiter_gemm_a8w8_bpreshuffle_asm),
             ops=("aiter::_gemm_a8w8_blockscale_bpreshuffle_asm",)),
-        one(shapes(slb.bnb_4bit), ops=("bitsandbytes::gemv_4bit",)),
-        one(shapes(slb.bnb_4bit, quant_type_at=5, blocksize_at=4), ops=("bitsandbytes::gemm_4bit",)),
         one(shapes(slb.bnb_int8_matmul), ops=("bitsandbytes::int8_linear_matmul",)),
         one(shapes(slb.bnb_int8_scaled_mm), ops=("bitsandbytes::int8_scaled_mm",)),
         one(shapes(slb.bnb_int8_mm_dequant), ops=("bitsandbytes::int8_mm_dequant",)),
@@ -203,6 +201,8 @@ def _context_models() -> list[CostModel]:
         CostModel(nm.moe_forward, ops=nm.OPAQUE_MOE, needs=frozenset({"budget"})),
         CostModel(nm.collective, ops=("record_param_comms",), kernel_pattern=nm.COLLECTIVE_KERNEL,
                   needs=frozenset({"world"}), label="collective (bus bytes)"),
+        CostModel(slb.bnb_4bit_by_kernel, ops=("bitsandbytes::gemv_4bit", "bitsandbytes::gemm_4bit"),
+                  kernel_pattern=slb.BNB4_KERNEL),
         CostModel(nm.symm_all_reduce, ops=nm.SYMM_ALL_REDUCE, needs=frozenset({"world"}),
                   label="collective (bus bytes)"),
     ]

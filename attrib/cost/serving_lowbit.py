@@ -6,16 +6,21 @@ returns a `Cost`: bytes = activations read + packed weights as stored + scales /
 written (a well-tiled kernel's DRAM floor); FLOPs = 2*M*N*K. Weight-only ops compute in the
 activations' dtype (the kernels dequantize to 16 bits); W8A8 / W4A4 ops in the quantized dtype, so
 the roofline uses the int8 / fp8 / fp4 peak. Schemas, packing and sources: docs/lowbit-gemms.md.
-Priced from the schemas: no trace of these ops is in the repository yet.
+Priced from the schemas; bitsandbytes' ops are checked on real traces (tests/fixtures/captured/
+issue36/bnb_*), the vLLM and AITER ops have no trace in the repository yet.
 """
 
 from __future__ import annotations
 
 from math import prod
+from typing import TYPE_CHECKING
 
 from attrib.cost.dtypes import (Cost, Tensor, concrete_bool, concrete_dtype, concrete_int,
                                 concrete_ints, concrete_str, size_of, tensor, unknown)
 from attrib.cost.lowbit import W4A16, model_name, weight_format
+
+if TYPE_CHECKING:
+    from attrib.cost.registry import Call
 
 W8A8 = "gemm"   # the family of an int8 / fp8 x int8 / fp8 GEMM (as aten::_scaled_mm)
 MXFP4 = "gemm (mxfp4)"
@@ -307,6 +312,9 @@ def aiter_a4w4(dims: list, types: list, concrete: list = (), name: str = "") -> 
 
 # ---- bitsandbytes (bitsandbytes/_ops.py) -----------------------------------------------------
 
+_BNB_AT = {"bitsandbytes::gemv_4bit": (None, 5), "bitsandbytes::gemm_4bit": (5, 4)}
+
+
 def bnb_4bit(dims: list, types: list, concrete: list = (), quant_type_at: int | None = None,
              blocksize_at: int = 5) -> Cost:
     """bitsandbytes::gemv_4bit(A[.., K], B uint8 [N*K/2, 1], shapeB [N, K], absmax fp32
@@ -325,6 +333,27 @@ def bnb_4bit(dims: list, types: list, concrete: list = (), quant_type_at: int | 
     fmt = f"{kind if kind in ('nf4', 'fp4') else 'bnb4'} absmax, g{block}"
     nbytes = x.nbytes + w.nbytes + _bytes(*rest) + m * n * x.size
     return _gemm(m, n, k, nbytes, x.dtype, model_name(fmt))
+
+
+# the kernel a bitsandbytes 4-bit op launched: its fused kernels, or the dequantize of the
+# dequantize + F.linear fallback (above M = 1536 on CUDA, 256 on ROCm, and where bnb's per-arch
+# heuristic prefers it: on an H200 some M = 8 decode linears take it)
+BNB4_KERNEL = r"(?P<path>kDequantize|gemm_4bit|gemv_4bit)"
+
+
+def bnb_4bit_by_kernel(call: Call) -> Cost:
+    """bitsandbytes 4-bit op priced by the kernel it launched: a fused GEMM as `bnb_4bit`; a
+    dequantize kernel reads the packed weight and absmax and writes the 16-bit weight (the
+    GEMM after it is its own aten::mm), one FLOP a weight."""
+    gemm = bnb_4bit(call.dims, call.types, call.concrete, *_BNB_AT[call.name])
+    if gemm.bytes is None or (call.kernel or {}).get("path") != "kDequantize":
+        return gemm
+    x, w = _args(call.dims, call.types, 0, 1)
+    absmax = tensor(call.dims, call.types, 3)
+    n, k = concrete_ints(call.concrete, 2)
+    nbytes = _bytes(w, absmax) + n * k * x.size
+    why = "bitsandbytes' dequantize + F.linear path: the weight dequantized, the GEMM its aten::mm"
+    return Cost(nbytes, float(n * k), x.dtype, gemm.model, why)
 
 
 def bnb_int8_matmul(dims: list, types: list, concrete: list = ()) -> Cost:
