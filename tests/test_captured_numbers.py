@@ -24,7 +24,8 @@ from conftest import FIXTURES
 from test_captured_round2 import HAND as ROUND2
 
 CAPTURED = FIXTURES / "captured"
-VISION = {"vit_forward_b8"}   # a forward pass, no decode (tests/test_steps_kind.py)
+# a forward pass, no decode (tests/test_steps_kind.py): a classifier, a detector with a text tower
+VISION = {"vit_forward_b8", "owlv2_b5"}
 ALL = sorted(
     n
     for n in (p.name.removesuffix(".pt.trace.json.gz") for p in CAPTURED.glob("*.pt.trace.json.gz"))
@@ -109,6 +110,10 @@ HAND = {
     "tp2_decode_rank1": _dense(319_885_312, 65_536, 515.5, 2, 8),
     "qwen3next_decode": QWEN3NEXT, "deepseekv3_decode": DEEPSEEKV3,
     "hf_llama_cuda_b8_p512": HF_LLAMA, "fp8_w8a8_decode": FP8,
+    # LLaVA (README): its text tower is L4 with a 32,064-row vocab (lm_head 131,334,144 B), 2
+    # sequences of 576 image + 64 text tokens; decode reads the text tower only
+    "llava_b2": _dense(100_663_296 + 276_824_064 + 36_864 + 131_334_144 + 2 * 4096, 32_768,
+                       642.5, 2, 2),
     **ROUND2,   # sliding windows, grouped routing (tests/test_captured_round2.py)
 }
 
