@@ -124,8 +124,9 @@ def _leave(rc: int) -> None:
     if threading.active_count() > 1:
         return
     try:
-        sys.stdout.flush()
-        sys.stderr.flush()
+        for stream in (sys.stdout, sys.stderr):
+            if stream is not None:  # none under pythonw
+                stream.flush()
     except (OSError, ValueError):
         return
     atexit._run_exitfuncs()

@@ -16,7 +16,7 @@ import polars as pl
 
 from attrib.components.patterns import COMPILE_SPANS
 from attrib.reads import Reads
-from attrib.trace import Trace
+from attrib.trace import Trace, column
 
 OUTLIER = 3.0
 MIN_STEPS = 4
@@ -50,7 +50,7 @@ def inside(t: pl.Series, spans: pl.DataFrame) -> pl.Series:
     tv = t.fill_null(-1).to_numpy()
     j = np.searchsorted(s, tv, side="right") - 1
     hit = (j >= 0) & (tv < e[np.clip(j, 0, None)])
-    return pl.Series(hit & t.is_not_null().to_numpy())
+    return column("", hit & t.is_not_null().to_numpy())
 
 
 def mark_excluded(steps: pl.DataFrame, trace: Trace,
@@ -62,7 +62,7 @@ def mark_excluded(steps: pl.DataFrame, trace: Trace,
     if sp.height and steps.height:
         starts = sp["start_ns"].to_numpy()
         w0, w1 = steps["window_start"].to_numpy(), steps["window_end"].to_numpy()
-        has_compile = pl.Series(np.searchsorted(starts, w1) > np.searchsorted(starts, w0))
+        has_compile = column("", np.searchsorted(starts, w1) > np.searchsorted(starts, w0))
     med = pl.col("n_kernels").median().over("phase"), pl.col("step_ms").median().over("phase")
     enough = pl.len().over("phase") >= MIN_STEPS
     first = pl.col("window_start") == pl.col("window_start").min().over("phase")

@@ -21,6 +21,7 @@ import numpy as np
 import polars as pl
 
 from attrib.components.patterns import GEMM_NAMES, GEMV_NAMES, RUNTIME_HELPERS
+from attrib.trace import column
 
 MAX_PATTERN = 200_000
 _GEMMISH = re.compile(f"{GEMM_NAMES}|{GEMV_NAMES}")
@@ -163,7 +164,7 @@ def split_tokens(kernels: pl.DataFrame, min_period: int = 2) -> pl.DataFrame:
         else:
             complete = k["start_ns"].to_numpy() <= loop["start_ns"][ends[-1]]
         valid &= complete
-    k = k.with_columns(step=pl.Series(np.where(valid, idx, -1)).cast(pl.Int64))
+    k = k.with_columns(step=column("", np.where(valid, idx, -1)).cast(pl.Int64))
     k = k.with_columns(step=pl.when(pl.col("step") >= 0).then(pl.col("step")))
     phases = k.filter(pl.col("step").is_not_null()).group_by("step").agg(
         phase=_phase_of(pl.col("name")))

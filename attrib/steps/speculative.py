@@ -24,6 +24,7 @@ import polars as pl
 from attrib.components.patterns import SDPA
 from attrib.link.launches import module_paths
 from attrib.reads import Reads
+from attrib.trace import column
 
 PIECE = r"^(?P<parent>.+) forward \d+$"
 ATTENTION_OPS = (SDPA,)  # q [B, H, q, D], k [B, Hkv, L, D]
@@ -42,7 +43,7 @@ def _roots(frames: pl.DataFrame) -> pl.DataFrame:
         pl.col("start_ns").alias("t0"),
         (pl.col("start_ns") + pl.col("dur_ns")).alias("t1"),
         pl.col("module_path").alias("model"),
-        pl.Series("size", size),
+        column("size", size),
     )
 
 
