@@ -16,6 +16,7 @@ from attrib.cost.budget import Budget, for_world
 from attrib.cost.kernels import kernel_costs, world_size
 from attrib.link.graph_capture import merge
 from attrib.link.launches import link
+from attrib.steps.passes import fill_from_stamp
 from attrib.steps.phases import (assign_steps, step_spans, tokens_from_kernel_names,
                                  tokens_from_shapes)
 from attrib.steps.tokens import fill_tokens_and_phase, tokens_from_names, with_units
@@ -72,6 +73,7 @@ def attribute(trace: Trace, phase_map: dict[str, str] | None = None, capture: Tr
         """The steps with their tokens: from shapes, then from kernel names. Its notes are the
         only ones added while it runs beside classify (which adds none)."""
         shaped = fill_tokens_and_phase(spans, tokens_from_shapes(trace, spans), notes)
+        shaped = fill_from_stamp(shaped, trace.meta.provenance, notes)
         named = (trace.kernels.select("id", "name", "grid")
                  .join(kernel_steps, on="id", how="left"))
         return tokens_from_names(apply_roles(shaped, trace.ops), tokens_from_kernel_names(named))

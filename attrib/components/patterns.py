@@ -151,6 +151,13 @@ TRTLLM_MOE_FINALIZE = r"moe::dev::finalize::"
 TRTLLM_MOE_QUANT = r"tensorrt_llm::kernels::quantize_with_block_size"
 # GEMM-shaped kernel names (an FP8 name that is a GEMM, not a cast)
 GEMM_LIKE = r"(?i)gemm|_mm|matmul|Cijk_|nvjet|cutlass|qqtst"
+# a row lookup that may be a forward pass's token embedding besides the table's `embedding` patterns:
+# torch runs an embedding's index_select as a gather kernel when the index is long (a prefill)
+ROW_GATHER = r"(?i)gather|index_?select"
+# the kernel that picks a forward pass's next tokens, once at its end: a greedy argmax, or a sampler's
+# (torch's and vLLM's random sampling end in an argmax over probabilities / exponential noise;
+# FlashInfer's *SamplingFromProb kernels); not the sorts a top-p sampler shares with a MoE router
+TOKEN_PICK = r"(?i)argmax|multinomial|sampling"
 # torch's sort / scan kernels (the sampler's fallback path)
 SORT_SCAN = r"(?i)sort|scan|cumsum|radix"
 

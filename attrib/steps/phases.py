@@ -26,6 +26,7 @@ from attrib.components.patterns import (
 from attrib.link.launches import KERNEL_LAUNCH
 from attrib.link.nesting import innermost
 from attrib.steps.excluded import compile_spans, inside
+from attrib.steps.passes import GPU_PIECE, gpu_forward_starts
 from attrib.steps.periodic import split_tokens
 from attrib.steps.speculative import mark_roles
 from attrib.steps.tokens import COMPILED_PIECE
@@ -149,17 +150,24 @@ def annotated_spans(trace: Trace, phase_map: dict[str, str] | None = None) -> pl
 
 def _forward_spans(trace: Trace) -> pl.DataFrame:
     """No annotations: one step per token lookup (`_token_lookups`: each forward pass starts
-    with one)."""
-    emb = _token_lookups(trace.ops.filter(pl.col("name") == "aten::embedding")).sort("start_ns")
+    with one), or per pass of a thread whose ops were not recorded (attrib.steps.passes)."""
+    emb = _token_lookups(trace.ops.filter(pl.col("name") == "aten::embedding")).select(
+        "start_ns", pl.lit("forward (embedding op)").alias("marker"))
+    gpu = gpu_forward_starts(trace).select(
+        pl.col("t").alias("start_ns"),
+        pl.format("forward {}{}", pl.int_range(pl.len()), pl.lit(GPU_PIECE)).alias("marker"))
+    emb = pl.concat([emb, gpu]).sort("start_ns", maintain_order=True)
     if emb.height == 0:
         return pl.DataFrame(schema=STEP_COLS)
-    # the last forward pass runs to the end of the host's last op, not to the end of time
-    last = int((trace.ops["start_ns"] + trace.ops["dur_ns"].fill_null(0)).max())
+    # the last forward pass runs to the end of the host's last op (or call of a thread without
+    # ops), not to the end of time
+    host = trace.ops if gpu.height == 0 else pl.concat([trace.ops.select("start_ns", "dur_ns"),
+                                                        trace.launches.select("start_ns", "dur_ns")])
+    last = int((host["start_ns"] + host["dur_ns"].fill_null(0)).max())
     nxt = pl.col("start_ns").shift(-1).fill_null(pl.lit(last))
     return (emb.with_row_index("step").select(
         "step", pl.lit("unknown").alias("phase"), pl.lit(None, pl.Int64).alias("tokens"),
-        pl.lit(None, pl.Utf8).alias("tokens_from"),
-        pl.lit("forward (embedding op)").alias("marker"),
+        pl.lit(None, pl.Utf8).alias("tokens_from"), "marker",
         pl.col("start_ns").alias("cpu_start"), nxt.alias("cpu_end"),
         pl.lit(None, pl.Int64).alias("gpu_start"), pl.lit(None, pl.Int64).alias("gpu_end"))
         .cast(STEP_COLS))
@@ -212,18 +220,19 @@ def _compiled_calls(trace: Trace) -> pl.DataFrame:
 
 
 def _forward_starts(trace: Trace, compiling: pl.DataFrame) -> pl.DataFrame:
-    """t: where each forward pass starts, compiled: whether it is a compiled call. An eager one
-    starts at its launching embedding op, a compiled one at its call (an embedding op inside a
-    compiled call is that call's)."""
-    emb = _launching_embeddings(trace, compiling)
+    """t: where each forward pass starts, kind: the end of its piece's marker. An eager one starts
+    at its launching embedding op, a compiled one at its call (an embedding op inside a compiled
+    call is that call's), one of a thread whose ops were not recorded at its first kernel's launch
+    (attrib.steps.passes)."""
+    emb = pl.concat([_launching_embeddings(trace, compiling).with_columns(pl.lit("").alias("kind")),
+                     gpu_forward_starts(trace).with_columns(pl.lit(GPU_PIECE).alias("kind"))])
     calls = _compiled_calls(trace)
     if calls.height == 0:
-        return emb.with_columns(pl.lit(False).alias("compiled"))
+        return emb.sort("t", maintain_order=True)
     within = inside(emb["t"], calls.select(pl.col("s").alias("start_ns"),
                                            pl.col("e").alias("end_ns")))
-    eager = emb.filter(~within).with_columns(pl.lit(False).alias("compiled"))
-    compiled = calls.select(pl.col("s").alias("t"), pl.lit(True).alias("compiled"))
-    return pl.concat([eager, compiled]).sort("t")
+    compiled = calls.select(pl.col("s").alias("t"), pl.lit(COMPILED_PIECE).alias("kind"))
+    return pl.concat([emb.filter(~within), compiled]).sort("t")
 
 
 def _split_forwards(spans: pl.DataFrame, trace: Trace, compiling: pl.DataFrame) -> pl.DataFrame:
@@ -243,7 +252,7 @@ def _split_forwards(spans: pl.DataFrame, trace: Trace, compiling: pl.DataFrame) 
     engine = marker.str.contains(_VLLM.pattern) | marker.str.contains(_SGLANG.pattern)
     rows = []
     known = emb.drop_nulls("t")  # sorted by t: a span's starts are a slice (not a query a span)
-    starts, compiled = known["t"].to_list(), known["compiled"].to_list()
+    starts, kinds = known["t"].to_list(), known["kind"].to_list()
     for r in spans.with_columns(engine.alias("_engine")).iter_rows(named=True):
         engine, c0, c1 = r.pop("_engine"), r["cpu_start"], r["cpu_end"]
         bare = engine or c0 is None or c1 is None
@@ -253,7 +262,7 @@ def _split_forwards(spans: pl.DataFrame, trace: Trace, compiling: pl.DataFrame) 
             rows.append(r)
             continue
         cuts = [c0, *ts[1:], c1]
-        kind = [COMPILED_PIECE if c else "" for c in compiled[lo:hi]]
+        kind = kinds[lo:hi]
         phase = "unknown" if r["phase"] in ("unknown", "decode") else r["phase"]
         for i in range(len(cuts) - 1):
             rows.append(r | {"cpu_start": cuts[i], "cpu_end": cuts[i + 1],
