@@ -125,7 +125,7 @@ def op_costs(ops: pl.DataFrame, top_k: int | Mapping[int, int] | None = None) ->
             experts = d[1][0] if len(d) > 1 and isinstance(d[1], list) and d[1] else None
             k = ks if isinstance(ks, int) else ks.get(experts) if experts else None
             routed = d[0][0] if d and isinstance(d[0], list) and d[0] else 0
-            t = routed_tokens(routed, k, router.get(experts, []))
+            t = routed_tokens(routed, k, router.get(experts, []) if experts else [])
         c = op_cost(name, d, _load(types), _load(conc), top_k=k, tokens=t)
         rows.append((name, dims, types, conc, c.bytes, c.flops, c.dtype, c.model, c.assumption))
     schema = {**{c: pl.Utf8 for c in _KEYS}, **{k: v for k, v in _OUT.items() if k != "id"}}

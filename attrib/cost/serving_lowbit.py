@@ -144,7 +144,7 @@ def marlin_gemm(dims: list, types: list, concrete: list = ()) -> Cost:
     s = next((t for t in after if t.shape[1] == n), None)
     if s is None or (wt.nbytes * 8) % (n * k):
         return unknown(W4A16, "marlin scales not found or weight not a whole bit width")
-    bits = wt.nbytes * 8 // (n * k)
+    bits = int(wt.nbytes * 8) // (n * k)
     z = next((t for i, t in ts if i > wi and t is not s and len(t.shape) == 2
               and t.shape[0] == s.shape[0] and t.shape[1] in (n, n * bits // 32)), None)
     bias = next((t for i, t in ts if i > wi and t.shape == (n,) and t.dtype == x.dtype), None)
@@ -350,7 +350,10 @@ def bnb_4bit_by_kernel(call: Call) -> Cost:
         return gemm
     x, w = _args(call.dims, call.types, 0, 1)
     absmax = tensor(call.dims, call.types, 3)
-    n, k = concrete_ints(call.concrete, 2)
+    shape = concrete_ints(call.concrete, 2)
+    if x is None or not shape:  # (priced above: both are there)
+        return gemm
+    n, k = shape
     nbytes = _bytes(w, absmax) + n * k * x.size
     why = "bitsandbytes' dequantize + F.linear path: the weight dequantized, the GEMM its aten::mm"
     return Cost(nbytes, float(n * k), x.dtype, gemm.model, why)
