@@ -64,3 +64,52 @@ def test_four_bit_linears_priced_as_run(name, dequantized):
     measured = sum(rows[c].bytes for c in LINEARS) / 1e6
     assert measured == pytest.approx(_truth_mb(steps), rel=0.02)
     assert {rows[c].weight_format for c in LINEARS} == {"bnb4 absmax, g64"}
+
+
+# ---- LLM.int8() (bnb_int8_b1): the activations' quantization around each int8 GEMM ----------
+
+def _int8_linears():
+    """Per decode step, each MatMul8bitLt call's (M, N, K): A [M, K] and the int8 weight [N, K]
+    as the raw events record them (bitsandbytes 0.50.2's Linear8bitLt, threshold 6.0)."""
+    ev = raw_events(DIR / "bnb_int8_b1.pt.trace.json.gz")
+    windows = [e for e in ev if e.get("cat") == "user_annotation" and e["name"].startswith("decode")]
+    calls = [e for e in ev if e.get("name") == "MatMul8bitLt"]
+    outliers = [e["args"]["Input Dims"][5] for e in ev
+                if e.get("name") == "bitsandbytes::int8_mixed_scaled_mm"]
+    steps = []
+    for w in windows:
+        mine = [c for c in calls if w["ts"] <= c["ts"] <= w["ts"] + w["dur"]]
+        steps.append([(c["args"]["Input Dims"][0][0], *c["args"]["Input Dims"][1]) for c in mine])
+    return steps, outliers
+
+
+def test_int8_quantization_priced_and_named():
+    """Each call, bf16 activations (b = 2), fp16 inside bnb: A cast to fp16 (read 2MK, write 2MK),
+    the outlier test abs (4MK), >= 6.0 (2MK read, MK bool written), any (MK read, 1 written),
+    kInt8VectorQuant (2MK read, MK int8 and 4M fp32 row stats written); after the GEMM,
+    kdequant_mm_int32_fp16 (4MN int32, 4M + 4N stats read, 2MN written) and the cast back to bf16
+    (4MN): 15MK + 10MN + 8M + 4N + 1 bytes, all `quantize`. The int8 GEMM (cutlass i16832) reads
+    A int8 (MK) and the weight (NK) and writes int32 (4MN). No outliers in decode: outlier_cols
+    [0]."""
+    steps, outliers = _int8_linears()
+    assert {len(s) for s in steps} == {28} and {tuple(o) for o in outliers} >= {(0,)}
+    quant = [sum(15 * m * k + 10 * m * n + 8 * m + 4 * n + 1 for m, n, k in s) for s in steps]
+    gemm = [sum(m * k + n * k + 4 * m * n for m, n, k in s) for s in steps]
+    # 4 layers of q, k, v, o 1536x1536 / 256x1536, gate, up 4096x1536, down 1536x4096, M = 1
+    # a layer: sum K = 6*1536 + 4096, sum N = 3*1536 + 2*256 + 2*4096 = 13,312
+    sum_k, sum_n = 6 * 1536 + 4096, 3 * 1536 + 2 * 256 + 2 * 4096
+    assert quant[0] == 4 * (15 * sum_k + 10 * sum_n + 8 * 7 + 4 * sum_n + 7) == 1_544_444
+    # int8 weights 24,379,392 B a layer: 4 layers, the README's packed 97,517,568 B
+    weights = 1536 * (2 * 1536 + 2 * 256 + 2 * 4096) + 4096 * 1536
+    assert gemm[0] == 4 * (sum_k + weights + 4 * sum_n) == 97_783_808
+    dec = analyze(DIR / "bnb_int8_b1.pt.trace.json.gz").phase("decode")
+    rows = {c.component: c for c in dec.component_rows}
+    assert rows["quantize"].bytes == pytest.approx(sum(quant) / len(quant), rel=1e-6)
+    # the bias adds of the QLinear wrapper sit in qkv_proj / o_proj beside the GEMMs
+    linears = sum(rows[c].bytes for c in LINEARS)
+    assert gemm[0] <= linears <= gemm[0] * 1.01
+    assert {c: rows[c].kernels for c in LINEARS} == {"qkv_proj": 20, "o_proj": 8,
+                                                      "mlp_gate_up": 8, "mlp_down": 4}
+    assert rows["lm_head"].kernels == 1 and dec.bytes_known_share >= 0.99
+    # what `other` keeps is the model's own glue: the residual adds and the position arange
+    assert rows["other"].kernels == 10 and rows["other"].ms < 0.02

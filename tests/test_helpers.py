@@ -80,6 +80,15 @@ def test_layer_positions_by_hand():
                           10: "o_proj", 20: "o_proj", 11: "mlp_gate_up", 12: "mlp_down", 13: "lm_head"}
 
 
+def test_a_named_lm_head_takes_no_position_gemm():
+    """The last layer's GEMMs when the lm_head is named otherwise ('H', by its module): o_proj,
+    gate, up, down, none of them lm_head (bitsandbytes' Linear8bitLt GEMMs before an nn.Linear
+    head)."""
+    seq = [(1, "G"), (90, "A"), (2, "G"), (3, "G"), (4, "G"), (5, "G"), (99, "H")]
+    assert label(seq) == {1: "qkv_proj", 2: "o_proj", 3: "mlp_gate_up", 4: "mlp_gate_up",
+                          5: "mlp_down"}
+
+
 def test_layer_positions_in_a_moe_layer_and_without_attention():
     # qkv, attention, o_proj, router GEMM before the experts, a GEMM after them (shared expert), next qkv
     seq = [(1, "G"), (90, "A"), (2, "G"), (3, "G"), (50, "E"), (4, "G"), (5, "G"), (91, "A"), (6, "G")]

@@ -62,7 +62,7 @@ OP_RULES = (
     (r"silu_and_mul|gelu_and_mul|act_and_mul|swiglu|^aten::silu|^aten::gelu", "activation"),
     (r"topk_softmax|moe_gate|router", "moe_router"),
     (r"moe_align|moe_sort|moe_permute", "moe_dispatch"),
-    (r"_grouped_mm|fused_moe|moe_forward|fused_experts", "moe_experts"),
+    (r"_grouped_mm|fused_moe|moe_forward|fused_experts|moe_wna16|marlin_gemm_moe", "moe_experts"),
     (r"moe_sum|moe_unpermute", "moe_combine"),
     (r"quant", "quantize"),
     (r"multinomial|argmax|sample", "sampler"),
@@ -252,6 +252,23 @@ def _shared_by_class(k: pl.DataFrame) -> pl.DataFrame:
     return k.join(u, on=keys, how="left", nulls_equal=True, maintain_order="left")
 
 
+def _quantizing_linears(k: pl.DataFrame) -> pl.DataFrame:
+    """A linear module whose call launched a `quantize` kernel (by op, name or annotation:
+    bitsandbytes' Linear8bitLt quantizing its input, an fp8 linear's per-token quant) quantizes
+    its activations: its kernels that nothing else named and that are no GEMM (the casts around
+    the quantization, the outlier test's abs / ge / any) are that quantization."""
+    linear = pl.col("module").str.contains(r"(?i)linear").fill_null(False)
+    keys = ["step", "module_path", "module_ns"]
+    calls = (k.filter(linear & (pl.col("comp") == "quantize")).select(keys).unique()
+             .with_columns(pl.lit(True).alias("_quantizes")))
+    if calls.height == 0:
+        return k
+    gemm = ((pl.col("name_comp") == "gemm") | pl.col("op").is_in(list(GEMM_OPS))).fill_null(False)
+    k = k.join(calls, on=keys, how="left", nulls_equal=True, maintain_order="left")
+    todo = pl.col("comp").is_null() & linear & ~gemm & pl.col("_quantizes").fill_null(False)
+    return k.with_columns(*_override(todo, "quantize", "module")).drop("_quantizes")
+
+
 def _split_linears(k: pl.DataFrame) -> pl.DataFrame:
     """@attn_linear -> qkv_proj before the attention kernel / o_proj after; @mlp_linear -> last
     is mlp_down."""
@@ -407,7 +424,7 @@ def classify(trace: Trace, links: pl.DataFrame, kernel_steps: pl.DataFrame,
         .when(pl.col("hint_comp").is_not_null()).then(pl.col("hint_src"))
         .when(pl.col("_op").is_not_null()).then(pl.lit("op"))
         .when(pl.col("_name").is_not_null()).then(pl.lit("name")).alias("evidence"))
-    k = _split_linears(k)
+    k = _split_linears(_quantizing_linears(k))
     # kernels launched by a compile or autotune (benchmark GEMMs, cache-flush fills): no model
     # component
     spans = compile_spans(trace) if compiling is None else compiling

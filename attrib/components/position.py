@@ -27,7 +27,8 @@ def _after_attention(seg: list[tuple[int, str]], q: int, last: bool, out: dict[i
     out[gemms[0]] = "o_proj"
     experts = [i for i, (_, kind) in enumerate(seg) if kind == "E"]
     rest = gemms[1:]
-    if last and len(rest) >= 3 - bool(experts):
+    named_head = any(kind == "H" for _, kind in seg)
+    if last and not named_head and len(rest) >= 3 - bool(experts):
         out[rest[-1]] = "lm_head"
         rest = rest[:-1]
     elif not last:
@@ -71,8 +72,8 @@ def _softmax_attention(seq: list[tuple[int, str]]) -> tuple[list[tuple[int, str]
 def label(seq: list[tuple[int, str]]) -> dict[int, str]:
     """seq: (kernel id, 'G' gemm | 'R' split-K reduce of the GEMM before it | 'A' attention |
     'S' softmax of a GEMM-softmax-GEMM attention | 's' a softmax nothing named | 'E' MoE expert |
-    'N' norm | 'F' activation) in time order -> kernel id -> component (GEMMs, and the 's'
-    softmaxes found to be attention)."""
+    'N' norm | 'F' activation | 'H' an lm_head named otherwise: no GEMM is taken for it) in time
+    order -> kernel id -> component (GEMMs, and the 's' softmaxes found to be attention)."""
     seq, att = _softmax_attention(seq)
     owner: dict[int, int] = {}
     prev_g = None
@@ -134,7 +135,7 @@ def _by_norms(seq: list[tuple[int, str]]) -> dict[int, str]:
         if act is not None:
             before = {kid for kid, _ in st[:act]}
             out.update({g: "mlp_gate_up" if g in before else "mlp_down" for g in gemms})
-        elif i == last:
+        elif i == last and not any(kind == "H" for _, kind in st):
             out.update({g: "lm_head" for g in gemms[-1:]})
         elif len(gemms) > 1:
             out.update({g: "qkv_proj" for g in gemms[:-1]} | {gemms[-1]: "o_proj"})
@@ -167,7 +168,8 @@ def gemm_positions(k: pl.DataFrame) -> pl.DataFrame:
             .when(comp.is_in(["attention", "linear_attention"])).then(pl.lit("A"))
             .when(comp == "moe_experts").then(pl.lit("E"))
             .when(norm).then(pl.lit("N"))
-            .when(comp == "activation").then(pl.lit("F")))
+            .when(comp == "activation").then(pl.lit("F"))
+            .when(comp == "lm_head").then(pl.lit("H")))
     placed = pl.col("_kind").is_not_null() & pl.col("step").is_not_null()
     todo = (k.with_columns(kind.alias("_kind")).filter(placed)
             .sort("step", "start_ns", maintain_order=True))  # one query, not two a step

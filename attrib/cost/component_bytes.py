@@ -60,17 +60,22 @@ def component_dtypes(k: pl.DataFrame) -> pl.DataFrame:
 
 # components whose GEMMs multiply activations by activations (no weights): no weight format
 _NO_WEIGHTS = ("attention", "linear_attention", "rope")
+# a fused MoE priced with its experts' format (attrib.cost.moe_lowbit: `moe (int4 sym, g128)`),
+# not the model-config estimate (`moe (model config)`)
+_MOE_FORMAT = r"^moe \(((?:int|fp|nf|mx|nv|bnb)[^)]*)\)$"
 
 
 def component_formats(k: pl.DataFrame) -> pl.DataFrame:
     """component, weight_format: the format its weight GEMMs run as the trace shows it, of most of
-    their time: a low-bit GEMM's (`gemm (int4 g128)` -> int4 g128, attrib.cost.lowbit), else the
-    GEMM's dtype (bf16, fp8_e4m3fn). Components without a weight GEMM have none."""
+    their time: a low-bit GEMM's or fused MoE's (`gemm (int4 g128)` -> int4 g128, attrib.cost.lowbit),
+    else the GEMM's dtype (bf16, fp8_e4m3fn). Components without a weight GEMM have none."""
     if "cost_model" not in k.columns:
         return pl.DataFrame(schema={"component": pl.String, "weight_format": pl.String})
     model = pl.col("cost_model").cast(pl.String)
-    fmt = pl.coalesce(model.str.extract(r"^gemm \((.+)\)$"), pl.col("dtype"))
-    gemms = k.filter(model.str.contains(r"^(?:gemm|grouped_gemm)\b").fill_null(False)
+    fmt = pl.coalesce(model.str.extract(r"^gemm \((.+)\)$"), model.str.extract(_MOE_FORMAT),
+                      pl.col("dtype"))
+    weighted = model.str.contains(r"^(?:gemm|grouped_gemm)\b") | model.str.contains(_MOE_FORMAT)
+    gemms = k.filter(weighted.fill_null(False)
                      & ~pl.col("component").cast(pl.String).is_in(_NO_WEIGHTS))
     per = grouped(gemms.select("component", fmt.alias("weight_format"), "dur_ns")
                   .filter(pl.col("weight_format").is_not_null()),

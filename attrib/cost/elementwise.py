@@ -265,8 +265,8 @@ def histc(dims: list, types: list, concrete: list = ()) -> Cost:
 
 
 def reduction(dims: list, types: list, concrete: list = (), name: str = "aten::sum") -> Cost:
-    """sum / mean / amax / argmax ... (self, dim, keepdim, ...): input read, reduced output
-    written."""
+    """sum / mean / amax / argmax / any ... (self, dim, keepdim, ...): input read, reduced output
+    written (any / all: bool)."""
     x = tensor(dims, types, 0)
     if x is None:
         return unknown("reduction", "input not recorded")
@@ -276,5 +276,6 @@ def reduction(dims: list, types: list, concrete: list = (), name: str = "aten::s
         kept = prod(x.shape) // prod(x.shape[a] for a in axes)
     except (ValueError, IndexError):
         return unknown("reduction", "reduced dims not recorded")
-    out = "int64" if name in ("aten::argmax", "aten::argmin") else x.dtype
+    out = {"aten::argmax": "int64", "aten::argmin": "int64", "aten::any": "bool",
+           "aten::all": "bool"}.get(name, x.dtype)
     return Cost(x.nbytes + kept * (size_of(out) or x.size), float(x.numel), x.dtype, "reduction")

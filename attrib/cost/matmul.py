@@ -148,8 +148,8 @@ def uniform_routing_note(e: int, k: int, t: int) -> str:
             "FLOPs assume a gated MLP")
 
 
-def _active_experts(e: int, rows: int, top_k: int | None, tokens: int | None,
-                    expert_counts: list[int] | None) -> tuple[float, str | None]:
+def active_experts(e: int, rows: int, top_k: int | None, tokens: int | None,
+                   expert_counts: list[int] | None = None) -> tuple[float, str | None]:
     """(experts hit, the assumption) of R routed rows over E experts: the nonzero `expert_counts`
     when known, else the uniform-routing expectation over T tokens (the router's T when known,
     else R / top_k), else (top_k unknown) R independent single-expert draws."""
@@ -179,7 +179,7 @@ def grouped_mm(dims: list, types: list, concrete: list = (), top_k: int | None =
     if len(a.shape) != 2 or len(b.shape) != 3 or b.shape[1] != a.shape[1]:
         return unknown("grouped_gemm", "grouped_mm layout other than 2-D x 3-D (MoE forward)")
     (rows, k), (e, _, n) = a.shape, b.shape
-    active, why = _active_experts(e, rows, top_k, tokens, expert_counts)
+    active, why = active_experts(e, rows, top_k, tokens, expert_counts)
     out_size = size_of(concrete_dtype(concrete, 4)) or a.size
     a_bytes, b_bytes = rows * k * a.size, active * k * n * b.size
     nbytes = a_bytes + b_bytes + rows * n * out_size + (offs.nbytes if offs else 0)
@@ -196,7 +196,7 @@ def scaled_grouped_mm(dims: list, types: list, concrete: list = (), top_k: int |
     if a is None or b is None or len(a.shape) != 2 or len(b.shape) != 3 or b.shape[1] != a.shape[1]:
         return unknown("grouped_gemm", "scaled_grouped_mm layout other than 2-D x 3-D (MoE)")
     (rows, k), (e, _, n) = a.shape, b.shape
-    active, why = _active_experts(e, rows, top_k, tokens, None)
+    active, why = active_experts(e, rows, top_k, tokens, None)
     sa, sb, offs, bias = (tensor(dims, types, i) for i in (2, 3, 4, 5))
     out_size = size_of(concrete_dtype(concrete, 7)) or 2
     scales = (sa.nbytes if sa else 0) + (sb.nbytes * active / e if sb else 0)

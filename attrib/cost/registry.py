@@ -20,10 +20,12 @@ import msgspec
 from msgspec import field
 
 from attrib.components.patterns import SDPA_ARGS
+from attrib.cost import bnb_int8 as bi8
 from attrib.cost import elementwise as ew
 from attrib.cost import inductor
 from attrib.cost import lowbit as lb
 from attrib.cost import matmul as mm
+from attrib.cost import moe_lowbit as ml
 from attrib.cost import name_models as nm
 from attrib.cost import serving as sv
 from attrib.cost import serving_lowbit as slb
@@ -135,8 +137,11 @@ def _shape_models() -> list[CostModel]:
         one(shapes(slb.bnb_int8_mm_dequant), ops=("bitsandbytes::int8_mm_dequant",)),
         one(_grouped, ops=("aten::_grouped_mm",)),
         one(_scaled_grouped, ops=("aten::_scaled_grouped_mm",)),
-        one(shapes(mm.fused_experts), ops=("vllm::fused_experts", "vllm::inplace_fused_experts",
-                                           "vllm::outplace_fused_experts", "aiter::fused_moe_")),
+        one(shapes(bi8.int8_vectorwise_quant), ops=("bitsandbytes::int8_vectorwise_quant",)),
+        one(shapes(bi8.int8_mixed_scaled_mm), ops=("bitsandbytes::int8_mixed_scaled_mm",)),
+        one(shapes(ml.vllm_fused_experts), ops=("vllm::fused_experts", "vllm::inplace_fused_experts",
+                                                "vllm::outplace_fused_experts")),
+        one(shapes(ml.aiter_fused_moe), ops=("aiter::fused_moe_",)),
         one(shapes(ew.embedding), ops=("aten::embedding",)),
         one(shapes(ew.index_select), ops=("aten::index_select",)),
         one(shapes(ew.gather), ops=("aten::gather",)),
@@ -180,10 +185,11 @@ def _shape_models() -> list[CostModel]:
     out += _each(tuple(f"aten::{op}" for op in ("softmax", "_softmax", "log_softmax",
                                                  "_log_softmax")), ew.softmax)
     out += _each(tuple(f"aten::{op}" for op in ("sum", "mean", "amax", "amin", "argmax", "argmin",
-                                                 "max", "min")), ew.reduction)
+                                                 "max", "min", "any", "all")), ew.reduction)
     out += _each(_with_inplace(_ACTIVATIONS), ew.activation)
     out += _each(_with_inplace(_ELEMENTWISE), ew.elementwise)
     out += _each(_IO_ARGS, ew.io_args)
+    out += _each(("_moe_C::moe_wna16_marlin_gemm", "_moe_C::marlin_gemm_moe"), ml.marlin_moe)
     out += _each(tuple(slb.AITER_A8W8), slb.aiter_a8w8) + _each(tuple(slb.AITER_A4W4), slb.aiter_a4w4)
     out += [one(shapes(mm.attention, layout=lay, causal_index=causal, mask_index=mask), ops=(n,))
             for n, (lay, causal, mask) in SDPA_ARGS.items()]

@@ -105,7 +105,7 @@ def scalar_type_bits(type_id: int | None) -> tuple[int, bool] | None:
     return exponent + mantissa + signed, exponent != 0
 
 
-def _sizes(concrete: list, m: int, k: int) -> tuple[int, int] | None:
+def marlin_sizes(concrete: list, m: int, k: int) -> tuple[int, int] | None:
     """(index of size_m, N): the consecutive ints size_m, size_n, size_k every Marlin schema
     holds, located by M and K."""
     for i in range(len(concrete) - 2):
@@ -129,6 +129,16 @@ def _int_kind(zeros: Tensor | None) -> str | None:
     return "AWQ" if zeros.dtype == "int32" else None
 
 
+def marlin_format(concrete: list, at: int, bits: int, group: int | None,
+                  zeros: Tensor | None) -> str | None:
+    """The weight format of a Marlin GEMM whose size_m is concrete[at]: the vLLM ScalarType just
+    before it says a float type (fp8 / mxfp4 / nvfp4), else an int of `bits` by its zeros."""
+    decoded = scalar_type_bits(concrete_int(concrete, at - 1))
+    if decoded and decoded[1]:
+        return _float_format(bits, group)
+    return weight_format(bits, group, _int_kind(zeros))
+
+
 def marlin_gemm(dims: list, types: list, concrete: list = ()) -> Cost:
     """_C::marlin_gemm / _C::gptq_marlin_gemm, every schema version: a[M, K] first, then
     b_q_weight int32 (Marlin-tiled, N*K*bits/8 bytes), b_scales[K/g, N], optional zeros, and the
@@ -136,7 +146,7 @@ def marlin_gemm(dims: list, types: list, concrete: list = ()) -> Cost:
     x = tensor(dims, types, 0)
     ts = [(i, t) for i in range(1, len(dims)) if (t := tensor(dims, types, i)) is not None]
     w = next(((i, t) for i, t in ts if t.dtype == "int32" and len(t.shape) == 2), None)
-    hit = _sizes(concrete, _rows(x), x.shape[-1]) if x is not None else None
+    hit = marlin_sizes(concrete, _rows(x), x.shape[-1]) if x is not None else None
     if x is None or w is None or hit is None:
         return unknown(W4A16, "marlin operands or size_m/size_n/size_k not recorded")
     (at, n), (wi, wt), m, k = hit, w, _rows(x), x.shape[-1]
@@ -149,9 +159,7 @@ def marlin_gemm(dims: list, types: list, concrete: list = ()) -> Cost:
               and t.shape[0] == s.shape[0] and t.shape[1] in (n, n * bits // 32)), None)
     bias = next((t for i, t in ts if i > wi and t.shape == (n,) and t.dtype == x.dtype), None)
     group = k // s.shape[0] if s.shape[0] > 1 else None
-    decoded = scalar_type_bits(concrete_int(concrete, at - 1))
-    fmt = (_float_format(bits, group) if decoded and decoded[1]
-           else weight_format(bits, group, _int_kind(z)))
+    fmt = marlin_format(concrete, at, bits, group, z)
     if fmt is None:
         return unknown(W4A16, f"marlin float weight of {bits} bits, group {group}: unknown format")
     nbytes = x.nbytes + wt.nbytes + _bytes(s, z, bias) + m * n * _out_size(x)
