@@ -297,7 +297,8 @@ def main():
     import transformers
     log("torch", torch.__version__, "transformers", transformers.__version__, "device", a.device,
         torch.cuda.get_device_name() if a.device == "cuda" else "")
-    jobs = {"a": cap_cudnn, "b": cap_graph, "g": cap_graph_attn, "c": cap_generate, "e": lambda o, d: cap_generate(o, d, True),
+    jobs = {"a": cap_cudnn, "b": cap_graph, "g": cap_graph_attn, "c": cap_generate,
+            "e": lambda o, d: cap_generate(o, d, True),
             "d": cap_host_sampling, "m": measure}
     for key in a.only.split(","):
         t0 = time.perf_counter()
