@@ -8,6 +8,8 @@ not know are present and null. `SCHEMAS` is the single definition of every table
 from __future__ import annotations
 
 import re
+from collections import defaultdict
+from itertools import count
 from typing import TYPE_CHECKING, Any, cast
 
 import msgspec
@@ -316,9 +318,10 @@ def interned(values: list[str | None]) -> pl.Series:
     every row a 16-byte view of it (polars strings are views; a gather copies views, not text).
     Values and dtype are those of `pl.Series(values, dtype=pl.Utf8)`; the memory is rows x 16
     bytes plus the distinct text (kernel names of 500 bytes, shape lists repeated per layer), and
-    it is built faster than the plain column."""
-    seen: dict[str | None, int] = {}
-    codes = [seen.setdefault(v, len(seen)) for v in values]
+    it is built faster than the plain column. Each new value takes the next code as it is met
+    (a defaultdict of a counter: no Python code per row)."""
+    seen: defaultdict[str | None, int] = defaultdict(count().__next__)
+    codes = list(map(seen.__getitem__, values))
     return pl.Series(list(seen), dtype=pl.Utf8).gather(pl.Series(codes, dtype=pl.UInt32))
 
 

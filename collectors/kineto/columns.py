@@ -34,15 +34,17 @@ def _raw(rs: list[msgspec.Raw], text: Text) -> pl.Series:
     return text([t or None for t in texts])
 
 
-def _common(evs: list[Event], text: Text) -> dict[str, Any]:
-    return {
+def _common(evs: list[Event], text: Text, external: bool = True) -> dict[str, Any]:
+    cols = {
         "name": text([e.name for e in evs]),
         "ts": [e.ts for e in evs],
         "dur": [e.dur for e in evs],
         "pid": [e.pid for e in evs],
         "tid": [e.tid for e in evs],
-        "external_id": [e.args.external_id for e in evs],
     }
+    if external:
+        cols["external_id"] = [e.args.external_id for e in evs]
+    return cols
 
 
 def _gpu(evs: list[Event], text: Text) -> dict[str, Any]:
@@ -81,9 +83,7 @@ def _ops(evs: list[Event], text: Text) -> dict[str, Any]:
 
 
 def _frames(evs: list[Event], text: Text) -> dict[str, Any]:
-    cols = _common(evs, text)
-    del cols["external_id"]
-    return cols
+    return _common(evs, text, external=False)
 
 
 def _launches(evs: list[Event], text: Text) -> dict[str, Any]:

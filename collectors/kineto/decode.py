@@ -21,8 +21,7 @@ from collectors import limits
 
 _NONE = msgspec.Raw(b"")
 _Int = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
-_INT_ARGS = ("external_id", "correlation", "device", "stream", "registers", "shared_mem", "bytes",
-             "py_id", "py_parent", "module_id")
+_INT_ARGS = ("external_id", "correlation", "device", "stream", "registers", "shared_mem", "bytes")
 _RAW_ARGS = ("grid", "block", "input_dims", "input_types", "concrete", "input_strides")
 
 # gc=False on every event struct: decoded JSON holds no reference cycles, and structs the cyclic
@@ -45,9 +44,6 @@ class _Args(msgspec.Struct, frozen=True, gc=False):
     input_types: msgspec.Raw = field(name="Input type", default=_NONE)
     concrete: msgspec.Raw = field(name="Concrete Inputs", default=_NONE)
     input_strides: msgspec.Raw = field(name="Input Strides", default=_NONE)
-    py_id: _Int | None = field(name="Python id", default=None)
-    py_parent: _Int | None = field(name="Python parent id", default=None)
-    module_id: _Int | None = field(name="Python module id", default=None)
 
 
 _NO_ARGS = _Args()
