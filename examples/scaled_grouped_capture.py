@@ -8,7 +8,8 @@ A stack of MoE FFN layers (Qwen3-MoE-shaped: hidden 2048, 64 experts of FFN 768,
 attention), weights quantized to float8_e4m3fn per output channel once, activations per row
 each call; each expert's rows padded to `--align` (1: none; 16 as torchao's MoE training
 aligns them). Trace `scaled_grouped_moe_a{align}`. One forward per step, under
-`record_function("prefill (tokens=T)")` / `"decode (tokens=T)"`, synchronized. Beside the trace, `<name>.model.json`: the shapes,
+`record_function("prefill (tokens=T)")` / `"decode (tokens=T)"`, synchronized. Beside the
+trace, `<name>.model.json`: the shapes,
 the weight bytes, and per step and layer the experts hit and the padded rows (the truth the
 trace's `offs` tensor does not record).
 """
