@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, cast
 import msgspec
 from msgspec import field
 from msgspec.structs import force_setattr, replace
+import orjson
 import polars as pl
 
 if TYPE_CHECKING:
@@ -357,3 +358,12 @@ def as_text(df: pl.DataFrame) -> pl.DataFrame:
     if df.height < SMALL_ROWS:
         return df.with_columns(pl.col(cats).cast(pl.String))
     return df.with_columns(views(df[c]) for c in cats)
+
+
+def input_dims(text: str | None) -> list | None:
+    """An op's recorded `Input Dims` JSON text as a list; None where absent or not a JSON list."""
+    try:
+        dims = orjson.loads(text) if text else None
+    except orjson.JSONDecodeError:
+        return None
+    return dims if isinstance(dims, list) else None

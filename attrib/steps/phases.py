@@ -13,7 +13,6 @@ import math
 import re
 from bisect import bisect_left
 
-import orjson
 import polars as pl
 
 from attrib.components.patterns import (
@@ -30,7 +29,7 @@ from attrib.steps.passes import GPU_PIECE, gpu_forward_starts
 from attrib.steps.periodic import split_tokens
 from attrib.steps.speculative import mark_roles
 from attrib.steps.tokens import COMPILED_PIECE
-from attrib.trace import STEP_NAME, Trace, dims_text
+from attrib.trace import STEP_NAME, Trace, dims_text, input_dims
 
 TOKEN_PHASES = ("decode", "mixed")  # phases whose steps generate tokens
 PHASE_ORDER = {"prefill": 0, "mixed": 1, "decode": 2}  # the order phases are reported in
@@ -382,10 +381,7 @@ def tokens_from_shapes(trace: Trace, spans: pl.DataFrame) -> pl.DataFrame:
 
 
 def _operand(dim_text: str | None, i: int) -> list[int] | None:
-    try:
-        dims = orjson.loads(dim_text) if dim_text else None
-    except orjson.JSONDecodeError:
-        return None
+    dims = input_dims(dim_text)
     if isinstance(dims, list) and len(dims) > i and _int_list(dims[i]):
         return dims[i]
     return None
@@ -422,13 +418,8 @@ def tokens_from_kernel_names(kernels: pl.DataFrame) -> pl.DataFrame:
 
 
 def _ids_shape(dim_text: str | None) -> list[int] | None:
-    if not dim_text:
-        return None
-    try:
-        dims = orjson.loads(dim_text)
-    except orjson.JSONDecodeError:
-        return None
-    if len(dims) > 1 and dims[1] and _int_list(dims[1]):
+    dims = input_dims(dim_text)
+    if dims and len(dims) > 1 and dims[1] and _int_list(dims[1]):
         return dims[1]
     return None
 

@@ -19,11 +19,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
 import polars as pl
 
 from attrib.reads import Reads
 from attrib.steps.speculative import PIECE, kv_lengths
+from attrib.trace import input_dims
 
 # the sequence cats of a round, and the runtime calls of a pass's kernels (its forward's end)
 READS = Reads(ops=(r"^aten::cat$",), kernel_calls_if_roles=True)
@@ -39,10 +39,7 @@ ROUND_COLS = {
 
 def _pair(dim_text: str | None) -> tuple[int, int] | None:
     """(a, b) of a cat of two [B, a], [B, b] tensors (a sequence growing), else None."""
-    try:
-        dims = orjson.loads(dim_text) if dim_text else None
-    except orjson.JSONDecodeError:
-        return None
+    dims = input_dims(dim_text)
     if not (isinstance(dims, list) and dims and isinstance(dims[0], list) and len(dims[0]) == 2):
         return None
     x, y = dims[0]

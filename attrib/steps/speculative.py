@@ -18,13 +18,12 @@ from __future__ import annotations
 import re
 
 import numpy as np
-import orjson
 import polars as pl
 
 from attrib.components.patterns import SDPA
 from attrib.link.launches import module_paths
 from attrib.reads import Reads
-from attrib.trace import column
+from attrib.trace import column, input_dims
 
 PIECE = r"^(?P<parent>.+) forward \d+$"
 ATTENTION_OPS = (SDPA,)  # q [B, H, q, D], k [B, Hkv, L, D]
@@ -109,10 +108,7 @@ def mark_roles(spans: pl.DataFrame, frames: pl.DataFrame) -> pl.DataFrame:
 
 def _keys(dim_text: str | None) -> tuple[int | None, int, int] | None:
     """(sequences, queries, keys) of an attention op's Input Dims: q [B, .., q, D], k [.., L, D]."""
-    try:
-        dims = orjson.loads(dim_text) if dim_text else None
-    except orjson.JSONDecodeError:
-        return None
+    dims = input_dims(dim_text)
     if not isinstance(dims, list) or len(dims) < 2:
         return None
     q, k = dims[0], dims[1]

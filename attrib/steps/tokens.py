@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import orjson
 import polars as pl
 
+from attrib.trace import input_dims
 
 COMPILED_PIECE = " (compiled call)"  # the marker's end of a forward piece (attrib.steps.phases)
 
@@ -75,19 +75,11 @@ LLM_PHASES = ("prefill", "decode")
 
 def _image_batch(dim_text: str | None) -> int | None:
     """B of a convolution's input [B, C, H, W] (or [B, C, T, H, W]), else None."""
-    dims = _dims(dim_text)
+    dims = input_dims(dim_text)
     x = dims[0] if isinstance(dims, list) and dims and isinstance(dims[0], list) else None
     if x is None or len(x) not in (4, 5) or not all(isinstance(v, int) for v in x):
         return None
     return int(x[0])
-
-
-def _dims(dim_text: str | None) -> list | None:
-    try:
-        dims = orjson.loads(dim_text) if dim_text else None
-    except orjson.JSONDecodeError:
-        return None
-    return dims if isinstance(dims, list) else None
 
 
 def _lm_head_times(ops: pl.DataFrame) -> pl.Series:
@@ -95,13 +87,13 @@ def _lm_head_times(ops: pl.DataFrame) -> pl.Series:
     `aten::embedding` table [V, H] of the trace (tied or not, the head scores the vocabulary)."""
     vocab = set()
     for text in ops.filter(pl.col("name") == "aten::embedding")["input_dims"].to_list():
-        dims = _dims(text)
+        dims = input_dims(text)
         if dims and isinstance(dims[0], list) and len(dims[0]) == 2:
             vocab.add(dims[0][0])
     linear = ops.filter(pl.col("name") == "aten::linear").select("start_ns", "input_dims")
     hits = []
     for t, text in linear.iter_rows() if vocab else ():
-        dims = _dims(text)
+        dims = input_dims(text)
         w = dims[1] if dims and len(dims) > 1 else None
         if isinstance(w, list) and len(w) == 2 and w[0] in vocab:
             hits.append(t)
