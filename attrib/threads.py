@@ -31,10 +31,15 @@ def _cpus() -> int:
         return os.cpu_count() or 1
 
 
+def second_cpu() -> bool:
+    """Whether this process may keep a second CPU busy: it has one, and ATTRIB_THREADS is not 1."""
+    return os.environ.get(ENV) != "1" and _cpus() >= 2
+
+
 def spare(rows: int) -> bool:
     """Whether a second thread is worth it over tables of `rows` rows: it has a CPU to run on,
     is not turned off, and the tables are small."""
-    return rows <= SMALL_ROWS and os.environ.get(ENV) != "1" and _cpus() >= 2
+    return rows <= SMALL_ROWS and second_cpu()
 
 
 def serial() -> None:

@@ -18,11 +18,17 @@ from polars.testing import assert_frame_equal
 from attrib.errors import TraceError
 from attrib.trace import TABLES, Trace
 from collectors import kineto, limits
-from collectors.kineto import Read, events
+from collectors.kineto import Read, events, pair
 from collectors.kineto.sinks import Parts
 from conftest import EXAMPLE_TRACE, FIXTURES
 
 BLOCK = 1 << 18  # pieces of 256 kB: every fixture (2-25 MB of JSON) is cut 8-100 times
+
+
+@pytest.fixture(autouse=True)
+def _one_process(monkeypatch):
+    """The stream alone: tests/test_kineto_pair.py reads large plain files from both ends."""
+    monkeypatch.setenv(pair.ENV, "0")
 
 
 def _kineto_fixtures() -> list[Path]:

@@ -8,9 +8,8 @@ One path from the file's bytes to the normalized tables (`events`, then tables.b
 
 pieces.stream cuts the list as the file is read (memory bounded by the tables, not the file); a
 document it cannot cut cleanly is read whole by pieces.whole (repair: salvage, Kineto's name
-bugs) into the same decoder. Times (float microseconds) become integer nanoseconds. One process:
-a worker process decoding pieces beside it paid only on a quiet machine (docs/performance.md,
-"The Kineto reader: design").
+bugs) into the same decoder. Times (float microseconds) become integer nanoseconds. A large plain
+file is read from both ends (pair: this process from the front, a worker process from the back).
 """
 
 from __future__ import annotations
@@ -22,6 +21,7 @@ from msgspec.structs import replace
 
 from attrib.errors import TraceError
 from attrib.trace import Trace
+from collectors.kineto import pair
 from collectors.kineto.decode import Notes
 from collectors.kineto.doc import Doc, document_meta
 from collectors.kineto.pieces import BLOCK, Fallback, stream, whole
@@ -48,11 +48,16 @@ def sniff(path: Path, head: bytes) -> bool:
         b'"traceEvents"' in head or b'"schemaVersion"' in head or b'"deviceProperties"' in head)
 
 
-def events(path: Path, sink: Sink, block: int = BLOCK) -> Read:
+def events(path: Path, sink: Sink, block: int = BLOCK, worker: bool = False) -> Read:
     """The document's events, as frames put to `sink` in event order: streamed in pieces of
-    about `block` bytes (Fallback where it must be read whole), or read whole where block <= 0."""
+    about `block` bytes (Fallback where it must be read whole), from both ends with a worker
+    process where `worker` and it pays (pair), or read whole where block <= 0."""
     dec = Decoder(path, sink)
-    doc, n, warnings = stream(path, block, dec) if block > 0 else whole(path, dec)
+    if block <= 0:
+        doc, n, warnings = whole(path, dec)
+    else:
+        got = pair.read(path, block, dec) if worker else None
+        doc, n, warnings = got or stream(path, block, dec)
     if not n:
         raise TraceError(path, "no events: traceEvents is missing or empty")
     return Read(doc, n, dec.notes, warnings)
@@ -65,7 +70,7 @@ def read(path: str | Path, block: int = BLOCK) -> Trace:
     path = Path(path)
     sink = Parts()
     try:
-        got = events(path, sink, block)
+        got = events(path, sink, block, worker=True)
     except Fallback:
         sink = Parts()
         got = events(path, sink, 0)

@@ -150,12 +150,13 @@ TABLES = ("kernels", *_COLUMNS)
 Frames = dict[str, pl.DataFrame]  # a piece's frame per table
 
 
-def frames(evs: list[Event], notes: Notes, base: int) -> Frames:
+def frames(evs: list[Event], notes: Notes, base: int, plain: bool | None = None) -> Frames:
     """One piece's events (evs[i] is traceEvents[base + i]) as a frame per table (tables without
     events left out): complete events (`ph` X) with a start time go to their category's table, flow
     ends (`ac2g` f) to `flows`; profiler events without `ph` or `ts` are counted in `notes`. Kernels
     keep their index in traceEvents (`event`), which export aligns by. Text columns: plain for a
-    piece that starts in the trace's first PLAIN_EVENTS events, interned after."""
+    piece that starts in the trace's first PLAIN_EVENTS events, interned after (or as `plain`
+    says)."""
     groups: dict[str, list[Event]] = {t: [] for t in TABLES}
     # bound appends: the loop runs per event
     add: dict[str | None, Callable[[Event], None]] = {
@@ -177,6 +178,6 @@ def frames(evs: list[Event], notes: Notes, base: int) -> Frames:
                 notes.no_ts += 1
         elif e.ph is None:
             notes.no_ph += 1
-    text = _plain if base < PLAIN_EVENTS else interned
+    text = _plain if (base < PLAIN_EVENTS if plain is None else plain) else interned
     out = {"kernels": _frame(_kernels(groups["kernels"], at, text))} if at else {}
     return out | {t: _frame(_COLUMNS[t](groups[t], text)) for t in _COLUMNS if groups[t]}

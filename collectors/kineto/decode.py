@@ -101,6 +101,18 @@ class Notes(msgspec.Struct):
     def note(self, kind: str, index: int) -> None:
         self.first[kind] = min(self.first.get(kind, index), index)  # pieces come in any order
 
+    def add(self, other: Notes, base: int) -> None:
+        """Count in `other`, a piece's notes whose event indices start at 0 (its first event is
+        event `base`)."""
+        self.utf8 += other.utf8
+        self.dropped += other.dropped
+        self.no_ph += other.no_ph
+        self.no_ts += other.no_ts
+        for name, n in other.nulled.items():
+            self.nulled[name] = self.nulled.get(name, 0) + n
+        for kind, index in other.first.items():
+            self.note(kind, base + index)
+
     def warnings(self) -> list[str]:
         out = []
         if self.utf8:
@@ -193,7 +205,7 @@ def json_array(raws: list[msgspec.Raw]) -> bytes:
     return b",".join([b"[" + bytes(raws[0]), *raws[1:-1], bytes(raws[-1]) + b"]"])
 
 
-def split(text: bytes | memoryview) -> list[msgspec.Raw]:
+def split(text: bytes | bytearray | memoryview) -> list[msgspec.Raw]:
     """A JSON array's items as raw slices (its structure alone: about 40% of a typed decode);
     ERRORS where it is not one."""
     return _RAWS.decode(text)
@@ -211,7 +223,8 @@ def check_sizes(path: Path, raws: list[msgspec.Raw], base: int) -> None:
         )
 
 
-def decode(path: Path, text: bytes | memoryview, base: int, notes: Notes) -> list[Event]:
+def decode(path: Path, text: bytes | bytearray | memoryview, base: int,
+           notes: Notes) -> list[Event]:
     """The events of a JSON array (its i-th is event base + i, and so is the i-th returned), an
     oversized one a TraceError; bad ones salvaged, one that cannot be read DROPPED. ERRORS where
     `text` is not an array of whole JSON values (a cut in the wrong place)."""

@@ -96,22 +96,24 @@ def _cut(buf: bytearray, base: int, dec: Decoder) -> tuple[int, int, bool]:
     return 0, 0, ended
 
 
-class _Blocks:
+class Blocks:
     """The file's content block by block; `more` is false once it has all been given."""
 
     def __init__(self, inflow: limits.Inflow) -> None:
         self._it = iter(inflow)
         self.more = True
+        self.taken = 0  # bytes given
 
     def take(self) -> bytes:
         part = next(self._it, None)
         if part is None:
             self.more = False
             return b""
+        self.taken += len(part)
         return part
 
 
-def _header(blocks: _Blocks) -> tuple[bytes, memoryview]:
+def header(blocks: Blocks) -> tuple[bytes, memoryview]:
     """(the document before its `"traceEvents"` key, the list from its `[` on: a view)."""
     buf = b""
     while (m := _LIST.search(buf)) is None:
@@ -128,7 +130,7 @@ def _header(blocks: _Blocks) -> tuple[bytes, memoryview]:
     return head, memoryview(buf)[m.end() - 1:]
 
 
-def _fill(buf: bytearray | memoryview, want: int, blocks: _Blocks) -> bytearray:
+def _fill(buf: bytearray | memoryview, want: int, blocks: Blocks) -> bytearray:
     """`buf` (a `[`, then events) and the next blocks, at least `want` bytes of events (or all
     that is left), joined in one copy."""
     parts: list[bytes | bytearray | memoryview] = [buf]
@@ -143,8 +145,8 @@ def _fill(buf: bytearray | memoryview, want: int, blocks: _Blocks) -> bytearray:
 def stream(path: Path, block: int, dec: Decoder) -> Got:
     """The document streamed (see the module docstring); Fallback where it must be read whole."""
     inflow = limits.Inflow(path, block)
-    blocks = _Blocks(inflow)
-    head, view = _header(blocks)
+    blocks = Blocks(inflow)
+    head, view = header(blocks)
     want, ended, base, pieces = block, False, 0, 0
     buf: bytearray | memoryview = view
     while blocks.more and not ended:
@@ -170,14 +172,14 @@ def stream(path: Path, block: int, dec: Decoder) -> Got:
         last += blocks.take()
         if len(last) - 1 > HEADER_LIMIT + 2 * block:
             raise Fallback
-    return _tail(path, head, memoryview(last)[1:], inflow, dec, base)
-
-
-def _tail(path: Path, head: bytes, buf: memoryview, inflow: limits.Inflow, dec: Decoder,
-          base: int) -> Got:
-    """The last events and the keys after the list, read as one document with the whole
-    reader's salvage."""
     warnings: list[str] = [cut_warning(inflow.kind)] if inflow.cut else []
+    return tail(path, head, memoryview(last)[1:], warnings, dec, base)
+
+
+def tail(path: Path, head: bytes, buf: memoryview, warnings: list[str], dec: Decoder,
+         base: int) -> Got:
+    """The last events (`buf`: the list's text after its last cut) and the keys after the list,
+    read as one document with the whole reader's salvage; `warnings`: the read's so far."""
     text = head + KEY + b": [" + buf
     if text.count(KEY) > 1:
         raise Fallback  # a repeated key: the whole text says so and reads the last list
