@@ -204,3 +204,20 @@ def test_a_small_or_compressed_file_or_one_cpu_reads_alone(tmp_path, text, monke
     monkeypatch.delenv("ATTRIB_THREADS")
     monkeypatch.setenv(pair.ENV, "0")
     assert not pair.worth(p, size, BLOCK)
+
+
+def test_a_worker_whose_reader_has_gone_stops(tmp_path, text):
+    """The reader's end (its pipe closed, no line) stops the worker before its next piece."""
+    import subprocess
+
+    import msgspec
+
+    p = _plain(tmp_path, text)
+    g = msgspec.structs.replace(_grid(p, text), folder=str(tmp_path))
+    code = "from collectors.kineto.pair import serve; serve()"
+    proc = subprocess.Popen([sys.executable, "-c", code, msgspec.json.encode(g)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            cwd=Path(pair.__file__).parents[2])
+    out, _ = proc.communicate(timeout=60)  # stdin closed at once, no line written
+    assert proc.returncode == 0
+    assert out.count(b'"done"') <= 1  # at most the piece it had started

@@ -1,30 +1,23 @@
 """A large plain file's event list decoded from both ends: this process from the front, a worker
 process from the back, until they meet (issue 40: parallelism inside the one path).
 
-Pieces. The list is cut on a grid fixed by the file's bytes alone: cut k (k >= 1) is the first
-`}, {"` at or after k x `block` bytes, so the two processes find the same pieces without asking
-each other. A cut inside a string or a nested object makes a piece that does not parse. Piece 0
-starts at the list's first event and each piece starts where the one before it ended; a piece
-that starts at an event and parses ends at one (JSON parses left to right), so when every piece
-parses, every cut lies between two events. A piece that does not parse ends this path, and
-pieces.stream reads the file (it tries earlier cuts). The last piece (its events and the keys
-after the list) is read as pieces.stream reads its last: `pieces.tail`.
+Pieces: cut k (k >= 1) is the first `}, {"` at or after k x `block` bytes, a grid the file's bytes
+alone fix, so neither process asks the other where a piece starts. A cut inside a string or a
+nested object makes a piece that does not parse; piece 0 starts at the list's first event and
+each piece where the one before it ended, so when every piece parses, every cut lies between two
+events (JSON parses left to right). A piece that does not parse ends this path: pieces.stream
+reads the file. The last piece and the keys after the list are read by `pieces.tail`.
 
-Messages, plain (no shared memory): the reader gives the worker the grid (`Grid`, with a
-temporary folder) as JSON in its argv, then writes a line `k` to its stdin each time it starts
-piece k. The worker
-takes pieces from the last but one down and stops at the first the reader has started: it
-writes a JSON line {"claim": k} to its stdout before it decodes piece k, then the piece's frames
-to the folder as Arrow IPC files and {"done": k, "events": n, "notes": ..., "tables": [...]};
-{"bad": k} where the piece does not parse. The reader reads the lines between its own pieces
-(a few hundred bytes a piece: the pipe never fills) and a finished piece's files when it needs
-them.
-
-Never waiting long: the reader waits for one piece at most, the one the worker claimed last, and
-for WAIT_S at most; what the worker has not answered by then the reader decodes itself, as it
-does the pieces of a worker that failed or ended. Whether to start the worker is not judged from
-the machine's load: it is started for a plain file of MIN_PIECES pieces or more where a second
-CPU may be used (attrib.threads.second_cpu); ATTRIB_WORKER=0 turns it off.
+Messages, plain (no shared memory): the grid (`Grid`, with a temporary folder) as JSON in the
+worker's argv; a line `k` on its stdin each time the reader starts piece k. The worker takes
+pieces from the last but one down and stops at the first the reader has started; its stdout
+says {"claim": k} before it decodes piece k, {"done": k, "events": n, "notes": ..., "tables":
+[...]} once the frames are in the folder as Arrow IPC files, {"bad": k} where it does not parse.
+The reader reads those lines between its own pieces (the pipe never fills) and a piece's files
+when it takes it. It waits for one piece at most, the one the worker claimed last, and for
+WAIT_S at most; it decodes itself what a late, failed or ended worker leaves. Nothing is judged
+from the machine's load: a plain file of MIN_PIECES pieces or more, a second CPU that may be used
+(attrib.threads.second_cpu), and ATTRIB_WORKER not 0.
 """
 
 from __future__ import annotations
@@ -243,7 +236,8 @@ class _Pair:
             for a in answers:
                 if a.bad is not None:
                     raise _Bad
-                self.low = min(self.low, self.low if a.claim is None else a.claim)
+                if a.claim is not None:
+                    self.low = min(self.low, a.claim)
                 if a.done is not None:
                     self.done[a.done] = a
             if not more:
@@ -275,8 +269,10 @@ def serve() -> None:
         for j in range(len(g.starts) - 2, 0, -1):
             while select.select([0], [], [], 0)[0]:  # the reader's progress so far
                 more = os.read(0, 65536)
+                if not more:
+                    return  # the reader has ended
                 *lines, heard = (heard + more).split(b"\n")
-                seen = max([seen, *map(int, lines)]) if more else len(g.starts)
+                seen = max([seen, *map(int, lines)])
             if j <= seen:
                 return
             _say(out, Answer(claim=j))
