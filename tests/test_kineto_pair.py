@@ -1,27 +1,41 @@
-"""A large plain file read from both ends (collectors.kineto.pair) gives the tables, event indices,
-notes and warnings of the one-process stream: on the demo trace cut into many pieces, with the
-worker doing pieces, dying at once, or meeting pieces that do not parse (bad variants derived
-from the real trace inside each test)."""
+"""A worker process decoding pieces beside the reader (collectors.kineto.pair) gives the tables,
+event indices, notes and warnings of the reader alone: on the demo trace, plain and gzip, in
+memory and to disk (the bounded-memory sink), with the worker answering, killed, failing to
+start, or handed a piece cut inside a string (bad variants derived from the real trace inside
+each test)."""
 
 from __future__ import annotations
 
 import gzip
-import os
 import re
+import subprocess
 import sys
 import time
 from pathlib import Path
 
+import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
 from attrib.trace import TABLES, Trace
 from collectors import kineto
-from collectors.kineto import pair
+from collectors.kineto import Read, events, pair, sinks
+from collectors.kineto.sinks import Files
 from conftest import EXAMPLE_TRACE
 
-BLOCK = 1 << 18  # the demo trace's 19 MB of JSON in ~70 pieces
-SLOW_S = 0.02  # a pause the reader takes per piece, so the worker surely gets pieces
+BLOCK = 1 << 18  # the demo trace's 19 MB of JSON in ~75 pieces
+SLOW_S = 0.01  # a pause before each piece, so the worker is ready while pieces remain
+
+
+@pytest.fixture(scope="module")
+def text() -> bytes:
+    return gzip.decompress(EXAMPLE_TRACE.read_bytes())
+
+
+def _file(tmp_path: Path, text: bytes, name: str = "t.json") -> Path:
+    p = tmp_path / name
+    p.write_bytes(gzip.compress(text, 1) if name.endswith(".gz") else text)
+    return p
 
 
 def _read(p: Path, worker: str, monkeypatch) -> Trace:
@@ -35,133 +49,119 @@ def _same(a: Trace, b: Trace) -> None:
     assert a.meta == b.meta
 
 
-def _counted(monkeypatch, slow: bool = True) -> dict[str, int]:
-    """How many pieces each side decoded; with `slow`, the reader pauses before each of its
-    own (a busy reader), so the worker gets pieces however fast its start."""
-    seen = {"own": 0, "theirs": 0}
-    own, theirs = pair._Pair._own, pair._Pair._theirs
+def _counted(monkeypatch) -> dict[str, int]:
+    """Pieces handed to the worker and reads that fell back to the whole text; the reader
+    pauses before each piece (a busy reader)."""
+    seen: dict = {"handed": 0, "whole": 0}
+    piece, hand, whole, start = sinks.Decoder.piece, pair.Worker.hand, kineto.whole, pair.Worker.start
 
-    def counted_own(self, k, base):
-        seen["own"] += 1
-        if slow:
-            time.sleep(SLOW_S)
-        return own(self, k, base)
+    def started(path):
+        worker = start(path)
+        if worker is not None:
+            seen.setdefault("folders", []).append(Path(worker.folder))
+        return worker
 
-    def counted_theirs(self, j, base):
-        seen["theirs"] += 1
-        return theirs(self, j, base)
+    def slow_piece(self, text, at=None):
+        time.sleep(SLOW_S)
+        return piece(self, text, at)
 
-    monkeypatch.setattr(pair._Pair, "_own", counted_own)
-    monkeypatch.setattr(pair._Pair, "_theirs", counted_theirs)
+    def counted_hand(self, j, text, at):
+        seen["handed"] += 1
+        return hand(self, j, text, at)
+
+    def counted_whole(path, dec):
+        seen["whole"] += 1
+        return whole(path, dec)
+
+    monkeypatch.setattr(sinks.Decoder, "piece", slow_piece)
+    monkeypatch.setattr(pair.Worker, "hand", counted_hand)
+    monkeypatch.setattr(kineto, "whole", counted_whole)
+    monkeypatch.setattr(pair.Worker, "start", staticmethod(started))
     return seen
 
 
-@pytest.fixture(scope="module")
-def text() -> bytes:
-    return gzip.decompress(EXAMPLE_TRACE.read_bytes())
-
-
-def _plain(tmp_path: Path, text: bytes, name: str = "t.json") -> Path:
-    p = tmp_path / name
-    p.write_bytes(text)
-    return p
-
-
-def test_both_ends_give_the_one_process_tables(tmp_path, text, monkeypatch):
-    p = _plain(tmp_path, text)
+@pytest.mark.parametrize("name", ["t.json", "t.json.gz"])
+def test_the_worker_gives_the_readers_own_tables(tmp_path, text, monkeypatch, name):
+    p = _file(tmp_path, text, name)
     alone = _read(p, "0", monkeypatch)
     seen = _counted(monkeypatch)
     both = _read(p, "1", monkeypatch)
     _same(both, alone)
-    assert seen["theirs"] >= 5 and seen["own"] >= 1, seen  # each side decoded pieces
-    assert seen["own"] + seen["theirs"] == len(_grid(p, text).starts) - 1  # each piece once, the tail apart
-    # the kernels keep their index in traceEvents (export aligns by it)
-    kernel_at = [m.start() for m in re.finditer(rb'"cat": "kernel"', text)]
-    assert both.kernels.height == len(kernel_at)
-    assert both.kernels["event"].is_sorted()
+    assert seen["handed"] >= 10 and seen["whole"] == 0, seen
+    kernels = len(re.findall(rb'"cat": "kernel"', text))  # each kept with its index
+    assert both.kernels.height == kernels and both.kernels["event"].is_sorted()
+    assert seen["folders"] and not any(map(Path.exists, seen["folders"]))  # removed
 
 
-def test_the_worker_leaves_no_files(tmp_path, text, monkeypatch):
-    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
-    (tmp_path / "tmp").mkdir()
-    import tempfile
+def _files(p: Path, folder: Path, monkeypatch, worker: str) -> tuple[Read, dict[str, pl.DataFrame]]:
+    monkeypatch.setenv(pair.ENV, worker)
+    folder.mkdir()
+    sink = Files(folder, rows=4096)
+    got = events(p, sink, BLOCK, worker=True)
+    sink.flush()
+    return got, {t: pl.concat([pl.read_ipc(part.path) for part in parts])
+                 for t, parts in sink.parts.items() if parts}
 
-    monkeypatch.setattr(tempfile, "tempdir", None)  # TMPDIR read again
+
+def test_the_bounded_memory_sink_gets_the_same_files(tmp_path, text, monkeypatch):
+    p = _file(tmp_path, text)
+    got, alone = _files(p, tmp_path / "a", monkeypatch, "0")
     seen = _counted(monkeypatch)
-    _read(_plain(tmp_path, text), "1", monkeypatch)
-    assert seen["theirs"] >= 5
-    assert not list((tmp_path / "tmp").iterdir())
+    got2, both = _files(p, tmp_path / "b", monkeypatch, "1")
+    assert seen["handed"] >= 10
+    assert (got.events, got.notes, got.warnings) == (got2.events, got2.notes, got2.warnings)
+    assert alone.keys() == both.keys()
+    for t in alone:
+        assert_frame_equal(alone[t], both[t])
 
 
-def test_a_worker_killed_after_its_first_piece_leaves_the_rest_to_the_reader(
-        tmp_path, text, monkeypatch):
-    p = _plain(tmp_path, text)
+@pytest.mark.parametrize("name", ["t.json", "t.json.gz"])  # ranges of the file, copies
+def test_a_worker_killed_after_its_first_answer_leaves_the_rest_to_the_reader(
+        tmp_path, text, monkeypatch, name):
+    p = _file(tmp_path, text, name)
     alone = _read(p, "0", monkeypatch)
-    drain = pair._Pair._drain
+    drain = pair.Worker._drain
 
-    def killing(self, proc, timeout):
-        alive = drain(self, proc, timeout)
+    def killing(self, timeout):
+        drain(self, timeout)
         if self.done:
-            proc.kill()  # SIGKILL: no word, files it was writing left half done
-        return alive
+            self.proc.kill()  # SIGKILL: no word; the pieces it holds are decoded from their files
 
-    monkeypatch.setattr(pair._Pair, "_drain", killing)
+    monkeypatch.setattr(pair.Worker, "_drain", killing)
     seen = _counted(monkeypatch)
     _same(_read(p, "1", monkeypatch), alone)
-    assert seen["theirs"] >= 1 and seen["own"] >= 1, seen
+    assert seen["handed"] >= 1 and seen["whole"] == 0
 
 
-def test_a_worker_that_fails_at_once_leaves_every_piece_to_the_reader(
-        tmp_path, text, monkeypatch):
-    p = _plain(tmp_path, text)
+def test_a_worker_that_fails_at_once_is_handed_nothing(tmp_path, text, monkeypatch):
+    p = _file(tmp_path, text)
     alone = _read(p, "0", monkeypatch)
     monkeypatch.setattr(pair, "__name__", "os")  # the worker runs `from os import serve`
-    seen = _counted(monkeypatch, slow=False)
+    seen = _counted(monkeypatch)
     _same(_read(p, "1", monkeypatch), alone)
-    assert seen["theirs"] == 0 and seen["own"] > 0
+    assert (seen["handed"], seen["whole"]) == (0, 0)
 
 
 def test_a_worker_that_cannot_start_changes_nothing(tmp_path, text, monkeypatch):
-    p = _plain(tmp_path, text)
+    p = _file(tmp_path, text)
     alone = _read(p, "0", monkeypatch)
     monkeypatch.setattr(sys, "executable", str(tmp_path / "no-python"))
-    seen = _counted(monkeypatch, slow=False)
+    seen = _counted(monkeypatch)
     _same(_read(p, "1", monkeypatch), alone)
-    assert seen == {"own": 0, "theirs": 0}  # streamed: the pair path gave up at the start
+    assert (seen["handed"], seen["whole"]) == (0, 0)
 
 
-def _grid(p: Path, text: bytes) -> pair.Grid:
-    h = os.open(p, os.O_RDONLY)
-    try:
-        first = re.search(rb'"traceEvents"\s*:\s*\[', text).end()  # type: ignore[union-attr]
-        g = pair.grid(h, p, first, len(text), BLOCK)
-    finally:
-        os.close(h)
-    assert g is not None
-    return g
-
-
-_NAME = re.compile(rb'"name": "([^"\\]*)"')
-
-
-@pytest.mark.parametrize("where", [0.1, 0.9])  # the reader's pieces, the worker's
-def test_a_cut_inside_a_string_goes_back_to_the_stream(tmp_path, text, monkeypatch, where):
-    """An op name ending in `}, {` between a grid line and the cut after it: the grid cuts
-    inside the string (at its closing quote), and that piece does not parse."""
-    g = _grid(_plain(tmp_path, text), text)
-    k = int(len(g.starts) * where)
-    while not (m := _NAME.search(text, k * BLOCK, g.ends[k - 1])):
-        k += 1
-    bad = text[: m.end(1)] + b"}, {" + text[m.end(1):]
-    p = _plain(tmp_path, bad, "bad.json")
-    assert _grid(p, bad).starts[k] < g.starts[k]  # the grid cut inside the string
+def test_a_piece_cut_inside_a_string_is_read_whole(tmp_path, text, monkeypatch):
+    """Every op name ends in `}, {`: the stream's last cut in a buffer falls inside a name.
+    A piece of its own it cuts again; a handed one does not parse in the worker, and the
+    document is read whole: the same tables as the reader alone."""
+    bad = re.sub(rb'("name": "[^"\\]*)(", "pid")', rb"\1}, {\2", text)
+    assert bad.count(b'}, {", "pid"') > 1000
+    p = _file(tmp_path, bad)
     alone = _read(p, "0", monkeypatch)
     seen = _counted(monkeypatch)
     _same(_read(p, "1", monkeypatch), alone)
-    assert seen["own"] >= 1
-    names = [n for t in TABLES if (df := getattr(alone, t)) is not None and "name" in df.columns
-             for n in df["name"].to_list()]
-    assert sum(n.endswith("}, {") for n in names) == 1
+    assert seen["handed"] >= 1 and seen["whole"] == 1, seen
 
 
 def test_salvaged_events_in_the_workers_pieces_keep_their_indices(tmp_path, text, monkeypatch):
@@ -172,52 +172,49 @@ def test_salvaged_events_in_the_workers_pieces_keep_their_indices(tmp_path, text
     assert m is not None and t is not None
     bad = (text[: m.start(1)] + b"\xff" + text[m.start(1) + 1: t.start(1)] + b'"' + t.group(1)
            + b'"' + text[t.end(1):])
-    p = _plain(tmp_path, bad)
+    p = _file(tmp_path, bad)
     alone = _read(p, "0", monkeypatch)
     seen = _counted(monkeypatch)
     both = _read(p, "1", monkeypatch)
     _same(both, alone)
-    assert seen["theirs"] >= 5
+    assert seen["handed"] >= 10
     said = " ".join(str(w) for w in both.meta.warnings)
     assert "invalid UTF-8" in said and "set to null" in said
 
 
 def test_a_file_cut_short_keeps_its_salvage(tmp_path, text, monkeypatch):
-    p = _plain(tmp_path, text[: int(len(text) * 0.8)])
+    p = _file(tmp_path, text[: int(len(text) * 0.8)])
     alone = _read(p, "0", monkeypatch)
     seen = _counted(monkeypatch)
     both = _read(p, "1", monkeypatch)
     _same(both, alone)
-    assert seen["theirs"] >= 1
+    assert seen["handed"] >= 1
     assert any(w.kind == "truncated" for w in both.meta.warnings)
 
 
-def test_a_small_or_compressed_file_or_one_cpu_reads_alone(tmp_path, text, monkeypatch):
-    p = _plain(tmp_path, text)
-    size = len(text)
-    monkeypatch.setenv(pair.ENV, "1")
-    assert pair.worth(p, size, BLOCK)
-    assert not pair.worth(p, size, size // 4)  # 4 pieces
-    assert not pair.worth(EXAMPLE_TRACE, size, BLOCK)  # gzip: its pieces cannot be read apart
-    monkeypatch.setenv("ATTRIB_THREADS", "1")
-    assert not pair.worth(p, size, BLOCK)
-    monkeypatch.delenv("ATTRIB_THREADS")
-    monkeypatch.setenv(pair.ENV, "0")
-    assert not pair.worth(p, size, BLOCK)
-
-
-def test_a_worker_whose_reader_has_gone_stops(tmp_path, text):
-    """The reader's end (its pipe closed, no line) stops the worker before its next piece."""
-    import subprocess
-
-    import msgspec
-
-    p = _plain(tmp_path, text)
-    g = msgspec.structs.replace(_grid(p, text), folder=str(tmp_path))
+def test_a_worker_whose_reader_has_gone_ends(tmp_path, text):
+    """The reader's end (its pipe closed) ends the worker."""
     code = "from collectors.kineto.pair import serve; serve()"
-    proc = subprocess.Popen([sys.executable, "-c", code, msgspec.json.encode(g)],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "t.json"),
+                             str(tmp_path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             cwd=Path(pair.__file__).parents[2])
     out, _ = proc.communicate(timeout=60)  # stdin closed at once, no line written
-    assert proc.returncode == 0
-    assert out.count(b'"done"') <= 1  # at most the piece it had started
+    assert proc.returncode == 0 and out == b'{"ready":true}\n'
+
+
+def test_when_the_worker_starts(tmp_path, text, monkeypatch):
+    plain, packed = _file(tmp_path, text), _file(tmp_path, text, "t.json.gz")
+    monkeypatch.setenv(pair.ENV, "1")
+    monkeypatch.delenv("ATTRIB_THREADS", raising=False)
+    if not pair.second_cpu():
+        assert pair.start_at(plain, BLOCK) is None
+        return
+    assert pair.start_at(plain, BLOCK) == 0  # 75 pieces of a plain file: at once
+    assert pair.start_at(plain, len(text) // 4) == pair.START_AT  # 4 pieces
+    assert pair.start_at(packed, BLOCK) == pair.START_AT  # its size says little
+    assert pair.start_at(tmp_path / "missing.json", BLOCK) is None
+    monkeypatch.setenv("ATTRIB_THREADS", "1")
+    assert pair.start_at(plain, BLOCK) is None
+    monkeypatch.delenv("ATTRIB_THREADS")
+    monkeypatch.setenv(pair.ENV, "0")
+    assert pair.start_at(plain, BLOCK) is None

@@ -8,8 +8,8 @@ One path from the file's bytes to the normalized tables (`events`, then tables.b
 
 pieces.stream cuts the list as the file is read (memory bounded by the tables, not the file); a
 document it cannot cut cleanly is read whole by pieces.whole (repair: salvage, Kineto's name
-bugs) into the same decoder. Times (float microseconds) become integer nanoseconds. A large plain
-file is read from both ends (pair: this process from the front, a worker process from the back).
+bugs) into the same decoder. Times (float microseconds) become integer nanoseconds. Once a read
+has cut a few pieces, a worker process decodes some of them beside it (pair).
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from msgspec.structs import replace
 from attrib.errors import TraceError
 from attrib.trace import Trace
 from collectors.kineto import pair
-from collectors.kineto.decode import Notes
+from collectors.kineto.decode import Fallback, Notes
 from collectors.kineto.doc import Doc, document_meta
-from collectors.kineto.pieces import BLOCK, Fallback, stream, whole
+from collectors.kineto.pieces import BLOCK, stream, whole
 from collectors.kineto.repair import read_document, repair_names
 from collectors.kineto.sinks import Decoder, Parts, Sink
 from collectors.kineto.tables import built
@@ -50,14 +50,11 @@ def sniff(path: Path, head: bytes) -> bool:
 
 def events(path: Path, sink: Sink, block: int = BLOCK, worker: bool = False) -> Read:
     """The document's events, as frames put to `sink` in event order: streamed in pieces of
-    about `block` bytes (Fallback where it must be read whole), from both ends with a worker
-    process where `worker` and it pays (pair), or read whole where block <= 0."""
-    dec = Decoder(path, sink)
-    if block <= 0:
-        doc, n, warnings = whole(path, dec)
-    else:
-        got = pair.read(path, block, dec) if worker else None
-        doc, n, warnings = got or stream(path, block, dec)
+    about `block` bytes (Fallback where it must be read whole), or read whole where block <= 0.
+    worker: a streamed read may have a worker process decode pieces (pair)."""
+    at = pair.start_at(path, block) if worker and block > 0 else None
+    with Decoder(path, sink, at) as dec:
+        doc, n, warnings = stream(path, block, dec) if block > 0 else whole(path, dec)
     if not n:
         raise TraceError(path, "no events: traceEvents is missing or empty")
     return Read(doc, n, dec.notes, warnings)

@@ -9,6 +9,7 @@ first event's index, so the reader says what it changed in one warning per kind.
 
 from __future__ import annotations
 
+import ctypes
 import math
 from pathlib import Path
 from typing import Annotated, Any
@@ -86,6 +87,21 @@ _ARG_KEYS = {f.name: f.encode_name for f in msgspec.structs.fields(_Args)}  # fi
 _STR_FIELDS = ("ph", "cat", "name")
 _FLOAT_FIELDS = ("ts", "dur")
 _LIMIT = 2**63
+
+
+class Fallback(Exception):
+    """The document is not one the stream cuts cleanly; read it whole."""
+
+
+def trim() -> None:
+    """Give the C heap's free pages back to the system (glibc `malloc_trim`; nothing elsewhere).
+    A piece's events live in Python's heap and the frames in polars' own allocator, so the pages
+    the events leave free are not reused for the tables: without this they stay resident (about
+    40 MB per 0.5 GB of JSON)."""
+    try:
+        getattr(ctypes.CDLL(None), "malloc_trim")(0)  # the process's own symbols: libc's
+    except (OSError, AttributeError, TypeError):
+        pass
 
 
 class Notes(msgspec.Struct):

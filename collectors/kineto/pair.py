@@ -1,30 +1,35 @@
-"""A large plain file's event list decoded from both ends: this process from the front, a worker
-process from the back, until they meet (issue 40: parallelism inside the one path).
+"""A worker process that decodes pieces of the event list the reader hands it (issue 40:
+parallelism inside the one path), for any input the stream reads: plain or compressed, into
+memory or to disk.
 
-Pieces: cut k (k >= 1) is the first `}, {"` at or after k x `block` bytes, a grid the file's bytes
-alone fix, so neither process asks the other where a piece starts. A cut inside a string or a
-nested object makes a piece that does not parse; piece 0 starts at the list's first event and
-each piece where the one before it ended, so when every piece parses, every cut lies between two
-events (JSON parses left to right). A piece that does not parse ends this path: pieces.stream
-reads the file. The last piece and the keys after the list are read by `pieces.tail`.
+The reader cuts the list as it always does (collectors.kineto.pieces) and gives each piece to its
+Decoder (collectors.kineto.sinks), which decodes it itself or, while the worker has room, hands
+it over. A handed piece is not checked here: piece 0 starts at the list's first event and each
+piece where the one before it ended, so if every piece parses (the reader's in the reader, the
+handed ones in the worker) every cut lies between two events. A handed piece that does not parse
+means a cut inside a string: `Fallback`, and the document is read whole.
 
-Messages, plain (no shared memory): the grid (`Grid`, with a temporary folder) as JSON in the
-worker's argv; a line `k` on its stdin each time the reader starts piece k. The worker takes
-pieces from the last but one down and stops at the first the reader has started; its stdout
-says {"claim": k} before it decodes piece k, {"done": k, "events": n, "notes": ..., "tables":
-[...]} once the frames are in the folder as Arrow IPC files, {"bad": k} where it does not parse.
-The reader reads those lines between its own pieces (the pipe never fills) and a piece's files
-when it takes it. It waits for one piece at most, the one the worker claimed last, and for
-WAIT_S at most; it decodes itself what a late, failed or ended worker leaves. Nothing is judged
-from the machine's load: a plain file of MIN_PIECES pieces or more, a second CPU that may be used
-(attrib.threads.second_cpu), and ATTRIB_WORKER not 0.
+Messages, plain (no shared memory): the worker is `python -c` on `serve`, given a temporary
+folder. It says {"ready": true} once its modules are loaded; the reader hands nothing before.
+To hand piece j the reader writes a line to the worker's stdin: `j at n` where the piece's
+events are the n bytes of a plain trace file from `at`, else `j` with its JSON array written to
+the folder (`j.json`). The worker decodes pieces in the order given, writes each table's frame to the
+folder as Arrow IPC and says {"done": j, "events": n, "notes": ..., "tables": [...]}, or {"bad":
+j}; one JSON line each on its stdout, which the reader reads between pieces (the pipe never
+fills). Frames come back with event indices from 0 and the decoder moves them into place.
+
+Never waiting long: at most QUEUE pieces are handed and unanswered, and HOLD decoded pieces held
+behind them; a piece the decoder needs then is waited for while the worker decodes it, WAIT_S at
+most, and decoded by the reader where the worker has not started it, failed or ended. Nothing
+is judged from the machine's load: the worker starts at once for a plain file of MIN_PIECES
+pieces or more, after START_AT pieces (about 50 MB of JSON) for any other, where a second CPU
+may be used (attrib.threads.second_cpu) and ATTRIB_WORKER is not 0.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import re
 import select
 import subprocess
 import sys
@@ -40,255 +45,206 @@ from attrib.errors import TraceError
 from attrib.threads import second_cpu
 from collectors import limits
 from collectors.kineto.columns import Frames, frames
-from collectors.kineto.decode import ERRORS, Notes, decode
-from collectors.kineto.pieces import Blocks, Got, header, tail, trim
-from collectors.kineto.sinks import Decoder
+from collectors.kineto.decode import ERRORS, Fallback, Notes, decode, trim
 
 ENV = "ATTRIB_WORKER"  # "0": no worker process
-MIN_PIECES = 12  # pieces of a file worth a worker (its start costs about 5 pieces' decoding)
-WAIT_S = 0.5  # the longest the reader waits on the worker's piece before decoding it itself
-LOOK = 1 << 20  # bytes searched for a cut past its grid line
-_CUT = re.compile(rb'\}\s*,\s*\{\s*"')
-
-
-class Grid(msgspec.Struct, frozen=True):
-    """The list's pieces: piece k is the file's bytes starts[k]:ends[k]; the last is the tail."""
-
-    path: str
-    starts: list[int]
-    ends: list[int]
-    folder: str = ""  # where the worker writes its frames
-
-    def text(self, fd: int, k: int) -> bytearray:
-        """Piece k (not the tail) as a JSON array: `[`, its events, `]`."""
-        n = self.ends[k] - self.starts[k]
-        buf = bytearray(n + 2)
-        buf[0], buf[-1] = ord("["), ord("]")
-        if os.preadv(fd, [memoryview(buf)[1:-1]], self.starts[k]) != n:
-            raise OSError(f"{self.path}: read short (the file changed while it was read)")
-        return buf
+START_AT = 6  # pieces cut before a worker is started (its start costs about 5 pieces' decoding)
+MIN_PIECES = 12  # a plain file of this many pieces starts its worker at once
+QUEUE = 2  # pieces handed and not answered, at most
+HOLD = 8  # pieces decoded and held behind a handed one, at most (then the reader waits)
+WAIT_S = 0.5  # the longest the decoder waits for a piece before decoding it itself
+_ROOT = str(Path(__file__).resolve().parents[2])  # where the worker imports this package from
 
 
 class Answer(msgspec.Struct, omit_defaults=True):
     """One message of the worker (module docstring)."""
 
-    claim: int | None = None
+    ready: bool = False
     done: int | None = None
     bad: int | None = None
     events: int = 0
     notes: Notes | None = None
-    tables: list[str] = []  # written to `folder` as {done}-{table}.arrow
+    tables: list[str] = []  # written to the folder as {done}-{table}.arrow
 
 
-_GRID = msgspec.json.Decoder(Grid)
+Decoded = tuple[Frames, int, Notes]  # a piece's frames, event count and notes, indices from 0
 _ANSWER = msgspec.json.Decoder(Answer)
 
 
-def grid(fd: int, path: Path, first: int, size: int, block: int) -> Grid | None:
-    """The pieces of the list whose first event is at `first` (module docstring); None where
-    there are fewer than MIN_PIECES or a grid line has no cut within LOOK bytes."""
-    starts, ends = [first], []
-    line = block
-    while line + block <= size:  # the tail keeps at least a block
-        at = max(line, starts[-1])
-        m = _CUT.search(os.pread(fd, LOOK, at))
-        if m is None:
-            return None
-        ends.append(at + m.start() + 1)
-        starts.append(at + m.start() + m.group().rindex(b"{"))
-        line += block
-    ends.append(size)
-    return Grid(str(path), starts, ends) if len(starts) >= MIN_PIECES else None
-
-
-def worth(path: Path, size: int, block: int) -> bool:
-    """Whether to read `path` from both ends: a second CPU, not turned off, a large plain file."""
-    return (os.environ.get(ENV) != "0" and second_cpu() and size >= MIN_PIECES * block
-            and hasattr(os, "preadv") and limits.Inflow(path).kind is None)
-
-
-def read(path: Path, block: int, dec: Decoder) -> Got | None:
-    """The document read from both ends (module docstring), its frames put to `dec`'s sink in
-    event order; None, with nothing put, where the path does not apply or a piece does not parse
-    (pieces.stream reads it then); Fallback as pieces.stream raises it."""
-    try:
-        size = path.stat().st_size
-    except OSError:
-        return None  # the stream names the problem
-    if not worth(path, size, block):
+def start_at(path: Path, block: int) -> int | None:
+    """After how many pieces a read of `path` in pieces of `block` bytes starts its worker:
+    at once for a plain file of MIN_PIECES pieces or more, after START_AT for any other (a
+    compressed file's size says little); None where it starts none."""
+    if os.environ.get(ENV) == "0" or not second_cpu():
         return None
-    blocks = Blocks(limits.Inflow(path, block))
-    head, view = header(blocks)
-    first = blocks.taken - len(view) + 1  # the list's text after its `[`
-    del blocks, view
-    with open(path, "rb") as fh:
-        g = grid(fh.fileno(), path, first, size, block)
-        if g is None:
+    try:
+        big = path.stat().st_size >= MIN_PIECES * block and limits.Inflow(path).kind is None
+    except (OSError, TraceError):
+        return None  # the reader names the problem
+    return 0 if big else START_AT
+
+
+def decoded(path: Path, text: bytes | bytearray | memoryview, plain: bool = False) -> Decoded:
+    """A piece decoded with indices from 0 (ERRORS where it does not parse)."""
+    notes = Notes()
+    evs = decode(path, text, 0, notes)
+    return frames(evs, notes, 0, plain=plain), len(evs), notes
+
+
+class Worker:
+    """The worker process, from the reader's side (module docstring)."""
+
+    def __init__(self, path: Path, proc: subprocess.Popen[bytes], folder: str) -> None:
+        self.path, self.proc, self.folder = path, proc, folder
+        self.ready, self.alive = False, True
+        self.handed: list[int] = []  # handed and not taken, in the order given
+        self.ranges: dict[int, tuple[int, int] | None] = {}  # of the trace file, or None: a copy
+        self.done: dict[int, Answer] = {}
+        self._buf = b""
+
+    @classmethod
+    def start(cls, path: Path) -> Worker | None:
+        """A started worker, or None where none can be."""
+        shm = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None  # memory: no disk writes
+        try:  # at most QUEUE pieces and their frames at a time: ~20 MB
+            folder = tempfile.mkdtemp(prefix="attrib-pair-", dir=shm)
+        except OSError:
             return None
-        got = _Pair(path, g, fh.fileno()).pieces()
-        if got is None:
+        code = f"import sys; sys.path.insert(0, {_ROOT!r}); from {__name__} import serve; serve()"
+        try:  # stdin unbuffered: a line is sent as it is written
+            proc = subprocess.Popen(
+                [sys.executable, "-c", code, str(path), folder], bufsize=0,
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                env=dict(os.environ, POLARS_MAX_THREADS="1"))
+        except OSError:
+            os.rmdir(folder)
             return None
-        last = len(g.starts) - 1
-        text = memoryview(os.pread(fh.fileno(), size - g.starts[last], g.starts[last]))
-    for made, _n, notes in got:
-        dec.sink.put(made)
-        dec.notes.add(notes, 0)
-    return tail(path, head, text, [], dec, sum(n for _made, n, _notes in got))
+        return cls(path, proc, folder)
 
+    def answered(self, j: int) -> bool:
+        """Whether piece j is answered, or will never be."""
+        self._drain(0.0)
+        return j in self.done or not self.alive
 
-Piece = tuple[Frames, int, Notes]  # frames, events, notes; indices those of the whole list
+    def room(self) -> bool:
+        """Whether a piece may be handed now."""
+        self._drain(0.0)
+        waiting = sum(j not in self.done for j in self.handed)
+        return self.ready and self.alive and waiting < QUEUE
 
+    def hand(self, j: int, text: bytes | bytearray | memoryview, at: int | None) -> None:
+        """Give piece j (its JSON array) to the worker: as the range of the trace file at `at`
+        its events fill, or written to the folder where `at` is None."""
+        if at is None:
+            with open(self._file(j, "json"), "wb") as fh:
+                fh.write(text)
+            self.ranges[j] = None
+        else:
+            self.ranges[j] = (at, len(text) - 2)
+        self.handed.append(j)
+        with contextlib.suppress(OSError):  # the worker has ended: the piece is the reader's
+            assert self.proc.stdin is not None
+            self.proc.stdin.write(_ask(j, self.ranges[j]))
 
-class _Bad(Exception):
-    """A piece that does not parse."""
-
-
-class _Pair:
-    """The reader's side: its pieces from the front, the worker's answers (`done`, `low`: the
-    lowest piece it claimed) from the back."""
-
-    def __init__(self, path: Path, g: Grid, fd: int) -> None:
-        self.path, self.g, self.fd = path, g, fd
-        self.low, self.done, self.buf = len(g.starts) - 1, dict[int, Answer](), b""
-
-    def pieces(self) -> list[Piece] | None:
-        """Every piece but the tail, in order; None where one does not parse or no worker
-        starts."""
-        with tempfile.TemporaryDirectory(prefix="attrib-pair-") as folder:
-            self.g = msgspec.structs.replace(self.g, folder=folder)
-            code = f"import sys; sys.path.insert(0, {_ROOT!r}); from {__name__} import serve; serve()"
-            try:  # stdin unbuffered: a line is sent as it is written
-                proc = subprocess.Popen(
-                    [sys.executable, "-c", code, msgspec.json.encode(self.g)], bufsize=0,
-                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                    env=dict(os.environ, POLARS_MAX_THREADS="1"))
-            except OSError:
-                return None
-            try:
-                return self._meet(proc)
-            except _Bad:
-                return None
-            finally:
-                proc.kill()
-                proc.wait()
-                for pipe in (proc.stdin, proc.stdout):
-                    with contextlib.suppress(OSError):  # a line the ended worker never read
-                        assert pipe is not None
-                        pipe.close()
-
-    def _meet(self, proc: subprocess.Popen[bytes]) -> list[Piece]:
-        """Own pieces from 0 until the worker's lowest, then the worker's (own where it is
-        late); the worker hears each own piece as it is started, and the end."""
-        last = len(self.g.starts) - 1
-        out: list[Piece] = []
-        base = k = 0
-        while k < last:
-            self._drain(proc, 0.0)
-            if k >= self.low:
-                break
-            _tell(proc, k)
-            out.append(self._own(k, base))
-            base, k = base + out[-1][1], k + 1
-        _tell(proc, last)
-        for j in range(k, last):
-            deadline = time.monotonic() + WAIT_S
-            while j not in self.done and (left := deadline - time.monotonic()) > 0:
-                if not self._drain(proc, left):
-                    break  # the worker has ended
-            out.append(self._theirs(j, base) if j in self.done else self._own(j, base))
-            base += out[-1][1]
-        return out
-
-    def _own(self, k: int, base: int) -> Piece:
-        notes = Notes()
+    def take(self, j: int) -> Decoded:
+        """Piece j: the worker's frames, or decoded here where it has not answered: at once
+        where the worker has not started it, after WAIT_S at most where it has (pieces are
+        decoded in the order given); Fallback where it does not parse (module docstring)."""
+        deadline = time.monotonic() + WAIT_S
+        while j not in self.done and self.alive and (left := deadline - time.monotonic()) > 0:
+            if next(h for h in self.handed if h not in self.done) != j:
+                break  # not started: the worker would decode it after the one it holds
+            self._drain(left)
+        self.handed.remove(j)
+        where = self.ranges.pop(j)
+        answer = self.done.pop(j, None)
         try:
-            evs = decode(self.path, self.g.text(self.fd, k), base, notes)
+            if answer is None:
+                return decoded(self.path, _piece(self.path, self.folder, j, where))
         except ERRORS:
-            raise _Bad from None
-        except OSError as exc:
-            raise TraceError(self.path, f"cannot read: {exc}") from None
-        return frames(evs, notes, base), len(evs), notes
-
-    def _theirs(self, j: int, base: int) -> Piece:
-        """The worker's piece j, its event indices moved to the whole list's (`base` on)."""
-        answer, made = self.done[j], {}
+            raise Fallback from None
+        finally:
+            if where is None:
+                os.unlink(self._file(j, "json"))
+        made = {}
         for t in answer.tables:
-            made[t] = pl.read_ipc(_file(self.g, j, t))
-            os.unlink(_file(self.g, j, t))
-        if "kernels" in made:
-            made["kernels"] = made["kernels"].with_columns(pl.col("event") + base)
-        notes = Notes()
-        notes.add(answer.notes or Notes(), base)
-        return made, answer.events, notes
+            made[t] = pl.read_ipc(self._file(j, t))
+            os.unlink(self._file(j, t))
+        return made, answer.events, answer.notes or Notes()
 
-    def _drain(self, proc: subprocess.Popen[bytes], timeout: float) -> bool:
-        """The worker's answers so far, waiting up to `timeout` seconds for one; False once
-        it has ended (or said what is not an answer)."""
-        assert proc.stdout is not None
-        fd = proc.stdout.fileno()
-        while select.select([fd], [], [], timeout)[0]:
+    def close(self) -> None:
+        """End the worker and remove its folder."""
+        self.proc.kill()
+        self.proc.wait()
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            with contextlib.suppress(OSError):  # a line the ended worker never read
+                assert pipe is not None
+                pipe.close()
+        for name in os.listdir(self.folder):
+            os.unlink(os.path.join(self.folder, name))
+        os.rmdir(self.folder)
+
+    def _file(self, j: int, what: str) -> str:
+        return _file(self.folder, j, what)
+
+    def _drain(self, timeout: float) -> None:
+        """The worker's answers so far, waiting up to `timeout` seconds for one."""
+        assert self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+        while self.alive and select.select([fd], [], [], timeout)[0]:
             more = os.read(fd, 65536)
-            *lines, self.buf = (self.buf + more).split(b"\n")
+            *lines, self._buf = (self._buf + more).split(b"\n")
             try:
                 answers = [_ANSWER.decode(line) for line in lines]
             except msgspec.DecodeError:
-                return False
+                answers, more = [], b""  # not the worker's words: it is not working
             for a in answers:
                 if a.bad is not None:
-                    raise _Bad
-                if a.claim is not None:
-                    self.low = min(self.low, a.claim)
+                    raise Fallback
+                self.ready = self.ready or a.ready
                 if a.done is not None:
                     self.done[a.done] = a
-            if not more:
-                return False
+            self.alive = bool(more)
             timeout = 0.0
-        return True
 
 
-_ROOT = str(Path(__file__).resolve().parents[2])  # where the worker imports this package from
+def _ask(j: int, where: tuple[int, int] | None) -> bytes:
+    """The line that hands piece j: `j` (its copy in the folder) or `j at n` (n bytes of the
+    trace file from `at`)."""
+    return b"%d\n" % j if where is None else b"%d %d %d\n" % (j, *where)
 
 
-def _file(g: Grid, j: int, table: str) -> str:
-    """Where the worker writes piece j's frame of `table`."""
-    return os.path.join(g.folder, f"{j}-{table}.arrow")
+def _piece(path: Path, folder: str, j: int, where: tuple[int, int] | None) -> bytes:
+    """Piece j's JSON array: its copy in the folder, or read from the trace file."""
+    if where is None:
+        return Path(_file(folder, j, "json")).read_bytes()
+    at, n = where
+    with open(path, "rb") as fh:
+        fh.seek(at)
+        return b"[" + fh.read(n) + b"]"
 
 
-def _tell(proc: subprocess.Popen[bytes], k: int) -> None:
-    """Tell the worker the reader has started piece k."""
-    with contextlib.suppress(OSError):  # the worker has ended: its pieces are the reader's
-        assert proc.stdin is not None
-        proc.stdin.write(b"%d\n" % k)
+def _file(folder: str, j: int, what: str) -> str:
+    """Piece j's text (`json`) or a table's frame, in the worker's folder."""
+    return os.path.join(folder, f"{j}.{what}" if what == "json" else f"{j}-{what}.arrow")
 
 
 def serve() -> None:
-    """The worker (module docstring): the grid in argv, the reader's progress on stdin, answers
-    on stdout, frames in the grid's folder."""
-    g, out, heard, seen = _GRID.decode(sys.argv[1]), sys.stdout.buffer, b"", -1
-    with open(g.path, "rb") as fh:
-        for j in range(len(g.starts) - 2, 0, -1):
-            while select.select([0], [], [], 0)[0]:  # the reader's progress so far
-                more = os.read(0, 65536)
-                if not more:
-                    return  # the reader has ended
-                *lines, heard = (heard + more).split(b"\n")
-                seen = max([seen, *map(int, lines)])
-            if j <= seen:
-                return
-            _say(out, Answer(claim=j))
-            notes = Notes()
-            try:
-                evs = decode(Path(g.path), g.text(fh.fileno(), j), 0, notes)
-            except (*ERRORS, TraceError):
-                return _say(out, Answer(bad=j))
-            made = frames(evs, notes, 0, plain=False)
-            answer = Answer(done=j, events=len(evs), notes=notes, tables=list(made))
-            del evs
-            for t, df in made.items():  # text as views, as built: no conversion
-                df.write_ipc(_file(g, j, t), compat_level=pl.CompatLevel.newest())
-            del made
-            trim()
-            _say(out, answer)
+    """The worker (module docstring): the trace's path and the folder in argv, piece numbers on
+    stdin, answers on stdout."""
+    path, folder, out = Path(sys.argv[1]), sys.argv[2], sys.stdout.buffer
+    _say(out, Answer(ready=True))
+    for line in sys.stdin.buffer:
+        j, *at = map(int, line.split())
+        try:
+            made, n, notes = decoded(path, _piece(path, folder, j, (at[0], at[1]) if at else None))
+        except (*ERRORS, TraceError):
+            return _say(out, Answer(bad=j))
+        for t, df in made.items():  # text as views, as built: no conversion
+            df.write_ipc(_file(folder, j, t), compat_level=pl.CompatLevel.newest())
+        _say(out, Answer(done=j, events=n, notes=notes, tables=list(made)))
+        del made
+        trim()
 
 
 def _say(out: BinaryIO, answer: Answer) -> None:

@@ -12,7 +12,6 @@ anything repaired) raises `Fallback`. `whole` reads the document whole and repai
 
 from __future__ import annotations
 
-import ctypes
 import re
 from pathlib import Path
 
@@ -21,7 +20,7 @@ import msgspec
 from attrib.errors import TraceError
 from attrib.trace import TRUNCATED
 from collectors import limits
-from collectors.kineto.decode import ERRORS, json_array
+from collectors.kineto.decode import ERRORS, Fallback, json_array, trim
 from collectors.kineto.doc import DOC, KEY, Doc
 from collectors.kineto.repair import cut_warning, decode_doc, read_bytes
 from collectors.kineto.sinks import Decoder
@@ -35,21 +34,6 @@ _LIST = re.compile(rb'"traceEvents"\s*:\s*\[')
 _BETWEEN = re.compile(rb"\}\s*,\s*\{")
 _AT = re.compile(r"\(byte (\d+)\)")
 Got = tuple[Doc, int, list[str]]  # the top-level keys (events emptied), the events, warnings
-
-
-class Fallback(Exception):
-    """The document is not one the stream cuts cleanly; read it whole."""
-
-
-def trim() -> None:
-    """Give the C heap's free pages back to the system (glibc `malloc_trim`; nothing elsewhere).
-    A piece's events live in Python's heap and the frames in polars' own allocator, so the pages
-    the events leave free are not reused for the tables: without this they stay resident (about
-    40 MB per 0.5 GB of JSON)."""
-    try:
-        getattr(ctypes.CDLL(None), "malloc_trim")(0)  # the process's own symbols: libc's
-    except (OSError, AttributeError, TypeError):
-        pass
 
 
 def _last_cut(buf: bytearray, hi: int) -> tuple[int, int] | None:
@@ -71,11 +55,13 @@ def _broken(exc: Exception, size: int) -> tuple[int, bool]:
     return int(m.group(1)) if m else size, "trailing characters" in str(exc)
 
 
-def _cut(buf: bytearray, base: int, dec: Decoder) -> tuple[int, int, bool]:
+def _cut(buf: bytearray, dec: Decoder, at: int | None) -> tuple[int, bool]:
     """Give the decoder the buffer (`[` and events) up to its last `}, {` that holds (at most
-    _TRIES tried), closed by a `]` written over the comma while it is read (no copy): (events
-    given, where the rest starts, whether the list ends in the buffer); no events where no cut
-    held. JSON broken inside the piece is Fallback; the list's end, an earlier cut."""
+    _TRIES tried), closed by a `]` written over the comma while it is read (no copy): (where
+    the rest starts, whether the list ends in the buffer); 0 where no cut held. JSON broken
+    inside the piece is Fallback; the list's end, an earlier cut. A piece the decoder hands to
+    its worker is not parsed here (collectors.kineto.pair says why its cut holds). at: where
+    buf[1] lies in a plain file (None: a compressed one)."""
     hi, ended = len(buf), False
     for _ in range(_TRIES):
         cut = _last_cut(buf, hi)
@@ -84,7 +70,8 @@ def _cut(buf: bytearray, base: int, dec: Decoder) -> tuple[int, int, bool]:
         end, rest = cut
         was, buf[end] = buf[end], ord("]")
         try:
-            return dec.piece(memoryview(buf)[: end + 1], base), rest, ended
+            dec.piece(memoryview(buf)[: end + 1], at)
+            return rest, ended
         except ERRORS as exc:
             at, closed = _broken(exc, end + 1)
         finally:
@@ -93,7 +80,7 @@ def _cut(buf: bytearray, base: int, dec: Decoder) -> tuple[int, int, bool]:
             raise Fallback  # invalid JSON inside the list: the whole text repairs or names it
         ended = ended or at < end
         hi = min(at, end - 1)
-    return 0, 0, ended
+    return 0, ended
 
 
 class Blocks:
@@ -147,13 +134,15 @@ def stream(path: Path, block: int, dec: Decoder) -> Got:
     inflow = limits.Inflow(path, block)
     blocks = Blocks(inflow)
     head, view = header(blocks)
-    want, ended, base, pieces = block, False, 0, 0
+    # where buf[0] lies in the file: a piece is handed as a range of a plain file, not a copy
+    off = blocks.taken - len(view) if inflow.kind is None else None
+    want, ended, pieces = block, False, 0
     buf: bytearray | memoryview = view
     while blocks.more and not ended:
         buf = _fill(buf, want, blocks)
         if not blocks.more:
             break
-        events, rest, ended = _cut(buf, base, dec)
+        rest, ended = _cut(buf, dec, None if off is None else off + 1)
         if not rest:
             if ended:
                 break
@@ -161,10 +150,11 @@ def stream(path: Path, block: int, dec: Decoder) -> Got:
                 raise Fallback  # no clean cut this far: JSON to read whole
             want = 2 * (len(buf) - 1)  # a longer event
             continue
-        base, pieces = base + events, pieces + 1
+        pieces += 1
         if pieces % TRIM_EVERY == 0:
             trim()
         buf = buf[rest - 1:]
+        off = None if off is None else off + rest - 1
         buf[0] = ord("[")  # in place of the comma (or space) before the next event
         want = block
     last = _fill(buf, 0, blocks)
@@ -173,13 +163,13 @@ def stream(path: Path, block: int, dec: Decoder) -> Got:
         if len(last) - 1 > HEADER_LIMIT + 2 * block:
             raise Fallback
     warnings: list[str] = [cut_warning(inflow.kind)] if inflow.cut else []
-    return tail(path, head, memoryview(last)[1:], warnings, dec, base)
+    return _tail(path, head, memoryview(last)[1:], warnings, dec)
 
 
-def tail(path: Path, head: bytes, buf: memoryview, warnings: list[str], dec: Decoder,
-         base: int) -> Got:
+def _tail(path: Path, head: bytes, buf: memoryview, warnings: list[str], dec: Decoder) -> Got:
     """The last events (`buf`: the list's text after its last cut) and the keys after the list,
     read as one document with the whole reader's salvage; `warnings`: the read's so far."""
+    base = dec.settle()
     text = head + KEY + b": [" + buf
     if text.count(KEY) > 1:
         raise Fallback  # a repeated key: the whole text says so and reads the last list
@@ -192,17 +182,16 @@ def tail(path: Path, head: bytes, buf: memoryview, warnings: list[str], dec: Dec
         raise
     if base and any(getattr(w, "kind", "") != TRUNCATED for w in warnings):
         raise Fallback  # repaired or read leniently: the whole text is
-    got = _events(doc, dec, base)
+    _events(doc, dec)
     trim()
-    return doc, base + got, warnings
+    return doc, dec.finish(), warnings
 
 
-def _events(doc: Doc, dec: Decoder, base: int) -> int:
-    """The document's raw events given in pieces of CHUNK (then dropped): how many."""
+def _events(doc: Doc, dec: Decoder) -> None:
+    """The document's raw events given in pieces of CHUNK (then dropped)."""
     events, doc.traceEvents = doc.traceEvents, []
     for i in range(0, len(events), CHUNK):
-        dec.piece(json_array(events[i:i + CHUNK]), base + i)
-    return len(events)
+        dec.piece(json_array(events[i:i + CHUNK]))
 
 
 def whole(path: Path, dec: Decoder) -> Got:
@@ -219,4 +208,5 @@ def whole(path: Path, dec: Decoder) -> Got:
     del text
     if not doc.traceEvents:
         raise TraceError(path, "no events: traceEvents is missing or empty")
-    return doc, _events(doc, dec, 0), warnings
+    _events(doc, dec)
+    return doc, dec.finish(), warnings

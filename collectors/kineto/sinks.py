@@ -1,7 +1,8 @@
 """Pieces of the event list to frames, and where the frames go, in event order.
 
 `Decoder.piece` decodes one JSON array of events (collectors.kineto.decode) into a frame per table
-(collectors.kineto.columns) and puts them to its sink: `Parts` keeps them in memory (for
+(collectors.kineto.columns), or has a worker process decode it (collectors.kineto.pair), and puts
+them to its sink in event order: `Parts` keeps them in memory (for
 collectors.kineto.tables.built); `Files` writes them to Arrow IPC files, ROWS rows of a table a
 file, each with its range of start times, end times and correlation ids (the bounded-memory mode:
 collectors.kineto.spill reads them back a chunk of steps at a time).
@@ -9,12 +10,15 @@ collectors.kineto.spill reads them back a chunk of steps at a time).
 
 from __future__ import annotations
 
+from collections import deque
 from pathlib import Path
 from typing import Protocol
 
 import msgspec
 import polars as pl
 
+from collectors import limits
+from collectors.kineto import pair
 from collectors.kineto.columns import TABLES, Frames, frames
 from collectors.kineto.decode import Notes, decode
 
@@ -29,17 +33,86 @@ class Sink(Protocol):
 
 
 class Decoder:
-    """Pieces in (`piece`), their frames out to `sink`; `notes`: what salvaging changed."""
+    """Pieces in (`piece`), their frames out to `sink` in event order; `notes`: what salvaging
+    changed; `events`: the events put so far. Once `worker_at` pieces are given, a worker
+    process may decode pieces while this one cuts and decodes others (collectors.kineto.pair);
+    `finish` waits for them. `close` ends the worker (a `with` block does)."""
 
-    def __init__(self, path: Path, sink: Sink) -> None:
+    def __init__(self, path: Path, sink: Sink, worker_at: int | None = None) -> None:
         self.path, self.sink, self.notes = path, sink, Notes()
+        self.events = 0
+        self._given = 0  # pieces given
+        self._at = worker_at
+        self._worker: pair.Worker | None = None
+        # pieces given and not yet put, in order: decoded with indices from 0, or None: handed
+        self._held: deque[tuple[int, pair.Decoded | None]] = deque()
 
-    def piece(self, text: bytes | memoryview, base: int) -> int:
-        """The JSON array `text` of events base onwards, put to the sink: its event count.
-        ERRORS where it is not an array of whole JSON values (collectors.kineto.decode)."""
-        evs = decode(self.path, text, base, self.notes)
-        self.sink.put(frames(evs, self.notes, base))
-        return len(evs)
+    def __enter__(self) -> Decoder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def piece(self, text: bytes | bytearray | memoryview, at: int | None = None) -> None:
+        """The JSON array `text` of the next events, decoded here or handed to the worker (as
+        the range of the file that starts `at`, where text[1:-1] is one, or as a copy).
+        ERRORS where it is not an array of whole JSON values (decoded here: the stream tries
+        another cut); Fallback where a handed one was not."""
+        w = self._started()
+        if w is not None and len(text) <= limits.EVENT_LIMIT and w.room():
+            w.hand(self._given, text, at)
+            self._held.append((self._given, None))
+        else:
+            if len(text) > limits.EVENT_LIMIT:
+                self.settle()  # an oversized event is named by its index: every index known
+            if self._held:
+                self._held.append((self._given, pair.decoded(self.path, text)))
+            else:
+                evs = decode(self.path, text, self.events, self.notes)
+                self.sink.put(frames(evs, self.notes, self.events))
+                self.events += len(evs)
+        self._given += 1
+        self._put(wait=len(self._held) > pair.HOLD)
+
+    def settle(self) -> int:
+        """Every piece given put to the sink (waiting for the worker's): the events so far."""
+        self._put(wait=True)
+        return self.events
+
+    def finish(self) -> int:
+        """`settle`, and the worker ended."""
+        self.settle()
+        self.close()
+        return self.events
+
+    def close(self) -> None:
+        if self._worker is not None:
+            self._worker.close()
+        self._worker, self._at = None, None
+
+    def _started(self) -> pair.Worker | None:
+        """The worker, started once `worker_at` pieces are given (None where none is)."""
+        if self._at is not None and self._given >= self._at:
+            self._worker, self._at = pair.Worker.start(self.path), None
+        return self._worker
+
+    def _put(self, wait: bool) -> None:
+        """The held pieces, from the first, up to one the worker has not answered (`wait`: all,
+        the worker's taken or decoded here), their indices moved into place."""
+        while self._held:
+            j, got = self._held[0]
+            if got is None:
+                assert self._worker is not None
+                if not (wait or self._worker.answered(j)):
+                    return
+                got = self._worker.take(j)
+            self._held.popleft()
+            made, n, notes = got
+            if "kernels" in made:
+                made["kernels"] = made["kernels"].with_columns(pl.col("event") + self.events)
+            self.notes.add(notes, self.events)
+            self.sink.put(made)
+            self.events += n
 
 
 class Parts:

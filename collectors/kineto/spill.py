@@ -55,7 +55,7 @@ class Spill(msgspec.Struct):
         spill = cls(Path(tempfile.mkdtemp(prefix="attrib-spill-", dir=folder)))
         try:
             sink = Files(spill.folder, rows)
-            got = events(path, sink, block)
+            got = events(path, sink, block, worker=True)
             sink.flush()
             spill.parts = sink.parts
             warnings = list(got.warnings)
