@@ -18,9 +18,10 @@ folder as Arrow IPC and says {"done": j, "events": n, "notes": ..., "tables": [.
 j}; one JSON line each on its stdout, which the reader reads between pieces (the pipe never
 fills). Frames come back with event indices from 0 and the decoder moves them into place.
 
-Never waiting long: at most QUEUE pieces are handed and unanswered, and HOLD decoded pieces held
-behind them; a piece the decoder needs then is waited for while the worker decodes it, WAIT_S at
-most, and decoded by the reader where the worker has not started it, failed or ended. Nothing
+Never waiting long: at most QUEUE pieces are handed and unanswered (and HOLD decoded pieces held
+behind them, in the bounded-memory sink); a piece the decoder needs then is waited for while the
+worker decodes it, for twice the time between its last two answers and WAIT_S at most, and
+decoded by the reader where the worker has not started it, failed or ended. Nothing
 is judged from the machine's load: the worker starts at once for a plain file of MIN_PIECES
 pieces or more, after START_AT pieces (about 50 MB of JSON) for any other, where a second CPU
 may be used (attrib.threads.second_cpu) and ATTRIB_WORKER is not 0.
@@ -51,7 +52,7 @@ ENV = "ATTRIB_WORKER"  # "0": no worker process
 START_AT = 6  # pieces cut before a worker is started (its start costs about 5 pieces' decoding)
 MIN_PIECES = 12  # a plain file of this many pieces starts its worker at once
 QUEUE = 2  # pieces handed and not answered, at most
-HOLD = 8  # pieces decoded and held behind a handed one, at most (then the reader waits)
+HOLD = 8  # pieces held behind a handed one in a bounded sink, at most (then the reader waits)
 WAIT_S = 0.5  # the longest the decoder waits for a piece before decoding it itself
 _ROOT = str(Path(__file__).resolve().parents[2])  # where the worker imports this package from
 
@@ -100,6 +101,8 @@ class Worker:
         self.handed: list[int] = []  # handed and not taken, in the order given
         self.ranges: dict[int, tuple[int, int] | None] = {}  # of the trace file, or None: a copy
         self.done: dict[int, Answer] = {}
+        self.pace = WAIT_S  # seconds between its last two answers: about what a piece takes it
+        self._last = 0.0  # when it answered last
         self._buf = b""
 
     @classmethod
@@ -150,7 +153,7 @@ class Worker:
         """Piece j: the worker's frames, or decoded here where it has not answered: at once
         where the worker has not started it, after WAIT_S at most where it has (pieces are
         decoded in the order given); Fallback where it does not parse (module docstring)."""
-        deadline = time.monotonic() + WAIT_S
+        deadline = time.monotonic() + min(WAIT_S, 2 * self.pace)
         while j not in self.done and self.alive and (left := deadline - time.monotonic()) > 0:
             if next(h for h in self.handed if h not in self.done) != j:
                 break  # not started: the worker would decode it after the one it holds
@@ -204,6 +207,8 @@ class Worker:
                 self.ready = self.ready or a.ready
                 if a.done is not None:
                     self.done[a.done] = a
+                    now = time.monotonic()
+                    self.pace, self._last = (now - self._last if self._last else WAIT_S), now
             self.alive = bool(more)
             timeout = 0.0
 

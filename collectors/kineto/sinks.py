@@ -28,6 +28,8 @@ LOW = -(1 << 63)  # the least Int64: a start time no row has
 
 
 class Sink(Protocol):
+    bounded: bool  # whether it holds a bounded part of the trace (then pieces are not held)
+
     def put(self, made: Frames) -> None:
         """One piece's frames, in event order."""
 
@@ -72,7 +74,7 @@ class Decoder:
                 self.sink.put(frames(evs, self.notes, self.events))
                 self.events += len(evs)
         self._given += 1
-        self._put(wait=len(self._held) > pair.HOLD)
+        self._put(wait=self.sink.bounded and len(self._held) > pair.HOLD)
 
     def settle(self) -> int:
         """Every piece given put to the sink (waiting for the worker's): the events so far."""
@@ -118,6 +120,8 @@ class Decoder:
 class Parts:
     """Each table's frames, in memory."""
 
+    bounded = False
+
     def __init__(self) -> None:
         self.parts: dict[str, list[pl.DataFrame]] = {t: [] for t in TABLES}
 
@@ -151,6 +155,8 @@ def span(s: pl.Series) -> tuple[int, int] | None:
 
 class Files:
     """Each table's frames in files of `folder`, `rows` rows a file: `parts[table]`, in order."""
+
+    bounded = True
 
     def __init__(self, folder: Path, rows: int = ROWS) -> None:
         self.folder, self.rows = folder, rows
