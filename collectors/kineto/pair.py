@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import os
 import select
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -183,9 +184,7 @@ class Worker:
             with contextlib.suppress(OSError):  # a line the ended worker never read
                 assert pipe is not None
                 pipe.close()
-        for name in os.listdir(self.folder):
-            os.unlink(os.path.join(self.folder, name))
-        os.rmdir(self.folder)
+        shutil.rmtree(self.folder, ignore_errors=True)
 
     def _file(self, j: int, what: str) -> str:
         return _file(self.folder, j, what)
