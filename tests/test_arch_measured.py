@@ -71,9 +71,9 @@ def test_arch_naming_the_traced_device_changes_nothing(capsys):
 
 
 @pytest.mark.parametrize("arch", ["gfx1151", "h200-sxm"])
-def test_actions_shortened_after_a_whole_word(capsys, monkeypatch, arch):
+def test_actions_shortened_after_a_whole_word(capsys, monkeypatch, arch, analysed_once):
     """The verdict's action line, cut to the terminal, ends in an ellipsis after a whole word (it
-    cut 'Radeon' to 'Radeo…' at 53 columns)."""
+    cut 'Radeon' to 'Radeo…' at 53 columns). The CSV is analysed once, rendered at each width."""
     doc = _json(capsys, str(CSV), "--arch", arch)
     what = doc["summary"]["phases"][0]["actions"][0]["what"]
     cut = 0

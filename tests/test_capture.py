@@ -23,8 +23,8 @@ ROOT = Path(__file__).resolve().parents[1]
 BATCH, PROMPT, DECODE = 2, 12, 4
 
 
-def _events(path: Path) -> list[dict]:
-    """The exported events. torch's exporter can write a name with raw quotes (seen here with torch
+def _document(path: Path) -> dict:
+    """The exported trace. torch's exporter can write a name with raw quotes (seen here with torch
     2.13: `torch/profiler/_cupti_monitor.py(0): "warmup"`), which attrib's reader repairs; so does this."""
     from collectors.kineto import repair_names
 
@@ -34,12 +34,17 @@ def _events(path: Path) -> list[dict]:
     except json.JSONDecodeError:
         doc = json.loads(repair_names(raw)[0])
     assert isinstance(doc["traceEvents"], list) and doc["traceEvents"]
-    return doc["traceEvents"]
+    return doc
 
 
-def _spans(path: Path) -> Counter:
-    """User annotations other than the profiler's own ProfilerStep#N."""
-    return Counter(e["name"] for e in _events(path)
+def _events(path: Path) -> list[dict]:
+    """The exported events."""
+    return _document(path)["traceEvents"]
+
+
+def _spans(path: Path, events: list[dict] | None = None) -> Counter:
+    """User annotations other than the profiler's own ProfilerStep#N (of `events`: path's, read)."""
+    return Counter(e["name"] for e in (_events(path) if events is None else events)
                    if e.get("cat") == "user_annotation" and not e["name"].startswith("ProfilerStep#"))
 
 
@@ -428,7 +433,9 @@ def test_h200_fixture_steps_stamp_and_window(name):
     says batch and context, and what each was captured to show."""
     batch, prompt, n = H200_TRACES[name]
     path = CAPTURED / f"{name}.pt.trace.json.gz"
-    spans = _spans(path)
+    trace = _document(path)  # read once
+    ev = trace["traceEvents"]
+    spans = _spans(path, ev)
     assert spans[f"prefill (tokens={batch * prompt})"] == 1
     assert spans[f"decode (tokens={batch})"] == n
     doc = read_sidecar(path)
@@ -437,13 +444,12 @@ def test_h200_fixture_steps_stamp_and_window(name):
     assert doc["versions"]["torch"].startswith("2.11.0") and doc["versions"]["transformers"] == "5.17.0"
     assert doc["steps"] == [{"phase": "prefill", "tokens": batch * prompt}] + \
         [{"phase": "decode", "tokens": batch}] * n
-    ev = _events(path)
     names = Counter(e.get("name") for e in ev)
     kernels = [e["name"] for e in ev if e.get("cat") == "kernel"]
     if name == "compile_decode":
         assert names["entire_frame_compile"] >= 1 and any(k.startswith("triton_") for k in kernels)
     if name.startswith("tp2_"):
-        info = json.loads(gzip.decompress(path.read_bytes())).get("distributedInfo")
+        info = trace.get("distributedInfo")
         assert info["backend"] == "nccl" and info["world_size"] == 2
         assert info["rank"] == int(name[-1])
         # 2 all-reduces per layer, 4 layers, 7 recorded steps

@@ -18,6 +18,8 @@ from attrib.multi.compare import compare, stats
 from conftest import FIXTURES
 
 LLAMA = FIXTURES / "captured" / "hf_llama_cuda_b8_p512.pt.trace.json.gz"
+# each (trace, options) analysed once for the module: its tests compare the analyses many ways
+pytestmark = pytest.mark.usefixtures("module_analysed_once")
 ROW_KEYS = {"base_ms", "cand_ms", "delta_ms", "delta_pct", "p_value", "ci_low_ms", "ci_high_ms", "verdict"}
 GPU = ("kernel", "gpu_memcpy", "gpu_memset")
 

@@ -124,7 +124,8 @@ def test_a_kernel_change_names_the_component_first(docs, raw):
     assert doc["gate"]["moved"]["decode"].startswith("attention +0.90")
 
 
-def test_every_format_shows_the_ledger_diff(tmp_path):
+def test_every_format_shows_the_ledger_diff(tmp_path, analysed_once):
+    """md, html and json of one comparison (its two traces analysed once)."""
     a, b = str(_path("sdpa_attn_a")), str(_path("eager_attn"))
     for fmt in ("md", "html", "json"):
         out = tmp_path / f"c.{fmt}"

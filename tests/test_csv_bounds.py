@@ -23,16 +23,19 @@ LIMIT = 3_000_000 * 1024  # ulimit -v 3000000 (KiB)
 
 
 def _million_rows(out: Path) -> None:
+    """Repeat r of the real trace (r = 0, 1, ...) shifted by r spans and r dispatch-id ranges, in
+    order; one cross join, not a concat of ~7,000 frames (its write took 3x as long)."""
     df = pl.read_csv(SRC, infer_schema=False)
     start, end = df["Start_Timestamp"].cast(pl.Int64), df["End_Timestamp"].cast(pl.Int64)
     span = int(end.max() - start.min()) + 1000
     ids = df["Dispatch_Id"].cast(pl.Int64)
     step = int(ids.max() - ids.min()) + 1
-    parts = [df.with_columns(Start_Timestamp=(start + r * span).cast(pl.Utf8),
-                             End_Timestamp=(end + r * span).cast(pl.Utf8),
-                             Dispatch_Id=(ids + r * step).cast(pl.Utf8))
-             for r in range(ROWS // df.height + 1)]
-    pl.concat(parts).head(ROWS).write_csv(out, quote_style="always")
+    reps = pl.DataFrame({"r": range(ROWS // df.height + 1)}, schema={"r": pl.Int64})
+    shift = {"Start_Timestamp": span, "End_Timestamp": span, "Dispatch_Id": step}
+    (reps.join(df, how="cross")
+     .with_columns((pl.col(c).cast(pl.Int64) + pl.col("r") * k).cast(pl.Utf8) for c, k in shift.items())
+     .select(df.columns).head(ROWS)
+     .write_csv(out, quote_style="always"))
 
 
 def _limit() -> None:

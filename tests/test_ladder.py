@@ -99,7 +99,8 @@ def test_a_step_whose_outputs_differ_is_not_promoted(tmp_path):
     assert doc["cumulative"] == 1.0
 
 
-def test_repeated_runs_of_a_step_and_a_pattern(tmp_path, capsys):
+def test_repeated_runs_of_a_step_and_a_pattern(tmp_path, capsys, analysed_once):
+    """A step given as a folder and as a pattern; every format (each run analysed once)."""
     folder = tmp_path / "sdpa"
     folder.mkdir()
     for src in (SDPA_A, SDPA_B):

@@ -11,6 +11,7 @@ import hashlib
 import json
 import shutil
 import statistics
+from functools import cache
 
 import pytest
 
@@ -33,9 +34,10 @@ def _runs(step):
     return [LAD / f"{step}_r{r}.pt.trace.json.gz" for r in range(3)]
 
 
+@cache
 def _raw_ms(step):
     """The step's mean decode step from the raw events: the runs' decode annotations (CPU), a
-    run's first of 3x its median or more left out (a warm-up: graph recording)."""
+    run's first of 3x its median or more left out (a warm-up: graph recording). Read once a step."""
     out = []
     for path in _runs(step):
         ev = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
@@ -108,7 +110,8 @@ def _checked(tmp_path):
     return folders
 
 
-def test_a_campaign_with_its_own_check(tmp_path):
+def test_a_campaign_with_its_own_check(tmp_path, analysed_once):
+    """The JSON and the HTML page of one campaign: its 18 runs are analysed once."""
     doc = _ladder(tmp_path, _checked(tmp_path))
     s = {x["name"]: x for x in doc["steps"]}
     promoted = [x["name"] for x in doc["steps"] if x["promoted"]]

@@ -5,7 +5,6 @@ outcome is checked against the untouched trace's own figures."""
 
 from __future__ import annotations
 
-import copy
 import gzip
 import json
 
@@ -19,9 +18,24 @@ from conftest import EXAMPLE_TRACE
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation")
 
 
+# the untouched trace's analysis is read by two tests: analysed once for the module
+pytestmark = pytest.mark.usefixtures("module_analysed_once")
+
+
 @pytest.fixture(scope="module")
-def doc():
-    return json.loads(gzip.decompress(EXAMPLE_TRACE.read_bytes()))
+def text() -> bytes:
+    return gzip.decompress(EXAMPLE_TRACE.read_bytes())
+
+
+@pytest.fixture(scope="module")
+def doc(text):
+    return json.loads(text)
+
+
+def _write(path, d: dict):
+    """The edited document as the JSON file `path`."""
+    path.write_bytes(orjson.dumps(d))
+    return path
 
 
 def _analyze(capsys, path) -> tuple[int, dict | None, str]:
@@ -34,8 +48,8 @@ def _steps(analysis: dict) -> dict[str, tuple[int, float]]:
     return {p["phase"]: (p["steps"], p["achieved_tok_s"]) for p in analysis["phases"]}
 
 
-def test_annotations_nested_in_their_copies_count_once(tmp_path, capsys, doc):
-    d = copy.deepcopy(doc)
+def test_annotations_nested_in_their_copies_count_once(tmp_path, capsys, text):
+    d = json.loads(text)  # a fresh copy to edit
     copies = []
     for e in d["traceEvents"]:
         if e.get("cat") in ("user_annotation", "gpu_user_annotation") and e["name"] in (
@@ -43,8 +57,7 @@ def test_annotations_nested_in_their_copies_count_once(tmp_path, capsys, doc):
             inner = dict(e, ts=e["ts"] + 1, dur=e["dur"] - 2)
             copies.append(inner)
     d["traceEvents"] += copies
-    bad = tmp_path / "nested.json"
-    bad.write_text(json.dumps(d))
+    bad = _write(tmp_path / "nested.json", d)
     code, got, err = _analyze(capsys, bad)
     assert code == 0, err
     _, want, _ = _analyze(capsys, EXAMPLE_TRACE)
@@ -55,14 +68,13 @@ def test_annotations_nested_in_their_copies_count_once(tmp_path, capsys, doc):
             ) in err.splitlines()
 
 
-def test_a_gpu_clock_seconds_off_the_host_is_refused(tmp_path, capsys, doc):
-    d = copy.deepcopy(doc)
+def test_a_gpu_clock_seconds_off_the_host_is_refused(tmp_path, capsys, text, doc):
+    d = json.loads(text)  # a fresh copy to edit
     for e in d["traceEvents"]:
         if e.get("cat") in GPU_CATS:
             e["ts"] += 2_550_000
             e.setdefault("args", {})["device"] = 1
-    bad = tmp_path / "offset.json"
-    bad.write_text(json.dumps(d))
+    bad = _write(tmp_path / "offset.json", d)
     code, _, err = _analyze(capsys, bad)
     kernels = sum(e.get("cat") == "kernel" for e in doc["traceEvents"])
     assert code == 2
@@ -72,13 +84,12 @@ def test_a_gpu_clock_seconds_off_the_host_is_refused(tmp_path, capsys, doc):
         "cannot be placed in their steps")
 
 
-def test_kernels_before_their_launch_are_refused(tmp_path, capsys, doc):
-    d = copy.deepcopy(doc)
+def test_kernels_before_their_launch_are_refused(tmp_path, capsys, text):
+    d = json.loads(text)  # a fresh copy to edit
     for e in d["traceEvents"]:
         if e.get("cat") in GPU_CATS:
             e["ts"] -= 40_000  # 40 ms early: before the calls that launched them
-    bad = tmp_path / "early.json"
-    bad.write_text(json.dumps(d))
+    bad = _write(tmp_path / "early.json", d)
     code, _, err = _analyze(capsys, bad)
     assert code == 2 and err.strip() == (
         f"attrib: error: {bad}: device 0's kernels start 40.0 ms before the calls that launched "
@@ -86,12 +97,11 @@ def test_kernels_before_their_launch_are_refused(tmp_path, capsys, doc):
         "be placed in their steps")
 
 
-def test_a_kernel_longer_than_the_capture_is_dropped(tmp_path, capsys, doc):
-    d = copy.deepcopy(doc)
+def test_a_kernel_longer_than_the_capture_is_dropped(tmp_path, capsys, text):
+    d = json.loads(text)  # a fresh copy to edit
     kernels = [e for e in d["traceEvents"] if e.get("cat") == "kernel"]
     kernels[100]["dur"] = 1e9  # 1,000 s in a 0.5 s capture
-    bad = tmp_path / "long_kernel.json"
-    bad.write_text(json.dumps(d))
+    bad = _write(tmp_path / "long_kernel.json", d)
     code, got, err = _analyze(capsys, bad)
     assert code == 0, err
     assert "1 kernels dropped: they last up to 1,000.0 s, longer than the whole host timeline" in err

@@ -207,10 +207,11 @@ def _escaped_trace(tmp_path) -> Path:
     return bad
 
 
-def test_escape_sequences_in_trace_text_reach_no_output(capsys, tmp_path):
+def test_escape_sequences_in_trace_text_reach_no_output(capsys, tmp_path, analysed_once):
     """An ESC sequence in deviceProperties.name and a kernel name (trace text is untrusted) is in
     no output format (table, JSON, markdown, HTML, the plots' SVG, CSV, parquet, xlsx) and no
-    warning, and matplotlib warns of no missing glyph (it warned 14 times)."""
+    warning, and matplotlib warns of no missing glyph (it warned 14 times). The trace is analysed
+    once for all of them (its warnings said again each time)."""
     import json
     import warnings
     import zipfile
@@ -260,7 +261,7 @@ def test_the_template_of_an_escaped_device_name_is_clean(capsys, tmp_path):
     assert 'name = "Acme Q9 GPU"' in out and not CONTROLS.search(out)
 
 
-def test_csv_safe_neutralises_formula_cells_and_csv_keeps_them(capsys, tmp_path):
+def test_csv_safe_neutralises_formula_cells_and_csv_keeps_them(capsys, tmp_path, analysed_once):
     import gzip
     import json
     from collections import Counter

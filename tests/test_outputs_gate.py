@@ -84,7 +84,8 @@ def test_identical_outputs_are_said_and_the_gate_passes(tmp_path, capsys):
     assert rc == 0 and "verdict: outputs identical (8 tokens, greedy token ids)" in text
 
 
-def test_other_outputs_are_not_comparable(tmp_path, capsys):
+def test_other_outputs_are_not_comparable(tmp_path, capsys, analysed_once):
+    """The pair compared three ways (each side analysed once)."""
     paths = _pair(tmp_path, outputs.digest(IDS), outputs.digest([IDS[0], [3, 3, 31999, 1]]))
     rc, text = _compare(capsys, paths)
     assert rc == 3 and "verdict: OUTPUTS DIFFER: sha256" in text

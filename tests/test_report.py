@@ -87,7 +87,8 @@ def test_html_report_in_headless_chromium(tmp_path):
     assert (px.max(axis=2) - px.min(axis=2) > 60).mean() > 0.001
 
 
-def test_markdown_report_plots_beside_it_and_overwrite_rules(tmp_path, moe_doc, capsys):
+def test_markdown_report_plots_beside_it_and_overwrite_rules(tmp_path, moe_doc, capsys, analysed_once):
+    """The demo trace analysed once for its reports."""
     out = tmp_path / "r.md"
     assert main(["report", str(EXAMPLE_TRACE), "-o", str(out)]) == 0
     svgs = sorted(p.name for p in tmp_path.glob("r.*.svg"))

@@ -15,6 +15,8 @@ from attrib.cli import main
 
 from conftest import EXAMPLE_TRACE, FIXTURES
 
+# each (trace, options) analysed once for the module (several tests read the same fixtures)
+pytestmark = pytest.mark.usefixtures("module_analysed_once")
 ROCPROF = FIXTURES / "rocprof"
 ALL = [EXAMPLE_TRACE, *sorted((FIXTURES / "torch").glob("*.json.gz")),
        FIXTURES / "torch" / "mi300_vllm_prefilldecode_piecewise" / "graph_execution.json.gz",

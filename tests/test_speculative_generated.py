@@ -199,10 +199,10 @@ def test_remedies_follow_the_figures() -> None:
     assert finding(analysed("spec_big_draft")).remedy == "keep it"
 
 
-def test_compare_counts_generated_tokens(capsys) -> None:
+def test_compare_counts_generated_tokens(capsys, analysed_once) -> None:
     """compare of the plain decode (base) and the speculative run of the same target (cand): the
     speculative rows open with each side's tok/s in generated tokens: the plain step's and the
-    loop's, each within 5% of its truth by hand."""
+    loop's, each within 5% of its truth by hand. Each trace analysed once for JSON and table."""
     from attrib.cli import main
 
     args = [str(CAP / f"{n}.json.gz") for n in ("spec_big_plain", "spec_big_draft")]
@@ -218,11 +218,12 @@ def test_compare_counts_generated_tokens(capsys) -> None:
     assert f"generated tok/s {got['base']:.4g} -> {got['cand']:.4g}" in out
 
 
-def test_compare_verdict_is_per_generated_token(capsys) -> None:
+def test_compare_verdict_is_per_generated_token(capsys, analysed_once) -> None:
     """compare's decode verdict on a speculative side is the ms per generated token (a round's
     time over its accepted + 1 tokens; its verify steps are not the unit): 0% -> 89% acceptance
     with the same target is faster, a 0%-acceptance loop against its plain decode slower; each
-    side's figure is 1000 / its generated tok/s from the truth files, within 5%."""
+    side's figure is 1000 / its generated tok/s from the truth files, within 5%. Each trace
+    analysed once for JSON and table."""
     from attrib.cli import main
 
     for base, cand, verdict in (("spec_big_random", "spec_big_draft", "faster"),

@@ -143,7 +143,8 @@ def test_outputs_refuse_overwrite_and_round_trip(tmp_path, capsys):
     assert "decode" in (tmp_path / "t.txt").read_text()
 
 
-def test_reports_hold_the_routing_rule_and_a_plot_per_varying_key(tmp_path):
+def test_reports_hold_the_routing_rule_and_a_plot_per_varying_key(tmp_path, analysed_once):
+    """The markdown and the HTML page of one sweep (its two traces analysed once)."""
     pair = [str(t) for t in TRACES if "_b1_p128" in t.name]  # eager, sdpa: only backend varies
     md = tmp_path / "s.md"
     assert main(["sweep", *pair, "-j", "1", "-o", str(md)]) == 0

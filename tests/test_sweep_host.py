@@ -139,7 +139,8 @@ def test_the_older_sweep_grid_flags_the_sdpa_rows_captured_on_a_slower_host():
     assert decode["winner"].to_list() == [None] * 5 + ["backend=transformers-sdpa"]
 
 
-def test_every_output_says_it(tmp_path, capsys):
+def test_every_output_says_it(tmp_path, capsys, analysed_once):
+    """JSON, the table, markdown and HTML of one sweep (its four traces analysed once)."""
     args = ["sweep", *map(str, LOAD), "-j", "1"]
     assert main([*args, "--format", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)

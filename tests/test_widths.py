@@ -5,7 +5,7 @@ than COLUMNS. COLUMNS wins over the tty (attrib.report.table.terminal_width); a 
 fit drops columns in its declared order and says so in a footer line. Markdown (`report` on stdout)
 is a file format and is not cut.
 
-Each command runs once per width; the analyses are the slow part (~1 s per trace)."""
+Each command runs once per width; the analyses, the slow part (~1 s per trace), once in all."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 from attrib.cli import cli
 
-from conftest import FIXTURES, ROOT
+from conftest import FIXTURES, ROOT, analyses_once
 
 CAP = FIXTURES / "captured"
 WIDTHS = (80, 100)
@@ -61,11 +61,12 @@ def outputs(tmp_path_factory) -> dict[tuple[str, int], str]:
     tmp = tmp_path_factory.mktemp("widths")
     runner = CliRunner()
     out = {}
-    for width in WIDTHS:
-        for name, args in _commands(tmp).items():
-            r = runner.invoke(cli, args, env={"COLUMNS": str(width)}, catch_exceptions=False)
-            assert r.exit_code in (0, 1), (name, r.exit_code, r.output[-2000:])
-            out[name, width] = r.stdout
+    with analyses_once():  # each trace analysed once, rendered at each width
+        for width in WIDTHS:
+            for name, args in _commands(tmp).items():
+                r = runner.invoke(cli, args, env={"COLUMNS": str(width)}, catch_exceptions=False)
+                assert r.exit_code in (0, 1), (name, r.exit_code, r.output[-2000:])
+                out[name, width] = r.stdout
     return out
 
 
