@@ -20,6 +20,7 @@ from attrib.analysis.finding import Finding
 from attrib.analysis.model import Analysis, Bottleneck, Phase
 from attrib.components.taxonomy import GEMM_COMPONENTS, LINK_COMPONENTS
 from attrib.cost.dtypes import INDEX_TYPES
+from attrib.roofline.arch import ARCH_GIVEN
 from attrib.steps.ledger import OWN_COST
 
 TOP_ACTIONS = 3
@@ -297,7 +298,7 @@ def assumed(an: Analysis, model: str | None, capture: str | None,
     if dev.what_if:
         out.append(f"--arch {dev.arch}: a projection onto {dev.name} "
                    "(times measured on the traced device)")
-    elif dev.detected_from == "--arch":   # attrib.roofline.arch.ARCH_GIVEN
+    elif dev.detected_from == ARCH_GIVEN:
         out.append(f"--arch {dev.arch}: the device it ran on, as given (the trace does not tell "
                    "it apart)")
     if dev.known and dev.roofline_bw_basis == "peak":
