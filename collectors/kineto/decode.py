@@ -9,6 +9,7 @@ first event's index, so the reader says what it changed in one warning per kind.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import math
 from pathlib import Path
@@ -196,22 +197,17 @@ def _one(raw: bytes, index: int, notes: Notes) -> Event:
     try:
         return _EVENTS.decode(b"[" + raw + b"]")[0]
     except msgspec.ValidationError:
-        pass
+        with contextlib.suppress(msgspec.DecodeError, TypeError, ValueError):
+            return _loose_event(raw, index, notes)
     except DECODE_ERRORS:
         fixed = raw.decode("utf-8", "replace").encode()
-        if fixed == raw:
-            notes.dropped += 1
-            notes.note("dropped", index)
-            return DROPPED
-        notes.utf8 += 1
-        notes.note("utf8", index)
-        return _one(fixed, index, notes)
-    try:
-        return _loose_event(raw, index, notes)
-    except (msgspec.DecodeError, TypeError, ValueError):
-        notes.dropped += 1
-        notes.note("dropped", index)
-        return DROPPED
+        if fixed != raw:
+            notes.utf8 += 1
+            notes.note("utf8", index)
+            return _one(fixed, index, notes)
+    notes.dropped += 1
+    notes.note("dropped", index)
+    return DROPPED
 
 
 def json_array(raws: list[msgspec.Raw]) -> bytes:
@@ -221,35 +217,21 @@ def json_array(raws: list[msgspec.Raw]) -> bytes:
     return b",".join([b"[" + bytes(raws[0]), *raws[1:-1], bytes(raws[-1]) + b"]"])
 
 
-def split(text: bytes | bytearray | memoryview) -> list[msgspec.Raw]:
-    """A JSON array's items as raw slices (its structure alone: about 40% of a typed decode);
-    ERRORS where it is not one."""
-    return _RAWS.decode(text)
-
-
-def check_sizes(path: Path, raws: list[msgspec.Raw], base: int) -> None:
-    """An event longer than limits.EVENT_LIMIT is not a profiler event: a TraceError."""
-    longest = max(map(len, raws), default=0)
-    if longest > limits.EVENT_LIMIT:
-        at = base + next(i for i, r in enumerate(raws) if len(r) == longest)
-        raise TraceError(
-            path,
-            f"event {at} is {longest / 1e6:.0f} MB long (limit {limits.EVENT_LIMIT >> 20} MB): "
-            "not a profiler event",
-        )
-
-
 def decode(path: Path, text: bytes | bytearray | memoryview, base: int,
            notes: Notes) -> list[Event]:
     """The events of a JSON array (its i-th is event base + i, and so is the i-th returned), an
-    oversized one a TraceError; bad ones salvaged, one that cannot be read DROPPED. ERRORS where
-    `text` is not an array of whole JSON values (a cut in the wrong place)."""
+    event longer than limits.EVENT_LIMIT a TraceError; bad ones salvaged, one that cannot be read
+    DROPPED. ERRORS where `text` is not an array of whole JSON values (a cut in the wrong place)."""
     try:
-        evs = _EVENTS.decode(text)
+        evs: list[Event] | None = _EVENTS.decode(text)
     except ERRORS:
-        raws = split(text)
-        check_sizes(path, raws, base)
-        return [_one(bytes(r), base + i, notes) for i, r in enumerate(raws)]
-    if len(text) > limits.EVENT_LIMIT:
-        check_sizes(path, split(text), base)
-    return evs
+        evs = None
+    if evs is not None and len(text) <= limits.EVENT_LIMIT:
+        return evs
+    raws = _RAWS.decode(text)  # the array's structure alone: about 40% of a typed decode
+    longest = max(map(len, raws), default=0)
+    if longest > limits.EVENT_LIMIT:
+        at = base + next(i for i, r in enumerate(raws) if len(r) == longest)
+        raise TraceError(path, f"event {at} is {longest / 1e6:.0f} MB long "
+                         f"(limit {limits.EVENT_LIMIT >> 20} MB): not a profiler event")
+    return evs if evs is not None else [_one(bytes(r), base + i, notes) for i, r in enumerate(raws)]
