@@ -18,34 +18,21 @@ Renumber = Callable[[str, pl.DataFrame], pl.DataFrame]
 Tables = dict[str, pl.DataFrame | None]
 
 
-def _dims(col: str) -> pl.Expr:
-    """A grid/block JSON list as List[Int64]; anything else (a string, floats, nesting) is null."""
-    c = pl.col(col)
-    return pl.when(c.str.contains(_DIMS)).then(c).otherwise(None).str.json_decode(pl.List(pl.Int64))
-
-
-def _decode_dims(df: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, int]]:
-    """The frame with its grid/block JSON decoded (`_dims`), and how many values were bad."""
-    bad: dict[str, int] = {}
-    for c in ("grid", "block"):
-        if c in df.columns:
-            wrong = pl.col(c).is_not_null() & ~pl.col(c).str.contains(_DIMS)
-            bad[c] = df.select(wrong.sum()).item()
-            df = df.with_columns(_dims(c))
-    return df, bad
-
-
 def _finish(parts: list[pl.DataFrame], notes: Notes) -> pl.DataFrame | None:
-    """One table from its frames (times already in ns), which it takes over: decoded frame by
-    frame (only a frame's transients at a time), joined without a copy (the frames become the
-    table's chunks) and emptied."""
+    """One table from its frames (times already in ns), which it takes over: grid/block JSON
+    decoded frame by frame (only a frame's transients at a time; a bad value null, counted),
+    joined without a copy (the frames become the table's chunks) and emptied."""
     if not parts:
         return None
-    bad: dict[str, int] = {}
+    bad = dict.fromkeys(("grid", "block"), 0)
     for i, part in enumerate(parts):
-        parts[i], wrong = _decode_dims(part)
-        for c, n in wrong.items():
-            bad[c] = bad.get(c, 0) + n
+        for c in bad:
+            if c in part.columns:
+                ok = pl.col(c).str.contains(_DIMS)
+                bad[c] += part.select((pl.col(c).is_not_null() & ~ok).sum()).item()
+                part = part.with_columns(
+                    pl.when(ok).then(pl.col(c)).otherwise(None).str.json_decode(pl.List(pl.Int64)))
+        parts[i] = part
     for c, n in bad.items():
         if n:
             notes.nulled[c] = notes.nulled.get(c, 0) + n
