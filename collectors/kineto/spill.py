@@ -58,11 +58,10 @@ class Spill(msgspec.Struct):
             got = events(path, sink, block, worker=True)
             sink.flush()
             spill.parts = sink.parts
-            warnings = list(got.warnings)
-            spill.meta = document_meta(path, got.doc, got.events, warnings)
-            every = warnings + got.notes.warnings()
-            spill.meta = replace(spill.meta, warnings=tuple(map(TraceWarning, every)))
-            spill.ids = {t: spill._ids_file(t) for t in TABLES}
+            meta = document_meta(path, got.doc, got.events, got.warnings)
+            every = got.warnings + got.notes.warnings()
+            spill.meta = replace(meta, warnings=tuple(map(TraceWarning, every)))
+            spill.ids = {t: spill._ids(t) for t in TABLES}
             calls = spill._column("launches", "correlation").drop_nulls().unique()
             spill.unlinked = {t: spill._unlinked(t, calls) for t in _GPU}
         except BaseException:
@@ -80,21 +79,17 @@ class Spill(msgspec.Struct):
         self.close()
 
     def _column(self, table: str, col: str) -> pl.Series:
-        got = [pl.read_ipc(p.path, columns=[col])[col] for p in self.parts[table]]
-        return pl.concat(got) if got else pl.Series(col, [], dtype=pl.Int64)
+        """One column of the whole table, read from its files."""
+        return _concat([pl.read_ipc(p.path, columns=[col])[col] for p in self.parts[table]], col)
 
-    def _ids(self, table: str) -> np.ndarray:
-        """Each row's id (by its place in the table): its rank in the table stably sorted by
-        start time, nulls first, as the whole-trace reader numbers it."""
+    def _ids(self, table: str) -> tuple[Path, np.dtype[Any]]:
+        """Each row's id (by its place in the table), written to a file of the folder, and their
+        dtype: its rank in the table stably sorted by start time, nulls first, as the
+        whole-trace reader numbers it."""
         start = self._column(table, START).fill_null(LOW).to_numpy()
         kind = np.uint32 if len(start) < 1 << 32 else np.int64  # held for every row: 4 bytes
         ids = np.empty(len(start), dtype=kind)
         ids[np.argsort(start, kind="stable")] = np.arange(len(start), dtype=kind)
-        return ids
-
-    def _ids_file(self, table: str) -> tuple[Path, np.dtype[Any]]:
-        """The table's ids (`_ids`) written to a file of the folder, and their dtype."""
-        ids = self._ids(table)
         path = self.folder / f"{table}.ids"
         ids.tofile(path)
         return path, ids.dtype
@@ -159,19 +154,15 @@ class Spill(msgspec.Struct):
         calls = _concat([df["correlation"] for df in tables["launches"]], "correlation")
         tables |= {t: self._gpu(t, calls.drop_nulls(), gpu) for t in _GPU}
         cpu = [m.filter(pl.col("side") == "cpu") for m in self._host("markers", lo, hi)]
-        ext = _concat([m["external_id"] for m in cpu], "external_id")
-        every = self._column("markers", "external_id")  # small: annotations
-        marks = [m for m in cpu if m.height] + self._gpu_marks(ext, every, gpu)
+        # GPU annotations: those linked to the chunk's CPU ones, and unlinked ones in its GPU range
+        ext = _concat([m["external_id"] for m in cpu], "external_id").drop_nulls()
+        every = self._column("markers", "external_id").drop_nulls()  # small: annotations
+        linked = pl.col("external_id").is_in(every.implode()).fill_null(False)
+        ours = pl.col("external_id").is_in(ext.implode()).fill_null(False)
+        free = ~linked & (pl.col(START) >= gpu[0]) & (pl.col(START) < gpu[1])
+        keep = (pl.col("side") == "gpu") & (ours | free)
+        marks = [m for m in cpu if m.height] + self._rows("markers", keep, self.parts["markers"])
         return self._trace(tables | {"markers": _unique(marks)})
-
-    def _gpu_marks(self, ext: pl.Series, every: pl.Series,
-                   gpu: tuple[int, int]) -> list[pl.DataFrame]:
-        lo, hi = gpu
-        linked = pl.col("external_id").is_in(every.drop_nulls().implode()).fill_null(False)
-        ours = pl.col("external_id").is_in(ext.drop_nulls().implode()).fill_null(False)
-        keep = (pl.col("side") == "gpu") & (ours | (~linked & (pl.col(START) >= lo)
-                                                    & (pl.col(START) < hi)))
-        return self._rows("markers", keep, self.parts["markers"])
 
     def _trace(self, parts: dict[str, list[pl.DataFrame]]) -> Trace:
         assert self.meta is not None
