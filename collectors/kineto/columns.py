@@ -34,76 +34,42 @@ def _raw(rs: list[msgspec.Raw], text: Text) -> pl.Series:
     return text([t or None for t in texts])
 
 
-def _common(evs: list[Event], text: Text, external: bool = True) -> dict[str, Any]:
-    cols = {
-        "name": text([e.name for e in evs]),
-        "ts": [e.ts for e in evs],
-        "dur": [e.dur for e in evs],
-        "pid": [e.pid for e in evs],
-        "tid": [e.tid for e in evs],
-    }
-    if external:
-        cols["external_id"] = [e.args.external_id for e in evs]
-    return cols
-
-
-def _gpu(evs: list[Event], text: Text) -> dict[str, Any]:
-    cols = _common(evs, text)
-    cols["device"] = [e.args.device for e in evs]
-    cols["stream"] = [e.args.stream for e in evs]
-    cols["correlation"] = [e.args.correlation for e in evs]
-    return cols
-
-
-def _kernels(evs: list[Event], events: list[int], text: Text) -> dict[str, Any]:
-    cols = _gpu(evs, text)
-    cols["event"] = events
-    cols["grid"] = _raw([e.args.grid for e in evs], text)
-    cols["block"] = _raw([e.args.block for e in evs], text)
-    cols["registers"] = [e.args.registers for e in evs]
-    cols["lds_bytes"] = [e.args.shared_mem for e in evs]
-    cols["graph"] = [e.args.kind == "Dispatch Task" for e in evs]
-    return cols
-
-
-def _copies(evs: list[Event], text: Text) -> dict[str, Any]:
-    cols = _gpu(evs, text)
-    cols["bytes"] = [e.args.bytes for e in evs]
-    cols["kind"] = ["memset" if e.cat == "gpu_memset" else "memcpy" for e in evs]
-    return cols
-
-
-def _ops(evs: list[Event], text: Text) -> dict[str, Any]:
-    cols = _common(evs, text)
-    cols["input_dims"] = _raw([e.args.input_dims for e in evs], text)
-    cols["input_types"] = _raw([e.args.input_types for e in evs], text)
-    cols["concrete_inputs"] = _raw([e.args.concrete for e in evs], text)
-    cols["input_strides"] = _raw([e.args.input_strides for e in evs], text)
-    return cols
-
-
-def _frames(evs: list[Event], text: Text) -> dict[str, Any]:
-    return _common(evs, text, external=False)
-
-
-def _launches(evs: list[Event], text: Text) -> dict[str, Any]:
-    cols = _common(evs, text)
-    cols["correlation"] = [e.args.correlation for e in evs]
-    cols["kernel_name"] = [e.args.kernel for e in evs]
-    cols["grid"] = _raw([e.args.grid for e in evs], text)
-    cols["block"] = _raw([e.args.block for e in evs], text)
-    return cols
-
-
-def _flows(evs: list[Event], _text: Text) -> dict[str, Any]:
-    """Flow ends (`ac2g` ph f) sit on the GPU event; their id is the correlation."""
-    return {"pid": [e.pid for e in evs], "tid": [e.tid for e in evs], "ts": [e.ts for e in evs],
-            "correlation": [e.id for e in evs]}  # no duration: only start and id are read
-
-
-def _markers(evs: list[Event], text: Text) -> dict[str, Any]:
-    cols = _common(evs, text)
-    cols["side"] = ["gpu" if e.cat == "gpu_user_annotation" else "cpu" for e in evs]
+def _columns(table: str, evs: list[Event], text: Text, at: list[int]) -> dict[str, Any]:
+    """A table's columns of its events (`at`: the kernels' indices in traceEvents)."""
+    if table == "flows":  # flow ends (`ac2g` ph f) sit on the GPU event; their id is the correlation
+        return {"pid": [e.pid for e in evs], "tid": [e.tid for e in evs], "ts": [e.ts for e in evs],
+                "correlation": [e.id for e in evs]}  # no duration: only start and id are read
+    cols = {"name": text([e.name for e in evs]), "ts": [e.ts for e in evs],
+            "dur": [e.dur for e in evs], "pid": [e.pid for e in evs], "tid": [e.tid for e in evs]}
+    if table == "frames":
+        return cols
+    cols["external_id"] = [e.args.external_id for e in evs]
+    if table in ("kernels", "copies"):
+        cols["device"] = [e.args.device for e in evs]
+        cols["stream"] = [e.args.stream for e in evs]
+        cols["correlation"] = [e.args.correlation for e in evs]
+    if table == "kernels":
+        cols["event"] = at
+        cols["grid"] = _raw([e.args.grid for e in evs], text)
+        cols["block"] = _raw([e.args.block for e in evs], text)
+        cols["registers"] = [e.args.registers for e in evs]
+        cols["lds_bytes"] = [e.args.shared_mem for e in evs]
+        cols["graph"] = [e.args.kind == "Dispatch Task" for e in evs]
+    elif table == "copies":
+        cols["bytes"] = [e.args.bytes for e in evs]
+        cols["kind"] = ["memset" if e.cat == "gpu_memset" else "memcpy" for e in evs]
+    elif table == "ops":
+        cols["input_dims"] = _raw([e.args.input_dims for e in evs], text)
+        cols["input_types"] = _raw([e.args.input_types for e in evs], text)
+        cols["concrete_inputs"] = _raw([e.args.concrete for e in evs], text)
+        cols["input_strides"] = _raw([e.args.input_strides for e in evs], text)
+    elif table == "launches":
+        cols["correlation"] = [e.args.correlation for e in evs]
+        cols["kernel_name"] = [e.args.kernel for e in evs]
+        cols["grid"] = _raw([e.args.grid for e in evs], text)
+        cols["block"] = _raw([e.args.block for e in evs], text)
+    elif table == "markers":
+        cols["side"] = ["gpu" if e.cat == "gpu_user_annotation" else "cpu" for e in evs]
     return cols
 
 
@@ -112,8 +78,6 @@ _TABLE_OF = {
     "python_function": "frames", "cuda_runtime": "launches", "cuda_driver": "launches",
     "user_annotation": "markers", "gpu_user_annotation": "markers",
 }
-_COLUMNS = {"copies": _copies, "ops": _ops, "frames": _frames,
-            "launches": _launches, "markers": _markers, "flows": _flows}
 _DTYPES = {"name": pl.Utf8, "ts": pl.Float64, "dur": pl.Float64, "side": pl.Utf8, "kind": pl.Utf8,
            "kernel_name": pl.Utf8, "graph": pl.Boolean}
 
@@ -129,24 +93,20 @@ def _series(name: str, values: list[Any]) -> pl.Series:
         return pl.Series(name, values, dtype=dtype, strict=False)
 
 
-def ns(col: str) -> pl.Expr:
-    """Microseconds -> integer ns; a value that does not fit (1e300) is null, dropped by
-    validation."""
-    us = pl.col(col).cast(pl.Float64, strict=False)
-    return (us * 1000.0).round(0).cast(pl.Int64, strict=False)
-
-
 def _frame(cols: dict[str, Any]) -> pl.DataFrame:
-    """The piece's columns, its times (`ts`, `dur`: float us) as `start_ns`, `dur_ns` at the
-    end: converted piece by piece, so no table-sized float column or transient is ever held."""
+    """The piece's columns, its times (`ts`, `dur`: float us) as integer `start_ns`, `dur_ns` at
+    the end (a value that does not fit, 1e300, null: dropped by validation): converted piece by
+    piece, so no table-sized float column or transient is ever held."""
     df = pl.DataFrame(
         [v.alias(k) if isinstance(v, pl.Series) else _series(k, v) for k, v in cols.items()])
     us = [c for c in ("ts", "dur") if c in df.columns]
     named = {"ts": "start_ns", "dur": "dur_ns"}
-    return df.with_columns(ns(c).alias(named[c]) for c in us).drop(us)
+    return df.with_columns(
+        (pl.col(c).cast(pl.Float64, strict=False) * 1000.0).round(0).cast(pl.Int64, strict=False)
+        .alias(named[c]) for c in us).drop(us)
 
 
-TABLES = ("kernels", *_COLUMNS)
+TABLES = ("kernels", "copies", "ops", "frames", "launches", "markers", "flows")
 Frames = dict[str, pl.DataFrame]  # a piece's frame per table
 
 
@@ -179,5 +139,4 @@ def frames(evs: list[Event], notes: Notes, base: int, plain: bool | None = None)
         elif e.ph is None:
             notes.no_ph += 1
     text = _plain if (base < PLAIN_EVENTS if plain is None else plain) else interned
-    out = {"kernels": _frame(_kernels(groups["kernels"], at, text))} if at else {}
-    return out | {t: _frame(_COLUMNS[t](groups[t], text)) for t in _COLUMNS if groups[t]}
+    return {t: _frame(_columns(t, groups[t], text, at)) for t in TABLES if groups[t]}
