@@ -2,29 +2,24 @@
 parallelism inside the one path), for any input the stream reads: plain or compressed, into
 memory or to disk.
 
-The reader cuts the list as it always does (collectors.kineto.pieces) and gives each piece to its
-Decoder (collectors.kineto.sinks), which decodes it itself or, while the worker has room, hands
-it over. A handed piece is not checked here: piece 0 starts at the list's first event and each
-piece where the one before it ended, so if every piece parses (the reader's in the reader, the
-handed ones in the worker) every cut lies between two events. A handed piece that does not parse
-means a cut inside a string: `Fallback`, and the document is read whole.
+The reader cuts the list as always (pieces) and gives each piece to its Decoder (sinks), which
+decodes it itself or, while the worker has room, hands it over. A handed piece is not checked
+here: piece 0 starts at the list's first event and each piece where the one before it ended, so
+if every piece parses (in the reader or the worker) every cut lies between two events; a handed
+one that does not means a cut inside a string: `Fallback`, and the document is read whole.
 
 Messages, plain (no shared memory): the worker is `python -c` on `serve`, given a temporary
-folder. It says {"ready": true} once its modules are loaded; the reader hands nothing before.
-To hand piece j the reader writes a line to the worker's stdin: `j at n` where the piece's
-events are the n bytes of a plain trace file from `at`, else `j` with its JSON array written to
-the folder (`j.json`). The worker decodes pieces in the order given, writes each table's frame to the
-folder as Arrow IPC and says {"done": j, "events": n, "notes": ..., "tables": [...]}, or {"bad":
-j}; one JSON line each on its stdout, which the reader reads between pieces (the pipe never
-fills). Frames come back with event indices from 0 and the decoder moves them into place.
+folder; it says {"ready": true} once its modules are loaded (nothing is handed before). Piece j
+is handed as a line on its stdin: `j at n` (its events are the n bytes of a plain trace file from
+`at`), else `j` (its JSON array written to the folder). The worker decodes pieces in the order
+given, writes each table's frame to the folder (Arrow IPC, event indices from 0: the decoder
+moves them into place) and says {"done": j, ...} or {"bad": j}, a JSON line on its stdout that
+the reader reads between pieces (the pipe never fills).
 
-Never waiting long: at most QUEUE pieces are handed and unanswered (and HOLD decoded pieces held
-behind them, in the bounded-memory sink); a piece the decoder needs then is waited for while the
-worker decodes it, for twice the time between its last two answers and WAIT_S at most, and
-decoded by the reader where the worker has not started it, failed or ended. Nothing
-is judged from the machine's load: the worker starts at once for a plain file of MIN_PIECES
-pieces or more, after START_AT pieces (about 50 MB of JSON) for any other, where a second CPU
-may be used (attrib.threads.second_cpu) and ATTRIB_WORKER is not 0.
+Never waiting long: at most QUEUE pieces are handed and unanswered (and HOLD held behind them in
+the bounded-memory sink); a piece the decoder needs is waited for while the worker decodes it
+(twice the time between its last two answers, WAIT_S at most), else decoded by the reader.
+Nothing is judged from the machine's load (`start_at` says when the worker starts).
 """
 
 from __future__ import annotations
@@ -76,7 +71,8 @@ _ANSWER = msgspec.json.Decoder(Answer)
 def start_at(path: Path, block: int) -> int | None:
     """After how many pieces a read of `path` in pieces of `block` bytes starts its worker:
     at once for a plain file of MIN_PIECES pieces or more, after START_AT for any other (a
-    compressed file's size says little); None where it starts none."""
+    compressed file's size says little); None where it starts none (ATTRIB_WORKER=0, or no second
+    CPU may be used: attrib.threads.second_cpu)."""
     if os.environ.get(ENV) == "0" or not second_cpu():
         return None
     try:
@@ -86,11 +82,11 @@ def start_at(path: Path, block: int) -> int | None:
     return 0 if big else START_AT
 
 
-def decoded(path: Path, text: bytes | bytearray | memoryview, plain: bool = False) -> Decoded:
-    """A piece decoded with indices from 0 (ERRORS where it does not parse)."""
+def decoded(path: Path, text: bytes | bytearray | memoryview) -> Decoded:
+    """A piece decoded with indices from 0, its text interned (ERRORS where it does not parse)."""
     notes = Notes()
     evs = decode(path, text, 0, notes)
-    return frames(evs, notes, 0, plain=plain), len(evs), notes
+    return frames(evs, notes, 0, plain=False), len(evs), notes
 
 
 class Worker:
@@ -138,17 +134,17 @@ class Worker:
 
     def hand(self, j: int, text: bytes | bytearray | memoryview, at: int | None) -> None:
         """Give piece j (its JSON array) to the worker: as the range of the trace file at `at`
-        its events fill, or written to the folder where `at` is None."""
+        its events fill (the line `j at n`), or written to the folder where `at` is None (`j`)."""
         if at is None:
-            with open(self._file(j, "json"), "wb") as fh:
+            with open(_file(self.folder, j, "json"), "wb") as fh:
                 fh.write(text)
-            self.ranges[j] = None
+            self.ranges[j], line = None, b"%d\n" % j
         else:
-            self.ranges[j] = (at, len(text) - 2)
+            self.ranges[j], line = (at, len(text) - 2), b"%d %d %d\n" % (j, at, len(text) - 2)
         self.handed.append(j)
         with contextlib.suppress(OSError):  # the worker has ended: the piece is the reader's
             assert self.proc.stdin is not None
-            self.proc.stdin.write(_ask(j, self.ranges[j]))
+            self.proc.stdin.write(line)
 
     def take(self, j: int) -> Decoded:
         """Piece j: the worker's frames, or decoded here where it has not answered: at once
@@ -169,11 +165,11 @@ class Worker:
             raise Fallback from None
         finally:
             if where is None:
-                os.unlink(self._file(j, "json"))
+                os.unlink(_file(self.folder, j, "json"))
         made = {}
         for t in answer.tables:
-            made[t] = pl.read_ipc(self._file(j, t))
-            os.unlink(self._file(j, t))
+            made[t] = pl.read_ipc(_file(self.folder, j, t))
+            os.unlink(_file(self.folder, j, t))
         return made, answer.events, answer.notes or Notes()
 
     def close(self) -> None:
@@ -185,9 +181,6 @@ class Worker:
                 assert pipe is not None
                 pipe.close()
         shutil.rmtree(self.folder, ignore_errors=True)
-
-    def _file(self, j: int, what: str) -> str:
-        return _file(self.folder, j, what)
 
     def _drain(self, timeout: float) -> None:
         """The worker's answers so far, waiting up to `timeout` seconds for one."""
@@ -210,12 +203,6 @@ class Worker:
                     self.pace, self._last = (now - self._last if self._last else WAIT_S), now
             self.alive = bool(more)
             timeout = 0.0
-
-
-def _ask(j: int, where: tuple[int, int] | None) -> bytes:
-    """The line that hands piece j: `j` (its copy in the folder) or `j at n` (n bytes of the
-    trace file from `at`)."""
-    return b"%d\n" % j if where is None else b"%d %d %d\n" % (j, *where)
 
 
 def _piece(path: Path, folder: str, j: int, where: tuple[int, int] | None) -> bytes:
