@@ -184,7 +184,7 @@ def _tail(path: Path, head: bytes, buf: memoryview, warnings: list[str], dec: De
         raise Fallback  # repaired or read leniently: the whole text is
     _events(doc, dec)
     trim()
-    return doc, dec.finish(), warnings
+    return doc, dec.settle(), warnings
 
 
 def _events(doc: Doc, dec: Decoder) -> None:
@@ -209,4 +209,4 @@ def whole(path: Path, dec: Decoder) -> Got:
     if not doc.traceEvents:
         raise TraceError(path, "no events: traceEvents is missing or empty")
     _events(doc, dec)
-    return doc, dec.finish(), warnings
+    return doc, dec.settle(), warnings

@@ -1,11 +1,10 @@
 """Pieces of the event list to frames, and where the frames go, in event order.
 
-`Decoder.piece` decodes one JSON array of events (collectors.kineto.decode) into a frame per table
-(collectors.kineto.columns), or has a worker process decode it (collectors.kineto.pair), and puts
-them to its sink in event order: `Parts` keeps them in memory (for
-collectors.kineto.tables.built); `Files` writes them to Arrow IPC files, ROWS rows of a table a
-file, each with its range of start times, end times and correlation ids (the bounded-memory mode:
-collectors.kineto.spill reads them back a chunk of steps at a time).
+`Decoder.piece` decodes one JSON array of events (decode, then columns: a frame per table) or
+has the worker process decode it (pair), and puts the frames to its sink in event order: `Parts`
+keeps them in memory (for tables.built); `Files` writes them to Arrow IPC files, ROWS rows of a
+table a file, each with its ranges of times and correlation ids (the bounded-memory mode: spill
+reads them back a chunk of steps at a time).
 """
 
 from __future__ import annotations
@@ -38,7 +37,7 @@ class Decoder:
     """Pieces in (`piece`), their frames out to `sink` in event order; `notes`: what salvaging
     changed; `events`: the events put so far. Once `worker_at` pieces are given, a worker
     process may decode pieces while this one cuts and decodes others (collectors.kineto.pair);
-    `finish` waits for them. `close` ends the worker (a `with` block does)."""
+    `settle` waits for them. `close` ends the worker (a `with` block does)."""
 
     def __init__(self, path: Path, sink: Sink, worker_at: int | None = None) -> None:
         self.path, self.sink, self.notes = path, sink, Notes()
@@ -81,13 +80,8 @@ class Decoder:
         self._put(wait=True)
         return self.events
 
-    def finish(self) -> int:
-        """`settle`, and the worker ended."""
-        self.settle()
-        self.close()
-        return self.events
-
     def close(self) -> None:
+        """End the worker, and start none."""
         if self._worker is not None:
             self._worker.close()
         self._worker, self._at = None, None
