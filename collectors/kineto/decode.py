@@ -63,17 +63,9 @@ class Event(msgspec.Struct, frozen=True, gc=False):
     args: _Args = _NO_ARGS
 
 
-class _Loose(msgspec.Struct, gc=False):
-    ph: Any = None
-    cat: Any = None
-    name: Any = ""
-    pid: Any = None
-    tid: Any = None
-    ts: Any = None
-    dur: Any = None
-    id: Any = None
-    args: Any = None
-
+# Event's fields, each of any type: an event whose typed decode failed, read field by field
+_Loose = msgspec.defstruct(
+    "_Loose", [(f.name, Any, f.default) for f in msgspec.structs.fields(Event)], gc=False)
 
 DROPPED = Event(cat=None)  # the place of an event that could not be read: in no table
 
@@ -83,7 +75,7 @@ DECODE_ERRORS = (msgspec.DecodeError, UnicodeDecodeError)
 ERRORS = (*DECODE_ERRORS, RecursionError)  # JSON that is not a list of whole events
 _EVENTS = msgspec.json.Decoder(list[Event])
 _RAWS = msgspec.json.Decoder(list[msgspec.Raw])
-_LOOSE = msgspec.json.Decoder(_Loose)
+_LOOSE: msgspec.json.Decoder[Any] = msgspec.json.Decoder(_Loose)
 _ARG_KEYS = {f.name: f.encode_name for f in msgspec.structs.fields(_Args)}  # field -> JSON key
 _STR_FIELDS = ("ph", "cat", "name")
 _FLOAT_FIELDS = ("ts", "dur")
