@@ -1,6 +1,7 @@
 """Reader for PyTorch-profiler (Kineto) Chrome-trace JSON, CUDA and ROCm, plain or compressed.
 
-One path from the file's bytes to the normalized tables (`events`, then tables.built):
+One path from the file's bytes to the normalized tables (`events`, then tables.built), and the
+trace's Meta from the document's top-level keys (`document_meta`):
 
     pieces: the event list cut into JSON arrays -> sinks.Decoder: decode (typed events), then
     columns (a frame per table) -> a sink (sinks.Parts in memory, or sinks.Files on disk: the
@@ -15,21 +16,30 @@ has cut a few pieces, a worker process decodes some of them beside it (pair).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import msgspec
 from msgspec.structs import replace
 
+from attrib.bounds import MAX_WORLD, count
 from attrib.errors import TraceError
-from attrib.trace import Trace
+from attrib.trace import Meta, Trace, TraceWarning
 from collectors.kineto import pair
 from collectors.kineto.decode import Fallback, Notes
-from collectors.kineto.doc import Doc, document_meta
 from collectors.kineto.pieces import BLOCK, stream, whole
-from collectors.kineto.repair import read_document, repair_names
+from collectors.kineto.repair import Doc, read_document, repair_names
 from collectors.kineto.sinks import Decoder, Parts, Sink
 from collectors.kineto.tables import built
+from collectors.provenance import read_sidecar, stamp_numbers
 
 __all__ = ["read", "events", "sniff", "read_document", "repair_names", "Fallback", "BLOCK"]
+
+_RUNTIME_KEYS = ("cuda_runtime_version", "cuda_driver_version", "cupti_version",
+                 "roctracer_version", "hip_runtime_version", "hip_driver_version")
+_FLAG_KEYS = ("schemaVersion", "record_shapes", "with_stack", "with_modules", "with_flops",
+              "profile_memory", "trace_id", "displayTimeUnit", "baseTimeNanoseconds", "traceName")
+# the largest baseTimeNanoseconds: 2**62 ns since 1970 is the year 2116
+_MAX_BASE_NS = 1 << 62
 
 
 class Read(msgspec.Struct):
@@ -74,3 +84,56 @@ def read(path: str | Path, block: int = BLOCK) -> Trace:
     meta = document_meta(path, got.doc, got.events, got.warnings)
     tables = built(path, sink.parts, got.notes, got.warnings)
     return Trace.build(replace(meta, warnings=tuple(got.warnings)), **tables)
+
+
+def _vendor(doc: Doc) -> tuple[str | None, str | None]:
+    if doc.hip_runtime_version is not None or doc.roctracer_version is not None:
+        return "amd", "top-level keys (hip_runtime_version/roctracer_version)"
+    if doc.cuda_runtime_version is not None or doc.cupti_version is not None:
+        return "nvidia", "top-level keys (cuda_runtime_version/cupti_version)"
+    return None, None
+
+
+def _devices(doc: Doc) -> tuple[dict[str, Any], ...]:
+    props = doc.deviceProperties
+    return tuple(p for p in props if isinstance(p, dict)) if isinstance(props, list) else ()
+
+
+def _check_numbers(path: Path, doc: Doc) -> None:
+    """The top-level figures the analysis computes with, each in its domain; else a TraceError
+    naming the field and the value (a world size of 2**70 or 0 is not a process group)."""
+    info = doc.distributedInfo
+    if isinstance(info, dict):
+        world = info.get("world_size")
+        if world is not None:
+            world = count(world, "distributedInfo.world_size", 1, MAX_WORLD, path)
+        if info.get("rank") is not None:
+            top = (world or MAX_WORLD) - 1
+            count(info["rank"], "distributedInfo.rank", 0, top, path)
+    if doc.baseTimeNanoseconds is not None:
+        count(doc.baseTimeNanoseconds, "baseTimeNanoseconds", 0, _MAX_BASE_NS, path)
+
+
+def document_meta(path: Path, doc: Doc, n_events: int, warnings: list[str]) -> Meta:
+    """The trace's Meta from its top-level keys and capture stamp (its warnings: `warnings`, to
+    which a bad stamp adds one)."""
+    provenance = dict(read_sidecar(path))
+    if "warning" in provenance:
+        warnings.append(str(provenance.pop("warning")))
+    if isinstance(doc.attrib, dict) and not provenance:
+        bad = stamp_numbers(doc.attrib, "attrib.")
+        if bad:
+            warnings.append(f"{path}: embedded provenance stamp ignored: {bad}")
+        else:
+            provenance = doc.attrib
+    _check_numbers(path, doc)
+    vendor, vendor_from = _vendor(doc)
+    return Meta(
+        path=str(path), format="torch-json", events=n_events,
+        vendor=vendor, vendor_from=vendor_from, devices=_devices(doc),
+        runtime={k: getattr(doc, k) for k in _RUNTIME_KEYS if getattr(doc, k) is not None},
+        provenance=provenance,
+        top={k: getattr(doc, k) for k in _FLAG_KEYS if getattr(doc, k) is not None}
+        | ({"distributedInfo": doc.distributedInfo} if doc.distributedInfo else {}),
+        warnings=tuple(map(TraceWarning, warnings)),
+    )

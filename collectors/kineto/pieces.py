@@ -21,8 +21,7 @@ from attrib.errors import TraceError
 from attrib.trace import TRUNCATED
 from collectors import limits
 from collectors.kineto.decode import ERRORS, Fallback, json_array, trim
-from collectors.kineto.doc import DOC, KEY, Doc
-from collectors.kineto.repair import cut_warning, decode_doc, read_bytes
+from collectors.kineto.repair import DOC, KEY, Doc, cut_warning, decode_doc, read_bytes
 from collectors.kineto.sinks import Decoder
 
 BLOCK = 8 << 20  # JSON text per piece
@@ -206,7 +205,5 @@ def whole(path: Path, dec: Decoder) -> Got:
                         f"(a duplicated key); the last list is read "
                         f"({len(doc.traceEvents):,} events), the others are ignored")
     del text
-    if not doc.traceEvents:
-        raise TraceError(path, "no events: traceEvents is missing or empty")
     _events(doc, dec)
     return doc, dec.settle(), warnings

@@ -1,5 +1,6 @@
-"""The document read whole, where it cannot be streamed: salvaged up to the cut when it is cut
-short, and read despite the known Kineto bugs (raw quotes or control characters in names)."""
+"""The document's top-level keys (`Doc`: all but the events, kept as raw slices), and the document
+read whole where it cannot be streamed: salvaged up to the cut when it is cut short, and read
+despite the known Kineto bugs (raw quotes or control characters in names)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,34 @@ from attrib.errors import TraceError
 from attrib.trace import TRUNCATED, TraceWarning
 from collectors import limits
 from collectors.kineto.decode import DECODE_ERRORS
-from collectors.kineto.doc import DOC, Doc
+
+KEY = b'"traceEvents"'
+
+
+class Doc(msgspec.Struct):
+    traceEvents: list[msgspec.Raw] = []
+    schemaVersion: Any = None
+    deviceProperties: Any = None
+    distributedInfo: Any = None
+    cuda_runtime_version: Any = None
+    cuda_driver_version: Any = None
+    cupti_version: Any = None
+    roctracer_version: Any = None
+    hip_runtime_version: Any = None
+    hip_driver_version: Any = None
+    record_shapes: Any = None
+    with_stack: Any = None
+    with_modules: Any = None
+    with_flops: Any = None
+    profile_memory: Any = None
+    trace_id: Any = None
+    displayTimeUnit: Any = None
+    baseTimeNanoseconds: Any = None
+    traceName: Any = None
+    attrib: Any = None  # provenance stamp embedded by attrib's capture, if any
+
+
+DOC = msgspec.json.Decoder(Doc)
 
 # A name value on its line, as Kineto writes events
 # (`"ph": "X", "cat": "...", "name": "<value>", "pid": ...` or `"name": "<value>",` alone): the

@@ -23,11 +23,10 @@ import numpy as np
 import polars as pl
 
 from attrib.trace import Meta, Trace, TraceWarning
-from collectors.kineto import BLOCK, events
+from collectors.kineto import BLOCK, document_meta, events
 from collectors.kineto.columns import TABLES
 from collectors.kineto.decode import Notes
-from collectors.kineto.doc import document_meta
-from collectors.kineto.sinks import END, LOW, ORD, ROWS, START, Files, Part, span
+from collectors.kineto.sinks import END, LOW, ORD, ROWS, START, Files, Part
 from collectors.kineto.tables import built
 
 _HOST = ("ops", "frames", "launches", "markers")
@@ -121,7 +120,7 @@ class Spill(msgspec.Struct):
 
     def _gpu(self, table: str, corr: pl.Series, gpu: tuple[int, int]) -> list[pl.DataFrame]:
         lo, hi = gpu
-        ids = span(corr)
+        ids = _span(corr)
 
         def maybe(p: Part) -> bool:
             by_time = p.t0 < hi and p.t1 >= lo  # the part's starts lie below t1
@@ -162,7 +161,9 @@ class Spill(msgspec.Struct):
         free = ~linked & (pl.col(START) >= gpu[0]) & (pl.col(START) < gpu[1])
         keep = (pl.col("side") == "gpu") & (ours | free)
         marks = [m for m in cpu if m.height] + self._rows("markers", keep, self.parts["markers"])
-        return self._trace(tables | {"markers": _unique(marks)})
+        if marks:  # each row (by its place) once, in their place's order
+            marks = [pl.concat(marks, how="diagonal_relaxed").unique(ORD, keep="first").sort(ORD)]
+        return self._trace(tables | {"markers": marks})
 
     def _trace(self, parts: dict[str, list[pl.DataFrame]]) -> Trace:
         assert self.meta is not None
@@ -182,9 +183,11 @@ def _concat(series: list[pl.Series], name: str) -> pl.Series:
     return pl.concat(series) if series else pl.Series(name, [], dtype=pl.Int64)
 
 
-def _unique(frames: list[pl.DataFrame]) -> list[pl.DataFrame]:
-    """Frames with each row (by its place) once, in their place's order."""
-    if not frames:
-        return frames
-    df = pl.concat(frames, how="diagonal_relaxed").unique(ORD, keep="first").sort(ORD)
-    return [df]
+def _span(s: pl.Series) -> tuple[int, int] | None:
+    """(min, max) of an integer column, None where it holds no value."""
+    v = s.drop_nulls()
+    if not v.len():
+        return None
+    lo, hi = v.min(), v.max()
+    assert isinstance(lo, int) and isinstance(hi, int)
+    return lo, hi
