@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections import deque
 from pathlib import Path
-from typing import Protocol
 
 import msgspec
 import polars as pl
@@ -24,13 +23,6 @@ from collectors.kineto.decode import Notes, decode
 ROWS = 1 << 15  # rows of one table per file
 ORD, START, END = "_ord", "_s", "_e"  # a row's place in its table (event order), start, end (ns)
 LOW = -(1 << 63)  # the least Int64: a start time no row has
-
-
-class Sink(Protocol):
-    bounded: bool  # whether it holds a bounded part of the trace (then pieces are not held)
-
-    def put(self, made: Frames) -> None:
-        """One piece's frames, in event order."""
 
 
 class Decoder:
@@ -59,7 +51,9 @@ class Decoder:
         the range of the file that starts `at`, where text[1:-1] is one, or as a copy).
         ERRORS where it is not an array of whole JSON values (decoded here: the stream tries
         another cut); Fallback where a handed one was not."""
-        w = self._started()
+        if self._at is not None and self._given >= self._at:  # time to start the worker
+            self._worker, self._at = pair.Worker.start(self.path), None
+        w = self._worker
         if w is not None and len(text) <= limits.EVENT_LIMIT and w.room():
             w.hand(self._given, text, at)
             self._held.append((self._given, None))
@@ -86,12 +80,6 @@ class Decoder:
             self._worker.close()
         self._worker, self._at = None, None
 
-    def _started(self) -> pair.Worker | None:
-        """The worker, started once `worker_at` pieces are given (None where none is)."""
-        if self._at is not None and self._given >= self._at:
-            self._worker, self._at = pair.Worker.start(self.path), None
-        return self._worker
-
     def _put(self, wait: bool) -> None:
         """The held pieces, from the first, up to one the worker has not answered (`wait`: all,
         the worker's taken or decoded here), their indices moved into place."""
@@ -114,12 +102,13 @@ class Decoder:
 class Parts:
     """Each table's frames, in memory."""
 
-    bounded = False
+    bounded = False  # whether it holds a bounded part of the trace (then pieces are not held)
 
     def __init__(self) -> None:
         self.parts: dict[str, list[pl.DataFrame]] = {t: [] for t in TABLES}
 
     def put(self, made: Frames) -> None:
+        """One piece's frames, in event order."""
         for t, df in made.items():
             self.parts[t].append(df)
 
@@ -137,16 +126,6 @@ class Part(msgspec.Struct, frozen=True):
     c1: int | None
 
 
-def span(s: pl.Series) -> tuple[int, int] | None:
-    """(min, max) of an integer column, None where it holds no value."""
-    v = s.drop_nulls()
-    if not v.len():
-        return None
-    lo, hi = v.min(), v.max()
-    assert isinstance(lo, int) and isinstance(hi, int)
-    return lo, hi
-
-
 class Files:
     """Each table's frames in files of `folder`, `rows` rows a file: `parts[table]`, in order."""
 
@@ -156,7 +135,6 @@ class Files:
         self.folder, self.rows = folder, rows
         self.parts: dict[str, list[Part]] = {t: [] for t in TABLES}
         self._held: dict[str, list[pl.DataFrame]] = {t: [] for t in TABLES}
-        self._written = dict.fromkeys(TABLES, 0)
 
     def put(self, made: Frames) -> None:
         for t, df in made.items():
@@ -175,16 +153,17 @@ class Files:
             return
         df = pl.concat(held, how="diagonal_relaxed")
         held.clear()
-        first = self._written[table]
+        first = sum(p.rows for p in self.parts[table])
         start = pl.col("start_ns")
         end = start + pl.col("dur_ns").fill_null(0) if "dur_ns" in df.columns else start
         df = df.with_columns(start.alias(START), end.alias(END),
                              pl.int_range(first, first + df.height, dtype=pl.Int64).alias(ORD))
         path = self.folder / f"{table}-{len(self.parts[table]):05d}.arrow"
         df.write_ipc(path)
-        corr = span(df["correlation"]) if "correlation" in df.columns else None
-        s, e = span(df[START]), span(df[END])
-        self.parts[table].append(Part(path, first, df.height, s[0] if s else LOW,
-                                      e[1] if e else LOW, corr[0] if corr else None,
-                                      corr[1] if corr else None))
-        self._written[table] += df.height
+        corr = pl.col("correlation") if "correlation" in df.columns else pl.lit(None, pl.Int64)
+        ranges = df.select(t0=pl.col(START).min().fill_null(LOW), t1=pl.col(END).max().fill_null(LOW),
+                           c0=corr.min(), c1=corr.max())
+        self.parts[table].append(Part(path, first, df.height, **ranges.row(0, named=True)))
+
+
+Sink = Parts | Files  # where a Decoder puts the frames
