@@ -94,11 +94,6 @@ def _vendor(doc: Doc) -> tuple[str | None, str | None]:
     return None, None
 
 
-def _devices(doc: Doc) -> tuple[dict[str, Any], ...]:
-    props = doc.deviceProperties
-    return tuple(p for p in props if isinstance(p, dict)) if isinstance(props, list) else ()
-
-
 def _check_numbers(path: Path, doc: Doc) -> None:
     """The top-level figures the analysis computes with, each in its domain; else a TraceError
     naming the field and the value (a world size of 2**70 or 0 is not a process group)."""
@@ -128,9 +123,11 @@ def document_meta(path: Path, doc: Doc, n_events: int, warnings: list[str]) -> M
             provenance = doc.attrib
     _check_numbers(path, doc)
     vendor, vendor_from = _vendor(doc)
+    props = doc.deviceProperties  # a list of objects, else none
+    devices = tuple(p for p in props if isinstance(p, dict)) if isinstance(props, list) else ()
     return Meta(
         path=str(path), format="torch-json", events=n_events,
-        vendor=vendor, vendor_from=vendor_from, devices=_devices(doc),
+        vendor=vendor, vendor_from=vendor_from, devices=devices,
         runtime={k: getattr(doc, k) for k in _RUNTIME_KEYS if getattr(doc, k) is not None},
         provenance=provenance,
         top={k: getattr(doc, k) for k in _FLAG_KEYS if getattr(doc, k) is not None}

@@ -6,8 +6,8 @@ A piece is `[` + its events + `]`; its parse checks the cut (JSON is parsed left
 inside a string or a nested object fails, and an earlier one is tried). The last piece and the
 keys after the list are read as one small document, with repair's salvage of a cut-short file.
 What it cannot cut cleanly (invalid JSON inside the list, a key repeated, no list near the start,
-anything repaired) raises `Fallback`. `whole` reads the document whole and repaired
-(collectors.kineto.repair); msgspec splits its events into raw slices, given CHUNK at a time.
+anything repaired) raises `Fallback`. `whole` reads the document whole and repaired (repair);
+msgspec splits its events into raw slices, given CHUNK at a time.
 """
 
 from __future__ import annotations
@@ -56,11 +56,10 @@ def _broken(exc: Exception, size: int) -> tuple[int, bool]:
 
 def _cut(buf: bytearray, dec: Decoder, at: int | None) -> tuple[int, bool]:
     """Give the decoder the buffer (`[` and events) up to its last `}, {` that holds (at most
-    _TRIES tried), closed by a `]` written over the comma while it is read (no copy): (where
-    the rest starts, whether the list ends in the buffer); 0 where no cut held. JSON broken
-    inside the piece is Fallback; the list's end, an earlier cut. A piece the decoder hands to
-    its worker is not parsed here (collectors.kineto.pair says why its cut holds). at: where
-    buf[1] lies in a plain file (None: a compressed one)."""
+    _TRIES tried), closed by a `]` written over the comma while it is read (no copy): (where the
+    rest starts, whether the list ends in the buffer); 0 where no cut held. JSON broken inside
+    the piece is Fallback; the list's end, an earlier cut. A piece handed to the worker is not
+    parsed here (pair says why its cut holds). at: where buf[1] lies in a plain file, or None."""
     hi, ended = len(buf), False
     for _ in range(_TRIES):
         cut = _last_cut(buf, hi)
@@ -194,7 +193,7 @@ def _events(doc: Doc, dec: Decoder) -> None:
 
 
 def whole(path: Path, dec: Decoder) -> Got:
-    """The document read whole, repaired where it must be (collectors.kineto.repair)."""
+    """The document read whole, repaired where it must be (repair)."""
     text, warnings = read_bytes(path)
     if not bytes(text[:65536]).strip():
         raise TraceError(path, "empty file")

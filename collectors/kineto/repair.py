@@ -55,9 +55,8 @@ _RAW_QUOTE = re.compile(rb'(?<!\\)"')
 
 def cut_warning(kind: str | None) -> TraceWarning:
     """The warning for a compressed stream that ends early."""
-    return TraceWarning(
-        f"{kind or 'compressed'} stream is truncated; reading what was decompressed", TRUNCATED
-    )
+    return TraceWarning(f"{kind or 'compressed'} stream is truncated; reading what was decompressed",
+                        TRUNCATED)
 
 
 def read_bytes(path: Path) -> tuple[bytes | bytearray, list[str]]:
@@ -84,9 +83,8 @@ def decode_doc(path: Path, text: bytes | bytearray, warnings: list[str], before:
     except DECODE_ERRORS as exc:
         problem = str(exc)
     except RecursionError:
-        raise TraceError(
-            path, "JSON nested too deeply (thousands of levels; a profiler event has a few)"
-        ) from None
+        raise TraceError(path, "JSON nested too deeply (thousands of levels; a profiler event "
+                         "has a few)") from None
     if "truncated" in problem or warnings:
         doc = _salvage(text)
         if (doc is None or not doc.traceEvents) and before and floor is not None:
@@ -126,7 +124,7 @@ def repair_names(text: bytes | bytearray) -> tuple[bytes, int]:
 
 def _salvage(text: bytes | bytearray, tries: int = 64) -> Doc | None:
     """Close the document after the last `}` that ends a whole event."""
-    start = text.find(b'"traceEvents"')
+    start = text.find(KEY)
     if start < 0:
         return None
     end = len(text)

@@ -28,8 +28,8 @@ LOW = -(1 << 63)  # the least Int64: a start time no row has
 class Decoder:
     """Pieces in (`piece`), their frames out to `sink` in event order; `notes`: what salvaging
     changed; `events`: the events put so far. Once `worker_at` pieces are given, a worker
-    process may decode pieces while this one cuts and decodes others (collectors.kineto.pair);
-    `settle` waits for them. `close` ends the worker (a `with` block does)."""
+    process may decode pieces while this one cuts and decodes others (pair); `settle` waits for
+    them. `close` ends the worker (a `with` block does)."""
 
     def __init__(self, path: Path, sink: Sink, worker_at: int | None = None) -> None:
         self.path, self.sink, self.notes = path, sink, Notes()

@@ -1,12 +1,11 @@
 """A Kineto trace on disk, read back one chunk of steps at a time (the bounded-memory mode).
 
-The reader's frames go to the `Files` sink (collectors.kineto.sinks) in a temporary folder.
-`Spill.window` reads back the rows of one chunk of steps (attrib.steps.chunks: host events that
-overlap its context, GPU events of its runtime calls or in its GPU range) through the files whose
-ranges can hold them, and builds them into a Trace as the whole-trace reader does
-(collectors.kineto.tables.built), ids included: an id is the row's place in its whole table sorted
-by start time, computed once per table from the start times alone. Memory is bounded by a chunk
-and a file, not by the trace.
+The reader's frames go to the `Files` sink (sinks) in a temporary folder. `Spill.window` reads
+back the rows of one chunk of steps (attrib.steps.chunks: host events that overlap its context,
+GPU events of its runtime calls or in its GPU range) through the files whose ranges can hold
+them, and builds them into a Trace as the whole-trace reader does (tables.built), ids included:
+an id is the row's place in its whole table sorted by start time, computed once per table from
+the start times alone. Memory is bounded by a chunk and a file, not by the trace.
 """
 
 from __future__ import annotations
@@ -82,9 +81,8 @@ class Spill(msgspec.Struct):
         return _concat([pl.read_ipc(p.path, columns=[col])[col] for p in self.parts[table]], col)
 
     def _ids(self, table: str) -> tuple[Path, np.dtype[Any]]:
-        """Each row's id (by its place in the table), written to a file of the folder, and their
-        dtype: its rank in the table stably sorted by start time, nulls first, as the
-        whole-trace reader numbers it."""
+        """Each row's id (by its place in the table: its rank in the table stably sorted by
+        start time, nulls first, as the whole-trace reader numbers it) in a file, and their dtype."""
         start = self._column(table, START).fill_null(LOW).to_numpy()
         kind = np.uint32 if len(start) < 1 << 32 else np.int64  # held for every row: 4 bytes
         ids = np.empty(len(start), dtype=kind)

@@ -49,8 +49,8 @@ def built(path: Path, parts: dict[str, list[pl.DataFrame]], notes: Notes, warnin
           renumber: Renumber | None = None) -> Tables:
     """The tables of the frames of each table in event order (emptied as they are joined), checked
     (collectors.validate) and completed; what was dropped or salvaged is added to `warnings`.
-    renumber(table, df): the table with the ids of the whole trace, when `parts` are a part of it
-    (collectors.kineto.spill)."""
+    renumber(table, df): the table with the ids of the whole trace, where `parts` are a part of it
+    (spill)."""
     flow_parts = parts.pop("flows", [])
     tables = {t: _finish(parts.pop(t), notes) for t in list(parts)}  # each freed as it is built
     if not _unlinked(tables["kernels"]):
