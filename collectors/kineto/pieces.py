@@ -87,19 +87,17 @@ class Blocks:
     def __init__(self, inflow: limits.Inflow) -> None:
         self._it = iter(inflow)
         self.more = True
-        self.taken = 0  # bytes given
 
     def take(self) -> bytes:
+        """The next block (b"" once there is none)."""
         part = next(self._it, None)
-        if part is None:
-            self.more = False
-            return b""
-        self.taken += len(part)
-        return part
+        self.more = part is not None
+        return part or b""
 
 
-def header(blocks: Blocks) -> tuple[bytes, memoryview]:
-    """(the document before its `"traceEvents"` key, the list from its `[` on: a view)."""
+def header(blocks: Blocks) -> tuple[bytes, memoryview, int]:
+    """(the document before its `"traceEvents"` key, the list from its `[` on: a view, where that
+    `[` lies in the content)."""
     buf = b""
     while (m := _LIST.search(buf)) is None:
         if not blocks.more or len(buf) > HEADER_LIMIT:
@@ -112,7 +110,7 @@ def header(blocks: Blocks) -> tuple[bytes, memoryview]:
         DOC.decode(head + KEY + b": []}")
     except (*ERRORS, msgspec.ValidationError):
         raise Fallback from None
-    return head, memoryview(buf)[m.end() - 1:]
+    return head, memoryview(buf)[m.end() - 1:], m.end() - 1
 
 
 def _fill(buf: bytearray | memoryview, want: int, blocks: Blocks) -> bytearray:
@@ -131,9 +129,9 @@ def stream(path: Path, block: int, dec: Decoder) -> Got:
     """The document streamed (see the module docstring); Fallback where it must be read whole."""
     inflow = limits.Inflow(path, block)
     blocks = Blocks(inflow)
-    head, view = header(blocks)
+    head, view, at = header(blocks)
     # where buf[0] lies in the file: a piece is handed as a range of a plain file, not a copy
-    off = blocks.taken - len(view) if inflow.kind is None else None
+    off = at if inflow.kind is None else None
     want, ended, pieces = block, False, 0
     buf: bytearray | memoryview = view
     while blocks.more and not ended:

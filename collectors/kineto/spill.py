@@ -140,8 +140,7 @@ class Spill(msgspec.Struct):
 
     def markers(self) -> Trace:
         """The trace's annotations alone (what chunks are planned from)."""
-        parts = {"markers": self._rows("markers", pl.lit(True), self.parts["markers"])}
-        return self._trace(parts)
+        return self._trace({"markers": self._rows("markers", pl.lit(True), self.parts["markers"])})
 
     def window(self, host: tuple[int, int], gpu: tuple[int, int]) -> Trace:
         """The trace of one chunk of steps whose context spans `host` and `gpu` ([start, end)
