@@ -218,3 +218,31 @@ def test_when_the_worker_starts(tmp_path, text, monkeypatch):
     monkeypatch.delenv("ATTRIB_THREADS")
     monkeypatch.setenv(pair.ENV, "0")
     assert pair.start_at(plain, BLOCK) is None
+
+
+def test_the_reader_waits_on_what_a_piece_took_the_worker(tmp_path, text, monkeypatch):
+    """Each answer says how long its piece took the worker: more than nothing, less than the
+    time from its hand to its answer's arrival; the reader waits on the latest of them (its
+    pace), not on the gap between two answers (1 us where two arrive in one read)."""
+    p = _file(tmp_path, text)
+    handed: dict[int, float] = {}
+    seen: list[tuple[float, float, float]] = []  # (took, hand to arrival, pace after it)
+    hand, drain = pair.Worker.hand, pair.Worker._drain
+
+    def timed_hand(self, j, text, at):
+        handed[j] = time.monotonic()
+        return hand(self, j, text, at)
+
+    def timed_drain(self, timeout):
+        before = set(self.done)
+        drain(self, timeout)
+        now = time.monotonic()
+        seen.extend((self.done[j].took, now - handed[j], self.pace)
+                    for j in sorted(set(self.done) - before))
+
+    monkeypatch.setattr(pair.Worker, "hand", timed_hand)
+    monkeypatch.setattr(pair.Worker, "_drain", timed_drain)
+    _read(p, "1", monkeypatch)
+    assert len(seen) >= 5, seen
+    assert all(0 < took < since for took, since, _ in seen), seen
+    assert seen[-1][2] == seen[-1][0]  # the pace is the last answer's own time

@@ -18,7 +18,7 @@ the reader reads between pieces (the pipe never fills).
 
 Never waiting long: at most QUEUE pieces are handed and unanswered (and HOLD held behind them in
 the bounded-memory sink); a piece the decoder needs is waited for while the worker decodes it
-(twice the time between its last two answers, WAIT_S at most), else decoded by the reader.
+(twice what its last piece took it, WAIT_S at most), else decoded by the reader.
 Nothing is judged from the machine's load (`start_at` says when the worker starts).
 """
 
@@ -62,6 +62,7 @@ class Answer(msgspec.Struct, omit_defaults=True):
     events: int = 0
     notes: Notes | None = None
     tables: list[str] = []  # written to the folder as {done}-{table}.arrow
+    took: float = 0.0  # seconds the worker spent on the piece, from its line to its answer
 
 
 Decoded = tuple[Frames, int, Notes]  # a piece's frames, event count and notes, indices from 0
@@ -98,8 +99,7 @@ class Worker:
         self.handed: list[int] = []  # handed and not taken, in the order given
         self.ranges: dict[int, tuple[int, int] | None] = {}  # of the trace file, or None: a copy
         self.done: dict[int, Answer] = {}
-        self.pace = WAIT_S  # seconds between its last two answers: about what a piece takes it
-        self._last = 0.0  # when it answered last
+        self.pace = WAIT_S  # seconds its last piece took it (its answer's `took`)
         self._buf = b""
 
     @classmethod
@@ -199,8 +199,7 @@ class Worker:
                 self.ready = self.ready or a.ready
                 if a.done is not None:
                     self.done[a.done] = a
-                    now = time.monotonic()
-                    self.pace, self._last = (now - self._last if self._last else WAIT_S), now
+                    self.pace = a.took
             self.alive = bool(more)
             timeout = 0.0
 
@@ -227,13 +226,15 @@ def serve() -> None:
     _say(out, Answer(ready=True))
     for line in sys.stdin.buffer:
         j, *at = map(int, line.split())
+        t0 = time.perf_counter()
         try:
             made, n, notes = decoded(path, _piece(path, folder, j, (at[0], at[1]) if at else None))
         except (*ERRORS, TraceError):
             return _say(out, Answer(bad=j))
         for t, df in made.items():  # text as views, as built: no conversion
             df.write_ipc(_file(folder, j, t), compat_level=pl.CompatLevel.newest())
-        _say(out, Answer(done=j, events=n, notes=notes, tables=list(made)))
+        took = time.perf_counter() - t0
+        _say(out, Answer(done=j, events=n, notes=notes, tables=list(made), took=took))
         del made
         trim()
 
