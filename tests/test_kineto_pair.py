@@ -227,6 +227,7 @@ def test_the_reader_waits_on_what_a_piece_took_the_worker(tmp_path, text, monkey
     p = _file(tmp_path, text)
     handed: dict[int, float] = {}
     seen: list[tuple[float, float, float]] = []  # (took, hand to arrival, pace after it)
+    _counted(monkeypatch)  # a busy reader: the worker gets pieces however loaded the machine
     hand, drain = pair.Worker.hand, pair.Worker._drain
 
     def timed_hand(self, j, text, at):
