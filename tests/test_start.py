@@ -61,7 +61,7 @@ DEMO = ROOT / "examples/traces/h200_qwen3moe_eager_prefill_decode.json.gz"  # `m
 NOT_FOR_ANALYZE = {"attrib.cli.runs", "attrib.cli.device", "attrib.report.ranks",
                    "attrib.steps.ranks", "attrib.report.export", "attrib.report.plots", "scipy",
                    "matplotlib", "xlsxwriter", "pyarrow", "fastexcel", "jsonschema", "ray",
-                   "sqlite3", "difflib", "polars._utils.udfs"}
+                   "sqlite3", "difflib", "polars._utils.udfs", "html"}
 
 
 def test_analyze_loads_only_what_it_uses():

@@ -3,7 +3,6 @@ HTML renderers. Every figure is labelled a projection."""
 
 from __future__ import annotations
 
-from html import escape
 from typing import Any
 
 from attrib.analysis.model import Analysis
@@ -73,6 +72,8 @@ def markdown_lines(an: Analysis) -> list[str]:
 
 def html_section(an: Analysis) -> str:
     """The HTML section ("" without a what-if)."""
+    from html import escape  # only HTML output needs it: 3 ms to import
+
     w = an.what_if
     if w is None:
         return ""
