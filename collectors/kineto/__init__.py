@@ -15,6 +15,7 @@ has cut a few pieces, a worker process decodes some of them beside it (pair).
 
 from __future__ import annotations
 
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +64,7 @@ def events(path: Path, sink: Sink, block: int = BLOCK, worker: bool = False) -> 
     about `block` bytes (Fallback where it must be read whole), or read whole where block <= 0.
     worker: a streamed read may have a worker process decode pieces (pair)."""
     at = pair.start_at(path, block) if worker and block > 0 else None
-    with Decoder(path, sink, at) as dec:
+    with closing(Decoder(path, sink, at)) as dec:
         doc, n, warnings = stream(path, block, dec) if block > 0 else whole(path, dec)
     if not n:
         raise TraceError(path, "no events: traceEvents is missing or empty")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, Callable
 
 import msgspec
@@ -12,13 +13,10 @@ from collectors.kineto.decode import Event, Notes
 
 
 Text = Callable[[list[Any]], pl.Series]  # a text column of Python values
-# the events of a trace whose text columns are built as they come (each row its own bytes: 3x
-# faster than interned); later ones are interned (each distinct value held once)
+# the events of a trace whose text columns are built as they come (`_plain`: each row its own
+# bytes, 3x faster than interned); later ones are interned (each distinct value held once)
 PLAIN_EVENTS = 1 << 16
-
-
-def _plain(values: list[Any]) -> pl.Series:
-    return pl.Series(values, dtype=pl.Utf8)
+_plain: Text = partial(pl.Series, dtype=pl.Utf8)
 
 
 def _raw(rs: list[msgspec.Raw], text: Text) -> pl.Series:
@@ -114,9 +112,8 @@ def frames(evs: list[Event], notes: Notes, base: int, plain: bool | None = None)
     """One piece's events (evs[i] is traceEvents[base + i]) as a frame per table (tables without
     events left out): complete events (`ph` X) with a start time go to their category's table, flow
     ends (`ac2g` f) to `flows`; profiler events without `ph` or `ts` are counted in `notes`. Kernels
-    keep their index in traceEvents (`event`), which export aligns by. Text columns: plain for a
-    piece that starts in the trace's first PLAIN_EVENTS events, interned after (or as `plain`
-    says)."""
+    keep their index in traceEvents (`event`: export aligns by it). Text columns: plain for a piece
+    that starts in the first PLAIN_EVENTS events, interned after (or as `plain` says)."""
     groups: dict[str, list[Event]] = {t: [] for t in TABLES}
     # bound appends: the loop runs per event
     add: dict[str | None, Callable[[Event], None]] = {

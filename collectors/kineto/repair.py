@@ -45,10 +45,9 @@ class Doc(msgspec.Struct):
 
 DOC = msgspec.json.Decoder(Doc)
 
-# A name value on its line, as Kineto writes events
-# (`"ph": "X", "cat": "...", "name": "<value>", "pid": ...` or `"name": "<value>",` alone): the
-# value ends at the first quote followed by `, "key":` or the line's end, so a valid name
-# (`"name": "Iteration Start: PyTorch Profiler", "ph": "i", "s": "g",`) is left as it is
+# A name value on its line as Kineto writes events (`"cat": "...", "name": "<value>", "pid": ...`
+# or `"name": "<value>",` alone): it ends at the first quote followed by `, "key":` or the line's
+# end, so a valid name (`"name": "Iteration Start: PyTorch Profiler", "ph": "i", "s": "g",`) stays
 _NAME_LINE = re.compile(rb'("name": ")(.*?)((?<!\\)"(?=\s*,\s*"[^"\n]+"\s*:|\s*,?\s*$))', re.M)
 _RAW_QUOTE = re.compile(rb'(?<!\\)"')
 
@@ -102,7 +101,14 @@ def decode_doc(path: Path, text: bytes | bytearray, warnings: list[str], before:
             return DOC.decode(text)
         except DECODE_ERRORS as exc:
             problem = str(exc)
-    return _lenient(path, text, problem, warnings)
+    try:  # invalid JSON that Kineto is known to write (control characters in names)
+        obj = json.loads(text, strict=False)
+    except (ValueError, RecursionError):
+        raise TraceError(path, f"not valid JSON ({problem})") from None
+    if not isinstance(obj, dict):
+        raise TraceError(path, "JSON, but not a torch-profiler trace (top level is not an object)")
+    warnings.append(f"invalid JSON ({problem}); read with a lenient parser")
+    return DOC.decode(orjson.dumps(obj))
 
 
 def repair_names(text: bytes | bytearray) -> tuple[bytes, int]:
@@ -122,13 +128,13 @@ def repair_names(text: bytes | bytearray) -> tuple[bytes, int]:
     return out, count
 
 
-def _salvage(text: bytes | bytearray, tries: int = 64) -> Doc | None:
-    """Close the document after the last `}` that ends a whole event."""
+def _salvage(text: bytes | bytearray) -> Doc | None:
+    """Close the document after the last `}` that ends a whole event (of the last 64 tried)."""
     start = text.find(KEY)
     if start < 0:
         return None
     end = len(text)
-    for _ in range(tries):
+    for _ in range(64):
         end = text.rfind(b"}", start, end)
         if end < 0:
             return None
@@ -137,18 +143,6 @@ def _salvage(text: bytes | bytearray, tries: int = 64) -> Doc | None:
         except (*DECODE_ERRORS, RecursionError):
             continue
     return None
-
-
-def _lenient(path: Path, text: bytes | bytearray, problem: str, warnings: list[str]) -> Doc:
-    """Fallback for invalid JSON that Kineto is known to write (control characters in names)."""
-    try:
-        obj = json.loads(text, strict=False)
-    except (ValueError, RecursionError):
-        raise TraceError(path, f"not valid JSON ({problem})") from None
-    if not isinstance(obj, dict):
-        raise TraceError(path, "JSON, but not a torch-profiler trace (top level is not an object)")
-    warnings.append(f"invalid JSON ({problem}); read with a lenient parser")
-    return DOC.decode(orjson.dumps(obj))
 
 
 def read_document(path: str | Path) -> dict[str, Any]:

@@ -26,12 +26,10 @@ LOW = -(1 << 63)  # the least Int64: a start time no row has
 
 
 class Decoder:
-    """Pieces in (`piece`), their frames out to `sink` in event order; `notes`: what salvaging
-    changed; `events`: the events put so far. Once `worker_at` pieces are given, a worker
-    process may decode pieces while this one cuts and decodes others (pair); `settle` waits for
-    them. `close` ends the worker (a `with` block does)."""
+    """`notes`: what salvaging changed; `events`: the events put so far. Once `worker_at` pieces
+    are given, the worker starts; `settle` waits for its pieces, `close` ends it."""
 
-    def __init__(self, path: Path, sink: Sink, worker_at: int | None = None) -> None:
+    def __init__(self, path: Path, sink: Sink, worker_at: int | None) -> None:
         self.path, self.sink, self.notes = path, sink, Notes()
         self.events = 0
         self._given = 0  # pieces given
@@ -39,12 +37,6 @@ class Decoder:
         self._worker: pair.Worker | None = None
         # pieces given and not yet put, in order: decoded with indices from 0, or None: handed
         self._held: deque[tuple[int, pair.Decoded | None]] = deque()
-
-    def __enter__(self) -> Decoder:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def piece(self, text: bytes | bytearray | memoryview, at: int | None = None) -> None:
         """The JSON array `text` of the next events, decoded here or handed to the worker (as

@@ -118,13 +118,13 @@ class Spill(msgspec.Struct):
 
     def _gpu(self, table: str, corr: pl.Series, gpu: tuple[int, int]) -> list[pl.DataFrame]:
         lo, hi = gpu
-        ids = _span(corr)
+        c0, c1 = corr.min(), corr.max()  # corr holds no null: None where it is empty
 
         def maybe(p: Part) -> bool:
             by_time = p.t0 < hi and p.t1 >= lo  # the part's starts lie below t1
-            if ids is None or p.c0 is None or p.c1 is None:
+            if not isinstance(c0, int) or not isinstance(c1, int) or p.c0 is None or p.c1 is None:
                 return by_time
-            return by_time or (p.c0 <= ids[1] and p.c1 >= ids[0])
+            return by_time or (p.c0 <= c1 and p.c1 >= c0)
 
         unlinked = pl.col(ORD).is_in(self.unlinked[table].implode())
         ours = pl.col("correlation").is_in(corr.implode()).fill_null(False)
@@ -178,13 +178,3 @@ class Unbounded(Exception):
 
 def _concat(series: list[pl.Series], name: str) -> pl.Series:
     return pl.concat(series) if series else pl.Series(name, [], dtype=pl.Int64)
-
-
-def _span(s: pl.Series) -> tuple[int, int] | None:
-    """(min, max) of an integer column, None where it holds no value."""
-    v = s.drop_nulls()
-    if not v.len():
-        return None
-    lo, hi = v.min(), v.max()
-    assert isinstance(lo, int) and isinstance(hi, int)
-    return lo, hi
