@@ -85,14 +85,11 @@ class Fallback(Exception):
 
 
 def trim() -> None:
-    """Give the C heap's free pages back to the system (glibc `malloc_trim`; nothing elsewhere).
-    A piece's events live in Python's heap and the frames in polars' own allocator, so the pages
-    the events leave free are not reused for the tables: without this they stay resident (about
-    40 MB per 0.5 GB of JSON)."""
-    try:
+    """Give the C heap's free pages back to the system (glibc `malloc_trim`; nothing elsewhere). A
+    piece's events live in Python's heap and the frames in polars' own allocator, so the pages the
+    events leave free are not reused for the tables and stay resident (40 MB per 0.5 GB of JSON)."""
+    with contextlib.suppress(OSError, AttributeError, TypeError):
         getattr(ctypes.CDLL(None), "malloc_trim")(0)  # the process's own symbols: libc's
-    except (OSError, AttributeError, TypeError):
-        pass
 
 
 class Notes(msgspec.Struct):
@@ -109,8 +106,7 @@ class Notes(msgspec.Struct):
         self.first[kind] = min(self.first.get(kind, index), index)  # pieces come in any order
 
     def add(self, other: Notes, base: int) -> None:
-        """Count in `other`, a piece's notes whose event indices start at 0 (its first event is
-        event `base`)."""
+        """Count in `other`: a piece's notes, event indices from 0 (its first event is `base`)."""
         self.utf8 += other.utf8
         self.dropped += other.dropped
         self.no_ph += other.no_ph

@@ -69,10 +69,9 @@ _ANSWER = msgspec.json.Decoder(Answer)
 
 
 def start_at(path: Path, block: int) -> int | None:
-    """After how many pieces a read of `path` in pieces of `block` bytes starts its worker:
-    at once for a plain file of MIN_PIECES pieces or more, after START_AT for any other (a
-    compressed file's size says little); None where it starts none (ATTRIB_WORKER=0, or no second
-    CPU may be used: attrib.threads.second_cpu)."""
+    """After how many pieces a read of `path` in pieces of `block` bytes starts its worker: at once
+    for a plain file of MIN_PIECES pieces or more, else after START_AT (a compressed file's size
+    says little); None where it starts none (ATTRIB_WORKER=0, or attrib.threads.second_cpu)."""
     if os.environ.get(ENV) == "0" or not second_cpu():
         return None
     try:

@@ -54,8 +54,8 @@ _RAW_QUOTE = re.compile(rb'(?<!\\)"')
 
 def cut_warning(kind: str | None) -> TraceWarning:
     """The warning for a compressed stream that ends early."""
-    return TraceWarning(f"{kind or 'compressed'} stream is truncated; reading what was decompressed",
-                        TRUNCATED)
+    return TraceWarning(f"{kind or 'compressed'} stream is truncated; reading what was "
+                        "decompressed", TRUNCATED)
 
 
 def read_bytes(path: Path) -> tuple[bytes | bytearray, list[str]]:
@@ -71,10 +71,9 @@ def read_bytes(path: Path) -> tuple[bytes | bytearray, list[str]]:
 
 def decode_doc(path: Path, text: bytes | bytearray, warnings: list[str], before: int = 0,
                floor: Doc | None = None) -> Doc:
-    """Split the document; salvage a truncated one up to its last complete event.
-
-    before: events read ahead of `text` (the streamed ones), counted in the salvage warning;
-    floor: the document to return when nothing in `text` is salvageable but those events were."""
+    """Split the document; salvage a truncated one up to its last complete event. before: events
+    read ahead of `text` (the streamed ones), counted in the salvage warning; floor: the document
+    to return when nothing in `text` is salvageable but those events were."""
     try:
         return DOC.decode(text)
     except msgspec.ValidationError as exc:
@@ -112,10 +111,9 @@ def decode_doc(path: Path, text: bytes | bytearray, warnings: list[str], before:
 
 
 def repair_names(text: bytes | bytearray) -> tuple[bytes, int]:
-    """Escape raw double quotes inside `"name": "..."` values. Kineto before its quote-escaping fix
-    wrote names such as `torch/profiler/_cupti_monitor.py(0): "warmup"` as they are, which makes the
-    whole file invalid JSON. Only a value with a raw quote inside changes. Returns the text and how
-    many names were repaired."""
+    """Escape raw double quotes inside `"name": "..."` values (Kineto before its quote-escaping fix
+    wrote names such as `torch/profiler/_cupti_monitor.py(0): "warmup"` as they are: invalid JSON).
+    Only a value with a raw quote inside changes. The text, and how many names were repaired."""
     count = 0
 
     def fix(m: re.Match) -> bytes:
