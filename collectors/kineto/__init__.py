@@ -15,8 +15,8 @@ has cut a few pieces, a worker process decodes some of them beside it (pair).
 
 from __future__ import annotations
 
+from contextlib import closing
 from pathlib import Path
-from typing import Any
 
 import msgspec
 from msgspec.structs import replace
@@ -38,8 +38,7 @@ _RUNTIME_KEYS = ("cuda_runtime_version", "cuda_driver_version", "cupti_version",
                  "roctracer_version", "hip_runtime_version", "hip_driver_version")
 _FLAG_KEYS = ("schemaVersion", "record_shapes", "with_stack", "with_modules", "with_flops",
               "profile_memory", "trace_id", "displayTimeUnit", "baseTimeNanoseconds", "traceName")
-# the largest baseTimeNanoseconds: 2**62 ns since 1970 is the year 2116
-_MAX_BASE_NS = 1 << 62
+_MAX_BASE_NS = 1 << 62  # the largest baseTimeNanoseconds: 2**62 ns since 1970 is the year 2116
 
 
 class Read(msgspec.Struct):
@@ -63,7 +62,7 @@ def events(path: Path, sink: Sink, block: int = BLOCK, worker: bool = False) -> 
     about `block` bytes (Fallback where it must be read whole), or read whole where block <= 0.
     worker: a streamed read may have a worker process decode pieces (pair)."""
     at = pair.start_at(path, block) if worker and block > 0 else None
-    with Decoder(path, sink, at) as dec:
+    with closing(Decoder(path, sink, at)) as dec:
         doc, n, warnings = stream(path, block, dec) if block > 0 else whole(path, dec)
     if not n:
         raise TraceError(path, "no events: traceEvents is missing or empty")
@@ -71,9 +70,8 @@ def events(path: Path, sink: Sink, block: int = BLOCK, worker: bool = False) -> 
 
 
 def read(path: str | Path, block: int = BLOCK) -> Trace:
-    """Read a Kineto trace (`.json`, `.json.gz`, `.pt.trace.json.gz`, `.json.xz`, `.json.zst`)
-    into the normalized Trace: streamed (`events`), or read whole where it cannot be, as it is
-    with block=0. The tables are the same whichever way it is read."""
+    """A Kineto trace (`.json`, `.json.gz`, `.pt.trace.json.gz`, `.json.xz`, `.json.zst`) as the
+    normalized Trace: streamed (`events`), else read whole (as with block=0), the same tables."""
     path = Path(path)
     sink = Parts()
     try:
@@ -94,24 +92,10 @@ def _vendor(doc: Doc) -> tuple[str | None, str | None]:
     return None, None
 
 
-def _check_numbers(path: Path, doc: Doc) -> None:
-    """The top-level figures the analysis computes with, each in its domain; else a TraceError
-    naming the field and the value (a world size of 2**70 or 0 is not a process group)."""
-    info = doc.distributedInfo
-    if isinstance(info, dict):
-        world = info.get("world_size")
-        if world is not None:
-            world = count(world, "distributedInfo.world_size", 1, MAX_WORLD, path)
-        if info.get("rank") is not None:
-            top = (world or MAX_WORLD) - 1
-            count(info["rank"], "distributedInfo.rank", 0, top, path)
-    if doc.baseTimeNanoseconds is not None:
-        count(doc.baseTimeNanoseconds, "baseTimeNanoseconds", 0, _MAX_BASE_NS, path)
-
-
 def document_meta(path: Path, doc: Doc, n_events: int, warnings: list[str]) -> Meta:
-    """The trace's Meta from its top-level keys and capture stamp (its warnings: `warnings`, to
-    which a bad stamp adds one)."""
+    """The trace's Meta from its top-level keys and capture stamp (a bad stamp adds a warning to
+    `warnings`, the Meta's); a TraceError naming a figure the analysis computes with that is out
+    of its domain, and its value (a world size of 2**70 or 0 is not a process group)."""
     provenance = dict(read_sidecar(path))
     if "warning" in provenance:
         warnings.append(str(provenance.pop("warning")))
@@ -121,7 +105,15 @@ def document_meta(path: Path, doc: Doc, n_events: int, warnings: list[str]) -> M
             warnings.append(f"{path}: embedded provenance stamp ignored: {bad}")
         else:
             provenance = doc.attrib
-    _check_numbers(path, doc)
+    info = doc.distributedInfo
+    if isinstance(info, dict):
+        world = info.get("world_size")
+        if world is not None:
+            world = count(world, "distributedInfo.world_size", 1, MAX_WORLD, path)
+        if info.get("rank") is not None:
+            count(info["rank"], "distributedInfo.rank", 0, (world or MAX_WORLD) - 1, path)
+    if doc.baseTimeNanoseconds is not None:
+        count(doc.baseTimeNanoseconds, "baseTimeNanoseconds", 0, _MAX_BASE_NS, path)
     vendor, vendor_from = _vendor(doc)
     props = doc.deviceProperties  # a list of objects, else none
     devices = tuple(p for p in props if isinstance(p, dict)) if isinstance(props, list) else ()

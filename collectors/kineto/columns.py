@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, Callable
 
 import msgspec
@@ -10,15 +11,18 @@ import polars as pl
 from attrib.trace import interned
 from collectors.kineto.decode import Event, Notes
 
-
+TABLES = ("kernels", "copies", "ops", "frames", "launches", "markers", "flows")
+Frames = dict[str, pl.DataFrame]  # a piece's frame per table
 Text = Callable[[list[Any]], pl.Series]  # a text column of Python values
-# the events of a trace whose text columns are built as they come (each row its own bytes: 3x
-# faster than interned); later ones are interned (each distinct value held once)
+# the events of a trace whose text columns are built as they come (`_plain`: each row its own
+# bytes, 3x faster than interned); later ones are interned (each distinct value held once)
 PLAIN_EVENTS = 1 << 16
-
-
-def _plain(values: list[Any]) -> pl.Series:
-    return pl.Series(values, dtype=pl.Utf8)
+_plain: Text = partial(pl.Series, dtype=pl.Utf8)
+_TABLE_OF = {"kernel": "kernels", "gpu_memcpy": "copies", "gpu_memset": "copies", "cpu_op": "ops",
+             "python_function": "frames", "cuda_runtime": "launches", "cuda_driver": "launches",
+             "user_annotation": "markers", "gpu_user_annotation": "markers"}
+_DTYPES = {"name": pl.Utf8, "ts": pl.Float64, "dur": pl.Float64, "side": pl.Utf8, "kind": pl.Utf8,
+           "kernel_name": pl.Utf8, "graph": pl.Boolean}
 
 
 def _raw(rs: list[msgspec.Raw], text: Text) -> pl.Series:
@@ -36,7 +40,7 @@ def _raw(rs: list[msgspec.Raw], text: Text) -> pl.Series:
 
 def _columns(table: str, evs: list[Event], text: Text, at: list[int]) -> dict[str, Any]:
     """A table's columns of its events (`at`: the kernels' indices in traceEvents)."""
-    if table == "flows":  # flow ends (`ac2g` ph f) sit on the GPU event; their id is the correlation
+    if table == "flows":  # flow ends (`ac2g` ph f) sit on the GPU event, their id its correlation
         return {"pid": [e.pid for e in evs], "tid": [e.tid for e in evs], "ts": [e.ts for e in evs],
                 "correlation": [e.id for e in evs]}  # no duration: only start and id are read
     cols = {"name": text([e.name for e in evs]), "ts": [e.ts for e in evs],
@@ -73,15 +77,6 @@ def _columns(table: str, evs: list[Event], text: Text, at: list[int]) -> dict[st
     return cols
 
 
-_TABLE_OF = {
-    "kernel": "kernels", "gpu_memcpy": "copies", "gpu_memset": "copies", "cpu_op": "ops",
-    "python_function": "frames", "cuda_runtime": "launches", "cuda_driver": "launches",
-    "user_annotation": "markers", "gpu_user_annotation": "markers",
-}
-_DTYPES = {"name": pl.Utf8, "ts": pl.Float64, "dur": pl.Float64, "side": pl.Utf8, "kind": pl.Utf8,
-           "kernel_name": pl.Utf8, "graph": pl.Boolean}
-
-
 def _series(name: str, values: list[Any]) -> pl.Series:
     """A column of its dtype; values of an unexpected type become null (strict=False). The strict
     conversion is tried first: it is faster, holds for the typed fields, and where it succeeds it
@@ -106,17 +101,12 @@ def _frame(cols: dict[str, Any]) -> pl.DataFrame:
         .alias(named[c]) for c in us).drop(us)
 
 
-TABLES = ("kernels", "copies", "ops", "frames", "launches", "markers", "flows")
-Frames = dict[str, pl.DataFrame]  # a piece's frame per table
-
-
 def frames(evs: list[Event], notes: Notes, base: int, plain: bool | None = None) -> Frames:
     """One piece's events (evs[i] is traceEvents[base + i]) as a frame per table (tables without
     events left out): complete events (`ph` X) with a start time go to their category's table, flow
     ends (`ac2g` f) to `flows`; profiler events without `ph` or `ts` are counted in `notes`. Kernels
-    keep their index in traceEvents (`event`), which export aligns by. Text columns: plain for a
-    piece that starts in the trace's first PLAIN_EVENTS events, interned after (or as `plain`
-    says)."""
+    keep their index in traceEvents (`event`: export aligns by it). Text columns: plain for a piece
+    that starts in the first PLAIN_EVENTS events, interned after (or as `plain` says)."""
     groups: dict[str, list[Event]] = {t: [] for t in TABLES}
     # bound appends: the loop runs per event
     add: dict[str | None, Callable[[Event], None]] = {

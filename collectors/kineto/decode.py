@@ -23,13 +23,13 @@ from collectors import limits
 
 _NONE = msgspec.Raw(b"")
 _Int = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
-_INT_ARGS = ("external_id", "correlation", "device", "stream", "registers", "shared_mem", "bytes")
 _RAW_ARGS = ("grid", "block", "input_dims", "input_types", "concrete", "input_strides")
+_FIELDS = {"ph": str, "cat": str, "name": str, "ts": float, "dur": float}  # Event's typed ones
+_INT_ARGS = ("external_id", "correlation", "device", "stream", "registers", "shared_mem", "bytes")
+
 
 # gc=False on every event struct: decoded JSON holds no reference cycles, and structs the cyclic
 # GC does not track spare it repeated walks over every live event (about 1 s of CPU on 1 M events).
-
-
 class _Args(msgspec.Struct, frozen=True, gc=False):
     external_id: _Int | None = field(name="External id", default=None)
     correlation: _Int | None = None
@@ -77,8 +77,6 @@ _EVENTS = msgspec.json.Decoder(list[Event])
 _RAWS = msgspec.json.Decoder(list[msgspec.Raw])
 _LOOSE: msgspec.json.Decoder[Any] = msgspec.json.Decoder(_Loose)
 _ARG_KEYS = {f.name: f.encode_name for f in msgspec.structs.fields(_Args)}  # field -> JSON key
-_STR_FIELDS = ("ph", "cat", "name")
-_FLOAT_FIELDS = ("ts", "dur")
 _LIMIT = 2**63
 
 
@@ -87,14 +85,11 @@ class Fallback(Exception):
 
 
 def trim() -> None:
-    """Give the C heap's free pages back to the system (glibc `malloc_trim`; nothing elsewhere).
-    A piece's events live in Python's heap and the frames in polars' own allocator, so the pages
-    the events leave free are not reused for the tables: without this they stay resident (about
-    40 MB per 0.5 GB of JSON)."""
-    try:
+    """Give the C heap's free pages back to the system (glibc `malloc_trim`; nothing elsewhere). A
+    piece's events live in Python's heap and the frames in polars' own allocator, so the pages the
+    events leave free are not reused for the tables and stay resident (40 MB per 0.5 GB of JSON)."""
+    with contextlib.suppress(OSError, AttributeError, TypeError):
         getattr(ctypes.CDLL(None), "malloc_trim")(0)  # the process's own symbols: libc's
-    except (OSError, AttributeError, TypeError):
-        pass
 
 
 class Notes(msgspec.Struct):
@@ -111,8 +106,7 @@ class Notes(msgspec.Struct):
         self.first[kind] = min(self.first.get(kind, index), index)  # pieces come in any order
 
     def add(self, other: Notes, base: int) -> None:
-        """Count in `other`, a piece's notes whose event indices start at 0 (its first event is
-        event `base`)."""
+        """Count in `other`: a piece's notes, event indices from 0 (its first event is `base`)."""
         self.utf8 += other.utf8
         self.dropped += other.dropped
         self.no_ph += other.no_ph
@@ -141,39 +135,33 @@ class Notes(msgspec.Struct):
         return out
 
 
-def _clean(value: Any, kind: str) -> tuple[Any, bool]:
-    """(value or None, whether it was bad) for a field that must be a str / number / int64."""
-    if value is None:
-        return None, False
+def _clean(value: Any, kind: type, name: str, bad: list[str]) -> Any:
+    """`value` where it is None or of its kind (str; float: a finite number; int: an int64, or a
+    str for `bytes`), else None with `name` added to `bad`."""
     t = type(value)
-    if kind == "str":
-        return (value, False) if t is str else (None, True)
-    if kind == "float":
+    if value is None or (name == "bytes" and t is str):
+        return value
+    if kind is str:
+        ok = t is str
+    elif kind is float:
         ok = t in (int, float) and math.isfinite(value)
-        return (value, False) if ok else (None, True)
-    if t is str and kind == "int|str":
-        return value, False
-    ok = t is int and -_LIMIT <= value < _LIMIT
-    return (value, False) if ok else (None, True)
+    else:
+        ok = t is int and -_LIMIT <= value < _LIMIT
+    if ok:
+        return value
+    bad.append(name)
+    return None
 
 
 def _loose_event(raw: bytes, index: int, notes: Notes) -> Event:
     """An event whose typed decode failed: each bad field null, counted."""
     ev = _LOOSE.decode(raw)
     bad: list[str] = []
-    fields: dict[str, Any] = {}
-    for name in _STR_FIELDS + _FLOAT_FIELDS:
-        fields[name], wrong = _clean(getattr(ev, name), "str" if name in _STR_FIELDS else "float")
-        if wrong:
-            bad.append(name)
+    fields = {name: _clean(getattr(ev, name), kind, name, bad) for name, kind in _FIELDS.items()}
     args = _NO_ARGS
     if isinstance(ev.args, dict):
         got = {n: ev.args.get(k) for n, k in _ARG_KEYS.items()}
-        kept = {}
-        for name in _INT_ARGS:
-            kept[name], wrong = _clean(got[name], "int|str" if name == "bytes" else "int")
-            if wrong:
-                bad.append(name)
+        kept = {name: _clean(got[name], int, name, bad) for name in _INT_ARGS}
         raws: dict[str, Any] = {n: _NONE for n in _RAW_ARGS if _ARG_KEYS[n] not in ev.args}
         raws |= {n: msgspec.Raw(msgspec.json.encode(got[n])) for n in _RAW_ARGS if n not in raws}
         args = _Args(kind=got["kind"], kernel=got["kernel"], **kept, **raws)

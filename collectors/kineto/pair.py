@@ -1,12 +1,11 @@
-"""A worker process that decodes pieces of the event list the reader hands it (issue 40:
-parallelism inside the one path), for any input the stream reads: plain or compressed, into
-memory or to disk.
+"""A worker process decoding pieces of the event list the reader hands it (issue 40: parallelism
+in the one path), for any input the stream reads: plain or compressed, to memory or to disk.
 
-The reader cuts the list as always (pieces) and gives each piece to its Decoder (sinks), which
-decodes it itself or, while the worker has room, hands it over. A handed piece is not checked
-here: piece 0 starts at the list's first event and each piece where the one before it ended, so
-if every piece parses (in the reader or the worker) every cut lies between two events; a handed
-one that does not means a cut inside a string: `Fallback`, and the document is read whole.
+The reader cuts the list as always (pieces); its Decoder (sinks) decodes each piece itself or,
+while the worker has room, hands it over unchecked: piece 0 starts at the list's first event and
+each piece where the one before it ended, so if every piece parses (in the reader or the worker)
+every cut lies between two events; a handed one that does not means a cut inside a string:
+`Fallback`, and the document is read whole.
 
 Messages, plain (no shared memory): the worker is `python -c` on `serve`, given a temporary
 folder; it says {"ready": true} once its modules are loaded (nothing is handed before). Piece j
@@ -18,8 +17,8 @@ the reader reads between pieces (the pipe never fills).
 
 Never waiting long: at most QUEUE pieces are handed and unanswered (and HOLD held behind them in
 the bounded-memory sink); a piece the decoder needs is waited for while the worker decodes it
-(twice what its last piece took it, WAIT_S at most), else decoded by the reader.
-Nothing is judged from the machine's load (`start_at` says when the worker starts).
+(twice what its last piece took it, WAIT_S at most), else decoded by the reader. Nothing is
+judged from the machine's load (`start_at` says when the worker starts).
 """
 
 from __future__ import annotations
@@ -70,10 +69,9 @@ _ANSWER = msgspec.json.Decoder(Answer)
 
 
 def start_at(path: Path, block: int) -> int | None:
-    """After how many pieces a read of `path` in pieces of `block` bytes starts its worker:
-    at once for a plain file of MIN_PIECES pieces or more, after START_AT for any other (a
-    compressed file's size says little); None where it starts none (ATTRIB_WORKER=0, or no second
-    CPU may be used: attrib.threads.second_cpu)."""
+    """After how many pieces a read of `path` in pieces of `block` bytes starts its worker: at once
+    for a plain file of MIN_PIECES pieces or more, else after START_AT (a compressed file's size
+    says little); None where it starts none (ATTRIB_WORKER=0, or attrib.threads.second_cpu)."""
     if os.environ.get(ENV) == "0" or not second_cpu():
         return None
     try:
@@ -136,8 +134,7 @@ class Worker:
         """Give piece j (its JSON array) to the worker: as the range of the trace file at `at`
         its events fill (the line `j at n`), or written to the folder where `at` is None (`j`)."""
         if at is None:
-            with open(_file(self.folder, j, "json"), "wb") as fh:
-                fh.write(text)
+            _file(self.folder, j, "json").write_bytes(text)
             self.ranges[j], line = None, b"%d\n" % j
         else:
             self.ranges[j], line = (at, len(text) - 2), b"%d %d %d\n" % (j, at, len(text) - 2)
@@ -207,16 +204,16 @@ class Worker:
 def _piece(path: Path, folder: str, j: int, where: tuple[int, int] | None) -> bytes:
     """Piece j's JSON array: its copy in the folder, or read from the trace file."""
     if where is None:
-        return Path(_file(folder, j, "json")).read_bytes()
+        return _file(folder, j, "json").read_bytes()
     at, n = where
     with open(path, "rb") as fh:
         fh.seek(at)
         return b"[" + fh.read(n) + b"]"
 
 
-def _file(folder: str, j: int, what: str) -> str:
+def _file(folder: str, j: int, what: str) -> Path:
     """Piece j's text (`json`) or a table's frame, in the worker's folder."""
-    return os.path.join(folder, f"{j}.{what}" if what == "json" else f"{j}-{what}.arrow")
+    return Path(folder, f"{j}.{what}" if what == "json" else f"{j}-{what}.arrow")
 
 
 def serve() -> None:

@@ -55,11 +55,11 @@ def _broken(exc: Exception, size: int) -> tuple[int, bool]:
 
 
 def _cut(buf: bytearray, dec: Decoder, at: int | None) -> tuple[int, bool]:
-    """Give the decoder the buffer (`[` and events) up to its last `}, {` that holds (at most
-    _TRIES tried), closed by a `]` written over the comma while it is read (no copy): (where the
-    rest starts, whether the list ends in the buffer); 0 where no cut held. JSON broken inside
-    the piece is Fallback; the list's end, an earlier cut. A piece handed to the worker is not
-    parsed here (pair says why its cut holds). at: where buf[1] lies in a plain file, or None."""
+    """Give the decoder the buffer (`[`, events) up to its last `}, {` that holds (of _TRIES tried),
+    closed by a `]` written over the comma while it is read (no copy): (where the rest starts,
+    whether the list ends in the buffer), 0 where no cut held. JSON broken inside the piece is
+    Fallback; the list's end, an earlier cut; a handed piece is parsed by the worker (pair says
+    why its cut holds). at: where buf[1] lies in a plain file, or None."""
     hi, ended = len(buf), False
     for _ in range(_TRIES):
         cut = _last_cut(buf, hi)
@@ -95,7 +95,7 @@ class Blocks:
         return part or b""
 
 
-def header(blocks: Blocks) -> tuple[bytes, memoryview, int]:
+def header(blocks: Blocks) -> tuple[bytes, bytearray | memoryview, int]:
     """(the document before its `"traceEvents"` key, the list from its `[` on: a view, where that
     `[` lies in the content)."""
     buf = b""
@@ -129,11 +129,10 @@ def stream(path: Path, block: int, dec: Decoder) -> Got:
     """The document streamed (see the module docstring); Fallback where it must be read whole."""
     inflow = limits.Inflow(path, block)
     blocks = Blocks(inflow)
-    head, view, at = header(blocks)
+    head, buf, at = header(blocks)
     # where buf[0] lies in the file: a piece is handed as a range of a plain file, not a copy
     off = at if inflow.kind is None else None
     want, ended, pieces = block, False, 0
-    buf: bytearray | memoryview = view
     while blocks.more and not ended:
         buf = _fill(buf, want, blocks)
         if not blocks.more:

@@ -45,18 +45,17 @@ class Doc(msgspec.Struct):
 
 DOC = msgspec.json.Decoder(Doc)
 
-# A name value on its line, as Kineto writes events
-# (`"ph": "X", "cat": "...", "name": "<value>", "pid": ...` or `"name": "<value>",` alone): the
-# value ends at the first quote followed by `, "key":` or the line's end, so a valid name
-# (`"name": "Iteration Start: PyTorch Profiler", "ph": "i", "s": "g",`) is left as it is
+# A name value on its line as Kineto writes events (`"cat": "...", "name": "<value>", "pid": ...`
+# or `"name": "<value>",` alone): it ends at the first quote followed by `, "key":` or the line's
+# end, so a valid name (`"name": "Iteration Start: PyTorch Profiler", "ph": "i", "s": "g",`) stays
 _NAME_LINE = re.compile(rb'("name": ")(.*?)((?<!\\)"(?=\s*,\s*"[^"\n]+"\s*:|\s*,?\s*$))', re.M)
 _RAW_QUOTE = re.compile(rb'(?<!\\)"')
 
 
 def cut_warning(kind: str | None) -> TraceWarning:
     """The warning for a compressed stream that ends early."""
-    return TraceWarning(f"{kind or 'compressed'} stream is truncated; reading what was decompressed",
-                        TRUNCATED)
+    return TraceWarning(f"{kind or 'compressed'} stream is truncated; reading what was "
+                        "decompressed", TRUNCATED)
 
 
 def read_bytes(path: Path) -> tuple[bytes | bytearray, list[str]]:
@@ -72,10 +71,9 @@ def read_bytes(path: Path) -> tuple[bytes | bytearray, list[str]]:
 
 def decode_doc(path: Path, text: bytes | bytearray, warnings: list[str], before: int = 0,
                floor: Doc | None = None) -> Doc:
-    """Split the document; salvage a truncated one up to its last complete event.
-
-    before: events read ahead of `text` (the streamed ones), counted in the salvage warning;
-    floor: the document to return when nothing in `text` is salvageable but those events were."""
+    """Split the document; salvage a truncated one up to its last complete event. before: events
+    read ahead of `text` (the streamed ones), counted in the salvage warning; floor: the document
+    to return when nothing in `text` is salvageable but those events were."""
     try:
         return DOC.decode(text)
     except msgspec.ValidationError as exc:
@@ -102,14 +100,20 @@ def decode_doc(path: Path, text: bytes | bytearray, warnings: list[str], before:
             return DOC.decode(text)
         except DECODE_ERRORS as exc:
             problem = str(exc)
-    return _lenient(path, text, problem, warnings)
+    try:  # invalid JSON that Kineto is known to write (control characters in names)
+        obj = json.loads(text, strict=False)
+    except (ValueError, RecursionError):
+        raise TraceError(path, f"not valid JSON ({problem})") from None
+    if not isinstance(obj, dict):
+        raise TraceError(path, "JSON, but not a torch-profiler trace (top level is not an object)")
+    warnings.append(f"invalid JSON ({problem}); read with a lenient parser")
+    return DOC.decode(orjson.dumps(obj))
 
 
 def repair_names(text: bytes | bytearray) -> tuple[bytes, int]:
-    """Escape raw double quotes inside `"name": "..."` values. Kineto before its quote-escaping fix
-    wrote names such as `torch/profiler/_cupti_monitor.py(0): "warmup"` as they are, which makes the
-    whole file invalid JSON. Only a value with a raw quote inside changes. Returns the text and how
-    many names were repaired."""
+    """Escape raw double quotes inside `"name": "..."` values (Kineto before its quote-escaping fix
+    wrote names such as `torch/profiler/_cupti_monitor.py(0): "warmup"` as they are: invalid JSON).
+    Only a value with a raw quote inside changes. The text, and how many names were repaired."""
     count = 0
 
     def fix(m: re.Match) -> bytes:
@@ -122,13 +126,13 @@ def repair_names(text: bytes | bytearray) -> tuple[bytes, int]:
     return out, count
 
 
-def _salvage(text: bytes | bytearray, tries: int = 64) -> Doc | None:
-    """Close the document after the last `}` that ends a whole event."""
+def _salvage(text: bytes | bytearray) -> Doc | None:
+    """Close the document after the last `}` that ends a whole event (of the last 64 tried)."""
     start = text.find(KEY)
     if start < 0:
         return None
     end = len(text)
-    for _ in range(tries):
+    for _ in range(64):
         end = text.rfind(b"}", start, end)
         if end < 0:
             return None
@@ -137,18 +141,6 @@ def _salvage(text: bytes | bytearray, tries: int = 64) -> Doc | None:
         except (*DECODE_ERRORS, RecursionError):
             continue
     return None
-
-
-def _lenient(path: Path, text: bytes | bytearray, problem: str, warnings: list[str]) -> Doc:
-    """Fallback for invalid JSON that Kineto is known to write (control characters in names)."""
-    try:
-        obj = json.loads(text, strict=False)
-    except (ValueError, RecursionError):
-        raise TraceError(path, f"not valid JSON ({problem})") from None
-    if not isinstance(obj, dict):
-        raise TraceError(path, "JSON, but not a torch-profiler trace (top level is not an object)")
-    warnings.append(f"invalid JSON ({problem}); read with a lenient parser")
-    return DOC.decode(orjson.dumps(obj))
 
 
 def read_document(path: str | Path) -> dict[str, Any]:

@@ -1,10 +1,9 @@
 """Pieces of the event list to frames, and where the frames go, in event order.
 
-`Decoder.piece` decodes one JSON array of events (decode, then columns: a frame per table) or
-has the worker process decode it (pair), and puts the frames to its sink in event order: `Parts`
-keeps them in memory (for tables.built); `Files` writes them to Arrow IPC files, ROWS rows of a
-table a file, each with its ranges of times and correlation ids (the bounded-memory mode: spill
-reads them back a chunk of steps at a time).
+`Decoder.piece` decodes a JSON array of events (decode, then columns: a frame per table) or has
+the worker decode it (pair), and puts the frames to its sink: `Parts` keeps them in memory (for
+tables.built), `Files` writes them to Arrow IPC files, ROWS rows of a table a file, each with its
+ranges of times and correlation ids (the bounded-memory mode: spill reads them back by chunk).
 """
 
 from __future__ import annotations
@@ -26,31 +25,21 @@ LOW = -(1 << 63)  # the least Int64: a start time no row has
 
 
 class Decoder:
-    """Pieces in (`piece`), their frames out to `sink` in event order; `notes`: what salvaging
-    changed; `events`: the events put so far. Once `worker_at` pieces are given, a worker
-    process may decode pieces while this one cuts and decodes others (pair); `settle` waits for
-    them. `close` ends the worker (a `with` block does)."""
+    """`notes`: what salvaging changed; `events`: the events put so far. Once `worker_at` pieces
+    are given, the worker starts; `settle` waits for its pieces, `close` ends it."""
 
-    def __init__(self, path: Path, sink: Sink, worker_at: int | None = None) -> None:
+    def __init__(self, path: Path, sink: Sink, worker_at: int | None) -> None:
         self.path, self.sink, self.notes = path, sink, Notes()
-        self.events = 0
-        self._given = 0  # pieces given
+        self.events, self._given = 0, 0  # events put, pieces given
         self._at = worker_at
         self._worker: pair.Worker | None = None
         # pieces given and not yet put, in order: decoded with indices from 0, or None: handed
         self._held: deque[tuple[int, pair.Decoded | None]] = deque()
 
-    def __enter__(self) -> Decoder:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     def piece(self, text: bytes | bytearray | memoryview, at: int | None = None) -> None:
-        """The JSON array `text` of the next events, decoded here or handed to the worker (as
-        the range of the file that starts `at`, where text[1:-1] is one, or as a copy).
-        ERRORS where it is not an array of whole JSON values (decoded here: the stream tries
-        another cut); Fallback where a handed one was not."""
+        """The JSON array `text` of the next events, decoded here or handed to the worker (as the
+        file's range from `at`, where text[1:-1] is one, else a copy). Where it is not an array of
+        whole JSON values: ERRORS if decoded here (the stream tries another cut), else Fallback."""
         if self._at is not None and self._given >= self._at:  # time to start the worker
             self._worker, self._at = pair.Worker.start(self.path), None
         w = self._worker
@@ -161,8 +150,8 @@ class Files:
         path = self.folder / f"{table}-{len(self.parts[table]):05d}.arrow"
         df.write_ipc(path)
         corr = pl.col("correlation") if "correlation" in df.columns else pl.lit(None, pl.Int64)
-        ranges = df.select(t0=pl.col(START).min().fill_null(LOW), t1=pl.col(END).max().fill_null(LOW),
-                           c0=corr.min(), c1=corr.max())
+        ranges = df.select(t0=pl.col(START).min().fill_null(LOW),
+                           t1=pl.col(END).max().fill_null(LOW), c0=corr.min(), c1=corr.max())
         self.parts[table].append(Part(path, first, df.height, **ranges.row(0, named=True)))
 
 

@@ -28,7 +28,7 @@ from collectors.kineto.decode import Notes
 from collectors.kineto.sinks import END, LOW, ORD, ROWS, START, Files, Part
 from collectors.kineto.tables import built
 
-_HOST = ("ops", "frames", "launches", "markers")
+_HOST = ("ops", "frames", "launches")  # the markers: by side
 _GPU = ("kernels", "copies", "flows")
 
 
@@ -81,8 +81,8 @@ class Spill(msgspec.Struct):
         return _concat([pl.read_ipc(p.path, columns=[col])[col] for p in self.parts[table]], col)
 
     def _ids(self, table: str) -> tuple[Path, np.dtype[Any]]:
-        """Each row's id (by its place in the table: its rank in the table stably sorted by
-        start time, nulls first, as the whole-trace reader numbers it) in a file, and their dtype."""
+        """Each row's id (by its place: its rank in the table stably sorted by start time, nulls
+        first, as the whole-trace reader numbers it) in a file, and their dtype."""
         start = self._column(table, START).fill_null(LOW).to_numpy()
         kind = np.uint32 if len(start) < 1 << 32 else np.int64  # held for every row: 4 bytes
         ids = np.empty(len(start), dtype=kind)
@@ -102,29 +102,25 @@ class Spill(msgspec.Struct):
     def _rows(self, table: str, keep: pl.Expr, parts: list[Part]) -> list[pl.DataFrame]:
         """The rows that `keep` keeps of the table's files `parts`; where none, no rows with
         the table's columns (as the whole table filtered would be), if it has any."""
-        out = []
-        for p in parts:
-            df = pl.read_ipc(p.path).filter(keep)
-            if df.height:
-                out.append(df)
+        got = (pl.read_ipc(p.path).filter(keep) for p in parts)  # one file at a time
+        out = [df for df in got if df.height]
         if not out and self.parts[table]:
             out.append(pl.read_ipc(self.parts[table][0].path, n_rows=0))
         return out
 
     def _host(self, table: str, lo: int, hi: int) -> list[pl.DataFrame]:
         keep = (pl.col(START) < hi) & (pl.col(END) >= lo)
-        parts = [p for p in self.parts[table] if p.t0 < hi and p.t1 >= lo]
-        return self._rows(table, keep, parts)
+        return self._rows(table, keep, [p for p in self.parts[table] if p.t0 < hi and p.t1 >= lo])
 
     def _gpu(self, table: str, corr: pl.Series, gpu: tuple[int, int]) -> list[pl.DataFrame]:
         lo, hi = gpu
-        ids = _span(corr)
+        c0, c1 = corr.min(), corr.max()  # corr holds no null: None where it is empty
 
         def maybe(p: Part) -> bool:
             by_time = p.t0 < hi and p.t1 >= lo  # the part's starts lie below t1
-            if ids is None or p.c0 is None or p.c1 is None:
+            if not isinstance(c0, int) or not isinstance(c1, int) or p.c0 is None or p.c1 is None:
                 return by_time
-            return by_time or (p.c0 <= ids[1] and p.c1 >= ids[0])
+            return by_time or (p.c0 <= c1 and p.c1 >= c0)
 
         unlinked = pl.col(ORD).is_in(self.unlinked[table].implode())
         ours = pl.col("correlation").is_in(corr.implode()).fill_null(False)
@@ -146,7 +142,7 @@ class Spill(msgspec.Struct):
         """The trace of one chunk of steps whose context spans `host` and `gpu` ([start, end)
         ns): attrib.steps.chunks.window, read from disk."""
         lo, hi = min(host[0], gpu[0]), max(host[1], gpu[1])
-        tables = {t: self._host(t, lo, hi) for t in _HOST if t != "markers"}
+        tables = {t: self._host(t, lo, hi) for t in _HOST}
         calls = _concat([df["correlation"] for df in tables["launches"]], "correlation")
         tables |= {t: self._gpu(t, calls.drop_nulls(), gpu) for t in _GPU}
         cpu = [m.filter(pl.col("side") == "cpu") for m in self._host("markers", lo, hi)]
@@ -178,13 +174,3 @@ class Unbounded(Exception):
 
 def _concat(series: list[pl.Series], name: str) -> pl.Series:
     return pl.concat(series) if series else pl.Series(name, [], dtype=pl.Int64)
-
-
-def _span(s: pl.Series) -> tuple[int, int] | None:
-    """(min, max) of an integer column, None where it holds no value."""
-    v = s.drop_nulls()
-    if not v.len():
-        return None
-    lo, hi = v.min(), v.max()
-    assert isinstance(lo, int) and isinstance(hi, int)
-    return lo, hi

@@ -15,7 +15,6 @@ from collectors.kineto.decode import Notes
 
 _DIMS = r"^\[\s*\d{1,15}\s*(,\s*\d{1,15}\s*){0,2}\]$"  # grid/block: up to 3 non-negative ints
 Renumber = Callable[[str, pl.DataFrame], pl.DataFrame]
-Tables = dict[str, pl.DataFrame | None]
 
 
 def _finish(parts: list[pl.DataFrame], notes: Notes) -> pl.DataFrame | None:
@@ -46,15 +45,14 @@ def _finish(parts: list[pl.DataFrame], notes: Notes) -> pl.DataFrame | None:
 
 
 def built(path: Path, parts: dict[str, list[pl.DataFrame]], notes: Notes, warnings: list[str],
-          renumber: Renumber | None = None) -> Tables:
-    """The tables of the frames of each table in event order (emptied as they are joined), checked
+          renumber: Renumber | None = None) -> dict[str, pl.DataFrame | None]:
+    """The tables of each table's frames in event order (emptied as they are joined), checked
     (collectors.validate) and completed; what was dropped or salvaged is added to `warnings`.
-    renumber(table, df): the table with the ids of the whole trace, where `parts` are a part of it
-    (spill)."""
+    renumber(table, df): the table with the whole trace's ids, where `parts` are a part (spill)."""
     flow_parts = parts.pop("flows", [])
     tables = {t: _finish(parts.pop(t), notes) for t in list(parts)}  # each freed as it is built
-    if not _unlinked(tables["kernels"]):
-        flow_parts.clear()  # no kernel takes its correlation from a flow arrow
+    if tables["kernels"] is None or not tables["kernels"]["correlation"].null_count():
+        flow_parts.clear()  # no kernel lacks a correlation (one a flow arrow may give)
     flows = _finish(flow_parts, notes)
     if renumber is not None:
         tables = {t: None if df is None else renumber(t, df) for t, df in tables.items()}
@@ -72,15 +70,10 @@ def built(path: Path, parts: dict[str, list[pl.DataFrame]], notes: Notes, warnin
     return tables
 
 
-def _unlinked(kernels: pl.DataFrame | None) -> bool:
-    """Whether some kernel lacks a correlation (one a flow arrow may give)."""
-    return kernels is not None and kernels["correlation"].null_count() > 0
-
-
 def _fill_correlation(kernels: pl.DataFrame | None,
                       flows: pl.DataFrame | None) -> pl.DataFrame | None:
     """Kernels whose args lack a correlation take it from the flow arrow that ends on them."""
-    if kernels is None or flows is None or not _unlinked(kernels):
+    if kernels is None or flows is None or not kernels["correlation"].null_count():
         return kernels
     key = ["pid", "tid", "start_ns"]
     f = flows.select(*key, pl.col("correlation").alias("_flow")).unique(key)
