@@ -164,6 +164,33 @@ def test_a_piece_cut_inside_a_string_is_read_whole(tmp_path, text, monkeypatch):
     assert seen["handed"] >= 1 and seen["whole"] == 1, seen
 
 
+def test_a_cut_tried_after_a_failed_one_names_its_own_bytes(tmp_path, text, monkeypatch):
+    """After a cut inside a name fails, the reader tries an earlier cut of the same buffer: that
+    piece names where its bytes lie in the file, as the worker would read them (not where the
+    failed piece broke). Checked on every piece the reader gives its decoder."""
+    bad = re.sub(rb'("name": "[^"\\]*)(", "pid")', rb"\1}, {\2", text)
+    p = _file(tmp_path, bad)
+    given: list[tuple[int, bool, bool]] = []  # (at, names its bytes, tried after a failure)
+    piece = sinks.Decoder.piece
+
+    def checked(self, t, at=None):
+        if at is None:  # the tail's events, re-encoded: a copy, not a range of the file
+            return piece(self, t, at)
+        retry = bool(given) and given[-1][2] is None
+        given.append((at, bytes(t[1:-1]) == bad[at: at + len(t) - 2], None))
+        try:
+            piece(self, t, at)
+        except Exception:
+            given[-1] = given[-1][:2] + (None,)
+            raise
+        given[-1] = given[-1][:2] + (retry,)
+
+    monkeypatch.setattr(sinks.Decoder, "piece", checked)
+    _read(p, "0", monkeypatch)
+    assert sum(1 for *_, retry in given if retry) > 5, "no cut was tried after a failed one"
+    assert all(ok for _, ok, _ in given), [at for at, ok, _ in given if not ok][:3]
+
+
 def test_salvaged_events_in_the_workers_pieces_keep_their_indices(tmp_path, text, monkeypatch):
     """Invalid UTF-8 and a string timestamp near the end: the warnings name the same event."""
     n = len(text)

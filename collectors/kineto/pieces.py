@@ -71,13 +71,13 @@ def _cut(buf: bytearray, dec: Decoder, at: int | None) -> tuple[int, bool]:
             dec.piece(memoryview(buf)[: end + 1], at)
             return rest, ended
         except ERRORS as exc:
-            at, closed = _broken(exc, end + 1)
+            broke, closed = _broken(exc, end + 1)
         finally:
             buf[end] = was
-        if at < end and not closed:
+        if broke < end and not closed:
             raise Fallback  # invalid JSON inside the list: the whole text repairs or names it
-        ended = ended or at < end
-        hi = min(at, end - 1)
+        ended = ended or broke < end
+        hi = min(broke, end - 1)
     return 0, ended
 
 
