@@ -66,10 +66,9 @@ def _mean(s: pl.Series) -> float | None:
     return None if v.len() == 0 else _num(v.mean())
 
 
-def _mode(lf: pl.LazyFrame, column: str) -> str | None:
-    """The most common of `column`'s values in `lf` (None where all are null), in one query."""
-    return _text(lf.select(pl.col(column).drop_nulls().mode().first())
-                 .collect(engine="in-memory").item())
+def _mode(column: str) -> pl.Expr:
+    """The most common of a column's values (null where all are null)."""
+    return pl.col(column).drop_nulls().mode().first()
 
 
 def _r(x: float | None, nd: int = 4) -> float | None:
@@ -214,12 +213,15 @@ def _phase(phase: str, steps: pl.DataFrame, k: pl.DataFrame, arch: Arch | None,
     fig = phase_figures(steps, k, comp, arch, what_if)
     comm = sum(c.ms or 0 for c in rows if c.component == "communication")
     rate = _r(tps / (step_mean / 1e3), 2) if (tps and step_mean) else None
-    tokens_from = _mode(steps.lazy(), "tokens_from") if tokens.len() else None
-    ctx_from = _mode(steps.lazy().select("step").join(context.lazy(), on="step"), "context_from")
+    # where the steps' tokens and contexts were read from (the most common source), one query
+    ctx = steps.lazy().select("step").join(context.lazy(), on="step")
+    sources = pl.concat([steps.lazy().select(_mode("tokens_from")),
+                         ctx.select(_mode("context_from"))], how="horizontal")
+    tokens_from, ctx_from = sources.collect(engine="in-memory").row(0)
     series = step_series(steps, k, context, t0_ns, [c.component for c in rows])
     ph = Phase(
         phase=phase, steps=n, tokens_per_step=tps,
-        tokens_from=tokens_from,
+        tokens_from=_text(tokens_from) if tokens.len() else None,
         step_ms=StepMs(_r(step_med), _r(_q(steps["step_ms"], 0.1)), _r(_q(steps["step_ms"], 0.9)),
                        _r(step_mean)),
         kernel_ms=_r(_mean(steps["kernel_ms"])),
@@ -230,7 +232,7 @@ def _phase(phase: str, steps: pl.DataFrame, k: pl.DataFrame, arch: Arch | None,
         achieved_tok_s=rate, ceiling_tok_s=_r(fig["ceiling_tok_s"], 2),
         excluded_components=tuple(fig["excluded"]), communication_share=_r(comm / total),
         component_rows=rows, kernel_rows=_top_kernels(k, arch, what_if, top_n, n),
-        context_from=ctx_from,
+        context_from=_text(ctx_from),
         per_step=replace(series, ledger=_step_ledgers(led, steps, series.step)),
         excluded_steps=excluded, known_ms=round(fig["known_ms"] * n, 6),
         total_ms=round(fig["total_ms"] * n, 6),
@@ -477,7 +479,7 @@ def _with_context(budget: Budget | None, steps: pl.DataFrame, context: pl.DataFr
                      "only ops whose weights the trace does not show")
         return budget
     ctx = int(_num(known["context"].median()))
-    src = _mode(known.lazy(), "context_from") or "the trace"
+    src = _text(known.select(_mode("context_from")).item()) or "the trace"
     notes.append(f"{budget.source}: decode K/V priced at context {ctx}, the decode steps' median "
                  f"from {src} (give --context to set it)")
     return replace(budget, context=ctx)

@@ -12,7 +12,7 @@ import numpy as np
 import polars as pl
 
 from attrib.analysis.model import StepSeries
-from attrib.trace import engine, grouped
+from attrib.trace import engine, grouped_plan
 from attrib.steps.spans import merge
 
 BUSY_GAP_MS = 0.02  # kernel gaps shorter than this join in the timeline's busy spans (20 us)
@@ -67,11 +67,11 @@ def step_series(steps: pl.DataFrame, k: pl.DataFrame, context: pl.DataFrame, t0_
     figures = [pl.col(c).round(nd) if schema[c].is_float() else pl.col(c)
                for c, nd in _FIGURES.items() if c in schema]
     s = joined.select("step", *figures).collect(engine="in-memory")
-    timed = (k.lazy().select("step", "component", "dur_ns")
-             .filter(pl.col("step").is_not_null() & pl.col("component").is_in(components))
-             .collect(engine=engine(k.height)))
-    per = grouped(timed, ["step", "component"], (pl.col("dur_ns").sum() / 1e6).round(4),
-                  any_order=True)
+    # every (step, component)'s time, those of the phase's components kept: one query
+    per = (grouped_plan(k, ["step", "component"], (pl.col("dur_ns").sum() / 1e6).round(4),
+                        any_order=True)
+           .filter(pl.col("step").is_not_null() & pl.col("component").is_in(components))
+           .collect(engine="in-memory"))
     ms = dict(zip(zip(per["step"].to_list(), per["component"].to_list()), per["dur_ns"].to_list()))
     order = s["step"].to_list()
     # one query, not one a component
