@@ -8,7 +8,7 @@ import polars as pl
 from attrib.analysis.model import Analysis
 from attrib.pipeline import Attribution
 from attrib.trace import engine
-from rules.finding import DECODE_LIKE, Finding, kernels_in, ns, num, r, steps_in
+from rules.finding import DECODE_LIKE, Finding, counted_steps, kernels_in, ns, num, r
 from rules.thresholds import Thresholds
 
 HOST = r"HtoD|DtoH|Host|Pageable|Pinned"
@@ -21,7 +21,7 @@ REFS = (
 def _in_windows(a: Attribution, phase: str) -> pl.DataFrame:
     """Rows of the trace's copies table that start inside a step window of
     `phase`, with that step."""
-    s = (steps_in(a, phase).lazy().select("step", "window_start", "window_end")
+    s = (counted_steps(a, phase).select("step", "window_start", "window_end")
          .drop_nulls().sort("window_start").collect(engine="in-memory"))
     copies = a.trace.copies
     c = (copies.lazy().filter(pl.col("kind") == "memcpy").sort("start_ns")

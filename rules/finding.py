@@ -78,8 +78,9 @@ def _counted(a: Attribution, phase: str | None) -> list[pl.Expr]:
     return keep + ([] if phase is None else [pl.col("phase") == phase])
 
 
-def _steps_lazy(a: Attribution, phase: str | None) -> pl.LazyFrame:
-    """steps_in, lazy: a query of the kernels joins it (one query, not two)."""
+def counted_steps(a: Attribution, phase: str | None = None) -> pl.LazyFrame:
+    """steps_in, lazy: a rule's query goes on from it (a query of the kernels joins it: one
+    query, not two)."""
     keep = _counted(a, phase)
     return a.steps.lazy().filter(*keep) if keep else a.steps.lazy()
 
@@ -120,7 +121,7 @@ def kernels_in(a: Attribution, phase: str | None = None, where: pl.Expr | None =
     given; only `columns` (and step) where given. The filter copies no other row or column;
     the categories of the attribution's text are text again (`as_text`)."""
     out = a.kernels.columns if columns is None else list(dict.fromkeys(["step", *columns]))
-    return as_text(_rows(a.kernels, _steps_lazy(a, phase), where, out))
+    return as_text(_rows(a.kernels, counted_steps(a, phase), where, out))
 
 
 def kernels_where(a: Attribution, where: pl.Expr,
@@ -138,8 +139,14 @@ def distinct(a: Attribution, column: str) -> pl.Series:
 
 def kernel_ns(a: Attribution, phase: str | None = None) -> float:
     """The summed `dur_ns` of kernels_in(a, phase), without copying them."""
-    kept = _in(a.kernels.lazy(), _steps_lazy(a, phase))
-    return num(kept.select(pl.col("dur_ns").sum()).collect(engine=engine(a.kernels.height)).item())
+    kept = kernels_lazy(a, phase).select(pl.col("dur_ns").sum())
+    return num(kept.collect(engine=engine(a.kernels.height)).item())
+
+
+def kernels_lazy(a: Attribution, phase: str | None = None) -> pl.LazyFrame:
+    """The kernels of kernels_in's steps, lazy and as the attribution holds them (text as
+    categories): a rule's query goes on from them (collected with engine(a.kernels.height))."""
+    return _in(a.kernels.lazy(), counted_steps(a, phase))
 
 
 def is_rdna(arch_name: str | None) -> bool:

@@ -87,7 +87,8 @@ def compile_in_window(a: Attribution, an: Analysis, th: Thresholds) -> list[Find
     odd = _odd_steps(a, th)
     # a step with an odd kernel count that is also slow for its phase:
     # warmup or tuning work in it
-    slow_odd = odd.filter(pl.col("step_ms") > th.slow_step_ratio * pl.col("med_ms"))
+    slow_odd = (odd.filter(pl.col("step_ms") > th.slow_step_ratio * pl.col("med_ms"))
+                if odd.height else odd)
     if not sp.height and not cold.height and not slow_odd.height:
         return []
     hit = (
