@@ -244,16 +244,13 @@ def grouped(df: pl.DataFrame, keys: list[str], *aggs: pl.Expr,
     sums of integers, min, max; not float sums, first or last). From SMALL_ROWS rows it then
     runs on the streaming engine: a few bytes a group, where an eager group-by holds ~45 bytes a
     row (64 MB for 1.4 M kernels), but a group's rows meet in no fixed order."""
-    # only the columns it reads: a group-by of a wide table copies more than its keys
-    read = [n for e in aggs for n in e.meta.root_names()]
-    lf = df.lazy().select(list(dict.fromkeys([*keys, *read])))
-    engine: EngineType = "streaming" if any_order and df.height >= SMALL_ROWS else "in-memory"
+    if df.height < SMALL_ROWS:  # small: the key bytes cost less than the codes' extra queries
+        return grouped_plan(df, keys, *aggs).collect(engine="in-memory")
+    lf = _group_reads(df, keys, aggs)
+    engine: EngineType = "streaming" if any_order else "in-memory"
     text = [c for c in keys if df.schema[c] in (pl.String, pl.Categorical)]
     if not text:
         return lf.group_by(keys).agg(*aggs).collect(engine=engine)
-    if df.height < SMALL_ROWS:  # small: the key bytes cost less than the codes' extra queries
-        return (lf.group_by(keys).agg(*aggs).with_columns(pl.col(text).cast(pl.String))
-                .collect(engine=engine))
     # by the codes' integers (a group-by on categorical keys encodes their text, row by row),
     # each code's text joined back (one row of the code gives it)
     code = {c: f"_code_{c}" for c in text}
@@ -266,6 +263,24 @@ def grouped(df: pl.DataFrame, keys: list[str], *aggs: pl.Expr,
         texts = coded.select(code[c], c).unique(code[c]).collect(engine="streaming")
         out = out.join(texts.with_columns(pl.col(c).cast(pl.String)), on=code[c], how="left")
     return out.drop(code.values()).select(*keys, pl.exclude(keys))
+
+
+def grouped_plan(df: pl.DataFrame, keys: list[str], *aggs: pl.Expr,
+                 any_order: bool = False) -> pl.LazyFrame:
+    """`grouped(df, keys, *aggs)` as a lazy frame a caller goes on from: below SMALL_ROWS rows
+    its query, not run (one query with the caller's next steps, on the in-memory engine); from
+    SMALL_ROWS grouped's result."""
+    if df.height >= SMALL_ROWS:
+        return grouped(df, keys, *aggs, any_order=any_order).lazy()
+    text = [c for c in keys if df.schema[c] in (pl.String, pl.Categorical)]
+    out = _group_reads(df, keys, aggs).group_by(keys).agg(*aggs)
+    return out.with_columns(pl.col(text).cast(pl.String)) if text else out
+
+
+def _group_reads(df: pl.DataFrame, keys: list[str], aggs: tuple[pl.Expr, ...]) -> pl.LazyFrame:
+    """Only the columns a group-by reads: a group-by of a wide table copies more than its keys."""
+    read = [n for e in aggs for n in e.meta.root_names()]
+    return df.lazy().select(list(dict.fromkeys([*keys, *read])))
 
 
 # Text columns, each distinct value's text held once. Polars strings are 16-byte views, so a

@@ -22,7 +22,10 @@ def constant_casts(
 ) -> list[Finding]:
     """One finding per phase whose steps recast the rotary table (attrib.components.rope_table)."""
     ids = rope_table_casts(a.trace.ops)
-    k = a.kernels.filter(pl.col("op_id").is_in(ids.implode()) & pl.col("step").is_not_null())
+    cast = pl.col("op_id").is_in(pl.lit(ids).implode()) & pl.col("step").is_not_null()
+    k = a.kernels.filter(cast)
+    if not k.height:
+        return []
     out = []
     for (phase,), g in k.group_by("phase", maintain_order=True):
         steps = a.steps.filter(pl.col("phase") == phase).height or 1

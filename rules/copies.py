@@ -7,7 +7,8 @@ import polars as pl
 
 from attrib.analysis.model import Analysis
 from attrib.pipeline import Attribution
-from rules.finding import DECODE_LIKE, Finding, kernels_in, ns, num, r, steps_in
+from attrib.trace import engine
+from rules.finding import DECODE_LIKE, Finding, counted_steps, kernels_in, ns, num, r
 from rules.thresholds import Thresholds
 
 HOST = r"HtoD|DtoH|Host|Pageable|Pinned"
@@ -20,13 +21,15 @@ REFS = (
 def _in_windows(a: Attribution, phase: str) -> pl.DataFrame:
     """Rows of the trace's copies table that start inside a step window of
     `phase`, with that step."""
-    s = (steps_in(a, phase).select("step", "window_start", "window_end")
-         .drop_nulls().sort("window_start"))
-    c = a.trace.copies.filter(pl.col("kind") == "memcpy").sort("start_ns")
+    s = (counted_steps(a, phase).select("step", "window_start", "window_end")
+         .drop_nulls().sort("window_start").collect(engine="in-memory"))
+    copies = a.trace.copies
+    c = (copies.lazy().filter(pl.col("kind") == "memcpy").sort("start_ns")
+         .collect(engine=engine(copies.height)))
     if not s.height or not c.height:
         return c.clear().with_columns(pl.lit(None, pl.Int64).alias("step"))
-    return (c.join_asof(s, left_on="start_ns", right_on="window_start")
-            .filter(pl.col("start_ns") < pl.col("window_end")))
+    return (c.lazy().join_asof(s.lazy(), left_on="start_ns", right_on="window_start")
+            .filter(pl.col("start_ns") < pl.col("window_end")).collect(engine=engine(c.height)))
 
 
 def host_copies_in_decode(a: Attribution, an: Analysis, th: Thresholds) -> list[Finding]:
@@ -39,13 +42,13 @@ def host_copies_in_decode(a: Attribution, an: Analysis, th: Thresholds) -> list[
             continue
         c = _in_windows(a, phase)
         host = c.filter(pl.coalesce("direction", "name").str.contains(HOST))
-        # copy kernels (rocclr blits) have no direction: reported, not counted as host traffic
-        blits = kernels_in(a, phase, pl.col("component") == "memcpy")
         steps = max(ph.steps, 1)
         host_ms = ns(host) / 1e6 / steps
         share = host_ms / ph.step_ms.mean
         if share <= th.copy_step_share:
             continue
+        # copy kernels (rocclr blits) have no direction: reported, not counted as host traffic
+        blits = kernels_in(a, phase, pl.col("component") == "memcpy")
         out.append(
             Finding(
                 rule="P21-host-device-copies-decode",

@@ -66,37 +66,52 @@ class PairRule(msgspec.Struct, frozen=True):
 def steps_in(a: Attribution, phase: str | None = None) -> pl.DataFrame:
     """The steps the phase figures count (not those the steps stage left
     out: compile, warm-up), of `phase`."""
-    keep = [] if "excluded" not in a.steps.columns else [pl.col("excluded").is_null()]
-    keep += [] if phase is None else [pl.col("phase") == phase]
-    return a.steps.filter(*keep) if keep else a.steps  # one query
+    keep = _counted(a, phase)
+    return a.steps.filter(*keep) if keep else a.steps  # one query, none where it keeps every step
 
 
-def _in_steps(a: Attribution, phase: str | None) -> pl.Expr:
-    return pl.col("step").is_in(steps_in(a, phase)["step"].implode())
+def _counted(a: Attribution, phase: str | None) -> list[pl.Expr]:
+    """steps_in's filters (none where it keeps every step)."""
+    st = a.steps
+    some = "excluded" in st.columns and st["excluded"].null_count() < st.height
+    keep = [pl.col("excluded").is_null()] if some else []
+    return keep + ([] if phase is None else [pl.col("phase") == phase])
 
 
-def _rows(k: pl.DataFrame, keep: pl.Expr, where: pl.Expr | None,
+def counted_steps(a: Attribution, phase: str | None = None) -> pl.LazyFrame:
+    """steps_in, lazy: a rule's query goes on from it (a query of the kernels joins it: one
+    query, not two)."""
+    keep = _counted(a, phase)
+    return a.steps.lazy().filter(*keep) if keep else a.steps.lazy()
+
+
+def _in(lf: pl.LazyFrame, steps: pl.LazyFrame | None) -> pl.LazyFrame:
+    """The rows of `lf` in `steps` (a semi join keeps their order); every row where None."""
+    return lf if steps is None else lf.join(steps.select("step"), on="step", how="semi")
+
+
+def _rows(k: pl.DataFrame, steps: pl.LazyFrame | None, where: pl.Expr | None,
           columns: list[str]) -> pl.DataFrame:
-    """`columns` of the rows of `k` that `keep` and `where` hold for, copied once. `where` reads
-    text views of only its text columns, of the rows `keep` holds for; on one text column (a
-    test of each row's text), its distinct values."""
+    """`columns` of the rows of `k` in `steps` (every row where None) that `where` holds for,
+    copied once. `where` reads text views of only its text columns, of the rows in `steps`;
+    on one text column (a test of each row's text), its distinct values."""
     read = [] if where is None else list(dict.fromkeys(where.meta.root_names()))
     text = [c for c in read if k.schema[c] == pl.Categorical]
     if where is not None and k.height < SMALL_ROWS:  # small: the rows as text, one query
         cols = list(dict.fromkeys([*columns, *read]))
         cats = [c for c in cols if k.schema[c] == pl.Categorical]
-        return (k.lazy().filter(keep).select(cols).with_columns(pl.col(cats).cast(pl.String))
+        return (_in(k.lazy(), steps).select(cols).with_columns(pl.col(cats).cast(pl.String))
                 .filter(where).select(columns).collect(engine="in-memory"))
     if where is not None and read == text and len(text) == 1:
         values = k.select(pl.col(text[0]).unique())
         hits = values.filter(as_text(values).select(where).to_series()).to_series()
-        keep, where = keep & pl.col(text[0]).is_in(hits.implode()), None
+        where, text = pl.col(text[0]).is_in(hits.implode()), []
     if where is None or not text:
-        both = keep if where is None else keep & where
-        return k.lazy().filter(both).select(columns).collect(engine=engine(k.height))
-    at = k.with_row_index("_at").select(list(dict.fromkeys(["_at", *read,
-                                                            *keep.meta.root_names()])))
-    at = at.filter(keep)
+        kept = _in(k.lazy(), steps)
+        kept = kept if where is None else kept.filter(where)
+        return kept.select(columns).collect(engine=engine(k.height))
+    at = (_in(k.lazy().with_row_index("_at"), steps).select(list(dict.fromkeys(["_at", *read])))
+          .collect(engine=engine(k.height)))
     return k.select(columns)[at.filter(as_text(at.select(read)).select(where).to_series())["_at"]]
 
 
@@ -106,14 +121,14 @@ def kernels_in(a: Attribution, phase: str | None = None, where: pl.Expr | None =
     given; only `columns` (and step) where given. The filter copies no other row or column;
     the categories of the attribution's text are text again (`as_text`)."""
     out = a.kernels.columns if columns is None else list(dict.fromkeys(["step", *columns]))
-    return as_text(_rows(a.kernels, _in_steps(a, phase), where, out))
+    return as_text(_rows(a.kernels, counted_steps(a, phase), where, out))
 
 
 def kernels_where(a: Attribution, where: pl.Expr,
                   columns: tuple[str, ...] | None = None) -> pl.DataFrame:
     """Every kernel `where` holds for, in a step or not, as `kernels_in` gives them."""
     out = a.kernels.columns if columns is None else list(columns)
-    return as_text(_rows(a.kernels, pl.lit(True), where, out))
+    return as_text(_rows(a.kernels, None, where, out))
 
 
 def distinct(a: Attribution, column: str) -> pl.Series:
@@ -124,7 +139,14 @@ def distinct(a: Attribution, column: str) -> pl.Series:
 
 def kernel_ns(a: Attribution, phase: str | None = None) -> float:
     """The summed `dur_ns` of kernels_in(a, phase), without copying them."""
-    return num(a.kernels.select(pl.col("dur_ns").filter(_in_steps(a, phase)).sum()).item())
+    kept = kernels_lazy(a, phase).select(pl.col("dur_ns").sum())
+    return num(kept.collect(engine=engine(a.kernels.height)).item())
+
+
+def kernels_lazy(a: Attribution, phase: str | None = None) -> pl.LazyFrame:
+    """The kernels of kernels_in's steps, lazy and as the attribution holds them (text as
+    categories): a rule's query goes on from them (collected with engine(a.kernels.height))."""
+    return _in(a.kernels.lazy(), counted_steps(a, phase))
 
 
 def is_rdna(arch_name: str | None) -> bool:

@@ -11,6 +11,7 @@ from attrib.components.patterns import NOT_TRITON, TENSILE, TRITON_NAME
 from attrib.analysis.model import Analysis
 from attrib.pipeline import Attribution
 from attrib.steps.excluded import compile_events
+from attrib.trace import engine
 from rules.finding import Finding, kernels_where, ns, num, r
 from rules.intervals import covered, merge, spans, total
 from rules.thresholds import Thresholds
@@ -44,7 +45,8 @@ def _per_step_compile(a: Attribution, sp: pl.DataFrame) -> pl.DataFrame:
 def _odd_steps(a: Attribution, th: Thresholds) -> pl.DataFrame:
     """Steps whose kernel count is `kernel_count_ratio` x above or below
     their phase's median, slowest first (with the phase medians)."""
-    med = a.steps.group_by("phase").agg(
+    steps = a.steps.lazy()
+    med = steps.group_by("phase").agg(
         pl.col("n_kernels").median().alias("med_k"),
         pl.col("step_ms").median().alias("med_ms"),
     )
@@ -52,9 +54,10 @@ def _odd_steps(a: Attribution, th: Thresholds) -> pl.DataFrame:
     ratio = th.kernel_count_ratio
     odd = (n > ratio * med_k) | (n * ratio < med_k)
     return (
-        a.steps.join(med, on="phase").filter(odd)
+        steps.join(med, on="phase").filter(odd)
         .select("step", "phase", "n_kernels", "med_k", "step_ms", "med_ms")
         .sort("step_ms", descending=True)
+        .collect(engine="in-memory")  # one query
     )
 
 
@@ -66,7 +69,7 @@ def compile_in_window(a: Attribution, an: Analysis, th: Thresholds) -> list[Find
     name = pl.col("name")
     k = kernels_where(a, name.str.contains(TRITON_NAME) & ~name.str.contains(NOT_TRITON))
     cold = (
-        k.sort("start_ns")
+        k.lazy().sort("start_ns")
         .group_by("name", "phase")
         .agg(
             pl.len().alias("calls"),
@@ -78,12 +81,14 @@ def compile_in_window(a: Attribution, an: Analysis, th: Thresholds) -> list[Find
             & (pl.col("first") > th.first_call_ratio * pl.col("median"))
         )
         .sort("first", descending=True)
+        .collect(engine=engine(k.height))  # one query
     )
     per = _per_step_compile(a, sp) if sp.height else pl.DataFrame()
     odd = _odd_steps(a, th)
     # a step with an odd kernel count that is also slow for its phase:
     # warmup or tuning work in it
-    slow_odd = odd.filter(pl.col("step_ms") > th.slow_step_ratio * pl.col("med_ms"))
+    slow_odd = (odd.filter(pl.col("step_ms") > th.slow_step_ratio * pl.col("med_ms"))
+                if odd.height else odd)
     if not sp.height and not cold.height and not slow_odd.height:
         return []
     hit = (
@@ -170,10 +175,12 @@ def tunableop_in_window(a: Attribution, an: Analysis, th: Thresholds) -> list[Fi
     if a.trace.ops.height:
         tensile = pl.col("name").str.contains(TENSILE) & pl.col("op_id").is_not_null()
         k = kernels_where(a, tensile)
-        ops = a.trace.ops.filter(pl.col("id").is_in(k["op_id"].implode()))
+        # one query: the ops of those kernels, their shapes by op
+        ops = a.trace.ops.lazy().join(k.lazy().select(pl.col("op_id").alias("id")), on="id",
+                                      how="semi")
         dims = ops.select(pl.col("id").alias("op_id"), "input_dims")
         sweep = (
-            k.join(dims, on="op_id", how="left")
+            k.lazy().join(dims, on="op_id", how="left")
             .group_by("op", "input_dims")
             .agg(
                 pl.col("name").n_unique().alias("variants"),
@@ -182,6 +189,7 @@ def tunableop_in_window(a: Attribution, an: Analysis, th: Thresholds) -> list[Fi
             )
             .filter(pl.col("variants") >= th.tunableop_variants)
             .sort("variants", descending=True)
+            .collect(engine=engine(a.trace.ops.height))
         )
     if not (enabled and tuning) and not sweep.height:
         return []

@@ -9,7 +9,8 @@ import polars as pl
 from attrib.analysis.model import Analysis
 from attrib.pipeline import Attribution
 from attrib.steps.ledger import median_gap_us, phase_ledger
-from rules.finding import DECODE_LIKE, Finding, kernels_in, num, r
+from attrib.trace import engine
+from rules.finding import DECODE_LIKE, Finding, kernels_lazy, num, r
 from rules.thresholds import Thresholds
 
 P06_REFS = (
@@ -27,7 +28,7 @@ P07_REFS = (
 def _per_step(a: Attribution, phase: str) -> pl.DataFrame:
     """Per step of `phase`: kernels, distinct CPU launches, kernel time
     replayed from a graph."""
-    k = kernels_in(a, phase, columns=("graph", "op_id", "launch_id", "dur_ns"))
+    k = kernels_lazy(a, phase).select("step", "graph", "op_id", "launch_id", "dur_ns")
     replayed = pl.col("graph").fill_null(False)
     with_op = replayed & pl.col("op_id").is_not_null()
     dur = pl.col("dur_ns")
@@ -36,7 +37,7 @@ def _per_step(a: Attribution, phase: str) -> pl.DataFrame:
         pl.col("launch_id").drop_nulls().n_unique().alias("launches"),
         pl.when(replayed).then(dur).otherwise(0).sum().alias("graph_ns"),  # (no filtered copy)
         pl.when(with_op).then(dur).otherwise(0).sum().alias("graph_op_ns"),
-        dur.sum().alias("ns"))
+        dur.sum().alias("ns")).collect(engine=engine(a.kernels.height))  # one query
 
 
 def launch_gap_ms(a: Attribution, phase: str) -> float:

@@ -31,6 +31,8 @@ def _finding(a: Attribution, an: Analysis, phase: str, th: Thresholds) -> Findin
         return None
     k = kernels_in(a, phase, where=pl.col("cost_model").str.contains(LOW_BIT_MODEL),
                    columns=_COLUMNS)
+    if not k.height:
+        return None
     k = k.filter(pl.col("flops").is_not_null() & pl.col("bytes").is_not_null())
     steps = steps_in(a, phase).height
     if not k.height or not steps:

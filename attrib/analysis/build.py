@@ -38,7 +38,7 @@ from attrib.steps.ledger import Ledger, phase_ledger
 from attrib.steps.idle import recorded_threads, unrecorded_threads
 from attrib.steps.phases import PHASE_ORDER
 from attrib.threads import each
-from attrib.trace import SMALL_ROWS, Trace, engine, grouped
+from attrib.trace import SMALL_ROWS, Trace, engine, grouped, grouped_plan
 
 
 
@@ -51,14 +51,24 @@ def _text(x: object) -> str | None:
     return None if x is None else str(x)
 
 
+def _known(s: pl.Series) -> pl.Series:
+    """`s` without its nulls (a query only where it has some)."""
+    return s.drop_nulls() if s.null_count() else s
+
+
 def _q(s: pl.Series, q: float) -> float | None:
-    v = s.drop_nulls()
+    v = _known(s)
     return None if v.len() == 0 else _num(v.quantile(q, interpolation="linear"))
 
 
 def _mean(s: pl.Series) -> float | None:
-    v = s.drop_nulls()
+    v = _known(s)
     return None if v.len() == 0 else _num(v.mean())
+
+
+def _mode(column: str) -> pl.Expr:
+    """The most common of a column's values (null where all are null)."""
+    return pl.col(column).drop_nulls().mode().first()
 
 
 def _r(x: float | None, nd: int = 4) -> float | None:
@@ -95,9 +105,9 @@ def _components(k: pl.DataFrame, steps: pl.DataFrame, budget: Budget | None, pha
     # (under a what-if the times are another chip's)
     peak = arch.peak_bw_gbs if (arch is not None and not what_if) else None
     comp = roofline_rows(component_table(k, steps, budget, phase, peak_gbs=peak), arch, what_if)
-    ev = (grouped(k, ["component", "evidence"], pl.len(), any_order=True).group_by("component")
-          .agg(pl.struct("evidence", "len").alias("ev")))
-    comp = comp.join(ev, on="component", how="left")
+    ev = (grouped_plan(k, ["component", "evidence"], pl.len(), any_order=True)
+          .group_by("component").agg(pl.struct("evidence", "len").alias("ev")))
+    comp = comp.lazy().join(ev, on="component", how="left").collect(engine="in-memory")
     total = float(comp["ms"].sum()) or 1.0
     ordered = comp.sort(["ms", "component"], descending=[True, False])
     rows = tuple(_component(r, total, steps.height) for r in ordered.iter_rows(named=True))
@@ -121,17 +131,18 @@ def _top_rows(k: pl.DataFrame, top_n: int) -> pl.DataFrame:
 def _top_table(k: pl.DataFrame, arch: Arch | None, what_if: bool, top_n: int) -> pl.DataFrame:
     known = pl.col("bytes").is_not_null()
     k = _top_rows(k, top_n)
-    top = (grouped(
+    groups = grouped_plan(
         k, ["name", "component"],
         pl.len().alias("calls"), pl.col("dur_ns").sum().alias("ns"),
         pl.when(known.any()).then(pl.col("bytes").sum()).alias("bytes"),
         pl.col("flops").sum().alias("flops"),
         pl.col("dtype").drop_nulls().first().cast(pl.String).alias("dtype"),
         pl.when(known).then(pl.col("dur_ns")).otherwise(0).sum().alias("known_ns"))
-        # equal times by name: group_by's order is arbitrary, and one input gives one document
-        .sort(["ns", "name", "component"], descending=[True, False, False],
-              nulls_last=True).head(top_n)
-        .with_columns((pl.col("known_ns") / 1e6).alias("ms")))
+    top = (groups
+           # equal times by name: group_by's order is arbitrary, and one input gives one document
+           .sort(["ns", "name", "component"], descending=[True, False, False], nulls_last=True)
+           .head(top_n).with_columns((pl.col("known_ns") / 1e6).alias("ms"))
+           .collect(engine="in-memory"))  # (the kernels' group-by too, below SMALL_ROWS)
     if not top.height:
         return top.with_columns(pl.lit(None, pl.Float64).alias("achieved_gbs"),
                                 pl.lit(None, pl.Float64).alias("achieved_tflops"),
@@ -167,15 +178,17 @@ def _ledger_rows(led: Ledger | None, all_steps: pl.DataFrame, phase: str) -> tup
                  for r in rows.iter_rows(named=True))
 
 
-def _step_ledgers(led: Ledger | None, steps: pl.DataFrame) -> tuple[tuple[LedgerRow, ...], ...]:
-    """Per step of `steps` in window order (the per-step series' order): its rows, largest first."""
+def _step_ledgers(led: Ledger | None, steps: pl.DataFrame,
+                  order: tuple[int, ...]) -> tuple[tuple[LedgerRow, ...], ...]:
+    """Per step of `steps` in `order` (window order, the per-step series'): its rows, largest
+    first."""
     if led is None:
         return ()
-    order = steps.sort("window_start").select(
-        "step", (pl.col("window_end") - pl.col("window_start")).alias("w")
-    )
-    rows = led.steps.join(order, on="step").sort(  # equal times by cause, what: a stable order
-        "step", "ns", "cause", "what", descending=[False, True, False, False])
+    widths = steps.lazy().select("step", (pl.col("window_end") - pl.col("window_start")).alias("w"))
+    rows = (led.steps.lazy().join(widths, on="step")
+            # equal times by cause, what: a stable order
+            .sort("step", "ns", "cause", "what", descending=[False, True, False, False])
+            .collect(engine=engine(led.steps.height)))
     by_step: dict[int, list[LedgerRow]] = {}
     for r in rows.iter_rows(named=True):
         share = r["ns"] / r["w"] if r["w"] else None
@@ -183,7 +196,7 @@ def _step_ledgers(led: Ledger | None, steps: pl.DataFrame) -> tuple[tuple[Ledger
             LedgerRow(cause=r["cause"], what=r["what"], ms_per_step=r["ns"] / 1e6, share=share,
                       n_per_step=r["n"])
         )
-    return tuple(tuple(by_step.get(s, ())) for s in order["step"].to_list())
+    return tuple(tuple(by_step.get(s, ())) for s in order)
 
 
 def _phase(phase: str, steps: pl.DataFrame, k: pl.DataFrame, arch: Arch | None,
@@ -191,22 +204,24 @@ def _phase(phase: str, steps: pl.DataFrame, k: pl.DataFrame, arch: Arch | None,
            excluded: tuple[ExcludedStep, ...], led: Ledger | None = None,
            all_steps: pl.DataFrame | None = None) -> Phase:
     n = steps.height
-    tokens = steps["tokens"].drop_nulls()
+    tokens = _known(steps["tokens"])
     comp, rows = _components(k, steps, budget, phase, arch, what_if)
     total = float(comp["ms"].sum()) or 1.0
     tps = int(_num(tokens.median())) if tokens.len() else None
-    ctx_from = steps.select("step").join(context, on="step")["context_from"].drop_nulls()
     step_med = _q(steps["step_ms"], 0.5)
     step_mean = _mean(steps["step_ms"])
     fig = phase_figures(steps, k, comp, arch, what_if)
     comm = sum(c.ms or 0 for c in rows if c.component == "communication")
     rate = _r(tps / (step_mean / 1e3), 2) if (tps and step_mean) else None
-    tokens_from = (_text(steps["tokens_from"].drop_nulls().mode().first())
-                   if tokens.len() else None)
+    # where the steps' tokens and contexts were read from (the most common source), one query
+    ctx = steps.lazy().select("step").join(context.lazy(), on="step")
+    sources = pl.concat([steps.lazy().select(_mode("tokens_from")),
+                         ctx.select(_mode("context_from"))], how="horizontal")
+    tokens_from, ctx_from = sources.collect(engine="in-memory").row(0)
     series = step_series(steps, k, context, t0_ns, [c.component for c in rows])
     ph = Phase(
         phase=phase, steps=n, tokens_per_step=tps,
-        tokens_from=tokens_from,
+        tokens_from=_text(tokens_from) if tokens.len() else None,
         step_ms=StepMs(_r(step_med), _r(_q(steps["step_ms"], 0.1)), _r(_q(steps["step_ms"], 0.9)),
                        _r(step_mean)),
         kernel_ms=_r(_mean(steps["kernel_ms"])),
@@ -217,8 +232,8 @@ def _phase(phase: str, steps: pl.DataFrame, k: pl.DataFrame, arch: Arch | None,
         achieved_tok_s=rate, ceiling_tok_s=_r(fig["ceiling_tok_s"], 2),
         excluded_components=tuple(fig["excluded"]), communication_share=_r(comm / total),
         component_rows=rows, kernel_rows=_top_kernels(k, arch, what_if, top_n, n),
-        context_from=_text(ctx_from.mode().first()) if ctx_from.len() else None,
-        per_step=replace(series, ledger=_step_ledgers(led, steps)),
+        context_from=_text(ctx_from),
+        per_step=replace(series, ledger=_step_ledgers(led, steps, series.step)),
         excluded_steps=excluded, known_ms=round(fig["known_ms"] * n, 6),
         total_ms=round(fig["total_ms"] * n, 6),
         ledger_rows=_ledger_rows(led, all_steps if all_steps is not None else steps, phase),
@@ -243,6 +258,8 @@ def _per_sample(ph: Phase, steps: pl.DataFrame) -> Phase:
 
 def _excluded(out: pl.DataFrame) -> tuple[ExcludedStep, ...]:
     """The steps left out of a phase's figures: step, why (compile | warm-up), ms, kernels."""
+    if not out.height:
+        return ()
     return tuple(ExcludedStep(step=int(r["step"]), reason=r["excluded"], step_ms=_r(r["step_ms"]),
                               kernels=int(r["n_kernels"] or 0), kernel_ms=_r(r["kernel_ms"]))
                  for r in out.sort("step").iter_rows(named=True))
@@ -341,11 +358,11 @@ def _phases(a: Attribution, phase: str | None, arch: Arch | None, budget: Budget
 
     def one(ph: str) -> tuple[Phase, str | None]:
         st = a.steps.filter(pl.col("phase") == ph)
-        left = (st.filter(pl.col("excluded").is_not_null())
-                if "excluded" in st.columns else st.clear())
-        keep = (st.join(left.select("step"), on="step", how="anti")
-                if left.height < st.height else st)
-        in_phase = (pl.col("phase") == ph) & pl.col("step").is_in(keep["step"].implode())
+        some = "excluded" in st.columns and st["excluded"].null_count() < st.height
+        left = st.filter(pl.col("excluded").is_not_null()) if some else st.clear()
+        # (a step is one row: its id's rows are those left)
+        keep = st.filter(pl.col("excluded").is_null()) if 0 < left.height < st.height else st
+        in_phase = (pl.col("phase") == ph) & pl.col("step").is_in(pl.lit(keep["step"]).implode())
         kk = (a.kernels.lazy().filter(in_phase).select(_phase_columns(a.kernels))
               .collect(engine=engine(a.kernels.height)))
         excluded = _excluded(left if keep is not st else left.clear())
@@ -376,8 +393,8 @@ def _with_speculative(phases: tuple[Phase, ...], a: Attribution,
 def _source(a: Attribution) -> Source:
     t, k = a.trace, a.kernels
     total_ns = int(t.kernels["dur_ns"].sum() or 0)
-    outside = k.filter(pl.col("step").is_null()).height
-    unlinked = k.filter(pl.col("launch_id").is_null()).height
+    outside = k["step"].null_count()
+    unlinked = k["launch_id"].null_count()
     return Source(path=t.meta.path, format=t.meta.format, events=t.meta.events,
                   kernels=t.kernels.height, kernel_ms=round(total_ns / 1e6, 4),
                   kernels_without_launch=unlinked, kernels_outside_steps=outside)
@@ -386,12 +403,13 @@ def _source(a: Attribution) -> Source:
 def _coverage(a: Attribution, phases: tuple[Phase, ...]) -> Coverage:
     # the counted steps' kernels
     # (a compile or warm-up step left out of the figures is left out here)
-    st = a.steps
-    counted = st.filter(pl.col("excluded").is_null()) if "excluded" in st.columns else st
-    kernels = a.kernels.select("step", "component", "dur_ns")
-    in_steps = kernels.filter(pl.col("step").is_in(counted["step"].implode()))
-    attributed = _num(in_steps.filter(pl.col("component") != "other")["dur_ns"].sum())
-    step_ns = _num(in_steps["dur_ns"].sum())
+    st = a.steps.lazy()
+    counted = st.filter(pl.col("excluded").is_null()) if "excluded" in a.steps.columns else st
+    sums = (a.kernels.lazy().join(counted.select("step"), on="step", how="semi")
+            .select(pl.col("dur_ns").filter(pl.col("component") != "other").sum().alias("attr"),
+                    pl.col("dur_ns").sum().alias("all"))
+            .collect(engine=engine(a.kernels.height)))
+    attributed, step_ns = _num(sums["attr"].item()), _num(sums["all"].item())
     # the same figure as the phase lines: priced time whose bytes count, over the phases' time
     known_ms = sum(p.known_ms for p in phases)
     phase_ms = sum(p.total_ms for p in phases)
@@ -428,8 +446,8 @@ def build(a: Attribution, phase: str | None = None, arch: Arch | None = None,
     given = Given(model=budget is not None, capture=capture is not None, graphs=graphs)
     notes += phase_notes(phases, arch.name if arch is not None else None, what_if, given)
     notes += unpriced_ops(k)
-    outside = k.filter(pl.col("step").is_null())
-    if outside.height:
+    if k["step"].null_count():
+        outside = k.filter(pl.col("step").is_null())
         outside_ms = _num(outside['dur_ns'].sum()) / 1e6
         notes.append(f"{outside.height} kernels ({outside_ms:.3f} ms) fall outside "
                      "every step")
@@ -461,7 +479,7 @@ def _with_context(budget: Budget | None, steps: pl.DataFrame, context: pl.DataFr
                      "only ops whose weights the trace does not show")
         return budget
     ctx = int(_num(known["context"].median()))
-    src = _text(known["context_from"].drop_nulls().mode().first()) or "the trace"
+    src = _text(known.select(_mode("context_from")).item()) or "the trace"
     notes.append(f"{budget.source}: decode K/V priced at context {ctx}, the decode steps' median "
                  f"from {src} (give --context to set it)")
     return replace(budget, context=ctx)

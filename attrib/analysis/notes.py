@@ -11,6 +11,7 @@ import polars as pl
 
 from attrib.cost.registry import model_for
 from attrib.roofline.tables import MIN_KNOWN
+from attrib.trace import engine
 
 if TYPE_CHECKING:
     from attrib.analysis.model import Phase
@@ -103,16 +104,17 @@ def unpriced_ops(k: pl.DataFrame) -> list[str]:
     bytes known, named with why (no cost model for it, or one that could not price its call): an
     unpriced op is said, never a silent 0 MB. k: the attribution's kernels (phase, op, bytes,
     dur_ns)."""
-    k = k.filter(pl.col("phase").is_not_null()).select(
+    rows = k.lazy().filter(pl.col("phase").is_not_null()).select(
         pl.col("phase").cast(pl.String), pl.col("op").cast(pl.String), "bytes", "dur_ns")
-    total = k.group_by("phase").agg(pl.col("dur_ns").sum().alias("_t"))
-    none = (k.filter(pl.col("bytes").is_null() & pl.col("op").is_not_null())
+    total = rows.group_by("phase").agg(pl.col("dur_ns").sum().alias("_t"))
+    none = (rows.filter(pl.col("bytes").is_null() & pl.col("op").is_not_null())
             .group_by("phase", "op").agg(pl.col("dur_ns").sum()).join(total, on="phase")
             .with_columns((pl.col("dur_ns") / pl.col("_t")).alias("share"))
             .filter(pl.col("share") >= UNPRICED_SHARE)
-            .sort(["phase", "share", "op"], descending=[False, True, False]))
+            .sort(["phase", "share", "op"], descending=[False, True, False])
+            .select("phase", "op", "share").collect(engine=engine(k.height)))
     out = []
-    for phase, op, share in none.select("phase", "op", "share").iter_rows():
+    for phase, op, share in none.iter_rows():
         why = ("no cost model for it" if model_for(op) is None else
                "its cost model could not price the call (shapes not recorded or not as its schema "
                "reads them, or context it needs)")

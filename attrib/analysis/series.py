@@ -12,7 +12,7 @@ import numpy as np
 import polars as pl
 
 from attrib.analysis.model import StepSeries
-from attrib.trace import grouped
+from attrib.trace import engine, grouped_plan
 from attrib.steps.spans import merge
 
 BUSY_GAP_MS = 0.02  # kernel gaps shorter than this join in the timeline's busy spans (20 us)
@@ -21,19 +21,22 @@ BUSY_GAP_MS = 0.02  # kernel gaps shorter than this join in the timeline's busy 
 TIMELINE_PIXELS = 1500
 
 
-def _col(df: pl.DataFrame, name: str, nd: int = 4) -> tuple[Any, ...]:
-    if name not in df.columns:
-        return (None,) * df.height
-    s = df[name]
-    return tuple(s.round(nd).to_list() if s.dtype.is_float() else s.to_list())
+# the series' figures of a step (a column of its steps or context) and the decimals a float keeps
+_FIGURES = {"start_ms": 3, "step_ms": 4, "kernel_ms": 4, "idle_ms": 4, "n_kernels": 4, "tokens": 4,
+            "context": 4}
+
+
+def _col(df: pl.DataFrame, name: str) -> tuple[Any, ...]:
+    return tuple(df[name].to_list()) if name in df.columns else (None,) * df.height
 
 
 def _busy(k: pl.DataFrame, steps: list[int], t0_ns: int,
           gap_ms: float = BUSY_GAP_MS) -> tuple[tuple[tuple[float, float], ...], ...]:
     """Per step (in `steps` order), the union of its kernels' [start, end) in ms from t0_ns, gaps
     under gap_ms closed."""
-    k = k.select("step", "start_ns", "dur_ns").filter(pl.col("step").is_not_null())
-    k = k.sort("step")  # each step's kernels one slice of three arrays (not a frame a step)
+    k = (k.lazy().select("step", "start_ns", "dur_ns").filter(pl.col("step").is_not_null())
+         .sort("step")  # each step's kernels one slice of three arrays (not a frame a step)
+         .collect(engine=engine(k.height)))
     ids = k["step"].to_numpy()
     starts = k["start_ns"].to_numpy().astype(np.int64)
     ends = starts + k["dur_ns"].to_numpy().astype(np.int64)
@@ -57,18 +60,24 @@ def _busy(k: pl.DataFrame, steps: list[int], t0_ns: int,
 def step_series(steps: pl.DataFrame, k: pl.DataFrame, context: pl.DataFrame, t0_ns: int,
                 components: list[str]) -> StepSeries:
     """steps (one phase), its kernels, step -> context; t0_ns: the trace's first step start."""
-    s = steps.sort("window_start").join(context, on="step", how="left")
-    timed = k.select("step", "component", "dur_ns").filter(
-        pl.col("step").is_not_null() & pl.col("component").is_in(components))
-    per = grouped(timed, ["step", "component"], (pl.col("dur_ns").sum() / 1e6).round(4),
-                  any_order=True)
+    joined = (steps.lazy().sort("window_start").join(context.lazy(), on="step", how="left")
+              .with_columns(((pl.col("window_start") - t0_ns) / 1e6).alias("start_ms")))
+    schema = joined.collect_schema()
+    # the figures rounded as the document gives them, in one query
+    figures = [pl.col(c).round(nd) if schema[c].is_float() else pl.col(c)
+               for c, nd in _FIGURES.items() if c in schema]
+    s = joined.select("step", *figures).collect(engine="in-memory")
+    # every (step, component)'s time, those of the phase's components kept: one query
+    per = (grouped_plan(k, ["step", "component"], (pl.col("dur_ns").sum() / 1e6).round(4),
+                        any_order=True)
+           .filter(pl.col("step").is_not_null() & pl.col("component").is_in(components))
+           .collect(engine="in-memory"))
     ms = dict(zip(zip(per["step"].to_list(), per["component"].to_list()), per["dur_ns"].to_list()))
     order = s["step"].to_list()
     # one query, not one a component
     comp = {c: tuple(ms.get((st, c), 0.0) for st in order) for c in components}
-    s = s.with_columns(((pl.col("window_start") - t0_ns) / 1e6).alias("start_ms"))
     return StepSeries(
-        step=tuple(s["step"].to_list()), start_ms=_col(s, "start_ms", 3),
+        step=tuple(s["step"].to_list()), start_ms=_col(s, "start_ms"),
         step_ms=_col(s, "step_ms"), kernel_ms=_col(s, "kernel_ms"),
         idle_ms=_col(s, "idle_ms"), kernels=_col(s, "n_kernels"),
         tokens=_col(s, "tokens"), context=_col(s, "context"), components=comp,
@@ -78,6 +87,6 @@ def step_series(steps: pl.DataFrame, k: pl.DataFrame, context: pl.DataFrame, t0_
 def _gap_ms(s: pl.DataFrame) -> float:
     """The gap the busy spans close: BUSY_GAP_MS, or a pixel of the phase's own time axis where
     that is wider (the timeline's axis, of every phase, is at least as long)."""
-    ends = (s["start_ms"].round(3) + s["step_ms"].round(4)).drop_nulls()  # as the plot reads
-    end = float(ends.max()) if ends.len() else 0.0
+    ends = s["start_ms"] + s["step_ms"]  # rounded as the plot reads them
+    end = float(ends.max()) if ends.null_count() < ends.len() else 0.0
     return max(BUSY_GAP_MS, end / TIMELINE_PIXELS)

@@ -22,22 +22,26 @@ ADDED = {"achieved_gbs": pl.Float64, "achieved_tflops": pl.Float64, "intensity":
          "bw_basis": pl.Utf8}
 
 
-def _peaks(df: pl.DataFrame, arch: Arch | None) -> pl.DataFrame:
-    """Per row from its dtype (and `unit` column when present: matrix | vector): `_peak`, the
-    datasheet TFLOP/s no kernel can pass, and `_roof`, the TFLOP/s its FLOPs are priced at (the
-    calibrated figure where measured, else the peak)."""
-    none = pl.Series([None] * df.height, dtype=pl.Utf8)
-    cols = {c: (df[c] if c in df.columns else none).cast(pl.Utf8) for c in ("dtype", "unit")}
-    keys = pl.DataFrame(cols)
-    uniq = keys.unique()
+_KEYS = {"dtype": "_dtype_key", "unit": "_unit_key"}
+
+
+def dtype_peaks(df: pl.DataFrame, arch: Arch | None) -> pl.DataFrame:
+    """Per distinct (dtype, `unit` where a column: matrix | vector) of `df`'s rows, as text in
+    `_KEYS`' columns: `_peak`, the datasheet TFLOP/s no kernel can pass, and `_roof`, the
+    TFLOP/s its FLOPs are priced at (the calibrated figure where measured, else the peak)."""
+    uniq = df.lazy().select(_keys(df)).unique().collect(engine=engine(df.height))
     pairs = [(d, u or "matrix") for d, u in uniq.iter_rows()]
     peaks = [arch.peak_tflops(d, u) if (arch and d) else None for d, u in pairs]
     roofs = [arch.compute_roof(d, u) if (arch and d) else None for d, u in pairs]
-    table = uniq.with_columns(pl.Series("_peak", peaks, dtype=pl.Float64),
-                              pl.Series("_roof", roofs, dtype=pl.Float64))
-    joined = keys.join(table, on=["dtype", "unit"], how="left", nulls_equal=True,
-                       maintain_order="left")
-    return joined.select("_peak", "_roof")
+    return uniq.hstack([pl.Series("_peak", peaks, dtype=pl.Float64),
+                        pl.Series("_roof", roofs, dtype=pl.Float64)])
+
+
+def _keys(df: pl.DataFrame | pl.LazyFrame) -> list[pl.Expr]:
+    """The `_KEYS` columns of `df`'s rows: dtype and unit as text (null where no such column)."""
+    names = df.collect_schema().names()
+    return [(pl.col(c) if c in names else pl.lit(None)).cast(pl.Utf8).alias(key)
+            for c, key in _KEYS.items()]
 
 
 def kernel_roofline(df: pl.DataFrame, arch: Arch | None, what_if: bool = False) -> pl.DataFrame:
@@ -50,16 +54,28 @@ def kernel_roofline(df: pl.DataFrame, arch: Arch | None, what_if: bool = False) 
     roofline_ms. Without an arch only the achieved figures and the intensity are filled. Rows
     without a positive `ms` get no achieved figures and no gap.
     """
+    rows = roofline(df.lazy(), dtype_peaks(df, arch), arch, what_if)
+    return rows.collect(engine=engine(df.height))
+
+
+def roofline(lf: pl.LazyFrame, peaks: pl.DataFrame, arch: Arch | None,
+             what_if: bool = False) -> pl.LazyFrame:
+    """kernel_roofline's query over `lf`, lazy; `peaks`: `dtype_peaks` of its rows."""
+    names = lf.collect_schema().names()
     bw, basis = arch.bandwidth() if arch else (None, None)
     peak_bw = arch.peak_bw_gbs if arch else None
     link = arch.link_gbs if arch else None
     on_link = (pl.col("component").is_in(LINK_COMPONENTS).fill_null(False)
-               if "component" in df.columns else pl.lit(False))
+               if "component" in names else pl.lit(False))
     ms, nbytes, flops = (pl.col(c).cast(pl.Float64) for c in ("ms", "bytes", "flops"))
     timed = pl.when(ms > 0)
-    dtype = pl.col("dtype") if "dtype" in df.columns else pl.lit(None, pl.Utf8)
+    dtype = pl.col("dtype") if "dtype" in names else pl.lit(None, pl.Utf8)
     # one lazy query: the eager steps below were a query each
-    out = df.lazy().with_columns(*_peaks(df, arch), dtype.alias("_dtype")).with_columns(
+    out = (lf.with_columns(*_keys(lf), dtype.alias("_dtype"))
+           .join(peaks.lazy(), on=list(_KEYS.values()), how="left", nulls_equal=True,
+                 maintain_order="left")
+           .drop(_KEYS.values()))
+    out = out.with_columns(
         timed.then(nbytes / ms / 1e6).alias("_gbs"),
         timed.then(flops / ms / 1e9).alias("_tflops"),
         pl.when(nbytes > 0).then(flops / nbytes).alias("intensity"),
@@ -101,8 +117,7 @@ def kernel_roofline(df: pl.DataFrame, arch: Arch | None, what_if: bool = False) 
         .otherwise(pl.lit(basis, pl.Utf8)).alias("bw_basis"),
     ).with_columns(gap.alias("gap_ms"))
     scratch = ("_peak", "_roof", "_dtype", "_gbs", "_tflops", "_mem_ms", "_cmp_ms")
-    return (out.drop(*scratch).with_columns([pl.col(c).cast(t) for c, t in ADDED.items()])
-            .collect(engine=engine(df.height)))
+    return out.drop(*scratch).with_columns([pl.col(c).cast(t) for c, t in ADDED.items()])
 
 
 def priced(k: pl.DataFrame) -> pl.DataFrame:

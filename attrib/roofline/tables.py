@@ -13,7 +13,8 @@ import polars as pl
 
 from attrib.components.taxonomy import LINK_COMPONENTS
 from attrib.roofline.arch import Arch
-from attrib.roofline.model import kernel_roofline, phase_ceiling
+from attrib.roofline.model import dtype_peaks, phase_ceiling, roofline
+from attrib.trace import engine
 
 
 MIN_KNOWN = 0.5  # share of a phase's kernel time that must be priced for per-step bytes to be given
@@ -26,13 +27,16 @@ def roofline_rows(comp: pl.DataFrame, arch: Arch | None, what_if: bool = False) 
     A row priced for less than MIN_KNOWN of its time gets `partial` true and no achieved figures
     or gap: its bytes are a lower bound, and a rate over a sliver of its kernels is not the
     row's rate."""
-    priced_time = comp.rename({"ms": "_total_ms"}).with_columns(pl.col("known_ms").alias("ms"))
-    rows = kernel_roofline(priced_time, arch, what_if)
+    # one lazy query (the rows' dtypes priced first)
+    priced_time = (comp.lazy().rename({"ms": "_total_ms"})
+                   .with_columns(pl.col("known_ms").alias("ms")))
+    rows = roofline(priced_time, dtype_peaks(comp, arch), arch, what_if)
     rows = rows.drop("ms").rename({"_total_ms": "ms"})
     partial = pl.col("bytes").is_not_null() & (pl.col("known_ms") < MIN_KNOWN * pl.col("ms"))
-    return rows.with_columns(partial.fill_null(False).alias("partial")).with_columns(
+    return (rows.with_columns(partial.fill_null(False).alias("partial")).with_columns(
         *[pl.when(pl.col("partial")).then(None).otherwise(pl.col(c)).alias(c)
           for c in ("achieved_gbs", "achieved_tflops", "gap_ms")])
+        .collect(engine=engine(comp.height)))
 
 
 def counted(comp: pl.DataFrame, what_if: bool = False) -> pl.Expr:
@@ -53,18 +57,21 @@ def phase_figures(steps: pl.DataFrame, k: pl.DataFrame, comp: pl.DataFrame, arch
                   what_if: bool = False) -> dict[str, Any]:
     """bytes_per_step, gb_per_token, ceiling_tok_s, the share of kernel time whose bytes count,
     and the components left out for an achieved rate above the device's peak."""
-    tokens = steps["tokens"].drop_nulls()
-    tps = int(tokens.median()) if tokens.len() else None
+    tokens = steps["tokens"]
+    tps = int(tokens.median()) if tokens.null_count() < tokens.len() else None
     total_ms = float(comp["ms"].sum() or 0)
-    use = comp.filter(counted(comp, what_if))
-    left_out = pl.col("bytes").is_not_null() & ~counted(comp, what_if)
-    excluded = comp.filter(left_out)["component"].to_list()
-    known_ms = float(use["known_ms"].sum() or 0)
+    # the rows' masks in one query; each figure a Series filtered by one
+    ok = counted(comp, what_if)
+    masks = comp.select(ok.alias("use"), (pl.col("bytes").is_not_null() & ~ok).alias("left_out"),
+                        (ok & memory_traffic(comp)).alias("traffic"),
+                        (ok & pl.col("roofline_ms").is_not_null()).alias("roofed"))
+    excluded = comp["component"].filter(masks["left_out"]).to_list()
+    known_ms = float(comp["known_ms"].filter(masks["use"]).sum() or 0)
     share = (known_ms / total_ms) if total_ms else None
     # a sum over a small priced part of the step would read as the step's traffic: leave it unknown
-    enough = use.height and share is not None and share >= MIN_KNOWN
-    bytes_per_step = float(use.filter(memory_traffic(use))["bytes"].sum()) if enough else None
-    roof = use["roofline_ms"].drop_nulls()
+    enough = masks["use"].any() and share is not None and share >= MIN_KNOWN
+    bytes_per_step = float(comp["bytes"].filter(masks["traffic"]).sum()) if enough else None
+    roof = comp["roofline_ms"].filter(masks["roofed"])
     roof_ms = float(roof.sum()) if roof.len() else None
     gbt, ceiling = phase_ceiling(bytes_per_step, tps, arch, roof_ms)
     return {"bytes_per_step": bytes_per_step, "gb_per_token": gbt, "ceiling_tok_s": ceiling,
