@@ -29,7 +29,7 @@ from attrib.steps.passes import GPU_PIECE, gpu_forward_starts
 from attrib.steps.periodic import split_tokens
 from attrib.steps.speculative import mark_roles
 from attrib.steps.tokens import COMPILED_PIECE
-from attrib.trace import STEP_NAME, Trace, dims_text, input_dims
+from attrib.trace import STEP_NAME, Trace, dims_text, engine, input_dims
 
 TOKEN_PHASES = ("decode", "mixed")  # phases whose steps generate tokens
 PHASE_ORDER = {"prefill": 0, "mixed": 1, "decode": 2}  # the order phases are reported in
@@ -120,10 +120,10 @@ def _spans(trace: Trace, phase_map: dict[str, str]) -> pl.DataFrame:
                          "tokens_from": tokens_from},
                         schema={"marker": pl.Utf8, "phase": pl.Utf8, "tokens": pl.Int64,
                                 "tokens_from": pl.Utf8})
-    sel = mk.filter(pl.col("name").is_in(step_names))
+    sel = mk.lazy().filter(pl.col("name").is_in(step_names))
     cpu = sel.filter(pl.col("side") == "cpu").select(
         pl.col("name").alias("marker"), "external_id", pl.col("start_ns").alias("cpu_start"),
-        (pl.col("start_ns") + pl.col("dur_ns")).alias("cpu_end"))
+        (pl.col("start_ns") + pl.col("dur_ns")).alias("cpu_end")).collect(engine=engine(mk.height))
     # one GPU projection per annotation: a range projected on several streams is their hull
     g = sel.filter(pl.col("side") == "gpu").select(
         "external_id", pl.col("name").alias("gname"), pl.col("start_ns").alias("gpu_start"),
@@ -133,12 +133,13 @@ def _spans(trace: Trace, phase_map: dict[str, str]) -> pl.DataFrame:
         pl.col("gpu_start").min(), pl.col("gpu_end").max())
     gpu = pl.concat([hull, g.filter(~has_id)])
     if cpu.height:
-        spans = cpu.join(gpu, on="external_id", how="left").drop("gname")
+        spans = cpu.lazy().join(gpu, on="external_id", how="left").drop("gname")
     else:
         spans = gpu.rename({"gname": "marker"}).with_columns(
             pl.col("gpu_start").alias("cpu_start"), pl.col("gpu_end").alias("cpu_end"))
-    spans = spans.join(info, on="marker", how="left").sort("cpu_start")
-    return spans.with_row_index("step").select(list(STEP_COLS)).cast(STEP_COLS)
+    spans = spans.join(info.lazy(), on="marker", how="left").sort("cpu_start")
+    return (spans.with_row_index("step").select(list(STEP_COLS)).cast(STEP_COLS)
+            .collect(engine=engine(mk.height)))
 
 
 def annotated_spans(trace: Trace, phase_map: dict[str, str] | None = None) -> pl.DataFrame:
@@ -179,11 +180,8 @@ def _token_lookups(ops: pl.DataFrame) -> pl.DataFrame:
     tables, GPT-2 and OPT their position tables, T5 its relative-position bias in a layer. An op
     of unknown table is kept."""
     rows = dims_text().str.extract(r"^\[\[(\d+),", 1).cast(pl.Int64, strict=False)
-    ops = ops.with_columns(rows.alias("_rows"))
-    most = ops["_rows"].max()
-    if most is None:  # no table known
-        return ops.drop("_rows")
-    return ops.filter(pl.col("_rows").is_null() | (pl.col("_rows") == most)).drop("_rows")
+    # no table known: every row's is null (and the most, too)
+    return ops.filter(rows.is_null() | (rows == rows.max()))
 
 
 def _launching_embeddings(trace: Trace, compiling: pl.DataFrame) -> pl.DataFrame:
@@ -192,14 +190,16 @@ def _launching_embeddings(trace: Trace, compiling: pl.DataFrame) -> pl.DataFrame
     launches, one that launched GPU work (its gather kernel)."""
     ops = trace.ops.filter(pl.col("name") == "aten::embedding")
     ops = _token_lookups(ops.filter(~inside(ops["start_ns"], compiling)))
-    calls = trace.launches.filter(pl.col("name").str.contains(KERNEL_LAUNCH))
-    if calls.height:
-        pts = calls.select(pl.col("id").alias("pid_"), pl.col("start_ns").alias("t_ns"),
-                           "pid", "tid")
-        hit = innermost(ops.select("id", "start_ns", "dur_ns", "pid", "tid"), pts, ["pid", "tid"])
-        launched = hit.drop_nulls("inner").select(pl.col("inner").alias("id")).unique()
-        ops = ops.join(launched, on="id", how="semi")
-    return ops.select(pl.col("start_ns").alias("t")).sort("t")
+    pts = (trace.launches.lazy().filter(pl.col("name").str.contains(KERNEL_LAUNCH))
+           .select(pl.col("id").alias("pid_"), pl.col("start_ns").alias("t_ns"), "pid", "tid")
+           .collect(engine=engine(trace.launches.height)))
+    lookups = ops.lazy()
+    if pts.height:
+        hit = innermost(ops[["id", "start_ns", "dur_ns", "pid", "tid"]], pts, ["pid", "tid"])
+        launched = hit.lazy().drop_nulls("inner").select(pl.col("inner").alias("id")).unique()
+        lookups = lookups.join(launched, on="id", how="semi")
+    t = lookups.select(pl.col("start_ns").alias("t")).sort("t")
+    return t.collect(engine=engine(ops.height))
 
 
 def _compiled_calls(trace: Trace) -> pl.DataFrame:
@@ -208,14 +208,16 @@ def _compiled_calls(trace: Trace) -> pl.DataFrame:
     inside another such call. A compiled forward has no embedding op of its own (Inductor fuses
     the lookup into a kernel)."""
     frame = pl.col("name").str.extract(COMPILED_CALL, 1).cast(pl.Int64, strict=False)
-    calls = trace.ops.select("start_ns", "dur_ns", frame.alias("frame")).drop_nulls()
+    calls = (trace.ops.lazy().select("start_ns", "dur_ns", frame.alias("frame")).drop_nulls()
+             .collect(engine=engine(trace.ops.height)))
     if calls.height == 0:
         return pl.DataFrame(schema={"s": pl.Int64, "e": pl.Int64})
-    first = calls.filter(pl.col("frame") == pl.col("frame").min())
+    first = calls.lazy().filter(pl.col("frame") == pl.col("frame").min())
     spans = first.select(pl.col("start_ns").alias("s"),
                          (pl.col("start_ns") + pl.col("dur_ns")).alias("e")).sort("s")
     outer = pl.col("e").cum_max().shift(1)  # the furthest end of the calls before
-    return spans.filter(outer.is_null() | (pl.col("s") >= outer))
+    return (spans.filter(outer.is_null() | (pl.col("s") >= outer))
+            .collect(engine=engine(calls.height)))
 
 
 def _forward_starts(trace: Trace, compiling: pl.DataFrame) -> pl.DataFrame:
@@ -223,15 +225,17 @@ def _forward_starts(trace: Trace, compiling: pl.DataFrame) -> pl.DataFrame:
     at its launching embedding op, a compiled one at its call (an embedding op inside a compiled
     call is that call's), one of a thread whose ops were not recorded at its first kernel's launch
     (attrib.steps.passes)."""
-    emb = pl.concat([_launching_embeddings(trace, compiling).with_columns(pl.lit("").alias("kind")),
-                     gpu_forward_starts(trace).with_columns(pl.lit(GPU_PIECE).alias("kind"))])
     calls = _compiled_calls(trace)
+    eager, gpu = _launching_embeddings(trace, compiling), gpu_forward_starts(trace)
+    emb = pl.concat([eager.lazy().with_columns(pl.lit("").alias("kind")),
+                     gpu.lazy().with_columns(pl.lit(GPU_PIECE).alias("kind"))])
+    rows = engine(eager.height + gpu.height)
     if calls.height == 0:
-        return emb.sort("t", maintain_order=True)
-    within = inside(emb["t"], calls.select(pl.col("s").alias("start_ns"),
-                                           pl.col("e").alias("end_ns")))
-    compiled = calls.select(pl.col("s").alias("t"), pl.lit(COMPILED_PIECE).alias("kind"))
-    return pl.concat([emb.filter(~within), compiled]).sort("t")
+        return emb.sort("t", maintain_order=True).collect(engine=rows)
+    emb = emb.collect(engine=rows)
+    within = inside(emb["t"], pl.DataFrame({"start_ns": calls["s"], "end_ns": calls["e"]}))
+    compiled = calls.lazy().select(pl.col("s").alias("t"), pl.lit(COMPILED_PIECE).alias("kind"))
+    return pl.concat([emb.lazy().filter(~within), compiled]).sort("t").collect(engine=rows)
 
 
 def _split_forwards(spans: pl.DataFrame, trace: Trace, compiling: pl.DataFrame) -> pl.DataFrame:
@@ -297,7 +301,7 @@ def _periodic(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
     return steps, got.filter(pl.col("step").is_not_null()).select("id", "step")
 
 
-def _assign(spans: pl.DataFrame, keys: pl.DataFrame, start: str, end: str) -> pl.DataFrame:
+def _assign(spans: pl.LazyFrame, keys: pl.LazyFrame, start: str, end: str) -> pl.LazyFrame:
     """keys (id, t) -> step whose [start, end) holds t (latest-starting span first)."""
     s = (spans.filter(pl.col(start).is_not_null())
          .select("step", pl.col(start).alias("t"), pl.col(end).alias("_end")).sort("t"))
@@ -329,13 +333,13 @@ def assign_steps(trace: Trace, links: pl.DataFrame, phase_map: dict[str, str] | 
         spans = step_spans(trace, phase_map, compiling)
     if spans.height == 0 and trace.ops.height == 0:
         return _periodic(trace)
-    launch_times = trace.launches.select(pl.col("id").alias("launch_id"),
-                                         pl.col("start_ns").alias("launch_ns"))
-    k = (trace.kernels.select("id", "start_ns")
-         .join(links.select("id", "graph", "launch_id"), on="id", how="left")
-         .join(launch_times, on="launch_id", how="left"))
     if spans.height == 0:
         return spans, pl.DataFrame(schema=_KERNEL_STEP)
+    launch_times = trace.launches.lazy().select(pl.col("id").alias("launch_id"),
+                                                pl.col("start_ns").alias("launch_ns"))
+    k = (trace.kernels.lazy().select("id", "start_ns")
+         .join(links.lazy().select("id", "graph", "launch_id"), on="id", how="left")
+         .join(launch_times, on="launch_id", how="left"))
     # Launched kernels (graph replays too: by their graph launch) go by their launch time in the
     # CPU range, so a host that runs ahead still gives each step its own kernels; unlaunched
     # kernels by their own start in the GPU range (or, without one, until the next step starts).
@@ -343,12 +347,12 @@ def assign_steps(trace: Trace, links: pl.DataFrame, phase_map: dict[str, str] | 
                  .select("id", pl.col("launch_ns").alias("t")))
     rest = (k.join(by_launch.select("id"), on="id", how="anti")
             .select("id", pl.col("start_ns").alias("t")))
-    gpu_or_next = spans.with_columns(
+    gpu_or_next = spans.lazy().with_columns(
         pl.coalesce("gpu_start", "cpu_start").alias("g0"),
         pl.coalesce("gpu_end", pl.col("cpu_start").shift(-1), pl.lit(2**62)).alias("g1"))
-    got = pl.concat([_assign(spans, by_launch, "cpu_start", "cpu_end"),
+    got = pl.concat([_assign(spans.lazy(), by_launch, "cpu_start", "cpu_end"),
                      _assign(gpu_or_next, rest, "g0", "g1")])
-    return spans, got
+    return spans, got.collect(engine=engine(trace.kernels.height))
 
 
 # the activation operand of a projection GEMM: its leading dims are the step's tokens
@@ -362,13 +366,16 @@ def tokens_from_shapes(trace: Trace, spans: pl.DataFrame) -> pl.DataFrame:
     cand = trace.ops.filter(pl.col("name").is_in(["aten::embedding", *_GEMM_INPUT]))
     if cand.height == 0 or spans.height == 0:
         return pl.DataFrame(schema=schema)
-    hit = _assign(spans, cand.select("id", pl.col("start_ns").alias("t")), "cpu_start", "cpu_end")
-    first = (hit.join(cand.select("id", "name", "start_ns", "input_dims"), on="id")
+    cand_lf = cand.lazy()
+    hit = _assign(spans.lazy(), cand_lf.select("id", pl.col("start_ns").alias("t")),
+                  "cpu_start", "cpu_end")
+    first = (hit.join(cand_lf.select("id", "name", "start_ns", "input_dims"), on="id")
              .with_columns((pl.col("name") != "aten::embedding").alias("_gemm"))
-             .sort("_gemm", "start_ns").unique("step", keep="first"))
+             .sort("_gemm", "start_ns").unique("step", keep="first")
+             .select("step", "name", "input_dims").collect(engine=engine(cand.height)))
     rows = []
     # one row per step
-    for step, name, dim_text in first.select("step", "name", "input_dims").iter_rows():
+    for step, name, dim_text in first.iter_rows():
         if name == "aten::embedding":
             shape = _ids_shape(dim_text)
             if shape:
@@ -395,17 +402,17 @@ def tokens_from_kernel_names(kernels: pl.DataFrame) -> pl.DataFrame:
     per row: grid x = tokens), the most common value. Columns: step, name_tokens,
     name_tokens_from."""
     cols = pl.coalesce(*[pl.col("name").str.extract(LLAMACPP_MMVQ_COLS, g) for g in (1, 2)])
-    k = kernels.filter(pl.col("step").is_not_null())
+    k = kernels.lazy().filter(pl.col("step").is_not_null())
     gemv = k.select("step", cols.cast(pl.Int64).alias("n")).drop_nulls().group_by("step").agg(
         pl.col("n").mode().min().alias("_gemv"), pl.len().alias("_n_gemv"))
     mmq = (k.filter(pl.col("name").str.contains(LLAMACPP_MMQ)).group_by("step")
            .agg(pl.len().alias("_n_mmq")))
-    if "grid" in k.columns:
+    if "grid" in kernels.columns:
         norm = pl.col("name").str.contains(LLAMACPP_NORM_ROWS) & pl.col("grid").is_not_null()
         rows = k.filter(norm).group_by("step").agg(
             pl.col("grid").list.first().mode().max().alias("_rows"))
     else:
-        rows = pl.DataFrame(schema={"step": pl.Int64, "_rows": pl.Int64})
+        rows = pl.LazyFrame(schema={"step": pl.Int64, "_rows": pl.Int64})
     got = gemv.join(mmq, on="step", how="full", coalesce=True).join(rows, on="step", how="left")
     more_mmq = pl.col("_n_mmq").fill_null(0) > pl.col("_n_gemv").fill_null(0)
     prefill = more_mmq & pl.col("_rows").is_not_null()
@@ -414,7 +421,7 @@ def tokens_from_kernel_names(kernels: pl.DataFrame) -> pl.DataFrame:
               .when(pl.col("_gemv").is_not_null()).then(pl.lit("llama.cpp mul_mat_vec_q ncols")))
     return got.select(
         "step", tokens.alias("name_tokens"), source.alias("name_tokens_from"),
-    ).filter(pl.col("name_tokens").is_not_null())
+    ).filter(pl.col("name_tokens").is_not_null()).collect(engine=engine(kernels.height))
 
 
 def _ids_shape(dim_text: str | None) -> list[int] | None:
