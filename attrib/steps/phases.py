@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import re
 from bisect import bisect_left
+from typing import TypeVar
 
 import polars as pl
 
@@ -45,6 +46,7 @@ STEP_COLS = {"step": pl.Int64, "phase": pl.Utf8, "tokens": pl.Int64, "tokens_fro
              "gpu_start": pl.Int64, "gpu_end": pl.Int64}
 _SGLANG_PHASES = {"DECODE": "decode", "EXTEND": "prefill", "PREFILL": "prefill", "MIXED": "mixed"}
 _KERNEL_STEP = {"id": pl.Int64, "step": pl.Int64}
+Frame = TypeVar("Frame", pl.DataFrame, pl.LazyFrame)
 
 
 def parse_marker(name: str, phase_map: dict[str, str]) -> tuple[str, int | None, str] | None:
@@ -151,29 +153,31 @@ def annotated_spans(trace: Trace, phase_map: dict[str, str] | None = None) -> pl
 def _forward_spans(trace: Trace) -> pl.DataFrame:
     """No annotations: one step per token lookup (`_token_lookups`: each forward pass starts
     with one), or per pass of a thread whose ops were not recorded (attrib.steps.passes)."""
-    emb = _token_lookups(trace.ops.filter(pl.col("name") == "aten::embedding")).select(
-        "start_ns", pl.lit("forward (embedding op)").alias("marker"))
-    gpu = gpu_forward_starts(trace).select(
-        pl.col("t").alias("start_ns"),
-        pl.format("forward {}{}", pl.int_range(pl.len()), pl.lit(GPU_PIECE)).alias("marker"))
-    emb = pl.concat([emb, gpu]).sort("start_ns", maintain_order=True)
+    lookups = _token_lookups(trace.ops.lazy().filter(pl.col("name") == "aten::embedding"))
+    gpu = gpu_forward_starts(trace)
+    emb = pl.concat([
+        lookups.select("start_ns", pl.lit("forward (embedding op)").alias("marker")),
+        gpu.lazy().select(
+            pl.col("t").alias("start_ns"),
+            pl.format("forward {}{}", pl.int_range(pl.len()), pl.lit(GPU_PIECE)).alias("marker")),
+    ]).sort("start_ns", maintain_order=True).collect(engine=engine(trace.ops.height))
     if emb.height == 0:
         return pl.DataFrame(schema=STEP_COLS)
     # the last forward pass runs to the end of the host's last op (or call of a thread without
     # ops), not to the end of time
-    host = trace.ops if gpu.height == 0 else pl.concat([trace.ops.select("start_ns", "dur_ns"),
-                                                        trace.launches.select("start_ns", "dur_ns")])
+    host = trace.ops if gpu.height == 0 else pl.concat([trace.ops[["start_ns", "dur_ns"]],
+                                                        trace.launches[["start_ns", "dur_ns"]]])
     last = int((host["start_ns"] + host["dur_ns"].fill_null(0)).max())
     nxt = pl.col("start_ns").shift(-1).fill_null(pl.lit(last))
-    return (emb.with_row_index("step").select(
+    return (emb.lazy().with_row_index("step").select(
         "step", pl.lit("unknown").alias("phase"), pl.lit(None, pl.Int64).alias("tokens"),
         pl.lit(None, pl.Utf8).alias("tokens_from"), "marker",
         pl.col("start_ns").alias("cpu_start"), nxt.alias("cpu_end"),
         pl.lit(None, pl.Int64).alias("gpu_start"), pl.lit(None, pl.Int64).alias("gpu_end"))
-        .cast(STEP_COLS))
+        .cast(STEP_COLS).collect(engine=engine(emb.height)))
 
 
-def _token_lookups(ops: pl.DataFrame) -> pl.DataFrame:
+def _token_lookups(ops: Frame) -> Frame:
     """The embedding ops that look up a token table: where the tables' rows are known (the
     first of the op's shapes), those on a table of the most rows. One forward pass looks up its
     token table once, and may look up smaller ones beside it: BERT its position and token-type
@@ -280,7 +284,7 @@ def _split_forwards(spans: pl.DataFrame, trace: Trace, compiling: pl.DataFrame) 
 def _periodic(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
     """No annotations, no CPU ops (llama.cpp under rocprof): steps from the repeating kernel loop;
     without one, the whole trace is one step of unknown phase."""
-    k = trace.kernels.select("id", "name", "start_ns", "dur_ns")
+    k = trace.kernels[["id", "name", "start_ns", "dur_ns"]]
     if k.height == 0:
         return pl.DataFrame(schema=STEP_COLS), pl.DataFrame(schema=_KERNEL_STEP)
     got = split_tokens(k)
@@ -289,7 +293,8 @@ def _periodic(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
         marker = "whole trace (no steps found)"
     else:
         marker = "repeating kernel sequence"
-    steps = got.filter(pl.col("step").is_not_null()).group_by("step").agg(
+    stepped = got.lazy().filter(pl.col("step").is_not_null())
+    steps = stepped.group_by("step").agg(
         pl.col("phase").first(), pl.col("start_ns").min().alias("cpu_start"),
         (pl.col("start_ns") + pl.col("dur_ns")).max().alias("cpu_end"))
     steps = steps.select("step", "phase", pl.lit(None, pl.Int64).alias("tokens"),
@@ -297,8 +302,9 @@ def _periodic(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
                          pl.lit(marker).alias("marker"), "cpu_start", "cpu_end",
                          pl.col("cpu_start").alias("gpu_start"),
                          pl.col("cpu_end").alias("gpu_end"))
-    steps = steps.cast(STEP_COLS).sort("step")
-    return steps, got.filter(pl.col("step").is_not_null()).select("id", "step")
+    rows = engine(k.height)
+    return (steps.cast(STEP_COLS).sort("step").collect(engine=rows),
+            stepped.select("id", "step").collect(engine=rows))
 
 
 def _assign(spans: pl.LazyFrame, keys: pl.LazyFrame, start: str, end: str) -> pl.LazyFrame:
