@@ -193,7 +193,8 @@ def _launching_embeddings(trace: Trace, compiling: pl.DataFrame) -> pl.DataFrame
     not traced by a compile (fake tensors; `compiling`: compile_spans), and, in a trace with GPU
     launches, one that launched GPU work (its gather kernel)."""
     ops = trace.ops.filter(pl.col("name") == "aten::embedding")
-    ops = _token_lookups(ops.filter(~inside(ops["start_ns"], compiling)))
+    traced = inside(ops["start_ns"], compiling)
+    ops = _token_lookups(ops.lazy().filter(~traced)).collect(engine=engine(ops.height))
     pts = (trace.launches.lazy().filter(pl.col("name").str.contains(KERNEL_LAUNCH))
            .select(pl.col("id").alias("pid_"), pl.col("start_ns").alias("t_ns"), "pid", "tid")
            .collect(engine=engine(trace.launches.height)))
@@ -369,16 +370,16 @@ def tokens_from_shapes(trace: Trace, spans: pl.DataFrame) -> pl.DataFrame:
     """Per step: tokens, and tokens per sequence, from the step's first embedding op (ids [B, S]);
     steps without one take the token dimension of their first projection GEMM (no per_seq)."""
     schema = {"step": pl.Int64, "tokens": pl.Int64, "per_seq": pl.Int64}
-    cand = trace.ops.filter(pl.col("name").is_in(["aten::embedding", *_GEMM_INPUT]))
-    if cand.height == 0 or spans.height == 0:
+    if spans.height == 0:
         return pl.DataFrame(schema=schema)
-    cand_lf = cand.lazy()
-    hit = _assign(spans.lazy(), cand_lf.select("id", pl.col("start_ns").alias("t")),
+    # (no candidate: no row)
+    cand = trace.ops.lazy().filter(pl.col("name").is_in(["aten::embedding", *_GEMM_INPUT]))
+    hit = _assign(spans.lazy(), cand.select("id", pl.col("start_ns").alias("t")),
                   "cpu_start", "cpu_end")
-    first = (hit.join(cand_lf.select("id", "name", "start_ns", "input_dims"), on="id")
+    first = (hit.join(cand.select("id", "name", "start_ns", "input_dims"), on="id")
              .with_columns((pl.col("name") != "aten::embedding").alias("_gemm"))
              .sort("_gemm", "start_ns").unique("step", keep="first")
-             .select("step", "name", "input_dims").collect(engine=engine(cand.height)))
+             .select("step", "name", "input_dims").collect(engine=engine(trace.ops.height)))
     rows = []
     # one row per step
     for step, name, dim_text in first.iter_rows():
