@@ -13,7 +13,7 @@ import polars as pl
 
 from attrib.link.nesting import innermost, parents
 from attrib.threads import both
-from attrib.trace import SMALL_ROWS, Trace
+from attrib.trace import SMALL_ROWS, Trace, engine
 
 KERNEL_LAUNCH = (r"(?i)(launchkernel|launchcooperativekernel|graphlaunch|modulelaunchkernel"
                  r"|cuLaunch)")
@@ -21,15 +21,16 @@ _MODULE = r"^nn\.Module: (.+)$"
 _BY = ["pid", "tid"]
 
 
-def _launch_of(trace: Trace) -> pl.DataFrame:
+def _launch_of(trace: Trace) -> pl.LazyFrame:
     """kernel id -> launch id/name/time/thread through the correlation id."""
     # the columns first: a filter of the whole table would copy every column
     cols = {"id": "launch", "name": "launch_name", "start_ns": "launch_ns", "pid": "launch_pid",
             "tid": "launch_tid", "external_id": "launch_ext"}
-    la = (trace.launches.select("correlation", *(pl.col(c).alias(n) for c, n in cols.items()))
+    la = (trace.launches.lazy()
+          .select("correlation", *(pl.col(c).alias(n) for c, n in cols.items()))
           .filter(pl.col("correlation").is_not_null())
           .unique("correlation", keep="first"))
-    k = trace.kernels.select("id", "correlation", "external_id", "graph", "launch_id")
+    k = trace.kernels.lazy().select("id", "correlation", "external_id", "graph", "launch_id")
     k = k.join(la, on="correlation", how="left")
     # graph replays are the contract's fact (attrib.trace.mark_graph_replays, applied by the
     # collectors)
@@ -40,17 +41,19 @@ def _launch_of(trace: Trace) -> pl.DataFrame:
 def module_paths(frames: pl.DataFrame) -> pl.DataFrame:
     """nn.Module frames with `module` (class name), `module_path` (outer/.../inner instance
     names)."""
-    mods = (frames.filter(pl.col("name").str.starts_with("nn.Module: "))
-            .with_columns(pl.col("name").str.extract(_MODULE).alias("inst")))
+    mods = (frames.lazy().filter(pl.col("name").str.starts_with("nn.Module: "))
+            .with_columns(pl.col("name").str.extract(_MODULE).alias("inst"))
+            .collect(engine=engine(frames.height)))
     if mods.height == 0:
         return mods.select("id", "start_ns", "dur_ns", *_BY, pl.lit("").alias("module"),
                            pl.lit("").alias("module_path"))
-    tree = mods.select("id", *_BY, "start_ns", "dur_ns").pipe(parents, _BY)
+    tree = mods[["id", *_BY, "start_ns", "dur_ns"]].pipe(parents, _BY)
     mods = mods.join(tree, on="id")
     walked = _walked if mods.height < SMALL_ROWS else _joined
-    mods = mods.join(walked(mods), on="id", how="left")
-    return mods.select("id", "start_ns", "dur_ns", *_BY,
-                       pl.col("inst").str.replace(r"_\d+$", "").alias("module"), "module_path")
+    return (mods.lazy().join(walked(mods).lazy(), on="id", how="left")
+            .select("id", "start_ns", "dur_ns", *_BY,
+                    pl.col("inst").str.replace(r"_\d+$", "").alias("module"), "module_path")
+            .collect(engine=engine(mods.height)))
 
 
 def _joined(mods: pl.DataFrame) -> pl.DataFrame:
@@ -96,13 +99,15 @@ def _walked(mods: pl.DataFrame) -> pl.DataFrame:
 def launch_points(k: pl.DataFrame) -> pl.DataFrame:
     """Where and when each directly launched kernel (not a graph replay) was launched: pid_ (the
     kernel id), t_ns, pid, tid; the points `innermost` places in ops, frames and modules."""
-    return k.filter(pl.col("launch_ns").is_not_null() & ~pl.col("graph")).select(
+    launched = k.lazy().filter(pl.col("launch_ns").is_not_null() & ~pl.col("graph"))
+    return launched.select(
         pl.col("id").alias("pid_"), pl.col("launch_ns").alias("t_ns"),
-        pl.col("launch_pid").alias("pid"), pl.col("launch_tid").alias("tid"))
+        pl.col("launch_pid").alias("pid"), pl.col("launch_tid").alias("tid"),
+    ).collect(engine=engine(k.height))
 
 
-def _ops_by_ext(ops: pl.DataFrame) -> pl.DataFrame:
-    return (ops.select("external_id", pl.col("id").alias("op_ext"))
+def _ops_by_ext(ops: pl.DataFrame) -> pl.LazyFrame:
+    return (ops.lazy().select("external_id", pl.col("id").alias("op_ext"))
             .filter(pl.col("external_id").is_not_null()).unique("external_id", keep="first"))
 
 
@@ -110,30 +115,32 @@ def link(trace: Trace) -> pl.DataFrame:
     """One row per kernel: id, launch_id, launch_name, graph, op_id, link (how the op was found),
     module, module_path, module_ns (the start of that module's call: two calls of one module path
     apart). Unlinked fields are null."""
-    k = _launch_of(trace)
     ext = pl.coalesce(pl.when(~pl.col("graph")).then(pl.col("external_id")),
                       pl.when(~pl.col("graph")).then(pl.col("launch_ext")))
     op_of_ext = _ops_by_ext(trace.ops).rename({"external_id": "ext"})
-    k = k.with_columns(ext.alias("ext")).join(op_of_ext, on="ext", how="left")
+    k = (_launch_of(trace).with_columns(ext.alias("ext")).join(op_of_ext, on="ext", how="left")
+         .collect(engine=engine(trace.largest())))
     pts = launch_points(k)
 
     def op_by_time() -> pl.DataFrame:
-        spans = trace.ops.select("id", "start_ns", "dur_ns", *_BY)
-        return innermost(spans, pts, _BY).rename({"pid_": "id", "inner": "op_time"})
+        spans = trace.ops[["id", "start_ns", "dur_ns", *_BY]]
+        return innermost(spans, pts, _BY)
 
-    def module_by_time() -> pl.DataFrame:
+    def module_by_time() -> pl.LazyFrame:
         mods = module_paths(trace.frames)
-        named = mods.select(pl.col("id").alias("inner"), "module", "module_path",
-                            pl.col("start_ns").alias("module_ns"))
-        inner = innermost(mods.select("id", "start_ns", "dur_ns", *_BY), pts, _BY)
-        return inner.join(named, on="inner", how="left").select(
+        named = mods.lazy().select(pl.col("id").alias("inner"), "module", "module_path",
+                                   pl.col("start_ns").alias("module_ns"))
+        inner = innermost(mods[["id", "start_ns", "dur_ns", *_BY]], pts, _BY)
+        return inner.lazy().join(named, on="inner", how="left").select(
             pl.col("pid_").alias("id"), "module", "module_path", "module_ns")
 
     # the op and the module around each launch share no result: on two threads
     by_time, by_mod = both(op_by_time, module_by_time, rows=trace.largest())
-    k = k.join(by_time, on="id", how="left").join(by_mod, on="id", how="left")
+    op_time = by_time.lazy().rename({"pid_": "id", "inner": "op_time"})
+    joined = k.lazy().join(op_time, on="id", how="left").join(by_mod, on="id", how="left")
     how = (pl.when(pl.col("op_ext").is_not_null()).then(pl.lit("external_id"))
            .when(pl.col("op_time").is_not_null()).then(pl.lit("time")))
-    return k.select("id", "launch_id", "launch_name", "graph",
-                    pl.coalesce("op_ext", "op_time").alias("op_id"), how.alias("link"),
-                    "module", "module_path", "module_ns")
+    out = joined.select("id", "launch_id", "launch_name", "graph",
+                        pl.coalesce("op_ext", "op_time").alias("op_id"), how.alias("link"),
+                        "module", "module_path", "module_ns")
+    return out.collect(engine=engine(k.height))

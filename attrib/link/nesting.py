@@ -12,6 +12,8 @@ from typing import cast
 
 import polars as pl
 
+from attrib.trace import engine
+
 
 def _stream(intervals: pl.DataFrame, points: pl.DataFrame | None, by: list[str]) -> pl.DataFrame:
     # Keys are doubled times so that at equal times ends come before starts and points,
@@ -56,8 +58,22 @@ def _sorted(ev: pl.DataFrame, by: list[str]) -> pl.DataFrame:
 
 def _relaxed(s: pl.Series, name: str) -> pl.Series:
     """s as a column of the event table, where it met a null Int64 column (vertical_relaxed)."""
+    if s.dtype == pl.Int64:  # already the relaxed dtype: no query
+        return s.alias(name)
     none = pl.Series(name, [], pl.Int64).to_frame()
     return pl.concat([none, s.alias(name).to_frame()], how="vertical_relaxed")[name]
+
+
+def _stacked(frames: list[pl.DataFrame]) -> pl.DataFrame:
+    """pl.concat(frames, how="vertical_relaxed"), without its query where the dtypes agree."""
+    same = all(f.schema == frames[0].schema for f in frames)
+    return pl.concat(frames, how="vertical" if same else "vertical_relaxed")
+
+
+def _keys(intervals: pl.DataFrame) -> tuple[pl.Series, pl.Series]:
+    """The doubled start and end keys of `_stream`, as Series (no query)."""
+    start, dur = intervals["start_ns"], intervals["dur_ns"]
+    return start * 2 + 1, (start + dur) * 2 + (dur <= 0).cast(pl.Int64)
 
 
 def _walk(intervals: pl.DataFrame, points: pl.DataFrame | None, by: list[str]
@@ -67,13 +83,10 @@ def _walk(intervals: pl.DataFrame, points: pl.DataFrame | None, by: list[str]
     only the one sort key of `_sorted` and its stable order. None where `_sorted` would not use
     its one-key sort (or the parts' keys differ in dtype)."""
     n = intervals.height
-    groups = pl.concat([intervals.select(by), *([points.select(by)] if points is not None else [])],
-                       how="vertical_relaxed")
-    end = pl.col("start_ns") + pl.col("dur_ns")
-    keys = [intervals.select(pl.col("start_ns") * 2 + 1).to_series(),
-            intervals.select(end * 2 + (pl.col("dur_ns") <= 0).cast(pl.Int64)).to_series()]
+    groups = _stacked([intervals[by], *([points[by]] if points is not None else [])])
+    keys = list(_keys(intervals))
     if points is not None:
-        keys.append(points.select(pl.col("t_ns") * 2 + 1).to_series())
+        keys.append(points["t_ns"] * 2 + 1)
     if (any(groups[c].null_count() for c in by) or any(k.null_count() for k in keys)
             or len({k.dtype for k in keys}) > 1):
         return None
@@ -89,22 +102,24 @@ def _walk(intervals: pl.DataFrame, points: pl.DataFrame | None, by: list[str]
     del of, rank
     rows = pl.DataFrame({"one": one}).with_row_index("row")
     del one
-    row = rows.sort("one", maintain_order=True)["row"]
-    del rows
+    row = pl.col("row")
     delta = pl.when(row < n).then(pl.lit(1)).when(row < 2 * n).then(pl.lit(-1)).otherwise(pl.lit(0))
-    depth = row.to_frame().select(delta.cum_sum() - 1).to_series().alias("depth")
-    return groups, keys, row, depth
+    walked = (rows.lazy().sort("one", maintain_order=True)
+              .select("row", (delta.cum_sum() - 1).alias("depth"))
+              .collect(engine=engine(rows.height)))
+    del rows
+    return groups, keys, walked["row"], walked["depth"]
 
 
 def _pair_rank(df: pl.DataFrame, by: list[str]) -> pl.Series:
     """An integer per row in the rows' order of `by` (equal keys, equal integers; not dense):
     each column's place among its few distinct values, combined (no sort of the rows, no
     struct: its row encoding copies every key)."""
-    out = pl.repeat(0, df.height, dtype=pl.Int64, eager=True)
+    out = pl.lit(0, pl.Int64)
     for c in by:
-        values = df[c].unique().sort()
-        out = out * values.len() + values.search_sorted(df[c], side="left").cast(pl.Int64)
-    return out
+        values = pl.col(c).unique().sort()
+        out = out * values.len() + values.search_sorted(pl.col(c), side="left").cast(pl.Int64)
+    return df.select(out.alias("rank")).to_series()
 
 
 def start_order(intervals: pl.DataFrame, by: list[str]) -> tuple[pl.Series, pl.Series] | None:
@@ -117,27 +132,25 @@ def start_order(intervals: pl.DataFrame, by: list[str]) -> tuple[pl.Series, pl.S
     n = intervals.height
     if n == 0 or any(intervals[c].null_count() for c in by):
         return None
-    end = pl.col("start_ns") + pl.col("dur_ns")
-    keys = intervals.select((pl.col("start_ns") * 2 + 1).alias("s"),
-                            (end * 2 + (pl.col("dur_ns") <= 0).cast(pl.Int64)).alias("e"))
-    if keys["s"].null_count() or keys["e"].null_count() or keys["s"].dtype != keys["e"].dtype:
+    s, e = _keys(intervals)
+    if s.null_count() or e.null_count() or s.dtype != e.dtype:
         return None
-    lo = min(cast(int, keys["s"].min()), cast(int, keys["e"].min()))
-    span = max(cast(int, keys["s"].max()), cast(int, keys["e"].max())) - lo
+    lo = min(cast(int, s.min()), cast(int, e.min()))
+    span = max(cast(int, s.max()), cast(int, e.max())) - lo
     rank = _pair_rank(intervals, by)
     key_bits = int(span).bit_length() + 2
     if key_bits + int(cast(int, rank.max())).bit_length() > 62:
         return None
     group = rank * (1 << key_bits)
     del rank
-    ends = (group + (keys["e"] - lo) * 4 + 2).sort()
-    starts = pl.DataFrame({"one": group + (keys["s"] - lo) * 4}).with_row_index("row")
-    del group, keys
-    starts = starts.sort("one", maintain_order=True)
-    before = ends.search_sorted(starts["one"], side="left")
-    del ends
-    depth = (pl.int_range(n, dtype=pl.Int64) - pl.lit(before.cast(pl.Int64))).cast(pl.Int32)
-    return starts["row"], starts.select(depth.alias("depth")).to_series()
+    ends = (group + (e - lo) * 4 + 2).sort()
+    starts = pl.DataFrame({"one": group + (s - lo) * 4}).with_row_index("row")
+    del group, s, e
+    before = pl.lit(ends).search_sorted(pl.col("one"), side="left").cast(pl.Int64)
+    depth = (pl.int_range(n, dtype=pl.Int64) - before).cast(pl.Int32)
+    starts = (starts.lazy().sort("one", maintain_order=True)
+              .select("row", depth.alias("depth")).collect(engine=engine(n)))
+    return starts["row"], starts["depth"]
 
 
 def _narrow(intervals: pl.DataFrame, points: pl.DataFrame | None,
@@ -152,15 +165,15 @@ def _narrow(intervals: pl.DataFrame, points: pl.DataFrame | None,
     n = intervals.height
     start = row < n
     at = row.filter(start)
-    iid = _relaxed(intervals["id"].gather(at), "iid")
-    lv = groups[at].with_columns(keys[0].gather(at).alias("key"), iid, depth.filter(start))
+    iid = _relaxed(intervals["id"][at], "iid")
+    lv = groups[at].hstack([keys[0][at].alias("key"), iid, depth.filter(start)])
     if points is None:
         return lv.sort("key"), lv.clear()  # no points
     point = row >= 2 * n
     at = row.filter(point).cast(pl.Int64) - 2 * n
     del row
-    pid = _relaxed(points["pid_"].gather(at), "pid_")
-    pts = groups[at + n].with_columns(keys[2].gather(at).alias("key"), pid, depth.filter(point))
+    pid = _relaxed(points["pid_"][at], "pid_")
+    pts = groups[at + n].hstack([keys[2][at].alias("key"), pid, depth.filter(point)])
     del groups, keys, depth
     return lv.sort("key"), pts.sort("key")
 
@@ -175,11 +188,12 @@ def parents(intervals: pl.DataFrame, by: list[str]) -> pl.DataFrame:
     if intervals.height == 0:
         return pl.DataFrame(schema={"id": pl.Int64, "depth": pl.Int64, "parent": pl.Int64})
     got = _narrow(intervals, None, by)
-    lv = got[0] if got else _levels(_stream(intervals, None, by), by)
+    lv = (got[0] if got else _levels(_stream(intervals, None, by), by)).lazy()
     up = lv.select(*by, "key", pl.col("iid").alias("parent"), (pl.col("depth") + 1).alias("depth"))
     out = lv.join_asof(up, on="key", by=[*by, "depth"], strategy="backward",
                        allow_exact_matches=False, check_sortedness=False)
-    return out.select(pl.col("iid").alias("id"), "depth", "parent")
+    out = out.select(pl.col("iid").alias("id"), "depth", "parent")
+    return out.collect(engine=engine(intervals.height))
 
 
 def innermost(intervals: pl.DataFrame, points: pl.DataFrame, by: list[str]) -> pl.DataFrame:
@@ -195,6 +209,7 @@ def innermost(intervals: pl.DataFrame, points: pl.DataFrame, by: list[str]) -> p
         lv = _levels(ev, by)
         pts = (ev.filter(pl.col("pid_").is_not_null())
                .select(*by, "key", "pid_", (pl.col("open") - 1).alias("depth")).sort("key"))
-    out = pts.join_asof(lv.rename({"iid": "inner"}), on="key", by=[*by, "depth"],
-                        strategy="backward", check_sortedness=False)
-    return out.select("pid_", pl.when(pl.col("depth") >= 0).then(pl.col("inner")).alias("inner"))
+    out = pts.lazy().join_asof(lv.lazy(), on="key", by=[*by, "depth"], strategy="backward",
+                               check_sortedness=False)
+    inner = pl.when(pl.col("depth") >= 0).then(pl.col("iid")).alias("inner")
+    return out.select("pid_", inner).collect(engine=engine(points.height))

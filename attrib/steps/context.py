@@ -14,6 +14,7 @@ import polars as pl
 from attrib.components.patterns import SDPA, SDPA_ARGS, SDPA_CPU_FLASH
 from attrib.reads import Reads
 from attrib.steps.phases import vllm_sums
+from attrib.trace import engine
 
 # Ops whose input 1 is K laid out [batch, kv_heads, positions, head_dim]: positions = dims[1][-2].
 # (the public op and its backends' aten::_scaled_dot_product_* ops, the math fallback aside)
@@ -43,20 +44,20 @@ def from_shapes(ops: pl.DataFrame | None, steps: pl.DataFrame) -> pl.DataFrame:
     # a Python loop, not map_elements: polars inspects a map_elements function's bytecode on
     # each call (~3 ms CPU at a start, importing its udfs module)
     k_len = pl.Series("context", [_k_positions(d) for d in att["input_dims"]], dtype=pl.Int64)
-    att = att.with_columns(k_len)
-    win = (steps.filter(pl.col("cpu_start").is_not_null())
+    win = (steps.lazy().filter(pl.col("cpu_start").is_not_null())
            .select("step", "cpu_start", "cpu_end").sort("cpu_start"))
-    hit = (att.select("start_ns", "context").drop_nulls().sort("start_ns")
+    hit = (att.lazy().select("start_ns", k_len).drop_nulls().sort("start_ns")
            .join_asof(win, left_on="start_ns", right_on="cpu_start", strategy="backward")
            .filter(pl.col("start_ns") < pl.col("cpu_end")))
-    return hit.group_by("step").agg(pl.col("context").median().round(0).cast(pl.Int64))
+    median = pl.col("context").median().round(0).cast(pl.Int64)
+    return hit.group_by("step").agg(median).collect(engine=engine(att.height))
 
 
 def from_annotation(steps: pl.DataFrame) -> pl.DataFrame:
     """step, context: in decode steps (one query token per request, so Σq counts the requests),
     vLLM's Σk over the step's requests divided by Σq: the mean context per sequence."""
     rows = []
-    for step, phase, marker in steps.select("step", "phase", "marker").iter_rows():
+    for step, phase, marker in steps[["step", "phase", "marker"]].iter_rows():
         sums = vllm_sums(marker) if phase == "decode" else None
         if sums and sums["sk"] and sums["sq"]:
             rows.append((step, round(sums["sk"] / sums["sq"])))
@@ -70,31 +71,27 @@ def from_provenance(steps: pl.DataFrame, provenance: dict[str, Any]) -> pl.DataF
     if not isinstance(base, int) or base <= 0:
         return pl.DataFrame(schema=_STEP_CONTEXT)
     generation = (pl.col("phase") == "prefill").cum_sum().alias("_gen")
-    s = steps.sort("window_start").with_columns(generation)
+    s = steps.lazy().sort("window_start").with_columns(generation)
     s = s.with_columns(pl.when(pl.col("phase") == "decode")
                        .then(pl.lit(base) + pl.col("phase").eq("decode").cum_sum().over("_gen"))
                        .otherwise(pl.lit(base)).cast(pl.Int64).alias("context"))
-    return s.select("step", "context")
+    return s.select("step", "context").collect(engine=engine(steps.height))
 
 
 def step_context(steps: pl.DataFrame, ops: pl.DataFrame | None,
                  provenance: dict[str, Any]) -> pl.DataFrame:
     """step, context, context_from: shapes first, then the vLLM annotation, then the provenance
     stamp."""
-    out = steps.select("step")
+    out = steps.lazy().select("step", pl.lit(None, pl.Int64).alias("context"),
+                              pl.lit(None, pl.Utf8).alias("context_from"))
     sources = (("attention shapes", from_shapes(ops, steps)),
                ("step annotation", from_annotation(steps)),
                ("provenance context_length", from_provenance(steps, provenance)))
     for name, got in sources:
-        got = got.rename({"context": "_c"})
-        out = out.join(got, on="step", how="left")
-        if "context" not in out.columns:
-            named = pl.when(pl.col("_c").is_not_null()).then(pl.lit(name))
-            out = out.with_columns(pl.col("_c").alias("context"), named.alias("context_from"))
-        else:
-            out = out.with_columns(
-                pl.when(pl.col("context").is_null() & pl.col("_c").is_not_null()).then(pl.lit(name))
-                .otherwise(pl.col("context_from")).alias("context_from"),
-                pl.coalesce("context", "_c").alias("context"))
+        out = out.join(got.lazy().rename({"context": "_c"}), on="step", how="left")
+        out = out.with_columns(
+            pl.when(pl.col("context").is_null() & pl.col("_c").is_not_null()).then(pl.lit(name))
+            .otherwise(pl.col("context_from")).alias("context_from"),
+            pl.coalesce("context", "_c").alias("context"))
         out = out.drop("_c")
-    return out
+    return out.collect(engine=engine(steps.height))

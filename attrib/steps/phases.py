@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import re
 from bisect import bisect_left
+from typing import TypeVar
 
 import polars as pl
 
@@ -29,7 +30,7 @@ from attrib.steps.passes import GPU_PIECE, gpu_forward_starts
 from attrib.steps.periodic import split_tokens
 from attrib.steps.speculative import mark_roles
 from attrib.steps.tokens import COMPILED_PIECE
-from attrib.trace import STEP_NAME, Trace, dims_text, input_dims
+from attrib.trace import STEP_NAME, Trace, dims_text, engine, input_dims
 
 TOKEN_PHASES = ("decode", "mixed")  # phases whose steps generate tokens
 PHASE_ORDER = {"prefill": 0, "mixed": 1, "decode": 2}  # the order phases are reported in
@@ -45,6 +46,7 @@ STEP_COLS = {"step": pl.Int64, "phase": pl.Utf8, "tokens": pl.Int64, "tokens_fro
              "gpu_start": pl.Int64, "gpu_end": pl.Int64}
 _SGLANG_PHASES = {"DECODE": "decode", "EXTEND": "prefill", "PREFILL": "prefill", "MIXED": "mixed"}
 _KERNEL_STEP = {"id": pl.Int64, "step": pl.Int64}
+Frame = TypeVar("Frame", pl.DataFrame, pl.LazyFrame)
 
 
 def parse_marker(name: str, phase_map: dict[str, str]) -> tuple[str, int | None, str] | None:
@@ -120,10 +122,10 @@ def _spans(trace: Trace, phase_map: dict[str, str]) -> pl.DataFrame:
                          "tokens_from": tokens_from},
                         schema={"marker": pl.Utf8, "phase": pl.Utf8, "tokens": pl.Int64,
                                 "tokens_from": pl.Utf8})
-    sel = mk.filter(pl.col("name").is_in(step_names))
+    sel = mk.lazy().filter(pl.col("name").is_in(step_names))
     cpu = sel.filter(pl.col("side") == "cpu").select(
         pl.col("name").alias("marker"), "external_id", pl.col("start_ns").alias("cpu_start"),
-        (pl.col("start_ns") + pl.col("dur_ns")).alias("cpu_end"))
+        (pl.col("start_ns") + pl.col("dur_ns")).alias("cpu_end")).collect(engine=engine(mk.height))
     # one GPU projection per annotation: a range projected on several streams is their hull
     g = sel.filter(pl.col("side") == "gpu").select(
         "external_id", pl.col("name").alias("gname"), pl.col("start_ns").alias("gpu_start"),
@@ -133,12 +135,13 @@ def _spans(trace: Trace, phase_map: dict[str, str]) -> pl.DataFrame:
         pl.col("gpu_start").min(), pl.col("gpu_end").max())
     gpu = pl.concat([hull, g.filter(~has_id)])
     if cpu.height:
-        spans = cpu.join(gpu, on="external_id", how="left").drop("gname")
+        spans = cpu.lazy().join(gpu, on="external_id", how="left").drop("gname")
     else:
         spans = gpu.rename({"gname": "marker"}).with_columns(
             pl.col("gpu_start").alias("cpu_start"), pl.col("gpu_end").alias("cpu_end"))
-    spans = spans.join(info, on="marker", how="left").sort("cpu_start")
-    return spans.with_row_index("step").select(list(STEP_COLS)).cast(STEP_COLS)
+    spans = spans.join(info.lazy(), on="marker", how="left").sort("cpu_start")
+    return (spans.with_row_index("step").select(list(STEP_COLS)).cast(STEP_COLS)
+            .collect(engine=engine(mk.height)))
 
 
 def annotated_spans(trace: Trace, phase_map: dict[str, str] | None = None) -> pl.DataFrame:
@@ -150,40 +153,39 @@ def annotated_spans(trace: Trace, phase_map: dict[str, str] | None = None) -> pl
 def _forward_spans(trace: Trace) -> pl.DataFrame:
     """No annotations: one step per token lookup (`_token_lookups`: each forward pass starts
     with one), or per pass of a thread whose ops were not recorded (attrib.steps.passes)."""
-    emb = _token_lookups(trace.ops.filter(pl.col("name") == "aten::embedding")).select(
-        "start_ns", pl.lit("forward (embedding op)").alias("marker"))
-    gpu = gpu_forward_starts(trace).select(
-        pl.col("t").alias("start_ns"),
-        pl.format("forward {}{}", pl.int_range(pl.len()), pl.lit(GPU_PIECE)).alias("marker"))
-    emb = pl.concat([emb, gpu]).sort("start_ns", maintain_order=True)
+    lookups = _token_lookups(trace.ops.lazy().filter(pl.col("name") == "aten::embedding"))
+    gpu = gpu_forward_starts(trace)
+    emb = pl.concat([
+        lookups.select("start_ns", pl.lit("forward (embedding op)").alias("marker")),
+        gpu.lazy().select(
+            pl.col("t").alias("start_ns"),
+            pl.format("forward {}{}", pl.int_range(pl.len()), pl.lit(GPU_PIECE)).alias("marker")),
+    ]).sort("start_ns", maintain_order=True).collect(engine=engine(trace.ops.height))
     if emb.height == 0:
         return pl.DataFrame(schema=STEP_COLS)
     # the last forward pass runs to the end of the host's last op (or call of a thread without
     # ops), not to the end of time
-    host = trace.ops if gpu.height == 0 else pl.concat([trace.ops.select("start_ns", "dur_ns"),
-                                                        trace.launches.select("start_ns", "dur_ns")])
+    host = trace.ops if gpu.height == 0 else pl.concat([trace.ops[["start_ns", "dur_ns"]],
+                                                        trace.launches[["start_ns", "dur_ns"]]])
     last = int((host["start_ns"] + host["dur_ns"].fill_null(0)).max())
     nxt = pl.col("start_ns").shift(-1).fill_null(pl.lit(last))
-    return (emb.with_row_index("step").select(
+    return (emb.lazy().with_row_index("step").select(
         "step", pl.lit("unknown").alias("phase"), pl.lit(None, pl.Int64).alias("tokens"),
         pl.lit(None, pl.Utf8).alias("tokens_from"), "marker",
         pl.col("start_ns").alias("cpu_start"), nxt.alias("cpu_end"),
         pl.lit(None, pl.Int64).alias("gpu_start"), pl.lit(None, pl.Int64).alias("gpu_end"))
-        .cast(STEP_COLS))
+        .cast(STEP_COLS).collect(engine=engine(emb.height)))
 
 
-def _token_lookups(ops: pl.DataFrame) -> pl.DataFrame:
+def _token_lookups(ops: Frame) -> Frame:
     """The embedding ops that look up a token table: where the tables' rows are known (the
     first of the op's shapes), those on a table of the most rows. One forward pass looks up its
     token table once, and may look up smaller ones beside it: BERT its position and token-type
     tables, GPT-2 and OPT their position tables, T5 its relative-position bias in a layer. An op
     of unknown table is kept."""
     rows = dims_text().str.extract(r"^\[\[(\d+),", 1).cast(pl.Int64, strict=False)
-    ops = ops.with_columns(rows.alias("_rows"))
-    most = ops["_rows"].max()
-    if most is None:  # no table known
-        return ops.drop("_rows")
-    return ops.filter(pl.col("_rows").is_null() | (pl.col("_rows") == most)).drop("_rows")
+    # no table known: every row's is null (and the most, too)
+    return ops.filter(rows.is_null() | (rows == rows.max()))
 
 
 def _launching_embeddings(trace: Trace, compiling: pl.DataFrame) -> pl.DataFrame:
@@ -191,15 +193,18 @@ def _launching_embeddings(trace: Trace, compiling: pl.DataFrame) -> pl.DataFrame
     not traced by a compile (fake tensors; `compiling`: compile_spans), and, in a trace with GPU
     launches, one that launched GPU work (its gather kernel)."""
     ops = trace.ops.filter(pl.col("name") == "aten::embedding")
-    ops = _token_lookups(ops.filter(~inside(ops["start_ns"], compiling)))
-    calls = trace.launches.filter(pl.col("name").str.contains(KERNEL_LAUNCH))
-    if calls.height:
-        pts = calls.select(pl.col("id").alias("pid_"), pl.col("start_ns").alias("t_ns"),
-                           "pid", "tid")
-        hit = innermost(ops.select("id", "start_ns", "dur_ns", "pid", "tid"), pts, ["pid", "tid"])
-        launched = hit.drop_nulls("inner").select(pl.col("inner").alias("id")).unique()
-        ops = ops.join(launched, on="id", how="semi")
-    return ops.select(pl.col("start_ns").alias("t")).sort("t")
+    traced = inside(ops["start_ns"], compiling)
+    ops = _token_lookups(ops.lazy().filter(~traced)).collect(engine=engine(ops.height))
+    pts = (trace.launches.lazy().filter(pl.col("name").str.contains(KERNEL_LAUNCH))
+           .select(pl.col("id").alias("pid_"), pl.col("start_ns").alias("t_ns"), "pid", "tid")
+           .collect(engine=engine(trace.launches.height)))
+    lookups = ops.lazy()
+    if pts.height:
+        hit = innermost(ops[["id", "start_ns", "dur_ns", "pid", "tid"]], pts, ["pid", "tid"])
+        launched = hit.lazy().drop_nulls("inner").select(pl.col("inner").alias("id")).unique()
+        lookups = lookups.join(launched, on="id", how="semi")
+    t = lookups.select(pl.col("start_ns").alias("t")).sort("t")
+    return t.collect(engine=engine(ops.height))
 
 
 def _compiled_calls(trace: Trace) -> pl.DataFrame:
@@ -208,14 +213,16 @@ def _compiled_calls(trace: Trace) -> pl.DataFrame:
     inside another such call. A compiled forward has no embedding op of its own (Inductor fuses
     the lookup into a kernel)."""
     frame = pl.col("name").str.extract(COMPILED_CALL, 1).cast(pl.Int64, strict=False)
-    calls = trace.ops.select("start_ns", "dur_ns", frame.alias("frame")).drop_nulls()
+    calls = (trace.ops.lazy().select("start_ns", "dur_ns", frame.alias("frame")).drop_nulls()
+             .collect(engine=engine(trace.ops.height)))
     if calls.height == 0:
         return pl.DataFrame(schema={"s": pl.Int64, "e": pl.Int64})
-    first = calls.filter(pl.col("frame") == pl.col("frame").min())
+    first = calls.lazy().filter(pl.col("frame") == pl.col("frame").min())
     spans = first.select(pl.col("start_ns").alias("s"),
                          (pl.col("start_ns") + pl.col("dur_ns")).alias("e")).sort("s")
     outer = pl.col("e").cum_max().shift(1)  # the furthest end of the calls before
-    return spans.filter(outer.is_null() | (pl.col("s") >= outer))
+    return (spans.filter(outer.is_null() | (pl.col("s") >= outer))
+            .collect(engine=engine(calls.height)))
 
 
 def _forward_starts(trace: Trace, compiling: pl.DataFrame) -> pl.DataFrame:
@@ -223,15 +230,17 @@ def _forward_starts(trace: Trace, compiling: pl.DataFrame) -> pl.DataFrame:
     at its launching embedding op, a compiled one at its call (an embedding op inside a compiled
     call is that call's), one of a thread whose ops were not recorded at its first kernel's launch
     (attrib.steps.passes)."""
-    emb = pl.concat([_launching_embeddings(trace, compiling).with_columns(pl.lit("").alias("kind")),
-                     gpu_forward_starts(trace).with_columns(pl.lit(GPU_PIECE).alias("kind"))])
     calls = _compiled_calls(trace)
+    eager, gpu = _launching_embeddings(trace, compiling), gpu_forward_starts(trace)
+    emb = pl.concat([eager.lazy().with_columns(pl.lit("").alias("kind")),
+                     gpu.lazy().with_columns(pl.lit(GPU_PIECE).alias("kind"))])
+    rows = engine(eager.height + gpu.height)
     if calls.height == 0:
-        return emb.sort("t", maintain_order=True)
-    within = inside(emb["t"], calls.select(pl.col("s").alias("start_ns"),
-                                           pl.col("e").alias("end_ns")))
-    compiled = calls.select(pl.col("s").alias("t"), pl.lit(COMPILED_PIECE).alias("kind"))
-    return pl.concat([emb.filter(~within), compiled]).sort("t")
+        return emb.sort("t", maintain_order=True).collect(engine=rows)
+    emb = emb.collect(engine=rows)
+    within = inside(emb["t"], pl.DataFrame({"start_ns": calls["s"], "end_ns": calls["e"]}))
+    compiled = calls.lazy().select(pl.col("s").alias("t"), pl.lit(COMPILED_PIECE).alias("kind"))
+    return pl.concat([emb.lazy().filter(~within), compiled]).sort("t").collect(engine=rows)
 
 
 def _split_forwards(spans: pl.DataFrame, trace: Trace, compiling: pl.DataFrame) -> pl.DataFrame:
@@ -276,7 +285,7 @@ def _split_forwards(spans: pl.DataFrame, trace: Trace, compiling: pl.DataFrame) 
 def _periodic(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
     """No annotations, no CPU ops (llama.cpp under rocprof): steps from the repeating kernel loop;
     without one, the whole trace is one step of unknown phase."""
-    k = trace.kernels.select("id", "name", "start_ns", "dur_ns")
+    k = trace.kernels[["id", "name", "start_ns", "dur_ns"]]
     if k.height == 0:
         return pl.DataFrame(schema=STEP_COLS), pl.DataFrame(schema=_KERNEL_STEP)
     got = split_tokens(k)
@@ -285,7 +294,8 @@ def _periodic(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
         marker = "whole trace (no steps found)"
     else:
         marker = "repeating kernel sequence"
-    steps = got.filter(pl.col("step").is_not_null()).group_by("step").agg(
+    stepped = got.lazy().filter(pl.col("step").is_not_null())
+    steps = stepped.group_by("step").agg(
         pl.col("phase").first(), pl.col("start_ns").min().alias("cpu_start"),
         (pl.col("start_ns") + pl.col("dur_ns")).max().alias("cpu_end"))
     steps = steps.select("step", "phase", pl.lit(None, pl.Int64).alias("tokens"),
@@ -293,11 +303,12 @@ def _periodic(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
                          pl.lit(marker).alias("marker"), "cpu_start", "cpu_end",
                          pl.col("cpu_start").alias("gpu_start"),
                          pl.col("cpu_end").alias("gpu_end"))
-    steps = steps.cast(STEP_COLS).sort("step")
-    return steps, got.filter(pl.col("step").is_not_null()).select("id", "step")
+    rows = engine(k.height)
+    return (steps.cast(STEP_COLS).sort("step").collect(engine=rows),
+            stepped.select("id", "step").collect(engine=rows))
 
 
-def _assign(spans: pl.DataFrame, keys: pl.DataFrame, start: str, end: str) -> pl.DataFrame:
+def _assign(spans: pl.LazyFrame, keys: pl.LazyFrame, start: str, end: str) -> pl.LazyFrame:
     """keys (id, t) -> step whose [start, end) holds t (latest-starting span first)."""
     s = (spans.filter(pl.col(start).is_not_null())
          .select("step", pl.col(start).alias("t"), pl.col(end).alias("_end")).sort("t"))
@@ -329,13 +340,13 @@ def assign_steps(trace: Trace, links: pl.DataFrame, phase_map: dict[str, str] | 
         spans = step_spans(trace, phase_map, compiling)
     if spans.height == 0 and trace.ops.height == 0:
         return _periodic(trace)
-    launch_times = trace.launches.select(pl.col("id").alias("launch_id"),
-                                         pl.col("start_ns").alias("launch_ns"))
-    k = (trace.kernels.select("id", "start_ns")
-         .join(links.select("id", "graph", "launch_id"), on="id", how="left")
-         .join(launch_times, on="launch_id", how="left"))
     if spans.height == 0:
         return spans, pl.DataFrame(schema=_KERNEL_STEP)
+    launch_times = trace.launches.lazy().select(pl.col("id").alias("launch_id"),
+                                                pl.col("start_ns").alias("launch_ns"))
+    k = (trace.kernels.lazy().select("id", "start_ns")
+         .join(links.lazy().select("id", "graph", "launch_id"), on="id", how="left")
+         .join(launch_times, on="launch_id", how="left"))
     # Launched kernels (graph replays too: by their graph launch) go by their launch time in the
     # CPU range, so a host that runs ahead still gives each step its own kernels; unlaunched
     # kernels by their own start in the GPU range (or, without one, until the next step starts).
@@ -343,12 +354,12 @@ def assign_steps(trace: Trace, links: pl.DataFrame, phase_map: dict[str, str] | 
                  .select("id", pl.col("launch_ns").alias("t")))
     rest = (k.join(by_launch.select("id"), on="id", how="anti")
             .select("id", pl.col("start_ns").alias("t")))
-    gpu_or_next = spans.with_columns(
+    gpu_or_next = spans.lazy().with_columns(
         pl.coalesce("gpu_start", "cpu_start").alias("g0"),
         pl.coalesce("gpu_end", pl.col("cpu_start").shift(-1), pl.lit(2**62)).alias("g1"))
-    got = pl.concat([_assign(spans, by_launch, "cpu_start", "cpu_end"),
+    got = pl.concat([_assign(spans.lazy(), by_launch, "cpu_start", "cpu_end"),
                      _assign(gpu_or_next, rest, "g0", "g1")])
-    return spans, got
+    return spans, got.collect(engine=engine(trace.kernels.height))
 
 
 # the activation operand of a projection GEMM: its leading dims are the step's tokens
@@ -359,16 +370,19 @@ def tokens_from_shapes(trace: Trace, spans: pl.DataFrame) -> pl.DataFrame:
     """Per step: tokens, and tokens per sequence, from the step's first embedding op (ids [B, S]);
     steps without one take the token dimension of their first projection GEMM (no per_seq)."""
     schema = {"step": pl.Int64, "tokens": pl.Int64, "per_seq": pl.Int64}
-    cand = trace.ops.filter(pl.col("name").is_in(["aten::embedding", *_GEMM_INPUT]))
-    if cand.height == 0 or spans.height == 0:
+    if spans.height == 0:
         return pl.DataFrame(schema=schema)
-    hit = _assign(spans, cand.select("id", pl.col("start_ns").alias("t")), "cpu_start", "cpu_end")
+    # (no candidate: no row)
+    cand = trace.ops.lazy().filter(pl.col("name").is_in(["aten::embedding", *_GEMM_INPUT]))
+    hit = _assign(spans.lazy(), cand.select("id", pl.col("start_ns").alias("t")),
+                  "cpu_start", "cpu_end")
     first = (hit.join(cand.select("id", "name", "start_ns", "input_dims"), on="id")
              .with_columns((pl.col("name") != "aten::embedding").alias("_gemm"))
-             .sort("_gemm", "start_ns").unique("step", keep="first"))
+             .sort("_gemm", "start_ns").unique("step", keep="first")
+             .select("step", "name", "input_dims").collect(engine=engine(trace.ops.height)))
     rows = []
     # one row per step
-    for step, name, dim_text in first.select("step", "name", "input_dims").iter_rows():
+    for step, name, dim_text in first.iter_rows():
         if name == "aten::embedding":
             shape = _ids_shape(dim_text)
             if shape:
@@ -395,17 +409,17 @@ def tokens_from_kernel_names(kernels: pl.DataFrame) -> pl.DataFrame:
     per row: grid x = tokens), the most common value. Columns: step, name_tokens,
     name_tokens_from."""
     cols = pl.coalesce(*[pl.col("name").str.extract(LLAMACPP_MMVQ_COLS, g) for g in (1, 2)])
-    k = kernels.filter(pl.col("step").is_not_null())
+    k = kernels.lazy().filter(pl.col("step").is_not_null())
     gemv = k.select("step", cols.cast(pl.Int64).alias("n")).drop_nulls().group_by("step").agg(
         pl.col("n").mode().min().alias("_gemv"), pl.len().alias("_n_gemv"))
     mmq = (k.filter(pl.col("name").str.contains(LLAMACPP_MMQ)).group_by("step")
            .agg(pl.len().alias("_n_mmq")))
-    if "grid" in k.columns:
+    if "grid" in kernels.columns:
         norm = pl.col("name").str.contains(LLAMACPP_NORM_ROWS) & pl.col("grid").is_not_null()
         rows = k.filter(norm).group_by("step").agg(
             pl.col("grid").list.first().mode().max().alias("_rows"))
     else:
-        rows = pl.DataFrame(schema={"step": pl.Int64, "_rows": pl.Int64})
+        rows = pl.LazyFrame(schema={"step": pl.Int64, "_rows": pl.Int64})
     got = gemv.join(mmq, on="step", how="full", coalesce=True).join(rows, on="step", how="left")
     more_mmq = pl.col("_n_mmq").fill_null(0) > pl.col("_n_gemv").fill_null(0)
     prefill = more_mmq & pl.col("_rows").is_not_null()
@@ -414,7 +428,7 @@ def tokens_from_kernel_names(kernels: pl.DataFrame) -> pl.DataFrame:
               .when(pl.col("_gemv").is_not_null()).then(pl.lit("llama.cpp mul_mat_vec_q ncols")))
     return got.select(
         "step", tokens.alias("name_tokens"), source.alias("name_tokens_from"),
-    ).filter(pl.col("name_tokens").is_not_null())
+    ).filter(pl.col("name_tokens").is_not_null()).collect(engine=engine(kernels.height))
 
 
 def _ids_shape(dim_text: str | None) -> list[int] | None:

@@ -23,7 +23,7 @@ import polars as pl
 
 from attrib.reads import Reads
 from attrib.steps.speculative import PIECE, kv_lengths
-from attrib.trace import input_dims
+from attrib.trace import engine, input_dims
 
 # the sequence cats of a round, and the runtime calls of a pass's kernels (its forward's end)
 READS = Reads(ops=(r"^aten::cat$",), kernel_calls_if_roles=True)
@@ -57,14 +57,16 @@ def sequence_cats(ops: pl.DataFrame) -> pl.DataFrame:
 
 
 def _forward_end(steps: pl.DataFrame, kernels: pl.DataFrame,
-                 launches: pl.DataFrame) -> pl.DataFrame:
-    """step, fwd_ns: each pass's forward time (module docstring)."""
+                 launches: pl.DataFrame) -> pl.LazyFrame:
+    """step, fwd_ns: each pass's forward time (module docstring), as a query."""
     frame_end = pl.coalesce("fwd_end", "cpu_end")
     frame_start = pl.coalesce("fwd_start", "cpu_start")
-    s = steps.select("step", "cpu_start", "cpu_end", frame_start.alias("_fs"),
-                     frame_end.alias("_fe"))
-    k = kernels.select("launch_id", (pl.col("start_ns") + pl.col("dur_ns")).alias("_ke"))
-    k = k.join(launches.select(pl.col("id").alias("launch_id"), pl.col("start_ns").alias("t")),
+    s = steps.lazy().select("step", "cpu_start", "cpu_end", frame_start.alias("_fs"),
+                            frame_end.alias("_fe"))
+    k = kernels.lazy().select("launch_id",
+                              (pl.col("start_ns") + pl.col("dur_ns")).alias("_ke"))
+    k = k.join(launches.lazy().select(pl.col("id").alias("launch_id"),
+                                      pl.col("start_ns").alias("t")),
                on="launch_id").sort("t")
     hit = k.join_asof(s.sort("cpu_start"), left_on="t", right_on="cpu_start")
     tail = hit.filter(pl.col("t") < pl.col("_fe")).group_by("step").agg(pl.col("_ke").max())
@@ -78,16 +80,18 @@ def rounds(steps: pl.DataFrame, ops: pl.DataFrame, kernels: pl.DataFrame,
     """One row per round of every span holding a speculative loop (ROUND_COLS); empty if none."""
     if steps.height == 0 or "role" not in steps.columns:
         return pl.DataFrame(schema=ROUND_COLS)
-    par = steps.with_columns(pl.col("marker").str.extract(PIECE, 1).alias("span"))
-    par = par.filter(pl.col("span").is_not_null())
-    spec = par.group_by("span").agg(pl.col("role").is_in(["draft", "verify"]).any().alias("_s"))
-    par = par.join(spec.filter(pl.col("_s")).select("span"), on="span", how="semi")
+    pieces = (steps.lazy().with_columns(pl.col("marker").str.extract(PIECE, 1).alias("span"))
+              .filter(pl.col("span").is_not_null()))
+    spec = pieces.group_by("span").agg(
+        pl.col("role").is_in(["draft", "verify"]).any().alias("_s"))
+    par = (pieces.join(spec.filter(pl.col("_s")).select("span"), on="span", how="semi")
+           .collect(engine=engine(steps.height)))
     if par.height == 0:
         return pl.DataFrame(schema=ROUND_COLS)
     frames = par["fwd_end"].is_not_null().any()
-    par = (par.join(kv_lengths(par, ops), on="step", how="left")
+    par = (par.lazy().join(kv_lengths(par, ops).lazy(), on="step", how="left")
            .join(_forward_end(par, kernels, launches), on="step", how="left")
-           .sort("cpu_start"))
+           .sort("cpu_start").collect(engine=engine(kernels.height)))
     cats = sequence_cats(ops)
     out: list[dict[str, Any]] = []
     for (span,), g in par.group_by("span", maintain_order=True):

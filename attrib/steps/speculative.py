@@ -23,7 +23,7 @@ import polars as pl
 from attrib.components.patterns import SDPA
 from attrib.link.launches import module_paths
 from attrib.reads import Reads
-from attrib.trace import column, input_dims
+from attrib.trace import column, engine, input_dims
 
 PIECE = r"^(?P<parent>.+) forward \d+$"
 ATTENTION_OPS = (SDPA,)  # q [B, H, q, D], k [B, Hkv, L, D]
@@ -66,7 +66,8 @@ def mark_roles(spans: pl.DataFrame, frames: pl.DataFrame) -> pl.DataFrame:
         pl.lit(None, pl.Int64).alias("fwd_end"),
     )
     parent = pl.col("marker").str.extract(PIECE, 1).alias("parent")
-    pieces = out.with_columns(parent).filter(pl.col("parent").is_not_null())
+    pieces = (out.lazy().with_columns(parent).filter(pl.col("parent").is_not_null())
+              .collect(engine=engine(out.height)))
     if pieces.height < 2 or frames.height == 0:
         return out
     roots = _roots(frames)
@@ -121,30 +122,31 @@ def kv_lengths(steps: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
     """Per step: `kv_len`, the keys its first attention op attends (cache after the pass's
     write), and `batch`, the sequences of its query, from the op's input shapes. Columns step,
     kv_len, batch."""
-    att = ops.filter(pl.col("name").is_in(ATTENTION_OPS)).select("start_ns", "input_dims")
     schema = {"step": pl.Int64, "kv_len": pl.Int64, "batch": pl.Int64}
-    if att.height == 0 or steps.height == 0:
+    if steps.height == 0:
         return pl.DataFrame(schema=schema)
-    spans = steps.select("step", pl.col("cpu_start").alias("t"), "cpu_end").sort("t")
-    hit = att.sort("start_ns").join_asof(spans, left_on="start_ns", right_on="t")
-    hit = hit.filter(pl.col("start_ns") < pl.col("cpu_end")).unique("step", keep="first")
-    rows = [(s, kq[2], kq[0]) for s, d in hit.select("step", "input_dims").iter_rows()
+    att = ops.lazy().filter(pl.col("name").is_in(ATTENTION_OPS)).select("start_ns", "input_dims")
+    spans = steps.lazy().select("step", pl.col("cpu_start").alias("t"), "cpu_end").sort("t")
+    near = att.sort("start_ns").join_asof(spans, left_on="start_ns", right_on="t")
+    hit = (near.filter(pl.col("start_ns") < pl.col("cpu_end")).unique("step", keep="first")
+           .select("step", "input_dims").collect(engine=engine(ops.height)))
+    rows = [(s, kq[2], kq[0]) for s, d in hit.iter_rows()
             if (kq := _keys(d)) is not None]
     return pl.DataFrame(rows, schema=schema, orient="row")
 
 
-def mark_verify(steps: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
+def mark_verify(steps: pl.DataFrame, ops: pl.DataFrame) -> pl.LazyFrame:
     """Steps of a split span without a draft model: a pass after the span's first one with more
     than one new token a sequence over a non-empty cache (kv_len > tokens a sequence) is a verify
     pass (a plain decode of B sequences has B tokens a step, one each). Its rounds are a lookup
-    loop only where the ids grow by cats from them (`attrib.steps.rounds`)."""
+    loop only where the ids grow by cats from them (`attrib.steps.rounds`). A query."""
     if "role" not in steps.columns or steps.height == 0:
-        return steps
-    par = steps.with_columns(pl.col("marker").str.extract(PIECE, 1).alias("_p"))
+        return steps.lazy()
+    par = steps.lazy().with_columns(pl.col("marker").str.extract(PIECE, 1).alias("_p"))
     single = par.filter(pl.col("_p").is_not_null()).group_by("_p").agg(
         pl.col("role").is_null().all().alias("_none"), pl.col("cpu_start").min().alias("_first"))
     kv = kv_lengths(steps, ops)
-    s = par.join(single, on="_p", how="left").join(kv, on="step", how="left")
+    s = par.join(single, on="_p", how="left").join(kv.lazy(), on="step", how="left")
     q = pl.col("tokens") // pl.col("batch").fill_null(1)
     verify = (pl.col("_none").fill_null(False) & (pl.col("cpu_start") > pl.col("_first"))
               & (q > 1) & (pl.col("kv_len") > q))
@@ -157,8 +159,8 @@ def apply_roles(steps: pl.DataFrame, ops: pl.DataFrame | None = None) -> pl.Data
     say); with ops, the verify passes of a span without a draft model are found first."""
     if "role" not in steps.columns:
         return steps
-    if ops is not None:
-        steps = mark_verify(steps, ops)
-    return steps.with_columns(pl.when(pl.col("role") == "draft").then(pl.lit("draft"))
-                              .when(pl.col("role") == "verify").then(pl.lit("decode"))
-                              .otherwise(pl.col("phase")).alias("phase"))
+    marked = mark_verify(steps, ops) if ops is not None else steps.lazy()
+    return marked.with_columns(pl.when(pl.col("role") == "draft").then(pl.lit("draft"))
+                               .when(pl.col("role") == "verify").then(pl.lit("decode"))
+                               .otherwise(pl.col("phase")).alias("phase")
+                               ).collect(engine=engine(steps.height))

@@ -4,69 +4,73 @@ from __future__ import annotations
 
 import polars as pl
 
-from attrib.trace import input_dims
+from attrib.trace import engine, input_dims
 
 COMPILED_PIECE = " (compiled call)"  # the marker's end of a forward piece (attrib.steps.phases)
 
 
 def fill_tokens_and_phase(spans: pl.DataFrame, shapes: pl.DataFrame,
                           notes: list[str]) -> pl.DataFrame:
-    s = spans.join(shapes.rename({"tokens": "shape_tokens"}), on="step", how="left")
+    joined = spans.lazy().join(shapes.lazy().rename({"tokens": "shape_tokens"}), on="step",
+                               how="left")
     from_shape = pl.col("tokens").is_null() & pl.col("shape_tokens").is_not_null()
     shape_source = (pl.when(pl.col("per_seq").is_not_null()).then(pl.lit("embedding input shape"))
                     .otherwise(pl.lit("projection GEMM input shape")))
-    s = s.with_columns(
-        pl.when(from_shape).then(shape_source).otherwise(pl.col("tokens_from"))
-        .alias("tokens_from"),
-        pl.coalesce("tokens", "shape_tokens").alias("tokens"))
     guessed = (pl.col("phase") == "unknown") & pl.col("per_seq").is_not_null()
-    if s.filter(guessed).height:
-        notes.append("phase of steps without a phase annotation decided from shapes "
-                     "(1 new token per sequence = decode)")
     by_shape = (pl.when(pl.col("per_seq") == 1).then(pl.lit("decode"))
                 .otherwise(pl.lit("prefill")))
-    s = s.with_columns(
-        pl.when(guessed).then(by_shape).otherwise(pl.col("phase")).alias("phase"))
+    s = joined.with_columns(
+        pl.when(from_shape).then(shape_source).otherwise(pl.col("tokens_from"))
+        .alias("tokens_from"),
+        pl.coalesce("tokens", "shape_tokens").alias("tokens"),
+        pl.when(guessed).then(by_shape).otherwise(pl.col("phase")).alias("phase"),
+        guessed.alias("_guessed")).collect(engine=engine(spans.height))
     # decode steps replayed from a graph have no embedding op: one token per sequence of the
     # prefill batch
     prefill = ((pl.col("phase") == "prefill") & pl.col("per_seq").is_not_null()
                & (pl.col("per_seq") > 0))
-    batch = s.filter(prefill).select((pl.col("shape_tokens") // pl.col("per_seq")).alias("b"))
+    batch = (pl.col("shape_tokens") // pl.col("per_seq")).filter(prefill)
+    any_guessed, n_batch, b = s.select(pl.col("_guessed").any(), batch.len().alias("n"),
+                                       batch.first().alias("b")).row(0)
+    if any_guessed:
+        notes.append("phase of steps without a phase annotation decided from shapes "
+                     "(1 new token per sequence = decode)")
     # a compiled forward call after a prefill (a piece of one generate() span: prefill, then
     # one token per sequence) with no embedding op: decode, if its GEMM rows (when recorded: a
     # graph replay records none) equal the prefill's sequences
-    b = batch["b"][0] if batch.height else None
     one_each = ((pl.col("phase") == "unknown") & pl.col("per_seq").is_null()
                 & pl.col("marker").str.ends_with(COMPILED_PIECE)
                 & (pl.col("tokens").is_null() | (pl.col("tokens") == pl.lit(b or 0))))
-    if b is not None and s.filter(one_each).height:
-        notes.append(f"{s.filter(one_each).height} compiled forward calls after the prefill "
+    n_each = s.select(one_each.sum()).item() if b is not None else 0
+    if n_each:
+        notes.append(f"{n_each} compiled forward calls after the prefill "
                      f"taken as decode, 1 new token for each of its {int(b)} sequences (their "
                      "GEMM rows where recorded; a graph replay records none)")
         s = s.with_columns(pl.when(one_each).then(pl.lit("decode"))
                            .otherwise(pl.col("phase")).alias("phase"))
     untokened = (pl.col("phase") == "decode") & pl.col("tokens").is_null()
-    if batch.height and s.filter(untokened).height:
-        b = int(batch["b"][0])
+    out = s.lazy()
+    if n_batch and s.select(untokened.any()).item():
+        b = int(b)
         notes.append(f"decode tokens per step taken as the prefill batch ({b} sequences x 1 "
                      "token): no shapes in decode")
-        s = s.with_columns(
+        out = out.with_columns(
             pl.when(untokened).then(pl.lit("prefill batch"))
             .otherwise(pl.col("tokens_from")).alias("tokens_from"),
             pl.when(untokened).then(pl.lit(b))
             .otherwise(pl.col("tokens")).alias("tokens"))
-    return s.drop("shape_tokens", "per_seq")
+    return out.drop("shape_tokens", "per_seq", "_guessed").collect(engine=engine(s.height))
 
 
 def tokens_from_names(steps: pl.DataFrame, named: pl.DataFrame) -> pl.DataFrame:
     """Steps still without a token count take it from llama.cpp kernels (GEMV names, norm rows)."""
-    s = steps.join(named, on="step", how="left")
+    s = steps.lazy().join(named.lazy(), on="step", how="left")
     use = pl.col("tokens").is_null() & pl.col("name_tokens").is_not_null()
     s = s.with_columns(
         pl.when(use).then(pl.col("name_tokens_from")).otherwise(pl.col("tokens_from"))
         .alias("tokens_from"),
         pl.when(use).then(pl.col("name_tokens")).otherwise(pl.col("tokens")).alias("tokens"))
-    return s.drop("name_tokens", "name_tokens_from")
+    return s.drop("name_tokens", "name_tokens_from").collect(engine=engine(steps.height))
 
 
 CONVOLUTIONS = ("aten::convolution", "aten::conv2d", "aten::conv3d", "aten::_convolution")
@@ -100,15 +104,15 @@ def _lm_head_times(ops: pl.DataFrame) -> pl.Series:
     return pl.Series("t", hits, dtype=pl.Int64)
 
 
-def _scores_vocabulary(spans: pl.DataFrame, ops: pl.DataFrame) -> set[int]:
+def _scores_vocabulary(spans: pl.LazyFrame, ops: pl.DataFrame) -> set[int]:
     """The steps holding an LM head."""
     heads = _lm_head_times(ops)
     if not heads.len():
         return set()
     hit = (spans.sort("cpu_start")
-           .join_asof(heads.sort().to_frame(), left_on="cpu_start", right_on="t",
+           .join_asof(heads.sort().to_frame().lazy(), left_on="cpu_start", right_on="t",
                       strategy="forward")
-           .filter(pl.col("t") <= pl.col("cpu_end")))
+           .filter(pl.col("t") <= pl.col("cpu_end")).collect(engine=engine(ops.height)))
     return set(hit["step"].to_list())
 
 
@@ -121,22 +125,23 @@ def with_units(steps: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
     tokens). So is a step taken for prefill by its text inputs when it scores no vocabulary (no
     LM head: OWLv2's text queries ride along a detector); a multimodal LLM's prefill, which ends
     in its LM head, stays in tokens."""
-    conv = (ops.filter(pl.col("name").is_in(CONVOLUTIONS))
-            .select(pl.col("start_ns").alias("t"), "input_dims").sort("t"))
-    spans = steps.select("step", "phase", "cpu_start", "cpu_end").drop_nulls("cpu_start")
+    conv = (ops.lazy().filter(pl.col("name").is_in(CONVOLUTIONS))
+            .select(pl.col("start_ns").alias("t"), "input_dims").sort("t")
+            .collect(engine=engine(ops.height)))
+    spans = steps.lazy().select("step", "phase", "cpu_start", "cpu_end").drop_nulls("cpu_start")
     schema = {"step": pl.Int64, "samples": pl.Int64}
     rows = []
-    if conv.height and spans.height:
+    if conv.height:  # (no spans: no hit)
         hit = (spans.sort("cpu_start")
-               .join_asof(conv, left_on="cpu_start", right_on="t", strategy="forward")
-               .filter(pl.col("t") <= pl.col("cpu_end")))
-        images = [(step, phase, _image_batch(dims))
-                  for step, phase, dims in hit.select("step", "phase", "input_dims").iter_rows()]
+               .join_asof(conv.lazy(), left_on="cpu_start", right_on="t", strategy="forward")
+               .filter(pl.col("t") <= pl.col("cpu_end")).select("step", "phase", "input_dims")
+               .collect(engine=engine(conv.height)))
+        images = [(step, phase, _image_batch(dims)) for step, phase, dims in hit.iter_rows()]
         text = [step for step, phase, b in images if b and phase in LLM_PHASES]
         llm = _scores_vocabulary(spans.filter(pl.col("step").is_in(text)), ops) if text else set()
         rows = [(step, b) for step, phase, b in images if b and step not in llm]
     per = pl.DataFrame(rows, schema=schema, orient="row")
-    out = steps.join(per, on="step", how="left")
+    out = steps.lazy().join(per.lazy(), on="step", how="left")
     unit = (pl.when(pl.col("samples").is_not_null()).then(pl.lit("samples"))
             .otherwise(pl.lit("tokens")))
-    return out.with_columns(unit.alias("unit"))
+    return out.with_columns(unit.alias("unit")).collect(engine=engine(steps.height))
