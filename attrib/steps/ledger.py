@@ -45,6 +45,8 @@ PROFILER_NS = {"op": 2_070, "frame": 1_330}
 _BY = ["pid", "tid"]
 STEP_LEDGER = pl.Schema({"step": pl.Int64, "cause": pl.Utf8, "what": pl.Utf8, "ns": pl.Int64,
                          "n": pl.Int64})
+# sorted or not, the starts and ends of a set of intervals
+Spans = tuple[np.ndarray, np.ndarray]
 # an interval's cause and what as categories: 4 bytes a row, not a 16-byte view (1.75 M idle
 # intervals at 8 GB of trace)
 INTERVALS = pl.Schema({"step": pl.Int64(), "cause": pl.Categorical(), "what": pl.Categorical(),
@@ -79,27 +81,28 @@ def _memoized(led: Ledger, kind: str, steps: pl.DataFrame, phase: str,
     return out
 
 
-def _ends(df: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    s = df["start_ns"].to_numpy().astype(np.int64)
-    dur = df["dur_ns"]
-    dur = dur.fill_null(0) if dur.null_count() else dur  # a query only where one is null
-    return s, s + dur.to_numpy().astype(np.int64)
+def _spans_by(df: pl.DataFrame | pl.LazyFrame, key: pl.Expr) -> dict[str, Spans]:
+    """Per value of `key`, its rows' (starts, ends) as int64 arrays: one query (a partition_by
+    is a query a part)."""
+    s = pl.col("start_ns").cast(pl.Int64)
+    by = df.lazy().group_by(key.alias("_key")).agg(
+        s.alias("s"), (s + pl.col("dur_ns").fill_null(0).cast(pl.Int64)).alias("e")).collect()
+    return {str(k): (a.to_numpy(), b.to_numpy()) for k, a, b in zip(by["_key"], by["s"], by["e"])}
 
 
 def _busy_rows(
     w0: np.ndarray,
     w1: np.ndarray,
     steps: np.ndarray,
-    groups: list[tuple[str, str, pl.DataFrame]],
-    base: tuple[np.ndarray, np.ndarray],
-) -> tuple[list[pl.DataFrame], tuple[np.ndarray, np.ndarray]]:
-    """Rows of busy time per (cause, what) group, each group given what the union of the earlier
-    ones leaves: covered(union up to it) - covered(union before it). One frame of the groups'
-    rows in their order (none without groups)."""
+    groups: list[tuple[str, str, Spans]],
+    base: Spans,
+) -> tuple[list[pl.DataFrame], Spans]:
+    """Rows of busy time per (cause, what) group of spans (starts, ends), each group given what the
+    union of the earlier ones leaves: covered(union up to it) - covered(union before it). One
+    frame of the groups' rows in their order (none without groups)."""
     (cs, ce), labels, ns, n = base, [], [], []
     prev = covered(w0, w1, cs, ce)
-    for cause, what, df in groups:
-        s, e = _ends(df)
+    for cause, what, (s, e) in groups:
         cs, ce = merge(np.concatenate([cs, s]), np.concatenate([ce, e]))
         cov = covered(w0, w1, cs, ce)
         starts = np.sort(s)
@@ -142,17 +145,10 @@ class Facts(msgspec.Struct, frozen=True):
         return agree and same and seen
 
 
-def _unions(k: pl.DataFrame) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Per component, the union of its kernels' time: sorted disjoint (starts, ends)."""
-    out = {}
-    for (c,), g in k.partition_by("component", as_dict=True).items():
-        out[str(c)] = merge(*_ends(g))
-    return out
-
-
 def _overlapping(k: pl.DataFrame) -> tuple[tuple[str, str], ...]:
     """The pairs of components some of whose kernels run at the same time."""
-    u = _unions(k.select(pl.col("component").fill_null("other"), "start_ns", "dur_ns"))
+    # per component, the union of its kernels' time: sorted disjoint (starts, ends)
+    u = {c: merge(*se) for c, se in _spans_by(k, pl.col("component").fill_null("other")).items()}
     names = sorted(u)
     pairs = []
     for i, a in enumerate(names):
@@ -166,45 +162,41 @@ def _overlapping(k: pl.DataFrame) -> tuple[tuple[str, str], ...]:
 
 
 def _component_order(k: pl.DataFrame) -> tuple[str, ...]:
-    comp = k.select(pl.col("component").fill_null("other"), "dur_ns")
     last = (pl.col("component") == "communication").alias("_last")
-    tot = (comp.group_by("component").agg(pl.col("dur_ns").sum()).with_columns(last)
-           .sort(["_last", "dur_ns", "component"], descending=[False, True, False]))
+    tot = (k.lazy().select(pl.col("component").fill_null("other"), "dur_ns")
+           .group_by("component").agg(pl.col("dur_ns").sum()).with_columns(last)
+           .sort(["_last", "dur_ns", "component"], descending=[False, True, False]).collect())
     return tuple(tot["component"])
 
 
-def _kernel_groups(k: pl.DataFrame, order: tuple[str, ...]) -> list[tuple[str, str, pl.DataFrame]]:
-    comp = k.select(pl.col("component").fill_null("other"), "start_ns", "dur_ns")
-    parts = _parts(comp, "component")  # one query, not a filter a component
-    return [("kernels", c, parts.get(c, comp.clear())) for c in order]
+def _kernel_groups(k: pl.DataFrame, order: tuple[str, ...]) -> list[tuple[str, str, Spans]]:
+    parts = _spans_by(k, pl.col("component").fill_null("other"))  # one query, not one a component
+    none = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+    return [("kernels", c, parts.get(c, none)) for c in order]
 
 
-def _copy_groups(copies: pl.DataFrame) -> list[tuple[str, str, pl.DataFrame]]:
+def _copy_groups(copies: pl.DataFrame) -> list[tuple[str, str, Spans]]:
     parts = [pl.col("kind").fill_null("copy"), pl.col("direction")]
-    what = pl.concat_str(parts, separator=" ", ignore_nulls=True).alias("_what")
-    c = copies.drop_nulls(["start_ns", "dur_ns"]).select(what, "start_ns", "dur_ns")
-    by = _parts(c, "_what")
+    what = pl.concat_str(parts, separator=" ", ignore_nulls=True)
+    by = _spans_by(copies.lazy().drop_nulls(["start_ns", "dur_ns"]), what)
     return [("copy", w, by[w]) for w in sorted(by)]
-
-
-def _parts(df: pl.DataFrame, key: str) -> dict[str, pl.DataFrame]:
-    """The rows of `df` by their `key` value, in their order."""
-    return {str(v): g for (v,), g in df.partition_by(key, as_dict=True, maintain_order=True).items()}
 
 
 def _gpu_ops(k: pl.DataFrame, copies: pl.DataFrame, launches: pl.DataFrame) -> pl.DataFrame:
     """Every kernel and copy: start_ns, end_ns, graph, launch_id and its launch call's start, end
     and thread (launch_ns, launch_end, pid, tid)."""
     end = (pl.col("start_ns") + pl.col("dur_ns").fill_null(0)).alias("launch_end")
-    la = launches.select(pl.col("id").alias("launch_id"), pl.col("start_ns").alias("launch_ns"),
-                         end, "pid", "tid")
-    kk = k.select("start_ns", (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"), "launch_id",
-                  pl.col("graph").fill_null(False)).join(la, on="launch_id", how="left")
     call = (pl.col("id").alias("launch_id"), pl.col("start_ns").alias("launch_ns"), end,
             "pid", "tid")
-    by_corr = (launches.select("correlation", *call)  # the columns first: no copy of the rest
+    # one query: each step lazy, only the columns read go through it
+    la = launches.lazy().select(*call)
+    kk = k.lazy().select("start_ns", (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"),
+                         "launch_id", pl.col("graph").fill_null(False))
+    kk = kk.join(la, on="launch_id", how="left")
+    by_corr = (launches.lazy().select("correlation", *call)
                .filter(pl.col("correlation").is_not_null()).unique("correlation"))
-    cc = copies.select("start_ns", "dur_ns", "correlation").drop_nulls(["start_ns", "dur_ns"])
+    cc = (copies.lazy().select("start_ns", "dur_ns", "correlation")
+          .drop_nulls(["start_ns", "dur_ns"]))
     cc = cc.join(by_corr, on="correlation", how="left").select(
         "start_ns", (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"), "launch_id",
         pl.lit(False).alias("graph"), "launch_ns", "launch_end", "pid", "tid")
@@ -212,7 +204,7 @@ def _gpu_ops(k: pl.DataFrame, copies: pl.DataFrame, launches: pl.DataFrame) -> p
                       "graph": pl.Boolean, "launch_ns": pl.Int64, "launch_end": pl.Int64,
                       "pid": pl.Int64, "tid": pl.Int64})
     both = [kk.select(list(cols)).cast(cols), cc.select(list(cols)).cast(cols)]
-    return pl.concat(both).sort("start_ns")
+    return pl.concat(both).sort("start_ns").collect()
 
 
 def _gaps(
@@ -232,7 +224,7 @@ def _gaps(
 def _neighbours(gaps: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
     """Each gap with the GPU op that ends it (`n_*`: the first op starting at or after its end) and
     whether the op before it belongs to the same graph launch (an intra-graph gap)."""
-    nxt = ops.select(
+    nxt = ops.lazy().select(
         pl.col("start_ns").alias("b"),
         pl.col("launch_ns").alias("n_launch"),
         pl.col("launch_end").alias("n_launch_end"),
@@ -241,13 +233,14 @@ def _neighbours(gaps: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
         pl.col("graph").alias("n_graph"),
         pl.col("launch_id").alias("n_lid"),
     )
-    prv = ops.sort("end_ns").select(pl.col("end_ns").alias("a"), pl.col("graph").alias("p_graph"),
-                                    pl.col("launch_id").alias("p_lid"))
-    g = gaps.sort("b").join_asof(nxt.sort("b"), on="b", strategy="forward")
+    prv = ops.lazy().sort("end_ns").select(
+        pl.col("end_ns").alias("a"), pl.col("graph").alias("p_graph"),
+        pl.col("launch_id").alias("p_lid"))
+    g = gaps.lazy().sort("b").join_asof(nxt.sort("b"), on="b", strategy="forward")
     g = g.sort("a").join_asof(prv, on="a", strategy="backward")
     graphs = pl.col("n_graph").fill_null(False) & pl.col("p_graph").fill_null(False)
     same = graphs & (pl.col("n_lid") == pl.col("p_lid"))
-    return g.with_columns(same.fill_null(False).alias("in_graph")).sort("step", "a")
+    return g.with_columns(same.fill_null(False).alias("in_graph")).sort("step", "a").collect()
 
 
 def _event_times(trace_tables: tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame],
@@ -255,10 +248,11 @@ def _event_times(trace_tables: tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame],
     """Sorted start times of the CPU events (ops and runtime calls; Python frames) on the
     launching threads."""
     ops, frames, launches = trace_tables
-    def on(df: pl.DataFrame) -> np.ndarray:
-        return np.sort(df.join(threads, on=_BY, how="semi")["start_ns"].drop_nulls().to_numpy())
-    calls = pl.concat([ops.select("start_ns", *_BY), launches.select("start_ns", *_BY)])
-    return on(calls), on(frames.select("start_ns", *_BY))
+    def on(*tables: pl.DataFrame) -> np.ndarray:
+        rows = pl.concat([t.lazy().select("start_ns", *_BY) for t in tables])
+        mine = rows.join(threads.lazy(), on=_BY, how="semi").select(pl.col("start_ns").drop_nulls())
+        return np.sort(mine.collect().to_series().to_numpy())
+    return on(ops, launches), on(frames)
 
 
 def _profiler(rows: pl.DataFrame, events: tuple[np.ndarray, np.ndarray]) -> pl.DataFrame:
@@ -267,15 +261,14 @@ def _profiler(rows: pl.DataFrame, events: tuple[np.ndarray, np.ndarray]) -> pl.D
     a, b = rows["start_ns"].to_numpy(), rows["end_ns"].to_numpy()
     n_op = np.searchsorted(events[0], b) - np.searchsorted(events[0], a)
     n_fr = np.searchsorted(events[1], b) - np.searchsorted(events[1], a)
-    carve = (rows["cause"].is_in(["host", "launch"])).to_numpy()
+    carve = ((rows["cause"] == "host") | (rows["cause"] == "launch")).to_numpy()
     cost = n_op * PROFILER_NS["op"] + n_fr * PROFILER_NS["frame"]
     est = np.where(carve, np.minimum(cost, rows["ns"].to_numpy()), 0)
-    kept = rows.with_columns((pl.col("ns") - column("ns", est)).alias("ns"))
-    prof = rows.select("step", pl.lit(OWN_COST).alias("cause"),
-                       pl.lit("estimate: CPU events x measured cost per event").alias("what"),
-                       "start_ns", "end_ns", column("ns", est, pl.Int64))
-    prof = prof.filter(pl.col("ns") > 0)
-    return pl.concat([kept, prof])
+    kept = rows.lazy().with_columns((pl.col("ns") - column("ns", est)).alias("ns"))
+    what = pl.lit("estimate: CPU events x measured cost per event").alias("what")
+    prof = rows.lazy().select("step", pl.lit(OWN_COST).alias("cause"), what,
+                              "start_ns", "end_ns", column("ns", est, pl.Int64))
+    return pl.concat([kept, prof.filter(pl.col("ns") > 0)]).collect()
 
 
 def _per_thread(ops_all: pl.DataFrame) -> pl.DataFrame:
@@ -315,7 +308,7 @@ def ledger(steps: pl.DataFrame, k: pl.DataFrame, copies: pl.DataFrame, launches:
     """The ledger of every step with a window (see the module docstring). k: kernels with
     start_ns, dur_ns, component, launch_id, graph. whole: the Facts of the whole trace when
     these tables are a part of it (by default, their own)."""
-    st = steps.drop_nulls(["window_start", "window_end"]).sort("window_start")
+    st = steps.lazy().drop_nulls(["window_start", "window_end"]).sort("window_start").collect()
     if st.height == 0:
         return Ledger(pl.DataFrame(schema=STEP_LEDGER), pl.DataFrame(schema=INTERVALS),
                       whole.recorded if whole else recorded_threads(ops, frames))
@@ -331,7 +324,7 @@ def ledger(steps: pl.DataFrame, k: pl.DataFrame, copies: pl.DataFrame, launches:
     threads = pl.DataFrame(list(known.threads), schema={"pid": pl.Int64, "tid": pl.Int64},
                            orient="row")
     main = known.threads[0] if known.threads else (None, None)
-    starts = pl.DataFrame([column("step", ids), column("w0", w0)]).cast(pl.Int64)
+    starts = pl.DataFrame([column("step", ids, pl.Int64), column("w0", w0, pl.Int64)])
 
     def idle_of_gaps() -> pl.DataFrame:
         g = _neighbours(_gaps(w0, w1, ids, busy), ops_all)
@@ -343,14 +336,14 @@ def ledger(steps: pl.DataFrame, k: pl.DataFrame, copies: pl.DataFrame, launches:
     idle, events = both(idle_of_gaps, lambda: _event_times((ops, frames, launches), threads),
                         rows=largest)
     idle = _profiler(idle, events)
-    gap_rows = idle.group_by("step", "cause", "what").agg(
+    gap_rows = idle.lazy().group_by("step", "cause", "what").agg(
         pl.col("ns").sum(), pl.len().cast(pl.Int64).alias("n")
     )
-    per_step = pl.concat([*krows, *crows, gap_rows.select(list(STEP_LEDGER))]).cast(STEP_LEDGER)
-    per_step = per_step.filter(pl.col("ns") > 0).sort(
+    per_step = [*(r.lazy() for r in krows + crows), gap_rows.select(list(STEP_LEDGER))]
+    per_step_ = pl.concat(per_step).cast(STEP_LEDGER).filter(pl.col("ns") > 0).sort(
         "step", "ns", "cause", "what", descending=[False, True, False, False])
-    intervals = idle.filter(pl.col("cause") != OWN_COST).select(list(INTERVALS))
-    return Ledger(per_step, intervals.cast(INTERVALS), known.recorded)
+    intervals = idle.lazy().filter(pl.col("cause") != OWN_COST).select(list(INTERVALS))
+    return Ledger(per_step_.collect(), intervals.cast(INTERVALS).collect(), known.recorded)
 
 
 def _ranked(rows: pl.DataFrame) -> pl.DataFrame:
