@@ -250,8 +250,9 @@ def _event_times(trace_tables: tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame],
     ops, frames, launches = trace_tables
     def on(*tables: pl.DataFrame) -> np.ndarray:
         rows = pl.concat([t.lazy().select("start_ns", *_BY) for t in tables])
-        mine = rows.join(threads.lazy(), on=_BY, how="semi").select(pl.col("start_ns").drop_nulls())
-        return np.sort(mine.collect().to_series().to_numpy())
+        mine = rows.join(threads.lazy(), on=_BY, how="semi")
+        times = mine.select(pl.col("start_ns").drop_nulls()).collect().to_series()
+        return np.sort(times.to_numpy())
     return on(ops, launches), on(frames)
 
 
@@ -272,16 +273,16 @@ def _profiler(rows: pl.DataFrame, events: tuple[np.ndarray, np.ndarray]) -> pl.D
 
 
 def _per_thread(ops_all: pl.DataFrame) -> pl.DataFrame:
-    return ops_all.select(_BY).drop_nulls().group_by(_BY).len()
+    return ops_all.lazy().select(_BY).drop_nulls().group_by(_BY).len().collect()
 
 
 def _threads(ops_all: pl.DataFrame) -> tuple[tuple[int, int], ...]:
     return _thread_order(_per_thread(ops_all))
 
 
-def _thread_order(counts: pl.DataFrame) -> tuple[tuple[int, int], ...]:
-    ranked = counts.sort(["len", *_BY], descending=[True, False, False])  # ties: lowest id
-    return tuple((int(p), int(t)) for p, t in ranked.select(_BY).iter_rows())
+def _thread_order(counts: pl.DataFrame | pl.LazyFrame) -> tuple[tuple[int, int], ...]:
+    ranked = counts.lazy().sort(["len", *_BY], descending=[True, False, False])  # ties: lowest id
+    return tuple((int(p), int(t)) for p, t in ranked.select(_BY).collect().iter_rows())
 
 
 def launch_counts(k: pl.DataFrame, copies: pl.DataFrame, launches: pl.DataFrame) -> pl.DataFrame:
@@ -299,7 +300,7 @@ def facts(k: pl.DataFrame, copies: pl.DataFrame, launches: pl.DataFrame,
     if counts is None:
         threads = _threads(_gpu_ops(kk, copies, launches))
     else:
-        threads = _thread_order(counts.group_by(_BY).agg(pl.col("len").sum()))
+        threads = _thread_order(counts.lazy().group_by(_BY).agg(pl.col("len").sum()))
     return Facts(_component_order(kk), threads, _overlapping(kk), recorded)
 
 
@@ -346,7 +347,7 @@ def ledger(steps: pl.DataFrame, k: pl.DataFrame, copies: pl.DataFrame, launches:
     return Ledger(per_step_.collect(), intervals.cast(INTERVALS).collect(), known.recorded)
 
 
-def _ranked(rows: pl.DataFrame) -> pl.DataFrame:
+def _ranked(rows: pl.LazyFrame) -> pl.LazyFrame:
     """Largest first; equal times by cause and what (group_by's order is arbitrary: sorted by
     time alone, tied rows changed order from run to run)."""
     return rows.sort(["ms_per_step", "cause", "what"], descending=[True, False, False])
@@ -358,22 +359,25 @@ def _counted(steps: pl.DataFrame, phase: str) -> pl.DataFrame:
                         & pl.col("window_start").is_not_null())
 
 
-def _median_gaps(intervals: pl.DataFrame, mine: pl.DataFrame,
-                 pairs: pl.DataFrame) -> pl.DataFrame:
-    """cause, what, median_us: the median interval of each (cause, what) of `pairs` over the
+def _median_gaps(intervals: pl.DataFrame, mine: pl.Series,
+                 rows: pl.DataFrame) -> pl.DataFrame:
+    """cause, what, median_us: the median interval of each (cause, what) of `rows` over the
     steps `mine`, each a filter of the intervals in one query (a group-by of them all copies
     every row; a pair with a null key never joins)."""
-    pairs = pairs.drop_nulls()
-    counted = pl.col("step").is_in(mine["step"].implode())
+    pairs = [(c, w) for c, w in rows[["cause", "what"]].iter_rows() if c is not None
+             and w is not None]
+    counted = pl.col("step").is_in(pl.lit(mine).implode())
 
     def median_us(cause: str, what: str) -> pl.Expr:
         rows = counted & (pl.col("cause") == cause) & (pl.col("what") == what)
         gap = pl.col("end_ns").filter(rows) - pl.col("start_ns").filter(rows)
         return gap.median() / 1e3
 
-    medians = [median_us(c, w).alias(str(i)) for i, (c, w) in enumerate(pairs.iter_rows())]
+    medians = [median_us(c, w).alias(str(i)) for i, (c, w) in enumerate(pairs)]
     values = intervals.select(medians).row(0) if medians else ()
-    return pairs.with_columns(pl.Series("median_us", values, dtype=pl.Float64))
+    return pl.DataFrame({"cause": [c for c, _ in pairs], "what": [w for _, w in pairs],
+                         "median_us": values},
+                        schema={"cause": pl.Utf8, "what": pl.Utf8, "median_us": pl.Float64})
 
 
 def phase_ledger(led: Ledger, steps: pl.DataFrame, phase: str) -> pl.DataFrame:
@@ -392,14 +396,14 @@ def _phase_ledger(led: Ledger, steps: pl.DataFrame, phase: str) -> pl.DataFrame:
     if n == 0:
         return pl.DataFrame(schema=schema)
     mean_ms = float((counted["window_end"] - counted["window_start"]).sum()) / n / 1e6
-    mine = counted.select("step")
-    rows = grouped(led.steps.join(mine, on="step", how="semi"), ["cause", "what"],
+    mine = counted["step"]
+    rows = grouped(led.steps.join(mine.to_frame(), on="step", how="semi"), ["cause", "what"],
                    (pl.col("ns").sum() / n / 1e6).alias("ms_per_step"),
                    (pl.col("n").sum() / n).alias("n_per_step"), any_order=True)
-    med = _median_gaps(led.intervals, mine, rows.select("cause", "what"))
-    out = rows.join(med, on=["cause", "what"], how="left").with_columns(
+    med = _median_gaps(led.intervals, mine, rows)
+    out = rows.lazy().join(med.lazy(), on=["cause", "what"], how="left").with_columns(
         (pl.col("ms_per_step") / mean_ms if mean_ms else pl.lit(None, pl.Float64)).alias("share"))
-    return _ranked(out.select(list(schema)).cast(schema))
+    return _ranked(out.select(list(schema)).cast(schema)).collect()
 
 
 def median_gap_us(led: Ledger | None, steps: pl.DataFrame, phase: str) -> float | None:
@@ -407,6 +411,7 @@ def median_gap_us(led: Ledger | None, steps: pl.DataFrame, phase: str) -> float 
     without."""
     if led is None:
         return None
-    rows = phase_ledger(led, steps, phase).filter(pl.col("what") == "between launches")
-    v = rows["median_us"][0] if rows.height else None
+    rows = phase_ledger(led, steps, phase)
+    gaps = rows["median_us"].filter(rows["what"] == "between launches")
+    v = gaps[0] if gaps.len() else None
     return None if v is None else round(float(v), 2)
