@@ -192,12 +192,12 @@ def _gpu_ops(k: pl.DataFrame, copies: pl.DataFrame, launches: pl.DataFrame) -> p
     la = launches.lazy().select(*call)
     kk = k.lazy().select("start_ns", (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"),
                          "launch_id", pl.col("graph").fill_null(False))
-    kk = kk.join(la, on="launch_id", how="left")
+    kk = kk.join(la, on="launch_id", how="left", maintain_order="left")
     by_corr = (launches.lazy().select("correlation", *call)
                .filter(pl.col("correlation").is_not_null()).unique("correlation"))
     cc = (copies.lazy().select("start_ns", "dur_ns", "correlation")
           .drop_nulls(["start_ns", "dur_ns"]))
-    cc = cc.join(by_corr, on="correlation", how="left").select(
+    cc = cc.join(by_corr, on="correlation", how="left", maintain_order="left").select(
         "start_ns", (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"), "launch_id",
         pl.lit(False).alias("graph"), "launch_ns", "launch_end", "pid", "tid")
     cols = pl.Schema({"start_ns": pl.Int64, "end_ns": pl.Int64, "launch_id": pl.Int64,
