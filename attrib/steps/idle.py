@@ -120,15 +120,15 @@ def _sorted_intervals(iv: pl.DataFrame) -> pl.DataFrame:
                      pl.col("idx").cast(pl.Int64), names.gather(iv["_row"]))
 
 
-def _stabbing(q: pl.DataFrame, iv: pl.DataFrame, inside: list[pl.Expr]) -> pl.DataFrame:
+def _stabbing(q: pl.DataFrame, iv: pl.DataFrame, inside: list[pl.Expr]) -> pl.LazyFrame | None:
     """Pairs of q rows and iv rows of the same thread meeting the `inside` predicates: a join a
-    thread, in one query."""
+    thread, lazy; None without a thread."""
     parts = []
     for pid, tid in q[_BY].unique(maintain_order=True).iter_rows():
         mine = pl.col("pid").eq_missing(pid) & pl.col("tid").eq_missing(tid)
         ii = iv.lazy().filter(mine).drop(_BY)
         parts.append(q.lazy().filter(mine).join_where(ii, *inside))
-    return pl.concat(parts).collect() if parts else pl.DataFrame()
+    return pl.concat(parts) if parts else None
 
 
 def _held_by(q: pl.DataFrame, iv: pl.LazyFrame) -> pl.LazyFrame:
@@ -206,7 +206,8 @@ def _with_waits(rows: pl.LazyFrame, launches: pl.DataFrame) -> pl.LazyFrame:
 def idle_rows(g: pl.DataFrame, ops: pl.DataFrame, frames: pl.DataFrame, launches: pl.DataFrame,
               main: tuple, w0: pl.DataFrame,
               recorded: tuple[tuple[int, int], ...] = ()) -> pl.DataFrame:
-    """(step, cause, what, start_ns, end_ns, ns) per idle piece of each gap. g: the gaps (step,
+    """(step, cause, what, start_ns, end_ns, ns) per idle piece of each gap, sorted by step,
+    start_ns, cause and what. g: the gaps (step,
     a, b) with the GPU op that ends each (n_launch, n_launch_end, n_pid, n_tid) and in_graph;
     main: the thread that launches most; w0: step, w0 (its window's start); recorded: the
     threads with ops or frames in the whole trace."""
@@ -236,7 +237,8 @@ def idle_rows(g: pl.DataFrame, ops: pl.DataFrame, frames: pl.DataFrame, launches
     longs = host_side.filter(~short).with_row_index("qid").select(
         pl.col("qid").cast(pl.Int64), "step", *_BY, "a", pl.col("h").alias("b")).collect()
     parts = [outside, launch, *_held(longs, ops, frames, launches, recorded)]
-    return pl.concat([p.select(list(IDLE)).cast(IDLE) for p in parts]).collect()
+    rows = pl.concat([p.select(list(IDLE)).cast(IDLE) for p in parts])
+    return rows.sort("step", "start_ns", "cause", "what").collect()
 
 
 def _runtime_holders(launches: pl.DataFrame) -> pl.LazyFrame:
@@ -268,12 +270,12 @@ def _held(longs: pl.DataFrame, ops: pl.DataFrame, frames: pl.DataFrame,
           launches: pl.DataFrame, recorded: tuple[tuple[int, int], ...]) -> list[pl.LazyFrame]:
     """The sync and host rows of the long host-side stretches (qid, step, pid, tid, a, b)."""
     overlap = [pl.col("s") < pl.col("b"), pl.col("e") > pl.col("a")]
-    calls = _stabbing(longs, sync_calls(launches), overlap)
-    if not calls.height:
-        calls = pl.DataFrame(schema={"qid": pl.Int64, "step": pl.Int64, "pid": pl.Int64,
+    pairs = _stabbing(longs, sync_calls(launches), overlap)
+    if pairs is None:
+        pairs = pl.LazyFrame(schema={"qid": pl.Int64, "step": pl.Int64, "pid": pl.Int64,
                                      "tid": pl.Int64, "a": pl.Int64, "b": pl.Int64, "s": pl.Int64,
                                      "e": pl.Int64, "name": pl.Utf8})
-    calls = calls.lazy().sort("qid", "s").with_columns(
+    calls = pairs.sort("qid", "s").with_columns(
         (pl.min_horizontal("e", "b") - pl.max_horizontal("s", "a")).alias("ov")).collect()
     n = longs.height
     asks = pl.concat([

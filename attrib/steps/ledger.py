@@ -272,8 +272,8 @@ def _profiler(rows: pl.DataFrame, events: tuple[np.ndarray, np.ndarray]) -> pl.D
     return pl.concat([kept, prof.filter(pl.col("ns") > 0)]).collect()
 
 
-def _per_thread(ops_all: pl.DataFrame) -> pl.DataFrame:
-    return ops_all.lazy().select(_BY).drop_nulls().group_by(_BY).len().collect()
+def _per_thread(ops_all: pl.DataFrame) -> pl.LazyFrame:
+    return ops_all.lazy().select(_BY).drop_nulls().group_by(_BY).len()
 
 
 def _threads(ops_all: pl.DataFrame) -> tuple[tuple[int, int], ...]:
@@ -287,7 +287,7 @@ def _thread_order(counts: pl.DataFrame | pl.LazyFrame) -> tuple[tuple[int, int],
 
 def launch_counts(k: pl.DataFrame, copies: pl.DataFrame, launches: pl.DataFrame) -> pl.DataFrame:
     """pid, tid, len: the kernels and copies each thread launched."""
-    return _per_thread(_gpu_ops(k.drop_nulls(["start_ns", "dur_ns"]), copies, launches))
+    return _per_thread(_gpu_ops(k.drop_nulls(["start_ns", "dur_ns"]), copies, launches)).collect()
 
 
 def facts(k: pl.DataFrame, copies: pl.DataFrame, launches: pl.DataFrame,
@@ -315,7 +315,8 @@ def ledger(steps: pl.DataFrame, k: pl.DataFrame, copies: pl.DataFrame, launches:
                       whole.recorded if whole else recorded_threads(ops, frames))
     w0, w1 = st["window_start"].to_numpy(), st["window_end"].to_numpy()
     ids = st["step"].to_numpy()
-    kk = k.drop_nulls(["start_ns", "dur_ns"])
+    nulls = k["start_ns"].null_count() or k["dur_ns"].null_count()
+    kk = k.drop_nulls(["start_ns", "dur_ns"]) if nulls else k  # a query only where one is null
     ops_all = _gpu_ops(kk, copies, launches)
     known = whole or Facts(_component_order(kk), _threads(ops_all),
                            recorded=recorded_threads(ops, frames))
@@ -329,8 +330,7 @@ def ledger(steps: pl.DataFrame, k: pl.DataFrame, copies: pl.DataFrame, launches:
 
     def idle_of_gaps() -> pl.DataFrame:
         g = _neighbours(_gaps(w0, w1, ids, busy), ops_all)
-        return idle_rows(g, ops, frames, launches, main, starts, known.recorded).sort(
-            "step", "start_ns", "cause", "what")
+        return idle_rows(g, ops, frames, launches, main, starts, known.recorded)
 
     # the gaps' causes and the CPU events' times share no result: on two threads
     largest = max(df.height for df in (k, copies, launches, ops, frames))
