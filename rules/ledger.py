@@ -15,6 +15,7 @@ profiler's own cost is named as a caveat.
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 import msgspec
 from msgspec.structs import replace
@@ -39,7 +40,13 @@ from rules.finding import (
 )
 from rules.thresholds import Thresholds
 
+if TYPE_CHECKING:
+    from polars._typing import EngineType
+
 MIN_SHARE = 0.05
+# the engine of a query that was eager steps: polars' default ("auto") picks one per query, at
+# several times the cost of a small query
+_EAGER: EngineType = "in-memory"
 HOST_SIDE = ("host", "launch", "sync", OWN_COST)
 CUDNN_SDPA = (
     "cuDNN builds an execution plan for every new attention shape, so each "
@@ -67,10 +74,10 @@ class Facts(msgspec.Struct, frozen=True):
 def facts(a: Attribution, phase: str) -> Facts:
     """The Facts of `phase` from an attribution."""
     st = steps_in(a, phase).drop_nulls("window_start")
-    k = a.kernels.select("step", "dur_ns", "graph")  # the columns first: no copy of the rest
-    k = k.filter(pl.col("step").is_in(st["step"].implode()))
-    total = num(k["dur_ns"].sum())
-    graph = num(k.filter(pl.col("graph").fill_null(False))["dur_ns"].sum())
+    dur = pl.col("dur_ns")
+    k = a.kernels.lazy().filter(pl.col("step").is_in(pl.lit(st["step"]).implode()))
+    sums = k.select(dur.sum(), dur.filter(pl.col("graph").fill_null(False)).sum().alias("graph"))
+    total, graph = map(num, sums.collect(engine=_EAGER).row(0))  # one query: the columns read only
     replayed = graph / total if total else 0.0
     return Facts(phase, st.height, num(st["step_ms"].mean()), replayed)
 
@@ -211,6 +218,7 @@ def ledger_findings(ledger: pl.DataFrame, f: Facts) -> list[Finding]:
     idle = ledger.filter(~pl.col("cause").is_in(["kernels"]))
     host_side = idle.filter(pl.col("cause").is_in(HOST_SIDE))
     host_share = num(host_side["ms_per_step"].sum()) / f.step_ms
+    # eager: a lazy group-by sums a group's floats in another order (other last bits)
     by_cause = (
         idle.group_by("cause")
         .agg(pl.col("ms_per_step").sum())
@@ -222,8 +230,9 @@ def ledger_findings(ledger: pl.DataFrame, f: Facts) -> list[Finding]:
         if share < MIN_SHARE and not caveat:
             continue
         rows = (
-            idle.filter(pl.col("cause") == cause)
+            idle.lazy().filter(pl.col("cause") == cause)
             .sort("ms_per_step", descending=True)
+            .collect(engine=_EAGER)
         )
         top = LedgerRow(**rows.row(0, named=True))
         shown = [

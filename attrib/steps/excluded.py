@@ -11,6 +11,8 @@ leave them out.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import polars as pl
 
@@ -18,8 +20,14 @@ from attrib.components.patterns import COMPILE_SPANS
 from attrib.reads import Reads
 from attrib.trace import Trace, column
 
+if TYPE_CHECKING:
+    from polars._typing import EngineType
+
 OUTLIER = 3.0
 MIN_STEPS = 4
+# the engine of a query that was eager steps: polars' default ("auto") picks one per query, at
+# several times the cost of a small query
+_EAGER: EngineType = "in-memory"
 
 READS = Reads(ops=(COMPILE_SPANS,), frames=(COMPILE_SPANS,))  # compile and autotune spans
 
@@ -27,19 +35,26 @@ READS = Reads(ops=(COMPILE_SPANS,), frames=(COMPILE_SPANS,))  # compile and auto
 def compile_events(trace: Trace) -> pl.DataFrame:
     """name, start_ns, dur_ns of the ops, CPU annotations and Python frames named in COMPILE_SPANS
     (in that order). The pattern runs once per distinct name: names repeat thousands of times."""
+    return _compile_events(trace).collect(engine=_EAGER)
+
+
+def _compile_events(trace: Trace) -> pl.LazyFrame:
+    """compile_events, lazy (the distinct names matched in one query)."""
     cols = ("name", "start_ns", "dur_ns")
-    parts = [trace.ops.select(cols), trace.markers.filter(pl.col("side") == "cpu").select(cols),
-             trace.frames.select(cols)]
+    parts = [trace.ops.lazy().select(cols),
+             trace.markers.lazy().filter(pl.col("side") == "cpu").select(cols),
+             trace.frames.lazy().select(cols)]
     events = pl.concat(parts)
-    names = events["name"].unique()
-    hit = names.filter(names.str.contains(COMPILE_SPANS).fill_null(False))
-    return events.filter(pl.col("name").is_in(hit.implode()))
+    names = events.select(pl.col("name").unique())
+    hit = names.filter(pl.col("name").str.contains(COMPILE_SPANS)).collect(engine=_EAGER)
+    return events.filter(pl.col("name").is_in(pl.lit(hit.to_series()).implode()))
 
 
 def compile_spans(trace: Trace) -> pl.DataFrame:
     """start_ns, end_ns of every compile/autotune span (ops, CPU annotations, Python frames)."""
-    return compile_events(trace).select(
-        "start_ns", (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns")).sort("start_ns")
+    return _compile_events(trace).select(
+        "start_ns", (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns")
+    ).sort("start_ns").collect(engine=_EAGER)
 
 
 def inside(t: pl.Series, spans: pl.DataFrame) -> pl.Series:
@@ -69,6 +84,6 @@ def mark_excluded(steps: pl.DataFrame, trace: Trace,
     outlier = (enough & (((pl.col("n_kernels") > OUTLIER * med[0])
                           & (pl.col("step_ms") > OUTLIER * med[1]))
                          | (first & (pl.col("step_ms") > OUTLIER * med[1])))).fill_null(False)
-    return steps.with_columns(has_compile.alias("_compile")).with_columns(
-        pl.when(pl.col("_compile")).then(pl.lit("compile")).when(outlier).then(pl.lit("warm-up"))
-        .otherwise(pl.lit(None, pl.Utf8)).alias("excluded")).drop("_compile")
+    return steps.with_columns(
+        pl.when(pl.lit(has_compile)).then(pl.lit("compile")).when(outlier).then(pl.lit("warm-up"))
+        .otherwise(pl.lit(None, pl.Utf8)).alias("excluded"))

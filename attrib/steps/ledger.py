@@ -22,7 +22,7 @@ counted steps and sums to the mean step time.
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import msgspec
 from msgspec import field
@@ -33,6 +33,9 @@ from attrib.threads import both
 from attrib.trace import column, grouped
 from attrib.steps.idle import idle_rows, recorded_threads
 from attrib.steps.spans import complement, covered, merge
+
+if TYPE_CHECKING:
+    from polars._typing import EngineType
 
 # the profiler's own cost (an estimate): a caveat about the measurement, never a cause to fix
 OWN_COST = "profiler"
@@ -45,6 +48,11 @@ PROFILER_NS = {"op": 2_070, "frame": 1_330}
 _BY = ["pid", "tid"]
 STEP_LEDGER = pl.Schema({"step": pl.Int64, "cause": pl.Utf8, "what": pl.Utf8, "ns": pl.Int64,
                          "n": pl.Int64})
+# the engine of a query that was eager steps: polars' default ("auto") picks one per query, at
+# several times the cost of a small query
+_EAGER: EngineType = "in-memory"
+# sorted or not, the starts and ends of a set of intervals
+Spans = tuple[np.ndarray, np.ndarray]
 # an interval's cause and what as categories: 4 bytes a row, not a 16-byte view (1.75 M idle
 # intervals at 8 GB of trace)
 INTERVALS = pl.Schema({"step": pl.Int64(), "cause": pl.Categorical(), "what": pl.Categorical(),
@@ -79,27 +87,29 @@ def _memoized(led: Ledger, kind: str, steps: pl.DataFrame, phase: str,
     return out
 
 
-def _ends(df: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    s = df["start_ns"].to_numpy().astype(np.int64)
-    dur = df["dur_ns"]
-    dur = dur.fill_null(0) if dur.null_count() else dur  # a query only where one is null
-    return s, s + dur.to_numpy().astype(np.int64)
+def _spans_by(df: pl.DataFrame | pl.LazyFrame, key: pl.Expr) -> dict[str, Spans]:
+    """Per value of `key`, its rows' (starts, ends) as int64 arrays: one query (a partition_by
+    is a query a part)."""
+    s = pl.col("start_ns").cast(pl.Int64)
+    e = s + pl.col("dur_ns").fill_null(0).cast(pl.Int64)
+    spans = df.lazy().group_by(key.alias("_key")).agg(s.alias("s"), e.alias("e"))
+    by = spans.collect(engine=_EAGER)
+    return {str(k): (a.to_numpy(), b.to_numpy()) for k, a, b in zip(by["_key"], by["s"], by["e"])}
 
 
 def _busy_rows(
     w0: np.ndarray,
     w1: np.ndarray,
     steps: np.ndarray,
-    groups: list[tuple[str, str, pl.DataFrame]],
-    base: tuple[np.ndarray, np.ndarray],
-) -> tuple[list[pl.DataFrame], tuple[np.ndarray, np.ndarray]]:
-    """Rows of busy time per (cause, what) group, each group given what the union of the earlier
-    ones leaves: covered(union up to it) - covered(union before it). One frame of the groups'
-    rows in their order (none without groups)."""
+    groups: list[tuple[str, str, Spans]],
+    base: Spans,
+) -> tuple[list[pl.DataFrame], Spans]:
+    """Rows of busy time per (cause, what) group of spans (starts, ends), each group given what the
+    union of the earlier ones leaves: covered(union up to it) - covered(union before it). One
+    frame of the groups' rows in their order (none without groups)."""
     (cs, ce), labels, ns, n = base, [], [], []
     prev = covered(w0, w1, cs, ce)
-    for cause, what, df in groups:
-        s, e = _ends(df)
+    for cause, what, (s, e) in groups:
         cs, ce = merge(np.concatenate([cs, s]), np.concatenate([ce, e]))
         cov = covered(w0, w1, cs, ce)
         starts = np.sort(s)
@@ -142,17 +152,10 @@ class Facts(msgspec.Struct, frozen=True):
         return agree and same and seen
 
 
-def _unions(k: pl.DataFrame) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Per component, the union of its kernels' time: sorted disjoint (starts, ends)."""
-    out = {}
-    for (c,), g in k.partition_by("component", as_dict=True).items():
-        out[str(c)] = merge(*_ends(g))
-    return out
-
-
 def _overlapping(k: pl.DataFrame) -> tuple[tuple[str, str], ...]:
     """The pairs of components some of whose kernels run at the same time."""
-    u = _unions(k.select(pl.col("component").fill_null("other"), "start_ns", "dur_ns"))
+    # per component, the union of its kernels' time: sorted disjoint (starts, ends)
+    u = {c: merge(*se) for c, se in _spans_by(k, pl.col("component").fill_null("other")).items()}
     names = sorted(u)
     pairs = []
     for i, a in enumerate(names):
@@ -166,53 +169,50 @@ def _overlapping(k: pl.DataFrame) -> tuple[tuple[str, str], ...]:
 
 
 def _component_order(k: pl.DataFrame) -> tuple[str, ...]:
-    comp = k.select(pl.col("component").fill_null("other"), "dur_ns")
     last = (pl.col("component") == "communication").alias("_last")
-    tot = (comp.group_by("component").agg(pl.col("dur_ns").sum()).with_columns(last)
-           .sort(["_last", "dur_ns", "component"], descending=[False, True, False]))
+    tot = (k.lazy().select(pl.col("component").fill_null("other"), "dur_ns")
+           .group_by("component").agg(pl.col("dur_ns").sum()).with_columns(last)
+           .sort(["_last", "dur_ns", "component"], descending=[False, True, False])
+           .collect(engine=_EAGER))
     return tuple(tot["component"])
 
 
-def _kernel_groups(k: pl.DataFrame, order: tuple[str, ...]) -> list[tuple[str, str, pl.DataFrame]]:
-    comp = k.select(pl.col("component").fill_null("other"), "start_ns", "dur_ns")
-    parts = _parts(comp, "component")  # one query, not a filter a component
-    return [("kernels", c, parts.get(c, comp.clear())) for c in order]
+def _kernel_groups(k: pl.DataFrame, order: tuple[str, ...]) -> list[tuple[str, str, Spans]]:
+    parts = _spans_by(k, pl.col("component").fill_null("other"))  # one query, not one a component
+    none = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+    return [("kernels", c, parts.get(c, none)) for c in order]
 
 
-def _copy_groups(copies: pl.DataFrame) -> list[tuple[str, str, pl.DataFrame]]:
+def _copy_groups(copies: pl.DataFrame) -> list[tuple[str, str, Spans]]:
     parts = [pl.col("kind").fill_null("copy"), pl.col("direction")]
-    what = pl.concat_str(parts, separator=" ", ignore_nulls=True).alias("_what")
-    c = copies.drop_nulls(["start_ns", "dur_ns"]).select(what, "start_ns", "dur_ns")
-    by = _parts(c, "_what")
+    what = pl.concat_str(parts, separator=" ", ignore_nulls=True)
+    by = _spans_by(copies.lazy().drop_nulls(["start_ns", "dur_ns"]), what)
     return [("copy", w, by[w]) for w in sorted(by)]
-
-
-def _parts(df: pl.DataFrame, key: str) -> dict[str, pl.DataFrame]:
-    """The rows of `df` by their `key` value, in their order."""
-    return {str(v): g for (v,), g in df.partition_by(key, as_dict=True, maintain_order=True).items()}
 
 
 def _gpu_ops(k: pl.DataFrame, copies: pl.DataFrame, launches: pl.DataFrame) -> pl.DataFrame:
     """Every kernel and copy: start_ns, end_ns, graph, launch_id and its launch call's start, end
     and thread (launch_ns, launch_end, pid, tid)."""
     end = (pl.col("start_ns") + pl.col("dur_ns").fill_null(0)).alias("launch_end")
-    la = launches.select(pl.col("id").alias("launch_id"), pl.col("start_ns").alias("launch_ns"),
-                         end, "pid", "tid")
-    kk = k.select("start_ns", (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"), "launch_id",
-                  pl.col("graph").fill_null(False)).join(la, on="launch_id", how="left")
     call = (pl.col("id").alias("launch_id"), pl.col("start_ns").alias("launch_ns"), end,
             "pid", "tid")
-    by_corr = (launches.select("correlation", *call)  # the columns first: no copy of the rest
+    # one query: each step lazy, only the columns read go through it
+    la = launches.lazy().select(*call)
+    kk = k.lazy().select("start_ns", (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"),
+                         "launch_id", pl.col("graph").fill_null(False))
+    kk = kk.join(la, on="launch_id", how="left", maintain_order="left")
+    by_corr = (launches.lazy().select("correlation", *call)
                .filter(pl.col("correlation").is_not_null()).unique("correlation"))
-    cc = copies.select("start_ns", "dur_ns", "correlation").drop_nulls(["start_ns", "dur_ns"])
-    cc = cc.join(by_corr, on="correlation", how="left").select(
+    cc = (copies.lazy().select("start_ns", "dur_ns", "correlation")
+          .drop_nulls(["start_ns", "dur_ns"]))
+    cc = cc.join(by_corr, on="correlation", how="left", maintain_order="left").select(
         "start_ns", (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"), "launch_id",
         pl.lit(False).alias("graph"), "launch_ns", "launch_end", "pid", "tid")
     cols = pl.Schema({"start_ns": pl.Int64, "end_ns": pl.Int64, "launch_id": pl.Int64,
                       "graph": pl.Boolean, "launch_ns": pl.Int64, "launch_end": pl.Int64,
                       "pid": pl.Int64, "tid": pl.Int64})
     both = [kk.select(list(cols)).cast(cols), cc.select(list(cols)).cast(cols)]
-    return pl.concat(both).sort("start_ns")
+    return pl.concat(both).sort("start_ns").collect(engine=_EAGER)
 
 
 def _gaps(
@@ -232,7 +232,7 @@ def _gaps(
 def _neighbours(gaps: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
     """Each gap with the GPU op that ends it (`n_*`: the first op starting at or after its end) and
     whether the op before it belongs to the same graph launch (an intra-graph gap)."""
-    nxt = ops.select(
+    nxt = ops.lazy().select(
         pl.col("start_ns").alias("b"),
         pl.col("launch_ns").alias("n_launch"),
         pl.col("launch_end").alias("n_launch_end"),
@@ -241,13 +241,15 @@ def _neighbours(gaps: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
         pl.col("graph").alias("n_graph"),
         pl.col("launch_id").alias("n_lid"),
     )
-    prv = ops.sort("end_ns").select(pl.col("end_ns").alias("a"), pl.col("graph").alias("p_graph"),
-                                    pl.col("launch_id").alias("p_lid"))
-    g = gaps.sort("b").join_asof(nxt.sort("b"), on="b", strategy="forward")
+    prv = ops.lazy().sort("end_ns").select(
+        pl.col("end_ns").alias("a"), pl.col("graph").alias("p_graph"),
+        pl.col("launch_id").alias("p_lid"))
+    g = gaps.lazy().sort("b").join_asof(nxt.sort("b"), on="b", strategy="forward")
     g = g.sort("a").join_asof(prv, on="a", strategy="backward")
     graphs = pl.col("n_graph").fill_null(False) & pl.col("p_graph").fill_null(False)
     same = graphs & (pl.col("n_lid") == pl.col("p_lid"))
-    return g.with_columns(same.fill_null(False).alias("in_graph")).sort("step", "a")
+    g = g.with_columns(same.fill_null(False).alias("in_graph")).sort("step", "a")
+    return g.collect(engine=_EAGER)
 
 
 def _event_times(trace_tables: tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame],
@@ -255,10 +257,12 @@ def _event_times(trace_tables: tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame],
     """Sorted start times of the CPU events (ops and runtime calls; Python frames) on the
     launching threads."""
     ops, frames, launches = trace_tables
-    def on(df: pl.DataFrame) -> np.ndarray:
-        return np.sort(df.join(threads, on=_BY, how="semi")["start_ns"].drop_nulls().to_numpy())
-    calls = pl.concat([ops.select("start_ns", *_BY), launches.select("start_ns", *_BY)])
-    return on(calls), on(frames.select("start_ns", *_BY))
+    def on(*tables: pl.DataFrame) -> np.ndarray:
+        rows = pl.concat([t.lazy().select("start_ns", *_BY) for t in tables])
+        mine = rows.join(threads.lazy(), on=_BY, how="semi")
+        times = mine.select(pl.col("start_ns").drop_nulls()).collect(engine=_EAGER).to_series()
+        return np.sort(times.to_numpy())
+    return on(ops, launches), on(frames)
 
 
 def _profiler(rows: pl.DataFrame, events: tuple[np.ndarray, np.ndarray]) -> pl.DataFrame:
@@ -267,33 +271,33 @@ def _profiler(rows: pl.DataFrame, events: tuple[np.ndarray, np.ndarray]) -> pl.D
     a, b = rows["start_ns"].to_numpy(), rows["end_ns"].to_numpy()
     n_op = np.searchsorted(events[0], b) - np.searchsorted(events[0], a)
     n_fr = np.searchsorted(events[1], b) - np.searchsorted(events[1], a)
-    carve = (rows["cause"].is_in(["host", "launch"])).to_numpy()
+    carve = ((rows["cause"] == "host") | (rows["cause"] == "launch")).to_numpy()
     cost = n_op * PROFILER_NS["op"] + n_fr * PROFILER_NS["frame"]
     est = np.where(carve, np.minimum(cost, rows["ns"].to_numpy()), 0)
-    kept = rows.with_columns((pl.col("ns") - column("ns", est)).alias("ns"))
-    prof = rows.select("step", pl.lit(OWN_COST).alias("cause"),
-                       pl.lit("estimate: CPU events x measured cost per event").alias("what"),
-                       "start_ns", "end_ns", column("ns", est, pl.Int64))
-    prof = prof.filter(pl.col("ns") > 0)
-    return pl.concat([kept, prof])
+    kept = rows.lazy().with_columns((pl.col("ns") - column("ns", est)).alias("ns"))
+    what = pl.lit("estimate: CPU events x measured cost per event").alias("what")
+    prof = rows.lazy().select("step", pl.lit(OWN_COST).alias("cause"), what,
+                              "start_ns", "end_ns", column("ns", est, pl.Int64))
+    return pl.concat([kept, prof.filter(pl.col("ns") > 0)]).collect(engine=_EAGER)
 
 
-def _per_thread(ops_all: pl.DataFrame) -> pl.DataFrame:
-    return ops_all.select(_BY).drop_nulls().group_by(_BY).len()
+def _per_thread(ops_all: pl.DataFrame) -> pl.LazyFrame:
+    return ops_all.lazy().select(_BY).drop_nulls().group_by(_BY).len()
 
 
 def _threads(ops_all: pl.DataFrame) -> tuple[tuple[int, int], ...]:
     return _thread_order(_per_thread(ops_all))
 
 
-def _thread_order(counts: pl.DataFrame) -> tuple[tuple[int, int], ...]:
-    ranked = counts.sort(["len", *_BY], descending=[True, False, False])  # ties: lowest id
-    return tuple((int(p), int(t)) for p, t in ranked.select(_BY).iter_rows())
+def _thread_order(counts: pl.DataFrame | pl.LazyFrame) -> tuple[tuple[int, int], ...]:
+    ranked = counts.lazy().sort(["len", *_BY], descending=[True, False, False])  # ties: lowest id
+    return tuple((int(p), int(t)) for p, t in ranked.collect(engine=_EAGER)[_BY].iter_rows())
 
 
 def launch_counts(k: pl.DataFrame, copies: pl.DataFrame, launches: pl.DataFrame) -> pl.DataFrame:
     """pid, tid, len: the kernels and copies each thread launched."""
-    return _per_thread(_gpu_ops(k.drop_nulls(["start_ns", "dur_ns"]), copies, launches))
+    ops = _gpu_ops(k.drop_nulls(["start_ns", "dur_ns"]), copies, launches)
+    return _per_thread(ops).collect(engine=_EAGER)
 
 
 def facts(k: pl.DataFrame, copies: pl.DataFrame, launches: pl.DataFrame,
@@ -306,7 +310,7 @@ def facts(k: pl.DataFrame, copies: pl.DataFrame, launches: pl.DataFrame,
     if counts is None:
         threads = _threads(_gpu_ops(kk, copies, launches))
     else:
-        threads = _thread_order(counts.group_by(_BY).agg(pl.col("len").sum()))
+        threads = _thread_order(counts.lazy().group_by(_BY).agg(pl.col("len").sum()))
     return Facts(_component_order(kk), threads, _overlapping(kk), recorded)
 
 
@@ -315,13 +319,15 @@ def ledger(steps: pl.DataFrame, k: pl.DataFrame, copies: pl.DataFrame, launches:
     """The ledger of every step with a window (see the module docstring). k: kernels with
     start_ns, dur_ns, component, launch_id, graph. whole: the Facts of the whole trace when
     these tables are a part of it (by default, their own)."""
-    st = steps.drop_nulls(["window_start", "window_end"]).sort("window_start")
+    st = (steps.lazy().drop_nulls(["window_start", "window_end"]).sort("window_start")
+          .collect(engine=_EAGER))
     if st.height == 0:
         return Ledger(pl.DataFrame(schema=STEP_LEDGER), pl.DataFrame(schema=INTERVALS),
                       whole.recorded if whole else recorded_threads(ops, frames))
     w0, w1 = st["window_start"].to_numpy(), st["window_end"].to_numpy()
     ids = st["step"].to_numpy()
-    kk = k.drop_nulls(["start_ns", "dur_ns"])
+    nulls = k["start_ns"].null_count() or k["dur_ns"].null_count()
+    kk = k.drop_nulls(["start_ns", "dur_ns"]) if nulls else k  # a query only where one is null
     ops_all = _gpu_ops(kk, copies, launches)
     known = whole or Facts(_component_order(kk), _threads(ops_all),
                            recorded=recorded_threads(ops, frames))
@@ -331,29 +337,29 @@ def ledger(steps: pl.DataFrame, k: pl.DataFrame, copies: pl.DataFrame, launches:
     threads = pl.DataFrame(list(known.threads), schema={"pid": pl.Int64, "tid": pl.Int64},
                            orient="row")
     main = known.threads[0] if known.threads else (None, None)
-    starts = pl.DataFrame([column("step", ids), column("w0", w0)]).cast(pl.Int64)
+    starts = pl.DataFrame([column("step", ids, pl.Int64), column("w0", w0, pl.Int64)])
 
     def idle_of_gaps() -> pl.DataFrame:
         g = _neighbours(_gaps(w0, w1, ids, busy), ops_all)
-        return idle_rows(g, ops, frames, launches, main, starts, known.recorded).sort(
-            "step", "start_ns", "cause", "what")
+        return idle_rows(g, ops, frames, launches, main, starts, known.recorded)
 
     # the gaps' causes and the CPU events' times share no result: on two threads
     largest = max(df.height for df in (k, copies, launches, ops, frames))
     idle, events = both(idle_of_gaps, lambda: _event_times((ops, frames, launches), threads),
                         rows=largest)
     idle = _profiler(idle, events)
-    gap_rows = idle.group_by("step", "cause", "what").agg(
+    gap_rows = idle.lazy().group_by("step", "cause", "what").agg(
         pl.col("ns").sum(), pl.len().cast(pl.Int64).alias("n")
     )
-    per_step = pl.concat([*krows, *crows, gap_rows.select(list(STEP_LEDGER))]).cast(STEP_LEDGER)
-    per_step = per_step.filter(pl.col("ns") > 0).sort(
+    per_step = [*(r.lazy() for r in krows + crows), gap_rows.select(list(STEP_LEDGER))]
+    per_step_ = pl.concat(per_step).cast(STEP_LEDGER).filter(pl.col("ns") > 0).sort(
         "step", "ns", "cause", "what", descending=[False, True, False, False])
-    intervals = idle.filter(pl.col("cause") != OWN_COST).select(list(INTERVALS))
-    return Ledger(per_step, intervals.cast(INTERVALS), known.recorded)
+    intervals = idle.lazy().filter(pl.col("cause") != OWN_COST).select(list(INTERVALS))
+    return Ledger(per_step_.collect(engine=_EAGER),
+                  intervals.cast(INTERVALS).collect(engine=_EAGER), known.recorded)
 
 
-def _ranked(rows: pl.DataFrame) -> pl.DataFrame:
+def _ranked(rows: pl.LazyFrame) -> pl.LazyFrame:
     """Largest first; equal times by cause and what (group_by's order is arbitrary: sorted by
     time alone, tied rows changed order from run to run)."""
     return rows.sort(["ms_per_step", "cause", "what"], descending=[True, False, False])
@@ -365,22 +371,25 @@ def _counted(steps: pl.DataFrame, phase: str) -> pl.DataFrame:
                         & pl.col("window_start").is_not_null())
 
 
-def _median_gaps(intervals: pl.DataFrame, mine: pl.DataFrame,
-                 pairs: pl.DataFrame) -> pl.DataFrame:
-    """cause, what, median_us: the median interval of each (cause, what) of `pairs` over the
+def _median_gaps(intervals: pl.DataFrame, mine: pl.Series,
+                 rows: pl.DataFrame) -> pl.DataFrame:
+    """cause, what, median_us: the median interval of each (cause, what) of `rows` over the
     steps `mine`, each a filter of the intervals in one query (a group-by of them all copies
     every row; a pair with a null key never joins)."""
-    pairs = pairs.drop_nulls()
-    counted = pl.col("step").is_in(mine["step"].implode())
+    pairs = [(c, w) for c, w in rows[["cause", "what"]].iter_rows() if c is not None
+             and w is not None]
+    counted = pl.col("step").is_in(pl.lit(mine).implode())
 
     def median_us(cause: str, what: str) -> pl.Expr:
         rows = counted & (pl.col("cause") == cause) & (pl.col("what") == what)
         gap = pl.col("end_ns").filter(rows) - pl.col("start_ns").filter(rows)
         return gap.median() / 1e3
 
-    medians = [median_us(c, w).alias(str(i)) for i, (c, w) in enumerate(pairs.iter_rows())]
+    medians = [median_us(c, w).alias(str(i)) for i, (c, w) in enumerate(pairs)]
     values = intervals.select(medians).row(0) if medians else ()
-    return pairs.with_columns(pl.Series("median_us", values, dtype=pl.Float64))
+    return pl.DataFrame({"cause": [c for c, _ in pairs], "what": [w for _, w in pairs],
+                         "median_us": values},
+                        schema={"cause": pl.Utf8, "what": pl.Utf8, "median_us": pl.Float64})
 
 
 def phase_ledger(led: Ledger, steps: pl.DataFrame, phase: str) -> pl.DataFrame:
@@ -399,14 +408,14 @@ def _phase_ledger(led: Ledger, steps: pl.DataFrame, phase: str) -> pl.DataFrame:
     if n == 0:
         return pl.DataFrame(schema=schema)
     mean_ms = float((counted["window_end"] - counted["window_start"]).sum()) / n / 1e6
-    mine = counted.select("step")
-    rows = grouped(led.steps.join(mine, on="step", how="semi"), ["cause", "what"],
+    mine = counted["step"]
+    rows = grouped(led.steps.join(mine.to_frame(), on="step", how="semi"), ["cause", "what"],
                    (pl.col("ns").sum() / n / 1e6).alias("ms_per_step"),
                    (pl.col("n").sum() / n).alias("n_per_step"), any_order=True)
-    med = _median_gaps(led.intervals, mine, rows.select("cause", "what"))
-    out = rows.join(med, on=["cause", "what"], how="left").with_columns(
+    med = _median_gaps(led.intervals, mine, rows)
+    out = rows.lazy().join(med.lazy(), on=["cause", "what"], how="left").with_columns(
         (pl.col("ms_per_step") / mean_ms if mean_ms else pl.lit(None, pl.Float64)).alias("share"))
-    return _ranked(out.select(list(schema)).cast(schema))
+    return _ranked(out.select(list(schema)).cast(schema)).collect(engine=_EAGER)
 
 
 def median_gap_us(led: Ledger | None, steps: pl.DataFrame, phase: str) -> float | None:
@@ -414,6 +423,7 @@ def median_gap_us(led: Ledger | None, steps: pl.DataFrame, phase: str) -> float 
     without."""
     if led is None:
         return None
-    rows = phase_ledger(led, steps, phase).filter(pl.col("what") == "between launches")
-    v = rows["median_us"][0] if rows.height else None
+    rows = phase_ledger(led, steps, phase)
+    gaps = rows["median_us"].filter(rows["what"] == "between launches")
+    v = gaps[0] if gaps.len() else None
     return None if v is None else round(float(v), 2)
