@@ -7,7 +7,6 @@ import polars as pl
 
 from attrib.analysis.model import Analysis
 from attrib.pipeline import Attribution
-from attrib.trace import engine
 from rules.finding import DECODE_LIKE, Finding, counted_steps, kernels_in, ns, num, r
 from rules.thresholds import Thresholds
 
@@ -25,11 +24,11 @@ def _in_windows(a: Attribution, phase: str) -> pl.DataFrame:
          .drop_nulls().sort("window_start").collect(engine="in-memory"))
     copies = a.trace.copies
     c = (copies.lazy().filter(pl.col("kind") == "memcpy").sort("start_ns")
-         .collect(engine=engine(copies.height)))
+         .collect(engine="in-memory"))
     if not s.height or not c.height:
         return c.clear().with_columns(pl.lit(None, pl.Int64).alias("step"))
     return (c.lazy().join_asof(s.lazy(), left_on="start_ns", right_on="window_start")
-            .filter(pl.col("start_ns") < pl.col("window_end")).collect(engine=engine(c.height)))
+            .filter(pl.col("start_ns") < pl.col("window_end")).collect(engine="in-memory"))
 
 
 def host_copies_in_decode(a: Attribution, an: Analysis, th: Thresholds) -> list[Finding]:

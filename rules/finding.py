@@ -111,7 +111,7 @@ def _rows(k: pl.DataFrame, steps: pl.LazyFrame | None, where: pl.Expr | None,
         kept = kept if where is None else kept.filter(where)
         return kept.select(columns).collect(engine=engine(k.height))
     at = (_in(k.lazy().with_row_index("_at"), steps).select(list(dict.fromkeys(["_at", *read])))
-          .collect(engine=engine(k.height)))
+          .collect(engine="in-memory"))
     return k.select(columns)[at.filter(as_text(at.select(read)).select(where).to_series())["_at"]]
 
 
@@ -140,7 +140,7 @@ def distinct(a: Attribution, column: str) -> pl.Series:
 def kernel_ns(a: Attribution, phase: str | None = None) -> float:
     """The summed `dur_ns` of kernels_in(a, phase), without copying them."""
     kept = kernels_lazy(a, phase).select(pl.col("dur_ns").sum())
-    return num(kept.collect(engine=engine(a.kernels.height)).item())
+    return num(kept.collect(engine="in-memory").item())
 
 
 def kernels_lazy(a: Attribution, phase: str | None = None) -> pl.LazyFrame:

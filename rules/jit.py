@@ -11,7 +11,6 @@ from attrib.components.patterns import NOT_TRITON, TENSILE, TRITON_NAME
 from attrib.analysis.model import Analysis
 from attrib.pipeline import Attribution
 from attrib.steps.excluded import compile_events
-from attrib.trace import engine
 from rules.finding import Finding, kernels_where, ns, num, r
 from rules.intervals import covered, merge, spans, total
 from rules.thresholds import Thresholds
@@ -81,7 +80,7 @@ def compile_in_window(a: Attribution, an: Analysis, th: Thresholds) -> list[Find
             & (pl.col("first") > th.first_call_ratio * pl.col("median"))
         )
         .sort("first", descending=True)
-        .collect(engine=engine(k.height))  # one query
+        .collect(engine="in-memory")  # one query
     )
     per = _per_step_compile(a, sp) if sp.height else pl.DataFrame()
     odd = _odd_steps(a, th)
@@ -189,7 +188,7 @@ def tunableop_in_window(a: Attribution, an: Analysis, th: Thresholds) -> list[Fi
             )
             .filter(pl.col("variants") >= th.tunableop_variants)
             .sort("variants", descending=True)
-            .collect(engine=engine(a.trace.ops.height))
+            .collect(engine="in-memory")
         )
     if not (enabled and tuning) and not sweep.height:
         return []

@@ -9,7 +9,6 @@ import polars as pl
 from attrib.analysis.model import Analysis
 from attrib.pipeline import Attribution
 from attrib.steps.ledger import median_gap_us, phase_ledger
-from attrib.trace import engine
 from rules.finding import DECODE_LIKE, Finding, kernels_lazy, num, r
 from rules.thresholds import Thresholds
 
@@ -37,7 +36,7 @@ def _per_step(a: Attribution, phase: str) -> pl.DataFrame:
         pl.col("launch_id").drop_nulls().n_unique().alias("launches"),
         pl.when(replayed).then(dur).otherwise(0).sum().alias("graph_ns"),  # (no filtered copy)
         pl.when(with_op).then(dur).otherwise(0).sum().alias("graph_op_ns"),
-        dur.sum().alias("ns")).collect(engine=engine(a.kernels.height))  # one query
+        dur.sum().alias("ns")).collect(engine="in-memory")  # one query
 
 
 def launch_gap_ms(a: Attribution, phase: str) -> float:

@@ -188,7 +188,7 @@ def _step_ledgers(led: Ledger | None, steps: pl.DataFrame,
     rows = (led.steps.lazy().join(widths, on="step")
             # equal times by cause, what: a stable order
             .sort("step", "ns", "cause", "what", descending=[False, True, False, False])
-            .collect(engine=engine(led.steps.height)))
+            .collect(engine="in-memory"))
     by_step: dict[int, list[LedgerRow]] = {}
     for r in rows.iter_rows(named=True):
         share = r["ns"] / r["w"] if r["w"] else None
@@ -408,7 +408,7 @@ def _coverage(a: Attribution, phases: tuple[Phase, ...]) -> Coverage:
     sums = (a.kernels.lazy().join(counted.select("step"), on="step", how="semi")
             .select(pl.col("dur_ns").filter(pl.col("component") != "other").sum().alias("attr"),
                     pl.col("dur_ns").sum().alias("all"))
-            .collect(engine=engine(a.kernels.height)))
+            .collect(engine="in-memory"))
     attributed, step_ns = _num(sums["attr"].item()), _num(sums["all"].item())
     # the same figure as the phase lines: priced time whose bytes count, over the phases' time
     known_ms = sum(p.known_ms for p in phases)

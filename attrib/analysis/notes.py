@@ -11,7 +11,6 @@ import polars as pl
 
 from attrib.cost.registry import model_for
 from attrib.roofline.tables import MIN_KNOWN
-from attrib.trace import engine
 
 if TYPE_CHECKING:
     from attrib.analysis.model import Phase
@@ -112,7 +111,7 @@ def unpriced_ops(k: pl.DataFrame) -> list[str]:
             .with_columns((pl.col("dur_ns") / pl.col("_t")).alias("share"))
             .filter(pl.col("share") >= UNPRICED_SHARE)
             .sort(["phase", "share", "op"], descending=[False, True, False])
-            .select("phase", "op", "share").collect(engine=engine(k.height)))
+            .select("phase", "op", "share").collect(engine="in-memory"))
     out = []
     for phase, op, share in none.iter_rows():
         why = ("no cost model for it" if model_for(op) is None else

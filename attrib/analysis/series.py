@@ -12,7 +12,7 @@ import numpy as np
 import polars as pl
 
 from attrib.analysis.model import StepSeries
-from attrib.trace import engine, grouped_plan
+from attrib.trace import grouped_plan
 from attrib.steps.spans import merge
 
 BUSY_GAP_MS = 0.02  # kernel gaps shorter than this join in the timeline's busy spans (20 us)
@@ -36,7 +36,7 @@ def _busy(k: pl.DataFrame, steps: list[int], t0_ns: int,
     under gap_ms closed."""
     k = (k.lazy().select("step", "start_ns", "dur_ns").filter(pl.col("step").is_not_null())
          .sort("step")  # each step's kernels one slice of three arrays (not a frame a step)
-         .collect(engine=engine(k.height)))
+         .collect(engine="in-memory"))
     ids = k["step"].to_numpy()
     starts = k["start_ns"].to_numpy().astype(np.int64)
     ends = starts + k["dur_ns"].to_numpy().astype(np.int64)

@@ -13,7 +13,7 @@ import polars as pl
 
 from attrib.link.nesting import innermost, parents
 from attrib.threads import both
-from attrib.trace import SMALL_ROWS, Trace, engine
+from attrib.trace import SMALL_ROWS, Trace
 
 KERNEL_LAUNCH = (r"(?i)(launchkernel|launchcooperativekernel|graphlaunch|modulelaunchkernel"
                  r"|cuLaunch)")
@@ -43,7 +43,7 @@ def module_paths(frames: pl.DataFrame) -> pl.DataFrame:
     names)."""
     mods = (frames.lazy().filter(pl.col("name").str.starts_with("nn.Module: "))
             .with_columns(pl.col("name").str.extract(_MODULE).alias("inst"))
-            .collect(engine=engine(frames.height)))
+            .collect(engine="in-memory"))
     if mods.height == 0:
         return mods.select("id", "start_ns", "dur_ns", *_BY, pl.lit("").alias("module"),
                            pl.lit("").alias("module_path"))
@@ -53,7 +53,7 @@ def module_paths(frames: pl.DataFrame) -> pl.DataFrame:
     return (mods.lazy().join(walked(mods).lazy(), on="id", how="left")
             .select("id", "start_ns", "dur_ns", *_BY,
                     pl.col("inst").str.replace(r"_\d+$", "").alias("module"), "module_path")
-            .collect(engine=engine(mods.height)))
+            .collect(engine="in-memory"))
 
 
 def _joined(mods: pl.DataFrame) -> pl.DataFrame:
@@ -103,7 +103,7 @@ def launch_points(k: pl.DataFrame) -> pl.DataFrame:
     return launched.select(
         pl.col("id").alias("pid_"), pl.col("launch_ns").alias("t_ns"),
         pl.col("launch_pid").alias("pid"), pl.col("launch_tid").alias("tid"),
-    ).collect(engine=engine(k.height))
+    ).collect(engine="in-memory")
 
 
 def _ops_by_ext(ops: pl.DataFrame) -> pl.LazyFrame:
@@ -119,7 +119,7 @@ def link(trace: Trace) -> pl.DataFrame:
                       pl.when(~pl.col("graph")).then(pl.col("launch_ext")))
     op_of_ext = _ops_by_ext(trace.ops).rename({"external_id": "ext"})
     k = (_launch_of(trace).with_columns(ext.alias("ext")).join(op_of_ext, on="ext", how="left")
-         .collect(engine=engine(trace.largest())))
+         .collect(engine="in-memory"))
     pts = launch_points(k)
 
     def op_by_time() -> pl.DataFrame:
@@ -143,4 +143,4 @@ def link(trace: Trace) -> pl.DataFrame:
     out = joined.select("id", "launch_id", "launch_name", "graph",
                         pl.coalesce("op_ext", "op_time").alias("op_id"), how.alias("link"),
                         "module", "module_path", "module_ns")
-    return out.collect(engine=engine(k.height))
+    return out.collect(engine="in-memory")

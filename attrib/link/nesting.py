@@ -12,7 +12,6 @@ from typing import cast
 
 import polars as pl
 
-from attrib.trace import engine
 
 
 def _stream(intervals: pl.DataFrame, points: pl.DataFrame | None, by: list[str]) -> pl.DataFrame:
@@ -106,7 +105,7 @@ def _walk(intervals: pl.DataFrame, points: pl.DataFrame | None, by: list[str]
     delta = pl.when(row < n).then(pl.lit(1)).when(row < 2 * n).then(pl.lit(-1)).otherwise(pl.lit(0))
     walked = (rows.lazy().sort("one", maintain_order=True)
               .select("row", (delta.cum_sum() - 1).alias("depth"))
-              .collect(engine=engine(rows.height)))
+              .collect(engine="in-memory"))
     del rows
     return groups, keys, walked["row"], walked["depth"]
 
@@ -149,7 +148,7 @@ def start_order(intervals: pl.DataFrame, by: list[str]) -> tuple[pl.Series, pl.S
     before = pl.lit(ends).search_sorted(pl.col("one"), side="left").cast(pl.Int64)
     depth = (pl.int_range(n, dtype=pl.Int64) - before).cast(pl.Int32)
     starts = (starts.lazy().sort("one", maintain_order=True)
-              .select("row", depth.alias("depth")).collect(engine=engine(n)))
+              .select("row", depth.alias("depth")).collect(engine="in-memory"))
     return starts["row"], starts["depth"]
 
 
@@ -193,7 +192,7 @@ def parents(intervals: pl.DataFrame, by: list[str]) -> pl.DataFrame:
     out = lv.join_asof(up, on="key", by=[*by, "depth"], strategy="backward",
                        allow_exact_matches=False, check_sortedness=False)
     out = out.select(pl.col("iid").alias("id"), "depth", "parent")
-    return out.collect(engine=engine(intervals.height))
+    return out.collect(engine="in-memory")
 
 
 def innermost(intervals: pl.DataFrame, points: pl.DataFrame, by: list[str]) -> pl.DataFrame:
@@ -212,4 +211,4 @@ def innermost(intervals: pl.DataFrame, points: pl.DataFrame, by: list[str]) -> p
     out = pts.lazy().join_asof(lv.lazy(), on="key", by=[*by, "depth"], strategy="backward",
                                check_sortedness=False)
     inner = pl.when(pl.col("depth") >= 0).then(pl.col("iid")).alias("inner")
-    return out.select("pid_", inner).collect(engine=engine(points.height))
+    return out.select("pid_", inner).collect(engine="in-memory")

@@ -29,7 +29,7 @@ def dtype_peaks(df: pl.DataFrame, arch: Arch | None) -> pl.DataFrame:
     """Per distinct (dtype, `unit` where a column: matrix | vector) of `df`'s rows, as text in
     `_KEYS`' columns: `_peak`, the datasheet TFLOP/s no kernel can pass, and `_roof`, the
     TFLOP/s its FLOPs are priced at (the calibrated figure where measured, else the peak)."""
-    uniq = df.lazy().select(_keys(df)).unique().collect(engine=engine(df.height))
+    uniq = df.lazy().select(_keys(df)).unique().collect(engine="in-memory")
     pairs = [(d, u or "matrix") for d, u in uniq.iter_rows()]
     peaks = [arch.peak_tflops(d, u) if (arch and d) else None for d, u in pairs]
     roofs = [arch.compute_roof(d, u) if (arch and d) else None for d, u in pairs]

@@ -14,7 +14,6 @@ import polars as pl
 from attrib.components.taxonomy import LINK_COMPONENTS
 from attrib.roofline.arch import Arch
 from attrib.roofline.model import dtype_peaks, phase_ceiling, roofline
-from attrib.trace import engine
 
 
 MIN_KNOWN = 0.5  # share of a phase's kernel time that must be priced for per-step bytes to be given
@@ -36,7 +35,7 @@ def roofline_rows(comp: pl.DataFrame, arch: Arch | None, what_if: bool = False) 
     return (rows.with_columns(partial.fill_null(False).alias("partial")).with_columns(
         *[pl.when(pl.col("partial")).then(None).otherwise(pl.col(c)).alias(c)
           for c in ("achieved_gbs", "achieved_tflops", "gap_ms")])
-        .collect(engine=engine(comp.height)))
+        .collect(engine="in-memory"))
 
 
 def counted(comp: pl.DataFrame, what_if: bool = False) -> pl.Expr:

@@ -14,7 +14,6 @@ import polars as pl
 from attrib.components.patterns import SDPA, SDPA_ARGS, SDPA_CPU_FLASH
 from attrib.reads import Reads
 from attrib.steps.phases import vllm_sums
-from attrib.trace import engine
 
 # Ops whose input 1 is K laid out [batch, kv_heads, positions, head_dim]: positions = dims[1][-2].
 # (the public op and its backends' aten::_scaled_dot_product_* ops, the math fallback aside)
@@ -50,7 +49,7 @@ def from_shapes(ops: pl.DataFrame | None, steps: pl.DataFrame) -> pl.DataFrame:
            .join_asof(win, left_on="start_ns", right_on="cpu_start", strategy="backward")
            .filter(pl.col("start_ns") < pl.col("cpu_end")))
     median = pl.col("context").median().round(0).cast(pl.Int64)
-    return hit.group_by("step").agg(median).collect(engine=engine(att.height))
+    return hit.group_by("step").agg(median).collect(engine="in-memory")
 
 
 def from_annotation(steps: pl.DataFrame) -> pl.DataFrame:
@@ -75,7 +74,7 @@ def from_provenance(steps: pl.DataFrame, provenance: dict[str, Any]) -> pl.DataF
     s = s.with_columns(pl.when(pl.col("phase") == "decode")
                        .then(pl.lit(base) + pl.col("phase").eq("decode").cum_sum().over("_gen"))
                        .otherwise(pl.lit(base)).cast(pl.Int64).alias("context"))
-    return s.select("step", "context").collect(engine=engine(steps.height))
+    return s.select("step", "context").collect(engine="in-memory")
 
 
 def step_context(steps: pl.DataFrame, ops: pl.DataFrame | None,
@@ -94,4 +93,4 @@ def step_context(steps: pl.DataFrame, ops: pl.DataFrame | None,
             .otherwise(pl.col("context_from")).alias("context_from"),
             pl.coalesce("context", "_c").alias("context"))
         out = out.drop("_c")
-    return out.collect(engine=engine(steps.height))
+    return out.collect(engine="in-memory")

@@ -30,7 +30,7 @@ from attrib.steps.passes import GPU_PIECE, gpu_forward_starts
 from attrib.steps.periodic import split_tokens
 from attrib.steps.speculative import mark_roles
 from attrib.steps.tokens import COMPILED_PIECE
-from attrib.trace import STEP_NAME, Trace, dims_text, engine, input_dims
+from attrib.trace import STEP_NAME, Trace, dims_text, input_dims
 
 TOKEN_PHASES = ("decode", "mixed")  # phases whose steps generate tokens
 PHASE_ORDER = {"prefill": 0, "mixed": 1, "decode": 2}  # the order phases are reported in
@@ -125,7 +125,7 @@ def _spans(trace: Trace, phase_map: dict[str, str]) -> pl.DataFrame:
     sel = mk.lazy().filter(pl.col("name").is_in(step_names))
     cpu = sel.filter(pl.col("side") == "cpu").select(
         pl.col("name").alias("marker"), "external_id", pl.col("start_ns").alias("cpu_start"),
-        (pl.col("start_ns") + pl.col("dur_ns")).alias("cpu_end")).collect(engine=engine(mk.height))
+        (pl.col("start_ns") + pl.col("dur_ns")).alias("cpu_end")).collect(engine="in-memory")
     # one GPU projection per annotation: a range projected on several streams is their hull
     g = sel.filter(pl.col("side") == "gpu").select(
         "external_id", pl.col("name").alias("gname"), pl.col("start_ns").alias("gpu_start"),
@@ -141,7 +141,7 @@ def _spans(trace: Trace, phase_map: dict[str, str]) -> pl.DataFrame:
             pl.col("gpu_start").alias("cpu_start"), pl.col("gpu_end").alias("cpu_end"))
     spans = spans.join(info.lazy(), on="marker", how="left").sort("cpu_start")
     return (spans.with_row_index("step").select(list(STEP_COLS)).cast(STEP_COLS)
-            .collect(engine=engine(mk.height)))
+            .collect(engine="in-memory"))
 
 
 def annotated_spans(trace: Trace, phase_map: dict[str, str] | None = None) -> pl.DataFrame:
@@ -160,7 +160,7 @@ def _forward_spans(trace: Trace) -> pl.DataFrame:
         gpu.lazy().select(
             pl.col("t").alias("start_ns"),
             pl.format("forward {}{}", pl.int_range(pl.len()), pl.lit(GPU_PIECE)).alias("marker")),
-    ]).sort("start_ns", maintain_order=True).collect(engine=engine(trace.ops.height))
+    ]).sort("start_ns", maintain_order=True).collect(engine="in-memory")
     if emb.height == 0:
         return pl.DataFrame(schema=STEP_COLS)
     # the last forward pass runs to the end of the host's last op (or call of a thread without
@@ -174,7 +174,7 @@ def _forward_spans(trace: Trace) -> pl.DataFrame:
         pl.lit(None, pl.Utf8).alias("tokens_from"), "marker",
         pl.col("start_ns").alias("cpu_start"), nxt.alias("cpu_end"),
         pl.lit(None, pl.Int64).alias("gpu_start"), pl.lit(None, pl.Int64).alias("gpu_end"))
-        .cast(STEP_COLS).collect(engine=engine(emb.height)))
+        .cast(STEP_COLS).collect(engine="in-memory"))
 
 
 def _token_lookups(ops: Frame) -> Frame:
@@ -194,17 +194,17 @@ def _launching_embeddings(trace: Trace, compiling: pl.DataFrame) -> pl.DataFrame
     launches, one that launched GPU work (its gather kernel)."""
     ops = trace.ops.filter(pl.col("name") == "aten::embedding")
     traced = inside(ops["start_ns"], compiling)
-    ops = _token_lookups(ops.lazy().filter(~traced)).collect(engine=engine(ops.height))
+    ops = _token_lookups(ops.lazy().filter(~traced)).collect(engine="in-memory")
     pts = (trace.launches.lazy().filter(pl.col("name").str.contains(KERNEL_LAUNCH))
            .select(pl.col("id").alias("pid_"), pl.col("start_ns").alias("t_ns"), "pid", "tid")
-           .collect(engine=engine(trace.launches.height)))
+           .collect(engine="in-memory"))
     lookups = ops.lazy()
     if pts.height:
         hit = innermost(ops[["id", "start_ns", "dur_ns", "pid", "tid"]], pts, ["pid", "tid"])
         launched = hit.lazy().drop_nulls("inner").select(pl.col("inner").alias("id")).unique()
         lookups = lookups.join(launched, on="id", how="semi")
     t = lookups.select(pl.col("start_ns").alias("t")).sort("t")
-    return t.collect(engine=engine(ops.height))
+    return t.collect(engine="in-memory")
 
 
 def _compiled_calls(trace: Trace) -> pl.DataFrame:
@@ -214,7 +214,7 @@ def _compiled_calls(trace: Trace) -> pl.DataFrame:
     the lookup into a kernel)."""
     frame = pl.col("name").str.extract(COMPILED_CALL, 1).cast(pl.Int64, strict=False)
     calls = (trace.ops.lazy().select("start_ns", "dur_ns", frame.alias("frame")).drop_nulls()
-             .collect(engine=engine(trace.ops.height)))
+             .collect(engine="in-memory"))
     if calls.height == 0:
         return pl.DataFrame(schema={"s": pl.Int64, "e": pl.Int64})
     first = calls.lazy().filter(pl.col("frame") == pl.col("frame").min())
@@ -222,7 +222,7 @@ def _compiled_calls(trace: Trace) -> pl.DataFrame:
                          (pl.col("start_ns") + pl.col("dur_ns")).alias("e")).sort("s")
     outer = pl.col("e").cum_max().shift(1)  # the furthest end of the calls before
     return (spans.filter(outer.is_null() | (pl.col("s") >= outer))
-            .collect(engine=engine(calls.height)))
+            .collect(engine="in-memory"))
 
 
 def _forward_starts(trace: Trace, compiling: pl.DataFrame) -> pl.DataFrame:
@@ -234,13 +234,12 @@ def _forward_starts(trace: Trace, compiling: pl.DataFrame) -> pl.DataFrame:
     eager, gpu = _launching_embeddings(trace, compiling), gpu_forward_starts(trace)
     emb = pl.concat([eager.lazy().with_columns(pl.lit("").alias("kind")),
                      gpu.lazy().with_columns(pl.lit(GPU_PIECE).alias("kind"))])
-    rows = engine(eager.height + gpu.height)
     if calls.height == 0:
-        return emb.sort("t", maintain_order=True).collect(engine=rows)
-    emb = emb.collect(engine=rows)
+        return emb.sort("t", maintain_order=True).collect(engine="in-memory")
+    emb = emb.collect(engine="in-memory")
     within = inside(emb["t"], pl.DataFrame({"start_ns": calls["s"], "end_ns": calls["e"]}))
     compiled = calls.lazy().select(pl.col("s").alias("t"), pl.lit(COMPILED_PIECE).alias("kind"))
-    return pl.concat([emb.lazy().filter(~within), compiled]).sort("t").collect(engine=rows)
+    return pl.concat([emb.lazy().filter(~within), compiled]).sort("t").collect(engine="in-memory")
 
 
 def _split_forwards(spans: pl.DataFrame, trace: Trace, compiling: pl.DataFrame) -> pl.DataFrame:
@@ -303,9 +302,8 @@ def _periodic(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
                          pl.lit(marker).alias("marker"), "cpu_start", "cpu_end",
                          pl.col("cpu_start").alias("gpu_start"),
                          pl.col("cpu_end").alias("gpu_end"))
-    rows = engine(k.height)
-    return (steps.cast(STEP_COLS).sort("step").collect(engine=rows),
-            stepped.select("id", "step").collect(engine=rows))
+    return (steps.cast(STEP_COLS).sort("step").collect(engine="in-memory"),
+            stepped.select("id", "step").collect(engine="in-memory"))
 
 
 def _assign(spans: pl.LazyFrame, keys: pl.LazyFrame, start: str, end: str) -> pl.LazyFrame:
@@ -359,7 +357,7 @@ def assign_steps(trace: Trace, links: pl.DataFrame, phase_map: dict[str, str] | 
         pl.coalesce("gpu_end", pl.col("cpu_start").shift(-1), pl.lit(2**62)).alias("g1"))
     got = pl.concat([_assign(spans.lazy(), by_launch, "cpu_start", "cpu_end"),
                      _assign(gpu_or_next, rest, "g0", "g1")])
-    return spans, got.collect(engine=engine(trace.kernels.height))
+    return spans, got.collect(engine="in-memory")
 
 
 # the activation operand of a projection GEMM: its leading dims are the step's tokens
@@ -379,7 +377,7 @@ def tokens_from_shapes(trace: Trace, spans: pl.DataFrame) -> pl.DataFrame:
     first = (hit.join(cand.select("id", "name", "start_ns", "input_dims"), on="id")
              .with_columns((pl.col("name") != "aten::embedding").alias("_gemm"))
              .sort("_gemm", "start_ns").unique("step", keep="first")
-             .select("step", "name", "input_dims").collect(engine=engine(trace.ops.height)))
+             .select("step", "name", "input_dims").collect(engine="in-memory"))
     rows = []
     # one row per step
     for step, name, dim_text in first.iter_rows():
@@ -428,7 +426,7 @@ def tokens_from_kernel_names(kernels: pl.DataFrame) -> pl.DataFrame:
               .when(pl.col("_gemv").is_not_null()).then(pl.lit("llama.cpp mul_mat_vec_q ncols")))
     return got.select(
         "step", tokens.alias("name_tokens"), source.alias("name_tokens_from"),
-    ).filter(pl.col("name_tokens").is_not_null()).collect(engine=engine(kernels.height))
+    ).filter(pl.col("name_tokens").is_not_null()).collect(engine="in-memory")
 
 
 def _ids_shape(dim_text: str | None) -> list[int] | None:

@@ -23,7 +23,7 @@ import polars as pl
 
 from attrib.reads import Reads
 from attrib.steps.speculative import PIECE, kv_lengths
-from attrib.trace import engine, input_dims
+from attrib.trace import input_dims
 
 # the sequence cats of a round, and the runtime calls of a pass's kernels (its forward's end)
 READS = Reads(ops=(r"^aten::cat$",), kernel_calls_if_roles=True)
@@ -85,13 +85,13 @@ def rounds(steps: pl.DataFrame, ops: pl.DataFrame, kernels: pl.DataFrame,
     spec = pieces.group_by("span").agg(
         pl.col("role").is_in(["draft", "verify"]).any().alias("_s"))
     par = (pieces.join(spec.filter(pl.col("_s")).select("span"), on="span", how="semi")
-           .collect(engine=engine(steps.height)))
+           .collect(engine="in-memory"))
     if par.height == 0:
         return pl.DataFrame(schema=ROUND_COLS)
     frames = par["fwd_end"].is_not_null().any()
     par = (par.lazy().join(kv_lengths(par, ops).lazy(), on="step", how="left")
            .join(_forward_end(par, kernels, launches), on="step", how="left")
-           .sort("cpu_start").collect(engine=engine(kernels.height)))
+           .sort("cpu_start").collect(engine="in-memory"))
     cats = sequence_cats(ops)
     out: list[dict[str, Any]] = []
     for (span,), g in par.group_by("span", maintain_order=True):

@@ -23,7 +23,7 @@ import polars as pl
 from attrib.components.patterns import SDPA
 from attrib.link.launches import module_paths
 from attrib.reads import Reads
-from attrib.trace import column, engine, input_dims
+from attrib.trace import column, input_dims
 
 PIECE = r"^(?P<parent>.+) forward \d+$"
 ATTENTION_OPS = (SDPA,)  # q [B, H, q, D], k [B, Hkv, L, D]
@@ -67,7 +67,7 @@ def mark_roles(spans: pl.DataFrame, frames: pl.DataFrame) -> pl.DataFrame:
     )
     parent = pl.col("marker").str.extract(PIECE, 1).alias("parent")
     pieces = (out.lazy().with_columns(parent).filter(pl.col("parent").is_not_null())
-              .collect(engine=engine(out.height)))
+              .collect(engine="in-memory"))
     if pieces.height < 2 or frames.height == 0:
         return out
     roots = _roots(frames)
@@ -129,7 +129,7 @@ def kv_lengths(steps: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
     spans = steps.lazy().select("step", pl.col("cpu_start").alias("t"), "cpu_end").sort("t")
     near = att.sort("start_ns").join_asof(spans, left_on="start_ns", right_on="t")
     hit = (near.filter(pl.col("start_ns") < pl.col("cpu_end")).unique("step", keep="first")
-           .select("step", "input_dims").collect(engine=engine(ops.height)))
+           .select("step", "input_dims").collect(engine="in-memory"))
     rows = [(s, kq[2], kq[0]) for s, d in hit.iter_rows()
             if (kq := _keys(d)) is not None]
     return pl.DataFrame(rows, schema=schema, orient="row")
@@ -163,4 +163,4 @@ def apply_roles(steps: pl.DataFrame, ops: pl.DataFrame | None = None) -> pl.Data
     return marked.with_columns(pl.when(pl.col("role") == "draft").then(pl.lit("draft"))
                                .when(pl.col("role") == "verify").then(pl.lit("decode"))
                                .otherwise(pl.col("phase")).alias("phase")
-                               ).collect(engine=engine(steps.height))
+                               ).collect(engine="in-memory")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from attrib.trace import engine, input_dims
+from attrib.trace import input_dims
 
 COMPILED_PIECE = " (compiled call)"  # the marker's end of a forward piece (attrib.steps.phases)
 
@@ -24,7 +24,7 @@ def fill_tokens_and_phase(spans: pl.DataFrame, shapes: pl.DataFrame,
         .alias("tokens_from"),
         pl.coalesce("tokens", "shape_tokens").alias("tokens"),
         pl.when(guessed).then(by_shape).otherwise(pl.col("phase")).alias("phase"),
-        guessed.alias("_guessed")).collect(engine=engine(spans.height))
+        guessed.alias("_guessed")).collect(engine="in-memory")
     # decode steps replayed from a graph have no embedding op: one token per sequence of the
     # prefill batch
     prefill = ((pl.col("phase") == "prefill") & pl.col("per_seq").is_not_null()
@@ -59,7 +59,7 @@ def fill_tokens_and_phase(spans: pl.DataFrame, shapes: pl.DataFrame,
             .otherwise(pl.col("tokens_from")).alias("tokens_from"),
             pl.when(untokened).then(pl.lit(b))
             .otherwise(pl.col("tokens")).alias("tokens"))
-    return out.drop("shape_tokens", "per_seq", "_guessed").collect(engine=engine(s.height))
+    return out.drop("shape_tokens", "per_seq", "_guessed").collect(engine="in-memory")
 
 
 def tokens_from_names(steps: pl.DataFrame, named: pl.DataFrame) -> pl.DataFrame:
@@ -70,7 +70,7 @@ def tokens_from_names(steps: pl.DataFrame, named: pl.DataFrame) -> pl.DataFrame:
         pl.when(use).then(pl.col("name_tokens_from")).otherwise(pl.col("tokens_from"))
         .alias("tokens_from"),
         pl.when(use).then(pl.col("name_tokens")).otherwise(pl.col("tokens")).alias("tokens"))
-    return s.drop("name_tokens", "name_tokens_from").collect(engine=engine(steps.height))
+    return s.drop("name_tokens", "name_tokens_from").collect(engine="in-memory")
 
 
 CONVOLUTIONS = ("aten::convolution", "aten::conv2d", "aten::conv3d", "aten::_convolution")
@@ -112,7 +112,7 @@ def _scores_vocabulary(spans: pl.LazyFrame, ops: pl.DataFrame) -> set[int]:
     hit = (spans.sort("cpu_start")
            .join_asof(heads.sort().to_frame().lazy(), left_on="cpu_start", right_on="t",
                       strategy="forward")
-           .filter(pl.col("t") <= pl.col("cpu_end")).collect(engine=engine(ops.height)))
+           .filter(pl.col("t") <= pl.col("cpu_end")).collect(engine="in-memory"))
     return set(hit["step"].to_list())
 
 
@@ -127,7 +127,7 @@ def with_units(steps: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
     in its LM head, stays in tokens."""
     conv = (ops.lazy().filter(pl.col("name").is_in(CONVOLUTIONS))
             .select(pl.col("start_ns").alias("t"), "input_dims").sort("t")
-            .collect(engine=engine(ops.height)))
+            .collect(engine="in-memory"))
     spans = steps.lazy().select("step", "phase", "cpu_start", "cpu_end").drop_nulls("cpu_start")
     schema = {"step": pl.Int64, "samples": pl.Int64}
     rows = []
@@ -135,7 +135,7 @@ def with_units(steps: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
         hit = (spans.sort("cpu_start")
                .join_asof(conv.lazy(), left_on="cpu_start", right_on="t", strategy="forward")
                .filter(pl.col("t") <= pl.col("cpu_end")).select("step", "phase", "input_dims")
-               .collect(engine=engine(conv.height)))
+               .collect(engine="in-memory"))
         images = [(step, phase, _image_batch(dims)) for step, phase, dims in hit.iter_rows()]
         text = [step for step, phase, b in images if b and phase in LLM_PHASES]
         llm = _scores_vocabulary(spans.filter(pl.col("step").is_in(text)), ops) if text else set()
@@ -144,4 +144,4 @@ def with_units(steps: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
     out = steps.lazy().join(per.lazy(), on="step", how="left")
     unit = (pl.when(pl.col("samples").is_not_null()).then(pl.lit("samples"))
             .otherwise(pl.lit("tokens")))
-    return out.with_columns(unit.alias("unit")).collect(engine=engine(steps.height))
+    return out.with_columns(unit.alias("unit")).collect(engine="in-memory")

@@ -13,7 +13,7 @@ import numpy as np
 import polars as pl
 
 from attrib.steps.spans import covered, merge
-from attrib.trace import column, engine
+from attrib.trace import column
 
 # a step's first GPU op that starts this long after its launch call waited behind earlier GPU work
 QUEUED_NS = 100_000
@@ -22,7 +22,7 @@ QUEUED_NS = 100_000
 def _covered(intervals: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     end = (pl.col("start_ns") + pl.col("dur_ns")).alias("end")
     iv = intervals.lazy().select("start_ns", end).drop_nulls().collect(
-        engine=engine(intervals.height))
+        engine="in-memory")
     s, e = iv["start_ns"].to_numpy().astype(np.int64), iv["end"].to_numpy().astype(np.int64)
     return merge(s, e)
 
@@ -112,7 +112,7 @@ def windows(steps: pl.DataFrame, k: pl.DataFrame, copies: pl.DataFrame | None = 
                                   pl.len().alias("n_kernels"))
     bounds = _bounds(steps, own_gpu_work(steps, k, copies, launches))
     s = (bounds.join(agg, on="step", how="left").sort("_s", "step", nulls_last=True)
-         .collect(engine=engine(k.height)))
+         .collect(engine="in-memory"))
     w0, w1 = _clamp(s["_s"].to_list(), s["_e"].to_list())
     w0_, w1_ = pl.Series("window_start", w0, pl.Int64), pl.Series("window_end", w1, pl.Int64)
     copy_spans = [copies[["start_ns", "dur_ns"]]] if copies is not None else []
@@ -133,4 +133,4 @@ def windows(steps: pl.DataFrame, k: pl.DataFrame, copies: pl.DataFrame | None = 
         pl.when(pl.col("busy_ns").is_not_null() & (span > 0))
         .then((1 - pl.col("busy_ns") / span).clip(0, 1))
         .alias("idle_fraction"),
-    ).collect(engine=engine(steps.height))
+    ).collect(engine="in-memory")
