@@ -22,7 +22,7 @@ from attrib.link.launches import launch_points
 from attrib.link.nesting import innermost
 from attrib.steps.excluded import compile_spans, inside
 from attrib.threads import both
-from attrib.trace import Trace, dims_text, engine
+from attrib.trace import Trace, dims_text
 
 _PSEUDO = ("gemm", "copy", "elementwise")
 
@@ -103,11 +103,11 @@ def by_name(names: pl.Series) -> pl.DataFrame:
     """Unique kernel names -> (name, name_comp, name_family) from the pattern table (the
     patterns run once for both)."""
     table = component_patterns()
-    at = _first_index(pl.col("name"), table["pattern"].to_list()).alias("_at")
-    return (names.to_frame("name").lazy().unique().with_columns(at)
-            .select("name", pl.lit(table["component"]).gather("_at").alias("name_comp"),
-                    pl.lit(table["family"]).gather("_at").alias("name_family"))
-            .collect(engine=engine(names.len())))
+    u = pl.DataFrame({"name": names.unique()})
+    at = u.select(_first_index(pl.col("name"), table["pattern"].to_list()))
+    index = at.to_series()
+    return u.with_columns(table["component"].gather(index).alias("name_comp"),
+                          table["family"].gather(index).alias("name_family"))
 
 
 def _innermost_hint(spans: pl.DataFrame, rules: tuple, k: pl.DataFrame,
@@ -118,7 +118,7 @@ def _innermost_hint(spans: pl.DataFrame, rules: tuple, k: pl.DataFrame,
     if spans.height == 0:
         return pl.DataFrame(schema={"id": pl.Int64, "hint_comp": pl.Utf8})
     # names repeat: the patterns run once per distinct name
-    names = spans.lazy().select(pl.col("name").unique())
+    names = spans.select(pl.col("name").unique())
     hinted = names.with_columns(_first_match(pl.col("name"), list(rules)).alias("hint_comp"))
     if frames:   # a script run directly (a bare `file.py(12): func`) is named by its function only
         script = pl.col("name").str.contains(SCRIPT_FRAME)
@@ -126,12 +126,12 @@ def _innermost_hint(spans: pl.DataFrame, rules: tuple, k: pl.DataFrame,
         hinted = hinted.with_columns(
             pl.when(script).then(func).otherwise(pl.col("hint_comp")).alias("hint_comp")
         )
-    f = (spans.lazy().join(hinted.drop_nulls(), on="name", how="inner")
-         .collect(engine=engine(spans.height)))
-    got = innermost(f[["id", "start_ns", "dur_ns", "pid", "tid"]], launch_points(k), ["pid", "tid"])
-    comp_of = f.lazy().select(pl.col("id").alias("inner"), "hint_comp")
-    return (got.lazy().join(comp_of, on="inner", how="left")
-            .select(pl.col("pid_").alias("id"), "hint_comp").collect(engine=engine(got.height)))
+    hinted = hinted.drop_nulls()
+    f = spans.join(hinted, on="name", how="inner")
+    hinted_spans = f.select("id", "start_ns", "dur_ns", "pid", "tid")
+    got = innermost(hinted_spans, launch_points(k), ["pid", "tid"])
+    comp_of = f.select(pl.col("id").alias("inner"), "hint_comp")
+    return got.join(comp_of, on="inner", how="left").select(pl.col("pid_").alias("id"), "hint_comp")
 
 
 def _hints(trace: Trace, k: pl.DataFrame) -> pl.DataFrame:
@@ -139,16 +139,14 @@ def _hints(trace: Trace, k: pl.DataFrame) -> pl.DataFrame:
     innermost CPU-side annotation that names the work; hint_src: 'frame' | 'annotation'."""
     frames = _innermost_hint(trace.frames, HINT_FRAMES, k, frames=True)
     m = trace.markers
-    cpu = (pl.col("side") == "cpu") if "side" in m.columns else pl.lit(False)
-    cpu_spans = (m.lazy().filter(cpu).select("id", "name", "start_ns", "dur_ns", "pid", "tid")
-                 .collect(engine=engine(m.height)))
+    cpu = m.filter(pl.col("side") == "cpu") if "side" in m.columns else m.clear()
+    cpu_spans = cpu.select("id", "name", "start_ns", "dur_ns", "pid", "tid")
     notes = _innermost_hint(cpu_spans, HINT_ANNOTATIONS, k)
-    both = frames.lazy().join(notes.lazy().rename({"hint_comp": "_note"}), on="id", how="full",
-                              coalesce=True)
+    both = frames.join(notes.rename({"hint_comp": "_note"}), on="id", how="full", coalesce=True)
     src = (pl.when(pl.col("hint_comp").is_not_null()).then(pl.lit("frame"))
            .when(pl.col("_note").is_not_null()).then(pl.lit("annotation")))
     return both.select("id", pl.coalesce("hint_comp", "_note").alias("hint_comp"),
-                       src.alias("hint_src")).collect(engine=engine(k.height))
+                       src.alias("hint_src"))
 
 
 def _row_gather(ops: pl.DataFrame) -> pl.Expr:
@@ -156,10 +154,9 @@ def _row_gather(ops: pl.DataFrame) -> pl.Expr:
     (self [V, H], dim 0, index [T, H]): an embedding lookup written as gather."""
     widths = dims_text().str.extract_groups(r"^\[\[\d+,(\d+)\],\[\],\[\d+,(\d+)\]")
     dim = pl.col("concrete_inputs").str.extract(r'^\[\s*"[^"]*",\s*"(\d+)"', 1).alias("dim")
-    g = ops.lazy().filter(pl.col("name") == "aten::gather").select("id", widths, dim)
+    g = ops.filter(pl.col("name") == "aten::gather").select("id", widths, dim)
     g = g.unnest("input_dims").filter((pl.col("1") == pl.col("2")) & (pl.col("dim") == "0"))
-    ids = g.select(pl.col("id").implode()).collect(engine=engine(ops.height))["id"]
-    return pl.when(pl.col("op_id").is_in(ids)).then(pl.lit("embedding"))
+    return pl.when(pl.col("op_id").is_in(g["id"].implode())).then(pl.lit("embedding"))
 
 
 def _outer_product(ops: pl.DataFrame) -> pl.Expr:
@@ -168,13 +165,11 @@ def _outer_product(ops: pl.DataFrame) -> pl.Expr:
     aten::mm)."""
     is_mm = pl.col("name").is_in(["aten::mm", "aten::bmm", "aten::matmul"])
     inner_one = dims_text().str.contains(r"^\[\[(?:\d+,)*\d+,1\],\[(?:\d+,)*1,\d+\]")
-    # the text rewritten for the GEMMs alone (two filters would be fused into one over every op)
-    g = ops.lazy().filter(is_mm).select("id", inner_one.alias("_one")).filter("_one")
-    ids = g.select(pl.col("id").implode()).collect(engine=engine(ops.height))["id"]
-    return pl.when(pl.col("op_id").is_in(ids)).then(pl.lit("rope"))
+    g = ops.filter(is_mm).filter(inner_one)  # the text rewritten for the GEMMs alone
+    return pl.when(pl.col("op_id").is_in(g["id"].implode())).then(pl.lit("rope"))
 
 
-def _per_distinct(k: pl.LazyFrame, expr: pl.Expr, keys: list[str]) -> pl.LazyFrame:
+def _per_distinct(k: pl.DataFrame, expr: pl.Expr, keys: list[str]) -> pl.DataFrame:
     """`k.with_columns(expr)` for an expr of `keys` only, evaluated once per distinct key row (its
     regexes run over hundreds of rows, not every kernel)."""
     u = k.select(keys).unique().with_columns(expr)
@@ -233,7 +228,7 @@ _MOE_MLP = (r"^(.*?(?:^|/)[^/]*(?:(?i:sparse_?moe|moe_?block|moe_?layer)|MoE)(?:
             r"([^/]*(?i:mlp|feed_?forward|ffn)[^/]*)(?:/|$)")
 
 
-def _shared_by_class(k: pl.LazyFrame) -> pl.LazyFrame:
+def _shared_by_class(k: pl.DataFrame) -> pl.DataFrame:
     """`_shared_cls`: the kernel runs in an MLP module nested directly in an MoE block that holds
     no other MLP (with_stack paths hold classes: .../DeepseekV3MoE_0/DeepseekV3MLP_1/Linear_13).
     Routed experts written as a list of MLPs give their block many MLP children and are not
@@ -245,14 +240,14 @@ def _shared_by_class(k: pl.LazyFrame) -> pl.LazyFrame:
     n = pl.col("_moe_child").drop_nulls().n_unique().over("_moe_block")
     only_mlp = (pl.col("_moe_block").is_not_null() & (n == 1)).fill_null(False)
     u = u.with_columns(only_mlp.alias("_shared_cls")).drop("_moe_block", "_moe_child")
-    # a plain Linear beside a router module (one of the same parent) in an MoE block is the
-    # shared expert's gate (Qwen2/3-Next)
+    # a plain Linear beside a router module in an MoE block is the shared expert's gate
+    # (Qwen2/3-Next)
     parent = pl.col("module_path").str.replace(r"/[^/]+$", "")
-    u = u.with_columns(parent.alias("_p"))
-    by_router = pl.col("module").str.contains(r"Router|TopK").fill_null(False).any().over("_p")
-    gate = (pl.col("module").str.contains(r"Linear$") & by_router
-            & pl.col("_p").str.extract(r"([^/]+)$").str.contains(_MOE_BLOCK)).fill_null(False)
-    u = u.with_columns(pl.col("_shared_cls") | gate).drop("_p")
+    is_router = pl.col("module").str.contains(r"Router|TopK").fill_null(False)
+    routers = u.filter(is_router).select(parent.unique().alias("_p"))
+    gate = (pl.col("module").str.contains(r"Linear$") & parent.is_in(routers["_p"].implode())
+            & parent.str.extract(r"([^/]+)$").str.contains(_MOE_BLOCK)).fill_null(False)
+    u = u.with_columns(pl.col("_shared_cls") | gate)
     keys = ["module", "module_path"]
     return k.join(u, on=keys, how="left", nulls_equal=True, maintain_order="left")
 
@@ -264,8 +259,8 @@ def _quantizing_linears(k: pl.DataFrame) -> pl.DataFrame:
     the quantization, the outlier test's abs / ge / any) are that quantization."""
     linear = pl.col("module").str.contains(r"(?i)linear").fill_null(False)
     keys = ["step", "module_path", "module_ns"]
-    calls = (k.lazy().filter(linear & (pl.col("comp") == "quantize")).select(keys).unique()
-             .with_columns(pl.lit(True).alias("_quantizes")).collect(engine=engine(k.height)))
+    calls = (k.filter(linear & (pl.col("comp") == "quantize")).select(keys).unique()
+             .with_columns(pl.lit(True).alias("_quantizes")))
     if calls.height == 0:
         return k
     gemm = ((pl.col("name_comp") == "gemm") | pl.col("op").is_in(list(GEMM_OPS))).fill_null(False)
@@ -274,7 +269,7 @@ def _quantizing_linears(k: pl.DataFrame) -> pl.DataFrame:
     return k.with_columns(*_override(todo, "quantize", "module")).drop("_quantizes")
 
 
-def _split_linears(k: pl.LazyFrame) -> pl.LazyFrame:
+def _split_linears(k: pl.DataFrame) -> pl.DataFrame:
     """@attn_linear -> qkv_proj before the attention kernel / o_proj after; @mlp_linear -> last
     is mlp_down."""
     scope = pl.col("module_path").str.replace(r"/[^/]+$", "").alias("_scope")
@@ -333,7 +328,7 @@ _BETWEEN = {("qkv_proj", "attention"): "rope",
             ("moe_experts", "moe_experts"): "moe_experts"}
 
 
-def _between(k: pl.LazyFrame) -> pl.LazyFrame:
+def _between(k: pl.DataFrame) -> pl.DataFrame:
     """Name unnamed kernels by the named kernels just before and after them in the step."""
     # each window once, as a column: an eager query does not share repeated subexpressions
     k = k.sort("start_ns").with_columns(
@@ -360,7 +355,7 @@ def _between(k: pl.LazyFrame) -> pl.LazyFrame:
     return k.with_columns(named, why).drop("_run", "_prev", "_next", "_rule")
 
 
-def _after_lm_head(k: pl.LazyFrame) -> pl.LazyFrame:
+def _after_lm_head(k: pl.DataFrame) -> pl.DataFrame:
     """Kernels of a step that start after its lm_head (top-k/top-p sorts and scans, softmax,
     penalties, the draw) work on the logits: the sampler, placed by position. That covers unnamed
     kernels and sorts/top-k a name pattern took for MoE routing: no MoE layer runs after the
@@ -385,17 +380,16 @@ def classify(trace: Trace, links: pl.DataFrame, kernel_steps: pl.DataFrame,
              compiling: pl.DataFrame | None = None) -> pl.DataFrame:
     """One row per kernel: id, step, component, evidence (module | frame | annotation | op | name |
     position | compile | none). compiling: the trace's compile_spans, where already found."""
-    rows = trace.kernels.height
-    la = trace.launches.lazy().select(pl.col("id").alias("launch_id"),
-                                      pl.col("start_ns").alias("launch_ns"),
-                                      pl.col("pid").alias("launch_pid"),
-                                      pl.col("tid").alias("launch_tid"))
-    op_names = trace.ops.lazy().select(pl.col("id").alias("op_id"), pl.col("name").alias("op"))
-    k = (trace.kernels.lazy().select("id", "name", "start_ns", "dur_ns")
-         .join(links.lazy(), on="id", how="left").join(la, on="launch_id", how="left")
-         .join(kernel_steps.lazy(), on="id", how="left")
+    la = trace.launches.select(pl.col("id").alias("launch_id"),
+                               pl.col("start_ns").alias("launch_ns"),
+                               pl.col("pid").alias("launch_pid"),
+                               pl.col("tid").alias("launch_tid"))
+    op_names = trace.ops.select(pl.col("id").alias("op_id"), pl.col("name").alias("op"))
+    k = (trace.kernels.select("id", "name", "start_ns", "dur_ns")
+         .join(links, on="id", how="left").join(la, on="launch_id", how="left")
+         .join(kernel_steps, on="id", how="left")
          .join(op_names, on="op_id", how="left")
-         .with_columns(pl.col("graph").fill_null(False)).collect(engine=engine(rows)))
+         .with_columns(pl.col("graph").fill_null(False)))
 
     def names_and_ops() -> tuple[pl.DataFrame, pl.Expr, pl.Series]:
         """The names' patterns; the component of an op (by its shapes, else its name); the
@@ -407,13 +401,13 @@ def classify(trace: Trace, links: pl.DataFrame, kernel_steps: pl.DataFrame,
     # those and the hints around the launches share no result: on two threads
     (names, op_comp, casts), hints = both(names_and_ops, lambda: _hints(trace, k),
                                           rows=trace.largest())
-    lk = k.lazy().join(names.lazy(), on="name", how="left").join(hints.lazy(), on="id", how="left")
+    k = k.join(names, on="name", how="left").join(hints, on="id", how="left")
     specific = (pl.when(pl.col("name_comp").is_in(_PSEUDO)).then(pl.lit(None, pl.Utf8))
                 .otherwise(pl.col("name_comp")))
-    lk = _shared_by_class(lk)
+    k = _shared_by_class(k)
     module_keys = ["module", "module_path", "op", "hint_comp", "name_comp", "_shared_cls"]
-    lk = _per_distinct(lk, _module_comp().alias("_mod"), module_keys)
-    lk = lk.with_columns(op_comp.alias("_op"), specific.alias("_name"))
+    k = _per_distinct(k, _module_comp().alias("_mod"), module_keys)
+    k = k.with_columns(op_comp.alias("_op"), specific.alias("_name"))
     first = pl.when(pl.col("_name").is_in(NAME_FIRST)).then(pl.col("_name"))
     scoped = pl.coalesce("_mod", "hint_comp", "_op")
     moe_part = (scoped == "moe_experts") & pl.col("_name").is_in(_MOE_PARTS)
@@ -422,36 +416,33 @@ def classify(trace: Trace, links: pl.DataFrame, kernel_steps: pl.DataFrame,
     # decode
     attn_part = (scoped == "attention") & pl.col("_name").is_in(_IN_ATTENTION)
     name_wins = first.is_not_null() | moe_part.fill_null(False) | attn_part.fill_null(False)
-    k = lk.with_columns(
+    k = k.with_columns(
         pl.when(name_wins).then(pl.col("_name"))
         .otherwise(pl.coalesce(scoped, "_name")).alias("comp"),
         pl.when(name_wins).then(pl.lit("name"))
         .when(pl.col("_mod").is_not_null()).then(pl.lit("module"))
         .when(pl.col("hint_comp").is_not_null()).then(pl.col("hint_src"))
         .when(pl.col("_op").is_not_null()).then(pl.lit("op"))
-        .when(pl.col("_name").is_not_null()).then(pl.lit("name")).alias("evidence")
-    ).collect(engine=engine(rows))
+        .when(pl.col("_name").is_not_null()).then(pl.lit("name")).alias("evidence"))
+    k = _split_linears(_quantizing_linears(k))
     # kernels launched by a compile or autotune (benchmark GEMMs, cache-flush fills): no model
     # component
     spans = compile_spans(trace) if compiling is None else compiling
-    k = k.with_columns(inside(k["launch_ns"], spans).alias("_compiled"))
-    k = (_split_linears(_quantizing_linears(k).lazy())
-         .with_columns(*_override(pl.col("_compiled"), "other", "compile")).drop("_compiled")
-         .collect(engine=engine(rows)))
+    k = k.with_columns(*_override(inside(k["launch_ns"], spans), "other", "compile"))
     # an unnamed GEMM whose output is routed over exactly its N values: the MoE router (by op and
     # shapes)
     router = pl.col("id").is_in(routers(trace.ops, k).implode())
-    lk = k.lazy().with_columns(*_override(router, "moe_router", "op"))
+    k = k.with_columns(*_override(router, "moe_router", "op"))
     # the rotary cos/sin table cast to 16 bits (a constant recast each step): rope, by op and shapes
     table = pl.col("comp").is_null() & pl.col("op_id").is_in(casts.implode())
-    lk = lk.with_columns(*_override(table, "rope", "op"))
+    k = k.with_columns(*_override(table, "rope", "op"))
     gemm = (pl.col("comp").is_null() & (pl.col("name_comp") == "gemm")) | (
         pl.col("comp").is_null() & pl.col("op").is_in(list(GEMM_OPS)).fill_null(False))
     # only what the position passes and the output read: _between's sort copies every column
-    k = lk.select("id", "step", "comp", "evidence", "op_id", "op", "module_path", "name",
-                  "start_ns", gemm.alias("_gemm")).collect(engine=engine(rows))
+    k = k.select("id", "step", "comp", "evidence", "op_id", "op", "module_path", "name", "start_ns",
+                 gemm.alias("_gemm"))
+    k = _after_lm_head(_between(gemm_positions(k)))
     final = pl.coalesce("comp", pl.lit("other"))
     ev = pl.coalesce("evidence", pl.lit("none"))
-    return _after_lm_head(_between(gemm_positions(k).lazy())).select(
-        "id", "step", final.alias("component"), ev.alias("evidence"), "op_id", "op",
-        "module_path").collect(engine=engine(rows))
+    return k.select("id", "step", final.alias("component"), ev.alias("evidence"),
+                    "op_id", "op", "module_path")
