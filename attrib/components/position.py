@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import polars as pl
 
+from attrib.trace import engine
+
 SPLITK_REDUCE = r"(?i)split_?k_?reduce"
 
 
@@ -171,8 +173,9 @@ def gemm_positions(k: pl.DataFrame) -> pl.DataFrame:
             .when(comp == "activation").then(pl.lit("F"))
             .when(comp == "lm_head").then(pl.lit("H")))
     placed = pl.col("_kind").is_not_null() & pl.col("step").is_not_null()
-    todo = (k.with_columns(kind.alias("_kind")).filter(placed)
-            .sort("step", "start_ns", maintain_order=True))  # one query, not two a step
+    todo = (k.lazy().with_columns(kind.alias("_kind")).filter(placed)
+            .sort("step", "start_ns", maintain_order=True)  # one query, not two a step
+            .collect(engine=engine(k.height)))
     labels: dict[int, str] = {}
     for seq in _per_step(todo):  # a Python pass per step, over its GEMM, attention, expert kernels
         if any(kind in ("G", "R") for _, kind in seq):
@@ -181,8 +184,8 @@ def gemm_positions(k: pl.DataFrame) -> pl.DataFrame:
         return k.drop("_gemm")
     lab = pl.DataFrame({"id": list(labels), "_pos": list(labels.values())},
                        schema={"id": pl.Int64, "_pos": pl.Utf8})
-    k = k.join(lab, on="id", how="left")
-    return k.with_columns(
+    return k.lazy().join(lab.lazy(), on="id", how="left").with_columns(
         pl.coalesce("comp", "_pos").alias("comp"),
         pl.when(pl.col("comp").is_null() & pl.col("_pos").is_not_null()).then(pl.lit("position"))
-        .otherwise(pl.col("evidence")).alias("evidence")).drop("_pos", "_gemm")
+        .otherwise(pl.col("evidence")).alias("evidence")).drop("_pos", "_gemm").collect(
+        engine=engine(k.height))

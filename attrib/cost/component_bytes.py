@@ -10,7 +10,7 @@ from __future__ import annotations
 import polars as pl
 
 from attrib.cost.budget import Budget
-from attrib.trace import grouped
+from attrib.trace import engine, grouped
 
 
 # cost models whose figures are estimates (iteration-space bounds, a model config, link bytes),
@@ -45,17 +45,20 @@ def component_dtypes(k: pl.DataFrame) -> pl.DataFrame:
     matrix = (pl.col("cost_model").cast(pl.String).str.contains(MATRIX).fill_null(False)
               if "cost_model" in k.columns else pl.lit(False))
     flops = pl.col("flops").fill_null(0.0)
-    typed = k.select("component", "dtype", "dur_ns", flops.alias("_f"),
-                     pl.when(matrix).then(flops).otherwise(0.0).alias("_m"))
-    per = grouped(typed.filter(pl.col("dtype").is_not_null()), ["component", "dtype"],
+    typed = (k.lazy().select("component", "dtype", "dur_ns", flops.alias("_f"),
+                             pl.when(matrix).then(flops).otherwise(0.0).alias("_m"))
+             .filter(pl.col("dtype").is_not_null()).collect(engine=engine(k.height)))
+    per = grouped(typed, ["component", "dtype"],
                   pl.col("_f").sum(), pl.col("_m").sum(), pl.col("dur_ns").sum(), any_order=True)
-    by_time = per.sort("dur_ns", descending=True).unique("component", keep="first")
-    by_flops = (per.with_columns(pl.col("_f").sum().over("component").alias("_all"))
+    # the per-dtype table is small: one query from here
+    by_time = per.lazy().sort("dur_ns", descending=True).unique("component", keep="first")
+    by_flops = (per.lazy().with_columns(pl.col("_f").sum().over("component").alias("_all"))
                 .filter((pl.col("_m") > 0) & (2 * pl.col("_m") >= pl.col("_all")))
                 .sort("_m", descending=True).unique("component", keep="first"))
     return (by_time.select("component", pl.col("dtype").alias("_t"))
             .join(by_flops.select("component", "dtype"), on="component", how="left")
-            .select("component", pl.coalesce("dtype", "_t").alias("dtype")))
+            .select("component", pl.coalesce("dtype", "_t").alias("dtype"))
+            .collect(engine="in-memory"))
 
 
 # components whose GEMMs multiply activations by activations (no weights): no weight format
@@ -75,13 +78,14 @@ def component_formats(k: pl.DataFrame) -> pl.DataFrame:
     fmt = pl.coalesce(model.str.extract(r"^gemm \((.+)\)$"), model.str.extract(_MOE_FORMAT),
                       pl.col("dtype"))
     weighted = model.str.contains(r"^(?:gemm|grouped_gemm)\b") | model.str.contains(_MOE_FORMAT)
-    gemms = k.filter(weighted.fill_null(False)
-                     & ~pl.col("component").cast(pl.String).is_in(_NO_WEIGHTS))
-    per = grouped(gemms.select("component", fmt.alias("weight_format"), "dur_ns")
-                  .filter(pl.col("weight_format").is_not_null()),
-                  ["component", "weight_format"], pl.col("dur_ns").sum(), any_order=True)
-    return (per.sort(["dur_ns", "weight_format"], descending=[True, False])
-            .unique("component", keep="first").select("component", "weight_format"))
+    gemms = (k.lazy().filter(weighted.fill_null(False)
+                             & ~pl.col("component").cast(pl.String).is_in(_NO_WEIGHTS))
+             .select("component", fmt.alias("weight_format"), "dur_ns")
+             .filter(pl.col("weight_format").is_not_null()).collect(engine=engine(k.height)))
+    per = grouped(gemms, ["component", "weight_format"], pl.col("dur_ns").sum(), any_order=True)
+    return (per.lazy().sort(["dur_ns", "weight_format"], descending=[True, False])
+            .unique("component", keep="first").select("component", "weight_format")
+            .collect(engine="in-memory"))
 
 
 def component_table(k: pl.DataFrame, steps: pl.DataFrame, budget: Budget | None, phase: str,
@@ -107,13 +111,15 @@ def component_table(k: pl.DataFrame, steps: pl.DataFrame, budget: Budget | None,
             _dur_where(known).alias("known_ns"), known.any().alias("any_known"),
             _dur_where(estimated).alias("est_ns"))
     # a step's groups are its own: the steps a batch at a time hold a batch's temporaries
-    batches = steps["step"].unique().sort().to_list()
-    read = k.select(c for c in k.columns if c in ("step", "component", "dur_ns", "bytes",
-                                                 "flops", "cost_model"))
-    per = pl.concat([grouped(read.filter(pl.col("step").is_in(batches[i:i + STEP_BATCH])),
-                             ["step", "component"], *aggs)
-                     for i in range(0, max(len(batches), 1), STEP_BATCH)])
-    grid = steps.select("step").join(per.select("component").unique(), how="cross").join(
+    batches = steps.select(pl.col("step").unique().sort())["step"].to_list()
+    read = k.lazy().select(c for c in k.columns if c in ("step", "component", "dur_ns", "bytes",
+                                                        "flops", "cost_model"))
+    parts = (read.filter(pl.col("step").is_in(batches[i:i + STEP_BATCH]))
+             .collect(engine=engine(k.height))
+             for i in range(0, max(len(batches), 1), STEP_BATCH))
+    per = pl.concat([grouped(part, ["step", "component"], *aggs) for part in parts]).lazy()
+    # the grid of steps and components is small: one query from here
+    grid = steps.lazy().select("step").join(per.select("component").unique(), how="cross").join(
         per, on=["step", "component"], how="left").with_columns(
         *[pl.col(c).fill_null(0) for c in ("ns", "n", "bytes", "flops", "known_ns", "est_ns")],
         pl.col("any_known").fill_null(False))
@@ -123,22 +129,24 @@ def component_table(k: pl.DataFrame, steps: pl.DataFrame, budget: Budget | None,
         pl.when(pl.col("any_known").any()).then(pl.col("flops").median()).alias("flops"),
         (pl.col("known_ns").median() / 1e6).alias("known_ms"),
         (pl.col("est_ns").median() / 1e6).alias("estimated_ms"))
-    comp = comp.join(component_dtypes(k), on="component", how="left").join(
-        component_formats(k), on="component", how="left")
+    comp = comp.join(component_dtypes(k).lazy(), on="component", how="left").join(
+        component_formats(k).lazy(), on="component", how="left")
     comp = comp.with_columns(pl.lit("shapes").alias("bytes_from"))
-    tokens = steps["tokens"].drop_nulls()
-    if budget is not None and budget.context is not None and phase == "decode" and tokens.len():
+    tokens = steps["tokens"]
+    known_tokens = tokens.len() > tokens.null_count()
+    if budget is not None and budget.context is not None and phase == "decode" and known_tokens:
         comp = with_budget(comp, budget, int(tokens.median()))
     bytes_from = pl.when(pl.col("bytes").is_null()).then(None).otherwise(pl.col("bytes_from"))
     comp = comp.with_columns(bytes_from.alias("bytes_from"))
-    return comp.join(flagged, on="component", how="left")  # over_peak: null without a peak
+    # over_peak: null without a peak
+    return comp.join(flagged.lazy(), on="component", how="left").collect(engine="in-memory")
 
 
-def with_budget(comp: pl.DataFrame, budget: Budget, tokens_per_step: int) -> pl.DataFrame:
+def with_budget(comp: pl.LazyFrame, budget: Budget, tokens_per_step: int) -> pl.LazyFrame:
     """Components without bytes from shapes, or priced for under half their time (a graph replay
     whose capture lacks some ops), take the budget's bytes and FLOPs (all their time then counts
     as priced); `bytes_from` names the budget's source for them."""
-    b = budget.table(tokens_per_step).select(
+    b = budget.table(tokens_per_step).lazy().select(
         "component", pl.col("bytes").alias("_bb"), pl.col("flops").alias("_bf"))
     comp = comp.join(b, on="component", how="left")
     underpriced = pl.col("bytes").is_null() | (pl.col("known_ms") < 0.5 * pl.col("ms"))

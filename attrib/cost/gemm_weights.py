@@ -15,6 +15,7 @@ import orjson
 import polars as pl
 
 from attrib.cost.dtypes import tensor
+from attrib.trace import engine
 
 # op name -> the argument that is the weight (vLLM ROCm's skinny GEMMs take the weight[N, K] first:
 # csrc/rocm/torch_bindings.cpp, in_a)
@@ -35,17 +36,21 @@ def weight_bytes(op: str, dims: str | None, types: str | None) -> float | None:
 def per_step(kernels: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
     """step, component, weight_bytes: the weights of the dense GEMM ops behind `kernels` (step,
     component, op_id), each op once; `ops` the trace's (id, name, input_dims, input_types)."""
-    calls = kernels.select("step", "component", "op_id").drop_nulls().unique()
-    shaped = calls.join(ops.select(pl.col("id").alias("op_id"), pl.col("name").cast(pl.String),
-                                   "input_dims", "input_types"), on="op_id", how="inner")
-    shaped = shaped.filter(pl.col("name").is_in(list(WEIGHT_ARG)), pl.col("input_dims").is_not_null(),
-                           pl.col("input_types").is_not_null())
-    sigs = shaped.select("name", "input_dims", "input_types").unique()
+    calls = kernels.lazy().select("step", "component", "op_id").drop_nulls().unique()
+    named = ops.lazy().select(pl.col("id").alias("op_id"), pl.col("name").cast(pl.String),
+                              "input_dims", "input_types")
+    shaped = (calls.join(named, on="op_id", how="inner")
+              .filter(pl.col("name").is_in(list(WEIGHT_ARG)), pl.col("input_dims").is_not_null(),
+                      pl.col("input_types").is_not_null())
+              .collect(engine=engine(kernels.height)))
+    sigs = (shaped.lazy().select("name", "input_dims", "input_types").unique()
+            .collect(engine=engine(shaped.height)))
     sized = sigs.with_columns(pl.Series("weight_bytes", [
         weight_bytes(*row) for row in sigs.iter_rows()], dtype=pl.Float64))
-    return (shaped.join(sized, on=["name", "input_dims", "input_types"], how="left")
+    return (shaped.lazy().join(sized.lazy(), on=["name", "input_dims", "input_types"], how="left")
             .filter(pl.col("weight_bytes").is_not_null())
-            .group_by("step", "component").agg(pl.col("weight_bytes").sum()))
+            .group_by("step", "component").agg(pl.col("weight_bytes").sum())
+            .collect(engine=engine(shaped.height)))
 
 
 def median_per_step(per: pl.DataFrame, steps: pl.Series) -> dict[str, float]:
@@ -53,9 +58,10 @@ def median_per_step(per: pl.DataFrame, steps: pl.Series) -> dict[str, float]:
     GEMMs counts 0), as the component table takes its bytes."""
     if not per.height or not steps.len():
         return {}
-    grid = (pl.DataFrame({"step": steps.unique()}).join(per.select("component").unique(),
-                                                        how="cross")
-            .join(per, on=["step", "component"], how="left")
+    grid = (pl.LazyFrame({"step": steps}).unique()
+            .join(per.lazy().select("component").unique(), how="cross")
+            .join(per.lazy(), on=["step", "component"], how="left")
             .with_columns(pl.col("weight_bytes").fill_null(0.0)))
-    med = grid.group_by("component").agg(pl.col("weight_bytes").median())
+    med = grid.group_by("component").agg(pl.col("weight_bytes").median()).collect(
+        engine="in-memory")
     return {str(c): float(b) for c, b in med.iter_rows() if b}
