@@ -87,7 +87,8 @@ def counted_steps(a: Attribution, phase: str | None = None) -> pl.LazyFrame:
 
 def _in(lf: pl.LazyFrame, steps: pl.LazyFrame | None) -> pl.LazyFrame:
     """The rows of `lf` in `steps` (a semi join keeps their order); every row where None."""
-    return lf if steps is None else lf.join(steps.select("step"), on="step", how="semi")
+    return lf if steps is None else lf.join(steps.select("step"), on="step", how="semi",
+                                            maintain_order="left")
 
 
 def _rows(k: pl.DataFrame, steps: pl.LazyFrame | None, where: pl.Expr | None,
@@ -145,7 +146,7 @@ def kernel_ns(a: Attribution, phase: str | None = None) -> float:
 
 def kernels_lazy(a: Attribution, phase: str | None = None) -> pl.LazyFrame:
     """The kernels of kernels_in's steps, lazy and as the attribution holds them (text as
-    categories): a rule's query goes on from them (collected with engine(a.kernels.height))."""
+    categories): a rule's query goes on from them."""
     return _in(a.kernels.lazy(), counted_steps(a, phase))
 
 

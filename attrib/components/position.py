@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import polars as pl
 
-from attrib.trace import engine
 
 SPLITK_REDUCE = r"(?i)split_?k_?reduce"
 
@@ -175,7 +174,7 @@ def gemm_positions(k: pl.DataFrame) -> pl.DataFrame:
     placed = pl.col("_kind").is_not_null() & pl.col("step").is_not_null()
     todo = (k.lazy().with_columns(kind.alias("_kind")).filter(placed)
             .sort("step", "start_ns", maintain_order=True)  # one query, not two a step
-            .collect(engine=engine(k.height)))
+            .collect(engine="in-memory"))
     labels: dict[int, str] = {}
     for seq in _per_step(todo):  # a Python pass per step, over its GEMM, attention, expert kernels
         if any(kind in ("G", "R") for _, kind in seq):
@@ -188,4 +187,4 @@ def gemm_positions(k: pl.DataFrame) -> pl.DataFrame:
         pl.coalesce("comp", "_pos").alias("comp"),
         pl.when(pl.col("comp").is_null() & pl.col("_pos").is_not_null()).then(pl.lit("position"))
         .otherwise(pl.col("evidence")).alias("evidence")).drop("_pos", "_gemm").collect(
-        engine=engine(k.height))
+        engine="in-memory")

@@ -12,7 +12,6 @@ import orjson
 import polars as pl
 
 from attrib.reads import Reads
-from attrib.trace import engine
 
 CAST_OPS = r"^aten::_?to(?:_copy)?$|^triton_poi_fused__to_copy"
 READS = Reads(ops=(CAST_OPS,))  # the casts of rotary tables, beside their kernels
@@ -41,17 +40,17 @@ def rope_table_casts(ops: pl.DataFrame) -> pl.Series:
     """Ids of the ops that cast a rotary cos/sin table (see the module doc)."""
     names = ops.lazy().select(pl.col("name").unique())
     casts = (names.filter(pl.col("name").str.contains(CAST_OPS))  # each name matched once
-             .select(pl.col("name").implode()).collect(engine=engine(ops.height))["name"])
+             .select(pl.col("name").implode()).collect(engine="in-memory")["name"])
     if casts[0].len() == 0:
         return pl.Series("id", [], dtype=pl.Int64)
     sig = ["input_dims", "input_types"]
     cand = (ops.lazy().select("id", "name", *sig).filter(pl.col("name").is_in(casts))
-            .collect(engine=engine(ops.height)))
+            .collect(engine="in-memory"))
     # the distinct signatures by their category codes (a unique on two text columns encodes
     # every row's text)
     codes = [pl.col(c).cast(pl.Categorical).to_physical().alias(f"_{c}") for c in sig]
     sigs = (cand.lazy().select(*sig, *codes).unique([f"_{c}" for c in sig]).select(sig)
-            .collect(engine=engine(cand.height)))
+            .collect(engine="in-memory"))
     hits = [(d, t) for d, t in sigs.iter_rows() if _is_table_cast(d, t)]
     if not hits:
         return pl.Series("id", [], dtype=pl.Int64)

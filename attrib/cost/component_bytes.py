@@ -10,7 +10,7 @@ from __future__ import annotations
 import polars as pl
 
 from attrib.cost.budget import Budget
-from attrib.trace import engine, grouped
+from attrib.trace import grouped
 
 
 # cost models whose figures are estimates (iteration-space bounds, a model config, link bytes),
@@ -47,7 +47,7 @@ def component_dtypes(k: pl.DataFrame) -> pl.DataFrame:
     flops = pl.col("flops").fill_null(0.0)
     typed = (k.lazy().select("component", "dtype", "dur_ns", flops.alias("_f"),
                              pl.when(matrix).then(flops).otherwise(0.0).alias("_m"))
-             .filter(pl.col("dtype").is_not_null()).collect(engine=engine(k.height)))
+             .filter(pl.col("dtype").is_not_null()).collect(engine="in-memory"))
     per = grouped(typed, ["component", "dtype"],
                   pl.col("_f").sum(), pl.col("_m").sum(), pl.col("dur_ns").sum(), any_order=True)
     # the per-dtype table is small: one query from here
@@ -81,7 +81,7 @@ def component_formats(k: pl.DataFrame) -> pl.DataFrame:
     gemms = (k.lazy().filter(weighted.fill_null(False)
                              & ~pl.col("component").cast(pl.String).is_in(_NO_WEIGHTS))
              .select("component", fmt.alias("weight_format"), "dur_ns")
-             .filter(pl.col("weight_format").is_not_null()).collect(engine=engine(k.height)))
+             .filter(pl.col("weight_format").is_not_null()).collect(engine="in-memory"))
     per = grouped(gemms, ["component", "weight_format"], pl.col("dur_ns").sum(), any_order=True)
     return (per.lazy().sort(["dur_ns", "weight_format"], descending=[True, False])
             .unique("component", keep="first").select("component", "weight_format")
@@ -115,7 +115,7 @@ def component_table(k: pl.DataFrame, steps: pl.DataFrame, budget: Budget | None,
     read = k.lazy().select(c for c in k.columns if c in ("step", "component", "dur_ns", "bytes",
                                                         "flops", "cost_model"))
     parts = (read.filter(pl.col("step").is_in(batches[i:i + STEP_BATCH]))
-             .collect(engine=engine(k.height))
+             .collect(engine="in-memory")
              for i in range(0, max(len(batches), 1), STEP_BATCH))
     per = pl.concat([grouped(part, ["step", "component"], *aggs) for part in parts]).lazy()
     # the grid of steps and components is small: one query from here

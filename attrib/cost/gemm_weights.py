@@ -15,7 +15,6 @@ import orjson
 import polars as pl
 
 from attrib.cost.dtypes import tensor
-from attrib.trace import engine
 
 # op name -> the argument that is the weight (vLLM ROCm's skinny GEMMs take the weight[N, K] first:
 # csrc/rocm/torch_bindings.cpp, in_a)
@@ -42,15 +41,15 @@ def per_step(kernels: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
     shaped = (calls.join(named, on="op_id", how="inner")
               .filter(pl.col("name").is_in(list(WEIGHT_ARG)), pl.col("input_dims").is_not_null(),
                       pl.col("input_types").is_not_null())
-              .collect(engine=engine(kernels.height)))
+              .collect(engine="in-memory"))
     sigs = (shaped.lazy().select("name", "input_dims", "input_types").unique()
-            .collect(engine=engine(shaped.height)))
+            .collect(engine="in-memory"))
     sized = sigs.with_columns(pl.Series("weight_bytes", [
         weight_bytes(*row) for row in sigs.iter_rows()], dtype=pl.Float64))
     return (shaped.lazy().join(sized.lazy(), on=["name", "input_dims", "input_types"], how="left")
             .filter(pl.col("weight_bytes").is_not_null())
             .group_by("step", "component").agg(pl.col("weight_bytes").sum())
-            .collect(engine=engine(shaped.height)))
+            .collect(engine="in-memory"))
 
 
 def median_per_step(per: pl.DataFrame, steps: pl.Series) -> dict[str, float]:
