@@ -15,12 +15,10 @@ profiler's own cost is named as a caveat.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
 
 import msgspec
 from msgspec.structs import replace
 import polars as pl
-
 
 from attrib.analysis.finding import count
 from attrib.components.patterns import RUNTIME_CALL
@@ -40,13 +38,7 @@ from rules.finding import (
 )
 from rules.thresholds import Thresholds
 
-if TYPE_CHECKING:
-    from polars._typing import EngineType
-
 MIN_SHARE = 0.05
-# the engine of a query that was eager steps: polars' default ("auto") picks one per query, at
-# several times the cost of a small query
-_EAGER: EngineType = "in-memory"
 HOST_SIDE = ("host", "launch", "sync", OWN_COST)
 CUDNN_SDPA = (
     "cuDNN builds an execution plan for every new attention shape, so each "
@@ -77,7 +69,7 @@ def facts(a: Attribution, phase: str) -> Facts:
     dur = pl.col("dur_ns")
     k = a.kernels.lazy().filter(pl.col("step").is_in(pl.lit(st["step"]).implode()))
     sums = k.select(dur.sum(), dur.filter(pl.col("graph").fill_null(False)).sum().alias("graph"))
-    total, graph = map(num, sums.collect(engine=_EAGER).row(0))  # one query: the columns read only
+    total, graph = map(num, sums.collect(engine="in-memory").row(0))  # one query: the columns read only
     replayed = graph / total if total else 0.0
     return Facts(phase, st.height, num(st["step_ms"].mean()), replayed)
 
@@ -232,7 +224,7 @@ def ledger_findings(ledger: pl.DataFrame, f: Facts) -> list[Finding]:
         rows = (
             idle.lazy().filter(pl.col("cause") == cause)
             .sort("ms_per_step", descending=True)
-            .collect(engine=_EAGER)
+            .collect(engine="in-memory")
         )
         top = LedgerRow(**rows.row(0, named=True))
         shown = [

@@ -11,8 +11,6 @@ leave them out.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 import polars as pl
 
@@ -20,14 +18,8 @@ from attrib.components.patterns import COMPILE_SPANS
 from attrib.reads import Reads
 from attrib.trace import Trace, column
 
-if TYPE_CHECKING:
-    from polars._typing import EngineType
-
 OUTLIER = 3.0
 MIN_STEPS = 4
-# the engine of a query that was eager steps: polars' default ("auto") picks one per query, at
-# several times the cost of a small query
-_EAGER: EngineType = "in-memory"
 
 READS = Reads(ops=(COMPILE_SPANS,), frames=(COMPILE_SPANS,))  # compile and autotune spans
 
@@ -35,7 +27,7 @@ READS = Reads(ops=(COMPILE_SPANS,), frames=(COMPILE_SPANS,))  # compile and auto
 def compile_events(trace: Trace) -> pl.DataFrame:
     """name, start_ns, dur_ns of the ops, CPU annotations and Python frames named in COMPILE_SPANS
     (in that order). The pattern runs once per distinct name: names repeat thousands of times."""
-    return _compile_events(trace).collect(engine=_EAGER)
+    return _compile_events(trace).collect(engine="in-memory")
 
 
 def _compile_events(trace: Trace) -> pl.LazyFrame:
@@ -46,7 +38,7 @@ def _compile_events(trace: Trace) -> pl.LazyFrame:
              trace.frames.lazy().select(cols)]
     events = pl.concat(parts)
     names = events.select(pl.col("name").unique())
-    hit = names.filter(pl.col("name").str.contains(COMPILE_SPANS)).collect(engine=_EAGER)
+    hit = names.filter(pl.col("name").str.contains(COMPILE_SPANS)).collect(engine="in-memory")
     return events.filter(pl.col("name").is_in(pl.lit(hit.to_series()).implode()))
 
 
@@ -54,7 +46,7 @@ def compile_spans(trace: Trace) -> pl.DataFrame:
     """start_ns, end_ns of every compile/autotune span (ops, CPU annotations, Python frames)."""
     return _compile_events(trace).select(
         "start_ns", (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns")
-    ).sort("start_ns").collect(engine=_EAGER)
+    ).sort("start_ns").collect(engine="in-memory")
 
 
 def inside(t: pl.Series, spans: pl.DataFrame) -> pl.Series:

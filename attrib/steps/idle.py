@@ -12,7 +12,6 @@ loop on a worker thread the profiler did not record) holds its stretches as `unr
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
@@ -21,16 +20,10 @@ from attrib.components.patterns import BLOCKING_COPY, STREAM_WAIT, SYNC
 from attrib.link.nesting import parents, start_order
 from attrib.trace import column
 
-if TYPE_CHECKING:
-    from polars._typing import EngineType
-
 LAUNCH_GAP_NS = 100_000
 OUTSIDE_MIN_NS = 100_000
 HOLD_SHARE = 0.5  # the midpoint argument above needs it >= 1/2
 WINDOW = 1 << 18  # a thread's intervals per window of stretches in `holders`
-# the engine of a query that was eager steps: polars' default ("auto") picks one per query, at
-# several times the cost of a small query
-_EAGER: EngineType = "in-memory"
 UNTRACED = "untraced host time"
 # held by a thread that launched kernels while the profiler recorded none of its CPU ops (op
 # callbacks are per thread: a serving loop on a worker thread), in a trace that has ops elsewhere
@@ -40,7 +33,7 @@ UNRECORDED = "unrecorded thread"  # + its tid
 def recorded_threads(ops: pl.DataFrame, frames: pl.DataFrame) -> tuple[tuple[int, int], ...]:
     """The threads (pid, tid) with an op or a Python frame in the trace, in order."""
     both_ = pl.concat([ops.lazy().select(_BY), frames.lazy().select(_BY)]).drop_nulls()
-    threads = both_.unique().sort(_BY).collect(engine=_EAGER)
+    threads = both_.unique().sort(_BY).collect(engine="in-memory")
     return tuple((int(p), int(t)) for p, t in threads.iter_rows())
 
 
@@ -57,7 +50,7 @@ def unrecorded_threads(recorded: tuple[tuple[int, int], ...],
         return pl.DataFrame(schema={"pid": pl.Int64, "tid": pl.Int64, "calls": pl.UInt32})
     calls = launches.lazy().group_by(_BY).agg(pl.len().alias("calls"))
     return (calls.join(_threads_frame(recorded).lazy(), on=_BY, how="anti")
-            .sort(["calls", *_BY], descending=[True, False, False]).collect(engine=_EAGER))
+            .sort(["calls", *_BY], descending=[True, False, False]).collect(engine="in-memory"))
 IDLE = pl.Schema({"step": pl.Int64, "cause": pl.Utf8, "what": pl.Utf8,
                   "start_ns": pl.Int64, "end_ns": pl.Int64, "ns": pl.Int64})
 _BY = ["pid", "tid"]
@@ -84,7 +77,7 @@ def host_intervals(ops: pl.DataFrame, frames: pl.DataFrame,
     if calls is not None:
         call_id = (pl.col("id") + (2 << 40)).alias("id")
         parts.append(calls.lazy().select(call_id, "name", "start_ns", "dur_ns", *_BY))
-    iv = pl.concat(parts).collect(engine=_EAGER)  # one query; only the columns read are copied
+    iv = pl.concat(parts).collect(engine="in-memory")  # one query; only the columns read are copied
     if iv["start_ns"].null_count() or iv["dur_ns"].null_count():  # else no copy
         iv = iv.drop_nulls(["start_ns", "dur_ns"])
     got = start_order(iv, _BY)
@@ -107,7 +100,7 @@ def _holding(iv: pl.DataFrame, near: pl.DataFrame | pl.LazyFrame) -> np.ndarray:
     thread, s * 2 <= m2 <= e * 2: the points in [2s, 2e], counted in the sorted points."""
     keep = np.zeros(iv.height, dtype=bool)
     s2, e2 = iv["s"].to_numpy() * 2, iv["e"].to_numpy() * 2
-    points = near.lazy().group_by(_BY).agg(pl.col("m2").drop_nulls().sort()).collect(engine=_EAGER)
+    points = near.lazy().group_by(_BY).agg(pl.col("m2").drop_nulls().sort()).collect(engine="in-memory")
     for pid, tid, m2 in zip(points["pid"], points["tid"], points["m2"]):
         mine = iv.select(pl.col("pid").eq_missing(pid) & pl.col("tid").eq_missing(tid)).to_series()
         pts = m2.to_numpy()
@@ -164,7 +157,7 @@ def holders(iv: pl.DataFrame, q: pl.DataFrame, chunk: int = WINDOW) -> pl.Series
     # name joins the one holder kept per query
     # every window's pairs are lazy: one query for them all
     parts = []
-    threads = q.lazy().select(*_BY, "qid", "a", "b", mid).sort("m2").collect(engine=_EAGER)
+    threads = q.lazy().select(*_BY, "qid", "a", "b", mid).sort("m2").collect(engine="in-memory")
     for (pid, tid), qq in threads.partition_by(_BY, as_dict=True).items():  # each sorted by m2
         mine = pl.col("pid").eq_missing(pid) & pl.col("tid").eq_missing(tid)
         n = iv.select(mine.sum()).item()
@@ -177,14 +170,14 @@ def holders(iv: pl.DataFrame, q: pl.DataFrame, chunk: int = WINDOW) -> pl.Series
     if parts:
         named = iv.lazy().select("idx", "name")
         pairs = (_first_held(pl.concat(parts))
-                 .join(named, on="idx", how="left", maintain_order="left").collect(engine=_EAGER))
+                 .join(named, on="idx", how="left", maintain_order="left").collect(engine="in-memory"))
         labels = {n: frame_label(n) for n in pairs["name"].unique().to_list()}
         held = pairs.lazy().select("qid", pl.col("name").replace_strict(labels).alias("holder"))
     else:
         held = pl.LazyFrame(schema={"qid": pl.Int64, "holder": pl.Utf8})
     out = q.lazy().select(pl.col("qid").cast(pl.Int64))
     out = out.join(held, on="qid", how="left", maintain_order="left")  # lazy: an order only asked
-    return out.select(pl.col("holder").fill_null(UNTRACED)).collect(engine=_EAGER).to_series()
+    return out.select(pl.col("holder").fill_null(UNTRACED)).collect(engine="in-memory").to_series()
 
 
 def sync_calls(launches: pl.DataFrame) -> pl.DataFrame:
@@ -193,7 +186,7 @@ def sync_calls(launches: pl.DataFrame) -> pl.DataFrame:
     s = pl.col("start_ns").cast(pl.Int64)
     e = s + pl.col("dur_ns").fill_null(0).cast(pl.Int64)
     return (launches.lazy().filter(is_sync).drop_nulls("start_ns")
-            .select(*_BY, s.alias("s"), e.alias("e"), "name").collect(engine=_EAGER))
+            .select(*_BY, s.alias("s"), e.alias("e"), "name").collect(engine="in-memory"))
 
 
 def _with_waits(rows: pl.LazyFrame, launches: pl.DataFrame) -> pl.LazyFrame:
@@ -215,12 +208,12 @@ def idle_rows(g: pl.DataFrame, ops: pl.DataFrame, frames: pl.DataFrame, launches
               main: tuple, w0: pl.DataFrame,
               recorded: tuple[tuple[int, int], ...] = ()) -> pl.DataFrame:
     """(step, cause, what, start_ns, end_ns, ns) per idle piece of each gap, sorted by step,
-    start_ns, cause and what. g: the gaps (step,
-    a, b) with the GPU op that ends each (n_launch, n_launch_end, n_pid, n_tid) and in_graph;
+    start_ns, cause and what. g: the gaps (step, a, b) with the GPU op that ends each
+    (n_launch, n_launch_end, n_pid, n_tid) and in_graph;
     main: the thread that launches most; w0: step, w0 (its window's start); recorded: the
     threads with ops or frames in the whole trace."""
     untraced = pl.col("n_pid").is_null()
-    g_ = g.lazy().with_columns(
+    gaps = g.lazy().with_columns(
         pl.when(untraced).then(pl.lit(main[0], pl.Int64)).otherwise(pl.col("n_pid")).alias("pid"),
         pl.when(untraced).then(pl.lit(main[1], pl.Int64)).otherwise(pl.col("n_tid")).alias("tid"),
         pl.col("in_graph").fill_null(False),
@@ -229,7 +222,7 @@ def idle_rows(g: pl.DataFrame, ops: pl.DataFrame, frames: pl.DataFrame, launches
     queued = (sent.is_not_null() & ~pl.col("in_graph")
               & (pl.col("b") - pl.max_horizontal("a", sent) > OUTSIDE_MIN_NS)).fill_null(False)
     held = pl.when(queued).then(pl.max_horizontal("a", sent)).otherwise(pl.col("b")).alias("h")
-    g = g_.with_columns(held, queued.alias("queued")).collect(engine=_EAGER)
+    g = gaps.with_columns(held, queued.alias("queued")).collect(engine="in-memory")
     # the rows of each cause lazy, collected together at the end
     outside = _with_waits(g.lazy().filter("queued"), launches).select(
         "step", pl.lit("outside").alias("cause"), "what", pl.col("h").alias("start_ns"),
@@ -244,10 +237,10 @@ def idle_rows(g: pl.DataFrame, ops: pl.DataFrame, frames: pl.DataFrame, launches
         (pl.col("h") - pl.col("a")).alias("ns"))
     long_rows = host_side.filter(~short).with_row_index("qid").select(
         pl.col("qid").cast(pl.Int64), "step", *_BY, "a", pl.col("h").alias("b"))
-    longs = long_rows.collect(engine=_EAGER)
+    longs = long_rows.collect(engine="in-memory")
     parts = [outside, launch, *_held(longs, ops, frames, launches, recorded)]
     rows = pl.concat([p.select(list(IDLE)).cast(IDLE) for p in parts])
-    return rows.sort("step", "start_ns", "cause", "what").collect(engine=_EAGER)
+    return rows.sort("step", "start_ns", "cause", "what").collect(engine="in-memory")
 
 
 def _runtime_holders(launches: pl.DataFrame) -> pl.LazyFrame:
@@ -272,7 +265,7 @@ def _unrecorded(who: pl.Series, asks: pl.DataFrame,
     mark = pl.col("recorded").is_null() & (pl.col("who") == UNTRACED) & pl.col("tid").is_not_null()
     return (asked.sort("i").with_columns(who.alias("who"))
             .select(pl.when(mark).then(label).otherwise(pl.col("who")).alias(who.name))
-            .collect(engine=_EAGER).to_series())
+            .collect(engine="in-memory").to_series())
 
 
 def _held(longs: pl.DataFrame, ops: pl.DataFrame, frames: pl.DataFrame,
@@ -285,14 +278,14 @@ def _held(longs: pl.DataFrame, ops: pl.DataFrame, frames: pl.DataFrame,
                                      "tid": pl.Int64, "a": pl.Int64, "b": pl.Int64, "s": pl.Int64,
                                      "e": pl.Int64, "name": pl.Utf8})
     ov = (pl.min_horizontal("e", "b") - pl.max_horizontal("s", "a")).alias("ov")
-    calls = pairs.sort("qid", "s").with_columns(ov).collect(engine=_EAGER)
+    calls = pairs.sort("qid", "s").with_columns(ov).collect(engine="in-memory")
     n = longs.height
     asks = pl.concat([
         longs.lazy().select("qid", *_BY, "a", "b"),
         calls.lazy().with_row_index("i").select(
             (pl.col("i").cast(pl.Int64) + n).alias("qid"), *_BY,
             pl.col("s").alias("a"), pl.col("e").alias("b")),
-    ]).collect(engine=_EAGER)
+    ]).collect(engine="in-memory")
     # the host intervals holding a stretch's midpoint only: the others hold nothing
     near = asks.lazy().select(*_BY, (pl.col("a") + pl.col("b")).alias("m2"))
     who = holders(host_intervals(ops, frames, near, _runtime_holders(launches)), asks)

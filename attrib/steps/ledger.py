@@ -22,7 +22,7 @@ counted steps and sums to the mean step time.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 import msgspec
 from msgspec import field
@@ -33,9 +33,6 @@ from attrib.threads import both
 from attrib.trace import column, grouped
 from attrib.steps.idle import idle_rows, recorded_threads
 from attrib.steps.spans import complement, covered, merge
-
-if TYPE_CHECKING:
-    from polars._typing import EngineType
 
 # the profiler's own cost (an estimate): a caveat about the measurement, never a cause to fix
 OWN_COST = "profiler"
@@ -48,9 +45,6 @@ PROFILER_NS = {"op": 2_070, "frame": 1_330}
 _BY = ["pid", "tid"]
 STEP_LEDGER = pl.Schema({"step": pl.Int64, "cause": pl.Utf8, "what": pl.Utf8, "ns": pl.Int64,
                          "n": pl.Int64})
-# the engine of a query that was eager steps: polars' default ("auto") picks one per query, at
-# several times the cost of a small query
-_EAGER: EngineType = "in-memory"
 # sorted or not, the starts and ends of a set of intervals
 Spans = tuple[np.ndarray, np.ndarray]
 # an interval's cause and what as categories: 4 bytes a row, not a 16-byte view (1.75 M idle
@@ -93,7 +87,7 @@ def _spans_by(df: pl.DataFrame | pl.LazyFrame, key: pl.Expr) -> dict[str, Spans]
     s = pl.col("start_ns").cast(pl.Int64)
     e = s + pl.col("dur_ns").fill_null(0).cast(pl.Int64)
     spans = df.lazy().group_by(key.alias("_key")).agg(s.alias("s"), e.alias("e"))
-    by = spans.collect(engine=_EAGER)
+    by = spans.collect(engine="in-memory")
     return {str(k): (a.to_numpy(), b.to_numpy()) for k, a, b in zip(by["_key"], by["s"], by["e"])}
 
 
@@ -173,7 +167,7 @@ def _component_order(k: pl.DataFrame) -> tuple[str, ...]:
     tot = (k.lazy().select(pl.col("component").fill_null("other"), "dur_ns")
            .group_by("component").agg(pl.col("dur_ns").sum()).with_columns(last)
            .sort(["_last", "dur_ns", "component"], descending=[False, True, False])
-           .collect(engine=_EAGER))
+           .collect(engine="in-memory"))
     return tuple(tot["component"])
 
 
@@ -212,7 +206,7 @@ def _gpu_ops(k: pl.DataFrame, copies: pl.DataFrame, launches: pl.DataFrame) -> p
                       "graph": pl.Boolean, "launch_ns": pl.Int64, "launch_end": pl.Int64,
                       "pid": pl.Int64, "tid": pl.Int64})
     both = [kk.select(list(cols)).cast(cols), cc.select(list(cols)).cast(cols)]
-    return pl.concat(both).sort("start_ns").collect(engine=_EAGER)
+    return pl.concat(both).sort("start_ns").collect(engine="in-memory")
 
 
 def _gaps(
@@ -249,7 +243,7 @@ def _neighbours(gaps: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
     graphs = pl.col("n_graph").fill_null(False) & pl.col("p_graph").fill_null(False)
     same = graphs & (pl.col("n_lid") == pl.col("p_lid"))
     g = g.with_columns(same.fill_null(False).alias("in_graph")).sort("step", "a")
-    return g.collect(engine=_EAGER)
+    return g.collect(engine="in-memory")
 
 
 def _event_times(trace_tables: tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame],
@@ -260,7 +254,7 @@ def _event_times(trace_tables: tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame],
     def on(*tables: pl.DataFrame) -> np.ndarray:
         rows = pl.concat([t.lazy().select("start_ns", *_BY) for t in tables])
         mine = rows.join(threads.lazy(), on=_BY, how="semi")
-        times = mine.select(pl.col("start_ns").drop_nulls()).collect(engine=_EAGER).to_series()
+        times = mine.select(pl.col("start_ns").drop_nulls()).collect(engine="in-memory").to_series()
         return np.sort(times.to_numpy())
     return on(ops, launches), on(frames)
 
@@ -278,7 +272,7 @@ def _profiler(rows: pl.DataFrame, events: tuple[np.ndarray, np.ndarray]) -> pl.D
     what = pl.lit("estimate: CPU events x measured cost per event").alias("what")
     prof = rows.lazy().select("step", pl.lit(OWN_COST).alias("cause"), what,
                               "start_ns", "end_ns", column("ns", est, pl.Int64))
-    return pl.concat([kept, prof.filter(pl.col("ns") > 0)]).collect(engine=_EAGER)
+    return pl.concat([kept, prof.filter(pl.col("ns") > 0)]).collect(engine="in-memory")
 
 
 def _per_thread(ops_all: pl.DataFrame) -> pl.LazyFrame:
@@ -291,13 +285,13 @@ def _threads(ops_all: pl.DataFrame) -> tuple[tuple[int, int], ...]:
 
 def _thread_order(counts: pl.DataFrame | pl.LazyFrame) -> tuple[tuple[int, int], ...]:
     ranked = counts.lazy().sort(["len", *_BY], descending=[True, False, False])  # ties: lowest id
-    return tuple((int(p), int(t)) for p, t in ranked.collect(engine=_EAGER)[_BY].iter_rows())
+    return tuple((int(p), int(t)) for p, t in ranked.collect(engine="in-memory")[_BY].iter_rows())
 
 
 def launch_counts(k: pl.DataFrame, copies: pl.DataFrame, launches: pl.DataFrame) -> pl.DataFrame:
     """pid, tid, len: the kernels and copies each thread launched."""
     ops = _gpu_ops(k.drop_nulls(["start_ns", "dur_ns"]), copies, launches)
-    return _per_thread(ops).collect(engine=_EAGER)
+    return _per_thread(ops).collect(engine="in-memory")
 
 
 def facts(k: pl.DataFrame, copies: pl.DataFrame, launches: pl.DataFrame,
@@ -320,7 +314,7 @@ def ledger(steps: pl.DataFrame, k: pl.DataFrame, copies: pl.DataFrame, launches:
     start_ns, dur_ns, component, launch_id, graph. whole: the Facts of the whole trace when
     these tables are a part of it (by default, their own)."""
     st = (steps.lazy().drop_nulls(["window_start", "window_end"]).sort("window_start")
-          .collect(engine=_EAGER))
+          .collect(engine="in-memory"))
     if st.height == 0:
         return Ledger(pl.DataFrame(schema=STEP_LEDGER), pl.DataFrame(schema=INTERVALS),
                       whole.recorded if whole else recorded_threads(ops, frames))
@@ -351,12 +345,12 @@ def ledger(steps: pl.DataFrame, k: pl.DataFrame, copies: pl.DataFrame, launches:
     gap_rows = idle.lazy().group_by("step", "cause", "what").agg(
         pl.col("ns").sum(), pl.len().cast(pl.Int64).alias("n")
     )
-    per_step = [*(r.lazy() for r in krows + crows), gap_rows.select(list(STEP_LEDGER))]
-    per_step_ = pl.concat(per_step).cast(STEP_LEDGER).filter(pl.col("ns") > 0).sort(
+    parts = [*(r.lazy() for r in krows + crows), gap_rows.select(list(STEP_LEDGER))]
+    per_step = pl.concat(parts).cast(STEP_LEDGER).filter(pl.col("ns") > 0).sort(
         "step", "ns", "cause", "what", descending=[False, True, False, False])
     intervals = idle.lazy().filter(pl.col("cause") != OWN_COST).select(list(INTERVALS))
-    return Ledger(per_step_.collect(engine=_EAGER),
-                  intervals.cast(INTERVALS).collect(engine=_EAGER), known.recorded)
+    return Ledger(per_step.collect(engine="in-memory"),
+                  intervals.cast(INTERVALS).collect(engine="in-memory"), known.recorded)
 
 
 def _ranked(rows: pl.LazyFrame) -> pl.LazyFrame:
@@ -372,12 +366,12 @@ def _counted(steps: pl.DataFrame, phase: str) -> pl.DataFrame:
 
 
 def _median_gaps(intervals: pl.DataFrame, mine: pl.Series,
-                 rows: pl.DataFrame) -> pl.DataFrame:
-    """cause, what, median_us: the median interval of each (cause, what) of `rows` over the
+                 kinds: pl.DataFrame) -> pl.DataFrame:
+    """cause, what, median_us: the median interval of each (cause, what) of `kinds` over the
     steps `mine`, each a filter of the intervals in one query (a group-by of them all copies
     every row; a pair with a null key never joins)."""
-    pairs = [(c, w) for c, w in rows[["cause", "what"]].iter_rows() if c is not None
-             and w is not None]
+    pairs = [(c, w) for c, w in kinds[["cause", "what"]].iter_rows()
+             if c is not None and w is not None]
     counted = pl.col("step").is_in(pl.lit(mine).implode())
 
     def median_us(cause: str, what: str) -> pl.Expr:
@@ -415,7 +409,7 @@ def _phase_ledger(led: Ledger, steps: pl.DataFrame, phase: str) -> pl.DataFrame:
     med = _median_gaps(led.intervals, mine, rows)
     out = rows.lazy().join(med.lazy(), on=["cause", "what"], how="left").with_columns(
         (pl.col("ms_per_step") / mean_ms if mean_ms else pl.lit(None, pl.Float64)).alias("share"))
-    return _ranked(out.select(list(schema)).cast(schema)).collect(engine=_EAGER)
+    return _ranked(out.select(list(schema)).cast(schema)).collect(engine="in-memory")
 
 
 def median_gap_us(led: Ledger | None, steps: pl.DataFrame, phase: str) -> float | None:
