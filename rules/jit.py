@@ -56,7 +56,7 @@ def _odd_steps(a: Attribution, th: Thresholds) -> pl.DataFrame:
         steps.join(med, on="phase").filter(odd)
         .select("step", "phase", "n_kernels", "med_k", "step_ms", "med_ms")
         .sort("step_ms", descending=True)
-        .collect(engine="in-memory")  # one query
+        .collect(engine="in-memory")
     )
 
 
@@ -80,7 +80,7 @@ def compile_in_window(a: Attribution, an: Analysis, th: Thresholds) -> list[Find
             & (pl.col("first") > th.first_call_ratio * pl.col("median"))
         )
         .sort("first", descending=True)
-        .collect(engine="in-memory")  # one query
+        .collect(engine="in-memory")
     )
     per = _per_step_compile(a, sp) if sp.height else pl.DataFrame()
     odd = _odd_steps(a, th)

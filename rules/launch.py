@@ -36,7 +36,7 @@ def _per_step(a: Attribution, phase: str) -> pl.DataFrame:
         pl.col("launch_id").drop_nulls().n_unique().alias("launches"),
         pl.when(replayed).then(dur).otherwise(0).sum().alias("graph_ns"),  # (no filtered copy)
         pl.when(with_op).then(dur).otherwise(0).sum().alias("graph_op_ns"),
-        dur.sum().alias("ns")).collect(engine="in-memory")  # one query
+        dur.sum().alias("ns")).collect(engine="in-memory")
 
 
 def launch_gap_ms(a: Attribution, phase: str) -> float:
