@@ -33,6 +33,7 @@ from attrib.options import TOP_KERNELS, Options
 from attrib.chunked import NotOneRun, attribute_chunks
 from attrib.pipeline import Attribution, attribute
 from attrib.steps.phases import annotated_spans
+from attrib.threads import pooled
 from attrib.roofline.arch import Arch, detect, find, load_archs, override, unknown_arch
 from attrib.report.printable import plain_tree
 from attrib.trace import TRUNCATED, Trace
@@ -326,7 +327,9 @@ def attribution(path: str | Path, opts: Options = Options(), warn: Warn | None =
         trace = analyzable(load(path), path)
     except MemoryError:
         raise TraceError(path, "reading it needs more memory than this process may use") from None
-    a = attribute(trace, dict(opts.phase_map), cap, opts.capture_batch, opts.budget)
+    rows = max(trace.largest(), cap.largest() if cap is not None else 0)
+    a = pooled(lambda: attribute(trace, dict(opts.phase_map), cap, opts.capture_batch,
+                                 opts.budget), rows=rows)
     # the attributed trace's warnings: the steps stage adds to a truncation warning what it dropped
     for p, t in ((capture, cap), (path, a.trace)):
         for w in (t.meta.warnings if t is not None and warn is not None else ()):
@@ -356,12 +359,15 @@ def analysis(a: Attribution, opts: Options = Options(),
     plain_ms: opts.baseline's plain decode step when already known."""
     budget = for_world(opts.budget, world_size(a.trace))  # the rank's tensor-parallel shard
     plain = plain_ms if plain_ms is not None else baseline_step_ms(opts)
-    an = build(a, opts.phase, opts.arch, opts.arch_from, budget, opts.arch_file, opts.top,
-               capture=opts.capture, plain_ms=plain)
-    an = with_what_if(an, budget, opts.what_if)
-    # a trace's text (device, kernel and op names, stamp values) is untrusted: no escape or
-    # control character of it reaches any output format, plot or warning (~2 ms)
-    return plain_tree(finish(an, tuple(rules.run(a, an))))
+
+    def analyzed() -> Analysis:
+        an = build(a, opts.phase, opts.arch, opts.arch_from, budget, opts.arch_file, opts.top,
+                   capture=opts.capture, plain_ms=plain)
+        an = with_what_if(an, budget, opts.what_if)
+        # a trace's text (device, kernel and op names, stamp values) is untrusted: no escape or
+        # control character of it reaches any output format, plot or warning (~2 ms)
+        return plain_tree(finish(an, tuple(rules.run(a, an))))
+    return pooled(analyzed, rows=a.largest())
 
 
 def with_what_if(an: Analysis, budget: Budget | None, formats: Formats | None) -> Analysis:

@@ -1,10 +1,14 @@
-"""Independent stages on two threads (attrib.threads): the same results as one thread, in the
-same order, on real traces; errors raised; ATTRIB_THREADS=1 and one CPU run them serially."""
+"""Stages on polars' pool (attrib.threads): the same results as one thread, in the same order,
+on real traces; errors raised in the caller; ATTRIB_THREADS=1 and one CPU run them serially; a
+pool of one thread runs them one after the other; no Python thread is left behind."""
 
 from __future__ import annotations
 
 import contextlib
 import io
+import os
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -14,23 +18,38 @@ from attrib import threads
 from attrib.cli import main
 from attrib.trace import SMALL_ROWS
 
+ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).parent / "fixtures"
 VLLM = FIXTURES / "torch" / "mi300_vllm_prefilldecode_piecewise"
 
 
-def _name() -> str:
-    return threading.current_thread().name
+def _name() -> int:
+    """The calling thread (its identity: `current_thread()` would register a pool thread with
+    `threading` for good)."""
+    return threading.get_ident()
 
 
 def test_both_and_each_keep_order_and_use_a_second_thread(monkeypatch):
     monkeypatch.delenv(threads.ENV, raising=False)
     monkeypatch.setattr(threads, "_cpus", lambda: 2)
-    here = _name()
+    here, python_threads = _name(), threading.active_count()
     a, b = threads.both(_name, _name, rows=10)
-    assert a == here and b != here and b.startswith("attrib")
+    assert here not in (a, b)  # both on polars' pool
     got = threads.each(lambda x: (x, _name()), range(6), rows=10)
     assert [x for x, _ in got] == list(range(6))
-    assert {n for _, n in got} != {here}
+    assert here not in {n for _, n in got}
+    assert threading.active_count() == python_threads  # polars' threads are not Python's
+
+
+def test_pooled_runs_on_the_pool_for_small_tables_only():
+    here = _name()
+    assert threads.pooled(_name, rows=SMALL_ROWS) != here
+    assert threads.pooled(_name, rows=SMALL_ROWS + 1) == here
+    # nested: stages of stages, each on the pool, in order
+    got = threads.pooled(lambda: threads.both(lambda: threads.each(lambda x: x * 2, [1, 2], rows=1),
+                                              lambda: threads.pooled(lambda: "g", rows=1),
+                                              rows=1), rows=1)
+    assert got == ([2, 4], "g")
 
 
 @pytest.mark.parametrize("why", ["env", "one cpu", "big tables"])
@@ -56,6 +75,27 @@ def test_an_error_of_either_side_is_raised(monkeypatch):
         threads.both(lambda: 1, bad, rows=10)
     with pytest.raises(ZeroDivisionError):
         threads.each(lambda x: 1 // x, [1, 0, 2], rows=10)
+    with pytest.raises(ValueError, match="second thread"):
+        threads.pooled(bad, rows=10)
+
+    def first() -> int:
+        raise KeyError("first")
+
+    with pytest.raises(KeyError):  # of two, the first stage's
+        threads.both(first, bad, rows=10)
+
+
+def test_a_pool_of_one_thread_runs_the_stages_one_after_the_other():
+    """POLARS_MAX_THREADS=1: one pool thread takes the stages in turn (no stage waits on
+    another, so none waits for ever); the results are those of the serial calls."""
+    code = ("from attrib import threads; threads._cpus = lambda: 2; "
+            "print(threads.pooled(lambda: threads.both(lambda: threads.each("
+            "lambda x: x + 1, [1, 2, 3], rows=1), lambda: 'g', rows=1), rows=1))")
+    env = {**os.environ, "POLARS_MAX_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    env.pop(threads.ENV, None)
+    got = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=60, check=True)
+    assert got.stdout.strip() == "([2, 3, 4], 'g')"
 
 
 def _analyze_json(args: list[str]) -> str:
