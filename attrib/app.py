@@ -36,7 +36,7 @@ from attrib.steps.phases import annotated_spans
 from attrib.threads import pooled
 from attrib.roofline.arch import Arch, detect, find, load_archs, override, unknown_arch
 from attrib.report.printable import plain_tree
-from attrib.trace import TRUNCATED, Trace
+from attrib.trace import SMALL_ROWS, TRUNCATED, Trace
 from collectors import limits, load, reader, resolve
 from collectors.provenance import SUFFIX as STAMP_SUFFIX
 from collectors.kineto import Fallback
@@ -271,12 +271,8 @@ CHUNK_STEPS = 64  # annotated steps per chunk
 
 def _big(path: Path) -> bool:
     """Whether the file's JSON text is likely BOUNDED_BYTES or more, judged from its size."""
-    try:
-        size = path.stat().st_size
-    except OSError:
-        return False
-    packed = path.name.lower().endswith((".gz", ".xz", ".zst"))
-    return size >= BOUNDED_BYTES // (8 if packed else 1)
+    text = limits.text_bytes(path)
+    return text is not None and text >= BOUNDED_BYTES
 
 
 def bounded(path: str | Path, opts: Options = Options(),
@@ -322,14 +318,16 @@ def attribution(path: str | Path, opts: Options = Options(), warn: Warn | None =
     got = bounded(path, opts, steps) if steps else None
     if got is not None:
         return got
-    cap = load(capture) if capture is not None else None
+
+    def read() -> tuple[Trace | None, Trace]:
+        return (load(capture) if capture is not None else None), analyzable(load(path), path)
     try:
-        trace = analyzable(load(path), path)
+        cap, trace = pooled(read, small=limits.small_text(path, capture))
     except MemoryError:
         raise TraceError(path, "reading it needs more memory than this process may use") from None
     rows = max(trace.largest(), cap.largest() if cap is not None else 0)
     a = pooled(lambda: attribute(trace, dict(opts.phase_map), cap, opts.capture_batch,
-                                 opts.budget), rows=rows)
+                                 opts.budget), small=rows <= SMALL_ROWS)
     # the attributed trace's warnings: the steps stage adds to a truncation warning what it dropped
     for p, t in ((capture, cap), (path, a.trace)):
         for w in (t.meta.warnings if t is not None and warn is not None else ()):
@@ -367,7 +365,7 @@ def analysis(a: Attribution, opts: Options = Options(),
         # a trace's text (device, kernel and op names, stamp values) is untrusted: no escape or
         # control character of it reaches any output format, plot or warning (~2 ms)
         return plain_tree(finish(an, tuple(rules.run(a, an))))
-    return pooled(analyzed, rows=a.largest())
+    return pooled(analyzed, small=a.largest() <= SMALL_ROWS)
 
 
 def with_what_if(an: Analysis, budget: Budget | None, formats: Formats | None) -> Analysis:

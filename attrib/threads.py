@@ -12,8 +12,8 @@ whatever thread ran them; the stages are pure functions of their arguments.
 Where stages run side by side (`both`, `each`): on a second CPU, not under ATTRIB_THREADS=1 (a
 sweep's busy worker processes), over tables of at most SMALL_ROWS rows (above, polars spreads
 each query over the CPUs itself, and two stages at once would hold both stages' transients).
-`pooled` runs one stage on the pool over tables of at most SMALL_ROWS rows: a signal (Ctrl-C) is
-acted on when it ends, which over such tables is within about a second.
+`pooled` runs one stage on the pool where its input is small: a signal (Ctrl-C) is acted on when
+the stage ends, which for a small input is within about a second.
 """
 
 from __future__ import annotations
@@ -74,10 +74,11 @@ def each(fn: Callable[[A], B], items: Iterable[A], *, rows: int) -> list[B]:
     return _on_pool([partial(fn, x) for x in todo])
 
 
-def pooled(f: Callable[[], A], *, rows: int) -> A:
-    """f(), called on a thread of polars' pool where rows <= SMALL_ROWS (its queries run where
-    they are made: a small trace's attribution and analysis took 0.75-0.85x their time)."""
-    return _on_pool([f])[0] if rows <= SMALL_ROWS else f()
+def pooled(f: Callable[[], A], *, small: bool) -> A:
+    """f(), called on a thread of polars' pool where `small` (over tables of at most SMALL_ROWS
+    rows, or a file of at most collectors.limits.SMALL_TEXT of text), else here: its queries run
+    where they are made (a small trace's attribution and analysis took 0.75-0.85x their time)."""
+    return _on_pool([f])[0] if small else f()
 
 
 def _on_pool(stages: list[Callable[[], B]]) -> list[B]:

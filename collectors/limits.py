@@ -32,11 +32,33 @@ RATIO_LIMIT = 200
 INFLATE_FLOOR = 64 << 20
 # One trace event (one JSON object of the event list), or one string field, at most this long.
 EVENT_LIMIT = 16 << 20
+# A file of at most this much text (`text_bytes`) holds a small trace (~40 k Kineto events of
+# ~400 bytes): read and analyzed where small tables cost least (attrib.threads.pooled).
+SMALL_TEXT = 16 << 20
 _STEP = 16 << 20
 _STREAM_STEP = 1 << 16
 
 _KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
           (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def text_bytes(path: Path) -> int | None:
+    """The text a regular file likely holds: its size, 8 times it where compressed (.gz, .xz,
+    .zst; real traces inflate 9-27x); None for anything else (a folder, a missing path)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    packed = path.name.lower().endswith((".gz", ".xz", ".zst"))
+    return st.st_size * (8 if packed else 1)
+
+
+def small_text(*paths: Path | str | None) -> bool:
+    """Whether each given file (None: none) holds at most SMALL_TEXT of text (`text_bytes`)."""
+    sizes = [text_bytes(Path(p)) for p in paths if p is not None]
+    return all(n is not None and n <= SMALL_TEXT for n in sizes)
 
 
 def check_path(path: Path) -> os.stat_result:

@@ -16,11 +16,14 @@ import pytest
 
 from attrib import threads
 from attrib.cli import main
+from attrib.cli.common import NO_PARTITION, small_groups
 from attrib.trace import SMALL_ROWS
+from collectors import limits
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).parent / "fixtures"
 VLLM = FIXTURES / "torch" / "mi300_vllm_prefilldecode_piecewise"
+SMALL_TRACE = FIXTURES / "torch" / "h200_dense_prefill_cudagraph_decode.json.gz"
 
 
 def _name() -> int:
@@ -41,14 +44,14 @@ def test_both_and_each_keep_order_and_use_a_second_thread(monkeypatch):
     assert threading.active_count() == python_threads  # polars' threads are not Python's
 
 
-def test_pooled_runs_on_the_pool_for_small_tables_only():
+def test_pooled_runs_on_the_pool_for_small_input_only():
     here = _name()
-    assert threads.pooled(_name, rows=SMALL_ROWS) != here
-    assert threads.pooled(_name, rows=SMALL_ROWS + 1) == here
+    assert threads.pooled(_name, small=True) != here
+    assert threads.pooled(_name, small=False) == here
     # nested: stages of stages, each on the pool, in order
     got = threads.pooled(lambda: threads.both(lambda: threads.each(lambda x: x * 2, [1, 2], rows=1),
-                                              lambda: threads.pooled(lambda: "g", rows=1),
-                                              rows=1), rows=1)
+                                              lambda: threads.pooled(lambda: "g", small=True),
+                                              rows=1), small=True)
     assert got == ([2, 4], "g")
 
 
@@ -76,7 +79,7 @@ def test_an_error_of_either_side_is_raised(monkeypatch):
     with pytest.raises(ZeroDivisionError):
         threads.each(lambda x: 1 // x, [1, 0, 2], rows=10)
     with pytest.raises(ValueError, match="second thread"):
-        threads.pooled(bad, rows=10)
+        threads.pooled(bad, small=True)
 
     def first() -> int:
         raise KeyError("first")
@@ -90,7 +93,7 @@ def test_a_pool_of_one_thread_runs_the_stages_one_after_the_other():
     another, so none waits for ever); the results are those of the serial calls."""
     code = ("from attrib import threads; threads._cpus = lambda: 2; "
             "print(threads.pooled(lambda: threads.both(lambda: threads.each("
-            "lambda x: x + 1, [1, 2, 3], rows=1), lambda: 'g', rows=1), rows=1))")
+            "lambda x: x + 1, [1, 2, 3], rows=1), lambda: 'g', rows=1), small=True))")
     env = {**os.environ, "POLARS_MAX_THREADS": "1", "PYTHONPATH": str(ROOT)}
     env.pop(threads.ENV, None)
     got = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
@@ -122,3 +125,41 @@ def test_real_traces_give_the_same_analysis_on_one_thread_and_two(monkeypatch, a
     monkeypatch.setenv(threads.ENV, "1")
     one = _analyze_json(args)
     assert '"phases"' in one and two == one
+
+
+def test_a_small_input_is_a_small_file_of_text(tmp_path):
+    """small_text: the fixture (0.1 MB of gzip, 2.9 MB of JSON) is small; a folder, a missing
+    path, and a file past SMALL_TEXT (sparse: its size is what is judged) are not."""
+    assert limits.small_text(SMALL_TRACE, None)
+    assert limits.text_bytes(SMALL_TRACE) == 8 * SMALL_TRACE.stat().st_size
+    big = tmp_path / "big.json"
+    with open(big, "wb") as fh:
+        fh.truncate(limits.SMALL_TEXT + 1)
+    for other in (big, tmp_path, tmp_path / "missing.json"):
+        assert not limits.small_text(SMALL_TRACE, other)
+
+
+def test_small_groups_only_while_the_command_reads_small_files(monkeypatch, tmp_path):
+    monkeypatch.delenv(NO_PARTITION, raising=False)
+    with small_groups(SMALL_TRACE, None):
+        assert os.environ[NO_PARTITION] == "1"
+    assert NO_PARTITION not in os.environ
+    with small_groups(SMALL_TRACE, tmp_path):  # a folder: not known small
+        assert NO_PARTITION not in os.environ
+    monkeypatch.setenv(NO_PARTITION, "0")  # the user's own value is kept
+    with small_groups(SMALL_TRACE):
+        assert os.environ[NO_PARTITION] == "0"
+    assert os.environ[NO_PARTITION] == "0"
+
+
+@pytest.mark.parametrize("trace", [
+    SMALL_TRACE,  # Kineto JSON
+    FIXTURES / "rocprof" / "gfx1201_llamacpp_rocpd_rocm7.2" / "32432_results.db.gz",  # SQLite
+], ids=["kineto", "rocpd"])
+def test_a_small_trace_read_and_analyzed_on_the_pool_leaves_no_python_thread(trace):
+    """Read, attributed and analyzed on polars' pool (each reader's main-thread test asks
+    `threading.get_ident`): the process keeps its Python threads, so `attrib` ends at once
+    (cli._leave)."""
+    before = threading.active_count()
+    assert '"phases"' in _analyze_json([str(trace)])
+    assert threading.active_count() == before

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
@@ -44,6 +45,29 @@ def loading() -> Iterator[None]:
         # collections, those of the analysis gone)
         gc.set_threshold(YOUNG, *gc.get_threshold()[1:])
         gc.enable()
+
+
+NO_PARTITION = "POLARS_NO_PARTITION"
+
+
+@contextlib.contextmanager
+def small_groups(*paths: Path | None) -> Iterator[None]:
+    """While a command reads only small files (collectors.limits.small_text), polars groups
+    rows without first splitting them by hash over its threads. It splits every group-by of
+    1,000 rows or more, which below ~100 k rows costs more than it spreads: on 2 CPUs a 2,000-row
+    group-by on text keys took 320 us against 45 us, and the small trace's `analyze` 8 ms less.
+    Polars reads the variable at each group-by; it is set here between queries, and a value of
+    the user's own is kept."""
+    from collectors.limits import small_text
+
+    if NO_PARTITION in os.environ or not small_text(*paths):
+        yield
+        return
+    os.environ[NO_PARTITION] = "1"
+    try:
+        yield
+    finally:
+        del os.environ[NO_PARTITION]
 
 
 def check_output(out: Path | None, force: bool) -> None:

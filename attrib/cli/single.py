@@ -24,7 +24,8 @@ if TYPE_CHECKING:
     from attrib.report.renderers import Renderer
 
 from attrib.cli import numbers, options
-from attrib.cli.common import check_output, cli, loading, refuse_inputs, warn, write
+from attrib.cli.common import (check_output, cli, loading, refuse_inputs, small_groups, warn,
+                               write)
 
 
 def _analysis_options(f):
@@ -94,7 +95,7 @@ def _analyze(trace: Path, o: dict) -> Analysis:
     with loading():
         from attrib.app import analyze_path
     opts = _options(o)
-    with progress(f"analyzing {trace}"):
+    with progress(f"analyzing {trace}"), small_groups(trace, o["capture"], o["baseline"]):
         return analyze_path(trace, opts, warn=warn)
 
 
