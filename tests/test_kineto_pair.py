@@ -25,6 +25,7 @@ from conftest import EXAMPLE_TRACE
 
 BLOCK = 1 << 18  # the demo trace's 19 MB of JSON in ~75 pieces
 SLOW_S = 0.01  # a pause before each piece, so the worker is ready while pieces remain
+READY_S = 60.0  # the longest a test waits for its worker to start
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +52,7 @@ def _same(a: Trace, b: Trace) -> None:
 
 def _counted(monkeypatch) -> dict[str, int]:
     """Pieces handed to the worker and reads that fell back to the whole text; the reader
-    pauses before each piece (a busy reader)."""
+    waits for a started worker to be ready and pauses before each piece (a busy reader)."""
     seen: dict = {"handed": 0, "whole": 0}
     piece, hand, whole, start = sinks.Decoder.piece, pair.Worker.hand, kineto.whole, pair.Worker.start
 
@@ -59,6 +60,11 @@ def _counted(monkeypatch) -> dict[str, int]:
         worker = start(path)
         if worker is not None:
             seen.setdefault("folders", []).append(Path(worker.folder))
+            # ready before the reader goes on, however slowly this machine starts a process
+            # (the reader would decode every piece itself and hand none); ended: it never will be
+            deadline = time.monotonic() + READY_S
+            while not worker.ready and worker.alive and time.monotonic() < deadline:
+                worker._drain(0.1)
         return worker
 
     def slow_piece(self, text, at=None):
