@@ -149,8 +149,9 @@ def opened(path: Path, db: Path, limit_s: float | None = None) -> Iterator[sqlit
 def _note_signals(got: list[int]) -> dict[signal.Signals, Any]:
     """Replace the stop signals' handlers (main thread only) by one that appends to `got`; the
     old handlers, to restore. Signals whose handler is SIG_IGN stay ignored."""
-    if threading.get_ident() != threading.main_thread().ident:  # (current_thread() would
-        return {}  # register a thread of polars' pool with `threading` for good)
+    # by ident: current_thread() in a thread of polars' pool would register it for good
+    if threading.get_ident() != threading.main_thread().ident:
+        return {}
     old: dict[signal.Signals, Any] = {}
     for name in _STOP_SIGNALS:
         sig = getattr(signal, name, None)
