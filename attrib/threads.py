@@ -103,7 +103,7 @@ def _on_pool(stages: list[Callable[[], B]]) -> list[B]:
 
     one = pl.LazyFrame({"x": [0]}, schema={"x": pl.Int8})
     query = one.select(*(stage(i) for i in range(len(stages))), pl.lit(0).alias("_"))
-    query.collect(engine="in-memory", optimizations=pl.QueryOptFlags.none())
+    query.collect(engine="in-memory")
     for exc in failed:
         if exc is not None:
             raise exc
