@@ -37,7 +37,7 @@ from attrib.threads import pooled
 from attrib.roofline.arch import Arch, detect, find, load_archs, override, unknown_arch
 from attrib.report.printable import plain_tree
 from attrib.trace import SMALL_ROWS, TRUNCATED, Trace
-from collectors import limits, load, reader, resolve
+from collectors import TORCH, limits, load, reader, resolve
 from collectors.provenance import SUFFIX as STAMP_SUFFIX
 from collectors.kineto import Fallback
 
@@ -283,7 +283,7 @@ def bounded(path: str | Path, opts: Options = Options(),
     step annotations, no GPU kernels (the whole reader says what it read), a document the
     streaming reader cannot cut, or anything the whole-trace reader would warn about."""
     path = Path(path)
-    if opts.capture is not None or resolve(path)[0] != "torch-json":
+    if opts.capture is not None or resolve(path)[0] != TORCH:
         return None
     # only a trace read in chunks needs these (a fast start for the rest)
     from attrib.steps.chunks import plan
@@ -322,7 +322,7 @@ def attribution(path: str | Path, opts: Options = Options(), warn: Warn | None =
     def read() -> tuple[Trace | None, Trace]:
         return (load(capture) if capture is not None else None), analyzable(load(path), path)
     try:
-        cap, trace = pooled(read, small=limits.small_text(path, capture))
+        cap, trace = pooled(read, small=_bounded_read(capture, path))
     except MemoryError:
         raise TraceError(path, "reading it needs more memory than this process may use") from None
     rows = max(trace.largest(), cap.largest() if cap is not None else 0)
@@ -333,6 +333,17 @@ def attribution(path: str | Path, opts: Options = Options(), warn: Warn | None =
         for w in (t.meta.warnings if t is not None and warn is not None else ()):
             warn(p, w)
     return a
+
+
+def _bounded_read(*paths: str | Path | None) -> bool:
+    """Whether reading `paths` may run on polars' pool (attrib.threads.pooled): each a small Kineto
+    JSON file, whose reader's work its text bounds. Not a database: its reader stops a query that
+    runs on when a signal's handler runs, and that is in the main thread only."""
+    try:
+        return limits.small_text(*paths) and all(
+            resolve(p)[0] == TORCH for p in paths if p is not None)
+    except TraceError:  # the reader says it
+        return False
 
 
 def analyze_path(path: str | Path, opts: Options = Options(), warn: Warn | None = None) -> Analysis:

@@ -12,8 +12,9 @@ whatever thread ran them; the stages are pure functions of their arguments.
 Where stages run side by side (`both`, `each`): on a second CPU, not under ATTRIB_THREADS=1 (a
 sweep's busy worker processes), over tables of at most SMALL_ROWS rows (above, polars spreads
 each query over the CPUs itself, and two stages at once would hold both stages' transients).
-`pooled` runs one stage on the pool where its input is small: a signal (Ctrl-C) is acted on when
-the stage ends, which for a small input is within about a second.
+`pooled` runs one stage on the pool where its input is small and its work bounded: a signal
+(Ctrl-C) is acted on when the stage ends (within about a second), and code that stops on a signal
+(the rocpd reader's queries) must not run there, as handlers run in the main thread only.
 """
 
 from __future__ import annotations
@@ -76,8 +77,8 @@ def each(fn: Callable[[A], B], items: Iterable[A], *, rows: int) -> list[B]:
 
 def pooled(f: Callable[[], A], *, small: bool) -> A:
     """f(), called on a thread of polars' pool where `small` (over tables of at most SMALL_ROWS
-    rows, or a file of at most collectors.limits.SMALL_TEXT of text), else here: its queries run
-    where they are made (the small fixture's attribution and analysis, in process: 0.75-0.85x)."""
+    rows; a Kineto file of at most collectors.limits.SMALL_TEXT of text), else here: its queries
+    run where they are made (the small fixture's read, attribution and analysis: 0.75-0.85x)."""
     return _on_pool([f])[0] if small else f()
 
 

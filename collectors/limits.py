@@ -33,7 +33,7 @@ INFLATE_FLOOR = 64 << 20
 # One trace event (one JSON object of the event list), or one string field, at most this long.
 EVENT_LIMIT = 16 << 20
 # A file of at most this much text (`text_bytes`) holds a small trace (~40 k Kineto events of
-# ~400 bytes): read and analyzed where small tables cost least (attrib.threads.pooled).
+# ~400 bytes): a Kineto file is read where small tables cost least (attrib.threads.pooled).
 SMALL_TEXT = 16 << 20
 _STEP = 16 << 20
 _STREAM_STEP = 1 << 16

@@ -156,10 +156,10 @@ def test_small_groups_only_while_the_command_reads_small_files(monkeypatch, tmp_
     SMALL_TRACE,  # Kineto JSON
     FIXTURES / "rocprof" / "gfx1201_llamacpp_rocpd_rocm7.2" / "32432_results.db.gz",  # SQLite
 ], ids=["kineto", "rocpd"])
-def test_a_small_trace_read_and_analyzed_on_the_pool_leaves_no_python_thread(trace):
-    """Read, attributed and analyzed on polars' pool (each reader's main-thread test asks
-    `threading.get_ident`): the process keeps its Python threads, so `attrib` ends at once
-    (cli._leave)."""
+def test_a_small_trace_analyzed_on_the_pool_leaves_no_python_thread(trace):
+    """Attributed and analyzed on polars' pool (the Kineto file read there too; the database in
+    the main thread, where its reader hears signals: tests/test_rocprof_bounds.py): the process
+    keeps its Python threads, so `attrib` ends at once (cli._leave)."""
     before = threading.active_count()
     assert '"phases"' in _analyze_json([str(trace)])
     assert threading.active_count() == before

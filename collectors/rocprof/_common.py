@@ -149,8 +149,7 @@ def opened(path: Path, db: Path, limit_s: float | None = None) -> Iterator[sqlit
 def _note_signals(got: list[int]) -> dict[signal.Signals, Any]:
     """Replace the stop signals' handlers (main thread only) by one that appends to `got`; the
     old handlers, to restore. Signals whose handler is SIG_IGN stay ignored."""
-    # by ident: current_thread() in a thread of polars' pool would register it for good
-    if threading.get_ident() != threading.main_thread().ident:
+    if threading.current_thread() is not threading.main_thread():
         return {}
     old: dict[signal.Signals, Any] = {}
     for name in _STOP_SIGNALS:
