@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import polars as pl
 
-
 SPLITK_REDUCE = r"(?i)split_?k_?reduce"
 
 

@@ -13,7 +13,6 @@ from typing import cast
 import polars as pl
 
 
-
 def _stream(intervals: pl.DataFrame, points: pl.DataFrame | None, by: list[str]) -> pl.DataFrame:
     # Keys are doubled times so that at equal times ends come before starts and points,
     # and a point at an interval's start is inside it.
