@@ -14,6 +14,7 @@ from attrib.analysis.model import Analysis
 from attrib.pipeline import Attribution
 from attrib.reads import Reads
 from attrib.trace import SMALL_ROWS, as_text, engine
+from attrib.steps.excluded import counted
 from attrib.steps.phases import TOKEN_PHASES
 from rules.thresholds import Thresholds
 
@@ -72,10 +73,7 @@ def steps_in(a: Attribution, phase: str | None = None) -> pl.DataFrame:
 
 def _counted(a: Attribution, phase: str | None) -> list[pl.Expr]:
     """steps_in's filters (none where it keeps every step)."""
-    st = a.steps
-    some = "excluded" in st.columns and st["excluded"].null_count() < st.height
-    keep = [pl.col("excluded").is_null()] if some else []
-    return keep + ([] if phase is None else [pl.col("phase") == phase])
+    return counted(a.steps) + ([] if phase is None else [pl.col("phase") == phase])
 
 
 def counted_steps(a: Attribution, phase: str | None = None) -> pl.LazyFrame:

@@ -34,6 +34,7 @@ from attrib.roofline.model import kernel_roofline
 from attrib.roofline.tables import phase_figures, roofline_rows
 from attrib.roofline.template import unknown_device_note
 from attrib.steps.context import step_context
+from attrib.steps.excluded import counted
 from attrib.steps.ledger import Ledger, phase_ledger
 from attrib.steps.idle import recorded_threads, unrecorded_threads
 from attrib.steps.phases import PHASE_ORDER
@@ -358,10 +359,9 @@ def _phases(a: Attribution, phase: str | None, arch: Arch | None, budget: Budget
 
     def one(ph: str) -> tuple[Phase, str | None]:
         st = a.steps.filter(pl.col("phase") == ph)
-        some = "excluded" in st.columns and st["excluded"].null_count() < st.height
-        left = st.filter(pl.col("excluded").is_not_null()) if some else st.clear()
-        # (a step is one row: its id's rows are those left)
-        keep = st.filter(pl.col("excluded").is_null()) if 0 < left.height < st.height else st
+        kept = counted(st)
+        left = st.filter(pl.col("excluded").is_not_null()) if kept else st.clear()
+        keep = st.filter(*kept) if 0 < left.height < st.height else st
         in_phase = (pl.col("phase") == ph) & pl.col("step").is_in(pl.lit(keep["step"]).implode())
         kk = (a.kernels.lazy().filter(in_phase).select(_phase_columns(a.kernels))
               .collect(engine=engine(a.kernels.height)))
@@ -403,9 +403,9 @@ def _source(a: Attribution) -> Source:
 def _coverage(a: Attribution, phases: tuple[Phase, ...]) -> Coverage:
     # the counted steps' kernels
     # (a compile or warm-up step left out of the figures is left out here)
-    st = a.steps.lazy()
-    counted = st.filter(pl.col("excluded").is_null()) if "excluded" in a.steps.columns else st
-    sums = (a.kernels.lazy().join(counted.select("step"), on="step", how="semi")
+    kept, st = counted(a.steps), a.steps.lazy()
+    steps = st.filter(*kept) if kept else st
+    sums = (a.kernels.lazy().join(steps.select("step"), on="step", how="semi")
             .select(pl.col("dur_ns").filter(pl.col("component") != "other").sum().alias("attr"),
                     pl.col("dur_ns").sum().alias("all"))
             .collect(engine="in-memory"))

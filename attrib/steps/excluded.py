@@ -24,6 +24,13 @@ MIN_STEPS = 4
 READS = Reads(ops=(COMPILE_SPANS,), frames=(COMPILE_SPANS,))  # compile and autotune spans
 
 
+def counted(steps: pl.DataFrame) -> list[pl.Expr]:
+    """The filter of the steps the phase figures count (none excluded): none where it keeps every
+    step (no `excluded` column, or no step excluded), so a caller runs no query for it."""
+    some = "excluded" in steps.columns and steps["excluded"].null_count() < steps.height
+    return [pl.col("excluded").is_null()] if some else []
+
+
 def compile_events(trace: Trace) -> pl.DataFrame:
     """name, start_ns, dur_ns of the ops, CPU annotations and Python frames named in COMPILE_SPANS
     (in that order). The pattern runs once per distinct name: names repeat thousands of times."""
