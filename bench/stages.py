@@ -3,13 +3,14 @@
     python bench/stages.py TRACE [--repeat N]
 
 Runs `attrib analyze TRACE --format json` under cProfile in a fresh process, one thread
-(ATTRIB_THREADS=1: cProfile sees only the thread it runs on), and reports the cumulative time of
-each stage's entry point (the reader, linking, steps, components, costs, the ledger, the analysis,
-the rules, the JSON) as seconds and as a ratio to the floor (orjson.loads of the same file, its own
-fresh process, as bench/load.py runs it). Profiling slows Python-heavy stages more than the ones
-in polars' and msgspec's C code, so the shares are an upper bound for the Python parts; the floor
-ratio of the whole run is what bench/load.py measures without the profiler. The stages overlap
-where one calls another (the analysis calls the roofline); each row is a function's own subtree.
+(ATTRIB_THREADS=1, and the stages polars' pool would run called in order: cProfile sees only the
+thread it runs on), and reports the cumulative time of each stage's entry point (the reader,
+linking, steps, components, costs, the ledger, the analysis, the rules, the JSON) as seconds and as
+a ratio to the floor (orjson.loads of the same file, its own fresh process, as bench/load.py runs
+it). Profiling slows Python-heavy stages more than the ones in polars' and msgspec's C code, so the
+shares are an upper bound for the Python parts; the floor ratio of the whole run is what
+bench/load.py measures without the profiler. The stages overlap where one calls another (the
+analysis calls the roofline); each row is a function's own subtree.
 """
 
 from __future__ import annotations
@@ -49,10 +50,26 @@ def _floor(trace: Path) -> float:
     return float(json.loads(out.stdout)["wall_s"])
 
 
+# The command in one thread, profiled: the stages polars' pool would run (attrib.threads) are
+# called in order here instead, as cProfile sees only the thread it runs on; `main` is given its
+# arguments, so it returns (as the console script it ends the process before the profile is kept).
+_PROFILED = """
+import cProfile, sys
+import attrib.threads
+from attrib.cli import main
+attrib.threads._on_pool = lambda stages: [s() for s in stages]
+out, argv = sys.argv[1], sys.argv[2:]
+prof = cProfile.Profile()
+prof.enable()
+main(argv)
+prof.disable()
+prof.dump_stats(out)
+"""
+
+
 def _profile(trace: Path, out: Path) -> None:
     env = dict(os.environ, ATTRIB_THREADS="1")
-    cmd = [sys.executable, "-m", "cProfile", "-o", str(out), "-m", "attrib", "analyze",
-           str(trace), "--format", "json"]
+    cmd = [sys.executable, "-c", _PROFILED, str(out), "analyze", str(trace), "--format", "json"]
     subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, check=True)
 
 
