@@ -15,14 +15,13 @@ overlaps.
 
 from __future__ import annotations
 
-import numpy as np
 import polars as pl
 
 from attrib.components.patterns import BLOCKING_COPY, SYNC
 from attrib.pipeline import Attribution
 from attrib.reads import Reads
 from rules.finding import kernels_in, steps_in
-from rules.intervals import Spans, covered, merge, spans
+from rules.intervals import Spans, covered, merge, ms, spans, uncovered
 
 CAUSES = (
     "blocking_copies",
@@ -48,35 +47,36 @@ ALL_REFS = tuple(dict.fromkeys(u for refs in REFS.values() for u in refs))
 READS = Reads(calls=(BLOCKING_COPY, SYNC))
 
 
-def _step_causes(
-    w0: int, w1: int, kern: Spans, copy: Spans, copy_or_sync: Spans
-) -> dict[str, float]:
-    """Kernel-idle nanoseconds of one step window by cause (see the module
-    docstring); `kern`, `copy` and `copy_or_sync` are merged (disjoint,
-    sorted) intervals."""
-    gs, ge = kern
-    i, j = np.searchsorted(ge, w0, side="right"), np.searchsorted(gs, w1, side="left")
-    ms, me = np.clip(gs[i:j], w0, w1), np.clip(ge[i:j], w0, w1)
-    if not len(ms):
-        a, b, kind = np.array([w0]), np.array([w1]), np.array(["before_first_kernel"])
-    else:
-        a = np.concatenate([[w0], me])
-        b = np.concatenate([ms, [w1]])
-        gaps = ["launch_gaps"] * (len(ms) - 1)
-        kind = np.array(["before_first_kernel"] + gaps + ["after_last_kernel"])
-    keep = b > a
-    a, b, kind = a[keep], b[keep], kind[keep]
-    c = covered(a, b, *copy)
-    cs = covered(a, b, *copy_or_sync)
-    rest = (b - a) - cs
-    out = {
-        "blocking_copies": float(c.sum()),
-        "synchronization": float((cs - c).sum()),
-    }
-    for k in ("before_first_kernel", "after_last_kernel", "launch_gaps"):
-        out[k] = float(rest[kind == k].sum())
-    out["gaps"] = int((kind == "launch_gaps").sum())
-    return out
+def _stretches(st: pl.DataFrame, kern: Spans) -> pl.DataFrame:
+    """w (the row of `st`), a, b, kind of each stretch of the step windows (window_start,
+    window_end of `st`) that no kernel of the merged (disjoint, sorted) `kern` covers, in
+    order: the one from the window's start before_first_kernel (the whole window where no
+    kernel runs in it), the one to its end after_last_kernel, those between launch_gaps."""
+    w0, w1 = st["window_start"].cast(pl.Int64), st["window_end"].cast(pl.Int64)
+    w = pl.Series("w", range(st.height), pl.Int64)
+    gaps = uncovered(w, w0, w1, *kern).rename({"step": "w"})
+    # a kept stretch starts at its window's start only if first, ends at its end only if last
+    first = pl.col("a") == pl.lit(w0).gather(pl.col("w"))
+    last = pl.col("b") == pl.lit(w1).gather(pl.col("w"))
+    kind = (pl.when(first).then(pl.lit("before_first_kernel"))
+            .when(last).then(pl.lit("after_last_kernel")).otherwise(pl.lit("launch_gaps")))
+    return gaps.lazy().with_columns(kind.alias("kind")).collect(engine="in-memory")
+
+
+def _causes(st: pl.DataFrame, kern: Spans, copy: Spans, copy_or_sync: Spans) -> pl.LazyFrame:
+    """Per row w of `st` with a stretch of kernel idle: its nanoseconds by cause (see the
+    module docstring) and its launch gaps; `kern`, `copy` and `copy_or_sync` are merged
+    (disjoint, sorted) intervals."""
+    g = _stretches(st, kern)
+    c = covered(g["a"], g["b"], *copy).alias("c")
+    cs = covered(g["a"], g["b"], *copy_or_sync).alias("cs")
+    rest = (pl.col("b") - pl.col("a")) - pl.col("cs")
+    stretches = ("before_first_kernel", "after_last_kernel", "launch_gaps")
+    return g.lazy().with_columns(c, cs).group_by("w").agg(
+        pl.col("c").sum().alias("blocking_copies"),
+        (pl.col("cs") - pl.col("c")).sum().alias("synchronization"),
+        *[rest.filter(pl.col("kind") == k).sum().alias(k) for k in stretches],
+        (pl.col("kind") == "launch_gaps").sum().cast(pl.Int64).alias("gaps"))
 
 
 def idle_causes(a: Attribution, phase: str) -> pl.DataFrame:
@@ -92,23 +92,19 @@ def idle_causes(a: Attribution, phase: str) -> pl.DataFrame:
     copy = merge(*spans(pl.concat([memcpy, blocking]).drop_nulls()))
     sync = merge(*spans(calls.filter(pl.col("name").str.contains(SYNC)).select(cols)))
     cps = merge(*spans(a.trace.copies.select(cols).drop_nulls()))
-    copy_or_sync = merge(
-        np.concatenate([copy[0], sync[0]]), np.concatenate([copy[1], sync[1]])
-    )
+    copy_or_sync = merge(pl.concat([copy[0], sync[0]]), pl.concat([copy[1], sync[1]]))
     # once, not a filter of every kernel per step
-    kernels = dict(k.group_by("step").len().iter_rows())
-    rows = []
-    for s in st.iter_rows(named=True):
-        w0, w1 = s["window_start"], s["window_end"]
-        res = _step_causes(w0, w1, kern, copy, copy_or_sync)
-        gpu_copy = covered(np.array([w0]), np.array([w1]), *cps)[0]
-        idle_ns = sum(res[c] for c in CAUSES)
-        rows.append({"step": s["step"], "step_ms": s["step_ms"],
-                     "kernels": kernels.get(s["step"], 0),
-                     "idle_ms": idle_ns / 1e6, "gaps": res["gaps"],
-                     "gpu_copy_ms": gpu_copy / 1e6,
-                     **{c: res[c] / 1e6 for c in CAUSES}})
-    schema = {"step": pl.Int64, "step_ms": pl.Float64, "kernels": pl.Int64,
-              "idle_ms": pl.Float64, "gaps": pl.Int64,
-              "gpu_copy_ms": pl.Float64, **{c: pl.Float64 for c in CAUSES}}
-    return pl.DataFrame(rows, schema=schema)
+    kernels = k.lazy().group_by("step").agg(pl.len().cast(pl.Int64).alias("kernels"))
+    gpu_copy = covered(st["window_start"], st["window_end"], *cps).alias("gpu_copy_ms")
+    ns = (
+        st.lazy().select(pl.int_range(pl.len(), dtype=pl.Int64).alias("w"), "step", "step_ms",
+                         gpu_copy)
+        .join(kernels, on="step", how="left", maintain_order="left")
+        .join(_causes(st, kern, copy, copy_or_sync), on="w", how="left", maintain_order="left")
+        .with_columns(pl.col("kernels", "gaps", *CAUSES).fill_null(0))
+        .select(pl.col("step").cast(pl.Int64), pl.col("step_ms").cast(pl.Float64), "kernels",
+                pl.sum_horizontal(CAUSES).alias("idle_ms"), "gaps", "gpu_copy_ms", *CAUSES)
+        .collect(engine="in-memory")
+    )
+    # the nanosecond figures in ms: the causes' sum as the ms of their integer sum
+    return ns.with_columns(ms(ns[c]) for c in ("idle_ms", "gpu_copy_ms", *CAUSES))

@@ -1,24 +1,30 @@
-"""Interval arithmetic on nanosecond spans (numpy): unions and covered time."""
+"""Interval arithmetic on nanosecond spans (polars Int64 Series): unions, covered time, the
+stretches left uncovered."""
 
 from __future__ import annotations
 
-import numpy as np
 import polars as pl
 
-from attrib.steps.spans import covered, merge
+from attrib.steps.spans import Spans, covered, merge, uncovered
 
-Spans = tuple[np.ndarray, np.ndarray]  # merged (disjoint, sorted) starts and ends
-
-__all__ = ("Spans", "covered", "merge", "spans", "total")
+__all__ = ("Spans", "covered", "merge", "ms", "spans", "total", "uncovered")
 
 
-def spans(df: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """(start, end) nanosecond arrays of a table with start_ns, dur_ns."""
-    s = df["start_ns"].to_numpy().astype(np.int64)
-    return s, s + df["dur_ns"].fill_null(0).to_numpy().astype(np.int64)
+def spans(df: pl.DataFrame) -> Spans:
+    """(start, end) nanosecond Series of a table with start_ns, dur_ns."""
+    s = pl.col("start_ns").cast(pl.Int64)
+    e = s + pl.col("dur_ns").fill_null(0).cast(pl.Int64)
+    got = df.lazy().select(s.alias("s"), e.alias("e")).collect(engine="in-memory")
+    return got["s"], got["e"]
 
 
-def total(s: np.ndarray, e: np.ndarray) -> int:
+def total(s: pl.Series, e: pl.Series) -> int:
     """Nanoseconds of the union."""
     ms, me = merge(s, e)
     return int((me - ms).sum())
+
+
+def ms(ns: pl.Series) -> pl.Series:
+    """Milliseconds of nanoseconds, each divided by 1e6 as Python divides (polars multiplies a
+    column by the reciprocal 1/1e6: the last bit can differ)."""
+    return pl.Series(ns.name, [None if v is None else v / 1e6 for v in ns.to_list()], pl.Float64)

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 
-import numpy as np
 import polars as pl
 
 from attrib.components.patterns import NOT_TRITON, TENSILE, TRITON_NAME
@@ -12,7 +11,7 @@ from attrib.analysis.model import Analysis
 from attrib.pipeline import Attribution
 from attrib.steps.excluded import compile_events
 from rules.finding import Finding, kernels_where, ns, num, r
-from rules.intervals import covered, merge, spans, total
+from rules.intervals import covered, merge, ms, spans, total
 from rules.thresholds import Thresholds
 
 
@@ -34,11 +33,10 @@ P04_REFS = (
 def _per_step_compile(a: Attribution, sp: pl.DataFrame) -> pl.DataFrame:
     """Per step: window ms, compile ms inside it (union of nested spans), kernel count."""
     st = a.steps.drop_nulls(["window_start", "window_end"]).sort("step")
-    ms, me = merge(*spans(sp))
-    starts, ends = st["window_start"].to_numpy(), st["window_end"].to_numpy()
-    cov = covered(starts, ends, ms, me) / 1e6
+    s, e = merge(*spans(sp))
+    cov = ms(covered(st["window_start"], st["window_end"], s, e))
     cols = st.select("step", "phase", "step_ms", pl.col("n_kernels").fill_null(0))
-    return cols.with_columns(pl.Series("compile_ms", np.asarray(cov, dtype=float)))
+    return cols.with_columns(cov.alias("compile_ms"))
 
 
 def _odd_steps(a: Attribution, th: Thresholds) -> pl.DataFrame:

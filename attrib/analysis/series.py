@@ -8,12 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import polars as pl
 
 from attrib.analysis.model import StepSeries
 from attrib.trace import grouped_plan
-from attrib.steps.spans import merge
+from attrib.steps.spans import unions
 
 BUSY_GAP_MS = 0.02  # kernel gaps shorter than this join in the timeline's busy spans (20 us)
 # the timeline plot's width in gaps it can show: it closes gaps under 1/TIMELINE_PIXELS of the
@@ -34,27 +33,17 @@ def _busy(k: pl.DataFrame, steps: list[int], t0_ns: int,
           gap_ms: float = BUSY_GAP_MS) -> tuple[tuple[tuple[float, float], ...], ...]:
     """Per step (in `steps` order), the union of its kernels' [start, end) in ms from t0_ns, gaps
     under gap_ms closed."""
-    k = (k.lazy().select("step", "start_ns", "dur_ns").filter(pl.col("step").is_not_null())
-         .sort("step")  # each step's kernels one slice of three arrays (not a frame a step)
-         .collect(engine="in-memory"))
-    ids = k["step"].to_numpy()
-    starts = k["start_ns"].to_numpy().astype(np.int64)
-    ends = starts + k["dur_ns"].to_numpy().astype(np.int64)
-    firsts = np.r_[0, np.flatnonzero(np.diff(ids)) + 1] if len(ids) else np.zeros(0, int)
-    lasts = np.r_[firsts[1:], len(ids)]
-    bounds = dict(zip(ids[firsts].tolist(), zip(firsts.tolist(), lasts.tolist())))
-    out: list[tuple[tuple[float, float], ...]] = []
     gap = int(gap_ms * 1e6)
-    for st in steps:
-        if st not in bounds:
-            out.append(())
-            continue
-        lo, hi = bounds[st]
-        s, e = starts[lo:hi], ends[lo:hi]
-        ms, me = merge(s, e + gap)
-        out.append(tuple((round((a - t0_ns) / 1e6, 4), round((b - gap - t0_ns) / 1e6, 4))
-                         for a, b in zip(ms.tolist(), me.tolist())))
-    return tuple(out)
+    s = pl.col("start_ns").cast(pl.Int64)
+    # every step's union in one query: each end pushed gap_ms on, so shorter gaps close
+    spans = (k.lazy().filter(pl.col("step").is_not_null())
+             .select("step", s.alias("s"), (s + pl.col("dur_ns").cast(pl.Int64) + gap).alias("e")))
+    u = unions(spans, by=["step"]).collect(engine="in-memory")
+    by_step: dict[int, list[tuple[float, float]]] = {}
+    for st, a, b in zip(u["step"].to_list(), u["s"].to_list(), u["e"].to_list()):
+        by_step.setdefault(st, []).append(
+            (round((a - t0_ns) / 1e6, 4), round((b - gap - t0_ns) / 1e6, 4)))
+    return tuple(tuple(by_step.get(st, ())) for st in steps)
 
 
 def step_series(steps: pl.DataFrame, k: pl.DataFrame, context: pl.DataFrame, t0_ns: int,

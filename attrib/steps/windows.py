@@ -9,22 +9,20 @@ its time is its GPU span and the host time hidden under earlier GPU work is no c
 
 from __future__ import annotations
 
-import numpy as np
 import polars as pl
 
-from attrib.steps.spans import covered, merge
-from attrib.trace import column
+from attrib.steps.spans import Spans, covered, merge
 
 # a step's first GPU op that starts this long after its launch call waited behind earlier GPU work
 QUEUED_NS = 100_000
 
 
-def _covered(intervals: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+def _covered(intervals: pl.DataFrame) -> Spans:
+    """The union of the intervals (start_ns, dur_ns), those with a null left out."""
     end = (pl.col("start_ns") + pl.col("dur_ns")).alias("end")
     iv = intervals.lazy().select("start_ns", end).drop_nulls().collect(
         engine="in-memory")
-    s, e = iv["start_ns"].to_numpy().astype(np.int64), iv["end"].to_numpy().astype(np.int64)
-    return merge(s, e)
+    return merge(iv["start_ns"].cast(pl.Int64), iv["end"].cast(pl.Int64))
 
 
 def busy_ns(steps: pl.DataFrame, gpu: pl.DataFrame) -> pl.Series:
@@ -32,8 +30,7 @@ def busy_ns(steps: pl.DataFrame, gpu: pl.DataFrame) -> pl.Series:
     dur_ns) ran, overlaps counted once, whichever step launched it (a kernel left over from the
     previous step keeps the GPU busy in this one)."""
     ms, me = _covered(gpu)
-    w0, w1 = steps["window_start"].to_numpy(), steps["window_end"].to_numpy()
-    return column("busy_ns", covered(w0, w1, ms, me).astype(np.int64), pl.Int64)
+    return covered(steps["window_start"], steps["window_end"], ms, me).alias("busy_ns")
 
 
 def own_gpu_work(steps: pl.DataFrame, k: pl.DataFrame, copies: pl.DataFrame | None,
