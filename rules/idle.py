@@ -47,35 +47,33 @@ ALL_REFS = tuple(dict.fromkeys(u for refs in REFS.values() for u in refs))
 READS = Reads(calls=(BLOCKING_COPY, SYNC))
 
 
-def _stretches(st: pl.DataFrame, kern: Spans) -> pl.DataFrame:
-    """w (the row of `st`), a, b, kind of each stretch of the step windows (window_start,
-    window_end of `st`) that no kernel of the merged (disjoint, sorted) `kern` covers, in
-    order: the one from the window's start before_first_kernel (the whole window where no
-    kernel runs in it), the one to its end after_last_kernel, those between launch_gaps."""
-    w0, w1 = st["window_start"].cast(pl.Int64), st["window_end"].cast(pl.Int64)
-    w = pl.Series("w", range(st.height), pl.Int64)
-    gaps = uncovered(w, w0, w1, *kern).rename({"step": "w"})
-    # a kept stretch starts at its window's start only if first, ends at its end only if last
+def _kind(w0: pl.Series, w1: pl.Series) -> pl.Expr:
+    """The cause of each stretch (w, a, b) of kernel idle of window w in [w0, w1): the one from
+    the window's start before_first_kernel (the whole window where no kernel runs in it), the
+    one to its end after_last_kernel, those between launch_gaps."""
+    # a stretch (of positive length) starts at its window's start only if first, ends at its
+    # end only if last
     first = pl.col("a") == pl.lit(w0).gather(pl.col("w"))
     last = pl.col("b") == pl.lit(w1).gather(pl.col("w"))
-    kind = (pl.when(first).then(pl.lit("before_first_kernel"))
+    return (pl.when(first).then(pl.lit("before_first_kernel"))
             .when(last).then(pl.lit("after_last_kernel")).otherwise(pl.lit("launch_gaps")))
-    return gaps.lazy().with_columns(kind.alias("kind")).collect(engine="in-memory")
 
 
 def _causes(st: pl.DataFrame, kern: Spans, copy: Spans, copy_or_sync: Spans) -> pl.LazyFrame:
-    """Per row w of `st` with a stretch of kernel idle: its nanoseconds by cause (see the
-    module docstring) and its launch gaps; `kern`, `copy` and `copy_or_sync` are merged
-    (disjoint, sorted) intervals."""
-    g = _stretches(st, kern)
+    """Per row w of `st` (step windows window_start, window_end) with a stretch where no kernel
+    runs: its nanoseconds by cause (see the module docstring) and its launch gaps; `kern`,
+    `copy` and `copy_or_sync` are merged (disjoint, sorted) intervals."""
+    w0, w1 = st["window_start"].cast(pl.Int64), st["window_end"].cast(pl.Int64)
+    w = pl.Series("w", range(st.height), pl.Int64)
+    g = uncovered(w, w0, w1, *kern).rename({"step": "w"})
     c = covered(g["a"], g["b"], *copy).alias("c")
     cs = covered(g["a"], g["b"], *copy_or_sync).alias("cs")
     rest = (pl.col("b") - pl.col("a")) - pl.col("cs")
-    stretches = ("before_first_kernel", "after_last_kernel", "launch_gaps")
-    return g.lazy().with_columns(c, cs).group_by("w").agg(
+    kinds = ("before_first_kernel", "after_last_kernel", "launch_gaps")
+    return g.lazy().with_columns(c, cs, _kind(w0, w1).alias("kind")).group_by("w").agg(
         pl.col("c").sum().alias("blocking_copies"),
         (pl.col("cs") - pl.col("c")).sum().alias("synchronization"),
-        *[rest.filter(pl.col("kind") == k).sum().alias(k) for k in stretches],
+        *[rest.filter(pl.col("kind") == k).sum().alias(k) for k in kinds],
         (pl.col("kind") == "launch_gaps").sum().cast(pl.Int64).alias("gaps"))
 
 
