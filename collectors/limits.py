@@ -19,10 +19,16 @@ from typing import Any
 
 from attrib.errors import TraceError
 
-try:
-    import zstandard
-except ImportError:  # optional: .zst traces need it
-    zstandard = None
+
+
+def _zstd() -> Any:
+    """The zstandard module (optional: .zst traces need it), imported when one is read; None
+    where it is not installed."""
+    try:
+        import zstandard
+    except ImportError:
+        return None
+    return zstandard
 
 GZIP_MAGIC = b"\x1f\x8b"
 XZ_MAGIC = b"\xfd7zXZ\x00"
@@ -112,10 +118,13 @@ def _stream(kind: str, raw: bytes) -> Any:
     """A file object that decompresses `raw` (xz or zstd) as it is read."""
     if kind == "xz":
         return lzma.LZMAFile(io.BytesIO(raw))
-    return zstandard.ZstdDecompressor().stream_reader(io.BytesIO(raw), read_across_frames=True)
+    return _zstd().ZstdDecompressor().stream_reader(io.BytesIO(raw), read_across_frames=True)
 
 
-_STREAM_ERRORS = (lzma.LZMAError, EOFError, OSError) + ((zstandard.ZstdError,) if zstandard else ())
+def _stream_errors(kind: str) -> tuple[type[BaseException], ...]:
+    """What a corrupt xz or zstd stream raises."""
+    zstd = _zstd() if kind == "zstd" else None
+    return (lzma.LZMAError, EOFError, OSError) + ((zstd.ZstdError,) if zstd else ())
 
 
 def _no_zstd(path: Path) -> TraceError:
@@ -146,14 +155,14 @@ def head(path: Path, n: int = 65536) -> bytes:
             return out
         with open_file(path) as fh:  # blanks only: the whole (compressed) file, to pass them
             return _past_space(path, fh.read(), n)
-    if kind == "zstd" and zstandard is None:
+    if kind == "zstd" and _zstd() is None:
         raise _no_zstd(path)
     out = b""
     try:
         with _stream(kind, raw) as f:
             while len(out) < n and (part := f.read(n - len(out))):
                 out += part
-    except _STREAM_ERRORS:
+    except _stream_errors(kind):
         pass  # the first 64 kB of a whole file: a cut here is the end of what there is
     return out
 
@@ -225,7 +234,7 @@ def gunzip(path: Path, raw: bytes) -> tuple[bytearray, bool]:
 def unpack(path: Path, kind: str, raw: bytes) -> tuple[bytearray, bool]:
     """(data, cut) of an xz or zstd file, as `gunzip` does for gzip: streamed, refused past
     `inflate_limit`; corrupt data, or a cut with nothing before it, is a TraceError."""
-    if kind == "zstd" and zstandard is None:
+    if kind == "zstd" and _zstd() is None:
         raise _no_zstd(path)
     limit = inflate_limit(len(raw))
     out = bytearray()
@@ -235,7 +244,7 @@ def unpack(path: Path, kind: str, raw: bytes) -> tuple[bytearray, bool]:
                 out += part
                 if len(out) > limit:
                     raise _bomb(path, kind, limit, len(raw))
-    except _STREAM_ERRORS as exc:
+    except _stream_errors(kind) as exc:
         if not out:
             raise TraceError(path, f"corrupt or truncated {kind} data ({exc})") from None
         return out, True
@@ -330,13 +339,13 @@ class Inflow:
 
     def _unpack(self, fh: Any, size: int):
         """`unpack`, streamed (small reads: a stream cut short keeps what came before)."""
-        if self.kind == "zstd" and zstandard is None:
+        if self.kind == "zstd" and _zstd() is None:
             raise _no_zstd(self.path)
         limit, total, parts, held = inflate_limit(size), 0, [], 0
         if self.kind == "xz":
             stream: Any = lzma.LZMAFile(fh)
         else:
-            stream = zstandard.ZstdDecompressor().stream_reader(fh, read_across_frames=True)
+            stream = _zstd().ZstdDecompressor().stream_reader(fh, read_across_frames=True)
         try:
             with stream as f:
                 while part := f.read(_STREAM_STEP):
@@ -348,7 +357,7 @@ class Inflow:
                     if held >= self.block:
                         yield b"".join(parts)
                         parts, held = [], 0
-        except _STREAM_ERRORS as exc:
+        except _stream_errors(str(self.kind)) as exc:
             if not total:
                 raise TraceError(self.path,
                                  f"corrupt or truncated {self.kind} data ({exc})") from None

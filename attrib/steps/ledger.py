@@ -26,13 +26,12 @@ from typing import Callable
 
 import msgspec
 from msgspec import field
-import numpy as np
 import polars as pl
 
 from attrib.threads import both
-from attrib.trace import column, grouped
+from attrib.trace import grouped
 from attrib.steps.idle import idle_rows, recorded_threads
-from attrib.steps.spans import complement, covered, merge
+from attrib.steps.spans import Spans, first_cover, unions, uncovered
 
 # the profiler's own cost (an estimate): a caveat about the measurement, never a cause to fix
 OWN_COST = "profiler"
@@ -45,8 +44,6 @@ PROFILER_NS = {"op": 2_070, "frame": 1_330}
 _BY = ["pid", "tid"]
 STEP_LEDGER = pl.Schema({"step": pl.Int64, "cause": pl.Utf8, "what": pl.Utf8, "ns": pl.Int64,
                          "n": pl.Int64})
-# sorted or not, the starts and ends of a set of intervals
-Spans = tuple[np.ndarray, np.ndarray]
 # an interval's cause and what as categories: 4 bytes a row, not a 16-byte view (1.75 M idle
 # intervals at 8 GB of trace)
 INTERVALS = pl.Schema({"step": pl.Int64(), "cause": pl.Categorical(), "what": pl.Categorical(),
@@ -81,46 +78,39 @@ def _memoized(led: Ledger, kind: str, steps: pl.DataFrame, phase: str,
     return out
 
 
-def _spans_by(df: pl.DataFrame | pl.LazyFrame, key: pl.Expr) -> dict[str, Spans]:
-    """Per value of `key`, its rows' (starts, ends) as int64 arrays: one query (a partition_by
-    is a query a part)."""
+def _spans(df: pl.DataFrame | pl.LazyFrame, key: pl.Expr, labels: dict[str, int]
+           ) -> pl.LazyFrame:
+    """The rows' spans (g, s, e), g the label of their `key` (rows of no label left out)."""
     s = pl.col("start_ns").cast(pl.Int64)
     e = s + pl.col("dur_ns").fill_null(0).cast(pl.Int64)
-    spans = df.lazy().group_by(key.alias("_key")).agg(s.alias("s"), e.alias("e"))
-    by = spans.collect(engine="in-memory")
-    return {str(k): (a.to_numpy(), b.to_numpy()) for k, a, b in zip(by["_key"], by["s"], by["e"])}
+    g = key.cast(pl.String).replace_strict(labels, default=None, return_dtype=pl.Int64)
+    return df.lazy().select(g.alias("g"), s.alias("s"), e.alias("e")).drop_nulls("g")
 
 
-def _busy_rows(
-    w0: np.ndarray,
-    w1: np.ndarray,
-    steps: np.ndarray,
-    groups: list[tuple[str, str, Spans]],
-    base: Spans,
-) -> tuple[list[pl.DataFrame], Spans]:
-    """Rows of busy time per (cause, what) group of spans (starts, ends), each group given what the
-    union of the earlier ones leaves: covered(union up to it) - covered(union before it). One
-    frame of the groups' rows in their order (none without groups)."""
-    (cs, ce), labels, ns, n = base, [], [], []
-    prev = covered(w0, w1, cs, ce)
-    for cause, what, (s, e) in groups:
-        cs, ce = merge(np.concatenate([cs, s]), np.concatenate([ce, e]))
-        cov = covered(w0, w1, cs, ce)
-        starts = np.sort(s)
-        n.append((np.searchsorted(starts, w1) - np.searchsorted(starts, w0)).astype(np.int64))
-        ns.append(np.rint(cov - prev).astype(np.int64))
-        labels.append((cause, what))
-        prev = cov
-    if not labels:
-        return [], (cs, ce)
-    each = len(steps)
-    rows = pl.DataFrame({"step": column("step", np.tile(steps, len(labels))),
-                         "cause": [c for c, _ in labels for _ in range(each)],
-                         "what": [w for _, w in labels for _ in range(each)],
-                         "ns": column("ns", np.concatenate(ns)),
-                         "n": column("n", np.concatenate(n))},
-                        schema_overrides={"cause": pl.String, "what": pl.String})
-    return [rows], (cs, ce)
+def _busy_rows(steps: pl.DataFrame, k: pl.DataFrame, copies: pl.DataFrame,
+               order: tuple[str, ...]) -> tuple[pl.LazyFrame, Spans]:
+    """The kernels and copies rows of every step (step, cause, what, ns, n), each instant to
+    the first group covering it: the components in `order`, then the copies by kind and
+    direction (attrib.steps.spans.first_cover); and the union of their spans."""
+    component = pl.col("component").fill_null("other")
+    kinds = [pl.col("kind").fill_null("copy"), pl.col("direction")]
+    kind = pl.concat_str(kinds, separator=" ", ignore_nulls=True)
+    copied = copies.lazy().drop_nulls(["start_ns", "dur_ns"])
+    named = copied.select(kind.unique()).collect(engine="in-memory").to_series()
+    groups = [("kernels", c) for c in order] + [("copy", w) for w in sorted(named)]
+    label = {w: i for i, (_, w) in enumerate(groups)}
+    kernels = _spans(k, component, {c: label[c] for c in order})
+    copied = _spans(copied, kind, {w: label[w] for _, w in groups[len(order):]})
+    spans = pl.concat([kernels, copied]).collect(engine="in-memory")
+    windows = steps.select("step", pl.col("window_start").alias("w0"),
+                           pl.col("window_end").alias("w1"))
+    owned, union = first_cover(windows, spans)
+    cause = pl.col("g").replace_strict({i: c for i, (c, _) in enumerate(groups)},
+                                       return_dtype=pl.String)
+    what = pl.col("g").replace_strict({i: w for i, (_, w) in enumerate(groups)},
+                                      return_dtype=pl.String)
+    rows = owned.lazy().select("step", cause.alias("cause"), what.alias("what"), "ns", "n")
+    return rows, union
 
 
 class Facts(msgspec.Struct, frozen=True):
@@ -148,17 +138,22 @@ class Facts(msgspec.Struct, frozen=True):
 
 def _overlapping(k: pl.DataFrame) -> tuple[tuple[str, str], ...]:
     """The pairs of components some of whose kernels run at the same time."""
-    # per component, the union of its kernels' time: sorted disjoint (starts, ends)
-    u = {c: merge(*se) for c, se in _spans_by(k, pl.col("component").fill_null("other")).items()}
-    names = sorted(u)
+    s = pl.col("start_ns").cast(pl.Int64)
+    spans = k.lazy().select(pl.col("component").fill_null("other").cast(pl.String), s.alias("s"),
+                            (s + pl.col("dur_ns").cast(pl.Int64)).alias("e"))
+    # per component, the union of its kernels' time: sorted disjoint (s, e)
+    u = unions(spans, ["component"]).collect(engine="in-memory")
+    names = sorted(set(u["component"]))
     pairs = []
     for i, a in enumerate(names):
-        a0, a1 = u[a]
-        for b in names[i + 1:]:
-            b0, b1 = u[b]
-            last = np.searchsorted(a0, b1, "left") - 1  # the last of a's starting before b ends
-            if np.any((last >= 0) & (a1[np.maximum(last, 0)] > b0)):
-                pairs.append((a, b))
+        mine = u.filter(pl.col("component") == a)
+        a0, a1 = pl.lit(mine["s"]), pl.lit(mine["e"])
+        # per interval of a later component: the last of a's starting before it ends
+        last = a0.search_sorted(pl.col("e"), side="left").cast(pl.Int64) - 1
+        hit = (last >= 0) & (a1.gather(last.clip(0)) > pl.col("s"))
+        later = u.lazy().filter(pl.col("component").is_in(names[i + 1:]))
+        met = later.filter(hit).select(pl.col("component").unique()).collect(engine="in-memory")
+        pairs += [(a, b) for b in sorted(met["component"])]
     return tuple(pairs)
 
 
@@ -169,19 +164,6 @@ def _component_order(k: pl.DataFrame) -> tuple[str, ...]:
            .sort(["_last", "dur_ns", "component"], descending=[False, True, False])
            .collect(engine="in-memory"))
     return tuple(tot["component"])
-
-
-def _kernel_groups(k: pl.DataFrame, order: tuple[str, ...]) -> list[tuple[str, str, Spans]]:
-    parts = _spans_by(k, pl.col("component").fill_null("other"))  # one query, not one a component
-    none = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
-    return [("kernels", c, parts.get(c, none)) for c in order]
-
-
-def _copy_groups(copies: pl.DataFrame) -> list[tuple[str, str, Spans]]:
-    parts = [pl.col("kind").fill_null("copy"), pl.col("direction")]
-    what = pl.concat_str(parts, separator=" ", ignore_nulls=True)
-    by = _spans_by(copies.lazy().drop_nulls(["start_ns", "dur_ns"]), what)
-    return [("copy", w, by[w]) for w in sorted(by)]
 
 
 def _gpu_ops(k: pl.DataFrame, copies: pl.DataFrame, launches: pl.DataFrame) -> pl.DataFrame:
@@ -209,20 +191,6 @@ def _gpu_ops(k: pl.DataFrame, copies: pl.DataFrame, launches: pl.DataFrame) -> p
     return pl.concat(both).sort("start_ns").collect(engine="in-memory")
 
 
-def _gaps(
-    w0: np.ndarray, w1: np.ndarray, steps: np.ndarray, busy: tuple[np.ndarray, np.ndarray]
-) -> pl.DataFrame:
-    parts = []
-    for step, a, b in zip(steps, w0, w1):
-        ga, gb = complement(int(a), int(b), *busy)
-        parts.append((np.full(len(ga), step, dtype=np.int64), ga, gb))
-    if not parts:
-        return pl.DataFrame(schema={"step": pl.Int64, "a": pl.Int64, "b": pl.Int64})
-    # one frame of the steps' arrays (a frame a step and their concat: ~50 queries)
-    return pl.DataFrame([column(c, np.concatenate([p[i] for p in parts]))
-                         for i, c in enumerate(("step", "a", "b"))])
-
-
 def _neighbours(gaps: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
     """Each gap with the GPU op that ends it (`n_*`: the first op starting at or after its end) and
     whether the op before it belongs to the same graph launch (an intra-graph gap)."""
@@ -247,31 +215,34 @@ def _neighbours(gaps: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
 
 
 def _event_times(trace_tables: tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame],
-                 threads: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+                 threads: pl.DataFrame) -> tuple[pl.Series, pl.Series]:
     """Sorted start times of the CPU events (ops and runtime calls; Python frames) on the
     launching threads."""
     ops, frames, launches = trace_tables
-    def on(*tables: pl.DataFrame) -> np.ndarray:
+    def on(*tables: pl.DataFrame) -> pl.Series:
         rows = pl.concat([t.lazy().select("start_ns", *_BY) for t in tables])
         mine = rows.join(threads.lazy(), on=_BY, how="semi")
-        times = mine.select(pl.col("start_ns").drop_nulls()).collect(engine="in-memory").to_series()
-        return np.sort(times.to_numpy())
+        times = mine.select(pl.col("start_ns").drop_nulls().cast(pl.Int64).sort())
+        return times.collect(engine="in-memory").to_series()
     return on(ops, launches), on(frames)
 
 
-def _profiler(rows: pl.DataFrame, events: tuple[np.ndarray, np.ndarray]) -> pl.DataFrame:
+def _profiler(rows: pl.DataFrame, events: tuple[pl.Series, pl.Series]) -> pl.DataFrame:
     """Carve the profiler estimate out of host and launch rows: events starting in the row's
     stretch times PROFILER_NS, at most the row's own ns."""
-    a, b = rows["start_ns"].to_numpy(), rows["end_ns"].to_numpy()
-    n_op = np.searchsorted(events[0], b) - np.searchsorted(events[0], a)
-    n_fr = np.searchsorted(events[1], b) - np.searchsorted(events[1], a)
-    carve = ((rows["cause"] == "host") | (rows["cause"] == "launch")).to_numpy()
-    cost = n_op * PROFILER_NS["op"] + n_fr * PROFILER_NS["frame"]
-    est = np.where(carve, np.minimum(cost, rows["ns"].to_numpy()), 0)
-    kept = rows.lazy().with_columns((pl.col("ns") - column("ns", est)).alias("ns"))
+    def inside(times: pl.Series) -> pl.Expr:
+        at = pl.lit(times)
+        after = at.search_sorted(pl.col("start_ns").cast(pl.Int64)).cast(pl.Int64)
+        return at.search_sorted(pl.col("end_ns").cast(pl.Int64)).cast(pl.Int64) - after
+
+    cost = inside(events[0]) * PROFILER_NS["op"] + inside(events[1]) * PROFILER_NS["frame"]
+    carve = pl.col("cause").is_in(["host", "launch"])
+    est = pl.when(carve).then(pl.min_horizontal(cost, pl.col("ns"))).otherwise(0)
+    priced = rows.lazy().with_columns(est.cast(pl.Int64).alias("_est"))
+    kept = priced.with_columns((pl.col("ns") - pl.col("_est")).alias("ns")).drop("_est")
     what = pl.lit("estimate: CPU events x measured cost per event").alias("what")
-    prof = rows.lazy().select("step", pl.lit(OWN_COST).alias("cause"), what,
-                              "start_ns", "end_ns", column("ns", est, pl.Int64))
+    prof = priced.select("step", pl.lit(OWN_COST).alias("cause"), what,
+                         "start_ns", "end_ns", pl.col("_est").alias("ns"))
     return pl.concat([kept, prof.filter(pl.col("ns") > 0)]).collect(engine="in-memory")
 
 
@@ -318,23 +289,20 @@ def ledger(steps: pl.DataFrame, k: pl.DataFrame, copies: pl.DataFrame, launches:
     if st.height == 0:
         return Ledger(pl.DataFrame(schema=STEP_LEDGER), pl.DataFrame(schema=INTERVALS),
                       whole.recorded if whole else recorded_threads(ops, frames))
-    w0, w1 = st["window_start"].to_numpy(), st["window_end"].to_numpy()
-    ids = st["step"].to_numpy()
+    w0, w1, ids = st["window_start"], st["window_end"], st["step"]
     nulls = k["start_ns"].null_count() or k["dur_ns"].null_count()
     kk = k.drop_nulls(["start_ns", "dur_ns"]) if nulls else k  # a query only where one is null
     ops_all = _gpu_ops(kk, copies, launches)
     known = whole or Facts(_component_order(kk), _threads(ops_all),
                            recorded=recorded_threads(ops, frames))
-    empty = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
-    krows, kbusy = _busy_rows(w0, w1, ids, _kernel_groups(kk, known.order), empty)
-    crows, busy = _busy_rows(w0, w1, ids, _copy_groups(copies), kbusy)
+    busy_rows, busy = _busy_rows(st, kk, copies, known.order)
     threads = pl.DataFrame(list(known.threads), schema={"pid": pl.Int64, "tid": pl.Int64},
                            orient="row")
     main = known.threads[0] if known.threads else (None, None)
-    starts = pl.DataFrame([column("step", ids, pl.Int64), column("w0", w0, pl.Int64)])
+    starts = pl.DataFrame([ids.cast(pl.Int64).alias("step"), w0.cast(pl.Int64).alias("w0")])
 
     def idle_of_gaps() -> pl.DataFrame:
-        g = _neighbours(_gaps(w0, w1, ids, busy), ops_all)
+        g = _neighbours(uncovered(ids, w0, w1, *busy), ops_all)
         return idle_rows(g, ops, frames, launches, main, starts, known.recorded)
 
     # the gaps' causes and the CPU events' times share no result: on two threads
@@ -345,7 +313,7 @@ def ledger(steps: pl.DataFrame, k: pl.DataFrame, copies: pl.DataFrame, launches:
     gap_rows = idle.lazy().group_by("step", "cause", "what").agg(
         pl.col("ns").sum(), pl.len().cast(pl.Int64).alias("n")
     )
-    parts = [*(r.lazy() for r in krows + crows), gap_rows.select(list(STEP_LEDGER))]
+    parts = [busy_rows, gap_rows.select(list(STEP_LEDGER))]
     per_step = pl.concat(parts).cast(STEP_LEDGER).filter(pl.col("ns") > 0).sort(
         "step", "ns", "cause", "what", descending=[False, True, False, False])
     intervals = idle.lazy().filter(pl.col("cause") != OWN_COST).select(list(INTERVALS))
