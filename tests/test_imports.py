@@ -11,9 +11,9 @@ and only app and cli import them. No import inside a function, except of an opti
 slow-to-import dependency (torch, matplotlib; scipy.stats, ~0.5 s, which only compare and slope use,
 so that `attrib analyze` does not pay it; sqlite3 and difflib, which only a SQLite trace, an unknown
 --arch or a graph-capture alignment use), the one documented lazy `attrib.analyze`, or a module
-of ours that only some runs need (LAZY_OURS: the chunked read of a huge trace, the report formats
-other than JSON; the layers still go one way); the CLI (attrib/cli/, the last layer) imports
-each command's engine in that command (a fast start).
+of ours that only some runs need (LAZY_OURS: the chunked read of a huge trace, the steps of a
+trace without step markers, the report formats other than JSON; the layers still go one way); the
+CLI (attrib/cli/, the last layer) imports each command's engine in that command (a fast start).
 `importlib.import_module("x")` and `__import__("x")` count as imports of x; a computed name is refused.
 `examples/` and `bench/` are users: they import the public API (PUBLIC) and nothing else of ours.
 """
@@ -94,6 +94,8 @@ LAZY_OURS = {
     ("attrib/app.py", "attrib.steps.ranks"),
     ("attrib/app.py", "collectors.kineto.spill"),
     ("attrib/chunked.py", "attrib.steps.chunks"),  # attribute_in_chunks
+    # the steps of a trace without step markers, by numpy's FFT (a trace with them imports no numpy)
+    ("attrib/steps/phases.py", "attrib.steps.periodic"),
     # collectors' capture, wrap and measure_device (module __getattr__): reading needs none
     *(("collectors/__init__.py", f"collectors.{m}")
       for m in ("sampled", "torch_capture", "calibrate")),

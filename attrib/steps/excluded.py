@@ -11,12 +11,11 @@ leave them out.
 
 from __future__ import annotations
 
-import numpy as np
 import polars as pl
 
 from attrib.components.patterns import COMPILE_SPANS
 from attrib.reads import Reads
-from attrib.trace import Trace, column
+from attrib.trace import Trace
 
 OUTLIER = 3.0
 MIN_STEPS = 4
@@ -57,14 +56,18 @@ def compile_spans(trace: Trace) -> pl.DataFrame:
 
 
 def inside(t: pl.Series, spans: pl.DataFrame) -> pl.Series:
-    """For each time in t: whether a span of `spans` (start_ns, end_ns) holds it."""
+    """For each time in t: whether a span of `spans` (start_ns, end_ns, sorted by start_ns) holds
+    it: the furthest end of the spans started at or before it is after it."""
     if spans.height == 0:
         return pl.Series([False] * t.len(), dtype=pl.Boolean)
-    s, e = spans["start_ns"].to_numpy(), np.maximum.accumulate(spans["end_ns"].to_numpy())
-    tv = t.fill_null(-1).to_numpy()
-    j = np.searchsorted(s, tv, side="right") - 1
-    hit = (j >= 0) & (tv < e[np.clip(j, 0, None)])
-    return column("", hit & t.is_not_null().to_numpy())
+    tv, ends = pl.col("t").fill_null(-1), pl.lit(spans["end_ns"])
+    j = pl.lit(spans["start_ns"]).search_sorted(tv, side="right").cast(pl.Int64) - 1
+    # the furthest end so far; none from a span without an end on (it reaches nothing)
+    furthest = pl.when(ends.is_null().cum_sum() == 0).then(ends.cum_max())
+    reach = furthest.gather(j.clip(0))
+    hit = (j >= 0) & (tv < reach) & pl.col("t").is_not_null()
+    frame = pl.LazyFrame([t.alias("t")])
+    return frame.select(hit.fill_null(False).alias("")).collect(engine="in-memory").to_series()
 
 
 def mark_excluded(steps: pl.DataFrame, trace: Trace,
@@ -72,11 +75,11 @@ def mark_excluded(steps: pl.DataFrame, trace: Trace,
     """steps (with window_start/end, step_ms, n_kernels) + `excluded`: "compile" | "warm-up" |
     null. compiling: the trace's compile_spans, where already found."""
     sp = compile_spans(trace) if compiling is None else compiling
-    has_compile = pl.Series([False] * steps.height, dtype=pl.Boolean)
-    if sp.height and steps.height:
-        starts = sp["start_ns"].to_numpy()
-        w0, w1 = steps["window_start"].to_numpy(), steps["window_end"].to_numpy()
-        has_compile = column("", np.searchsorted(starts, w1) > np.searchsorted(starts, w0))
+    has_compile = pl.lit(False)
+    if sp.height and steps.height:  # a span starts inside the window [window_start, window_end)
+        starts = pl.lit(sp["start_ns"])
+        has_compile = (starts.search_sorted(pl.col("window_end"), side="left")
+                       > starts.search_sorted(pl.col("window_start"), side="left"))
     med = pl.col("n_kernels").median().over("phase"), pl.col("step_ms").median().over("phase")
     enough = pl.len().over("phase") >= MIN_STEPS
     first = pl.col("window_start") == pl.col("window_start").min().over("phase")
@@ -84,5 +87,5 @@ def mark_excluded(steps: pl.DataFrame, trace: Trace,
                           & (pl.col("step_ms") > OUTLIER * med[1]))
                          | (first & (pl.col("step_ms") > OUTLIER * med[1])))).fill_null(False)
     return steps.with_columns(
-        pl.when(pl.lit(has_compile)).then(pl.lit("compile")).when(outlier).then(pl.lit("warm-up"))
+        pl.when(has_compile).then(pl.lit("compile")).when(outlier).then(pl.lit("warm-up"))
         .otherwise(pl.lit(None, pl.Utf8)).alias("excluded"))

@@ -13,12 +13,10 @@ from __future__ import annotations
 
 import re
 
-import numpy as np
 import polars as pl
 
 from attrib.components.patterns import BLOCKING_COPY, STREAM_WAIT, SYNC
 from attrib.link.nesting import parents, start_order
-from attrib.trace import column
 
 LAUNCH_GAP_NS = 100_000
 OUTSIDE_MIN_NS = 100_000
@@ -83,30 +81,37 @@ def host_intervals(ops: pl.DataFrame, frames: pl.DataFrame,
     got = start_order(iv, _BY)
     if got is None:
         out = _sorted_intervals(iv)
-        return out if near is None else out.filter(column("keep", _holding(out, near)))
+        return out if near is None else out.filter(_holding(out, near))
     at, depth = got
     # the columns as Series, no query: s, e (int64), then name
     s = iv["start_ns"].cast(pl.Int64)
     iv = iv[_BY].hstack([s.alias("s"), (s + iv["dur_ns"].cast(pl.Int64)).alias("e"), iv["name"]])
     idx = pl.int_range(0, iv.height, dtype=pl.Int64, eager=True).alias("idx")
     if near is not None:  # only the candidates' rows are gathered
-        keep = column("keep", _holding(iv, near)[at.to_numpy()])
+        keep = _holding(iv.select(*_BY, "s", "e")[at], near)
         at, depth, idx = at.filter(keep), depth.filter(keep), idx.filter(keep)
     return iv[at].hstack([depth, idx])[[*_BY, "s", "e", "depth", "idx", "name"]]
 
 
-def _holding(iv: pl.DataFrame, near: pl.DataFrame | pl.LazyFrame) -> np.ndarray:
-    """Whether each interval (pid, tid, s, e) holds a point of `near` (pid, tid, m2) of its
-    thread, s * 2 <= m2 <= e * 2: the points in [2s, 2e], counted in the sorted points."""
-    keep = np.zeros(iv.height, dtype=bool)
-    s2, e2 = iv["s"].to_numpy() * 2, iv["e"].to_numpy() * 2
-    points = near.lazy().group_by(_BY).agg(pl.col("m2").drop_nulls().sort()).collect(engine="in-memory")
-    for pid, tid, m2 in zip(points["pid"], points["tid"], points["m2"]):
-        mine = iv.select(pl.col("pid").eq_missing(pid) & pl.col("tid").eq_missing(tid)).to_series()
-        pts = m2.to_numpy()
-        held = np.searchsorted(pts, e2, side="right") > np.searchsorted(pts, s2, side="left")
-        keep |= mine.to_numpy() & held
-    return keep
+def _thread(prefix: str) -> list[pl.Expr]:
+    """The thread (pid, tid) as keys a join matches nulls by (as eq_missing does)."""
+    return [k for c in _BY for k in (pl.col(c).cast(pl.Int64).fill_null(0).alias(prefix + c),
+                                     pl.col(c).is_null().alias(prefix + c + "_null"))]
+
+
+def _holding(iv: pl.DataFrame, near: pl.DataFrame | pl.LazyFrame) -> pl.Series:
+    """Whether each interval (pid, tid, s, e; sorted by s within each thread) holds a point of
+    `near` (pid, tid, m2) of its thread, s * 2 <= m2 <= e * 2: the first point of its thread at
+    or after s * 2 (an as-of join) is at or before e * 2."""
+    keys = [k.meta.output_name() for k in _thread("_")]
+    points = (near.lazy().select(*_thread("_"), pl.col("m2").cast(pl.Int64)).drop_nulls("m2")
+              .sort("m2"))
+    ends = iv.lazy().select(*_thread("_"), (pl.col("s") * 2).alias("s2"),
+                            (pl.col("e") * 2).alias("e2"))
+    hit = ends.join_asof(points, left_on="s2", right_on="m2", by=keys, strategy="forward",
+                         check_sortedness=False)
+    held = (pl.col("m2") <= pl.col("e2")).fill_null(False).alias("keep")
+    return hit.select(held).collect(engine="in-memory").to_series()
 
 
 def _sorted_intervals(iv: pl.DataFrame) -> pl.DataFrame:

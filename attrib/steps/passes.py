@@ -22,7 +22,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import polars as pl
 
 from attrib.bounds import MAX_BATCH, MAX_CONTEXT, whole
@@ -41,29 +40,39 @@ def _pattern(component: str) -> str:
     return "|".join(f"(?:{p})" for p in table["pattern"].to_list())
 
 
-def pass_starts(names: pl.Series) -> np.ndarray:
-    """Indices of the kernels (in launch order) that start a forward pass: the first pass's, then
-    one per token pick between two GEMMs (the module's docstring). Empty when fewer than two
-    GEMMs."""
-    frame = names.to_frame("name")
-    flags = frame.select(
+def _last_before(flag: str) -> pl.Expr:
+    """Per kernel: the index of the last kernel before it with `flag`, null without one."""
+    return pl.when(flag).then(pl.col("i")).shift(1).forward_fill()
+
+
+def _first_after(flag: str) -> pl.Expr:
+    """Per kernel: the index of the first kernel after it with `flag`, null without one."""
+    return pl.when(flag).then(pl.col("i")).shift(-1).backward_fill()
+
+
+def pass_starts(names: pl.Series) -> pl.Series:
+    """Indices (Int64) of the kernels (in launch order) that start a forward pass: the first
+    pass's, then one per token pick between two GEMMs (the module's docstring). Empty when fewer
+    than two GEMMs. One query."""
+    flags = names.to_frame("name").lazy().select(
+        pl.int_range(pl.len(), dtype=pl.Int64).alias("i"),
         pl.col("name").str.contains(GEMM_LIKE).alias("g"),
         pl.col("name").str.contains(TOKEN_PICK).alias("s"),
         (pl.col("name").str.contains(_pattern("embedding"))
          | pl.col("name").str.contains(ROW_GATHER)).alias("l"))
-    g, s, lk = (np.flatnonzero(flags[c].to_numpy()) for c in ("g", "s", "l"))
-    if len(g) < 2:
-        return np.empty(0, dtype=np.int64)
-    before_first = lk[lk < g[0]]
-    first = before_first[-1] if len(before_first) else 0
-    at = np.searchsorted(s, g[1:]) - 1  # the last pick before each GEMM after the first
-    last_s = s[np.clip(at, 0, None)] if len(s) else np.full(len(at), -1)
-    cut = (at >= 0) & (last_s > g[:-1])  # ... after the GEMM before it: a pass ended there
-    after = np.searchsorted(lk, last_s, side="right")
-    nxt = lk[np.clip(after, 0, len(lk) - 1)] if len(lk) else np.full(len(at), -1)
-    looked = (after < len(lk)) & (nxt < g[1:]) & (nxt > last_s)
-    starts = np.where(looked, nxt, last_s + 1)[cut]
-    return np.concatenate([[first], starts]).astype(np.int64)
+    i, first_g = pl.col("i"), pl.col("i").filter("g").first()
+    # the first pass: at the last lookup before the first GEMM, else at the first kernel
+    first = i.filter(pl.col("l") & (i < first_g)).last().fill_null(0).alias("at")
+    two = (pl.col("g").sum() >= 2).alias("two")  # else no pass at all
+    # at each GEMM after the first: the last pick before it, and the first lookup after that pick
+    marks = flags.with_columns(_last_before("s").alias("pick"), _last_before("g").alias("gemm"),
+                               _first_after("l").alias("look"))
+    pick, nxt = pl.col("pick"), pl.col("look").gather(pl.col("pick"))
+    cut = pl.col("g") & (pick > pl.col("gemm"))  # a pick since the GEMM before: a pass ended
+    at = pl.when(nxt.is_not_null() & (nxt < i)).then(nxt).otherwise(pick + 1).alias("at")
+    starts = marks.select(at, cut.fill_null(False).alias("cut")).filter("cut").select("at")
+    passes = pl.concat([flags.select(first, two).filter("two").select("at"), starts])
+    return passes.collect(engine="in-memory").to_series()
 
 
 def gpu_forward_starts(trace: Trace) -> pl.DataFrame:
@@ -80,7 +89,7 @@ def gpu_forward_starts(trace: Trace) -> pl.DataFrame:
     out = []
     for (_pid, _tid), part in k.group_by(_BY, maintain_order=True):
         at = pass_starts(part["name"])
-        if len(at) > 1:  # one pass is no split
+        if at.len() > 1:  # one pass is no split
             out.append(part["t"].gather(at).to_frame())
     return pl.concat(out).cast(_T).sort("t") if out else pl.DataFrame(schema=_T)
 

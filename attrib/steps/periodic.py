@@ -21,7 +21,6 @@ import numpy as np
 import polars as pl
 
 from attrib.components.patterns import GEMM_NAMES, GEMV_NAMES, RUNTIME_HELPERS
-from attrib.trace import column
 
 MAX_PATTERN = 200_000
 _GEMMISH = re.compile(f"{GEMM_NAMES}|{GEMV_NAMES}")
@@ -129,6 +128,19 @@ def forward_ends(names: pl.Series, period: int) -> list[int] | None:
     return None if best is None else best.tolist()
 
 
+def _step_of(starts: pl.Series, bounds: list[int], partial: bool,
+             last_end: int | None) -> pl.Expr:
+    """Each kernel's step: the last of the steps starting at `starts[bounds]` that starts at or
+    before it, null before the first; where `partial`, null in the trailing window too (after
+    `last_end`, the last forward's output GEMM, where given; else the last step)."""
+    at = pl.lit(starts.gather(bounds))
+    idx = at.search_sorted(pl.col("start_ns"), side="right").cast(pl.Int64) - 1
+    valid = idx >= 0
+    if partial:
+        valid &= (idx < len(bounds) - 1) if last_end is None else pl.col("start_ns") <= last_end
+    return pl.when(valid).then(idx)
+
+
 def split_tokens(kernels: pl.DataFrame, min_period: int = 2) -> pl.DataFrame:
     """`kernels` (sorted by start) with `step` (token index from 0, null outside the loop) and
     `phase` ("decode" when GEMV kernels such as llama.cpp's mul_mat_vec_* dominate the step,
@@ -149,23 +161,14 @@ def split_tokens(kernels: pl.DataFrame, min_period: int = 2) -> pl.DataFrame:
                                            phase=pl.lit(None, pl.Utf8))
     period, phase = found
     ends = forward_ends(loop["name"], period)
+    last: int | None = None
     if ends is not None:  # one step per forward pass, each ending at its output GEMM
-        bounds = [0, *[e + 1 for e in ends[:-1]]]
+        bounds, last = [0, *[e + 1 for e in ends[:-1]]], loop["start_ns"][ends[-1]]
         partial = True
     else:
         bounds = _boundaries(gaps, period, phase)
         partial = len(gaps) - bounds[-1] < period // 2  # the trailing window is a partial step
-    starts = loop["start_ns"].to_numpy()[bounds]
-    idx = np.searchsorted(starts, k["start_ns"].to_numpy(), side="right") - 1
-    valid = idx >= 0
-    if partial:
-        if ends is None:
-            complete = idx < len(bounds) - 1
-        else:
-            complete = k["start_ns"].to_numpy() <= loop["start_ns"][ends[-1]]
-        valid &= complete
-    k = k.with_columns(step=column("", np.where(valid, idx, -1)).cast(pl.Int64))
-    k = k.with_columns(step=pl.when(pl.col("step") >= 0).then(pl.col("step")))
+    k = k.with_columns(step=_step_of(loop["start_ns"], bounds, partial, last))
     phases = k.filter(pl.col("step").is_not_null()).group_by("step").agg(
         phase=_phase_of(pl.col("name")))
     return k.join(phases, on="step", how="left").sort("_row").drop("_row")

@@ -27,7 +27,6 @@ from attrib.link.launches import KERNEL_LAUNCH
 from attrib.link.nesting import innermost
 from attrib.steps.excluded import compile_spans, inside
 from attrib.steps.passes import GPU_PIECE, gpu_forward_starts
-from attrib.steps.periodic import split_tokens
 from attrib.steps.speculative import mark_roles
 from attrib.steps.tokens import COMPILED_PIECE
 from attrib.trace import STEP_NAME, Trace, dims_text, input_dims
@@ -287,6 +286,8 @@ def _periodic(trace: Trace) -> tuple[pl.DataFrame, pl.DataFrame]:
     k = trace.kernels[["id", "name", "start_ns", "dur_ns"]]
     if k.height == 0:
         return pl.DataFrame(schema=STEP_COLS), pl.DataFrame(schema=_KERNEL_STEP)
+    from attrib.steps.periodic import split_tokens  # numpy's FFT: imported only where needed
+
     got = split_tokens(k)
     if got["step"].null_count() == got.height:
         got = k.with_columns(pl.lit(0, pl.Int64).alias("step"), pl.lit("unknown").alias("phase"))

@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import re
 
-import numpy as np
 import polars as pl
 
 from attrib.components.patterns import SDPA
 from attrib.link.launches import module_paths
 from attrib.reads import Reads
-from attrib.trace import column, input_dims
+from attrib.trace import input_dims
 
 PIECE = r"^(?P<parent>.+) forward \d+$"
 ATTENTION_OPS = (SDPA,)  # q [B, H, q, D], k [B, Hkv, L, D]
@@ -31,19 +30,16 @@ READS = Reads(ops=tuple(f"^{re.escape(o)}$" for o in ATTENTION_OPS))
 
 
 def _roots(frames: pl.DataFrame) -> pl.DataFrame:
-    """Outermost nn.Module frames: t0, t1, model (instance), size (module frames inside)."""
+    """Outermost nn.Module frames: t0, t1, model (instance), size (module frames inside: those
+    starting in [t0, t1))."""
     mods = module_paths(frames)
-    roots = mods.filter(~pl.col("module_path").str.contains("/"))
-    starts = mods["start_ns"].sort().to_numpy()
-    r0 = roots["start_ns"].to_numpy()
-    r1 = (roots["start_ns"] + roots["dur_ns"]).to_numpy()
-    size = np.searchsorted(starts, r1) - np.searchsorted(starts, r0)
-    return roots.select(
-        pl.col("start_ns").alias("t0"),
-        (pl.col("start_ns") + pl.col("dur_ns")).alias("t1"),
-        pl.col("module_path").alias("model"),
-        column("size", size),
-    )
+    starts = pl.lit(mods["start_ns"].sort())
+    t0, t1 = pl.col("start_ns"), pl.col("start_ns") + pl.col("dur_ns")
+    size = (starts.search_sorted(t1, side="left").cast(pl.Int64)
+            - starts.search_sorted(t0, side="left").cast(pl.Int64))
+    roots = mods.lazy().filter(~pl.col("module_path").str.contains("/"))
+    return roots.select(t0.alias("t0"), t1.alias("t1"), pl.col("module_path").alias("model"),
+                        size.alias("size")).collect(engine="in-memory")
 
 
 def _draft_of(g: pl.DataFrame) -> object | None:
