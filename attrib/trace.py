@@ -19,7 +19,6 @@ import orjson
 import polars as pl
 
 if TYPE_CHECKING:
-    import numpy as np
     from polars._typing import EngineType
 
 DType = pl.DataType | type[pl.DataType]  # pl.Int64 or pl.List(pl.Int64): both are column types
@@ -299,22 +298,6 @@ def coded(df: pl.DataFrame) -> pl.DataFrame:
 # rows below which a table is small: its text a cast, its group-bys eager (the queries that
 # spare a big table's memory cost a small one more time than they save)
 SMALL_ROWS = 1 << 16
-# a numpy array of fewer values becomes a column from its Python values (`column`)
-LIST_ROWS = 1 << 14
-_LISTED = {"int64": pl.Int64, "float64": pl.Float64, "bool": pl.Boolean}
-
-
-def column(name: str, values: np.ndarray, dtype: DType | None = None) -> pl.Series:
-    """The Series of a 1-d numpy array (cast to `dtype` where given). Polars reads a numpy array
-    through numpy.ma (for its mask): an import of 6-16 ms, once a process, that a small array
-    (fewer than LIST_ROWS int64, float64 or bool values, of `dtype` if given) skips, read from
-    its Python values (a copy of 10,000 values: +0.3 ms)."""
-    listed = _LISTED.get(str(values.dtype)) if len(values) < LIST_ROWS else None
-    if listed is None or (dtype is not None and dtype != listed):
-        return pl.Series(name, values, dtype=dtype)
-    return pl.Series(name, values.tolist(), dtype=listed)
-
-
 def views(s: pl.Series) -> pl.Series:
     """A categorical column as text, each row a view of its code's text, held once (a cast
     copies every row's bytes; below SMALL_ROWS rows that costs less than the views' queries)."""

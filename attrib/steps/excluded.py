@@ -16,6 +16,7 @@ import polars as pl
 from attrib.components.patterns import COMPILE_SPANS
 from attrib.reads import Reads
 from attrib.trace import Trace
+from attrib.steps.spans import points_in
 
 OUTLIER = 3.0
 MIN_STEPS = 4
@@ -77,9 +78,7 @@ def mark_excluded(steps: pl.DataFrame, trace: Trace,
     sp = compile_spans(trace) if compiling is None else compiling
     has_compile = pl.lit(False)
     if sp.height and steps.height:  # a span starts inside the window [window_start, window_end)
-        starts = pl.lit(sp["start_ns"])
-        has_compile = (starts.search_sorted(pl.col("window_end"), side="left")
-                       > starts.search_sorted(pl.col("window_start"), side="left"))
+        has_compile = points_in(sp["start_ns"], pl.col("window_start"), pl.col("window_end")) > 0
     med = pl.col("n_kernels").median().over("phase"), pl.col("step_ms").median().over("phase")
     enough = pl.len().over("phase") >= MIN_STEPS
     first = pl.col("window_start") == pl.col("window_start").min().over("phase")

@@ -31,7 +31,7 @@ import polars as pl
 from attrib.threads import both
 from attrib.trace import grouped
 from attrib.steps.idle import idle_rows, recorded_threads
-from attrib.steps.spans import Spans, first_cover, unions, uncovered
+from attrib.steps.spans import Spans, first_cover, points_in, unions, uncovered
 
 # the profiler's own cost (an estimate): a caveat about the measurement, never a cause to fix
 OWN_COST = "profiler"
@@ -231,9 +231,7 @@ def _profiler(rows: pl.DataFrame, events: tuple[pl.Series, pl.Series]) -> pl.Dat
     """Carve the profiler estimate out of host and launch rows: events starting in the row's
     stretch times PROFILER_NS, at most the row's own ns."""
     def inside(times: pl.Series) -> pl.Expr:
-        at = pl.lit(times)
-        after = at.search_sorted(pl.col("start_ns").cast(pl.Int64)).cast(pl.Int64)
-        return at.search_sorted(pl.col("end_ns").cast(pl.Int64)).cast(pl.Int64) - after
+        return points_in(times, pl.col("start_ns"), pl.col("end_ns"))
 
     cost = inside(events[0]) * PROFILER_NS["op"] + inside(events[1]) * PROFILER_NS["frame"]
     carve = pl.col("cause").is_in(["host", "launch"])

@@ -65,12 +65,13 @@ def covered(a: pl.Series, b: pl.Series, ms: pl.Series, me: pl.Series) -> pl.Seri
     return got.collect(engine="in-memory").to_series().alias("covered").cast(_I64)
 
 
-def count_in(points: pl.Series, a: pl.Series, b: pl.Series) -> pl.Series:
-    """Per interval [a_i, b_i): how many of the sorted `points` lie in it."""
-    ab = pl.LazyFrame([a.cast(_I64).alias("a"), b.cast(_I64).alias("b")])
+def points_in(points: pl.Series, a: pl.Expr, b: pl.Expr) -> pl.Expr:
+    """Per row, how many of the sorted `points` lie in [a, b) (an expression of a query)."""
     at = pl.lit(points.cast(_I64))
-    n = at.search_sorted(pl.col("b")).cast(_I64) - at.search_sorted(pl.col("a")).cast(_I64)
-    return ab.select(n.alias("n")).collect(engine="in-memory").to_series()
+
+    def before(x: pl.Expr) -> pl.Expr:  # the points before each x
+        return at.search_sorted(x.cast(_I64), side="left").cast(_I64)
+    return before(b) - before(a)
 
 
 def uncovered(ids: pl.Series, w0: pl.Series, w1: pl.Series, ms: pl.Series,
@@ -114,7 +115,7 @@ def first_cover(windows: pl.DataFrame, spans: pl.DataFrame) -> tuple[pl.DataFram
     given = spans.select(pl.col("g").cast(_I64), pl.col("s").cast(_I64),
                          pl.col("e").cast(_I64)).rechunk()
     labels = sorted(given["g"].unique().to_list())
-    union, parts = empty(), []
+    union, parts = empty(), [pl.LazyFrame(schema={"step": _I64, "g": _I64, "ns": _I64})]
     for at in range(0, len(labels), _LABELS - 1):  # one round for up to 61 labels
         mine = given.filter(pl.col("g").is_in(labels[at:at + _LABELS - 1]))
         segments, union = _segments(mine, union)

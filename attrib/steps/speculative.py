@@ -23,6 +23,7 @@ from attrib.components.patterns import SDPA
 from attrib.link.launches import module_paths
 from attrib.reads import Reads
 from attrib.trace import input_dims
+from attrib.steps.spans import points_in
 
 PIECE = r"^(?P<parent>.+) forward \d+$"
 ATTENTION_OPS = (SDPA,)  # q [B, H, q, D], k [B, Hkv, L, D]
@@ -33,10 +34,8 @@ def _roots(frames: pl.DataFrame) -> pl.DataFrame:
     """Outermost nn.Module frames: t0, t1, model (instance), size (module frames inside: those
     starting in [t0, t1))."""
     mods = module_paths(frames)
-    starts = pl.lit(mods["start_ns"].sort())
     t0, t1 = pl.col("start_ns"), pl.col("start_ns") + pl.col("dur_ns")
-    size = (starts.search_sorted(t1, side="left").cast(pl.Int64)
-            - starts.search_sorted(t0, side="left").cast(pl.Int64))
+    size = points_in(mods["start_ns"].sort(), t0, t1)
     roots = mods.lazy().filter(~pl.col("module_path").str.contains("/"))
     return roots.select(t0.alias("t0"), t1.alias("t1"), pl.col("module_path").alias("model"),
                         size.alias("size")).collect(engine="in-memory")
