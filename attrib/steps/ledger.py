@@ -105,11 +105,10 @@ def _busy_rows(steps: pl.DataFrame, k: pl.DataFrame, copies: pl.DataFrame,
     windows = steps.select("step", pl.col("window_start").alias("w0"),
                            pl.col("window_end").alias("w1"))
     owned, union = first_cover(windows, spans)
-    cause = pl.col("g").replace_strict({i: c for i, (c, _) in enumerate(groups)},
-                                       return_dtype=pl.String)
-    what = pl.col("g").replace_strict({i: w for i, (_, w) in enumerate(groups)},
-                                      return_dtype=pl.String)
-    rows = owned.lazy().select("step", cause.alias("cause"), what.alias("what"), "ns", "n")
+    named = pl.LazyFrame({"g": range(len(groups)), "cause": [c for c, _ in groups],
+                          "what": [w for _, w in groups]},
+                         schema={"g": pl.Int64, "cause": pl.String, "what": pl.String})
+    rows = owned.lazy().join(named, on="g").select("step", "cause", "what", "ns", "n")
     return rows, union
 
 
