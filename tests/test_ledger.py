@@ -321,3 +321,30 @@ def test_a_graph_launch_that_holds_the_host_is_its_own_row() -> None:
     assert held["ns"].sum() <= sum(ns)
     top = _top_idle(a, "decode")
     assert (top["cause"], top["what"]) == ("host", "cudaGraphLaunch")
+
+
+def test_a_component_named_as_a_copy_kind_keeps_its_kernel_time() -> None:
+    """The ledger's groups are labelled by position, not name: kernels of a component called
+    `memset` (a component of attrib's taxonomy) in a trace with memset copies stay kernel time of
+    that component, each figure as under another name, and the copies' rows are unchanged."""
+    from attrib.steps.ledger import ledger
+
+    a = attributed(CAP / "ledger_generate.json.gz")
+    t = a.trace
+    assert "memset" in t.copies["kind"].cast(pl.String).to_list()  # memset copies: a real capture
+    k = a.kernels.select("start_ns", "dur_ns", pl.col("component").cast(pl.String), "launch_id",
+                         "graph")
+    renamed = k.with_columns(pl.col("component").replace({"other": "memset"}))
+
+    def busy(kernels: pl.DataFrame) -> dict[tuple[str, str], int]:
+        rows = ledger(a.steps, kernels, t.copies, t.launches, t.ops, t.frames).steps
+        rows = rows.filter(pl.col("cause").is_in(["kernels", "copy"]))
+        return {(c, w): ns for c, w, ns in rows.group_by("cause", "what").agg(pl.col("ns").sum())
+                .iter_rows()}
+
+    before, after = busy(k), busy(renamed)
+    assert before[("kernels", "other")] > 0 and ("copy", "memset") in before
+    assert after[("kernels", "memset")] == before[("kernels", "other")]
+    assert after[("copy", "memset")] == before[("copy", "memset")]
+    assert {key: ns for key, ns in after.items() if key != ("kernels", "memset")} == \
+        {key: ns for key, ns in before.items() if key != ("kernels", "other")}

@@ -93,14 +93,14 @@ def _busy_rows(steps: pl.DataFrame, k: pl.DataFrame, copies: pl.DataFrame,
     the first group covering it: the components in `order`, then the copies by kind and
     direction (attrib.steps.spans.first_cover); and the union of their spans."""
     component = pl.col("component").fill_null("other")
-    kinds = [pl.col("kind").fill_null("copy"), pl.col("direction")]
-    kind = pl.concat_str(kinds, separator=" ", ignore_nulls=True)
+    parts = [pl.col("kind").fill_null("copy"), pl.col("direction")]
+    kind = pl.concat_str(parts, separator=" ", ignore_nulls=True)
     copied = copies.lazy().drop_nulls(["start_ns", "dur_ns"])
-    named = copied.select(kind.unique()).collect(engine="in-memory").to_series()
-    groups = [("kernels", c) for c in order] + [("copy", w) for w in sorted(named)]
-    label = {w: i for i, (_, w) in enumerate(groups)}
-    kernels = _spans(k, component, {c: label[c] for c in order})
-    copied = _spans(copied, kind, {w: label[w] for _, w in groups[len(order):]})
+    kinds_seen = sorted(copied.select(kind.unique()).collect(engine="in-memory").to_series())
+    groups = [("kernels", c) for c in order] + [("copy", w) for w in kinds_seen]
+    # a label a group, kernels' first (a component and a copy kind may share a name: memset)
+    kernels = _spans(k, component, {c: i for i, c in enumerate(order)})
+    copied = _spans(copied, kind, {w: len(order) + i for i, w in enumerate(kinds_seen)})
     spans = pl.concat([kernels, copied]).collect(engine="in-memory")
     windows = steps.select("step", pl.col("window_start").alias("w0"),
                            pl.col("window_end").alias("w1"))
