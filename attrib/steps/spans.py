@@ -55,14 +55,17 @@ def _upto(x: pl.Expr, ms: pl.Series, me: pl.Series, cum: pl.Series) -> pl.Expr:
 
 
 def covered(a: pl.Series, b: pl.Series, ms: pl.Series, me: pl.Series) -> pl.Series:
-    """Per interval [a_i, b_i): nanoseconds covered by the disjoint sorted intervals (ms, me)."""
-    if not ms.len():
-        return pl.Series("covered", [0] * a.len(), _I64)
-    ms, me = ms.cast(_I64), me.cast(_I64)
-    cum = pl.concat([pl.Series([0], dtype=_I64), (me - ms).cum_sum()])
+    """Per interval [a_i, b_i): nanoseconds covered by the disjoint sorted intervals (ms, me);
+    null where a_i or b_i is."""
     ab = pl.LazyFrame([a.cast(_I64).alias("a"), b.cast(_I64).alias("b")])
-    got = ab.select(_upto(pl.col("b"), ms, me, cum) - _upto(pl.col("a"), ms, me, cum))
-    return got.collect(engine="in-memory").to_series().alias("covered").cast(_I64)
+    ns = pl.lit(0, _I64)
+    if ms.len():
+        ms, me = ms.cast(_I64), me.cast(_I64)
+        cum = pl.concat([pl.Series([0], dtype=_I64), (me - ms).cum_sum()])
+        ns = _upto(pl.col("b"), ms, me, cum) - _upto(pl.col("a"), ms, me, cum)
+    unknown = pl.col("a").is_null() | pl.col("b").is_null()  # an interval without an end
+    got = ab.select(pl.when(unknown).then(None).otherwise(ns).cast(_I64).alias("covered"))
+    return got.collect(engine="in-memory").to_series()
 
 
 def points_in(points: pl.Series, a: pl.Expr, b: pl.Expr) -> pl.Expr:
