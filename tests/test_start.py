@@ -57,11 +57,12 @@ SMALL = ROOT / "tests/fixtures/torch/h200_dense_prefill_cudagraph_decode.json.gz
 DEMO = ROOT / "examples/traces/h200_qwen3moe_eager_prefill_decode.json.gz"  # `make demo`'s
 # what `attrib analyze` has no use for: other commands' modules (the group loads a command's
 # module when it runs), the optional writers, statistics and plots, SQLite (a rocpd input's), the
-# fuzzy matcher (an unknown --arch's hint, a capture alignment's), polars' map_elements inspector
+# fuzzy matcher (an unknown --arch's hint, a capture alignment's), polars' map_elements inspector,
+# Python's statistics module (~3 ms to import: attrib.analysis.median)
 NOT_FOR_ANALYZE = {"attrib.cli.runs", "attrib.cli.device", "attrib.report.ranks",
                    "attrib.steps.ranks", "attrib.report.export", "attrib.report.plots", "scipy",
                    "matplotlib", "xlsxwriter", "pyarrow", "fastexcel", "jsonschema", "ray",
-                   "sqlite3", "difflib", "polars._utils.udfs", "html"}
+                   "sqlite3", "difflib", "polars._utils.udfs", "html", "statistics"}
 
 
 def test_analyze_loads_only_what_it_uses():

@@ -20,11 +20,10 @@ costs).
 
 from __future__ import annotations
 
-import statistics
-
 import msgspec
 import polars as pl
 
+from attrib.analysis.median import median
 from attrib.steps.rounds import rounds as find_rounds
 from attrib.trace import Trace
 
@@ -95,7 +94,8 @@ def _ms(ns: object) -> float:
 
 
 def _med(xs: list[float]) -> float | None:
-    return round(statistics.median(xs), 4) if xs else None
+    m = median(xs)
+    return None if m is None else round(m, 4)
 
 
 def plain_step_ms(steps: pl.DataFrame) -> float | None:
@@ -226,8 +226,8 @@ def speculative(steps: pl.DataFrame, trace: Trace, kernels: pl.DataFrame,
 
 def _batch(s: pl.Series) -> int | None:
     """The rounds' median sequences (None where no verify pass showed its query)."""
-    known = s.drop_nulls().to_list()
-    return int(statistics.median(known)) if known else None
+    m = median(s.drop_nulls().to_list())
+    return None if m is None else int(m)
 
 
 def _mode(s: pl.Series) -> str:

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from statistics import median
 
 import msgspec
 
 from attrib.analysis.finding import Finding
+from attrib.analysis.median import median
 from attrib.analysis.model import Analysis, Bottleneck, Phase
 from attrib.components.taxonomy import GEMM_COMPONENTS, LINK_COMPONENTS
 from attrib.cost.dtypes import INDEX_TYPES
@@ -218,8 +218,8 @@ def _stamp(an: Analysis, key: str) -> str | None:
 
 
 def _median_int(values: tuple[int | None, ...]) -> int | None:
-    known = [v for v in values if v is not None]
-    return int(median(known)) if known else None
+    m = median(v for v in values if v is not None)
+    return None if m is None else int(m)
 
 
 def _token_phase(an: Analysis) -> Phase | None:

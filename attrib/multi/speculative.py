@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from attrib.analysis.median import median
 from attrib.analysis.model import Phase
 
 Doc = dict[str, object]
@@ -16,17 +17,9 @@ COMPARE_KEYS = (("acceptance", "acceptance"), ("tokens_per_round", "tokens_per_r
 GENERATED = "generated_tok_s"  # the phase's tok/s: generated tokens on either kind of side
 
 
-def _median(xs: list[float]) -> float | None:
-    xs = sorted(xs)
-    n = len(xs)
-    if not n:
-        return None
-    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
-
-
 def _row(metric: str, base: list[object], cand: list[object]) -> Doc:
-    vb = _median([float(v) for v in base if isinstance(v, (int, float))])
-    vc = _median([float(v) for v in cand if isinstance(v, (int, float))])
+    vb = median([float(v) for v in base if isinstance(v, (int, float))])
+    vc = median([float(v) for v in cand if isinstance(v, (int, float))])
     delta = None if vb is None or vc is None else round(vc - vb, 4)
     return {"metric": metric, "base": vb, "cand": vc, "delta": delta}
 
