@@ -73,7 +73,8 @@ PACKAGES = {"link", "steps", "components", "cost", "roofline", "analysis", "mult
 LAZY_OK = {"torch", "matplotlib", "scipy", "xlsxwriter", "ray",  # optional or slow: imported where used
            "sqlite3", "difflib",  # only a SQLite trace, an unknown --arch or a capture alignment
            "html",  # only HTML output escapes text (1-3 ms of a table's start)
-           "zstandard"}  # optional: only a .zst trace is decompressed with it (2 ms of every start)
+           "zstandard",  # optional: only a .zst trace is decompressed with it (2 ms of every start)
+           "tomllib", "tomli"}  # only an --arch-file is TOML to parse (the bundled database is JSON too)
 # the public API: attrib.analyze and __version__, the errors it raises, the CLI's main, the collectors'
 # load/sniff/capture/wrap (collectors/__init__.py's __all__)
 PUBLIC = {"attrib", "attrib.errors", "attrib.cli", "collectors"}

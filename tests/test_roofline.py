@@ -139,3 +139,14 @@ def test_achieved_gbs_of_a_kernel_set_counts_only_priced_time():
     assert achieved_gbs(k, peak_bw_gbs=1000.0) is None       # above the device's peak: not a result
     assert achieved_gbs(k.filter(pl.col("bytes").is_null())) is None
     assert achieved_gbs(k.clear()) is None
+
+
+def test_the_stored_parsed_database_is_the_toml_parsed():
+    """attrib/data/archs.json is archs.toml parsed (read at every start in place of the TOML
+    parser): after a change of the TOML, `python -m attrib.roofline.arch` writes it again."""
+    from attrib.roofline.arch import PARSED, SOURCE, _parse, load_archs, parsed_text
+
+    assert PARSED.read_text(encoding="utf-8") == parsed_text(), \
+        "attrib/data/archs.json is stale: run python -m attrib.roofline.arch"
+    from_toml = _parse(SOURCE.read_text(encoding="utf-8"), "attrib/data/archs.toml")
+    assert load_archs() == from_toml and "h200-sxm" in from_toml

@@ -20,6 +20,7 @@ from typing import Any
 
 import msgspec
 from msgspec import field
+import orjson
 import polars as pl
 
 from attrib.bounds import toml_text
@@ -27,10 +28,12 @@ from attrib.components.patterns import ISA, ROCPRIM_ARCH
 from attrib.cost.dtypes import PEAK_KEY
 from attrib.errors import TraceError
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
+# the device database, each figure with its source; and it parsed, as JSON: read in 0.1 ms, where
+# importing the TOML parser and parsing took ~4 ms of every start. `python -m
+# attrib.roofline.arch` writes PARSED again after a change of SOURCE (a test fails when they
+# differ); an --arch-file is TOML, parsed when given
+SOURCE = Path(__file__).resolve().parents[1] / "data" / "archs.toml"
+PARSED = SOURCE.with_suffix(".json")
 
 ARCH_GIVEN = "--arch"   # detected_from of a device --arch named that the trace could not tell apart
 _REQUIRED = ("arch", "name", "vendor", "wave_size", "compute_units", "num_sms_reported",
@@ -152,12 +155,27 @@ def _entry(key: str, raw: Mapping[str, Any], origin: object) -> Arch:
     return Arch(key=key, **vals)
 
 
+def _toml() -> Any:
+    """The TOML parser (tomllib; tomli before Python 3.11)."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - exercised on 3.10 only
+        import tomli as tomllib
+    return tomllib
+
+
 def _parse(text: str, origin: object) -> dict[str, Arch]:
     toml_text(text, origin)  # too large or too deeply nested: refused before the parser recurses
+    toml = _toml()
     try:
-        doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
+        doc = toml.loads(text)
+    except toml.TOMLDecodeError as exc:
         raise TraceError(origin, f"not valid TOML ({exc})") from None
+    return _entries(doc, origin)
+
+
+def _entries(doc: dict[str, Any], origin: object) -> dict[str, Arch]:
+    """The Arch of each top-level table of a parsed database."""
     out = {}
     for key, raw in doc.items():
         if not isinstance(raw, dict):
@@ -172,8 +190,7 @@ def load_archs(extra: Path | None = None) -> dict[str, Arch]:
     device as a bundled entry (`attrib archs --template --trace` names it after the device,
     `nvidia-h200` beside the bundled `h200-sxm`), detection and `--arch gfxNNNN` pick the user's."""
     # beside the package (its package data), not through importlib.resources: ~1 ms to start
-    bundled = Path(__file__).parents[1] / "data" / "archs.toml"
-    archs = _parse(bundled.read_text(encoding="utf-8"), "attrib/data/archs.toml")
+    archs = _entries(orjson.loads(PARSED.read_bytes()), "attrib/data/archs.toml")
     if extra is not None:
         path = Path(extra)
         try:
@@ -348,3 +365,14 @@ def arch_table(extra: Path | None = None) -> pl.DataFrame:
         "key": pl.Utf8, "arch": pl.Utf8, "name": pl.Utf8, "vendor": pl.Utf8, "cus": pl.Int64,
         "peak_bw_gbs": pl.Float64, "sustained_bw_gbs": pl.Float64, "bf16_tflops": pl.Float64,
         "fp8_tflops": pl.Float64, "derived": pl.Utf8, "user": pl.Boolean})
+
+
+def parsed_text() -> str:
+    """SOURCE parsed, as PARSED holds it."""
+    doc = _toml().loads(SOURCE.read_text(encoding="utf-8"))
+    return orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n"
+
+
+if __name__ == "__main__":  # write PARSED again
+    PARSED.write_text(parsed_text(), encoding="utf-8")
+    print(f"wrote {PARSED}")

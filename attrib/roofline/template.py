@@ -2,7 +2,8 @@
 reported.
 
 An unknown device gets no rooflines or ceilings; measuring one takes a TOML entry passed with
-`--arch-file` (or added to attrib/data/archs.toml with its sources).
+`--arch-file` (or added to attrib/data/archs.toml with its sources, then `python -m
+attrib.roofline.arch` to store it parsed).
 """
 
 from __future__ import annotations
