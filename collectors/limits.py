@@ -20,7 +20,6 @@ from typing import Any
 from attrib.errors import TraceError
 
 
-
 def _zstd() -> Any:
     """The zstandard module (optional: .zst traces need it), imported when one is read; None
     where it is not installed."""
@@ -29,6 +28,7 @@ def _zstd() -> Any:
     except ImportError:
         return None
     return zstandard
+
 
 GZIP_MAGIC = b"\x1f\x8b"
 XZ_MAGIC = b"\xfd7zXZ\x00"
