@@ -24,6 +24,7 @@ import msgspec
 import polars as pl
 
 from attrib.analysis.median import median
+from attrib.steps.excluded import counted
 from attrib.steps.rounds import rounds as find_rounds
 from attrib.trace import Trace
 
@@ -103,9 +104,7 @@ def plain_step_ms(steps: pl.DataFrame) -> float | None:
     if steps.height == 0 or "phase" not in steps.columns:
         return None
     plain = steps.filter((pl.col("phase") == "decode") & pl.col("role").is_null()
-                         & pl.col("step_ms").is_not_null())
-    if "excluded" in plain.columns:
-        plain = plain.filter(pl.col("excluded").is_null())
+                         & pl.col("step_ms").is_not_null(), *counted(steps))
     return _med([float(x) for x in plain["step_ms"]])
 
 

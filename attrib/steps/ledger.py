@@ -30,6 +30,7 @@ import polars as pl
 
 from attrib.threads import both
 from attrib.trace import grouped
+from attrib.steps.excluded import counted
 from attrib.steps.idle import idle_rows, recorded_threads
 from attrib.steps.spans import Spans, first_cover, points_in, unions, uncovered
 
@@ -326,8 +327,8 @@ def _ranked(rows: pl.LazyFrame) -> pl.LazyFrame:
 
 def _counted(steps: pl.DataFrame, phase: str) -> pl.DataFrame:
     """The counted steps of `phase`: not excluded, with a window."""
-    return steps.filter((pl.col("phase") == phase) & pl.col("excluded").is_null()
-                        & pl.col("window_start").is_not_null())
+    return steps.filter(pl.col("phase") == phase, pl.col("window_start").is_not_null(),
+                        *counted(steps))
 
 
 def _median_gaps(intervals: pl.DataFrame, mine: pl.Series,

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import polars as pl
 
+from attrib.steps.excluded import counted
+
 COMMUNICATION = "communication"
 _COLLS = {"rank": pl.Int64, "seq": pl.Int64, "name": pl.Utf8, "step": pl.Int64,
           "start_ns": pl.Int64, "dur_ns": pl.Int64, "bytes": pl.Float64}
@@ -93,7 +95,7 @@ def by_step(steps: pl.DataFrame, coll: pl.DataFrame) -> pl.DataFrame:
 def by_phase(table: pl.DataFrame) -> pl.DataFrame:
     """Per phase and rank, medians over its counted steps (the by_step table): step_ms, skew_ms,
     comm_ms, wait_ms, transfer_ms, latency_ms; steps counted and how often the rank was slowest."""
-    t = table.filter(pl.col("excluded").is_null() & pl.col("phase").is_not_null())
+    t = table.filter(pl.col("phase").is_not_null(), *counted(table))
     med = [pl.col(c).median().alias(c) for c in
            ("step_ms", "skew_ms", "comm_ms", "wait_ms", "transfer_ms", "latency_ms")]
     out = t.group_by("phase", "rank").agg(
