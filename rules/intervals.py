@@ -5,16 +5,14 @@ from __future__ import annotations
 
 import polars as pl
 
-from attrib.steps.spans import Spans, covered, merge, uncovered
+from attrib.steps.spans import Spans, covered, merge, of_events, uncovered
 
 __all__ = ("Spans", "covered", "merge", "ms", "spans", "total", "uncovered")
 
 
 def spans(df: pl.DataFrame) -> Spans:
     """(start, end) nanosecond Series of a table with start_ns, dur_ns."""
-    s = pl.col("start_ns").cast(pl.Int64)
-    e = s + pl.col("dur_ns").fill_null(0).cast(pl.Int64)
-    got = df.lazy().select(s.alias("s"), e.alias("e")).collect(engine="in-memory")
+    got = df.lazy().select(*of_events()).collect(engine="in-memory")
     return got["s"], got["e"]
 
 

@@ -12,7 +12,7 @@ import polars as pl
 
 from attrib.analysis.model import StepSeries
 from attrib.trace import grouped_plan
-from attrib.steps.spans import unions
+from attrib.steps.spans import of_events, unions
 
 BUSY_GAP_MS = 0.02  # kernel gaps shorter than this join in the timeline's busy spans (20 us)
 # the timeline plot's width in gaps it can show: it closes gaps under 1/TIMELINE_PIXELS of the
@@ -34,10 +34,9 @@ def _busy(k: pl.DataFrame, steps: list[int], t0_ns: int,
     """Per step (in `steps` order), the union of its kernels' [start, end) in ms from t0_ns, gaps
     under gap_ms closed."""
     gap = int(gap_ms * 1e6)
-    s = pl.col("start_ns").cast(pl.Int64)
+    s, e = of_events()
     # every step's union in one query: each end pushed gap_ms on, so shorter gaps close
-    spans = (k.lazy().filter(pl.col("step").is_not_null())
-             .select("step", s.alias("s"), (s + pl.col("dur_ns").cast(pl.Int64) + gap).alias("e")))
+    spans = k.lazy().filter(pl.col("step").is_not_null()).select("step", s, (e + gap).alias("e"))
     u = unions(spans, by=["step"]).collect(engine="in-memory")
     by_step: dict[int, list[tuple[float, float]]] = {}
     for st, a, b in zip(u["step"].to_list(), u["s"].to_list(), u["e"].to_list()):

@@ -17,6 +17,7 @@ import polars as pl
 
 from attrib.components.patterns import BLOCKING_COPY, STREAM_WAIT, SYNC
 from attrib.link.nesting import parents, start_order
+from attrib.steps.spans import of_events
 
 LAUNCH_GAP_NS = 100_000
 OUTSIDE_MIN_NS = 100_000
@@ -188,10 +189,8 @@ def holders(iv: pl.DataFrame, q: pl.DataFrame, chunk: int = WINDOW) -> pl.Series
 def sync_calls(launches: pl.DataFrame) -> pl.DataFrame:
     """The synchronizing runtime calls (and blocking copies): pid, tid, s, e, name."""
     is_sync = pl.col("name").str.contains(SYNC) | pl.col("name").str.contains(BLOCKING_COPY)
-    s = pl.col("start_ns").cast(pl.Int64)
-    e = s + pl.col("dur_ns").fill_null(0).cast(pl.Int64)
     return (launches.lazy().filter(is_sync).drop_nulls("start_ns")
-            .select(*_BY, s.alias("s"), e.alias("e"), "name").collect(engine="in-memory"))
+            .select(*_BY, *of_events(), "name").collect(engine="in-memory"))
 
 
 def _with_waits(rows: pl.LazyFrame, launches: pl.DataFrame) -> pl.LazyFrame:

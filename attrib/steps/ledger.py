@@ -32,7 +32,7 @@ from attrib.threads import both
 from attrib.trace import grouped
 from attrib.steps.excluded import counted
 from attrib.steps.idle import idle_rows, recorded_threads
-from attrib.steps.spans import Spans, first_cover, points_in, unions, uncovered
+from attrib.steps.spans import Spans, first_cover, of_events, points_in, unions, uncovered
 
 # the profiler's own cost (an estimate): a caveat about the measurement, never a cause to fix
 OWN_COST = "profiler"
@@ -82,10 +82,8 @@ def _memoized(led: Ledger, kind: str, steps: pl.DataFrame, phase: str,
 def _spans(df: pl.DataFrame | pl.LazyFrame, key: pl.Expr, labels: dict[str, int]
            ) -> pl.LazyFrame:
     """The rows' spans (g, s, e), g the label of their `key` (rows of no label left out)."""
-    s = pl.col("start_ns").cast(pl.Int64)
-    e = s + pl.col("dur_ns").fill_null(0).cast(pl.Int64)
     g = key.cast(pl.String).replace_strict(labels, default=None, return_dtype=pl.Int64)
-    return df.lazy().select(g.alias("g"), s.alias("s"), e.alias("e")).drop_nulls("g")
+    return df.lazy().select(g.alias("g"), *of_events()).drop_nulls("g")
 
 
 def _busy_rows(steps: pl.DataFrame, k: pl.DataFrame, copies: pl.DataFrame,
@@ -138,9 +136,8 @@ class Facts(msgspec.Struct, frozen=True):
 
 def _overlapping(k: pl.DataFrame) -> tuple[tuple[str, str], ...]:
     """The pairs of components some of whose kernels run at the same time."""
-    s = pl.col("start_ns").cast(pl.Int64)
-    spans = k.lazy().select(pl.col("component").fill_null("other").cast(pl.String), s.alias("s"),
-                            (s + pl.col("dur_ns").cast(pl.Int64)).alias("e"))
+    component = pl.col("component").fill_null("other").cast(pl.String)
+    spans = k.lazy().select(component, *of_events())
     # per component, the union of its kernels' time: sorted disjoint (s, e)
     u = unions(spans, ["component"]).collect(engine="in-memory")
     names = sorted(set(u["component"]))

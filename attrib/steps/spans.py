@@ -15,6 +15,13 @@ Spans = tuple[pl.Series, pl.Series]
 _I64 = pl.Int64
 
 
+def of_events() -> tuple[pl.Expr, pl.Expr]:
+    """A table's events (start_ns, dur_ns) as spans: (s, e) expressions, Int64 ns; a null
+    duration is a span of no length."""
+    s = pl.col("start_ns").cast(_I64)
+    return s.alias("s"), (s + pl.col("dur_ns").fill_null(0).cast(_I64)).alias("e")
+
+
 def empty() -> Spans:
     """No intervals."""
     return pl.Series("s", [], _I64), pl.Series("e", [], _I64)
