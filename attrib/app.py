@@ -30,7 +30,6 @@ from attrib.analysis.finding import Finding
 from attrib.analysis.speculative import plain_step_ms
 from attrib.analysis.model import Analysis
 from attrib.options import TOP_KERNELS, Options
-from attrib.chunked import NotOneRun, attribute_chunks
 from attrib.pipeline import Attribution, attribute
 from attrib.steps.phases import annotated_spans
 from attrib.threads import pooled
@@ -286,6 +285,7 @@ def bounded(path: str | Path, opts: Options = Options(),
     if opts.capture is not None or resolve(path)[0] != TORCH:
         return None
     # only a trace read in chunks needs these (a fast start for the rest)
+    from attrib.chunked import NotOneRun, attribute_chunks
     from attrib.steps.chunks import plan
     from collectors.kineto.spill import Spill, Unbounded
     try:

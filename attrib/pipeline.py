@@ -14,7 +14,6 @@ import polars as pl
 from attrib.components.classify import classify
 from attrib.cost.budget import Budget, for_world
 from attrib.cost.kernels import kernel_costs, world_size
-from attrib.link.graph_capture import merge
 from attrib.link.launches import link
 from attrib.steps.passes import fill_from_stamp
 from attrib.steps.phases import (assign_steps, step_spans, tokens_from_kernel_names,
@@ -63,32 +62,39 @@ def attribute(trace: Trace, phase_map: dict[str, str] | None = None, capture: Tr
                             lambda: step_spans(trace, phase_map, compiling),
                             rows=trace.largest())
     else:  # the replayed kernels' ops come from the capture: the spans read the merged trace
+        from attrib.link.graph_capture import merge  # a capture's reader only (a fast start)
+
         trace, links, report = merge(trace, link(trace), capture, batch_size=capture_batch)
         notes.append(report.note())
         compiling = compile_spans(trace)
         spans = step_spans(trace, phase_map, compiling)
     spans, kernel_steps = assign_steps(trace, links, phase_map, compiling, spans)
 
-    def tokens() -> pl.DataFrame:
-        """The steps with their tokens: from shapes, then from kernel names. Its notes are the
-        only ones added while it runs beside classify (which adds none)."""
+    def stepped() -> tuple[pl.DataFrame, Trace]:
+        """The steps with their tokens (from shapes, then from kernel names), windows, exclusions
+        and units, and the trace (a salvaged one's warning names the steps it dropped). What
+        they read of the kernels is their steps and launches, not their components. Its notes
+        are the only ones added while it runs beside classify (which adds none)."""
         shaped = fill_tokens_and_phase(spans, tokens_from_shapes(trace, spans), notes)
         shaped = fill_from_stamp(shaped, trace.meta.provenance, notes)
         named = (trace.kernels.select("id", "name", "grid")
                  .join(kernel_steps, on="id", how="left"))
-        return tokens_from_names(apply_roles(shaped, trace.ops), tokens_from_kernel_names(named))
+        steps = tokens_from_names(apply_roles(shaped, trace.ops), tokens_from_kernel_names(named))
+        own = (trace.kernels.select("id", "start_ns", "dur_ns")
+               .join(kernel_steps, on="id", how="left")
+               .join(links.select("id", "launch_id"), on="id", how="left"))
+        steps = mark_excluded(windows(steps, own, trace.copies, trace.launches), trace, compiling)
+        # a salvaged trace: steps cut before their kernels
+        steps, salvaged = drop_empty_steps(steps, trace)
+        return with_units(steps, trace.ops), salvaged
 
-    # the components and the steps' tokens share no result: on two threads
-    comp, steps = both(lambda: classify(trace, links, kernel_steps, compiling), tokens,
-                       rows=trace.largest())
+    # the components and the steps share no result: on two threads
+    comp, (steps, trace) = both(lambda: classify(trace, links, kernel_steps, compiling), stepped,
+                                rows=trace.largest())
     k = (trace.kernels.select("id", "name", "start_ns", "dur_ns")
          .join(comp, on="id", how="left")
          .join(links.select("id", "launch_id", "graph"), on="id", how="left"))
     k = k.join(steps.select("step", "phase"), on="step", how="left")
-    steps = mark_excluded(windows(steps, k, trace.copies, trace.launches), trace, compiling)
-    # a salvaged trace: steps cut before their kernels
-    steps, trace = drop_empty_steps(steps, trace)
-    steps = with_units(steps, trace.ops)
     budget = for_world(budget, world_size(trace))   # a tensor-parallel rank reads its shard
     led, costed = both(
         lambda: ledger(steps, k, trace.copies, trace.launches, trace.ops, trace.frames, whole),

@@ -90,6 +90,8 @@ EXCEPTIONS = {("attrib/__init__.py", "attrib.app"), ("attrib/__init__.py", "attr
 # plain `attrib analyze` loads none of them, tests/test_start.py)
 LAZY_OURS = {
     ("attrib/app.py", "attrib.steps.chunks"),  # the chunked read of a trace of BOUNDED_BYTES+
+    ("attrib/app.py", "attrib.chunked"),
+    ("attrib/pipeline.py", "attrib.link.graph_capture"),  # a replay trace with its capture's
     # the export and ranks commands' own
     ("attrib/app.py", "attrib.report.export"),
     ("attrib/app.py", "attrib.report.ranks"),

@@ -59,12 +59,13 @@ DEMO = ROOT / "examples/traces/h200_qwen3moe_eager_prefill_decode.json.gz"  # `m
 # module when it runs), the optional writers, statistics and plots, SQLite (a rocpd input's), the
 # fuzzy matcher (an unknown --arch's hint, a capture alignment's), polars' map_elements inspector,
 # Python's statistics module (~3 ms to import: attrib.analysis.median), the TOML parser (the bundled
-# device database is read as JSON, attrib.roofline.arch.PARSED)
+# device database is read as JSON, attrib.roofline.arch.PARSED), gzip (an exported trace's writer;
+# a .gz input is read through zlib), the chunked mode and the graph-capture merge
 NOT_FOR_ANALYZE = {"attrib.cli.runs", "attrib.cli.device", "attrib.report.ranks",
                    "attrib.steps.ranks", "attrib.report.export", "attrib.report.plots", "scipy",
                    "matplotlib", "xlsxwriter", "pyarrow", "fastexcel", "jsonschema", "ray",
                    "sqlite3", "difflib", "polars._utils.udfs", "html", "statistics",
-                   "tomllib"}
+                   "tomllib", "gzip", "attrib.chunked", "attrib.link.graph_capture"}
 
 
 def test_analyze_loads_only_what_it_uses():

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from attrib.components.patterns import GEMM_OPS, component_patterns
+from attrib.components.patterns import GEMM_OPS, component_patterns, contains
 from attrib.components.position import gemm_positions
 from attrib.components.rope_table import rope_table_casts
 from attrib.components.router import routers
@@ -41,7 +41,7 @@ HINT_FRAMES = (
 # a frame of a script run directly: a file name without a package path, `sampler_capture.py(12): `;
 # its name is the user's, not the work's (library frames, `vllm/.../rotary_embedding.py(..)`,
 # keep theirs)
-SCRIPT_FRAME = r"^[^/\\]+\.py\(\d+\): "
+SCRIPT_FRAME = r"^[^/\\]+\.py\([0-9]+\): "
 # record_function / roctx annotations (CPU side) that name the work: the frame hints, and
 # activation quantization (an annotation wraps only what it names; a Python frame named for
 # quantization, such as vLLM's quantization/fp8.py apply, also wraps the GEMM, so "quant" is no
@@ -80,15 +80,14 @@ _MOE_PARTS = ("moe_router", "moe_dispatch", "moe_combine", "quantize")
 _LINEAR_ATTN = r"(?i)gated_?delta|deltanet|mixer$|linear_?attention|lightning_?attn|short_?conv"
 _LINEAR_ATTN_SEG = (r"(?i)(?:^|/)[^/]*"
                     r"(?:gated_?delta|deltanet|mixer|linear_?attention|lightning_?attn|short_?conv)"
-                    r"[^/]*(?:_\d+)?(?:/|$)")
+                    r"[^/]*(?:_[0-9]+)?(?:/|$)")
 _MOE_BLOCK = r"(?i)sparse_?moe|moe_?block|moe_?layer|^moe$|MoE$|fused_?moe"
 _MLP = r"(?i)mlp|feedforward|ffn"
 
 
 def _first_index(col: pl.Expr, patterns: list[str]) -> pl.Expr:
     """The index of the first of `patterns` that `col` matches (null: none)."""
-    hits = [pl.when(col.str.contains(p)).then(pl.lit(i, pl.Int64))
-            for i, p in enumerate(patterns)]
+    hits = [pl.when(contains(col, p)).then(pl.lit(i, pl.Int64)) for i, p in enumerate(patterns)]
     return pl.coalesce(hits) if hits else pl.lit(None, pl.Int64)
 
 
@@ -152,8 +151,9 @@ def _hints(trace: Trace, k: pl.DataFrame) -> pl.DataFrame:
 def _row_gather(ops: pl.DataFrame) -> pl.Expr:
     """'embedding' for kernels of an aten::gather that picks whole rows of a 2-D table
     (self [V, H], dim 0, index [T, H]): an embedding lookup written as gather."""
-    widths = dims_text().str.extract_groups(r"^\[\[\d+,(\d+)\],\[\],\[\d+,(\d+)\]")
-    dim = pl.col("concrete_inputs").str.extract(r'^\[\s*"[^"]*",\s*"(\d+)"', 1).alias("dim")
+    widths = dims_text().str.extract_groups(r"^\[\[[0-9]+,([0-9]+)\],\[\],\[[0-9]+,([0-9]+)\]")
+    first_int = r'^\[[ \t\n\r]*"[^"]*",[ \t\n\r]*"([0-9]+)"'  # JSON's spaces; ASCII digits
+    dim = pl.col("concrete_inputs").str.extract(first_int, 1).alias("dim")
     g = ops.filter(pl.col("name") == "aten::gather").select("id", widths, dim)
     g = g.unnest("input_dims").filter((pl.col("1") == pl.col("2")) & (pl.col("dim") == "0"))
     return pl.when(pl.col("op_id").is_in(g["id"].implode())).then(pl.lit("embedding"))
@@ -164,7 +164,7 @@ def _outer_product(ops: pl.DataFrame) -> pl.Expr:
     table (inv_freq [d/2, 1] @ positions [1, T]), never a projection (compiled graphs call it as
     aten::mm)."""
     is_mm = pl.col("name").is_in(["aten::mm", "aten::bmm", "aten::matmul"])
-    inner_one = dims_text().str.contains(r"^\[\[(?:\d+,)*\d+,1\],\[(?:\d+,)*1,\d+\]")
+    inner_one = dims_text().str.contains(r"^\[\[(?:[0-9]+,)*[0-9]+,1\],\[(?:[0-9]+,)*1,[0-9]+\]")
     g = ops.filter(is_mm).filter(inner_one)  # the text rewritten for the GEMMs alone
     return pl.when(pl.col("op_id").is_in(g["id"].implode())).then(pl.lit("rope"))
 
@@ -179,9 +179,9 @@ def _per_distinct(k: pl.DataFrame, expr: pl.Expr, keys: list[str]) -> pl.DataFra
 def _module_comp() -> pl.Expr:
     """Component from the innermost module class and its path (None: not decided by module)."""
     m, path, op, hint = pl.col("module"), pl.col("module_path"), pl.col("op"), pl.col("hint_comp")
-    parent = path.str.extract(r"([^/]+)/[^/]+$").str.replace(r"_\d+$", "")
-    in_shared = path.str.contains(r"(?i)shared_?expert") | pl.col("_shared_cls")
-    in_experts = path.str.contains(r"(?i)Experts|FusedMoE")
+    parent = path.str.extract(r"([^/]+)/[^/]+$").str.replace(r"_[0-9]+$", "")
+    in_shared = contains(path, r"(?i)shared_?expert") | pl.col("_shared_cls")
+    in_experts = contains(path, r"(?i)Experts|FusedMoE")
     is_linear = m.str.contains(r"Linear$")
     dispatch_op = op.str.contains(r"sort|histc|cumsum|bincount|floor_divide|arange|^aten::index$|"
                                   r"fill_|aten::ge$|clamp|nonzero|one_hot|where")
@@ -193,7 +193,7 @@ def _module_comp() -> pl.Expr:
     moe_block_op = (pl.when(op.str.contains(r"topk|softmax|sigmoid")).then(pl.lit("moe_router"))
                     .when(combine_op).then(pl.lit("moe_combine"))
                     .otherwise(pl.lit("moe_dispatch")))
-    in_linear_attn = ~is_linear & path.str.contains(_LINEAR_ATTN_SEG)
+    in_linear_attn = ~is_linear & contains(path, _LINEAR_ATTN_SEG)
     heads_model = parent.str.contains(r"ForCausalLM|ForConditionalGeneration|LMHead")
     kv_copy = pl.when(op.str.contains(r"index_copy|index_put")).then(pl.lit("kv_cache_write"))
     return (
@@ -201,7 +201,7 @@ def _module_comp() -> pl.Expr:
         .when(in_shared).then(pl.lit("moe_shared_expert"))
         .when(m.str.contains(r"Embedding$") & ~m.str.contains("Rotary")).then(pl.lit("embedding"))
         .when(m.str.contains(r"Rotary|Rope")).then(pl.lit("rope"))
-        .when(m.str.contains(r"Norm$|Norm\d*$|RMSNorm|LayerNorm")).then(pl.lit("norm"))
+        .when(m.str.contains(r"Norm$|Norm[0-9]*$|RMSNorm|LayerNorm")).then(pl.lit("norm"))
         .when(in_linear_attn).then(pl.coalesce(hint, pl.lit("linear_attention")))
         .when(m.str.contains(r"Router|TopK|^.*Gate$")).then(pl.lit("moe_router"))
         .when(m.str.contains(r"SiLU|GELU|Activation|AndMul|Tanh|ReLU")).then(pl.lit("activation"))
@@ -211,20 +211,20 @@ def _module_comp() -> pl.Expr:
         .when(m == "MergedColumnParallelLinear").then(pl.lit("mlp_gate_up"))
         .when(is_linear & in_experts).then(pl.lit("moe_experts"))
         .when(is_linear & heads_model).then(pl.lit("lm_head"))
-        .when(is_linear & parent.str.contains(_LINEAR_ATTN)).then(pl.lit("@attn_linear"))
-        .when(is_linear & parent.str.contains(r"(?i)attn|attention")).then(pl.lit("@attn_linear"))
-        .when(is_linear & parent.str.contains(_MLP)).then(pl.lit("@mlp_linear"))
-        .when(is_linear & parent.str.contains(_MOE_BLOCK)).then(pl.lit("moe_router"))
-        .when(m.str.contains(r"(?i)attn|attention")).then(
+        .when(is_linear & contains(parent, _LINEAR_ATTN)).then(pl.lit("@attn_linear"))
+        .when(is_linear & contains(parent, r"(?i)attn|attention")).then(pl.lit("@attn_linear"))
+        .when(is_linear & contains(parent, _MLP)).then(pl.lit("@mlp_linear"))
+        .when(is_linear & contains(parent, _MOE_BLOCK)).then(pl.lit("moe_router"))
+        .when(contains(m, r"(?i)attn|attention")).then(
             pl.coalesce(hint, kv_copy, pl.lit("attention")))
         .when(in_experts).then(expert_op)
-        .when(m.str.contains(_MOE_BLOCK)).then(moe_block_op)
-        .when(m.str.contains(_MLP)).then(pl.lit("activation"))
+        .when(contains(m, _MOE_BLOCK)).then(moe_block_op)
+        .when(contains(m, _MLP)).then(pl.lit("activation"))
         .otherwise(pl.lit(None, pl.Utf8))
     )
 
 
-_MOE_MLP = (r"^(.*?(?:^|/)[^/]*(?:(?i:sparse_?moe|moe_?block|moe_?layer)|MoE)(?:_\d+)?)/"
+_MOE_MLP = (r"^(.*?(?:^|/)[^/]*(?:(?i:sparse_?moe|moe_?block|moe_?layer)|MoE)(?:_[0-9]+)?)/"
             r"([^/]*(?i:mlp|feed_?forward|ffn)[^/]*)(?:/|$)")
 
 
@@ -246,7 +246,7 @@ def _shared_by_class(k: pl.DataFrame) -> pl.DataFrame:
     is_router = pl.col("module").str.contains(r"Router|TopK").fill_null(False)
     routers = u.filter(is_router).select(parent.unique().alias("_p"))
     gate = (pl.col("module").str.contains(r"Linear$") & parent.is_in(routers["_p"].implode())
-            & parent.str.extract(r"([^/]+)$").str.contains(_MOE_BLOCK)).fill_null(False)
+            & contains(parent.str.extract(r"([^/]+)$"), _MOE_BLOCK)).fill_null(False)
     u = u.with_columns(pl.col("_shared_cls") | gate)
     keys = ["module", "module_path"]
     return k.join(u, on=keys, how="left", nulls_equal=True, maintain_order="left")
@@ -257,7 +257,7 @@ def _quantizing_linears(k: pl.DataFrame) -> pl.DataFrame:
     bitsandbytes' Linear8bitLt quantizing its input, an fp8 linear's per-token quant) quantizes
     its activations: its kernels that nothing else named and that are no GEMM (the casts around
     the quantization, the outlier test's abs / ge / any) are that quantization."""
-    linear = pl.col("module").str.contains(r"(?i)linear").fill_null(False)
+    linear = contains(pl.col("module"), r"(?i)linear").fill_null(False)
     keys = ["step", "module_path", "module_ns"]
     calls = (k.filter(linear & (pl.col("comp") == "quantize")).select(keys).unique()
              .with_columns(pl.lit(True).alias("_quantizes")))

@@ -13,7 +13,11 @@ from attrib.trace import mark_graph_replays
 from collectors import validate
 from collectors.kineto.decode import Notes
 
-_DIMS = r"^\[\s*\d{1,15}\s*(,\s*\d{1,15}\s*){0,2}\]$"  # grid/block: up to 3 non-negative ints
+# grid/block: up to 3 non-negative ints, JSON's spaces around them (ASCII classes: Unicode's \d,
+# repeated 15 times, took 1.1 ms to compile against 0.2)
+_SPACE = r"[ \t\n\r]*"
+_INT = rf"{_SPACE}[0-9]{{1,15}}{_SPACE}"
+_DIMS = rf"^\[{_INT}(,{_INT}){{0,2}}\]$"
 Renumber = Callable[[str, pl.DataFrame], pl.DataFrame]
 
 
