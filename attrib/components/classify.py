@@ -257,7 +257,7 @@ def _quantizing_linears(k: pl.DataFrame) -> pl.DataFrame:
     bitsandbytes' Linear8bitLt quantizing its input, an fp8 linear's per-token quant) quantizes
     its activations: its kernels that nothing else named and that are no GEMM (the casts around
     the quantization, the outlier test's abs / ge / any) are that quantization."""
-    linear = contains(pl.col("module"), r"(?i)linear").fill_null(False)
+    linear = pl.col("module").str.contains(r"(?i)linear").fill_null(False)
     keys = ["step", "module_path", "module_ns"]
     calls = (k.filter(linear & (pl.col("comp") == "quantize")).select(keys).unique()
              .with_columns(pl.lit(True).alias("_quantizes")))

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import polars as pl
 
-from attrib.components.patterns import contains
-
 SPLITK_REDUCE = r"(?i)split_?k_?reduce"
 
 
@@ -160,10 +158,10 @@ def gemm_positions(k: pl.DataFrame) -> pl.DataFrame:
     """Fill `comp` for rows flagged `_gemm`, and for unnamed softmax kernels between two GEMMs,
     from their position; evidence 'position'."""
     comp = pl.col("comp")
-    is_softmax = contains(pl.col("name"), r"(?i)soft_?max")
+    is_softmax = pl.col("name").str.contains(r"(?i)soft_?max")
     softmax = (comp == "attention") & is_softmax
     norm = (comp == "norm") | (comp.is_null() & (pl.col("op") == "aten::rsqrt"))
-    kind = (pl.when(pl.col("_gemm") & contains(pl.col("name"), SPLITK_REDUCE)).then(pl.lit("R"))
+    kind = (pl.when(pl.col("_gemm") & pl.col("name").str.contains(SPLITK_REDUCE)).then(pl.lit("R"))
             .when(pl.col("_gemm")).then(pl.lit("G"))
             .when(softmax).then(pl.lit("S"))
             .when(comp.is_null() & is_softmax).then(pl.lit("s"))

@@ -22,7 +22,6 @@ from attrib.components.patterns import (
     LLAMACPP_MMQ,
     LLAMACPP_MMVQ_COLS,
     LLAMACPP_NORM_ROWS,
-    contains,
 )
 from attrib.link.launches import KERNEL_LAUNCH
 from attrib.link.nesting import innermost
@@ -195,7 +194,7 @@ def _launching_embeddings(trace: Trace, compiling: pl.DataFrame) -> pl.DataFrame
     ops = trace.ops.filter(pl.col("name") == "aten::embedding")
     traced = inside(ops["start_ns"], compiling)
     ops = _token_lookups(ops.lazy().filter(~traced)).collect(engine="in-memory")
-    pts = (trace.launches.lazy().filter(contains(pl.col("name"), KERNEL_LAUNCH))
+    pts = (trace.launches.lazy().filter(pl.col("name").str.contains(KERNEL_LAUNCH))
            .select(pl.col("id").alias("pid_"), pl.col("start_ns").alias("t_ns"), "pid", "tid")
            .collect(engine="in-memory"))
     lookups = ops.lazy()
