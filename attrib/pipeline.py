@@ -20,7 +20,7 @@ from attrib.steps.phases import (assign_steps, step_spans, tokens_from_kernel_na
                                  tokens_from_shapes)
 from attrib.steps.tokens import fill_tokens_and_phase, tokens_from_names, with_units
 from attrib.steps.excluded import compile_spans, mark_excluded
-from attrib.steps.ledger import Facts, Ledger, ledger
+from attrib.steps.ledger import Facts, Idle, Ledger, idle_side, ledger
 from attrib.steps.salvage import drop_empty_steps
 from attrib.steps.speculative import apply_roles
 from attrib.steps.windows import windows
@@ -70,11 +70,12 @@ def attribute(trace: Trace, phase_map: dict[str, str] | None = None, capture: Tr
         spans = step_spans(trace, phase_map, compiling)
     spans, kernel_steps = assign_steps(trace, links, phase_map, compiling, spans)
 
-    def stepped() -> tuple[pl.DataFrame, Trace]:
+    def stepped() -> tuple[pl.DataFrame, Trace, Idle]:
         """The steps with their tokens (from shapes, then from kernel names), windows, exclusions
-        and units, and the trace (a salvaged one's warning names the steps it dropped). What
-        they read of the kernels is their steps and launches, not their components. Its notes
-        are the only ones added while it runs beside classify (which adds none)."""
+        and units; the trace (a salvaged one's warning names the steps it dropped); the idle side
+        of the steps' ledger. What they read of the kernels is their steps and launches, not their
+        components. Its notes are the only ones added while it runs beside classify (which adds
+        none)."""
         shaped = fill_tokens_and_phase(spans, tokens_from_shapes(trace, spans), notes)
         shaped = fill_from_stamp(shaped, trace.meta.provenance, notes)
         named = (trace.kernels.select("id", "name", "grid")
@@ -82,22 +83,25 @@ def attribute(trace: Trace, phase_map: dict[str, str] | None = None, capture: Tr
         steps = tokens_from_names(apply_roles(shaped, trace.ops), tokens_from_kernel_names(named))
         own = (trace.kernels.select("id", "start_ns", "dur_ns")
                .join(kernel_steps, on="id", how="left")
-               .join(links.select("id", "launch_id"), on="id", how="left"))
+               .join(links.select("id", "launch_id", "graph"), on="id", how="left"))
         steps = mark_excluded(windows(steps, own, trace.copies, trace.launches), trace, compiling)
         # a salvaged trace: steps cut before their kernels
         steps, salvaged = drop_empty_steps(steps, trace)
-        return with_units(steps, trace.ops), salvaged
+        steps = with_units(steps, trace.ops)
+        t = salvaged
+        return steps, t, idle_side(steps, own, t.copies, t.launches, t.ops, t.frames, whole)
 
     # the components and the steps share no result: on two threads
-    comp, (steps, trace) = both(lambda: classify(trace, links, kernel_steps, compiling), stepped,
-                                rows=trace.largest())
+    comp, (steps, trace, idle) = both(lambda: classify(trace, links, kernel_steps, compiling),
+                                      stepped, rows=trace.largest())
     k = (trace.kernels.select("id", "name", "start_ns", "dur_ns")
          .join(comp, on="id", how="left")
          .join(links.select("id", "launch_id", "graph"), on="id", how="left"))
     k = k.join(steps.select("step", "phase"), on="step", how="left")
     budget = for_world(budget, world_size(trace))   # a tensor-parallel rank reads its shard
     led, costed = both(
-        lambda: ledger(steps, k, trace.copies, trace.launches, trace.ops, trace.frames, whole),
+        lambda: ledger(steps, k, trace.copies, trace.launches, trace.ops, trace.frames, whole,
+                       idle),
         lambda: kernel_costs(trace, k, steps, budget), rows=trace.largest())
     return Attribution(
         trace=trace,

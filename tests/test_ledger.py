@@ -348,3 +348,37 @@ def test_a_component_named_as_a_copy_kind_keeps_its_kernel_time() -> None:
     assert after[("copy", "memset")] == before[("copy", "memset")]
     assert {key: ns for key, ns in after.items() if key != ("kernels", "memset")} == \
         {key: ns for key, ns in before.items() if key != ("kernels", "other")}
+
+
+@pytest.mark.parametrize("path", [CAP / "ledger_generate.json.gz",
+                                  CAP / "blocking_copy_decode.pt.trace.json.gz", SGLANG],
+                         ids=lambda p: p.name)
+def test_the_idle_side_reads_no_component(path: Path) -> None:
+    """The ledger's idle side (its gaps and their causes) found from the kernels without their
+    components, as the pipeline finds it beside classify, gives the ledger found from the
+    kernels with them; and the GPU's busy time it cuts the gaps from is the union the busy rows'
+    pass finds."""
+    from attrib.steps.ledger import _timed, _union, idle_side, ledger
+    from attrib.steps.spans import first_cover
+
+    a = attributed(path)
+    t = a.trace
+    k = a.kernels.select("start_ns", "dur_ns", pl.col("component").cast(pl.String), "launch_id",
+                         "graph")
+    whole = ledger(a.steps, k, t.copies, t.launches, t.ops, t.frames)
+    side = idle_side(a.steps, k.drop("component"), t.copies, t.launches, t.ops, t.frames)
+    split = ledger(a.steps, k, t.copies, t.launches, t.ops, t.frames, idle=side)
+    assert side.rows.height > 0 and whole.steps.height > 0
+    assert split.steps.equals(whole.steps) and split.intervals.equals(whole.intervals)
+    assert split.steps.equals(a.ledger.steps)  # the pipeline's, found beside classify
+    kk = _timed(k)
+    windows = side.steps.select("step", pl.col("window_start").alias("w0"),
+                                pl.col("window_end").alias("w1"))
+    spans = pl.concat([kk.select(pl.lit(0, pl.Int64).alias("g"), pl.col("start_ns").alias("s"),
+                                 (pl.col("start_ns") + pl.col("dur_ns")).alias("e")),
+                       t.copies.drop_nulls(["start_ns", "dur_ns"]).select(
+                           pl.lit(1, pl.Int64).alias("g"), pl.col("start_ns").alias("s"),
+                           (pl.col("start_ns") + pl.col("dur_ns")).alias("e"))])
+    _, union = first_cover(windows, spans)
+    mine = _union(kk, t.copies)
+    assert mine[0].equals(union[0]) and mine[1].equals(union[1])

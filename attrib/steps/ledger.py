@@ -87,10 +87,10 @@ def _spans(df: pl.DataFrame | pl.LazyFrame, key: pl.Expr, labels: dict[str, int]
 
 
 def _busy_rows(steps: pl.DataFrame, k: pl.DataFrame, copies: pl.DataFrame,
-               order: tuple[str, ...]) -> tuple[pl.LazyFrame, Spans]:
+               order: tuple[str, ...]) -> pl.LazyFrame:
     """The kernels and copies rows of every step (step, cause, what, ns, n), each instant to
     the first group covering it: the components in `order`, then the copies by kind and
-    direction (attrib.steps.spans.first_cover); and the union of their spans."""
+    direction (attrib.steps.spans.first_cover)."""
     component = pl.col("component").fill_null("other")
     parts = [pl.col("kind").fill_null("copy"), pl.col("direction")]
     kind = pl.concat_str(parts, separator=" ", ignore_nulls=True)
@@ -103,12 +103,11 @@ def _busy_rows(steps: pl.DataFrame, k: pl.DataFrame, copies: pl.DataFrame,
     spans = pl.concat([kernels, copied]).collect(engine="in-memory")
     windows = steps.select("step", pl.col("window_start").alias("w0"),
                            pl.col("window_end").alias("w1"))
-    owned, union = first_cover(windows, spans)
+    owned, _ = first_cover(windows, spans)
     named = pl.LazyFrame({"g": range(len(groups)), "cause": [c for c, _ in groups],
                           "what": [w for _, w in groups]},
                          schema={"g": pl.Int64, "cause": pl.String, "what": pl.String})
-    rows = owned.lazy().join(named, on="g").select("step", "cause", "what", "ns", "n")
-    return rows, union
+    return owned.lazy().join(named, on="g").select("step", "cause", "what", "ns", "n")
 
 
 class Facts(msgspec.Struct, frozen=True):
@@ -274,46 +273,80 @@ def facts(k: pl.DataFrame, copies: pl.DataFrame, launches: pl.DataFrame,
     return Facts(_component_order(kk), threads, _overlapping(kk), recorded)
 
 
-def ledger(steps: pl.DataFrame, k: pl.DataFrame, copies: pl.DataFrame, launches: pl.DataFrame,
-           ops: pl.DataFrame, frames: pl.DataFrame, whole: Facts | None = None) -> Ledger:
-    """The ledger of every step with a window (see the module docstring). k: kernels with
-    start_ns, dur_ns, component, launch_id, graph. whole: the Facts of the whole trace when
-    these tables are a part of it (by default, their own)."""
+class Idle(msgspec.Struct, frozen=True):
+    """The ledger's side that reads no component: the steps with a window (by start), the idle
+    pieces of their gaps (step, cause, what, start_ns, end_ns, ns) with the profiler's estimate
+    carved out, and the threads with an op or frame (Facts.recorded)."""
+
+    steps: pl.DataFrame
+    rows: pl.DataFrame
+    recorded: tuple[tuple[int, int], ...]
+
+
+def _timed(k: pl.DataFrame) -> pl.DataFrame:
+    """The kernels with a start and a duration (a query only where one is null)."""
+    nulls = k["start_ns"].null_count() or k["dur_ns"].null_count()
+    return k.drop_nulls(["start_ns", "dur_ns"]) if nulls else k
+
+
+def _union(k: pl.DataFrame, copies: pl.DataFrame) -> Spans:
+    """The union of the kernels' and the copies' spans: the GPU's busy time."""
+    copied = copies.lazy().drop_nulls(["start_ns", "dur_ns"]).select(*of_events())
+    got = unions(pl.concat([k.lazy().select(*of_events()), copied])).collect(engine="in-memory")
+    return got["s"], got["e"]
+
+
+def idle_side(steps: pl.DataFrame, k: pl.DataFrame, copies: pl.DataFrame,
+              launches: pl.DataFrame, ops: pl.DataFrame, frames: pl.DataFrame,
+              whole: Facts | None = None) -> Idle:
+    """The Idle side of the ledger of every step with a window. k: kernels with start_ns, dur_ns,
+    launch_id, graph (no component: this side runs beside the components' stage)."""
     st = (steps.lazy().drop_nulls(["window_start", "window_end"]).sort("window_start")
           .collect(engine="in-memory"))
+    recorded = whole.recorded if whole else recorded_threads(ops, frames)
     if st.height == 0:
-        return Ledger(pl.DataFrame(schema=STEP_LEDGER), pl.DataFrame(schema=INTERVALS),
-                      whole.recorded if whole else recorded_threads(ops, frames))
+        return Idle(st, pl.DataFrame(), recorded)
     w0, w1, ids = st["window_start"], st["window_end"], st["step"]
-    nulls = k["start_ns"].null_count() or k["dur_ns"].null_count()
-    kk = k.drop_nulls(["start_ns", "dur_ns"]) if nulls else k  # a query only where one is null
+    kk = _timed(k)
     ops_all = _gpu_ops(kk, copies, launches)
-    known = whole or Facts(_component_order(kk), _threads(ops_all),
-                           recorded=recorded_threads(ops, frames))
-    busy_rows, busy = _busy_rows(st, kk, copies, known.order)
-    threads = pl.DataFrame(list(known.threads), schema={"pid": pl.Int64, "tid": pl.Int64},
+    launching = whole.threads if whole else _threads(ops_all)
+    threads = pl.DataFrame(list(launching), schema={"pid": pl.Int64, "tid": pl.Int64},
                            orient="row")
-    main = known.threads[0] if known.threads else (None, None)
+    main = launching[0] if launching else (None, None)
     starts = pl.DataFrame([ids.cast(pl.Int64).alias("step"), w0.cast(pl.Int64).alias("w0")])
 
     def idle_of_gaps() -> pl.DataFrame:
-        g = _neighbours(uncovered(ids, w0, w1, *busy), ops_all)
-        return idle_rows(g, ops, frames, launches, main, starts, known.recorded)
+        g = _neighbours(uncovered(ids, w0, w1, *_union(kk, copies)), ops_all)
+        return idle_rows(g, ops, frames, launches, main, starts, recorded)
 
     # the gaps' causes and the CPU events' times share no result: on two threads
     largest = max(df.height for df in (k, copies, launches, ops, frames))
     idle, events = both(idle_of_gaps, lambda: _event_times((ops, frames, launches), threads),
                         rows=largest)
-    idle = _profiler(idle, events)
-    gap_rows = idle.lazy().group_by("step", "cause", "what").agg(
+    return Idle(st, _profiler(idle, events), recorded)
+
+
+def ledger(steps: pl.DataFrame, k: pl.DataFrame, copies: pl.DataFrame, launches: pl.DataFrame,
+           ops: pl.DataFrame, frames: pl.DataFrame, whole: Facts | None = None,
+           idle: Idle | None = None) -> Ledger:
+    """The ledger of every step with a window (see the module docstring). k: kernels with
+    start_ns, dur_ns, component, launch_id, graph. whole: the Facts of the whole trace when
+    these tables are a part of it (by default, their own). idle: its idle_side, where found."""
+    side = idle or idle_side(steps, k, copies, launches, ops, frames, whole)
+    if side.steps.height == 0:
+        return Ledger(pl.DataFrame(schema=STEP_LEDGER), pl.DataFrame(schema=INTERVALS),
+                      side.recorded)
+    kk = _timed(k)
+    busy_rows = _busy_rows(side.steps, kk, copies, whole.order if whole else _component_order(kk))
+    gap_rows = side.rows.lazy().group_by("step", "cause", "what").agg(
         pl.col("ns").sum(), pl.len().cast(pl.Int64).alias("n")
     )
     parts = [busy_rows, gap_rows.select(list(STEP_LEDGER))]
     per_step = pl.concat(parts).cast(STEP_LEDGER).filter(pl.col("ns") > 0).sort(
         "step", "ns", "cause", "what", descending=[False, True, False, False])
-    intervals = idle.lazy().filter(pl.col("cause") != OWN_COST).select(list(INTERVALS))
+    intervals = side.rows.lazy().filter(pl.col("cause") != OWN_COST).select(list(INTERVALS))
     return Ledger(per_step.collect(engine="in-memory"),
-                  intervals.cast(INTERVALS).collect(engine="in-memory"), known.recorded)
+                  intervals.cast(INTERVALS).collect(engine="in-memory"), side.recorded)
 
 
 def _ranked(rows: pl.LazyFrame) -> pl.LazyFrame:
