@@ -1,8 +1,9 @@
 """The attribution pipeline: Trace -> Attribution, its stages in order.
 
 link (kernel <-> launch <-> op <-> module) -> steps and phases -> components -> tokens -> windows ->
-ledger and costs. Each stage is a pure function over polars tables. A huge trace is attributed a
-chunk of steps at a time by the same stages: attrib.chunked.
+ledger and costs. Each stage is a pure function over polars tables. Beside the components' stage
+run those that read no component: the steps' tokens, windows and units, the ledger's idle side. A
+huge trace is attributed a chunk of steps at a time by the same stages: attrib.chunked.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from attrib.steps.ledger import Facts, Idle, Ledger, idle_side, ledger
 from attrib.steps.salvage import drop_empty_steps
 from attrib.steps.speculative import apply_roles
 from attrib.steps.windows import windows
-from attrib.threads import both
+from attrib.threads import both, spare
 from attrib.trace import Trace, coded
 
 
@@ -70,12 +71,14 @@ def attribute(trace: Trace, phase_map: dict[str, str] | None = None, capture: Tr
         spans = step_spans(trace, phase_map, compiling)
     spans, kernel_steps = assign_steps(trace, links, phase_map, compiling, spans)
 
-    def stepped() -> tuple[pl.DataFrame, Trace, Idle]:
+    def stepped() -> tuple[pl.DataFrame, Trace, Idle | None]:
         """The steps with their tokens (from shapes, then from kernel names), windows, exclusions
         and units; the trace (a salvaged one's warning names the steps it dropped); the idle side
-        of the steps' ledger. What they read of the kernels is their steps and launches, not their
-        components. Its notes are the only ones added while it runs beside classify (which adds
-        none)."""
+        of the steps' ledger where the two stages run at once (else the ledger finds it, after
+        classify, as before: the stages in turn gain nothing from it, and a chunk of the 1 M-kernel
+        trace peaked higher). What they read of the kernels is their steps and launches, not
+        their components. Its notes are the only ones added while it runs beside classify (which
+        adds none)."""
         shaped = fill_tokens_and_phase(spans, tokens_from_shapes(trace, spans), notes)
         shaped = fill_from_stamp(shaped, trace.meta.provenance, notes)
         named = (trace.kernels.select("id", "name", "grid")
@@ -88,6 +91,8 @@ def attribute(trace: Trace, phase_map: dict[str, str] | None = None, capture: Tr
         # a salvaged trace: steps cut before their kernels
         steps, salvaged = drop_empty_steps(steps, trace)
         steps = with_units(steps, trace.ops)
+        if not spare(trace.largest()):
+            return steps, salvaged, None
         t = salvaged
         return steps, t, idle_side(steps, own, t.copies, t.launches, t.ops, t.frames, whole)
 

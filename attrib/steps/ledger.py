@@ -17,7 +17,8 @@ A window is cut into disjoint stretches, in this order:
     CPU events that start in the stretch times a per-event cost measured on an H200 (PROFILER_NS).
 
 `Ledger.steps` sums, per step, to its window exactly; `phase_ledger` is the mean over a phase's
-counted steps and sums to the mean step time.
+counted steps and sums to the mean step time. The idle rows read no component (`idle_side`: the
+pipeline finds them beside the components' stage); `ledger` adds the kernels and copy rows.
 """
 
 from __future__ import annotations
