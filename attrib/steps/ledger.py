@@ -333,7 +333,7 @@ def ledger(steps: pl.DataFrame, k: pl.DataFrame, copies: pl.DataFrame, launches:
     """The ledger of every step with a window (see the module docstring). k: kernels with
     start_ns, dur_ns, component, launch_id, graph. whole: the Facts of the whole trace when
     these tables are a part of it (by default, their own). idle: its idle_side, where found."""
-    side = idle or idle_side(steps, k, copies, launches, ops, frames, whole)
+    side = idle if idle is not None else idle_side(steps, k, copies, launches, ops, frames, whole)
     if side.steps.height == 0:
         return Ledger(pl.DataFrame(schema=STEP_LEDGER), pl.DataFrame(schema=INTERVALS),
                       side.recorded)
