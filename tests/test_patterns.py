@@ -9,10 +9,10 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from attrib.app import attribution
 from attrib.components import classify, patterns
 from attrib.components.patterns import component_patterns, contains, folded
 from attrib.link.launches import KERNEL_LAUNCH
-from collectors import load
 
 ROOT = Path(__file__).resolve().parents[1]
 # between them, names every pattern below finds but one (no fixture runs a rejection sampler)
@@ -26,16 +26,16 @@ NOT_IN_FIXTURES = {r"(?i)rejection_(greedy|random)_sample|sample_recovered_token
 
 
 def _names() -> pl.Series:
-    """Every distinct name the traces hold, and the module paths of the ops, upper- and
-    lower-case, each also written all upper-case (what a case-insensitive pattern must still
-    find)."""
+    """Every distinct name the traces hold (kernels, launches, ops, annotations, Python frames,
+    copies) and the kernels' module paths (what the module-class patterns read), each also
+    written all upper-case (what a case-insensitive pattern must still find)."""
     got: list[pl.Series] = []
     for path in TRACES:
-        t = load(path)
+        a = attribution(path)
+        t = a.trace
         for df in (t.kernels, t.launches, t.ops, t.markers, t.frames, t.copies):
             got.append(df["name"].cast(pl.Utf8))
-        if "module_path" in t.ops.columns:
-            got.append(t.ops["module_path"].cast(pl.Utf8))
+        got.append(a.kernels["module_path"].cast(pl.Utf8))
     names = pl.concat(got).drop_nulls().unique()
     return pl.concat([names, names.str.to_uppercase()]).unique().sort()
 
@@ -54,6 +54,7 @@ FOLDED = [*component_patterns()["pattern"].to_list(),
 def test_the_names_are_many_and_varied():
     assert NAMES.len() > 5_000
     assert NAMES.str.contains("void ").any() and NAMES.str.contains("aten::").any()
+    assert NAMES.str.contains("ForCausalLM_0/").any()  # module paths
 
 
 @pytest.mark.parametrize("pattern", FOLDED)
