@@ -21,7 +21,7 @@ from attrib.components.patterns import BLOCKING_COPY, SYNC
 from attrib.pipeline import Attribution
 from attrib.reads import Reads
 from rules.finding import kernels_in, steps_in
-from rules.intervals import Spans, covered, merge, ms, spans, uncovered
+from rules.intervals import Spans, busy, covered, merge, ms, spans, uncovered
 
 CAUSES = (
     "blocking_copies",
@@ -84,12 +84,12 @@ def idle_causes(a: Attribution, phase: str) -> pl.DataFrame:
     k = kernels_in(a, phase, columns=())  # only counted per step
     calls = a.trace.launches
     cols = ("start_ns", "dur_ns")
-    kern = merge(*spans(a.trace.kernels.select(cols).drop_nulls()))
+    kern = busy(a.trace.kernels)
     memcpy = a.trace.copies.filter(pl.col("kind") == "memcpy").select(cols)
     blocking = calls.filter(pl.col("name").str.contains(BLOCKING_COPY)).select(cols)
-    copy = merge(*spans(pl.concat([memcpy, blocking]).drop_nulls()))
+    copy = busy(memcpy, blocking)
     sync = merge(*spans(calls.filter(pl.col("name").str.contains(SYNC)).select(cols)))
-    cps = merge(*spans(a.trace.copies.select(cols).drop_nulls()))
+    cps = busy(a.trace.copies)
     copy_or_sync = merge(pl.concat([copy[0], sync[0]]), pl.concat([copy[1], sync[1]]))
     # once, not a filter of every kernel per step
     kernels = k.lazy().group_by("step").agg(pl.len().cast(pl.Int64).alias("kernels"))

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import polars as pl
 
-from attrib.steps.spans import Spans, covered, merge, of_events, uncovered
+from attrib.steps.spans import Spans, busy, covered, merge, of_events, uncovered
 
-__all__ = ("Spans", "covered", "merge", "ms", "spans", "total", "uncovered")
+__all__ = ("Spans", "busy", "covered", "merge", "ms", "spans", "total", "uncovered")
 
 
 def spans(df: pl.DataFrame) -> Spans:

@@ -358,8 +358,8 @@ def test_the_idle_side_reads_no_component(path: Path) -> None:
     components, as the pipeline finds it beside classify, gives the ledger found from the
     kernels with them; and the GPU's busy time it cuts the gaps from is the union the busy rows'
     pass finds."""
-    from attrib.steps.ledger import _timed, _union, idle_side, ledger
-    from attrib.steps.spans import first_cover
+    from attrib.steps.ledger import _timed, idle_side, ledger
+    from attrib.steps.spans import busy, first_cover
 
     a = attributed(path)
     t = a.trace
@@ -380,5 +380,5 @@ def test_the_idle_side_reads_no_component(path: Path) -> None:
                            pl.lit(1, pl.Int64).alias("g"), pl.col("start_ns").alias("s"),
                            (pl.col("start_ns") + pl.col("dur_ns")).alias("e"))])
     _, union = first_cover(windows, spans)
-    mine = _union(kk, t.copies)
+    mine = busy(kk, t.copies)
     assert mine[0].equals(union[0]) and mine[1].equals(union[1])

@@ -33,7 +33,7 @@ from attrib.threads import both
 from attrib.trace import grouped
 from attrib.steps.excluded import counted
 from attrib.steps.idle import idle_rows, recorded_threads
-from attrib.steps.spans import Spans, first_cover, of_events, points_in, unions, uncovered
+from attrib.steps.spans import busy, first_cover, of_events, points_in, unions, uncovered
 
 # the profiler's own cost (an estimate): a caveat about the measurement, never a cause to fix
 OWN_COST = "profiler"
@@ -290,13 +290,6 @@ def _timed(k: pl.DataFrame) -> pl.DataFrame:
     return k.drop_nulls(["start_ns", "dur_ns"]) if nulls else k
 
 
-def _union(k: pl.DataFrame, copies: pl.DataFrame) -> Spans:
-    """The union of the kernels' and the copies' spans: the GPU's busy time."""
-    copied = copies.lazy().drop_nulls(["start_ns", "dur_ns"]).select(*of_events())
-    got = unions(pl.concat([k.lazy().select(*of_events()), copied])).collect(engine="in-memory")
-    return got["s"], got["e"]
-
-
 def idle_side(steps: pl.DataFrame, k: pl.DataFrame, copies: pl.DataFrame,
               launches: pl.DataFrame, ops: pl.DataFrame, frames: pl.DataFrame,
               whole: Facts | None = None) -> Idle:
@@ -317,7 +310,7 @@ def idle_side(steps: pl.DataFrame, k: pl.DataFrame, copies: pl.DataFrame,
     starts = pl.DataFrame([ids.cast(pl.Int64).alias("step"), w0.cast(pl.Int64).alias("w0")])
 
     def idle_of_gaps() -> pl.DataFrame:
-        g = _neighbours(uncovered(ids, w0, w1, *_union(kk, copies)), ops_all)
+        g = _neighbours(uncovered(ids, w0, w1, *busy(kk, copies)), ops_all)
         return idle_rows(g, ops, frames, launches, main, starts, recorded)
 
     # the gaps' causes and the CPU events' times share no result: on two threads

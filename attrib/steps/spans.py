@@ -52,6 +52,15 @@ def merge(s: pl.Series, e: pl.Series) -> Spans:
     return got["s"], got["e"]
 
 
+def busy(*tables: pl.DataFrame) -> Spans:
+    """The union of the events' spans (start_ns, dur_ns) of `tables`, an event without a start or
+    a duration left out: the time one of them runs, as sorted disjoint intervals."""
+    parts = [t.lazy().select("start_ns", "dur_ns").drop_nulls().select(*of_events())
+             for t in tables]
+    got = unions(pl.concat(parts)).collect(engine="in-memory")
+    return got["s"], got["e"]
+
+
 def _upto(x: pl.Expr, ms: pl.Series, me: pl.Series, cum: pl.Series) -> pl.Expr:
     """Nanoseconds of (ms, me) before each time x; cum: the lengths' running sum, 0 first."""
     j = pl.lit(ms).search_sorted(x, side="right").cast(_I64)

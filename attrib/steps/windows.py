@@ -11,25 +11,17 @@ from __future__ import annotations
 
 import polars as pl
 
-from attrib.steps.spans import Spans, covered, merge
+from attrib.steps.spans import busy, covered
 
 # a step's first GPU op that starts this long after its launch call waited behind earlier GPU work
 QUEUED_NS = 100_000
-
-
-def _covered(intervals: pl.DataFrame) -> Spans:
-    """The union of the intervals (start_ns, dur_ns), those with a null left out."""
-    end = (pl.col("start_ns") + pl.col("dur_ns")).alias("end")
-    iv = intervals.lazy().select("start_ns", end).drop_nulls().collect(
-        engine="in-memory")
-    return merge(iv["start_ns"].cast(pl.Int64), iv["end"].cast(pl.Int64))
 
 
 def busy_ns(steps: pl.DataFrame, gpu: pl.DataFrame) -> pl.Series:
     """Per step window: nanoseconds in which any kernel, memcpy or memset of `gpu` (start_ns,
     dur_ns) ran, overlaps counted once, whichever step launched it (a kernel left over from the
     previous step keeps the GPU busy in this one)."""
-    ms, me = _covered(gpu)
+    ms, me = busy(gpu)
     return covered(steps["window_start"], steps["window_end"], ms, me).alias("busy_ns")
 
 
