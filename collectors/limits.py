@@ -127,9 +127,11 @@ def _stream_errors(kind: str) -> tuple[type[BaseException], ...]:
     return (lzma.LZMAError, EOFError, OSError) + ((zstd.ZstdError,) if zstd else ())
 
 
-def _no_zstd(path: Path) -> TraceError:
-    return TraceError(path, "zstd-compressed: install the zstandard package "
-                            "(pip install 'attrib[zstd]') or decompress it (zstd -d)")
+def _zstd_readable(path: Path, kind: str | None) -> None:
+    """A TraceError where `path` is zstd-compressed and zstandard is not installed."""
+    if kind == "zstd" and _zstd() is None:
+        raise TraceError(path, "zstd-compressed: install the zstandard package "
+                               "(pip install 'attrib[zstd]') or decompress it (zstd -d)")
 
 
 def _bomb(path: Path, kind: str, limit: int, size: int) -> TraceError:
@@ -155,8 +157,7 @@ def head(path: Path, n: int = 65536) -> bytes:
             return out
         with open_file(path) as fh:  # blanks only: the whole (compressed) file, to pass them
             return _past_space(path, fh.read(), n)
-    if kind == "zstd" and _zstd() is None:
-        raise _no_zstd(path)
+    _zstd_readable(path, kind)
     out = b""
     try:
         with _stream(kind, raw) as f:
@@ -234,8 +235,7 @@ def gunzip(path: Path, raw: bytes) -> tuple[bytearray, bool]:
 def unpack(path: Path, kind: str, raw: bytes) -> tuple[bytearray, bool]:
     """(data, cut) of an xz or zstd file, as `gunzip` does for gzip: streamed, refused past
     `inflate_limit`; corrupt data, or a cut with nothing before it, is a TraceError."""
-    if kind == "zstd" and _zstd() is None:
-        raise _no_zstd(path)
+    _zstd_readable(path, kind)
     limit = inflate_limit(len(raw))
     out = bytearray()
     try:
@@ -339,8 +339,7 @@ class Inflow:
 
     def _unpack(self, fh: Any, size: int):
         """`unpack`, streamed (small reads: a stream cut short keeps what came before)."""
-        if self.kind == "zstd" and _zstd() is None:
-            raise _no_zstd(self.path)
+        _zstd_readable(self.path, self.kind)
         limit, total, parts, held = inflate_limit(size), 0, [], 0
         if self.kind == "xz":
             stream: Any = lzma.LZMAFile(fh)
